@@ -1,0 +1,60 @@
+"""The backend seam: one async method, ``generate(request) -> Generation``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..records import Generation, Message
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_new_tokens": self.max_new_tokens,
+            "stop": list(self.stop),
+            "seed": self.seed,
+        }
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What the loop asks a backend for.
+
+    ``prompt_ids`` is set in token-in-token-out mode, ``prompt_text`` in
+    retokenize mode; a backend uses whichever its protocol takes. The
+    ``messages``, ``env``/``task_id`` and ``turn`` fields are context for
+    backends that play a part rather than sample a model (scripted, manual).
+    """
+
+    prompt_text: str | None
+    prompt_ids: tuple[int, ...] | None
+    sampling: SamplingParams
+    messages: tuple[Message, ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    task_id: str = ""
+    turn: int = 0
+    sample_index: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Anything that turns a prompt into a generation."""
+
+    name: str
+
+    async def generate(self, request: GenerationRequest) -> Generation: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Backend config recorded on each episode (model, url, ...)."""
+        ...

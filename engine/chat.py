@@ -1,0 +1,286 @@
+"""Chat-template rendering, token deltas and loss masks.
+
+Two ways to turn a growing conversation into one token array, as the
+trainers do it:
+
+* ``retokenize`` (slime's tau-bench example): render the whole conversation
+  with the chat template after every message, take the new text as
+  ``curr[len(prev):]`` and encode it. Only right when the template is
+  prefix-stable; :func:`text_delta` reports where it is not instead of
+  silently slicing.
+* ``tito`` (token in, token out): keep the ids the model generated; only the
+  env's messages are encoded, rendered in isolation after a fixed dummy
+  conversation so that the rest of the history is never re-rendered.
+
+All functions here are pure functions of a tokenizer and messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TemplateError
+from .records import Message, Segment
+
+# A string no real message contains; it marks where message content sits in a
+# rendered dummy conversation so the template's own text around it is known.
+SENTINEL = "\u2063RSSENTINEL\u2063"
+_BASE = (
+    Message("system", "S"),
+    Message("user", "U"),
+    Message("assistant", SENTINEL),
+)
+
+
+def template_hash(tokenizer: Any) -> str:
+    """Short hash of the tokenizer's chat template (identifies it across runs)."""
+    tpl = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(tpl, dict):
+        tpl = "\n".join(f"{k}:{v}" for k, v in sorted(tpl.items()))
+    return hashlib.sha256(tpl.encode()).hexdigest()[:16]
+
+
+def render(
+    tokenizer: Any,
+    messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = False,
+    **template_kwargs: Any,
+) -> str:
+    """Render messages with the tokenizer's chat template, as text."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise TemplateError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; "
+            "pick one that has, or set tokenizer.chat_template"
+        )
+    try:
+        out = tokenizer.apply_chat_template(
+            [m.to_template() for m in messages],
+            tools=list(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **template_kwargs,
+        )
+    except TemplateError:
+        raise
+    except Exception as e:  # jinja raises its own exception types for template bugs
+        raise TemplateError(f"the chat template failed to render {len(messages)} messages: {e}") from e
+    return str(out)
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Encode text as the template's continuation: no BOS/EOS added."""
+    if not text:
+        return []
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    return str(tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """The text a later render adds to an earlier one.
+
+    ``stable`` is False when ``curr`` does not start with ``prev`` (the
+    template rewrote history); ``diff_at`` is then the first differing
+    character and ``text`` is what the naive slice ``curr[len(prev):]``
+    gives, which is what a trainer that assumes stability would train on.
+    """
+
+    text: str
+    stable: bool
+    diff_at: int | None = None
+    prev_excerpt: str = ""
+    curr_excerpt: str = ""
+
+    def evidence(self) -> dict[str, Any]:
+        return {"diff_at": self.diff_at, "before": self.prev_excerpt, "after": self.curr_excerpt}
+
+
+def text_delta(prev: str, curr: str, context: int = 60) -> TextDelta:
+    if curr.startswith(prev):
+        return TextDelta(curr[len(prev) :], True)
+    n = min(len(prev), len(curr))
+    i = next((k for k in range(n) if prev[k] != curr[k]), n)
+    lo = max(0, i - context)
+    return TextDelta(
+        curr[len(prev) :],
+        False,
+        i,
+        prev[lo : i + context],
+        curr[lo : i + context],
+    )
+
+
+def strip_end_of_turn(tokenizer: Any, text: str) -> str:
+    """Remove a trailing end-of-turn token's text from generated text."""
+    for tok in end_of_turn_texts(tokenizer):
+        if text.endswith(tok):
+            return text[: len(text) - len(tok)]
+    return text
+
+
+_EOT_CACHE: weakref.WeakKeyDictionary[Any, tuple[list[str], set[int]]] = weakref.WeakKeyDictionary()
+
+
+def _end_of_turn(tokenizer: Any) -> tuple[list[str], set[int]]:
+    # get_vocab() copies a 150k-entry dict on every call; look each token up once.
+    try:
+        return _EOT_CACHE[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    texts: list[str] = []
+    ids: set[int] = set()
+    unk = getattr(tokenizer, "unk_token_id", None)
+    for t in (getattr(tokenizer, "eos_token", None), "<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
+        if not t or t in texts:
+            continue
+        i = tokenizer.convert_tokens_to_ids(t)
+        if isinstance(i, int) and i != unk:
+            texts.append(t)
+            ids.add(i)
+    try:
+        _EOT_CACHE[tokenizer] = (texts, ids)
+    except TypeError:
+        pass
+    return texts, ids
+
+
+def end_of_turn_texts(tokenizer: Any) -> list[str]:
+    """Texts of the tokens that end an assistant turn (eos, ``<|im_end|>``...)."""
+    return list(_end_of_turn(tokenizer)[0])
+
+
+def end_of_turn_ids(tokenizer: Any) -> set[int]:
+    return set(_end_of_turn(tokenizer)[1])
+
+
+# -- retokenize mode (render and slice) ---------------------------------------
+
+
+def generation_prompt_delta(tokenizer: Any, messages: Sequence[Message], tools: Any = None) -> TextDelta:
+    """The assistant header the template adds with ``add_generation_prompt``."""
+    return text_delta(
+        render(tokenizer, messages, tools, add_generation_prompt=False),
+        render(tokenizer, messages, tools, add_generation_prompt=True),
+    )
+
+
+def assistant_delta(tokenizer: Any, before: Sequence[Message], assistant: Message, tools: Any = None) -> TextDelta:
+    """Text the assistant message adds after the generation prompt."""
+    return text_delta(
+        render(tokenizer, before, tools, add_generation_prompt=True),
+        render(tokenizer, [*before, assistant], tools, add_generation_prompt=False),
+    )
+
+
+def messages_delta(tokenizer: Any, before: Sequence[Message], new: Sequence[Message], tools: Any = None) -> TextDelta:
+    """Text that env messages (tool results, user replies) add to the render."""
+    return text_delta(
+        render(tokenizer, before, tools, add_generation_prompt=False),
+        render(tokenizer, [*before, *new], tools, add_generation_prompt=False),
+    )
+
+
+# -- tito mode (render only the new messages) ---------------------------------
+
+
+def assistant_closing(tokenizer: Any, tools: Any = None) -> str:
+    """What the template writes after an assistant message's content.
+
+    For ChatML templates this is ``<|im_end|>\\n``; the model generates the
+    ``<|im_end|>`` and the newline is template text it never produced.
+    """
+    text = render(tokenizer, _BASE, tools, add_generation_prompt=False)
+    at = text.rfind(SENTINEL)
+    if at < 0:
+        raise TemplateError("the chat template does not render assistant content verbatim")
+    return text[at + len(SENTINEL) :]
+
+
+def tail_after_generation(tokenizer: Any, generated_text: str, tools: Any = None) -> str:
+    """Template text to append after generated text so the tokens match a render.
+
+    If the model stopped on its end-of-turn token, only the rest of the
+    closing (the newline) is missing; if it was cut off, the whole closing is.
+    """
+    closing = assistant_closing(tokenizer, tools)
+    for eot in end_of_turn_texts(tokenizer):
+        if generated_text.endswith(eot) and closing.startswith(eot):
+            return closing[len(eot) :]
+    return closing
+
+
+def isolated_messages_delta(
+    tokenizer: Any, new: Sequence[Message], tools: Any = None
+) -> tuple[str, str]:
+    """(messages text, generation prompt text) for env messages rendered alone.
+
+    The messages are rendered after a fixed dummy conversation that ends with
+    an assistant turn, so the result does not depend on (and never rewrites)
+    the real history. Only the text after the dummy reply's closing is
+    taken: templates such as Qwen3's render the reply itself differently once
+    a user message follows it, but not what comes after it.
+    """
+    closing = assistant_closing(tokenizer, tools)
+    with_msgs = render(tokenizer, [*_BASE, *new], tools, add_generation_prompt=False)
+    with_gp = render(tokenizer, [*_BASE, *new], tools, add_generation_prompt=True)
+    after = with_msgs[with_msgs.rfind(SENTINEL) + len(SENTINEL) :]
+    gp = text_delta(with_msgs, with_gp)
+    if not after.startswith(closing) or not gp.stable:
+        raise TemplateError(
+            "the chat template changes an assistant message's closing when messages follow it, "
+            "so tito mode cannot compute env-message tokens with it"
+        )
+    return after[len(closing) :], gp.text
+
+
+# -- the token array ----------------------------------------------------------
+
+
+class TokenBuilder:
+    """Accumulates the episode's token array segment by segment."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: list[float] = []
+        self.versions: list[int] = []
+        self.segments: list[Segment] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(
+        self,
+        ids: Sequence[int],
+        kind: str,
+        turn: int,
+        trainable: bool,
+        logprobs: Sequence[float] | None = None,
+        versions: Sequence[int] | None = None,
+    ) -> Segment:
+        start = len(self.ids)
+        n = len(ids)
+        self.ids.extend(int(x) for x in ids)
+        self.mask.extend([1 if trainable else 0] * n)
+        if logprobs is None:
+            self.logprobs.extend([float("nan")] * n)
+        else:
+            if len(logprobs) != n:
+                raise ValueError(f"{len(logprobs)} logprobs for {n} tokens")
+            self.logprobs.extend(float(x) for x in logprobs)
+        if versions is None:
+            self.versions.extend([-1] * n)
+        else:
+            self.versions.extend(int(v) for v in versions)
+        seg = Segment(start, start + n, kind, turn, trainable)
+        if n:
+            self.segments.append(seg)
+        return seg

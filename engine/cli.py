@@ -1,0 +1,270 @@
+"""The ``rollscope`` command: a thin wrapper over the engine.
+
+Library errors (``RollscopeError``) become one line on stderr and exit
+status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, RollscopeError, StoreError
+
+DEFAULT_DB = "rollscope.db"
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
+    return v
+
+
+def _rate(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rollscope", description="Trace, store and inspect multi-turn agent rollouts.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run a batch of episodes and store them")
+    r.add_argument("--env", default="math", help="env name (math)")
+    r.add_argument("--problems", help="math env: an AReaL-style JSONL (query_id, prompt, solutions) instead of the built-in set")
+    r.add_argument("--policy", default="scripted", help="scripted or local")
+    r.add_argument("--preset", default="areal-math", help="areal-math, tito or slime-tau")
+    r.add_argument("--tasks", default="0:8", help="task range or list: 0:8, 3, 1,5,9, all")
+    r.add_argument("--samples", type=_positive_int, default=1, help="samples per task (a GRPO group)")
+    r.add_argument("--db", default=DEFAULT_DB)
+    r.add_argument("--model", help="local policy: a local Hugging Face folder or a cached hub id (default: embedded SmolLM2)")
+    r.add_argument("--tokenizer", help="tokenizer folder or id (default: the embedded SmolLM2 one with its tool template)")
+    r.add_argument("--max-turns", type=_positive_int)
+    r.add_argument("--temperature", type=float, default=1.0)
+    r.add_argument("--top-p", type=float, default=1.0)
+    r.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--concurrency", type=_positive_int, default=4)
+    r.add_argument("--mistake-rate", type=_rate, default=0.2, help="scripted policy: share of wrong turns (0 = always right)")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    ls = sub.add_parser("ls", help="list stored episodes")
+    ls.add_argument("--db", default=DEFAULT_DB)
+    ls.add_argument("--where", action="append", default=[], help="filter: status=completed, reward>=0.5, env=math, tag=x ...")
+    ls.add_argument("--sort", default="created_at")
+    ls.add_argument("--limit", type=_positive_int, default=50)
+    ls.add_argument("--json", action="store_true")
+
+    sh = sub.add_parser("show", help="show one episode turn by turn")
+    sh.add_argument("episode_id")
+    sh.add_argument("--db", default=DEFAULT_DB)
+    sh.add_argument("--json", action="store_true", help="print the whole record as JSON")
+
+    ex = sub.add_parser("export", help="export episodes to a file")
+    ex.add_argument("--db", default=DEFAULT_DB)
+    ex.add_argument("--format", default="jsonl", choices=["jsonl"])
+    ex.add_argument("-o", "--output", required=True, help="output file ('-' for stdout)")
+    ex.add_argument("--where", action="append", default=[])
+
+    im = sub.add_parser("import", help="import episodes from a file")
+    im.add_argument("file")
+    im.add_argument("--format", default="jsonl", choices=["jsonl"])
+    im.add_argument("--db", default=DEFAULT_DB)
+
+    sv = sub.add_parser("serve", help="start the dashboard")
+    sv.add_argument("--db", default=DEFAULT_DB)
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=7860)
+    return p
+
+
+def _open_store(path: str, must_exist: bool) -> Any:
+    from .store import Store
+
+    if must_exist and not Path(path).exists():
+        raise StoreError(f"database {path} does not exist (run `rollscope run --db {path}` or `rollscope import` first)")
+    return Store(path)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from .backends.base import SamplingParams
+    from .factory import env_factory, load_tokenizer, make_backend, parse_tasks
+    from .presets import get_preset
+    from .runner import BatchSpec, run_batch
+
+    config = get_preset(a.preset).with_(max_turns=a.max_turns)
+    make_env = env_factory(a.env, a.problems)
+    tasks = parse_tasks(a.tasks, make_env().tasks)
+    if not 0.0 <= a.temperature <= 10.0:
+        raise ConfigError(f"--temperature must be between 0 and 10, not {a.temperature}")
+    if not 0.0 < a.top_p <= 1.0:
+        raise ConfigError(f"--top-p must be in (0, 1], not {a.top_p}")
+    if a.policy == "local" and a.model and not a.tokenizer:
+        a.tokenizer = a.model  # a user's model brings its own tokenizer and template
+    tokenizer = load_tokenizer(a.tokenizer)
+    backend = make_backend(
+        a.policy, make_env, tokenizer, model=a.model, tokenizer_name=a.tokenizer or "smollm2",
+        mistake_rate=a.mistake_rate, seed=a.seed,
+    )
+    spec = BatchSpec(
+        env=a.env,
+        tasks=tuple(tasks),
+        samples=a.samples,
+        preset=a.preset,
+        config=config,
+        sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens),
+        policy=a.policy,
+        concurrency=a.concurrency,
+        seed=a.seed,
+        tokenizer=a.tokenizer or "smollm2",
+    )
+    store = _open_store(a.db, must_exist=False)
+    try:
+        result = asyncio.run(run_batch(spec, make_env, backend, tokenizer, store, progress=not a.quiet))
+    except KeyboardInterrupt:
+        print("rollscope: interrupted; finished episodes are stored, the rest are marked interrupted", file=sys.stderr)
+        return 130
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
+    mean = sum(e.reward for e in result.episodes) / max(1, len(result.episodes))
+    print(f"run {result.run_id}: {len(result.episodes)} episodes ({counts}), mean reward {mean:.3f}, "
+          f"{result.n_turns} turns in {result.elapsed_s:.1f}s -> {a.db}")
+    return 0
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def cmd_ls(a: argparse.Namespace) -> int:
+    from .store import EpisodeFilter
+
+    store = _open_store(a.db, must_exist=True)
+    flt = EpisodeFilter.from_where(a.where)
+    rows = store.list_episodes(flt, order_by=a.sort, limit=a.limit)
+    if a.json:
+        for r in rows:
+            print(json.dumps(r.__dict__))
+        return 0
+    total = store.count(flt)
+    print(_table(
+        [[r.id, r.env, r.task_id, r.status, f"{r.reward:.3f}", str(r.n_turns), str(r.n_tokens), str(r.n_trainable),
+          r.preset, str(r.n_findings)] for r in rows],
+        ["id", "env", "task", "status", "reward", "turns", "tokens", "trainable", "preset", "findings"],
+    ))
+    print(f"({len(rows)} of {total} episodes)")
+    return 0
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    store = _open_store(a.db, must_exist=True)
+    ep = store.get_episode(store.resolve_id(a.episode_id))
+    if a.json:
+        print(json.dumps(ep.to_dict(), ensure_ascii=False, indent=1))
+        return 0
+    print(f"episode {ep.id}  env={ep.env} task={ep.task_id} preset={ep.preset} status={ep.status} ({ep.reason})")
+    print(f"reward {ep.reward:.4f}  turn rewards {list(ep.turn_rewards)}  returns {[round(x, 4) for x in ep.returns]}")
+    print(f"tokens {ep.n_tokens} (prompt {ep.prompt_len}, trainable {ep.tokens.n_trainable})  backend {ep.backend}")
+    for m in ep.messages:
+        if m.role == "assistant":
+            break
+        print(f"\n[{m.role}] {m.content}")
+    for t in ep.turns:
+        g = t.generation
+        print(f"\n--- turn {t.index}  reward {t.reward}  done {t.done}  finish {g.finish_reason if g else '-'}  "
+              f"{len(g.token_ids) if g else 0} tokens  {t.timings.get('total_s', 0):.3f}s")
+        if g is not None:
+            print(f"[assistant] {g.text}")
+        if t.parse_error:
+            print(f"[parse error] {t.parse_error}")
+        for c in t.tool_calls:
+            print(f"[tool call] {c.name} {json.dumps(c.arguments)}")
+        for m in t.observation:
+            print(f"[{m.role}{'/' + m.name if m.name else ''}] {m.content}")
+        for f in t.findings:
+            print(f"[finding {f.severity}] {f.kind}: {f.message}")
+    for f in ep.findings:
+        print(f"[finding {f.severity}] {f.kind}: {f.message}")
+    return 0
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from .formats import jsonl
+    from .store import EpisodeFilter
+
+    store = _open_store(a.db, must_exist=True)
+    flt = EpisodeFilter.from_where(a.where)
+    if a.output == "-":
+        n = jsonl.write(store.iter_episodes(flt), sys.stdout)
+    else:
+        out = Path(a.output)
+        tmp = out.with_name(out.name + ".part")
+        with tmp.open("w", encoding="utf-8") as f:
+            n = jsonl.write(store.iter_episodes(flt), f)
+        os.replace(tmp, out)  # never leave a half-written file under the real name
+    print(f"exported {n} episodes to {a.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    from .formats import jsonl
+
+    report = jsonl.ReadReport()
+    store = _open_store(a.db, must_exist=False)
+    new = same = 0
+    for ep in jsonl.read(a.file, report):
+        if store.has_episode(ep.id):
+            same += 1
+        else:
+            new += 1
+        store.save_episode(ep)
+    for err in report.errors:
+        print(f"rollscope: skipped {err}", file=sys.stderr)
+    print(f"imported {new} new episodes ({same} already present, updated) into {a.db}; "
+          f"{len(report.errors)} malformed lines skipped")
+    return 1 if report.errors and not report.episodes else 0
+
+
+def cmd_serve(a: argparse.Namespace) -> int:
+    from dashboard.app import launch
+
+    launch(db=a.db, host=a.host, port=a.port)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "import": cmd_import, "serve": cmd_serve}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except RollscopeError as e:
+        print(f"rollscope: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

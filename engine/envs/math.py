@@ -1,0 +1,160 @@
+"""Multi-turn math with AReaL's semantics.
+
+Each turn the agent answers; the answer counts only when it is given in
+``\\boxed{...}`` (as AReaL requires) and ``math-verify`` finds it equal to the
+reference. The env replies with feedback as a user message: "correct", or
+"wrong, try again". Whether the episode goes on after a correct answer is the
+loop's decision (``stop_on_success``), not the env's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from math_verify import parse, verify
+
+from ..errors import EnvError, FormatError
+from ..records import Action, Message
+from .base import StepResult
+from .math_problems import BUILTIN_PROBLEMS, MathProblem
+
+INSTRUCTION = "Solve the problem. Put your final answer in \\boxed{}."
+FEEDBACK_CORRECT = "Your answer is correct."
+FEEDBACK_WRONG = "Your answer is either wrong or not parsed correctly. Please try again."
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` in text, braces balanced."""
+    at = text.rfind("\\boxed{")
+    if at < 0:
+        return None
+    i = at + len("\\boxed{")
+    depth = 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j]
+    return None
+
+
+def check_answer(text: str, solutions: tuple[str, ...]) -> tuple[bool, str | None]:
+    """(correct, extracted answer). Timeouts off: signals only work on the main thread."""
+    boxed = last_boxed(text)
+    if boxed is None or not boxed.strip():
+        return False, None
+    pred = parse("\\boxed{" + boxed + "}", parsing_timeout=None)
+    for sol in solutions:
+        gold = parse(sol if "$" in sol or "\\boxed" in sol else f"${sol}$", parsing_timeout=None)
+        if gold and pred and verify(gold, pred, timeout_seconds=None):
+            return True, boxed
+    return False, boxed
+
+
+@dataclass(frozen=True)
+class MathTask:
+    id: str
+    prompt: str
+    solutions: tuple[str, ...]
+    difficulty: int = 0
+    kind: str = ""
+
+
+def load_areal_jsonl(path: str | Path) -> list[MathTask]:
+    """Read AReaL's math rows: ``query_id``, ``prompt``, ``solutions``."""
+    tasks: list[MathTask] = []
+    p = Path(path)
+    if not p.is_file():
+        raise EnvError(f"math problem file {p} does not exist")
+    with p.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{p}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise FormatError(f"not JSON ({e.msg})", where) from e
+            for key in ("query_id", "prompt", "solutions"):
+                if key not in row:
+                    raise FormatError("missing", where, key)
+            sols = row["solutions"]
+            if isinstance(sols, str):
+                sols = [sols]
+            if not isinstance(sols, list) or not sols:
+                raise FormatError("must be a non-empty list of answers", where, "solutions")
+            tasks.append(MathTask(str(row["query_id"]), str(row["prompt"]), tuple(str(s) for s in sols)))
+    if not tasks:
+        raise EnvError(f"math problem file {p} has no problems")
+    return tasks
+
+
+def _from_builtin(p: MathProblem) -> MathTask:
+    return MathTask(p.id, p.prompt, (p.answer,), p.difficulty, p.kind)
+
+
+class MathEnv:
+    """Built-in problems (or a user's AReaL JSONL), checked with math-verify."""
+
+    name = "math"
+    tools: tuple[dict[str, Any], ...] = ()
+
+    def __init__(self, problems: str | Path | None = None) -> None:
+        self._source = str(problems) if problems else "builtin"
+        items = load_areal_jsonl(problems) if problems else [_from_builtin(p) for p in BUILTIN_PROBLEMS]
+        self._tasks = {t.id: t for t in items}
+        self._order = [t.id for t in items]
+        self._task: MathTask | None = None
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self._order)
+
+    def task(self, task_id: str) -> MathTask:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise EnvError(f"math env has no task {task_id!r}") from None
+
+    def system_prompt(self, task_id: str) -> str | None:
+        return None
+
+    def reset(self, task_id: str) -> tuple[Message, ...]:
+        self._task = self.task(task_id)
+        return (Message("user", f"{self._task.prompt}\n{INSTRUCTION}"),)
+
+    def step(self, action: Action) -> StepResult:
+        if self._task is None:
+            raise EnvError("step() before reset()")
+        text = action.text if action.is_respond else ""
+        ok, extracted = check_answer(text, self._task.solutions)
+        feedback = FEEDBACK_CORRECT if ok else FEEDBACK_WRONG
+        info = {"correct": ok, "extracted": extracted, "success": ok}
+        return StepResult((Message("user", feedback),), 1.0 if ok else 0.0, False, info)
+
+    def reference_reply(self, task_id: str, history: tuple[Message, ...], rng: random.Random, mistake_rate: float) -> str:
+        task = self.task(task_id)
+        answer = task.solutions[0]
+        if rng.random() < mistake_rate:
+            return _wrong_reply(answer, rng)
+        return f"Let me work through this step by step.\nThe answer is \\boxed{{{answer}}}."
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "problems": self._source, "n_tasks": len(self._order)}
+
+
+def _wrong_reply(answer: str, rng: random.Random) -> str:
+    """A plausible wrong turn: an off-by-some answer, or one without a box."""
+    if rng.random() < 0.25:
+        return f"I think the answer is {answer}."  # right number, but unboxed: AReaL counts it wrong
+    try:
+        wrong = str(int(answer) + rng.choice([-2, -1, 1, 2, 10]))
+    except ValueError:
+        wrong = f"{answer}+1"
+    return f"Let me work through this step by step.\nThe answer is \\boxed{{{wrong}}}."

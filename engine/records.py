@@ -1,0 +1,504 @@
+"""Typed records of a traced rollout.
+
+Every record is a frozen dataclass with ``to_dict()`` / ``from_dict()``; the
+dict form is plain JSON (token arrays become lists, NaN logprobs become
+``None``) and is what the JSONL format and the store's JSON columns hold.
+``SCHEMA_VERSION`` is written into every serialized episode; ``from_dict``
+accepts every version listed in ``READABLE_VERSIONS``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+READABLE_VERSIONS = (1,)
+
+
+class Status(str, enum.Enum):
+    """How an episode ended (or that it has not yet)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"
+    ABORTED = "aborted"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:  # so f-strings and tables show the bare word
+        return self.value
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "arguments": self.arguments}
+        if self.id is not None:
+            d["id"] = self.id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToolCall:
+        return cls(name=str(d["name"]), arguments=dict(d.get("arguments") or {}), id=d.get("id"))
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message, as handed to the chat template."""
+
+    role: str
+    content: str
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            d["name"] = self.name
+        if self.tool_calls:
+            d["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        return d
+
+    def to_template(self) -> dict[str, Any]:
+        """The dict a Hugging Face chat template expects."""
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            d["name"] = self.name
+        if self.tool_calls:
+            d["tool_calls"] = [
+                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Message:
+        return cls(
+            role=str(d["role"]),
+            content="" if d.get("content") is None else str(d["content"]),
+            name=d.get("name"),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in d.get("tool_calls") or ()),
+        )
+
+
+RESPOND = "respond"
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the agent does in the env: a tool call, or ``respond`` with text."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+
+    @property
+    def is_respond(self) -> bool:
+        return self.name == RESPOND
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Action:
+        return cls(name=str(d["name"]), arguments=dict(d.get("arguments") or {}), text=str(d.get("text", "")))
+
+
+def _nan_to_none(xs: Any) -> list[float | None] | None:
+    if xs is None:
+        return None
+    return [None if (x is None or math.isnan(x)) else float(x) for x in xs]
+
+
+def _none_to_nan(xs: Any) -> tuple[float, ...] | None:
+    if xs is None:
+        return None
+    return tuple(float("nan") if x is None else float(x) for x in xs)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The raw answer of a backend to one request."""
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] | None = None
+    finish_reason: str = "stop"  # stop | length | abort
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    weight_version: int | None = None
+    model: str = ""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Generation):
+            return NotImplemented
+        a, b = self.to_dict(), other.to_dict()
+        return a == b
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "logprobs": _nan_to_none(self.logprobs),
+            "finish_reason": self.finish_reason,
+            "latency_s": self.latency_s,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "weight_version": self.weight_version,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Generation:
+        return cls(
+            text=str(d.get("text", "")),
+            token_ids=tuple(int(x) for x in d.get("token_ids") or ()),
+            logprobs=_none_to_nan(d.get("logprobs")),
+            finish_reason=str(d.get("finish_reason", "stop")),
+            latency_s=float(d.get("latency_s", 0.0)),
+            prompt_tokens=int(d.get("prompt_tokens", 0)),
+            cached_tokens=int(d.get("cached_tokens", 0)),
+            weight_version=d.get("weight_version"),
+            model=str(d.get("model", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of tokens ``[start, end)`` in the episode's token array.
+
+    ``kind`` says where the tokens came from: ``prompt`` (the first rendered
+    prompt), ``gen_prompt`` (the template's assistant header before a later
+    turn), ``assistant`` (the model's output), ``tail`` (template text after
+    the model's output that the model did not generate, e.g. the newline
+    after ``<|im_end|>``), ``user``, ``tool`` or ``system`` (env deltas).
+    """
+
+    start: int
+    end: int
+    kind: str
+    turn: int
+    trainable: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "kind": self.kind, "turn": self.turn, "trainable": self.trainable}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Segment:
+        return cls(int(d["start"]), int(d["end"]), str(d["kind"]), int(d["turn"]), bool(d["trainable"]))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something wrong (or worth knowing) about a trace, located in it."""
+
+    kind: str
+    severity: Severity
+    message: str
+    turn: int | None = None
+    token_start: int | None = None
+    token_end: int | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity.value,
+            "message": self.message,
+            "turn": self.turn,
+            "token_start": self.token_start,
+            "token_end": self.token_end,
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(
+            kind=str(d["kind"]),
+            severity=Severity(d.get("severity", "error")),
+            message=str(d.get("message", "")),
+            turn=d.get("turn"),
+            token_start=d.get("token_start"),
+            token_end=d.get("token_end"),
+            evidence=dict(d.get("evidence") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One step of the loop: prompt -> generation -> parse -> action -> env."""
+
+    index: int
+    prompt_text: str | None
+    prompt_len: int
+    generation: Generation | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    parse_error: str | None = None
+    action: Action | None = None
+    observation: tuple[Message, ...] = ()
+    reward: float = 0.0
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    segments: tuple[Segment, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "prompt_text": self.prompt_text,
+            "prompt_len": self.prompt_len,
+            "generation": None if self.generation is None else self.generation.to_dict(),
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "parse_error": self.parse_error,
+            "action": None if self.action is None else self.action.to_dict(),
+            "observation": [m.to_dict() for m in self.observation],
+            "reward": self.reward,
+            "done": self.done,
+            "info": self.info,
+            "segments": [s.to_dict() for s in self.segments],
+            "timings": self.timings,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Turn:
+        gen = d.get("generation")
+        act = d.get("action")
+        return cls(
+            index=int(d["index"]),
+            prompt_text=d.get("prompt_text"),
+            prompt_len=int(d.get("prompt_len", 0)),
+            generation=None if gen is None else Generation.from_dict(gen),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in d.get("tool_calls") or ()),
+            parse_error=d.get("parse_error"),
+            action=None if act is None else Action.from_dict(act),
+            observation=tuple(Message.from_dict(m) for m in d.get("observation") or ()),
+            reward=float(d.get("reward", 0.0)),
+            done=bool(d.get("done", False)),
+            info=dict(d.get("info") or {}),
+            segments=tuple(Segment.from_dict(s) for s in d.get("segments") or ()),
+            timings={k: float(v) for k, v in (d.get("timings") or {}).items()},
+            findings=tuple(Finding.from_dict(f) for f in d.get("findings") or ()),
+        )
+
+
+class TokenArrays:
+    """The episode's token arrays: ids, loss mask, logprobs, policy versions.
+
+    Immutable numpy arrays of the dtypes the trainers use (int32, uint8,
+    float32 with NaN where unknown, int32 with -1 where none). Equality
+    treats NaN as equal to NaN, so a stored episode equals its reload.
+    """
+
+    __slots__ = ("ids", "loss_mask", "logprobs", "versions")
+
+    def __init__(self, ids: Any = (), loss_mask: Any = (), logprobs: Any = None, versions: Any = None) -> None:
+        ids_a = np.asarray(ids, dtype=np.int32).reshape(-1)
+        n = ids_a.shape[0]
+        mask_a = np.asarray(loss_mask, dtype=np.uint8).reshape(-1)
+        lp_a = (
+            np.full(n, np.nan, dtype=np.float32)
+            if logprobs is None
+            else np.asarray([np.nan if x is None else x for x in logprobs], dtype=np.float32).reshape(-1)
+        )
+        ver_a = np.full(n, -1, dtype=np.int32) if versions is None else np.asarray(versions, dtype=np.int32).reshape(-1)
+        for name, arr in (("loss_mask", mask_a), ("logprobs", lp_a), ("versions", ver_a)):
+            if arr.shape[0] != n:
+                raise ValueError(f"token arrays disagree in length: ids has {n}, {name} has {arr.shape[0]}")
+        for arr in (ids_a, mask_a, lp_a, ver_a):
+            arr.setflags(write=False)
+        object.__setattr__(self, "ids", ids_a)
+        object.__setattr__(self, "loss_mask", mask_a)
+        object.__setattr__(self, "logprobs", lp_a)
+        object.__setattr__(self, "versions", ver_a)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("TokenArrays is immutable")
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TokenArrays):
+            return NotImplemented
+        return (
+            np.array_equal(self.ids, other.ids)
+            and np.array_equal(self.loss_mask, other.loss_mask)
+            and np.array_equal(self.logprobs, other.logprobs, equal_nan=True)
+            and np.array_equal(self.versions, other.versions)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TokenArrays(n={len(self)}, trainable={int(self.loss_mask.sum())})"
+
+    @property
+    def n_trainable(self) -> int:
+        return int(self.loss_mask.sum())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.ids.tolist(),
+            "loss_mask": self.loss_mask.tolist(),
+            "logprobs": [None if math.isnan(x) else x for x in self.logprobs.tolist()],
+            "versions": self.versions.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TokenArrays:
+        return cls(d.get("tokens") or (), d.get("loss_mask") or (), d.get("logprobs"), d.get("versions"))
+
+    def to_blobs(self) -> dict[str, bytes]:
+        return {
+            "ids": self.ids.astype("<i4").tobytes(),
+            "loss_mask": self.loss_mask.tobytes(),
+            "logprobs": self.logprobs.astype("<f4").tobytes(),
+            "versions": self.versions.astype("<i4").tobytes(),
+        }
+
+    @classmethod
+    def from_blobs(cls, ids: bytes, loss_mask: bytes, logprobs: bytes, versions: bytes) -> TokenArrays:
+        return cls(
+            np.frombuffer(ids, dtype="<i4"),
+            np.frombuffer(loss_mask, dtype=np.uint8),
+            np.frombuffer(logprobs, dtype="<f4"),
+            np.frombuffer(versions, dtype="<i4"),
+        )
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One rollout: the conversation, its turns, its tokens and its verdict."""
+
+    id: str
+    env: str
+    task_id: str
+    run_id: str | None = None
+    group_id: str | None = None
+    sample_index: int = 0
+    preset: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    backend: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str = ""
+    template_hash: str = ""
+    status: Status = Status.RUNNING
+    reason: str = ""
+    reward: float = 0.0
+    turn_rewards: tuple[float, ...] = ()
+    returns: tuple[float, ...] = ()
+    messages: tuple[Message, ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    turns: tuple[Turn, ...] = ()
+    tokens: TokenArrays = field(default_factory=TokenArrays)
+    prompt_len: int = 0
+    segments: tuple[Segment, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    parent_id: str | None = None
+    fork_turn: int | None = None
+    tags: tuple[str, ...] = ()
+    starred: bool = False
+    note: str = ""
+    source: dict[str, Any] = field(default_factory=lambda: {"kind": "live"})
+    created_at: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+    def evolve(self, **changes: Any) -> Episode:
+        return replace(self, **changes)
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def response_len(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    def all_findings(self) -> tuple[Finding, ...]:
+        out = list(self.findings)
+        for t in self.turns:
+            out.extend(t.findings)
+        return tuple(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"schema_version": self.schema_version}
+        for f in fields(self):
+            if f.name in ("schema_version", "tokens"):
+                continue
+            v = getattr(self, f.name)
+            if f.name == "status":
+                v = v.value
+            elif f.name in ("messages", "turns", "segments", "findings"):
+                v = [x.to_dict() for x in v]
+            elif f.name in ("turn_rewards", "returns", "tags", "tools"):
+                v = list(v)
+            d[f.name] = v
+        d.update(self.tokens.to_dict())
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Episode:
+        version = int(d.get("schema_version", SCHEMA_VERSION))
+        if version not in READABLE_VERSIONS:
+            raise ValueError(
+                f"schema_version {version} is newer than this Rollscope reads ({max(READABLE_VERSIONS)}); upgrade Rollscope"
+            )
+        return cls(
+            id=str(d["id"]),
+            env=str(d["env"]),
+            task_id=str(d["task_id"]),
+            run_id=d.get("run_id"),
+            group_id=d.get("group_id"),
+            sample_index=int(d.get("sample_index", 0)),
+            preset=str(d.get("preset", "")),
+            config=dict(d.get("config") or {}),
+            backend=dict(d.get("backend") or {}),
+            tokenizer=str(d.get("tokenizer", "")),
+            template_hash=str(d.get("template_hash", "")),
+            status=Status(d.get("status", "completed")),
+            reason=str(d.get("reason", "")),
+            reward=float(d.get("reward") or 0.0),
+            turn_rewards=tuple(float(x) for x in d.get("turn_rewards") or ()),
+            returns=tuple(float(x) for x in d.get("returns") or ()),
+            messages=tuple(Message.from_dict(m) for m in d.get("messages") or ()),
+            tools=tuple(d.get("tools") or ()),
+            turns=tuple(Turn.from_dict(t) for t in d.get("turns") or ()),
+            tokens=TokenArrays.from_dict(d),
+            prompt_len=int(d.get("prompt_len", 0)),
+            segments=tuple(Segment.from_dict(s) for s in d.get("segments") or ()),
+            findings=tuple(Finding.from_dict(f) for f in d.get("findings") or ()),
+            parent_id=d.get("parent_id"),
+            fork_turn=d.get("fork_turn"),
+            tags=tuple(str(t) for t in d.get("tags") or ()),
+            starred=bool(d.get("starred", False)),
+            note=str(d.get("note", "")),
+            source=dict(d.get("source") or {"kind": "live"}),
+            created_at=float(d.get("created_at", 0.0)),
+            schema_version=SCHEMA_VERSION,
+        )

@@ -1,0 +1,33 @@
+"""Reward shaping, discounted returns and group advantages."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def areal_shape(reward: float, scale: float = 1.0, bias: float = 0.0) -> float:
+    """AReaL's per-turn shaping: map a 0/1 reward to +-1, shift by bias, scale."""
+    return ((reward - 0.5) * 2.0 - bias) * scale
+
+
+def discounted_returns(rewards: Sequence[float], discount: float) -> list[float]:
+    """G_t = r_t + discount * G_{t+1}, accumulated backwards from the last turn."""
+    out = [0.0] * len(rewards)
+    acc = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        acc = float(rewards[t]) + discount * acc
+        out[t] = acc
+    return out
+
+
+def group_advantages(rewards: Sequence[float], normalize_std: bool = True, eps: float = 1e-6) -> list[float]:
+    """GRPO advantages for the n samples of one task: (r - mean) / std."""
+    if not rewards:
+        return []
+    mean = sum(rewards) / len(rewards)
+    centered = [r - mean for r in rewards]
+    if not normalize_std or len(rewards) < 2:
+        return centered
+    std = math.sqrt(sum(c * c for c in centered) / (len(rewards) - 1))
+    return [c / (std + eps) for c in centered]

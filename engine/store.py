@@ -1,0 +1,499 @@
+"""SQLite storage of runs and episodes; the only module that writes SQL.
+
+One file, WAL mode. Every turn is committed as it completes, so a crash
+loses at most the turn in flight. Episodes left ``running`` by a process
+that is gone become ``interrupted`` when the database is opened.
+
+Tables: ``meta`` (schema version), ``runs``, ``episodes`` (one row per
+episode: filterable columns plus the rest of the record as JSON), ``turns``
+(one JSON row per turn), ``tokens`` (token arrays as little-endian binary
+blobs), ``findings`` (an index of every finding, for filtering) and
+``tags``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from .errors import ConfigError, StoreError
+from .records import Episode, Finding, Status, TokenArrays, Turn
+
+DB_SCHEMA = 1
+
+# Episode fields that live in their own columns rather than in the JSON blob.
+_COLUMN_FIELDS = {
+    "id", "run_id", "env", "task_id", "group_id", "sample_index", "preset", "status", "reason", "reward",
+    "parent_id", "fork_turn", "starred", "note", "created_at", "schema_version", "tags", "turns", "tokens",
+}
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """One row of the episode table."""
+
+    id: str
+    env: str
+    task_id: str
+    status: str
+    reward: float
+    n_turns: int
+    n_tokens: int
+    n_trainable: int
+    preset: str
+    model: str
+    run_id: str | None
+    sample_index: int
+    created_at: float
+    starred: bool
+    n_findings: int
+    source: str
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> EpisodeSummary:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class EpisodeFilter:
+    """What Browse, ``ls`` and ``export`` filter episodes by."""
+
+    env: str | None = None
+    task_id: str | None = None
+    status: tuple[str, ...] = ()
+    reward_min: float | None = None
+    reward_max: float | None = None
+    run_id: str | None = None
+    preset: str | None = None
+    source: str | None = None
+    starred: bool | None = None
+    tags: tuple[str, ...] = ()
+    finding_kind: str | None = None
+    min_turns: int | None = None
+    max_turns: int | None = None
+    ids: tuple[str, ...] = ()
+    text: str | None = None
+
+    @classmethod
+    def from_where(cls, clauses: Sequence[str]) -> EpisodeFilter:
+        """Parse ``key=value`` clauses: ``status=completed,truncated``, ``reward>=0.5``, ``tag=x``."""
+        kw: dict[str, Any] = {}
+        for clause in clauses:
+            for op in (">=", "<=", "="):
+                if op in clause:
+                    key, _, value = clause.partition(op)
+                    key, value = key.strip(), value.strip()
+                    break
+            else:
+                raise ConfigError(f"--where {clause!r}: expected key=value, reward>=X or reward<=X")
+            try:
+                if key == "reward" and op != "=":
+                    kw["reward_min" if op == ">=" else "reward_max"] = float(value)
+                elif key == "reward":
+                    kw["reward_min"] = kw["reward_max"] = float(value)
+                elif key == "status":
+                    bad = [s for s in value.split(",") if s not in {x.value for x in Status}]
+                    if bad:
+                        raise ConfigError(f"--where status: unknown status {bad[0]!r}; one of {', '.join(x.value for x in Status)}")
+                    kw["status"] = tuple(value.split(","))
+                elif key in ("tag", "tags"):
+                    kw["tags"] = tuple(value.split(","))
+                elif key == "id":
+                    kw["ids"] = tuple(value.split(","))
+                elif key == "starred":
+                    kw["starred"] = value.lower() in ("1", "true", "yes")
+                elif key in ("turns", "min_turns") and op in (">=", "="):
+                    kw["min_turns"] = int(value)
+                    if op == "=":
+                        kw["max_turns"] = int(value)
+                elif key in ("turns", "max_turns") and op == "<=":
+                    kw["max_turns"] = int(value)
+                elif key in ("finding", "finding_kind"):
+                    kw["finding_kind"] = value
+                elif key in ("env", "task_id", "task", "run_id", "run", "preset", "source", "text"):
+                    kw[{"task": "task_id", "run": "run_id"}.get(key, key)] = value
+                else:
+                    raise ConfigError(
+                        f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
+                        "source, tag, starred, turns, finding, id or text"
+                    )
+            except ValueError:
+                raise ConfigError(f"--where {clause!r}: {value!r} is not a number") from None
+        return cls(**kw)
+
+    def sql(self) -> tuple[str, list[Any]]:
+        where: list[str] = []
+        args: list[Any] = []
+
+        def add(cond: str, *vals: Any) -> None:
+            where.append(cond)
+            args.extend(vals)
+
+        if self.env:
+            add("env = ?", self.env)
+        if self.task_id:
+            add("task_id = ?", self.task_id)
+        if self.status:
+            add(f"status IN ({','.join('?' * len(self.status))})", *self.status)
+        if self.reward_min is not None:
+            add("reward >= ?", self.reward_min)
+        if self.reward_max is not None:
+            add("reward <= ?", self.reward_max)
+        if self.run_id:
+            add("run_id = ?", self.run_id)
+        if self.preset:
+            add("preset = ?", self.preset)
+        if self.source:
+            add("source = ?", self.source)
+        if self.starred is not None:
+            add("starred = ?", int(self.starred))
+        for tag in self.tags:
+            add("id IN (SELECT episode_id FROM tags WHERE tag = ?)", tag)
+        if self.finding_kind:
+            add("id IN (SELECT episode_id FROM findings WHERE kind = ?)", self.finding_kind)
+        if self.min_turns is not None:
+            add("n_turns >= ?", self.min_turns)
+        if self.max_turns is not None:
+            add("n_turns <= ?", self.max_turns)
+        if self.ids:
+            add(f"id IN ({','.join('?' * len(self.ids))})", *self.ids)
+        if self.text:
+            add("id IN (SELECT episode_id FROM turns WHERE data LIKE ?) OR data LIKE ?", f"%{self.text}%", f"%{self.text}%")
+        return (" AND ".join(f"({w})" for w in where) or "1"), args
+
+
+SORTABLE = ("created_at", "reward", "n_turns", "n_tokens", "env", "task_id", "status", "n_findings", "id")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Store:
+    """A Rollscope database file. Safe to share between threads."""
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"database {self.path} does not exist")
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory, not a database file")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self.db = sqlite_utils.Database(conn)
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot open {self.path} as a Rollscope database: {e}") from e
+        self.recover_interrupted()
+
+    # -- schema ----------------------------------------------------------
+
+    def _migrate(self) -> None:
+        db = self.db
+        with self._lock:
+            names = set(db.table_names())
+            if "meta" in names:
+                row = db.execute("SELECT value FROM meta WHERE key = 'db_schema'").fetchone()
+                version = int(row[0]) if row else 0
+                if version > DB_SCHEMA:
+                    raise StoreError(
+                        f"{self.path} was written by a newer Rollscope (database schema {version}, this one reads {DB_SCHEMA}); upgrade"
+                    )
+            elif names:
+                raise StoreError(f"{self.path} is a SQLite file but not a Rollscope database (tables: {', '.join(sorted(names))})")
+            with db.conn:
+                db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+                db["meta"].upsert({"key": "db_schema", "value": str(DB_SCHEMA)}, pk="key")
+                db["runs"].create(
+                    {"id": str, "created_at": float, "config": str, "status": str, "n_episodes": int},
+                    pk="id",
+                    if_not_exists=True,
+                )
+                db["episodes"].create(
+                    {
+                        "id": str, "run_id": str, "env": str, "task_id": str, "group_id": str,
+                        "sample_index": int, "preset": str, "model": str, "status": str, "reason": str,
+                        "reward": float, "n_turns": int, "n_tokens": int, "n_trainable": int, "prompt_len": int,
+                        "created_at": float, "updated_at": float, "parent_id": str, "fork_turn": int,
+                        "starred": int, "note": str, "source": str, "n_findings": int, "n_errors": int,
+                        "pid": int, "schema_version": int, "data": str,
+                    },
+                    pk="id",
+                    not_null={"env", "task_id", "status"},
+                    defaults={"starred": 0, "note": "", "n_findings": 0, "n_errors": 0},
+                    if_not_exists=True,
+                )
+                db["turns"].create(
+                    {"episode_id": str, "idx": int, "reward": float, "done": int, "data": str},
+                    pk=("episode_id", "idx"),
+                    if_not_exists=True,
+                )
+                db["tokens"].create(
+                    {"episode_id": str, "ids": bytes, "loss_mask": bytes, "logprobs": bytes, "versions": bytes},
+                    pk="episode_id",
+                    if_not_exists=True,
+                )
+                db["findings"].create(
+                    {
+                        "episode_id": str, "turn": int, "kind": str, "severity": str,
+                        "token_start": int, "token_end": int, "message": str, "evidence": str,
+                    },
+                    if_not_exists=True,
+                )
+                db["tags"].create({"episode_id": str, "tag": str}, pk=("episode_id", "tag"), if_not_exists=True)
+                for table, cols in (
+                    ("episodes", ["env"]), ("episodes", ["status"]), ("episodes", ["reward"]),
+                    ("episodes", ["created_at"]), ("episodes", ["run_id"]), ("episodes", ["task_id"]),
+                    ("episodes", ["parent_id"]), ("findings", ["episode_id"]), ("findings", ["kind"]),
+                    ("tags", ["tag"]),
+                ):
+                    db[table].create_index(cols, if_not_exists=True)
+
+    def recover_interrupted(self) -> int:
+        """Mark episodes whose writing process is gone as ``interrupted``."""
+        with self._lock:
+            rows = self.db.execute("SELECT id, pid FROM episodes WHERE status = 'running'").fetchall()
+            dead = [r[0] for r in rows if r[1] is None or (r[1] != os.getpid() and not _pid_alive(int(r[1])))]
+            if dead:
+                with self.db.conn:
+                    for eid in dead:
+                        self.db.execute(
+                            "UPDATE episodes SET status = 'interrupted', reason = 'the process running it ended' WHERE id = ?",
+                            [eid],
+                        )
+            return len(dead)
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.conn.close()
+
+    # -- writing ---------------------------------------------------------
+
+    def save_run(self, run_id: str, config: dict[str, Any], status: str = "running", n_episodes: int = 0) -> None:
+        with self._lock, self.db.conn:
+            self.db["runs"].upsert(
+                {"id": run_id, "created_at": time.time(), "config": json.dumps(config), "status": status, "n_episodes": n_episodes},
+                pk="id",
+            )
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self._lock, self.db.conn:
+            self.db.execute("UPDATE runs SET status = ? WHERE id = ?", [status, run_id])
+
+    def _episode_row(self, ep: Episode) -> dict[str, Any]:
+        d = ep.to_dict()
+        data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS and k not in ("loss_mask", "logprobs", "versions")}
+        all_findings = ep.all_findings()
+        return {
+            "id": ep.id,
+            "run_id": ep.run_id,
+            "env": ep.env,
+            "task_id": ep.task_id,
+            "group_id": ep.group_id,
+            "sample_index": ep.sample_index,
+            "preset": ep.preset,
+            "model": str(ep.backend.get("model") or ep.backend.get("name") or ""),
+            "status": ep.status.value,
+            "reason": ep.reason,
+            "reward": ep.reward,
+            "n_turns": ep.n_turns,
+            "n_tokens": ep.n_tokens,
+            "n_trainable": ep.tokens.n_trainable,
+            "prompt_len": ep.prompt_len,
+            "created_at": ep.created_at,
+            "updated_at": time.time(),
+            "parent_id": ep.parent_id,
+            "fork_turn": ep.fork_turn,
+            "starred": int(ep.starred),
+            "note": ep.note,
+            "source": str(ep.source.get("kind", "live")),
+            "n_findings": len(all_findings),
+            "n_errors": sum(1 for f in all_findings if f.severity.value == "error"),
+            "pid": os.getpid() if ep.status is Status.RUNNING else None,
+            "schema_version": ep.schema_version,
+            "data": json.dumps(data, separators=(",", ":")),
+        }
+
+    def _write_findings(self, ep: Episode, turn: int | None = None) -> None:
+        """Rewrite the finding index of an episode (or of one of its turns)."""
+        if turn is None:
+            self.db.execute("DELETE FROM findings WHERE episode_id = ?", [ep.id])
+            found = [(f, f.turn) for f in ep.findings] + [(f, t.index) for t in ep.turns for f in t.findings]
+        else:
+            self.db.execute("DELETE FROM findings WHERE episode_id = ? AND turn = ?", [ep.id, turn])
+            found = [(f, turn) for f in ep.turns[turn].findings] + [(f, turn) for f in ep.findings if f.turn == turn]
+        rows = [
+            {
+                "episode_id": ep.id, "turn": t, "kind": f.kind, "severity": f.severity.value,
+                "token_start": f.token_start, "token_end": f.token_end, "message": f.message,
+                "evidence": json.dumps(f.evidence, default=str),
+            }
+            for f, t in found
+        ]
+        if rows:
+            self.db["findings"].insert_all(rows)
+
+    def _write_turn(self, episode_id: str, turn: Turn) -> None:
+        self.db["turns"].upsert(
+            {
+                "episode_id": episode_id, "idx": turn.index, "reward": turn.reward, "done": int(turn.done),
+                "data": json.dumps(turn.to_dict(), separators=(",", ":")),
+            },
+            pk=("episode_id", "idx"),
+        )
+
+    def _write_tokens(self, ep: Episode) -> None:
+        self.db["tokens"].upsert({"episode_id": ep.id, **ep.tokens.to_blobs()}, pk="episode_id")
+
+    def save_turn(self, ep: Episode, turn: Turn) -> None:
+        """Commit one finished turn and the episode as it stands (one transaction)."""
+        with self._lock, self.db.conn:
+            self.db["episodes"].upsert(self._episode_row(ep), pk="id")
+            self._write_turn(ep.id, turn)
+            self._write_tokens(ep)
+            self._write_findings(ep)
+
+    def save_episode(self, ep: Episode) -> None:
+        """Write a whole episode (new, finished or imported), replacing any old copy."""
+        with self._lock, self.db.conn:
+            self.db["episodes"].upsert(self._episode_row(ep), pk="id")
+            self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
+            for t in ep.turns:
+                self._write_turn(ep.id, t)
+            self._write_tokens(ep)
+            self._write_findings(ep)
+            self.db.execute("DELETE FROM tags WHERE episode_id = ?", [ep.id])
+            if ep.tags:
+                self.db["tags"].insert_all([{"episode_id": ep.id, "tag": t} for t in ep.tags], ignore=True)
+
+    def set_status(self, ids: Sequence[str], status: Status, reason: str) -> None:
+        with self._lock, self.db.conn:
+            for eid in ids:
+                self.db.execute("UPDATE episodes SET status = ?, reason = ?, pid = NULL WHERE id = ?", [status.value, reason, eid])
+
+    def set_tags(self, episode_id: str, tags: Sequence[str]) -> None:
+        self._require(episode_id)
+        clean = sorted({t.strip() for t in tags if t.strip()})
+        with self._lock, self.db.conn:
+            self.db.execute("DELETE FROM tags WHERE episode_id = ?", [episode_id])
+            if clean:
+                self.db["tags"].insert_all([{"episode_id": episode_id, "tag": t} for t in clean], ignore=True)
+
+    def set_starred(self, episode_id: str, starred: bool) -> None:
+        self._require(episode_id)
+        with self._lock, self.db.conn:
+            self.db.execute("UPDATE episodes SET starred = ? WHERE id = ?", [int(starred), episode_id])
+
+    def set_note(self, episode_id: str, note: str) -> None:
+        self._require(episode_id)
+        with self._lock, self.db.conn:
+            self.db.execute("UPDATE episodes SET note = ? WHERE id = ?", [note, episode_id])
+
+    # -- reading ---------------------------------------------------------
+
+    def _require(self, episode_id: str) -> dict[str, Any]:
+        with self._lock:
+            rows = list(self.db.query("SELECT * FROM episodes WHERE id = ?", [episode_id]))
+        if not rows:
+            raise StoreError(f"no episode {episode_id!r} in {self.path}")
+        return rows[0]
+
+    def resolve_id(self, prefix: str) -> str:
+        """Accept a unique prefix of an episode id, as git does for commits."""
+        with self._lock:
+            rows = [r[0] for r in self.db.execute("SELECT id FROM episodes WHERE id LIKE ? LIMIT 2", [prefix + "%"])]
+        if len(rows) == 1:
+            return rows[0]
+        if not rows:
+            raise StoreError(f"no episode {prefix!r} in {self.path}")
+        raise StoreError(f"episode id {prefix!r} is ambiguous in {self.path}; give more characters")
+
+    def has_episode(self, episode_id: str) -> bool:
+        with self._lock:
+            return self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
+
+    def get_episode(self, episode_id: str) -> Episode:
+        row = self._require(episode_id)
+        with self._lock:
+            turns = [json.loads(r[0]) for r in self.db.execute("SELECT data FROM turns WHERE episode_id = ? ORDER BY idx", [episode_id])]
+            tok = self.db.execute(
+                "SELECT ids, loss_mask, logprobs, versions FROM tokens WHERE episode_id = ?", [episode_id]
+            ).fetchone()
+            tags = [r[0] for r in self.db.execute("SELECT tag FROM tags WHERE episode_id = ? ORDER BY tag", [episode_id])]
+        d = json.loads(row["data"])
+        for k in ("id", "run_id", "env", "task_id", "group_id", "sample_index", "preset", "status", "reason",
+                  "reward", "parent_id", "fork_turn", "note", "created_at", "schema_version"):
+            d[k] = row[k]
+        d["starred"] = bool(row["starred"])
+        d["tags"] = tags
+        d["turns"] = turns
+        ep = Episode.from_dict(d)
+        if tok is not None:
+            ep = ep.evolve(tokens=TokenArrays.from_blobs(*tok))
+        return ep
+
+    def iter_episodes(self, flt: EpisodeFilter | None = None, batch: int = 200) -> Iterator[Episode]:
+        for chunk in self._id_chunks(flt or EpisodeFilter(), batch):
+            for eid in chunk:
+                yield self.get_episode(eid)
+
+    def _id_chunks(self, flt: EpisodeFilter, batch: int) -> Iterator[list[str]]:
+        where, args = flt.sql()
+        with self._lock:
+            ids = [r[0] for r in self.db.execute(f"SELECT id FROM episodes WHERE {where} ORDER BY created_at, id", args)]
+        for i in range(0, len(ids), batch):
+            yield ids[i : i + batch]
+
+    def list_episodes(
+        self,
+        flt: EpisodeFilter | None = None,
+        order_by: str = "created_at",
+        descending: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[EpisodeSummary]:
+        if order_by not in SORTABLE:
+            raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
+        where, args = (flt or EpisodeFilter()).sql()
+        sql = (
+            "SELECT id, env, task_id, status, reward, n_turns, n_tokens, n_trainable, preset, model, run_id, "
+            "sample_index, created_at, starred, n_findings, source FROM episodes "
+            f"WHERE {where} ORDER BY {order_by} {'DESC' if descending else 'ASC'}, id LIMIT ? OFFSET ?"
+        )
+        with self._lock:
+            rows = list(self.db.query(sql, [*args, limit, offset]))
+        return [EpisodeSummary.from_row({**r, "starred": bool(r["starred"])}) for r in rows]
+
+    def count(self, flt: EpisodeFilter | None = None) -> int:
+        where, args = (flt or EpisodeFilter()).sql()
+        with self._lock:
+            return int(self.db.execute(f"SELECT COUNT(*) FROM episodes WHERE {where}", args).fetchone()[0])
+
+    def findings(self, episode_id: str) -> list[Finding]:
+        return list(self.get_episode(episode_id).all_findings())
+
+    def distinct(self, column: str) -> list[str]:
+        if column not in ("env", "status", "preset", "run_id", "source", "task_id"):
+            raise ConfigError(f"no filter on {column!r}")
+        with self._lock:
+            return [r[0] for r in self.db.execute(f"SELECT DISTINCT {column} FROM episodes WHERE {column} IS NOT NULL ORDER BY 1")]
+

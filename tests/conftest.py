@@ -1,0 +1,51 @@
+"""Shared fixtures: real tokenizers, real envs, real SQLite files."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3_DIR = Path(os.environ.get("ROLLSCOPE_QWEN3_TOKENIZER", ROOT / ".cache" / "tokenizers" / "qwen3"))
+
+
+def _torch_one_thread() -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)
+
+
+_torch_one_thread()
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer():
+    """The real Qwen3 tokenizer and tool-calling template (fetched by `make test-deps`)."""
+    from transformers import AutoTokenizer
+
+    if not (QWEN3_DIR / "tokenizer.json").is_file():
+        pytest.fail(f"the Qwen3 test tokenizer is missing at {QWEN3_DIR}; run `make test-deps`")
+    return AutoTokenizer.from_pretrained(str(QWEN3_DIR))
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """The embedded SmolLM2 tokenizer with Rollscope's tool template."""
+    from engine.factory import load_tokenizer
+
+    return load_tokenizer(None)
+
+
+@pytest.fixture(params=["smollm2", "qwen3"])
+def any_tokenizer(request, smol_tokenizer, qwen3_tokenizer):
+    return smol_tokenizer if request.param == "smollm2" else qwen3_tokenizer

@@ -1,0 +1,91 @@
+"""The `rollscope` command end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rollscope(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, env=env, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_run_export_import_equal_records(tmp_path):
+    db, db2, out = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "out.jsonl"
+    r = rollscope("run", "--env", "math", "--policy", "scripted", "--preset", "areal-math", "--tasks", "0:4",
+                  "--samples", "2", "--db", str(db), "--mistake-rate", "0.3", "--concurrency", "3", "--quiet")
+    assert "8 episodes" in r.stdout
+    ls = rollscope("ls", "--db", str(db))
+    assert ls.stdout.count("areal-math") == 8
+    rollscope("export", "--db", str(db), "--format", "jsonl", "-o", str(out))
+    assert len(out.read_text().splitlines()) == 8
+    imp = rollscope("import", str(out), "--format", "jsonl", "--db", str(db2))
+    assert "imported 8 new" in imp.stdout
+    a, b = Store(db), Store(db2)
+    ids = sorted(e.id for e in a.list_episodes(limit=100))
+    assert ids == sorted(e.id for e in b.list_episodes(limit=100))
+    for i in ids:
+        assert a.get_episode(i) == b.get_episode(i)
+    # importing again does not duplicate
+    rollscope("import", str(out), "--format", "jsonl", "--db", str(db2))
+    assert b.count() == 8
+    # filtered export
+    filt = tmp_path / "done.jsonl"
+    rollscope("export", "--db", str(db), "-o", str(filt), "--where", "reward>=0.5")
+    rewards = [json.loads(line)["reward"] for line in filt.read_text().splitlines()]
+    assert all(r >= 0.5 for r in rewards)
+    show = rollscope("show", ids[0][:8], "--db", str(db))
+    assert "--- turn 4" in show.stdout and "[assistant]" in show.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "--env", "chess", "--db", "{db}"], "unknown env 'chess'"),
+        (["run", "--tasks", "5:2", "--db", "{db}"], "task range '5:2'"),
+        (["run", "--tasks", "0:9999", "--db", "{db}"], "outside the env"),
+        (["run", "--preset", "fast", "--db", "{db}"], "unknown preset 'fast'"),
+        (["run", "--policy", "local", "--model", "/nonexistent/model", "--tasks", "0:1", "--db", "{db}"], "/nonexistent/model"),
+        (["ls", "--db", "{junk}"], "cannot open"),
+        (["ls", "--db", "{missing}"], "does not exist"),
+        (["show", "zzz", "--db", "{db}"], "no episode 'zzz'"),
+        (["import", "{missing}", "--db", "{db}"], "no such file"),
+        (["ls", "--db", "{db}", "--where", "colour=red"], "unknown key 'colour'"),
+    ],
+)
+def test_user_mistakes_are_one_clear_line(tmp_path, args, needle):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"garbage" * 200)
+    db = tmp_path / "ok.db"
+    Store(db).close()
+    fill = {"db": str(db), "junk": str(junk), "missing": str(tmp_path / "missing.db")}
+    proc = rollscope(*[a.format(**fill) for a in args], check=False)
+    assert proc.returncode != 0
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_import_reports_bad_lines_and_keeps_good(tmp_path):
+    db = tmp_path / "a.db"
+    rollscope("run", "--tasks", "0:2", "--db", str(db), "--quiet")
+    out = tmp_path / "e.jsonl"
+    rollscope("export", "--db", str(db), "-o", str(out))
+    lines = out.read_text().splitlines()
+    out.write_text(lines[0] + "\n{broken\n" + lines[1] + "\n")
+    proc = rollscope("import", str(out), "--db", str(tmp_path / "b.db"))
+    assert "imported 2 new" in proc.stdout
+    assert f"{out}:2: not valid JSON" in proc.stderr

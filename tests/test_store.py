@@ -1,0 +1,132 @@
+"""The SQLite store, on real files in tmp dirs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from engine.backends.scripted import ScriptedBackend
+from engine.envs.math import MathEnv
+from engine.errors import ConfigError, StoreError
+from engine.loop import run_episode
+from engine.presets import PRESETS
+from engine.records import Status
+from engine.store import EpisodeFilter, Store
+from tests.toolenv import PriceEnv
+
+
+@pytest.fixture(scope="module")
+def episodes(smol_tokenizer):
+    out = []
+    env = MathEnv()
+    for i, mode in enumerate(["tito", "retokenize"]):
+        be = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=0.5, seed=i)
+        for task in env.tasks[:3]:
+            cfg = PRESETS["areal-math"].with_(token_mode=mode)
+            out.append(asyncio.run(run_episode(MathEnv(), be, smol_tokenizer, cfg, task, preset="areal-math")))
+    be = ScriptedBackend(PriceEnv, smol_tokenizer)
+    out.append(asyncio.run(run_episode(PriceEnv(fail_on="kiwi"), be, smol_tokenizer, PRESETS["tito"], "kiwi", preset="tito")))
+    return out
+
+
+def test_round_trip_is_exact(tmp_path, episodes):
+    db = tmp_path / "r.db"
+    store = Store(db)
+    for ep in episodes:
+        store.save_episode(ep)
+    store.close()
+    again = Store(db)
+    for ep in episodes:
+        back = again.get_episode(ep.id)
+        assert back == ep
+        assert back.tokens.ids.dtype.name == "int32" and back.tokens.loss_mask.dtype.name == "uint8"
+    # WAL mode, token arrays as blobs
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    blob = conn.execute("SELECT ids FROM tokens WHERE episode_id = ?", [episodes[0].id]).fetchone()[0]
+    assert isinstance(blob, bytes) and len(blob) == 4 * len(episodes[0].tokens)
+
+
+def test_filters_sort_and_page(tmp_path, episodes):
+    store = Store(tmp_path / "f.db")
+    for ep in episodes:
+        store.save_episode(ep)
+    assert store.count() == len(episodes)
+    aborted = store.list_episodes(EpisodeFilter(status=("aborted",)))
+    assert [e.id for e in aborted] == [episodes[-1].id]
+    assert store.count(EpisodeFilter(env="math")) == 6
+    hi = store.list_episodes(order_by="reward", descending=True, limit=2)
+    assert hi[0].reward >= hi[1].reward
+    page2 = store.list_episodes(order_by="reward", descending=True, limit=2, offset=2)
+    assert not {e.id for e in hi} & {e.id for e in page2}
+    assert store.count(EpisodeFilter(finding_kind="env_error")) == 1
+    assert store.count(EpisodeFilter.from_where(["status=completed", "env=math"])) == 6
+    assert store.count(EpisodeFilter(text="database is down")) == 1
+    store.set_tags(episodes[0].id, ["keep", "bug"])
+    store.set_starred(episodes[0].id, True)
+    store.set_note(episodes[0].id, "look at turn 2")
+    assert store.count(EpisodeFilter(tags=("keep",))) == 1
+    back = store.get_episode(episodes[0].id)
+    assert back.tags == ("bug", "keep") and back.starred and back.note == "look at turn 2"
+    with pytest.raises(ConfigError):
+        store.list_episodes(order_by="reward; DROP TABLE episodes")
+    with pytest.raises(ConfigError):
+        EpisodeFilter.from_where(["colour=red"])
+
+
+def test_per_turn_commit_and_interrupted_recovery(tmp_path, smol_tokenizer):
+    """A process killed mid-episode leaves its finished turns; reopening marks it interrupted."""
+    db = tmp_path / "crash.db"
+    script = f"""
+import asyncio, os, sys
+sys.path.insert(0, {str(os.getcwd())!r})
+from engine.backends.scripted import ScriptedBackend
+from engine.envs.math import MathEnv
+from engine.factory import load_tokenizer
+from engine.loop import run_episode
+from engine.presets import PRESETS
+from engine.store import Store
+store = Store({str(db)!r})
+tok = load_tokenizer(None)
+def hook(ep, turn):
+    store.save_turn(ep, turn)
+    if turn.index == 2:
+        os._exit(9)   # die like a killed process, mid-episode
+env = MathEnv()
+asyncio.run(run_episode(env, ScriptedBackend(MathEnv, tok, 0.5), tok, PRESETS["areal-math"], env.tasks[0], on_turn=hook))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 9, proc.stderr
+    store = Store(db)
+    [row] = store.list_episodes()
+    assert row.status == "interrupted" and row.n_turns == 3
+    ep = store.get_episode(row.id)
+    assert ep.status is Status.INTERRUPTED and len(ep.turns) == 3
+    assert len(ep.tokens) > ep.prompt_len
+
+
+def test_running_episode_of_live_process_is_left_alone(tmp_path, episodes):
+    store = Store(tmp_path / "live.db")
+    running = episodes[0].evolve(status=Status.RUNNING)
+    store.save_turn(running, running.turns[0])
+    assert Store(tmp_path / "live.db").get_episode(running.id).status is Status.RUNNING
+
+
+def test_unreadable_databases(tmp_path):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot open"):
+        Store(junk)
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE foo (x)")
+    with pytest.raises(StoreError, match="not a Rollscope database"):
+        Store(other)
+    with pytest.raises(StoreError, match="does not exist"):
+        Store(tmp_path / "missing.db", create=False)
+    with pytest.raises(StoreError, match="no episode"):
+        Store(tmp_path / "empty.db").get_episode("nope")
