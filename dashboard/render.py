@@ -260,7 +260,7 @@ def _bytes_to_unicode() -> dict[int, str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
+    return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
 _UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
@@ -299,7 +299,7 @@ def decode_token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     ids = [int(i) for i in ids]
     uniq = sorted(set(ids))
     texts = tokenizer.batch_decode([[i] for i in uniq], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    plain = dict(zip(uniq, texts))
+    plain = dict(zip(uniq, texts, strict=True))
     broken = {i for i, s in plain.items() if "\ufffd" in s}
     read = _byte_reader(tokenizer) if broken else None
     if read is None:

@@ -54,6 +54,7 @@ __all__ = [
     "Severity",
     "Status",
     "Stepper",
+    "StoreError",
     "Store",
     "TemplateError",
     "TokenArrays",

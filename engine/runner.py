@@ -112,7 +112,7 @@ async def run_batch(
             episode = await _drive(stepper)
             del started[stepper.episode.id]
             if store is not None:
-                store.save_episode(episode)
+                store.finish_episode(episode)
             done.append(episode)
             if bar is not None:
                 bar.update(1)

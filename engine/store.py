@@ -340,7 +340,7 @@ class Store:
             found = [(f, f.turn) for f in ep.findings] + [(f, t.index) for t in ep.turns for f in t.findings]
         else:
             self.db.execute("DELETE FROM findings WHERE episode_id = ? AND turn = ?", [ep.id, turn])
-            found = [(f, turn) for f in ep.turns[turn].findings] + [(f, turn) for f in ep.findings if f.turn == turn]
+            found = [(f, turn) for f in ep.turns[turn].findings]
         rows = [
             {
                 "episode_id": ep.id, "turn": t, "kind": f.kind, "severity": f.severity.value,
@@ -350,32 +350,59 @@ class Store:
             for f, t in found
         ]
         if rows:
-            self.db["findings"].insert_all(rows)
+            cols = list(rows[0])
+            self.db.conn.executemany(
+                f"INSERT INTO findings ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                [[r[c] for c in cols] for r in rows],
+            )
+
+    def _upsert(self, table: str, row: dict[str, Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> None:
+        # Plain prepared SQL on the per-turn path: sqlite-utils' upsert
+        # introspects the table on every call, which dominated turn commits.
+        cols = list(row)
+        update = [c for c in cols if c not in key and c not in keep]
+        sql = (
+            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in update)}"
+        )
+        self.db.conn.execute(sql, [row[c] for c in cols])
 
     def _write_turn(self, episode_id: str, turn: Turn) -> None:
-        self.db["turns"].upsert(
+        self._upsert(
+            "turns",
             {
                 "episode_id": episode_id, "idx": turn.index, "reward": turn.reward, "done": int(turn.done),
                 "data": json.dumps(turn.to_dict(), separators=(",", ":")),
             },
-            pk=("episode_id", "idx"),
+            ("episode_id", "idx"),
         )
 
     def _write_tokens(self, ep: Episode) -> None:
-        self.db["tokens"].upsert({"episode_id": ep.id, **ep.tokens.to_blobs()}, pk="episode_id")
+        self._upsert("tokens", {"episode_id": ep.id, **ep.tokens.to_blobs()}, ("episode_id",))
 
     def save_turn(self, ep: Episode, turn: Turn) -> None:
-        """Commit one finished turn and the episode as it stands (one transaction)."""
+        """Commit one finished turn and the episode as it stands (one transaction).
+
+        Tags, star and note are left as they are: a person may set them
+        while the episode runs.
+        """
         with self._lock, self.db.conn:
-            self.db["episodes"].upsert(self._episode_row(ep), pk="id")
+            self._upsert("episodes", self._episode_row(ep), ("id",), keep=("starred", "note"))
             self._write_turn(ep.id, turn)
+            self._write_tokens(ep)
+            self._write_findings(ep, turn.index)
+
+    def finish_episode(self, ep: Episode) -> None:
+        """Commit an episode's final state after its turns were saved one by one."""
+        with self._lock, self.db.conn:
+            self._upsert("episodes", self._episode_row(ep), ("id",), keep=("starred", "note"))
             self._write_tokens(ep)
             self._write_findings(ep)
 
     def save_episode(self, ep: Episode) -> None:
         """Write a whole episode (new, finished or imported), replacing any old copy."""
         with self._lock, self.db.conn:
-            self.db["episodes"].upsert(self._episode_row(ep), pk="id")
+            self._upsert("episodes", self._episode_row(ep), ("id",))
             self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
             for t in ep.turns:
                 self._write_turn(ep.id, t)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+import json
 import os
 import random
 import threading
@@ -107,12 +108,54 @@ def _read_template() -> str:
         raise TokenizerNotFound(f"the SmolLM2 tool chat template is missing ({TEMPLATE_PATH}): {e}") from e
 
 
+def cache_root() -> Path:
+    """Where converted copies of the embedded model live (``$ROLLSCOPE_CACHE``)."""
+    return Path(os.environ.get("ROLLSCOPE_CACHE") or Path.home() / ".cache" / "rollscope")
+
+
+def _embedded_cache(kind: str) -> Path:
+    # Keyed by the GGUF's size and mtime: a reinstalled wheel gets a fresh copy.
+    folder, gguf = embedded_model_path()
+    st = (Path(folder) / gguf).stat()
+    return cache_root() / "embedded" / f"{Path(gguf).stem}-{st.st_size}-{int(st.st_mtime)}" / kind
+
+
+_PROBE = "Rollscope probe: <|im_start|>user\nÜber 12,345 tokens? \\boxed{3/4}<|im_end|>\n"
+
+
+def _save_converted(obj: Any, dest: Path, check: Any) -> None:
+    """Save a converted GGUF object as a plain HF folder, verified, atomically.
+
+    Converting the GGUF takes seconds (the tokenizer) to tens of seconds (the
+    model) on every load; the saved copy loads in a fraction of that.
+    Failure to cache is not an error: the next load converts again.
+    """
+    import shutil
+    import tempfile
+
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
+        obj.save_pretrained(str(tmp))
+        if not check(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        (tmp / "READY").write_text("ok")
+        os.replace(tmp, dest)
+    except OSError:
+        return
+
+
 @functools.lru_cache(maxsize=8)
 def _load_tokenizer_cached(key: str | None) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
+    cached = _embedded_cache("tokenizer") if _is_embedded(key) else None
     try:
-        where, kwargs, _ = _source(key)
+        if cached is not None and (cached / "READY").is_file():
+            where, kwargs = str(cached), {}
+        else:
+            where, kwargs, _ = _source(key)
     except ModelNotFound as e:
         raise TokenizerNotFound(str(e)) from e
     try:
@@ -122,6 +165,11 @@ def _load_tokenizer_cached(key: str | None) -> PreTrainedTokenizerBase:
             f"cannot load tokenizer {key or 'smollm2'!r}: tried {_describe_source(where, kwargs)}: "
             f"{type(e).__name__}: {e}"
         ) from e
+    if cached is not None and "gguf_file" in kwargs:
+        probe = tok.encode(_PROBE, add_special_tokens=False)
+        _save_converted(
+            tok, cached, lambda d: AutoTokenizer.from_pretrained(str(d)).encode(_PROBE, add_special_tokens=False) == probe
+        )
     if _is_embedded(key):
         # The GGUF's own template has no tool support; ours is the same ChatML
         # plus Hermes-style tools, and is prefix-stable.
@@ -155,12 +203,34 @@ class _LoadedModel:
     lock: threading.Lock
 
 
+class _DequantizedCopy:
+    """Saves a model loaded from GGUF as a plain float32 safetensors folder.
+
+    transformers refuses ``save_pretrained`` on GGUF-loaded models, though
+    their weights are already de-quantized to float32 in memory.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def save_pretrained(self, folder: str) -> None:
+        from safetensors.torch import save_model
+
+        config = self.model.config.to_dict()
+        config.pop("quantization_config", None)
+        Path(folder, "config.json").write_text(json.dumps(config, indent=1))
+        save_model(self.model, str(Path(folder, "model.safetensors")))
+
+
 @functools.lru_cache(maxsize=4)
 def _load_model_cached(key: str | None, device: str) -> _LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM
 
     where, kwargs, name = _source(key)
+    cached = _embedded_cache("model") if _is_embedded(key) else None
+    if cached is not None and (cached / "READY").is_file():
+        where, kwargs = str(cached), {}
     try:
         model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
     except Exception as e:  # transformers raises OSError, ValueError, EnvironmentError...
@@ -171,6 +241,8 @@ def _load_model_cached(key: str | None, device: str) -> _LoadedModel:
         ) from e
     model.to(device)
     model.eval()
+    if cached is not None and "gguf_file" in kwargs:
+        _save_converted(_DequantizedCopy(model), cached, lambda d: (d / "model.safetensors").is_file())
     return _LoadedModel(model=model, name=name, device=device, lock=threading.Lock())
 
 

@@ -1,0 +1,106 @@
+"""The Rollscope dashboard: ``build_app(db)`` and ``launch(db, host, port)``.
+
+Each tab lives in ``dashboard/tabs/<name>.py`` and exposes ``build(store)``;
+this module lays the tabs out and wires what crosses tabs (a Browse row
+opening the Episode tab, ``/?episode=ID`` links).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+# Gradio reads this when it is imported and when Blocks are created; a
+# debugger looking at private rollouts should not phone home.
+os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+
+import gradio as gr  # noqa: E402
+
+from engine.store import Store  # noqa: E402
+
+from .tabs import browse as browse_tab  # noqa: E402
+from .tabs import episode as episode_tab  # noqa: E402
+
+CSS_PATH = Path(__file__).resolve().parents[1] / "assets" / "dashboard.css"
+
+# Writes ?episode=ID into the address bar without reloading, so the page
+# shown can be shared or reloaded.
+_SET_URL_JS = """
+(id) => {
+  if (id) {
+    const u = new URL(window.location.href);
+    u.searchParams.set("episode", id);
+    window.history.replaceState(null, "", u);
+  }
+  return [];
+}
+"""
+
+
+def _css() -> str:
+    try:
+        return CSS_PATH.read_text(encoding="utf-8")
+    except OSError:
+        return ""  # unstyled beats not starting
+
+
+def _title_bar(db_path: str) -> str:
+    # The stylesheet rides in the title bar rather than launch(css=...), so
+    # any caller of build_app(...).launch() gets the same look.
+    return (
+        f"<style>{_css()}</style>"
+        '<div class="rs-titlebar"><h1>Rollscope</h1>'
+        '<span class="rs-sub">a debugger for multi-turn RL rollouts</span>'
+        f'<span class="rs-sub">database <code>{html.escape(db_path)}</code></span></div>'
+    )
+
+
+def build_app(db_path: str) -> gr.Blocks:
+    """The dashboard over the Rollscope database at ``db_path`` (created if missing)."""
+    store = Store(db_path)
+    with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
+        gr.HTML(_title_bar(str(db_path)), elem_id="rs-titlebar", apply_default_css=False, js_on_load=None)
+        with gr.Tabs(selected="browse", elem_id="rs-tabs") as tabs:
+            with gr.Tab("Browse", id="browse", elem_id="rs-tab-browse"):
+                browse = browse_tab.build(store)
+            with gr.Tab("Episode", id="episode", elem_id="rs-tab-episode"):
+                episode = episode_tab.build(store)
+
+        def open_row(evt: gr.SelectData) -> list[Any]:
+            # The id column is first; row_value is the whole clicked row.
+            row = evt.row_value or []
+            return [gr.Tabs(selected="episode"), *episode_tab.view(store, str(row[0]) if row else None)]
+
+        def open_from_query(request: gr.Request) -> list[Any]:
+            episode_id = request.query_params.get("episode") if request else None
+            if not episode_id:
+                return [gr.skip()] * (1 + len(episode.outputs))
+            return [gr.Tabs(selected="episode"), *episode_tab.view(store, episode_id)]
+
+        browse.table.select(open_row, outputs=[tabs, *episode.outputs]).then(
+            None, inputs=[episode.current], js=_SET_URL_JS
+        )
+        def load_table(env: str, status: str, page_no: int) -> list[Any]:
+            return browse_tab.page(store, env, status, page_no)
+
+        # On every page load, so a reload shows episodes written since.
+        demo.load(load_table, inputs=browse.inputs, outputs=browse.outputs)
+        demo.load(open_from_query, outputs=[tabs, *episode.outputs])
+    demo.rollscope_store = store  # type: ignore[attr-defined]  # for tests and later tabs
+    return demo
+
+
+def _warm_tokenizer() -> None:
+    # The embedded tokenizer takes seconds to load from its GGUF file; load
+    # it while the researcher is still looking at the table.
+    episode_tab.get_tokenizer(None)
+
+
+def launch(db: str, host: str = "127.0.0.1", port: int = 7860) -> None:
+    """Serve the dashboard over ``db`` until interrupted."""
+    demo = build_app(db)
+    threading.Thread(target=_warm_tokenizer, name="rollscope-warm-tokenizer", daemon=True).start()
+    demo.launch(server_name=host, server_port=port, show_error=True)

@@ -1,0 +1,144 @@
+"""Fixtures for driving the real dashboard with Debian's chromium through Playwright.
+
+One database, one server and one browser per session: starting chromium and
+loading the tokenizer are the slow parts, and every test only reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.backends.base import GenerationRequest
+from engine.backends.scripted import ScriptedBackend
+from engine.chat import encode, end_of_turn_ids
+from engine.factory import env_factory, load_tokenizer
+from engine.loop import run_episode
+from engine.presets import PRESETS
+from engine.records import Generation
+from engine.store import Store
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+HOSTILE = '<img src=x onerror="window.__xss=1"> and <script>window.__xss=2</script>'
+
+
+class FixedReplyBackend:
+    """A backend that always says the same text, tokenized like a model's output."""
+
+    name = "fixed"
+
+    def __init__(self, tokenizer: Any, text: str) -> None:
+        self.tok = tokenizer
+        self.text = text
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        ids = encode(self.tok, self.text) + sorted(end_of_turn_ids(self.tok))[:1]
+        return Generation(
+            text=self.tok.decode(ids, skip_special_tokens=False),
+            token_ids=tuple(ids),
+            logprobs=tuple(-0.25 for _ in ids),
+            model="fixed",
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+@dataclass(frozen=True)
+class DashboardDb:
+    path: Path
+    episode_ids: tuple[str, ...]
+    hostile_id: str
+
+
+@pytest.fixture(scope="session")
+def dashboard_db(tmp_path_factory: pytest.TempPathFactory) -> DashboardDb:
+    """A real database with three scripted math episodes and one hostile one."""
+    path = tmp_path_factory.mktemp("dash") / "rollscope.db"
+    tok = load_tokenizer(None)
+    make_env = env_factory("math")
+    store = Store(path)
+    ids: list[str] = []
+    for i in range(3):
+        env = make_env()
+        backend = ScriptedBackend(make_env, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
+        ep = asyncio.run(run_episode(env, backend, tok, PRESETS["areal-math"], env.tasks[i],
+                                     preset="areal-math", tokenizer_name="smollm2"))
+        store.save_episode(ep)
+        ids.append(ep.id)
+    env = make_env()
+    ep = asyncio.run(run_episode(env, FixedReplyBackend(tok, HOSTILE), tok, PRESETS["tito"].with_(max_turns=2),
+                                 env.tasks[0], preset="tito", tokenizer_name="smollm2"))
+    store.save_episode(ep)
+    store.close()
+    return DashboardDb(path, tuple(ids), ep.id)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def dashboard_url(dashboard_db: DashboardDb) -> Iterator[str]:
+    """The base URL of the real app, served from a background thread."""
+    from dashboard.app import build_app
+
+    demo = build_app(str(dashboard_db.path))
+    port = _free_port()
+    demo.launch(prevent_thread_lock=True, server_port=port, server_name="127.0.0.1", quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed (scripts/install-chromium.sh)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    if SCREENSHOTS.exists():
+        shutil.rmtree(SCREENSHOTS)  # only this run's pictures, so none is mistaken for current
+    SCREENSHOTS.mkdir(parents=True)
+    return SCREENSHOTS
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh laptop-sized page; console errors are collected on ``page.errors``."""
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(20_000)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors
+    try:
+        yield pg
+    finally:
+        context.close()
