@@ -72,7 +72,9 @@ def build_app(db_path: str) -> gr.Blocks:
         def open_row(evt: gr.SelectData) -> list[Any]:
             # The id column is first; row_value is the whole clicked row.
             row = evt.row_value or []
-            return [gr.Tabs(selected="episode"), *episode_tab.view(store, str(row[0]) if row else None)]
+            if not row or not row[0]:
+                return [gr.skip()] * (1 + len(episode.outputs))
+            return [gr.Tabs(selected="episode"), *episode_tab.view(store, str(row[0]))]
 
         def open_from_query(request: gr.Request) -> list[Any]:
             episode_id = request.query_params.get("episode") if request else None

@@ -166,22 +166,22 @@ def _finding(f: Finding) -> str:
     )
 
 
-def _message(m: Message, label: str | None = None) -> str:
-    who = label or m.role + (f" · {m.name}" if m.name else "")
+def _message(m: Message) -> str:
+    who = f'<span class="rs-role">{_e(m.role)}</span>' + (f" · {_e(m.name)}" if m.name else "")
     calls = "".join(
         f'<div class="rs-call"><span class="rs-call-name">{_e(c.name)}</span>'
         f'<pre class="rs-json">{_e(_json(c.arguments))}</pre></div>'
         for c in m.tool_calls
     )
     return (
-        f'<div class="rs-msg rs-role-{_cls(m.role)}"><div class="rs-msg-head">{_e(who)}</div>'
+        f'<div class="rs-msg rs-role-{_cls(m.role)}"><div class="rs-msg-head">{who}</div>'
         f"{_text_block(m.content)}{calls}</div>"
     )
 
 
 def _turn(t: Turn) -> str:
     g = t.generation
-    chips = [_chip("reward", fmt_num(t.reward), "rs-pos" if t.reward > 0 else "")]
+    chips = [_chip("env reward", fmt_num(t.reward), "rs-pos" if t.reward > 0 else "")]
     chips.append(_chip("done", "yes" if t.done else "no"))
     if g is not None:
         chips.append(_chip("finish", g.finish_reason, "rs-warn" if g.finish_reason != "stop" else ""))
@@ -195,12 +195,13 @@ def _turn(t: Turn) -> str:
         f'<a class="rs-jump" href="#turn-{t.index}">tokens ↓</a></div>'
     ]
     if g is None:
-        parts.append('<div class="rs-msg rs-role-assistant"><div class="rs-msg-head">assistant</div>'
-                     '<div class="rs-dim">no generation</div></div>')
+        parts.append('<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'
+                     '</div><div class="rs-dim">no generation</div></div>')
     else:
-        model = f" · {g.model}" if g.model else ""
+        model = f" · {_e(g.model)}" if g.model else ""
         parts.append(
-            f'<div class="rs-msg rs-role-assistant"><div class="rs-msg-head">assistant (raw generation){_e(model)}</div>'
+            '<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'
+            f" · raw generation{model}</div>"
             f"{_text_block(g.text)}</div>"
         )
     for c in t.tool_calls:

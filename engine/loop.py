@@ -8,6 +8,7 @@ to the end.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import traceback
@@ -136,10 +137,14 @@ class Stepper:
         t = len(self.turns)
         retok = self.config.token_mode == "retokenize"
         prompt_text = self._prompt_text() if retok else None
+        sampling = self.sampling
+        if sampling.seed is not None:
+            # A new draw each turn; the same episode seed still replays the same episode.
+            sampling = dataclasses.replace(sampling, seed=sampling.seed + t)
         request = GenerationRequest(
             prompt_text=prompt_text,
             prompt_ids=None if retok else tuple(self.builder.ids),
-            sampling=self.sampling,
+            sampling=sampling,
             messages=tuple(self.messages),
             tools=self.tools,
             task_id=self.task_id,

@@ -87,11 +87,12 @@ def _html(value: str, elem_id: str) -> gr.HTML:
 
 def build(store: Store) -> EpisodeTab:
     """Lay out the Episode tab inside the current Blocks context and wire its own events."""
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=False, elem_classes="rs-idbar"):
         id_box = gr.Textbox(
-            label="Episode id", placeholder="id or a unique prefix", scale=4, elem_id="rs-episode-id", max_lines=1
+            label="Episode id", show_label=False, container=False, placeholder="episode id, or a unique prefix of one",
+            scale=4, elem_id="rs-episode-id", max_lines=1,
         )
-        open_button = gr.Button("Open", scale=1, variant="primary", elem_id="rs-episode-open")
+        open_button = gr.Button("Open", scale=0, min_width=110, variant="primary", elem_id="rs-episode-open")
     header = _html(EMPTY, "rs-episode-header")
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=420):

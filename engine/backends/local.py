@@ -227,6 +227,9 @@ def _load_model_cached(key: str | None, device: str) -> _LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-tensor bars would flood the CLI and the test logs
     where, kwargs, name = _source(key)
     cached = _embedded_cache("model") if _is_embedded(key) else None
     if cached is not None and (cached / "READY").is_file():

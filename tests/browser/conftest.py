@@ -10,7 +10,8 @@ import asyncio
 import os
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from engine.chat import encode, end_of_turn_ids
 from engine.factory import env_factory, load_tokenizer
 from engine.loop import run_episode
 from engine.presets import PRESETS
-from engine.records import Generation
+from engine.records import Episode, Generation
 from engine.store import Store
 
 CHROMIUM = "/usr/bin/chromium"
@@ -62,6 +63,15 @@ class DashboardDb:
     path: Path
     episode_ids: tuple[str, ...]
     hostile_id: str
+    hostile_text: str = HOSTILE
+
+
+def _run_sync(coro: Coroutine[Any, Any, Episode]) -> Episode:
+    # Playwright's sync API keeps an asyncio loop running in this thread once
+    # the browser is up, and asyncio.run refuses to nest; a worker thread has
+    # no loop of its own, whichever fixture starts first.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 @pytest.fixture(scope="session")
@@ -75,13 +85,13 @@ def dashboard_db(tmp_path_factory: pytest.TempPathFactory) -> DashboardDb:
     for i in range(3):
         env = make_env()
         backend = ScriptedBackend(make_env, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
-        ep = asyncio.run(run_episode(env, backend, tok, PRESETS["areal-math"], env.tasks[i],
-                                     preset="areal-math", tokenizer_name="smollm2"))
+        ep = _run_sync(run_episode(env, backend, tok, PRESETS["areal-math"], env.tasks[i],
+                                   preset="areal-math", tokenizer_name="smollm2"))
         store.save_episode(ep)
         ids.append(ep.id)
     env = make_env()
-    ep = asyncio.run(run_episode(env, FixedReplyBackend(tok, HOSTILE), tok, PRESETS["tito"].with_(max_turns=2),
-                                 env.tasks[0], preset="tito", tokenizer_name="smollm2"))
+    ep = _run_sync(run_episode(env, FixedReplyBackend(tok, HOSTILE), tok, PRESETS["tito"].with_(max_turns=2),
+                               env.tasks[0], preset="tito", tokenizer_name="smollm2"))
     store.save_episode(ep)
     store.close()
     return DashboardDb(path, tuple(ids), ep.id)
