@@ -83,7 +83,7 @@ def build_app(db_path: str) -> gr.Blocks:
             return [gr.Tabs(selected="episode"), *episode_tab.view(store, episode_id)]
 
         browse.table.select(open_row, outputs=[tabs, *episode.outputs]).then(
-            None, inputs=[episode.current], js=_SET_URL_JS
+            None, inputs=[episode.id_box], js=_SET_URL_JS
         )
         def load_table(env: str, status: str, page_no: int) -> list[Any]:
             return browse_tab.page(store, env, status, page_no)

@@ -9,6 +9,7 @@ to the end.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import time
 import traceback
@@ -171,8 +172,12 @@ class Stepper:
             text=chat.decode(self.tok, ids), token_ids=tuple(ids), logprobs=None, finish_reason="stop", model="manual"
         )
 
-    def commit(self, generation: Generation | None = None) -> Turn:
-        """Execute a generation (the pending one by default) in the env."""
+    async def commit(self, generation: Generation | None = None) -> Turn:
+        """Execute a generation (the pending one by default) in the env.
+
+        Async because an env may be: one whose user is played by a model
+        answers ``step`` with an awaitable.
+        """
         if self.done:
             raise RollscopeError(f"episode already ended ({self.status})")
         t = len(self.turns)
@@ -224,7 +229,7 @@ class Stepper:
                     result = StepResult(self._error_feedback(parse_error), 0.0, False, {"parse_error": parse_error})
             if end is None and result is None:
                 t_env = time.perf_counter()
-                action, result, env_exc = self._step_env(content, calls)
+                action, result, env_exc = await self._step_env(content, calls)
                 timings["env_s"] = time.perf_counter() - t_env
                 if env_exc is not None:
                     findings.append(Finding("env_error", Severity.ERROR, env_exc[0], turn=t,
@@ -347,7 +352,7 @@ class Stepper:
     def _error_feedback(self, error: str) -> tuple[Message, ...]:
         return (Message("user", f"Error: could not parse your tool call: {error}"),)
 
-    def _step_env(
+    async def _step_env(
         self, content: str, calls: tuple[ToolCall, ...]
     ) -> tuple[Action | None, StepResult | None, tuple[str, str] | None]:
         actions = [Action(c.name, c.arguments) for c in calls] or [Action(RESPOND, {"content": content}, content)]
@@ -356,6 +361,8 @@ class Stepper:
         for action in actions:
             try:
                 res = self.env.step(action)
+                if inspect.isawaitable(res):
+                    res = await res
             except Exception as e:  # the env is third-party code; its failure ends the episode, recorded
                 return actions[0], None, (f"{type(e).__name__}: {e}", traceback.format_exc())
             observations.extend(res.observation)
@@ -416,5 +423,5 @@ async def run_episode(
             await stepper.generate()
         except BackendError as e:
             return stepper.backend_failed(e)
-        stepper.commit()
+        await stepper.commit()
     return stepper.snapshot()

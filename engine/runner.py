@@ -153,7 +153,7 @@ async def _drive(stepper: Stepper) -> Episode:
                 await stepper.generate()
             except BackendError as e:
                 return stepper.backend_failed(e)
-            stepper.commit()
+            await stepper.commit()
         return stepper.snapshot()
     except asyncio.CancelledError:
         raise

@@ -121,7 +121,7 @@ def test_stepper_commit_of_edited_text(smol_tokenizer):
     gen = asyncio.run(st.generate())
     assert st.turns == []  # nothing committed yet
     answer = env.task(env.tasks[0]).solutions[0]
-    turn = st.commit(st.edited(f"Fixed: \\boxed{{{answer}}}"))
+    turn = asyncio.run(st.commit(st.edited(f"Fixed: \\boxed{{{answer}}}")))
     assert turn.reward == 1.0 and st.done and st.status is Status.COMPLETED
     assert turn.generation.model == "manual" and turn.generation.text != gen.text
     assert isinstance(turn.generation, Generation)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Awaitable
 from typing import Any, Protocol, runtime_checkable
 
 from ..records import Action, Message
@@ -36,7 +37,9 @@ class Env(Protocol):
         """Start the task; returns the first observation (usually a user message)."""
         ...
 
-    def step(self, action: Action) -> StepResult: ...
+    def step(self, action: Action) -> StepResult | Awaitable[StepResult]:
+        """Apply an action. May return an awaitable (an env whose user is a model)."""
+        ...
 
     def reference_reply(self, task_id: str, history: tuple[Message, ...], rng: Any, mistake_rate: float) -> str:
         """Text a reference agent would write next (drives the scripted policy)."""
