@@ -26,19 +26,6 @@ from .tabs import episode as episode_tab  # noqa: E402
 
 CSS_PATH = Path(__file__).resolve().parents[1] / "assets" / "dashboard.css"
 
-# Writes ?episode=ID into the address bar without reloading, so the page
-# shown can be shared or reloaded.
-_SET_URL_JS = """
-(id) => {
-  if (id) {
-    const u = new URL(window.location.href);
-    u.searchParams.set("episode", id);
-    window.history.replaceState(null, "", u);
-  }
-  return [];
-}
-"""
-
 
 def _css() -> str:
     try:
@@ -83,15 +70,15 @@ def build_app(db_path: str) -> gr.Blocks:
             return [gr.Tabs(selected="episode"), *episode_tab.view(store, episode_id)]
 
         browse.table.select(open_row, outputs=[tabs, *episode.outputs]).then(
-            None, inputs=[episode.id_box], js=_SET_URL_JS
+            None, inputs=[episode.id_box], js=episode_tab.SET_URL_JS
         )
+
         def load_table(env: str, status: str, page_no: int) -> list[Any]:
             return browse_tab.page(store, env, status, page_no)
 
         # On every page load, so a reload shows episodes written since.
         demo.load(load_table, inputs=browse.inputs, outputs=browse.outputs)
         demo.load(open_from_query, outputs=[tabs, *episode.outputs])
-    demo.rollscope_store = store  # type: ignore[attr-defined]  # for tests and later tabs
     return demo
 
 

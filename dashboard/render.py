@@ -157,7 +157,7 @@ def _finding(f: Finding) -> str:
     where = ""
     if f.token_start is not None:
         end = f"–{f.token_end}" if f.token_end is not None and f.token_end != f.token_start + 1 else ""
-        where = f' <a class="rs-jump" href="#tok-{f.token_start}">tokens {f.token_start}{end}</a>'
+        where = f' <a class="rs-jump" href="#tok-{f.token_start}" data-jump="tok-{f.token_start}">tokens {f.token_start}{end}</a>'
     evidence = _json_details("evidence", f.evidence) if f.evidence else ""
     sev = _cls(f.severity.value)
     return (
@@ -192,7 +192,7 @@ def _turn(t: Turn) -> str:
     parts = [
         f'<section class="rs-turn" id="conv-turn-{t.index}"><div class="rs-turn-head">'
         f'<span class="rs-turn-no">Turn {t.index}</span>{"".join(chips)}'
-        f'<a class="rs-jump" href="#turn-{t.index}">tokens ↓</a></div>'
+        f'<a class="rs-jump" href="#turn-{t.index}" data-jump="turn-{t.index}">tokens ↓</a></div>'
     ]
     if g is None:
         parts.append('<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'

@@ -87,6 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--format", default="jsonl", choices=["jsonl"])
     im.add_argument("--db", default=DEFAULT_DB)
 
+    ck = sub.add_parser("check", help="run the fidelity checks on stored or exported episodes")
+    ck.add_argument("source", metavar="FILE_OR_DB", help="a Rollscope database or a Rollscope JSONL file")
+    ck.add_argument("--episode", action="append", default=[], help="only this episode (repeatable; an id prefix is enough)")
+    ck.add_argument("--where", action="append", default=[], help="database only: filter like `ls`")
+    ck.add_argument("--json", action="store_true", help="one JSON object per finding")
+    ck.add_argument("--tokenizer", help="tokenizer to check with (default: the one each episode names)")
+    ck.add_argument("--recompute-logprobs", action="store_true",
+                    help="teacher-force a local model and compare its logprobs with the rollout's")
+    ck.add_argument("--model", help="with --recompute-logprobs: local model folder (default: the episode's own local model)")
+    ck.add_argument("--threshold", type=float, default=0.5, help="logprob difference that counts as a mismatch")
+    ck.add_argument("--no-store", action="store_true", help="database only: do not save the findings back")
+    ck.add_argument("--info", action="store_true", help="also print info findings (what was not checked, and why)")
+
     sv = sub.add_parser("serve", help="start the dashboard")
     sv.add_argument("--db", default=DEFAULT_DB)
     sv.add_argument("--host", default="127.0.0.1")
@@ -243,6 +256,68 @@ def cmd_import(a: argparse.Namespace) -> int:
     return 1 if report.errors and not report.episodes else 0
 
 
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def cmd_check(a: argparse.Namespace) -> int:
+    from .checks import CheckOptions, TokenizerCache, with_checks
+    from .formats import jsonl
+    from .store import EpisodeFilter
+
+    src = Path(a.source)
+    if not src.exists():
+        raise ConfigError(f"{src} does not exist")
+    tokenizers = TokenizerCache(a.tokenizer)
+    store = None
+    if _is_sqlite(src):
+        store = _open_store(str(src), must_exist=True)
+        ids = [store.resolve_id(e) for e in a.episode]
+        flt = EpisodeFilter.from_where(a.where)
+        if ids:
+            flt = EpisodeFilter(**{**flt.__dict__, "ids": tuple(ids)})
+        episodes = store.iter_episodes(flt)
+    else:
+        if a.where:
+            raise ConfigError("--where works on databases; for a JSONL file use --episode")
+        report = jsonl.ReadReport()
+        episodes = (e for e in jsonl.read(src, report) if not a.episode or any(e.id.startswith(p) for p in a.episode))
+    n_eps = n_err = 0
+    counts: dict[str, int] = {}
+    for ep in episodes:
+        n_eps += 1
+        opts = CheckOptions(tokenizer=tokenizers.get(ep), recompute_logprobs=a.recompute_logprobs, model=a.model,
+                            logprob_threshold=a.threshold)
+        checked = with_checks(ep, opts)
+        if store is not None and not a.no_store:
+            store.finish_episode(checked)
+        for f in checked.all_findings():
+            if f.severity.value == "error":
+                n_err += 1
+            if f.severity.value == "info" and not a.info:
+                continue
+            counts[f.kind] = counts.get(f.kind, 0) + 1
+            if a.json:
+                row = {"episode_id": ep.id, **{k: v for k, v in f.to_dict().items() if k != "evidence"}}
+                row["evidence"] = {k: v for k, v in f.evidence.items() if k != "diff"}
+                print(json.dumps(row, ensure_ascii=False, default=str))
+            else:
+                span = f"[{f.token_start}:{f.token_end}]" if f.token_start is not None else ""
+                turn = f"turn {f.turn}" if f.turn is not None else "episode"
+                print(f"{ep.id}  {turn:8s} {f.severity.value:7s} {f.kind} {span}  {f.message}")
+    if not a.episode and n_eps == 0:
+        print("rollscope: no episodes to check", file=sys.stderr)
+    for spec, why in tokenizers.errors.items():
+        print(f"rollscope: tokenizer {spec!r} unavailable, token checks skipped: {why}", file=sys.stderr)
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no findings"
+    print(f"checked {n_eps} episodes: {n_err} errors ({summary})", file=sys.stderr)
+    return 1 if n_err else 0
+
+
 def cmd_serve(a: argparse.Namespace) -> int:
     from dashboard.app import launch
 
@@ -250,7 +325,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "import": cmd_import, "serve": cmd_serve}
+COMMANDS = {
+    "run": cmd_run, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "import": cmd_import,
+    "check": cmd_check, "serve": cmd_serve,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -264,6 +342,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RollscopeError as e:
         print(f"rollscope: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `rollscope ls | head`: the reader left; that is not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

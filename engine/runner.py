@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .backends.base import Backend, SamplingParams
+from .checks import CheckOptions, with_checks
 from .envs.base import Env
 from .loop import Stepper, new_id
 from .presets import LoopConfig
@@ -109,7 +110,7 @@ async def run_batch(
                 on_turn=store.save_turn if store is not None else None,
             )
             started[stepper.episode.id] = stepper
-            episode = await _drive(stepper)
+            episode = with_checks(await _drive(stepper), CheckOptions(tokenizer=tokenizer))
             del started[stepper.episode.id]
             if store is not None:
                 store.finish_episode(episode)

@@ -447,7 +447,9 @@ class Store:
     def resolve_id(self, prefix: str) -> str:
         """Accept a unique prefix of an episode id, as git does for commits."""
         with self._lock:
-            rows = [r[0] for r in self.db.execute("SELECT id FROM episodes WHERE id LIKE ? LIMIT 2", [prefix + "%"])]
+            rows = [r[0] for r in self.db.execute(
+                "SELECT id FROM episodes WHERE substr(id, 1, ?) = ? LIMIT 2", [len(prefix), prefix]
+            )]
         if len(rows) == 1:
             return rows[0]
         if not rows:

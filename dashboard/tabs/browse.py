@@ -86,7 +86,7 @@ def build(store: Store) -> BrowseTab:
         env = gr.Dropdown([ALL], value=ALL, label="env", scale=2, elem_id="rs-filter-env")
         status = gr.Dropdown([ALL, *(s.value for s in Status)], value=ALL, label="status", scale=2,
                              elem_id="rs-filter-status")
-        refresh = gr.Button("↻ Refresh", scale=0, min_width=110, elem_id="rs-refresh")
+        refresh = gr.Button("Refresh", scale=0, min_width=110, elem_id="rs-refresh")
         prev = gr.Button("◀ Prev", scale=0, min_width=100, elem_id="rs-prev")
         nxt = gr.Button("Next ▶", scale=0, min_width=100, elem_id="rs-next")
     info = gr.HTML(render_message("Loading…"), elem_id="rs-browse-info", apply_default_css=False, js_on_load=None)

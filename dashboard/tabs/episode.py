@@ -17,6 +17,36 @@ from .. import render
 
 EMPTY = render.render_message("No episode selected: pick a row in Browse, or enter an episode id above.")
 
+# Writes ?episode=ID into the address bar without reloading, so the episode
+# on screen can be shared or reloaded. Takes the id box's value.
+SET_URL_JS = """
+(id) => {
+  if (id) {
+    const u = new URL(window.location.href);
+    u.searchParams.set("episode", id);
+    window.history.replaceState(null, "", u);
+  }
+  return [];
+}
+"""
+
+# Links in the conversation (data-jump="turn-3", "tok-120") scroll the token
+# view to their target. Following the href itself would let Gradio's router
+# reload the page and lose the episode.
+JUMP_JS = """
+element.addEventListener("click", (event) => {
+  const link = event.target.closest("a[data-jump]");
+  if (!link) return;
+  event.preventDefault();
+  const target = document.getElementById(link.dataset.jump);
+  if (!target) return;
+  const token = target.classList.contains("tok") ? target : target.nextElementSibling || target;
+  token.scrollIntoView({ block: "center", behavior: "smooth" });
+  token.classList.add("rs-flash");
+  setTimeout(() => token.classList.remove("rs-flash"), 1800);
+});
+"""
+
 _tokenizers: dict[str | None, tuple[Any, str | None]] = {}
 _tokenizers_lock = threading.Lock()
 
@@ -79,10 +109,10 @@ def view(store: Store, episode_id: str | None) -> list[Any]:
     return [ep.id, render.render_header(ep), render.render_conversation(ep), token_view(ep), ep.id]
 
 
-def _html(value: str, elem_id: str) -> gr.HTML:
+def _html(value: str, elem_id: str, js_on_load: str | None = None) -> gr.HTML:
     # No default prose CSS (it restyles <pre>, <dl>, <details>) and no click
     # listener round-trips to the server.
-    return gr.HTML(value, elem_id=elem_id, apply_default_css=False, js_on_load=None)
+    return gr.HTML(value, elem_id=elem_id, apply_default_css=False, js_on_load=js_on_load)
 
 
 def build(store: Store) -> EpisodeTab:
@@ -97,7 +127,7 @@ def build(store: Store) -> EpisodeTab:
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=420):
             gr.Markdown("#### Conversation")
-            conversation = _html("", "rs-episode-conversation")
+            conversation = _html("", "rs-episode-conversation", JUMP_JS)
         with gr.Column(scale=1, min_width=420):
             gr.Markdown("#### Tokens")
             tokens = _html("", "rs-episode-tokens")
@@ -107,6 +137,6 @@ def build(store: Store) -> EpisodeTab:
     def open_typed(episode_id: str) -> list[Any]:
         return view(store, episode_id)
 
-    open_button.click(open_typed, inputs=[id_box], outputs=tab.outputs)
-    id_box.submit(open_typed, inputs=[id_box], outputs=tab.outputs)
+    open_button.click(open_typed, inputs=[id_box], outputs=tab.outputs).then(None, inputs=[id_box], js=SET_URL_JS)
+    id_box.submit(open_typed, inputs=[id_box], outputs=tab.outputs).then(None, inputs=[id_box], js=SET_URL_JS)
     return tab

@@ -423,7 +423,12 @@ class LocalBackend:
 
     def describe(self) -> dict[str, Any]:
         """Backend config recorded on each episode."""
-        return {"name": self.name, "model": self.model_name, "device": self.device}
+        return {
+            "name": self.name,
+            "model": self.model_name,
+            "model_spec": "smollm2" if _is_embedded(self.model_spec) else self.model_spec,
+            "device": self.device,
+        }
 
 
 def teacher_forced_logprobs(

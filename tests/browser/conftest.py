@@ -117,10 +117,12 @@ def dashboard_url(dashboard_db: DashboardDb) -> Iterator[str]:
         demo.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # Module scope: Playwright's sync API keeps an event loop running in this
+    # thread while it lives, and tests after these call asyncio.run.
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (scripts/install-chromium.sh)")
+        pytest.fail(f"{CHROMIUM} is not installed; run `make test-deps` (scripts/install-chromium.sh)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -7,8 +7,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.browser
-
 TOKENS = "#rs-episode-tokens"
 
 
@@ -16,6 +14,7 @@ def _episode_tab_selected(page: Any) -> bool:
     return page.locator("#rs-tab-episode-button").get_attribute("aria-selected") == "true"
 
 
+@pytest.mark.browser
 def test_browse_then_open_a_row(page: Any, dashboard_url: str, dashboard_db: Any, screenshots: Path) -> None:
     page.goto(dashboard_url + "/")
     cells = page.locator("#rs-episode-table [role=gridcell]")
@@ -46,6 +45,7 @@ def test_browse_then_open_a_row(page: Any, dashboard_url: str, dashboard_db: Any
     assert not page.errors
 
 
+@pytest.mark.browser
 def test_deep_link_opens_the_episode(page: Any, dashboard_url: str, dashboard_db: Any,
                                      screenshots: Path) -> None:
     target = dashboard_db.episode_ids[1]
@@ -61,12 +61,14 @@ def test_deep_link_opens_the_episode(page: Any, dashboard_url: str, dashboard_db
     assert not page.errors
 
 
+@pytest.mark.browser
 def test_deep_link_to_a_missing_episode_says_so(page: Any, dashboard_url: str) -> None:
     page.goto(f"{dashboard_url}/?episode=nosuchepisode")
     page.locator("#rs-episode-header .rs-error").wait_for(state="visible")
     assert "no episode 'nosuchepisode'" in page.locator("#rs-episode-header").inner_text()
 
 
+@pytest.mark.browser
 def test_hostile_text_is_shown_not_run(page: Any, dashboard_url: str, dashboard_db: Any,
                                        screenshots: Path) -> None:
     page.goto(f"{dashboard_url}/?episode={dashboard_db.hostile_id}")
@@ -81,3 +83,22 @@ def test_hostile_text_is_shown_not_run(page: Any, dashboard_url: str, dashboard_
     assert page.evaluate("typeof window.__xss") == "undefined"
     assert page.locator("#rs-episode-conversation img, #rs-episode-tokens img, #rs-episode-conversation script").count() == 0
     page.screenshot(path=str(screenshots / "hostile.png"), full_page=True)
+
+
+def test_browse_page_filters_and_clamps(dashboard_db: Any) -> None:
+    """The Browse callback itself (no browser): filters go to the store, pages are clamped."""
+    from dashboard.tabs import browse
+    from engine.store import Store
+
+    store = Store(dashboard_db.path)
+    try:
+        rows, info, page_no, _ = browse.page(store, "all", "all", 7)
+        assert page_no == 0 and len(rows) == len(dashboard_db.episode_ids) + 1
+        assert rows[0][0] == dashboard_db.hostile_id  # newest first
+        assert list(map(type, rows[0])) == [str, str, str, str, float, int, int, int, str, int]
+        rows, info, _, _ = browse.page(store, "math", "truncated", 0)
+        assert [r[0] for r in rows] == [dashboard_db.hostile_id]
+        rows, info, _, _ = browse.page(store, "nosuchenv", "all", 0)
+        assert rows == [] and "No episode matches" in info
+    finally:
+        store.close()

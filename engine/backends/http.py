@@ -1,0 +1,306 @@
+"""What the HTTP backends share: one JSON POST with a timeout, bounded retries
+and errors that say where and why.
+
+A request is tried ``1 + retries`` times. It is retried, after
+``backoff * 2**(n - 1)`` seconds (capped at ``MAX_BACKOFF_S``), when it could
+not be sent or answered (connection refused or reset, the connection dropped
+mid-answer, a timeout) or when the server answers 5xx, 408 or 429 (the last
+two are "try again later" by definition: a rate-limited server under an RL
+batch is the usual case). Any other 4xx is the request's fault and is not
+retried. Every failure becomes a :class:`~engine.errors.BackendError` whose
+message names the server and URL, the HTTP status or the cause, how many tries
+were made, and a short excerpt of the body, e.g.::
+
+    sglang at http://127.0.0.1:30000/generate: HTTP 500 after 4 tries: CUDA out of memory
+
+The loop turns a BackendError into an ``aborted`` episode with that message
+as its reason, so a dead server never crashes a batch.
+
+The ``httpx.AsyncClient`` is the seam for tests (inject one with a
+``MockTransport``) and for sharing connection pools. Without one, a client is
+created per event loop: an AsyncClient's connections belong to the loop that
+opened them, and a backend object may outlive one ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..errors import BackendError, ConfigError
+
+MAX_BACKOFF_S = 30.0
+EXCERPT_CHARS = 200
+RETRY_STATUSES = frozenset({408, 429})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Timeout per try (seconds), retries after the first try, base backoff (seconds)."""
+
+    timeout: float = 60.0
+    retries: int = 3
+    backoff: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout}")
+        if self.retries < 0:
+            raise ConfigError(f"retries must be 0 or more, not {self.retries}")
+        if self.backoff < 0:
+            raise ConfigError(f"backoff must be 0 or more seconds, not {self.backoff}")
+
+    @property
+    def tries(self) -> int:
+        return 1 + self.retries
+
+    def delay(self, failed_tries: int) -> float:
+        """Seconds to wait after the ``failed_tries``-th failed try."""
+        return min(MAX_BACKOFF_S, self.backoff * 2 ** (failed_tries - 1))
+
+
+def check_url(url: str, what: str) -> str:
+    """The base URL without a trailing slash; ConfigError when it is not http(s)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as e:
+        raise ConfigError(f"{what} URL {url!r} is not a URL: {e}") from e
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(f"{what} URL must look like http://host:port, not {url!r}")
+    return url.rstrip("/")
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """A body shortened to one line: the error message if it is a JSON error, else its start."""
+    message = _error_message(text)
+    one_line = " ".join((message if message is not None else text).split())
+    if not one_line:
+        return "(empty body)"
+    return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
+
+
+def _error_message(text: str) -> str | None:
+    # OpenAI, vLLM and sglang wrap errors as {"error": {"message": ...}} or
+    # {"error": "..."}; FastAPI as {"detail": ...}; some as {"message": ...}.
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return err["message"]
+    for key in ("error", "detail", "message"):
+        if isinstance(obj.get(key), str):
+            return obj[key]
+    return None
+
+
+def _cause(e: httpx.HTTPError, timeout: float) -> str:
+    if isinstance(e, httpx.TimeoutException):
+        return f"no answer within {timeout:g}s ({type(e).__name__})"
+    if isinstance(e, httpx.ConnectError):
+        return f"cannot connect ({e or type(e).__name__})"
+    if isinstance(e, httpx.RemoteProtocolError):
+        return f"the connection was dropped ({e or type(e).__name__})"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _tries(n: int) -> str:
+    return "1 try" if n == 1 else f"{n} tries"
+
+
+class JSONClient:
+    """POSTs (and GETs) JSON for one backend, with the retry policy above.
+
+    ``name`` prefixes every error message (``sglang``, ``openai``). Headers
+    given here are sent with every request and never appear in messages.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        policy: RetryPolicy,
+        client: httpx.AsyncClient | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.policy = policy
+        self._injected = client
+        self._headers = dict(headers or {})
+        self._owned: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __repr__(self) -> str:  # headers may hold an API key: never show them
+        return f"JSONClient({self.name!r}, {self.policy})"
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._injected is not None:
+            return self._injected
+        loop = asyncio.get_running_loop()
+        client = self._owned.get(loop)
+        if client is None or client.is_closed:
+            client = httpx.AsyncClient()
+            self._owned[loop] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close the client this object created for the running loop (an injected one is the caller's)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        client = self._owned.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+    async def post(self, url: str, payload: Any) -> tuple[dict[str, Any], float]:
+        """POST ``payload`` as JSON; (the JSON object answered, seconds the successful try took)."""
+        return await self._request("POST", url, payload)
+
+    async def get(self, url: str) -> tuple[dict[str, Any], float]:
+        """GET a JSON object, with the same retries and errors as :meth:`post`."""
+        return await self._request("GET", url, None)
+
+    async def _request(self, method: str, url: str, payload: Any) -> tuple[dict[str, Any], float]:
+        policy = self.policy
+        where = f"{self.name} at {url}"
+        cause, body = "", ""
+        for attempt in range(1, policy.tries + 1):
+            t0 = time.perf_counter()
+            try:
+                response = await self._client().request(
+                    method, url, json=payload, headers=self._headers, timeout=policy.timeout
+                )
+            except httpx.HTTPError as e:  # transport failures: refused, reset, dropped, timed out
+                cause, body = _cause(e, policy.timeout), ""
+            else:
+                elapsed = time.perf_counter() - t0
+                status = response.status_code
+                if status < 400:
+                    return self._json(where, response), elapsed
+                if status < 500 and status not in RETRY_STATUSES:
+                    raise BackendError(f"{where}: HTTP {status}: {excerpt(response.text)}")
+                cause, body = f"HTTP {status}", excerpt(response.text)
+            if attempt < policy.tries:
+                await asyncio.sleep(policy.delay(attempt))
+        message = f"{where}: {cause} after {_tries(policy.tries)}"
+        raise BackendError(f"{message}: {body}" if body else message)
+
+    @staticmethod
+    def _json(where: str, response: httpx.Response) -> dict[str, Any]:
+        try:
+            data = json.loads(response.content)
+        except ValueError as e:
+            detail = f"{e.msg} at character {e.pos}" if isinstance(e, json.JSONDecodeError) else str(e)
+            raise BackendError(
+                f"{where}: the answer is not valid JSON ({detail}); it starts: {excerpt(response.text, 120)}"
+            ) from e
+        if not isinstance(data, dict):
+            raise BackendError(f"{where}: the answer is a JSON {type(data).__name__}, not an object")
+        return data
+
+
+# -- reading answers ------------------------------------------------------------
+
+
+class Answer:
+    """Typed reads from a JSON answer; a missing or mistyped field is a BackendError naming it."""
+
+    def __init__(self, where: str, data: Mapping[str, Any]) -> None:
+        self.where = where
+        self.data = data
+
+    def need(self, path: str, kind: type | tuple[type, ...], obj: Any = None) -> Any:
+        """The value at dotted ``path`` (in ``obj``, default the whole answer), of type ``kind``."""
+        value: Any = self.data if obj is None else obj
+        walked: list[str] = []
+        for key in path.split("."):
+            walked.append(key)
+            if isinstance(value, Mapping) and key in value:
+                value = value[key]
+            elif isinstance(value, Sequence) and not isinstance(value, str) and key.isdigit() and int(key) < len(value):
+                value = value[int(key)]
+            else:
+                raise BackendError(f"{self.where}: the answer has no '{'.'.join(walked)}'{self._keys(value)}")
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+            names = " or ".join(t.__name__ for t in _as_tuple(kind))
+            raise BackendError(f"{self.where}: '{path}' is a {type(value).__name__}, expected {names}")
+        return value
+
+    def get(self, path: str, kind: type | tuple[type, ...], default: Any = None, obj: Any = None) -> Any:
+        """Like :meth:`need`, but ``default`` when the field is absent or null."""
+        value: Any = self.data if obj is None else obj
+        for key in path.split("."):
+            if isinstance(value, Mapping) and value.get(key) is not None:
+                value = value[key]
+            else:
+                return default
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+            names = " or ".join(t.__name__ for t in _as_tuple(kind))
+            raise BackendError(f"{self.where}: '{path}' is a {type(value).__name__}, expected {names}")
+        return value
+
+    @staticmethod
+    def _keys(value: Any) -> str:
+        if isinstance(value, Mapping):
+            keys = ", ".join(sorted(str(k) for k in value)[:12])
+            return f" (it has: {keys})" if keys else " (it is an empty object)"
+        return ""
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+_STOP = {"stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls", "function_call", "matched"}
+_LENGTH = {"length", "max_tokens", "max_length"}
+
+
+def finish_reason(value: Any, n_tokens: int, max_new_tokens: int) -> str:
+    """``stop``, ``length`` or ``abort`` from what a server says, leniently.
+
+    Takes sglang's ``{"type": ...}`` objects or OpenAI-style strings. A null
+    reason (a server that never says) is ``length`` when the token budget was
+    used up and ``stop`` otherwise. Anything unknown (``error``,
+    ``content_filter``, ``cancelled``...) is ``abort``: the loop then ends the
+    episode as aborted instead of training on an answer nobody vouches for.
+    """
+    if isinstance(value, Mapping):
+        value = value.get("type")
+    if value is None:
+        return "length" if max_new_tokens > 0 and n_tokens >= max_new_tokens else "stop"
+    reason = str(value).strip().lower()
+    if reason in _STOP:
+        return "stop"
+    if reason in _LENGTH:
+        return "length"
+    return "abort"
+
+
+def as_logprob(value: Any) -> float:
+    """A logprob from JSON: null (unknown) and non-numbers become NaN."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def as_version(value: Any) -> int | None:
+    """An integer weight version from what a server reports (sglang sends a string, "default" at start)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None

@@ -1,0 +1,504 @@
+"""Fidelity checks: turn a trace into Findings, located at the token.
+
+Each check reads what the episode carries (messages, token arrays,
+generations, segments) and either reports findings or says, as an ``info``
+finding of kind ``not_checked``, what it could not check and why. Checks
+never change the episode; :func:`with_checks` returns a copy carrying their
+findings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import chat
+from .errors import RollscopeError
+from .presets import ONE_CALL, ONE_OR_MORE
+from .records import Episode, Finding, Message, Severity
+
+ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+# Kinds the loop records while it runs; the checks do not report them again.
+LOOP_KINDS = frozenset(
+    {"template_not_prefix_stable", "tool_call_parse_error", "env_error", "backend_error", "internal_error",
+     "truncated_turn", "truncated_episode"}
+)
+KINDS = (
+    "template_not_prefix_stable", "tokens_not_rendering", "retokenization_drift", "mask_misaligned",
+    "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
+    "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
+)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What the checks may use beyond the episode itself."""
+
+    tokenizer: Any = None
+    recompute_logprobs: bool = False
+    model: str | None = None  # local model spec for teacher forcing; None = the episode's own if local
+    logprob_threshold: float = 0.5
+    context: int = 8  # ids shown either side of a divergence
+
+
+Check = Callable[[Episode, CheckOptions], list[Finding]]
+
+
+def _skip(check: str, why: str) -> Finding:
+    return Finding("not_checked", INFO, f"{check}: not checked: {why}", evidence={"check": check})
+
+
+def _first_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return None if len(a) == len(b) else n
+
+
+def _id_evidence(tok: Any, got: Sequence[int], want: Sequence[int], at: int, ctx: int) -> dict[str, Any]:
+    lo = max(0, at - ctx)
+    g, w = list(got[lo : at + ctx]), list(want[lo : at + ctx])
+    ev: dict[str, Any] = {"position": at, "from": lo, "ids": g, "expected_ids": w}
+    if tok is not None:
+        ev["text"] = chat.decode(tok, g)
+        ev["expected_text"] = chat.decode(tok, w)
+    return ev
+
+
+def _turn_at(ep: Episode, pos: int) -> int | None:
+    for s in ep.segments:
+        if s.start <= pos < s.end:
+            return s.turn
+    return None
+
+
+def _token_mode(ep: Episode) -> str:
+    return str(ep.config.get("token_mode", "unknown"))
+
+
+def _render(ep: Episode, tok: Any, messages: Sequence[Any], gp: bool) -> str:
+    text = chat.render(tok, messages, ep.tools, add_generation_prompt=gp)
+    if ep.config.get("one_call_instruction"):
+        text = text.replace(ONE_OR_MORE, ONE_CALL)
+    return text
+
+
+# -- template and rendering ---------------------------------------------------
+
+
+def _message_turns(ep: Episode) -> list[int]:
+    """Turn index each message belongs to (initial messages: turn 0)."""
+    out, turn, seen_assistant = [], 0, False
+    for m in ep.messages:
+        if m.role == "assistant":
+            turn = turn + 1 if seen_assistant else 0
+            seen_assistant = True
+        out.append(turn)
+    return out
+
+
+def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
+    tok = o.tokenizer
+    if tok is None:
+        return [_skip("template_not_prefix_stable", "no tokenizer with a chat template")]
+    msgs = list(ep.messages)
+    turns = _message_turns(ep)
+    already = {f.turn for t in ep.turns for f in t.findings if f.kind == "template_not_prefix_stable"}
+    harmless = _token_mode(ep) == "tito"
+    out: list[Finding] = []
+    prev = _render(ep, tok, msgs[:1], False)
+    for k in range(1, len(msgs)):
+        curr = _render(ep, tok, msgs[: k + 1], False)
+        d = chat.text_delta(prev, curr)
+        prev = curr
+        if d.stable or turns[k] in already:
+            continue
+        out.append(
+            Finding(
+                "template_not_prefix_stable",
+                INFO if harmless else ERROR,
+                f"adding message {k} ({msgs[k].role}) rewrote earlier rendered text at character {d.diff_at}"
+                + ("; harmless here: tito keeps the generated ids" if harmless else "; sliced text deltas are wrong"),
+                turn=turns[k],
+                evidence=d.evidence(),
+            )
+        )
+    return out
+
+
+def _verbatim_assistant(tok: Any, tools: Any) -> bool:
+    base = [Message("user", "U")]
+    with_gp = chat.render(tok, base, tools, add_generation_prompt=True)
+    full = chat.render(tok, [*base, Message("assistant", chat.SENTINEL)], tools)
+    return full.startswith(with_gp + chat.SENTINEL)
+
+
+def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
+    tok = o.tokenizer
+    if tok is None:
+        return [_skip("tokens_not_rendering", "no tokenizer with a chat template")]
+    if not ep.messages or not len(ep.tokens):
+        return [_skip("tokens_not_rendering", "the episode has no messages or no tokens")]
+    if _token_mode(ep) == "tito" and not _verbatim_assistant(tok, ep.tools):
+        return [_skip("tokens_not_rendering", "the template does not render assistant replies verbatim "
+                      "(it adds text such as an empty <think> block), so it cannot reproduce generated ids")]
+    if _token_mode(ep) == "tito":
+        unstable = any(
+            not chat.text_delta(_render(ep, tok, ep.messages[:k], False), _render(ep, tok, ep.messages[: k + 1], False)).stable
+            for k in range(1, len(ep.messages))
+        )
+        if unstable:
+            return [_skip("tokens_not_rendering", "tito episode on a template that re-renders history; its ids are checked per turn")]
+    ids = ep.tokens.ids.tolist()
+    full = chat.encode(tok, _render(ep, tok, ep.messages, False))
+    candidates = [full]
+    if ep.messages[-1].role == "assistant":
+        tail = chat.encode(tok, chat.assistant_closing(tok, ep.tools))
+        eot = chat.end_of_turn_ids(tok)
+        # A token-in-token-out array ends on the generated end-of-turn token, before the template's newline.
+        for cut in range(1, len(tail) + 1):
+            if full[-cut:] == tail[-cut:] and full[-cut - 1 : -cut] and full[-cut - 1] in eot:
+                candidates.append(full[:-cut])
+    else:
+        candidates.append(chat.encode(tok, _render(ep, tok, ep.messages, True)))
+    if any(ids == c for c in candidates):
+        return []
+    want = max(candidates, key=lambda c: _first_diff(ids, c) or 0)
+    at = _first_diff(ids, want)
+    assert at is not None
+    return [
+        Finding(
+            "tokens_not_rendering",
+            ERROR,
+            f"token ids differ from the tokenization of the rendered conversation from position {at} "
+            f"({len(ids)} ids vs {len(want)} rendered)",
+            turn=_turn_at(ep, at),
+            token_start=at,
+            token_end=min(len(ids), at + 1),
+            evidence=_id_evidence(tok, ids, want, at, o.context),
+        )
+    ]
+
+
+# -- generated ids --------------------------------------------------------------
+
+
+def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
+    tok = o.tokenizer
+    out: list[Finding] = []
+    have_ids = False
+    eot = chat.end_of_turn_ids(tok) if tok is not None else set()
+    for t in ep.turns:
+        g = t.generation
+        if g is None or not g.token_ids or g.model == "manual":
+            continue
+        have_ids = True
+        gen = list(g.token_ids)
+        seg = next((s for s in t.segments if s.kind == "assistant"), None)
+        if seg is not None:
+            stored = ep.tokens.ids[seg.start : seg.end].tolist()
+            at = _first_diff(stored[: len(gen)], gen)
+            if at is not None:
+                out.append(
+                    Finding(
+                        "retokenization_drift",
+                        ERROR,
+                        f"turn {t.index}: the trained ids differ from the ids the model generated at token {at} of the turn",
+                        turn=t.index,
+                        token_start=seg.start + at,
+                        token_end=seg.end,
+                        evidence=_id_evidence(tok, stored, gen, at, o.context) | {"trained_vs": "generated"},
+                    )
+                )
+                continue
+        if tok is not None:
+            body = gen[:-1] if gen[-1] in eot else gen
+            again = chat.encode(tok, chat.decode(tok, body))
+            at = _first_diff(again, body)
+            if at is not None:
+                start = seg.start + at if seg is not None else None
+                out.append(
+                    Finding(
+                        "retokenization_drift",
+                        WARNING,
+                        f"turn {t.index}: re-encoding the generated text gives other ids from token {at}; "
+                        "a loop that re-tokenizes this text trains on ids the model never produced",
+                        turn=t.index,
+                        token_start=start,
+                        token_end=None if start is None else start + 1,
+                        evidence=_id_evidence(tok, again, body, at, o.context) | {"trained_vs": "reencoded"},
+                    )
+                )
+    if not have_ids:
+        return [_skip("retokenization_drift", "no generated token ids in the trace")]
+    return out
+
+
+# -- loss mask ----------------------------------------------------------------
+
+
+def assistant_spans(ep: Episode, tok: Any) -> list[tuple[int, int]] | None:
+    """[start, end) of each assistant reply, read off the token stream itself.
+
+    For ChatML templates the header ``<|im_start|>assistant\\n`` opens a reply
+    and ``<|im_end|>`` closes it (inclusive). This does not trust the
+    episode's segments, which may carry the very bug being looked for.
+    """
+    if tok is None:
+        return None
+    start_id = tok.convert_tokens_to_ids("<|im_start|>")
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    unk = getattr(tok, "unk_token_id", None)
+    if not isinstance(start_id, int) or start_id == unk or end_id == unk:
+        return None
+    header = chat.encode(tok, "<|im_start|>assistant\n")
+    ids = ep.tokens.ids.tolist()
+    spans, i, n, h = [], 0, len(ids), len(header)
+    while i < n:
+        if ids[i] == start_id and ids[i : i + h] == header:
+            s = i + h
+            e = s
+            while e < n and ids[e] != end_id and ids[e] != start_id:
+                e += 1
+            if e < n and ids[e] == end_id:
+                e += 1
+            spans.append((s, e))
+            i = e
+        else:
+            i += 1
+    return spans
+
+
+def closing_newlines(ep: Episode, tok: Any, spans: list[tuple[int, int]]) -> list[int]:
+    """Positions of the newline a template writes right after an assistant's ``<|im_end|>``."""
+    if tok is None:
+        return []
+    nl = set(chat.encode(tok, "\n"))
+    n = len(ep.tokens)
+    return [e for _, e in spans if 0 < e < n and int(ep.tokens.ids[e]) in nl]
+
+
+def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
+    tok = o.tokenizer
+    mask = ep.tokens.loss_mask
+    n = len(mask)
+    out: list[Finding] = []
+    src = ep.source
+    if "loss_mask_length" in src and "response_length" in src and src["loss_mask_length"] != src["response_length"]:
+        out.append(Finding("mask_misaligned", ERROR,
+                           f"loss mask has {src['loss_mask_length']} entries for a response of {src['response_length']} tokens",
+                           token_start=ep.prompt_len, token_end=n))
+    spans = assistant_spans(ep, tok)
+    if spans is None:
+        if not ep.segments:
+            return out + [_skip("mask_misaligned", "no ChatML tokenizer and no segments to tell assistant tokens")]
+        spans = [(s.start, s.end) for s in ep.segments if s.kind == "assistant"]
+    expected = np.zeros(n, dtype=np.uint8)
+    for s, e in spans:
+        expected[s:e] = 1
+    # The newline a template writes after <|im_end|> is trained by some loops
+    # (slime) and not by others; either is fine if every turn does the same.
+    either = closing_newlines(ep, tok, spans)
+    free = np.zeros(n, dtype=bool)
+    free[either] = True
+
+    bad_on = np.flatnonzero((mask == 1) & (expected == 0) & ~free)
+    bad_off = np.flatnonzero((mask == 0) & (expected == 1))
+    if bad_on.size:
+        at = int(bad_on[0])
+        header = chat.encode(tok, "<|im_start|>assistant\n") if tok is not None else []
+        is_gp = bool(header) and any(
+            ep.tokens.ids[p : p + len(header)].tolist() == header
+            for p in range(max(0, at - len(header) + 1), at + 1)
+        )
+        what = "the generation prompt (assistant header) is trainable" if is_gp else "loss mask 1 on tokens that are not assistant output"
+        out.append(Finding("mask_misaligned", ERROR, f"{what}: {bad_on.size} tokens, first at {at}",
+                           turn=_turn_at(ep, at), token_start=at, token_end=int(bad_on[-1]) + 1,
+                           evidence={"positions": bad_on[:50].tolist(), "generation_prompt": is_gp}))
+    if bad_off.size:
+        at = int(bad_off[0])
+        out.append(Finding("mask_misaligned", ERROR, f"loss mask 0 on assistant output: {bad_off.size} tokens, first at {at}",
+                           turn=_turn_at(ep, at), token_start=at, token_end=int(bad_off[-1]) + 1,
+                           evidence={"positions": bad_off[:50].tolist()}))
+    if either:
+        trained = {bool(mask[e]) for e in either}
+        if len(trained) > 1:
+            odd = [e for e in either if bool(mask[e]) != bool(mask[either[0]])]
+            out.append(Finding("mask_misaligned", WARNING,
+                               "the newline after the end-of-turn token is trained in some turns and not in others",
+                               turn=_turn_at(ep, odd[0]), token_start=odd[0], token_end=odd[0] + 1,
+                               evidence={"trained": [e for e in either if mask[e]], "not_trained": [e for e in either if not mask[e]]}))
+    if tok is not None and spans:
+        eot = chat.end_of_turn_ids(tok)
+        ends = [(e - 1, bool(mask[e - 1])) for s, e in spans if e > s and int(ep.tokens.ids[e - 1]) in eot]
+        if len({m for _, m in ends}) > 1:
+            odd = [p for p, m in ends if m != ends[0][1]]
+            out.append(Finding("mask_misaligned", ERROR,
+                               "the end-of-turn token is trained in some turns and not in others",
+                               turn=_turn_at(ep, odd[0]), token_start=odd[0], token_end=odd[0] + 1))
+    return out
+
+
+# -- logprobs -----------------------------------------------------------------
+
+
+def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
+    out: list[Finding] = []
+    lp, mask = ep.tokens.logprobs, ep.tokens.loss_mask
+    missing = np.flatnonzero((mask == 1) & np.isnan(lp))
+    spans = assistant_spans(ep, o.tokenizer) or []
+    template_nl = set(closing_newlines(ep, o.tokenizer, spans)) & set(missing.tolist())
+    if template_nl:
+        at = min(template_nl)
+        out.append(Finding("logprobs_missing", WARNING,
+                           f"{len(template_nl)} trained newlines after the end-of-turn token were written by the "
+                           "template, not generated, so they have no rollout logprob",
+                           turn=_turn_at(ep, at), token_start=at, token_end=at + 1,
+                           evidence={"positions": sorted(template_nl)[:50]}))
+        missing = np.array([p for p in missing.tolist() if p not in template_nl], dtype=np.int64)
+    manual = {t.index for t in ep.turns if t.generation is not None and t.generation.model == "manual"}
+    if missing.size:
+        turns = sorted({_turn_at(ep, int(p)) for p in missing} - {None})
+        only_manual = bool(turns) and set(turns) <= manual
+        at = int(missing[0])
+        out.append(Finding("logprobs_missing", INFO if only_manual else ERROR,
+                           f"{missing.size} trainable tokens have no rollout logprob, first at {at}"
+                           + (" (text written by hand)" if only_manual else ""),
+                           turn=_turn_at(ep, at), token_start=at, token_end=int(missing[-1]) + 1,
+                           evidence={"turns": turns, "count": int(missing.size)}))
+    stray = np.flatnonzero((mask == 0) & ~np.isnan(lp) & (lp != 0))
+    if stray.size:
+        at = int(stray[0])
+        out.append(Finding("logprobs_misaligned", ERROR,
+                           f"{stray.size} non-trainable tokens carry logprobs (shifted logprobs?), first at {at}",
+                           turn=_turn_at(ep, at), token_start=at, token_end=int(stray[-1]) + 1))
+    for t in ep.turns:
+        g = t.generation
+        if g is None or g.logprobs is None or not g.token_ids:
+            continue
+        if len(g.logprobs) != len(g.token_ids):
+            out.append(Finding("logprobs_misaligned", ERROR,
+                               f"turn {t.index}: {len(g.logprobs)} logprobs for {len(g.token_ids)} generated tokens",
+                               turn=t.index, evidence={"logprobs": len(g.logprobs), "tokens": len(g.token_ids)}))
+    return out
+
+
+def check_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
+    out = []
+    logged = {(f.kind, f.turn) for t in ep.turns for f in t.findings}
+    for t in ep.turns:
+        if t.generation is not None and t.generation.finish_reason == "length" and ("truncated_turn", t.index) not in logged:
+            seg = next((s for s in t.segments if s.kind == "assistant"), None)
+            out.append(Finding("truncated_turn", WARNING,
+                               f"turn {t.index} stopped on the length limit; its trainable tokens end mid-reply",
+                               turn=t.index, token_start=seg.start if seg else None, token_end=seg.end if seg else None))
+    if ep.status.value == "truncated" and not any(k == "truncated_episode" for k, _ in logged):
+        out.append(Finding("truncated_episode", WARNING, f"episode cut: {ep.reason or 'turn limit'}",
+                           turn=ep.n_turns - 1 if ep.turns else None))
+    return out
+
+
+def check_response_length(ep: Episode, o: CheckOptions) -> list[Finding]:
+    src = ep.source
+    if "response_length" not in src:
+        return []
+    got = int(src["response_length"])
+    actual = len(ep.tokens) - ep.prompt_len
+    mask = ep.tokens.loss_mask[ep.prompt_len :]
+    nz = np.flatnonzero(mask)
+    span = int(nz[-1] - nz[0] + 1) if nz.size else 0
+    if got == actual:
+        return []
+    how = " (it equals the span of the loss mask, not the response)" if got == span and span != actual else ""
+    return [Finding("response_length_mismatch", ERROR,
+                    f"response_length is {got} but the response has {actual} tokens{how}",
+                    token_start=ep.prompt_len, token_end=len(ep.tokens),
+                    evidence={"response_length": got, "tokens_after_prompt": actual, "mask_span": span, "mask_sum": int(nz.size)})]
+
+
+def check_logprob_mismatch(ep: Episode, o: CheckOptions) -> list[Finding]:
+    if not o.recompute_logprobs:
+        return []
+    spec = o.model
+    if spec is None:
+        if ep.backend.get("name") != "local":
+            return [_skip("logprob_mismatch", "the rollout did not come from a local model; pass a model to recompute with")]
+        spec = ep.backend.get("model_spec") or "smollm2"
+    mask = ep.tokens.loss_mask
+    rollout = ep.tokens.logprobs
+    if not mask.any() or np.isnan(rollout[mask == 1]).all():
+        return [_skip("logprob_mismatch", "no rollout logprobs on trainable tokens")]
+    from .backends.local import teacher_forced_logprobs
+
+    temp = float((ep.config.get("sampling") or {}).get("temperature", 1.0))
+    ids = ep.tokens.ids.tolist()
+    first = int(np.flatnonzero(mask)[0])
+    try:
+        recomputed = teacher_forced_logprobs(None if spec == "smollm2" else spec, ids, max(1, first), temperature=temp)
+    except (RollscopeError, ValueError, RuntimeError) as e:
+        return [_skip("logprob_mismatch", f"could not run the model: {e}")]
+    diff = np.full(len(ids), np.nan, dtype=np.float32)
+    diff[max(1, first) :] = np.asarray(recomputed, dtype=np.float32) - rollout[max(1, first) :]
+    diff[(mask == 0) | np.isnan(rollout)] = np.nan
+    valid = ~np.isnan(diff)
+    absd = np.abs(diff[valid])
+    over = np.flatnonzero(valid & (np.abs(np.nan_to_num(diff)) > o.logprob_threshold))
+    ev = {"max_abs": float(absd.max()), "mean_abs": float(absd.mean()), "threshold": o.logprob_threshold,
+          "over": over[:200].tolist(), "diff": [None if math.isnan(x) else round(float(x), 4) for x in diff.tolist()]}
+    if not over.size:
+        return [Finding("logprob_mismatch", INFO,
+                        f"teacher-forced logprobs agree: max |diff| {ev['max_abs']:.4f}, mean {ev['mean_abs']:.5f}",
+                        evidence=ev)]
+    at = int(over[0])
+    return [Finding("logprob_mismatch", ERROR,
+                    f"{over.size} trainable tokens differ from teacher-forced logprobs by more than {o.logprob_threshold} "
+                    f"(max {ev['max_abs']:.3f}, mean {ev['mean_abs']:.4f})",
+                    turn=_turn_at(ep, at), token_start=at, token_end=int(over[-1]) + 1, evidence=ev)]
+
+
+CHECKS: tuple[Check, ...] = (
+    check_template, check_rendering, check_drift, check_mask, check_logprobs, check_truncation,
+    check_response_length, check_logprob_mismatch,
+)
+
+
+def run_checks(ep: Episode, options: CheckOptions | None = None) -> list[Finding]:
+    """Every check's findings for one episode (not including the loop's own)."""
+    o = options or CheckOptions()
+    out: list[Finding] = []
+    for check in CHECKS:
+        out.extend(check(ep, o))
+    return out
+
+
+def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
+    """The episode with the checks' findings attached (replacing earlier check findings)."""
+    loop_found = [f for f in ep.findings if f.kind in LOOP_KINDS and f.kind not in ("truncated_turn", "truncated_episode")]
+    return ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options)))
+
+
+class TokenizerCache:
+    """Loads each episode's tokenizer once; remembers why one could not be loaded."""
+
+    def __init__(self, override: str | None = None) -> None:
+        self.override = override
+        self._cache: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+
+    def get(self, ep: Episode) -> Any:
+        from .factory import load_tokenizer
+
+        spec = self.override or ep.tokenizer or "smollm2"
+        if spec not in self._cache:
+            try:
+                self._cache[spec] = load_tokenizer(None if spec == "smollm2" else spec)
+            except RollscopeError as e:
+                self._cache[spec] = None
+                self.errors[spec] = str(e)
+        return self._cache[spec]
