@@ -226,7 +226,6 @@ class _DequantizedCopy:
 def _load_model_cached(key: str | None, device: str) -> _LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM
-
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-tensor bars would flood the CLI and the test logs
