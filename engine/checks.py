@@ -434,10 +434,16 @@ def check_logprob_mismatch(ep: Episode, o: CheckOptions) -> list[Finding]:
     rollout = ep.tokens.logprobs
     if not mask.any() or np.isnan(rollout[mask == 1]).all():
         return [_skip("logprob_mismatch", "no rollout logprobs on trainable tokens")]
-    from .backends.local import teacher_forced_logprobs
+    from .backends.local import context_length, teacher_forced_logprobs
 
     temp = float((ep.config.get("sampling") or {}).get("temperature", 1.0))
     ids = ep.tokens.ids.tolist()
+    try:
+        limit = context_length(None if spec == "smollm2" else spec)
+    except RollscopeError as e:
+        return [_skip("logprob_mismatch", f"could not load the model: {e}")]
+    if limit is not None and len(ids) > limit:
+        return [_skip("logprob_mismatch", f"the episode has {len(ids)} tokens, more than the model's context of {limit}")]
     first = int(np.flatnonzero(mask)[0])
     try:
         recomputed = teacher_forced_logprobs(None if spec == "smollm2" else spec, ids, max(1, first), temperature=temp)

@@ -430,6 +430,13 @@ class LocalBackend:
         }
 
 
+def context_length(model_spec: str | None, device: str = "cpu") -> int | None:
+    """The model's context window in tokens (None when its config does not say)."""
+    loaded = _load_model(model_spec, device)
+    n = getattr(loaded.model.config, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
 def teacher_forced_logprobs(
     model_spec: str | None,
     ids: list[int],

@@ -142,7 +142,8 @@ def _products(rng: random.Random, ids: _Ids) -> dict[str, Any]:
     return products
 
 
-def _address(rng: random.Random) -> dict[str, str]:
+def random_address(rng: random.Random) -> dict[str, str]:
+    """An invented street address (users' homes, and the new addresses of tasks)."""
     town, state = rng.choice(TOWNS)
     return {
         "address1": f"{rng.randint(10, 9999)} {rng.choice(STREETS)}",
@@ -176,7 +177,7 @@ def _users(rng: random.Random, ids: _Ids) -> dict[str, Any]:
     seen: set[tuple[str, str]] = set()
     while len(users) < N_USERS:
         first, last = rng.choice(FIRST_NAMES), rng.choice(LAST_NAMES)
-        address = _address(rng)
+        address = random_address(rng)
         # find_user_id_by_name_zip must name one user, so (name, zip) is unique.
         key = (f"{first} {last}", address["zip"])
         if key in seen:
@@ -216,7 +217,7 @@ def _order(rng: random.Random, ids: _Ids, user: dict[str, Any], products: dict[s
     order: dict[str, Any] = {
         "order_id": oid,
         "user_id": user["user_id"],
-        "address": dict(user["address"]) if rng.random() < 0.85 else _address(rng),
+        "address": dict(user["address"]) if rng.random() < 0.85 else random_address(rng),
         "items": items,
         "status": status,
         "fulfillments": fulfillments,
