@@ -46,10 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a batch of episodes and store them")
-    r.add_argument("--env", default="math", help="env name (math)")
+    r.add_argument("--env", default="math", help="math, retail, taubench:retail or taubench:airline")
     r.add_argument("--problems", help="math env: an AReaL-style JSONL (query_id, prompt, solutions) instead of the built-in set")
-    r.add_argument("--policy", default="scripted", help="scripted or local")
-    r.add_argument("--preset", default="areal-math", help="areal-math, tito or slime-tau")
+    r.add_argument("--policy", default="scripted", help="scripted, local, sglang or openai")
+    r.add_argument("--preset", help="areal-math, tito or slime-tau (default: areal-math for math, slime-tau for tool envs)")
+    r.add_argument("--url", help="sglang / openai policy: the server's base URL, e.g. http://127.0.0.1:30000")
+    r.add_argument("--api", default="completions", choices=["completions", "chat"], help="openai policy: which endpoint")
+    r.add_argument("--user", default="scripted", help="who plays the user in tool envs: scripted or llm")
+    r.add_argument("--user-url", help="--user llm: an sglang server for the user model (default: the local model)")
+    r.add_argument("--user-model", help="--user llm: a local model for the user (default: the embedded SmolLM2)")
     r.add_argument("--tasks", default="0:8", help="task range or list: 0:8, 3, 1,5,9, all")
     r.add_argument("--samples", type=_positive_int, default=1, help="samples per task (a GRPO group)")
     r.add_argument("--db", default=DEFAULT_DB)
@@ -121,8 +126,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     from .presets import get_preset
     from .runner import BatchSpec, run_batch
 
-    config = get_preset(a.preset).with_(max_turns=a.max_turns)
-    make_env = env_factory(a.env, a.problems)
+    preset = a.preset or ("areal-math" if a.env == "math" else "slime-tau")
+    config = get_preset(preset).with_(max_turns=a.max_turns)
+    user_backend = None
+    if a.user == "llm":
+        user_backend = make_backend("sglang" if a.user_url else "local", None, load_tokenizer(a.user_model),
+                                    model=a.user_model, url=a.user_url)
+    make_env = env_factory(a.env, a.problems, user=a.user, user_backend=user_backend,
+                           user_tokenizer=load_tokenizer(a.user_model) if user_backend is not None else None)
     tasks = parse_tasks(a.tasks, make_env().tasks)
     if not 0.0 <= a.temperature <= 10.0:
         raise ConfigError(f"--temperature must be between 0 and 10, not {a.temperature}")
@@ -132,14 +143,14 @@ def cmd_run(a: argparse.Namespace) -> int:
         a.tokenizer = a.model  # a user's model brings its own tokenizer and template
     tokenizer = load_tokenizer(a.tokenizer)
     backend = make_backend(
-        a.policy, make_env, tokenizer, model=a.model, tokenizer_name=a.tokenizer or "smollm2",
-        mistake_rate=a.mistake_rate, seed=a.seed,
+        a.policy, make_env, tokenizer, model=a.model, url=a.url, api_mode=a.api,
+        tokenizer_name=a.tokenizer or "smollm2", mistake_rate=a.mistake_rate, seed=a.seed,
     )
     spec = BatchSpec(
         env=a.env,
         tasks=tuple(tasks),
         samples=a.samples,
-        preset=a.preset,
+        preset=preset,
         config=config,
         sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens),
         policy=a.policy,

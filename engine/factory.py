@@ -9,17 +9,47 @@ from .backends.base import Backend
 from .envs.base import Env
 from .errors import ConfigError
 
-ENVS = ("math",)
-POLICIES = ("scripted", "local")
+ENVS = ("math", "retail", "taubench:retail", "taubench:airline")
+POLICIES = ("scripted", "local", "sglang", "openai")
+USERS = ("scripted", "llm")
 
 
-def env_factory(name: str, problems: str | None = None) -> Callable[[], Env]:
-    """A zero-argument constructor of fresh env instances (one per episode)."""
+def env_factory(
+    name: str,
+    problems: str | None = None,
+    user: str = "scripted",
+    user_backend: Backend | None = None,
+    user_tokenizer: Any = None,
+) -> Callable[[], Env]:
+    """A zero-argument constructor of fresh env instances (one per episode).
+
+    The first instance is built here, so a bad name, a bad problem file or a
+    missing tau-bench fail before any episode starts.
+    """
+    if user not in USERS:
+        raise ConfigError(f"unknown user {user!r}; choose one of: {', '.join(USERS)}")
     if name == "math":
         from .envs.math import MathEnv
 
-        MathEnv(problems)  # fail now, with a clear error, on a bad problem file
+        MathEnv(problems)
         return lambda: MathEnv(problems)
+    if name == "retail":
+        from .envs.retail import RetailEnv
+
+        if user == "llm" and user_backend is None:
+            raise ConfigError("--user llm needs a backend to play the user")
+
+        def make() -> Env:
+            return RetailEnv(user=user, user_backend=user_backend, user_tokenizer=user_tokenizer)
+
+        make()
+        return make
+    if name.startswith("taubench:"):
+        from .envs.taubench import TauBenchEnv
+
+        domain = name.partition(":")[2]
+        TauBenchEnv(domain, user)
+        return lambda: TauBenchEnv(domain, user)
     raise ConfigError(f"unknown env {name!r}; choose one of: {', '.join(ENVS)}")
 
 
@@ -32,17 +62,22 @@ def load_tokenizer(spec: str | None) -> Any:
 
 def make_backend(
     policy: str,
-    make_env: Callable[[], Env],
+    make_env: Callable[[], Env] | None,
     tokenizer: Any,
     *,
     model: str | None = None,
+    url: str | None = None,
+    api_mode: str = "completions",
     tokenizer_name: str = "",
     mistake_rate: float = 0.0,
     seed: int = 0,
 ) -> Backend:
+    """The policy backend named by ``--policy``."""
     if policy == "scripted":
         from .backends.scripted import ScriptedBackend
 
+        if make_env is None:
+            raise ConfigError("the scripted policy needs an env to play")
         return ScriptedBackend(make_env, tokenizer, mistake_rate=mistake_rate, seed=seed, tokenizer_name=tokenizer_name)
     if policy == "local":
         from .backends.local import LocalBackend
@@ -50,6 +85,18 @@ def make_backend(
         backend = LocalBackend(model=model, tokenizer=tokenizer)
         backend.load()  # a missing model is a user error: report it before any episode starts
         return backend
+    if policy in ("sglang", "openai"):
+        if not url:
+            raise ConfigError(f"--policy {policy} needs --url (e.g. http://127.0.0.1:30000)")
+        if policy == "sglang":
+            from .backends.sglang import SGLangBackend
+
+            return SGLangBackend(url, tokenizer=tokenizer)
+        from .backends.openai import OpenAIBackend
+
+        if not model:
+            raise ConfigError("--policy openai needs --model (the served model's name)")
+        return OpenAIBackend(url, model, mode=api_mode, tokenizer=tokenizer)
     raise ConfigError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
 
 

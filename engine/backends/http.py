@@ -233,9 +233,7 @@ class Answer:
                 value = value[int(key)]
             else:
                 raise BackendError(f"{self.where}: the answer has no '{'.'.join(walked)}'{self._keys(value)}")
-        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-            names = " or ".join(t.__name__ for t in _as_tuple(kind))
-            raise BackendError(f"{self.where}: '{path}' is a {type(value).__name__}, expected {names}")
+        self._check(path, value, kind)
         return value
 
     def get(self, path: str, kind: type | tuple[type, ...], default: Any = None, obj: Any = None) -> Any:
@@ -246,10 +244,15 @@ class Answer:
                 value = value[key]
             else:
                 return default
-        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-            names = " or ".join(t.__name__ for t in _as_tuple(kind))
-            raise BackendError(f"{self.where}: '{path}' is a {type(value).__name__}, expected {names}")
+        self._check(path, value, kind)
         return value
+
+    def _check(self, path: str, value: Any, kind: type | tuple[type, ...]) -> None:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # bool is an int to Python, not to JSON.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            expected = " or ".join(_json_type(t) for t in kinds)
+            raise BackendError(f"{self.where}: '{path}' is {_json_type(type(value))}, expected {expected}")
 
     @staticmethod
     def _keys(value: Any) -> str:
@@ -259,8 +262,12 @@ class Answer:
         return ""
 
 
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
+_JSON_TYPES = {str: "a string", int: "an integer", float: "a number", list: "an array", dict: "an object",
+               bool: "a boolean", type(None): "null"}
+
+
+def _json_type(t: type) -> str:
+    return _JSON_TYPES.get(t, t.__name__)
 
 
 _STOP = {"stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls", "function_call", "matched"}

@@ -18,6 +18,7 @@ the write tools add ``pending (item modified)``, ``return requested`` and
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import json
@@ -261,7 +262,16 @@ def base_db() -> Db:
 
 def fresh_db() -> Db:
     """A private deep copy of the store for one episode to mutate."""
-    return pickle.loads(_frozen())
+    # Unpickling allocates ~100k containers, which triggers full garbage
+    # collections over everything else the process holds (tokenizers, models);
+    # the new objects hold no cycles, so collecting during the copy is waste.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return pickle.loads(_frozen())
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def db_hash(db: Db) -> str:

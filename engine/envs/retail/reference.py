@@ -5,9 +5,11 @@ parser reads. Where the agent is in its script is worked out from the
 history alone (the backend that asks holds no episode state): walk the
 assistant messages and advance past each one that is the next step. A
 mistaken message is not a step, so the next turn does that step again, the
-way an agent recovers after a tool error; what a mistake costs is therefore
-what it did: a wrong read or a chatty reply costs a turn, a wrong write
-changes the database (reward 0), malformed JSON ends a slime-style episode.
+way an agent recovers; a slipped argument the tool accepted counts as done,
+since the agent cannot tell. What a mistake costs is therefore what it did:
+a chatty reply or a rejected call costs a turn, an accepted wrong write
+leaves the database wrong (reward 0), malformed JSON ends a slime-style
+episode.
 """
 
 from __future__ import annotations
@@ -40,27 +42,36 @@ def step_text(step: Step) -> str:
     return step.text if isinstance(step, Say) else tool_call_text(step)
 
 
-def _matches(content: str, step: Step) -> bool:
+def _matches(content: str, step: Step, answer: Message | None) -> bool:
+    """Whether an assistant message did ``step``; ``answer`` is the message that followed it.
+
+    A call to the step's tool with other arguments counts as done when the
+    tool accepted it: the agent cannot tell its slip from the right call, so
+    it moves on (and a wrong write stays in the database). A rejected call is
+    tried again.
+    """
     if isinstance(step, Say):
         return " ".join(content.split()) == " ".join(step.text.split())
     parsed = parse_hermes(content)
-    if parsed.error is not None or len(parsed.calls) != 1:
+    if parsed.error is not None or len(parsed.calls) != 1 or parsed.calls[0].name != step.name:
         return False
-    call = parsed.calls[0]
-    return call.name == step.name and call.arguments == step.arguments
+    if parsed.calls[0].arguments == step.arguments:
+        return True
+    return answer is not None and answer.role == "tool" and not answer.content.startswith("Error")
 
 
 def script_position(script: tuple[Step, ...], history: tuple[Message, ...]) -> int:
     """How many steps of the script the assistant messages in ``history`` have done."""
     pos = 0
-    for m in history:
+    for i, m in enumerate(history):
         if m.role != "assistant" or pos >= len(script):
             continue
         step = script[pos]
-        if _matches(m.content, step):
+        answer = history[i + 1] if i + 1 < len(history) else None
+        if _matches(m.content, step, answer):
             pos += 1
         elif (isinstance(step, Say) and step.confirm and pos + 1 < len(script)
-              and _matches(m.content, script[pos + 1])):
+              and _matches(m.content, script[pos + 1], answer)):
             pos += 2  # the write went out without its confirmation question
     return pos
 
@@ -119,6 +130,10 @@ def _other(choices: list[str], current: str, rng: random.Random) -> str:
     return rng.choice(rest) if rest else _typo(current, rng)
 
 
+_WRITE_SLIPS = ("item_ids", "new_item_ids", "payment_method_id", "reason", "zip", "address1", "order_id")
+_READ_SLIPS = ("order_id", "user_id", "email", "zip", "product_id", "expression")
+
+
 def _wrong_argument(task: RetailTask, action: Action, rng: random.Random) -> Action | None:
     """The same call with one argument wrong in a way an agent plausibly gets wrong.
 
@@ -129,8 +144,10 @@ def _wrong_argument(task: RetailTask, action: Action, rng: random.Random) -> Act
     db = base_db()
     user = db["users"][task.user_id]
     args: dict[str, Any] = dict(action.arguments)
-    candidates = [k for k in ("order_id", "item_ids", "new_item_ids", "payment_method_id", "reason", "user_id",
-                              "email", "zip", "product_id", "expression") if k in args]
+    # A write's slips are mostly in its details (which item, which card, the zip);
+    # a read's in the id it looks up.
+    keys = _WRITE_SLIPS if action.name in WRITE_TOOLS else _READ_SLIPS
+    candidates = [k for k in keys if k in args]
     if not candidates:
         return None
     key = rng.choice(candidates)
@@ -151,7 +168,7 @@ def _wrong_argument(task: RetailTask, action: Action, rng: random.Random) -> Act
         args[key] = _other(sorted(user["payment_methods"]), value, rng)
     elif key == "reason":
         args[key] = _other(list(CANCEL_REASONS), value, rng)
-    elif key == "expression":
+    elif key in ("expression", "address1"):
         args[key] = re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), value, count=1)
     else:
         args[key] = _typo(str(value), rng)

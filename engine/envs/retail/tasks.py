@@ -459,6 +459,8 @@ KINDS: dict[str, tuple[Builder, int]] = {
     "transfer": (_transfer, 6),
 }
 
+_NEEDS_USER_DETAILS = frozenset({"modify_payment", "modify_items", "exchange", "return"})
+
 CLOSING_RULES = (
     "If the agent asks you to confirm an action that matches your request, say yes. Give details only when asked. "
     "When your request is done, or the agent transfers you to a human agent, reply with ###STOP###."
@@ -485,7 +487,10 @@ def generate_tasks(seed: int = TASK_SEED) -> tuple[RetailTask, ...]:
                 continue
             opening, goal, facts, steps, outputs, order_ids = built
             ident, who, lookup = _identity(ctx)
-            script: tuple[Step, ...] = (Say(ASK_IDENTITY), lookup, _call("get_user_details", user_id=uid), *steps)
+            # The user's details (payment methods) matter only when money moves to a chosen method;
+            # an order's owner is in the order itself.
+            details = [_call("get_user_details", user_id=uid)] if kind in _NEEDS_USER_DETAILS else []
+            script: tuple[Step, ...] = (Say(ASK_IDENTITY), lookup, *details, *steps)
             made.append(RetailTask(
                 id=f"{kind}-{len(made):02d}", kind=kind, user_id=uid, opening=opening,
                 instruction=f"{who} {goal} {CLOSING_RULES}", identity=ident, facts=facts, script=script,

@@ -1,0 +1,159 @@
+"""Sierra's tau-bench behind Rollscope's Env protocol.
+
+``--env taubench:retail`` (or ``:airline``) wraps ``tau_bench.envs.get_env``
+when the package is importable. tau-bench's own user simulator calls an LLM
+through litellm; here its ``user`` is replaced by :class:`ScriptedTauUser`,
+which needs no model: it opens with the task's instruction, confirms what
+the agent asks to confirm and stops when the agent asks whether there is
+anything else. The scripted policy plays the task's reference actions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+from typing import Any
+
+from ..errors import ConfigError, EnvError
+from ..records import Action, Message
+from .base import StepResult
+
+DOMAINS = ("retail", "airline")
+CLOSING = "Is there anything else I can help you with?"
+INSTALL_HINT = (
+    "tau-bench is not installed: install Sierra's tau-bench package (it provides the `tau_bench` module), "
+    "e.g. `pip install /path/to/tau-bench` from a checkout of its repository, then run again"
+)
+
+
+class ScriptedTauUser:
+    """tau-bench's user interface (``reset``, ``step``, ``get_total_cost``) with no LLM."""
+
+    def __init__(self) -> None:
+        self.instruction = ""
+        self.turns = 0
+
+    def reset(self, instruction: str | None = None) -> str:
+        self.instruction = instruction or ""
+        self.turns = 0
+        return self.instruction
+
+    def step(self, content: str) -> str:
+        self.turns += 1
+        low = content.lower()
+        if "anything else" in low:
+            return "No, that's all. Thank you! ###STOP###"
+        if any(w in low for w in ("confirm", "proceed", "yes/no", "shall i", "should i")):
+            return "Yes, please go ahead."
+        return "Okay, please continue."
+
+    def get_total_cost(self) -> float:
+        return 0.0
+
+
+def _dump(obj: Any) -> Any:
+    """tau-bench's info objects are pydantic models; keep them as plain JSON."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "dict"):
+        return obj.dict()
+    if isinstance(obj, dict):
+        return {k: _dump(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_dump(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+class TauBenchEnv:
+    """One tau-bench domain; one instance serves one episode at a time."""
+
+    def __init__(self, domain: str, user: str = "scripted", task_split: str = "test") -> None:
+        if domain not in DOMAINS:
+            raise ConfigError(f"unknown tau-bench domain {domain!r}; choose one of: {', '.join(DOMAINS)}")
+        if user != "scripted":
+            raise ConfigError("taubench envs run with --user scripted here (tau-bench's own LLM user needs a hosted model)")
+        try:
+            from tau_bench.envs import get_env
+            from tau_bench.types import RESPOND_ACTION_NAME
+            from tau_bench.types import Action as TauAction
+        except ImportError:
+            raise ConfigError(INSTALL_HINT) from None
+        self._TauAction = TauAction
+        self._respond = RESPOND_ACTION_NAME
+        kwargs: dict[str, Any] = {"user_strategy": "human", "user_model": "scripted", "task_split": task_split}
+        if "task_index" in inspect.signature(get_env).parameters:
+            kwargs["task_index"] = 0
+        self._env = get_env(domain, **kwargs)
+        self._user = ScriptedTauUser()
+        self._env.user = self._user  # tau-bench's Env calls self.user.reset/step/get_total_cost
+        self.domain = domain
+        self.name = f"taubench:{domain}"
+        self.tools = tuple(self._env.tools_info)
+        self._task_index: int | None = None
+
+    @property
+    def tasks(self) -> list[str]:
+        return [str(i) for i in range(len(self._env.tasks))]
+
+    def _index(self, task_id: str) -> int:
+        try:
+            i = int(task_id)
+        except ValueError:
+            raise EnvError(f"tau-bench task ids are indices, not {task_id!r}") from None
+        if not 0 <= i < len(self._env.tasks):
+            raise EnvError(f"tau-bench {self.domain} has tasks 0..{len(self._env.tasks) - 1}, not {i}")
+        return i
+
+    def system_prompt(self, task_id: str) -> str | None:
+        return str(self._env.wiki)
+
+    def reset(self, task_id: str) -> tuple[Message, ...]:
+        self._task_index = self._index(task_id)
+        res = self._env.reset(task_index=self._task_index)
+        return (Message("user", str(res.observation)),)
+
+    def step(self, action: Action) -> StepResult:
+        if self._task_index is None:
+            raise EnvError("step() before reset()")
+        kwargs = {"content": action.text} if action.is_respond else dict(action.arguments)
+        name = self._respond if action.is_respond else action.name
+        res = self._env.step(self._TauAction(name=name, kwargs=kwargs))
+        role = "user" if action.is_respond else "tool"
+        msg = Message(role, str(res.observation), name=None if action.is_respond else action.name)
+        info = _dump(res.info) if res.info is not None else {}
+        info = info if isinstance(info, dict) else {"info": info}
+        if res.done:
+            info["success"] = float(res.reward) >= 1.0
+        return StepResult((msg,), float(res.reward), bool(res.done), info)
+
+    def reference_plan(self, task_id: str) -> list[str]:
+        """The reference agent's replies: each reference action as a tool call, then the outputs."""
+        task = self._env.tasks[self._index(task_id)]
+        replies = [
+            tool_call_text(a.name, dict(a.kwargs)) if a.name != self._respond else str(a.kwargs.get("content", ""))
+            for a in task.actions
+        ]
+        outputs = list(getattr(task, "outputs", []) or [])
+        done = "Done." + (" " + "; ".join(outputs) + "." if outputs else "")
+        replies.append(f"{done} {CLOSING}")
+        return replies
+
+    def reference_reply(self, task_id: str, history: tuple[Message, ...], rng: random.Random, mistake_rate: float) -> str:
+        plan = self.reference_plan(task_id)
+        k = sum(1 for m in history if m.role == "assistant")
+        reply = plan[min(k, len(plan) - 1)]
+        if rng.random() < mistake_rate:
+            if reply.startswith("<tool_call>"):
+                return reply.replace('"arguments": {', '"arguments": {{', 1)  # malformed JSON
+            return "Let me think about that for a moment."
+        return reply
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "user": "scripted", "n_tasks": len(self._env.tasks)}
