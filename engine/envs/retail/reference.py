@@ -94,10 +94,13 @@ def _mistake(task: RetailTask, step: Step, nxt: Step | None, rng: random.Random)
         if step.confirm and isinstance(nxt, Action) and rng.random() < 0.5:
             return tool_call_text(nxt)  # skips the confirmation
         return rng.choice(CHATTY)
+    # Slips in a write's details are the costly, realistic kind; malformed
+    # JSON is rarer there than in the many quick lookups.
+    malformed, wrong = (0.1, 0.85) if step.name in WRITE_TOOLS else (0.25, 0.65)
     r = rng.random()
-    if r < 0.2:
+    if r < malformed:
         return _malformed(step, rng)
-    if r < 0.75:
+    if r < wrong:
         wrong = _wrong_argument(task, step, rng)
         if wrong is not None:
             return tool_call_text(wrong)
@@ -130,7 +133,7 @@ def _other(choices: list[str], current: str, rng: random.Random) -> str:
     return rng.choice(rest) if rest else _typo(current, rng)
 
 
-_WRITE_SLIPS = ("item_ids", "new_item_ids", "payment_method_id", "reason", "zip", "address1", "order_id")
+_WRITE_SLIPS = ("item_ids", "new_item_ids", "payment_method_id", "reason", "zip", "address1")
 _READ_SLIPS = ("order_id", "user_id", "email", "zip", "product_id", "expression")
 
 
@@ -147,7 +150,7 @@ def _wrong_argument(task: RetailTask, action: Action, rng: random.Random) -> Act
     # A write's slips are mostly in its details (which item, which card, the zip);
     # a read's in the id it looks up.
     keys = _WRITE_SLIPS if action.name in WRITE_TOOLS else _READ_SLIPS
-    candidates = [k for k in keys if k in args]
+    candidates = [k for k in keys if k in args] or [k for k in ("order_id", "user_id") if k in args]
     if not candidates:
         return None
     key = rng.choice(candidates)
@@ -162,7 +165,7 @@ def _wrong_argument(task: RetailTask, action: Action, rng: random.Random) -> Act
     elif key == "new_item_ids":
         i = rng.randrange(len(value))
         product = next((p for p in db["products"].values() if value[i] in p["variants"]), None)
-        others = sorted(product["variants"]) if product else []
+        others = sorted(k for k, v in product["variants"].items() if v["available"]) if product else []
         args[key] = [*value[:i], _other(others, value[i], rng), *value[i + 1:]]
     elif key == "payment_method_id":
         args[key] = _other(sorted(user["payment_methods"]), value, rng)

@@ -1,0 +1,183 @@
+"""Re-execute a stored episode against its env and say where it diverges.
+
+The env is reset on the same task and fed the stored actions one by one;
+each observation, reward and done flag is compared with what was stored.
+A divergence names the turn, the field, and both values. This tells a
+policy problem from an env problem: an env that is nondeterministic, whose
+data changed since the run, or whose reward function drifted.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .envs.base import Env, StepResult
+from .records import RESPOND, Action, Episode, Message
+
+FIELDS = ("system_prompt", "first_observation", "observation", "reward", "done", "env_error")
+
+
+@dataclass(frozen=True)
+class TurnVerdict:
+    turn: int
+    ok: bool
+    field: str = ""
+    stored: Any = None
+    now: Any = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "ok": self.ok, "field": self.field, "stored": self.stored, "now": self.now,
+                "note": self.note}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TurnVerdict:
+        return cls(int(d["turn"]), bool(d["ok"]), d.get("field", ""), d.get("stored"), d.get("now"), d.get("note", ""))
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """The verdict of one re-execution."""
+
+    episode_id: str
+    reproducible: bool  # False when the env cannot reproduce by design (a model plays the user)
+    reproduced: bool
+    turns: tuple[TurnVerdict, ...] = ()
+    divergence: TurnVerdict | None = None
+    reason: str = ""
+    until: int | None = None
+    created_at: float = field(default_factory=time.time)
+
+    @property
+    def kind(self) -> str:
+        if not self.reproducible:
+            return "not_reproducible"
+        if self.reproduced:
+            return "reproduced"
+        return f"diverged:{self.divergence.field if self.divergence else 'unknown'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "episode_id": self.episode_id, "reproducible": self.reproducible, "reproduced": self.reproduced,
+            "kind": self.kind, "turns": [t.to_dict() for t in self.turns],
+            "divergence": None if self.divergence is None else self.divergence.to_dict(),
+            "reason": self.reason, "until": self.until, "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReplayResult:
+        div = d.get("divergence")
+        return cls(
+            episode_id=str(d["episode_id"]), reproducible=bool(d["reproducible"]), reproduced=bool(d["reproduced"]),
+            turns=tuple(TurnVerdict.from_dict(t) for t in d.get("turns") or ()),
+            divergence=None if div is None else TurnVerdict.from_dict(div), reason=str(d.get("reason", "")),
+            until=d.get("until"), created_at=float(d.get("created_at", 0.0)),
+        )
+
+    def summary(self) -> str:
+        if not self.reproducible:
+            return f"{self.episode_id}: cannot be re-executed exactly: {self.reason}"
+        if self.reproduced:
+            return f"{self.episode_id}: reproduced ({len(self.turns)} turns)"
+        d = self.divergence
+        assert d is not None
+        return f"{self.episode_id}: diverged at turn {d.turn} on {d.field}: stored {d.stored!r}, now {d.now!r}"
+
+
+def _msgs(ms: tuple[Message, ...] | list[Message]) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in ms]
+
+
+def nondeterminism(env: Env) -> str | None:
+    """Why an env cannot reproduce a run exactly, or None if it can."""
+    desc = env.describe() if hasattr(env, "describe") else {}
+    if desc.get("user") == "llm":
+        return "a model plays the user, so its replies differ from run to run"
+    return None
+
+
+async def _step(env: Env, actions: list[Action]) -> StepResult:
+    """Execute a turn's actions the way the loop does (all of them, merged)."""
+    obs: list[Message] = []
+    reward, done, info = 0.0, False, {}
+    for action in actions:
+        res = env.step(action)
+        if inspect.isawaitable(res):
+            res = await res
+        obs.extend(res.observation)
+        reward, done, info = res.reward, res.done, {**info, **res.info}
+        if done:
+            break
+    return StepResult(tuple(obs), reward, done, info)
+
+
+def _initial(ep: Episode) -> tuple[str | None, list[Message]]:
+    msgs = list(ep.messages)
+    system = msgs[0].content if msgs and msgs[0].role == "system" else None
+    rest = msgs[1:] if system is not None else msgs
+    first: list[Message] = []
+    for m in rest:
+        if m.role == "assistant":
+            break
+        first.append(m)
+    return system, first
+
+
+async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = None) -> ReplayResult:
+    """Re-execute ``ep``'s stored actions (turns ``0..until``) in a fresh env."""
+    env = make_env()
+    why = nondeterminism(env)
+    if why is not None:
+        return ReplayResult(ep.id, False, False, reason=why, until=until)
+    verdicts: list[TurnVerdict] = []
+
+    def diverged(v: TurnVerdict) -> ReplayResult:
+        verdicts.append(v)
+        return ReplayResult(ep.id, True, False, tuple(verdicts), v, until=until)
+
+    system, first = _initial(ep)
+    try:
+        now_system = env.system_prompt(ep.task_id)
+        now_first = list(env.reset(ep.task_id))
+    except Exception as e:  # the env is third-party code: its failure is the finding
+        return diverged(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+    if (now_system or None) != system:
+        return diverged(TurnVerdict(0, False, "system_prompt", system, now_system))
+    if _msgs(now_first) != _msgs(first):
+        return diverged(TurnVerdict(0, False, "first_observation", _msgs(first), _msgs(now_first)))
+
+    for turn in ep.turns:
+        if until is not None and turn.index > until:
+            break
+        if turn.action is None:
+            # Nothing reached the env (a parse error, an aborted generation): the
+            # loop's own feedback is not the env's to reproduce.
+            verdicts.append(TurnVerdict(turn.index, True, note="no env action in this turn"))
+            continue
+        actions = [Action(c.name, c.arguments) for c in turn.tool_calls] or [
+            Action(RESPOND, dict(turn.action.arguments), turn.action.text)
+        ]
+        stored_error = next((f.message for f in turn.findings if f.kind == "env_error"), None)
+        try:
+            res = await _step(env, actions)
+        except Exception as e:
+            now = f"{type(e).__name__}: {e}"
+            if stored_error == now:
+                verdicts.append(TurnVerdict(turn.index, True, note=f"the env raised again, as stored: {now}"))
+                break
+            return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, now, traceback.format_exc()))
+        if stored_error is not None:
+            return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, None))
+        if _msgs(res.observation) != _msgs(turn.observation):
+            return diverged(TurnVerdict(turn.index, False, "observation", _msgs(turn.observation), _msgs(res.observation)))
+        if res.reward != turn.reward:
+            return diverged(TurnVerdict(turn.index, False, "reward", turn.reward, res.reward))
+        if res.done != turn.done:
+            return diverged(TurnVerdict(turn.index, False, "done", turn.done, res.done))
+        verdicts.append(TurnVerdict(turn.index, True))
+    return ReplayResult(ep.id, True, True, tuple(verdicts), None, until=until)

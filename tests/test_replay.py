@@ -1,0 +1,79 @@
+"""Re-executing stored episodes against their envs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.backends.scripted import ScriptedBackend
+from engine.envs.math import MathEnv
+from engine.loop import run_episode
+from engine.presets import PRESETS
+from engine.replay import replay
+from tests.toolenv import PriceEnv
+
+FAKE = Path(__file__).parent / "fake_taubench"
+
+
+def run(make_env, tok, preset, task, mistake_rate=0.0, seed=0, **cfg):
+    be = ScriptedBackend(make_env, tok, mistake_rate=mistake_rate, seed=seed)
+    return asyncio.run(run_episode(make_env(), be, tok, PRESETS[preset].with_(**cfg), task, preset=preset))
+
+
+@pytest.mark.parametrize("preset", ["areal-math", "tito", "slime-tau"])
+def test_math_episodes_reproduce(smol_tokenizer, preset):
+    for i, task in enumerate(MathEnv().tasks[:4]):
+        ep = run(MathEnv, smol_tokenizer, preset, task, mistake_rate=0.5, seed=i, max_turns=4)
+        res = asyncio.run(replay(ep, MathEnv))
+        assert res.reproducible and res.reproduced, res.summary()
+        assert [v.turn for v in res.turns] == [t.index for t in ep.turns]
+
+
+def test_tool_env_with_parse_errors_and_env_errors_reproduces(smol_tokenizer):
+    ep = run(PriceEnv, smol_tokenizer, "tito", "fig", mistake_rate=1.0, max_turns=3)
+    assert any(t.parse_error for t in ep.turns)
+    assert asyncio.run(replay(ep, PriceEnv)).reproduced
+    crash = run(lambda: PriceEnv(fail_on="fig"), smol_tokenizer, "tito", "fig")
+    res = asyncio.run(replay(crash, lambda: PriceEnv(fail_on="fig")))
+    assert res.reproduced and "raised again" in res.turns[-1].note
+    fixed = asyncio.run(replay(crash, PriceEnv))  # the env no longer fails: a divergence
+    assert not fixed.reproduced and fixed.divergence.field == "env_error"
+
+
+def test_changed_problem_data_diverges_at_the_right_turn(tmp_path, smol_tokenizer):
+    probs = tmp_path / "p.jsonl"
+    probs.write_text(json.dumps({"query_id": "q", "prompt": "What is 2+2?", "solutions": ["4"]}) + "\n")
+    ep = run(lambda: MathEnv(probs), smol_tokenizer, "areal-math", "q", mistake_rate=0.0)
+    assert all(t.reward == 1.0 for t in ep.turns)
+    probs.write_text(json.dumps({"query_id": "q", "prompt": "What is 2+2?", "solutions": ["5"]}) + "\n")
+    res = asyncio.run(replay(ep, lambda: MathEnv(probs)))
+    assert not res.reproduced
+    d = res.divergence
+    assert d.turn == 0 and d.field == "observation"
+    assert "correct" in d.stored[0]["content"] and "wrong" in d.now[0]["content"]
+    assert asyncio.run(replay(ep, lambda: MathEnv(probs), until=0)).divergence.turn == 0
+
+
+def test_changed_prompt_text_diverges_before_any_turn(tmp_path, smol_tokenizer):
+    probs = tmp_path / "p.jsonl"
+    probs.write_text(json.dumps({"query_id": "q", "prompt": "What is 2+2?", "solutions": ["4"]}) + "\n")
+    ep = run(lambda: MathEnv(probs), smol_tokenizer, "tito", "q")
+    probs.write_text(json.dumps({"query_id": "q", "prompt": "What is two plus two?", "solutions": ["4"]}) + "\n")
+    res = asyncio.run(replay(ep, lambda: MathEnv(probs)))
+    assert res.divergence.field == "first_observation" and res.divergence.turn == 0
+
+
+def test_taubench_episode_reproduces(monkeypatch, smol_tokenizer):
+    monkeypatch.syspath_prepend(str(FAKE))
+    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    from engine.envs.taubench import TauBenchEnv
+
+    make = lambda: TauBenchEnv("retail")  # noqa: E731
+    ep = run(make, smol_tokenizer, "slime-tau", "1")
+    assert ep.reward == 1.0
+    assert asyncio.run(replay(ep, make)).reproduced
