@@ -119,6 +119,11 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
         prev = curr
         if d.stable or turns[k] in already:
             continue
+        same = [sg for sg in ep.segments if sg.turn == turns[k] and sg.kind == msgs[k].role]
+        asg = _assistant_seg(ep, turns[k])
+        # Where the rewritten message's tokens are (or, when the slice lost
+        # them entirely, where they should have been).
+        span = (same[0].start, same[0].end) if same else ((asg.end, asg.end + 1) if asg is not None else (None, None))
         out.append(
             Finding(
                 "template_not_prefix_stable",
@@ -126,17 +131,59 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
                 f"adding message {k} ({msgs[k].role}) rewrote earlier rendered text at character {d.diff_at}"
                 + ("; harmless here: tito keeps the generated ids" if harmless else "; sliced text deltas are wrong"),
                 turn=turns[k],
+                token_start=span[0],
+                token_end=span[1],
                 evidence=d.evidence(),
             )
         )
     return out
 
 
-def _verbatim_assistant(tok: Any, tools: Any) -> bool:
-    base = [Message("user", "U")]
-    with_gp = chat.render(tok, base, tools, add_generation_prompt=True)
-    full = chat.render(tok, [*base, Message("assistant", chat.SENTINEL)], tools)
-    return full.startswith(with_gp + chat.SENTINEL)
+def _assistant_seg(ep: Episode, turn: int) -> Any:
+    return next((s for s in ep.segments if s.kind == "assistant" and s.turn == turn), None)
+
+
+def tito_expected_ids(ep: Episode, tok: Any) -> list[int]:
+    """The ids a token-in-token-out loop builds from this trace's records.
+
+    The first prompt rendered with its generation prompt, then per turn the
+    generated ids and, between turns, the template's closing after them and
+    the env messages rendered in isolation with the next generation prompt.
+    """
+    msgs = list(ep.messages)
+    first = next((i for i, m in enumerate(msgs) if m.role == "assistant"), len(msgs))
+    ids = chat.encode(tok, _render(ep, tok, msgs[:first], True))
+    for i, t in enumerate(ep.turns):
+        g = t.generation
+        if g is None:
+            break
+        ids += list(g.token_ids) or chat.encode(tok, g.text)
+        if i < len(ep.turns) - 1:
+            gen_text = chat.decode(tok, g.token_ids) if g.token_ids else g.text
+            ids += chat.encode(tok, chat.tail_after_generation(tok, gen_text, ep.tools))
+            m, gp = chat.isolated_messages_delta(tok, t.observation, ep.tools)
+            ids += chat.encode(tok, m) + chat.encode(tok, gp)
+    return ids
+
+
+def _rendered_candidates(ep: Episode, tok: Any) -> list[list[int]]:
+    """Token arrays a correct render-and-slice loop may have produced."""
+    full = chat.encode(tok, _render(ep, tok, ep.messages, False))
+    out = [full]
+    if ep.messages[-1].role != "assistant":
+        out.append(chat.encode(tok, _render(ep, tok, ep.messages, True)))
+        return out
+    tail = chat.encode(tok, chat.assistant_closing(tok, ep.tools))
+    eot = chat.end_of_turn_ids(tok)
+    # A token-in-token-out array ends on the generated end-of-turn token, before the template's newline.
+    for cut in range(1, len(tail) + 1):
+        if full[-cut:] == tail[-cut:] and full[-cut - 1 : -cut] and full[-cut - 1] in eot:
+            out.append(full[:-cut])
+    # A reply cut by the length limit has no end-of-turn token at all.
+    last = ep.turns[-1].generation if ep.turns else None
+    if last is not None and last.finish_reason == "length" and tail and full[-len(tail) :] == tail:
+        out.append(full[: -len(tail)])
+    return out
 
 
 def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
@@ -145,42 +192,31 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
         return [_skip("tokens_not_rendering", "no tokenizer with a chat template")]
     if not ep.messages or not len(ep.tokens):
         return [_skip("tokens_not_rendering", "the episode has no messages or no tokens")]
-    if _token_mode(ep) == "tito" and not _verbatim_assistant(tok, ep.tools):
-        return [_skip("tokens_not_rendering", "the template does not render assistant replies verbatim "
-                      "(it adds text such as an empty <think> block), so it cannot reproduce generated ids")]
-    if _token_mode(ep) == "tito":
-        unstable = any(
-            not chat.text_delta(_render(ep, tok, ep.messages[:k], False), _render(ep, tok, ep.messages[: k + 1], False)).stable
-            for k in range(1, len(ep.messages))
-        )
-        if unstable:
-            return [_skip("tokens_not_rendering", "tito episode on a template that re-renders history; its ids are checked per turn")]
     ids = ep.tokens.ids.tolist()
-    full = chat.encode(tok, _render(ep, tok, ep.messages, False))
-    candidates = [full]
-    if ep.messages[-1].role == "assistant":
-        tail = chat.encode(tok, chat.assistant_closing(tok, ep.tools))
-        eot = chat.end_of_turn_ids(tok)
-        # A token-in-token-out array ends on the generated end-of-turn token, before the template's newline.
-        for cut in range(1, len(tail) + 1):
-            if full[-cut:] == tail[-cut:] and full[-cut - 1 : -cut] and full[-cut - 1] in eot:
-                candidates.append(full[:-cut])
+    tito = _token_mode(ep) == "tito" and bool(ep.turns) and all(t.generation is not None for t in ep.turns)
+    if tito:
+        # Generated ids are kept as they are, so the reference is not a render of
+        # the whole conversation but the generated ids plus template deltas.
+        want = tito_expected_ids(ep, tok)
+        what = "the generated ids and the template's deltas between them"
     else:
-        candidates.append(chat.encode(tok, _render(ep, tok, ep.messages, True)))
-    if any(ids == c for c in candidates):
-        return []
-    want = max(candidates, key=lambda c: _first_diff(ids, c) or 0)
+        candidates = _rendered_candidates(ep, tok)
+        if any(ids == c for c in candidates):
+            return []
+        want = max(candidates, key=lambda c: _first_diff(ids, c) or 0)
+        what = "the tokenization of the rendered conversation"
     at = _first_diff(ids, want)
-    assert at is not None
+    if at is None:
+        return []
+    start = min(at, len(ids) - 1)
     return [
         Finding(
             "tokens_not_rendering",
             ERROR,
-            f"token ids differ from the tokenization of the rendered conversation from position {at} "
-            f"({len(ids)} ids vs {len(want)} rendered)",
-            turn=_turn_at(ep, at),
-            token_start=at,
-            token_end=min(len(ids), at + 1),
+            f"token ids differ from {what} from position {at} ({len(ids)} ids vs {len(want)} expected)",
+            turn=_turn_at(ep, start),
+            token_start=start,
+            token_end=start + 1,
             evidence=_id_evidence(tok, ids, want, at, o.context),
         )
     ]
@@ -307,6 +343,14 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
     either = closing_newlines(ep, tok, spans)
     free = np.zeros(n, dtype=bool)
     free[either] = True
+    # After a reply cut by the length limit the template writes the end-of-turn
+    # token; the model never generated it, so it must not be trained.
+    cut_eot: set[int] = set()
+    for t in ep.turns:
+        a = next((sg for sg in t.segments if sg.kind == "assistant"), None)
+        if t.generation is not None and t.generation.finish_reason == "length" and a is not None and a.end < n:
+            cut_eot.add(a.end)
+    expected[sorted(cut_eot)] = 0
 
     bad_on = np.flatnonzero((mask == 1) & (expected == 0) & ~free)
     bad_off = np.flatnonzero((mask == 0) & (expected == 1))
@@ -336,7 +380,8 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
                                evidence={"trained": [e for e in either if mask[e]], "not_trained": [e for e in either if not mask[e]]}))
     if tok is not None and spans:
         eot = chat.end_of_turn_ids(tok)
-        ends = [(e - 1, bool(mask[e - 1])) for s, e in spans if e > s and int(ep.tokens.ids[e - 1]) in eot]
+        ends = [(e - 1, bool(mask[e - 1])) for s, e in spans
+                if e > s and int(ep.tokens.ids[e - 1]) in eot and e - 1 not in cut_eot]
         if len({m for _, m in ends}) > 1:
             odd = [p for p, m in ends if m != ends[0][1]]
             out.append(Finding("mask_misaligned", ERROR,
@@ -380,12 +425,38 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                            turn=_turn_at(ep, at), token_start=at, token_end=int(stray[-1]) + 1))
     for t in ep.turns:
         g = t.generation
-        if g is None or g.logprobs is None or not g.token_ids:
+        seg = _assistant_seg(ep, t.index)
+        if g is None or g.logprobs is None or not g.token_ids or seg is None:
             continue
         if len(g.logprobs) != len(g.token_ids):
+            lo = seg.start + len(g.logprobs) if len(g.logprobs) < len(g.token_ids) else seg.start
             out.append(Finding("logprobs_misaligned", ERROR,
                                f"turn {t.index}: {len(g.logprobs)} logprobs for {len(g.token_ids)} generated tokens",
-                               turn=t.index, evidence={"logprobs": len(g.logprobs), "tokens": len(g.token_ids)}))
+                               turn=t.index, token_start=lo, token_end=seg.start + len(g.token_ids),
+                               evidence={"logprobs": len(g.logprobs), "tokens": len(g.token_ids)}))
+        # Where the trained ids are the generated ones, the stored logprobs must be the generation's.
+        n = min(len(g.token_ids), len(g.logprobs), seg.end - seg.start)
+        k = _first_diff(ep.tokens.ids[seg.start : seg.start + n].tolist(), list(g.token_ids[:n]))
+        k = n if k is None else k
+        stored = lp[seg.start : seg.start + k]
+        differ = ~np.isclose(stored, np.asarray(g.logprobs[:k], dtype=np.float32), atol=1e-4)
+        if (differ & ~np.isnan(stored)).any():
+            at = seg.start + int(np.flatnonzero(differ)[0])
+            out.append(Finding("logprobs_misaligned", ERROR,
+                               f"turn {t.index}: stored logprobs are not the generation's from token {at} (shifted?)",
+                               turn=t.index, token_start=at, token_end=seg.start + k))
+    return out
+
+
+def check_turn_records(ep: Episode, o: CheckOptions) -> list[Finding]:
+    """Parse errors recorded on turns, as findings, when the trace lacks them (imports, old records)."""
+    logged = {(f.kind, f.turn) for f in ep.all_findings()}
+    out = []
+    for t in ep.turns:
+        if t.parse_error and ("tool_call_parse_error", t.index) not in logged:
+            a = _assistant_seg(ep, t.index)
+            out.append(Finding("tool_call_parse_error", ERROR, t.parse_error, turn=t.index,
+                               token_start=a.start if a else None, token_end=a.end if a else None))
     return out
 
 
@@ -470,7 +541,7 @@ def check_logprob_mismatch(ep: Episode, o: CheckOptions) -> list[Finding]:
 
 CHECKS: tuple[Check, ...] = (
     check_template, check_rendering, check_drift, check_mask, check_logprobs, check_truncation,
-    check_response_length, check_logprob_mismatch,
+    check_response_length, check_logprob_mismatch, check_turn_records,
 )
 
 

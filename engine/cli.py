@@ -81,16 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--db", default=DEFAULT_DB)
     sh.add_argument("--json", action="store_true", help="print the whole record as JSON")
 
-    ex = sub.add_parser("export", help="export episodes to a file")
-    ex.add_argument("--db", default=DEFAULT_DB)
-    ex.add_argument("--format", default="jsonl", choices=["jsonl"])
-    ex.add_argument("-o", "--output", required=True, help="output file ('-' for stdout)")
-    ex.add_argument("--where", action="append", default=[])
+    from .formats import EXPORTERS, IMPORTERS
 
-    im = sub.add_parser("import", help="import episodes from a file")
-    im.add_argument("file")
-    im.add_argument("--format", default="jsonl", choices=["jsonl"])
+    ex = sub.add_parser("export", help="export episodes to a file (jsonl, slime, areal, messages, parquet)")
+    ex.add_argument("--db", default=DEFAULT_DB)
+    ex.add_argument("--format", default="jsonl", choices=sorted(EXPORTERS))
+    ex.add_argument("-o", "--output", required=True, help="output file ('-' for stdout, text formats only)")
+    ex.add_argument("--where", action="append", default=[], help="filter like `ls`: status=completed, reward>=0.5 ...")
+    ex.add_argument("--id", action="append", default=[], help="only this episode (repeatable; an id prefix is enough)")
+    ex.add_argument("--tag", action="append", default=[], help="only episodes with this tag (repeatable: all of them)")
+    ex.add_argument("--starred", action="store_true", help="only starred episodes")
+
+    im = sub.add_parser("import", help="import episodes from a training run's dump (or a Rollscope export)")
+    im.add_argument("file", metavar="FILE_OR_DIR")
+    im.add_argument("--format", default="jsonl", choices=sorted(IMPORTERS))
     im.add_argument("--db", default=DEFAULT_DB)
+    im.add_argument("--tokenizer", help="tokenizer folder or hub id to tokenize and check foreign dumps with "
+                    "(slime --dump-details folders bring their own)")
+    im.add_argument("--quiet", action="store_true", help="no progress bar")
 
     ck = sub.add_parser("check", help="run the fidelity checks on stored or exported episodes")
     ck.add_argument("source", metavar="FILE_OR_DB", help="a Rollscope database or a Rollscope JSONL file")
@@ -231,40 +239,38 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from .formats import jsonl
+    from dataclasses import replace
+
+    from .formats import export
     from .store import EpisodeFilter
 
     store = _open_store(a.db, must_exist=True)
     flt = EpisodeFilter.from_where(a.where)
-    if a.output == "-":
-        n = jsonl.write(store.iter_episodes(flt), sys.stdout)
-    else:
-        out = Path(a.output)
-        tmp = out.with_name(out.name + ".part")
-        with tmp.open("w", encoding="utf-8") as f:
-            n = jsonl.write(store.iter_episodes(flt), f)
-        os.replace(tmp, out)  # never leave a half-written file under the real name
-    print(f"exported {n} episodes to {a.output}", file=sys.stderr)
+    if a.id:
+        flt = replace(flt, ids=tuple(store.resolve_id(i) for i in a.id))
+    if a.tag:
+        flt = replace(flt, tags=(*flt.tags, *a.tag))
+    if a.starred:
+        flt = replace(flt, starred=True)
+    n = export(store.iter_episodes(flt), a.format, a.output)
+    print(f"exported {n} episodes ({a.format}) to {a.output}", file=sys.stderr)
     return 0
 
 
 def cmd_import(a: argparse.Namespace) -> int:
-    from .formats import jsonl
+    from .errors import FormatError
+    from .formats import import_path
 
-    report = jsonl.ReadReport()
+    if not Path(a.file).exists():  # before the database is created for nothing
+        raise FormatError("no such file", a.file)
     store = _open_store(a.db, must_exist=False)
-    new = same = 0
-    for ep in jsonl.read(a.file, report):
-        if store.has_episode(ep.id):
-            same += 1
-        else:
-            new += 1
-        store.save_episode(ep)
+    report = import_path(a.file, a.format, store, tokenizer=a.tokenizer, progress=not a.quiet and sys.stderr.isatty())
     for err in report.errors:
         print(f"rollscope: skipped {err}", file=sys.stderr)
-    print(f"imported {new} new episodes ({same} already present, updated) into {a.db}; "
-          f"{len(report.errors)} malformed lines skipped")
-    return 1 if report.errors and not report.episodes else 0
+    for note in report.notes:
+        print(f"rollscope: note: {note}", file=sys.stderr)
+    print(f"{report.summary()} -> {a.db}")
+    return 1 if report.errors and not report.imported else 0
 
 
 def _is_sqlite(path: Path) -> bool:

@@ -292,9 +292,9 @@ class Stepper:
             return
         before = self.messages
         delta = chat.assistant_delta(self.tok, before, assistant, self.tools)
-        if not delta.stable:
-            findings.append(self._unstable(t, "assistant", delta))
         ids = chat.encode(self.tok, delta.text)
+        if not delta.stable:
+            findings.append(self._unstable(t, "assistant", delta, len(ids)))
         # Re-encoded ids carry the rollout's logprobs only where they are the
         # very ids the model generated; past the first difference they are unknown.
         lps: list[float] = [math.nan] * len(ids)
@@ -318,21 +318,24 @@ class Stepper:
                 self.builder.add(chat.encode(self.tok, gp_text), "gen_prompt", t + 1, False)
             return
         delta = chat.messages_delta(self.tok, self.messages, obs, self.tools)
+        ids = chat.encode(self.tok, delta.text)
         if not delta.stable:
-            findings.append(self._unstable(t, kind, delta))
-        self.builder.add(chat.encode(self.tok, delta.text), kind, t, False)
+            findings.append(self._unstable(t, kind, delta, len(ids)))
+        self.builder.add(ids, kind, t, False)
         if self.config.gen_prompt_tokens:
             gp = chat.generation_prompt_delta(self.tok, [*self.messages, *obs], self.tools)
             self.builder.add(chat.encode(self.tok, gp.text), "gen_prompt", t + 1, False)
 
-    def _unstable(self, t: int, what: str, delta: chat.TextDelta) -> Finding:
+    def _unstable(self, t: int, what: str, delta: chat.TextDelta, n_ids: int) -> Finding:
         return Finding(
             "template_not_prefix_stable",
             Severity.ERROR,
             f"rendering the {what} message of turn {t} rewrote earlier text at character {delta.diff_at}; "
             "the sliced delta (and its loss mask) is wrong",
             turn=t,
+            # When the slice came out empty, point at the token where the lost text should have been.
             token_start=len(self.builder),
+            token_end=len(self.builder) + max(n_ids, 1),
             evidence=delta.evidence(),
         )
 

@@ -86,7 +86,7 @@ PRESETS: dict[str, LoopConfig] = {
         turn_discount=0.9,
     ),
     # Token in, token out: generated ids are never re-encoded.
-    "tito": LoopConfig(token_mode="tito", max_turns=8, stop_on_success=True, on_parse_error="feedback"),
+    "tito": LoopConfig(token_mode="tito", max_turns=20, stop_on_success=True, on_parse_error="feedback"),
     # slime's tau-bench example: render, slice, re-encode; abort on any failure.
     "slime-tau": LoopConfig(
         token_mode="retokenize",

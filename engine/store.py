@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,10 @@ import sqlite_utils
 from .errors import ConfigError, StoreError
 from .records import Episode, Finding, Status, TokenArrays, Turn
 
-DB_SCHEMA = 1
+# Bins, BrowseStats, RewardStats and search_texts are re-exported for callers of the store.
+from .store_browse import Bins, BrowseQueries, BrowseStats, RewardStats, search_texts, text_clause  # noqa: F401
+
+DB_SCHEMA = 2  # 2: the full-text search index (search_texts, search_refs, search_fts)
 
 # Episode fields that live in their own columns rather than in the JSON blob.
 _COLUMN_FIELDS = {
@@ -57,10 +60,13 @@ class EpisodeSummary:
     starred: bool
     n_findings: int
     source: str
+    group_id: str | None = None
+    n_errors: int = 0
+    tags: tuple[str, ...] = ()
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EpisodeSummary:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ class EpisodeFilter:
     max_turns: int | None = None
     ids: tuple[str, ...] = ()
     text: str | None = None
+    has_findings: bool | None = None  # any finding at all (True) or none (False)
+    group_id: str | None = None
 
     @classmethod
     def from_where(cls, clauses: Sequence[str]) -> EpisodeFilter:
@@ -166,13 +174,19 @@ class EpisodeFilter:
             add("n_turns <= ?", self.max_turns)
         if self.ids:
             add(f"id IN ({','.join('?' * len(self.ids))})", *self.ids)
-        if self.text:
-            add("id IN (SELECT episode_id FROM turns WHERE data LIKE ?) OR data LIKE ?", f"%{self.text}%", f"%{self.text}%")
+        if self.has_findings is not None:
+            add("n_findings > 0" if self.has_findings else "n_findings = 0")
+        if self.group_id:
+            add("group_id = ?", self.group_id)
+        if self.text and self.text.strip():
+            add(*text_clause(self.text.strip()))
         return (" AND ".join(f"({w})" for w in where) or "1"), args
 
 
-SORTABLE = ("created_at", "reward", "n_turns", "n_tokens", "env", "task_id", "status", "n_findings", "id")
-
+SORTABLE = (
+    "created_at", "reward", "n_turns", "n_tokens", "env", "task_id", "status", "n_findings", "id",
+    "n_trainable", "preset", "model", "run_id", "group_id", "sample_index", "starred", "source", "n_errors",
+)
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -184,7 +198,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class Store:
+class Store(BrowseQueries):
     """A Rollscope database file. Safe to share between threads."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
@@ -267,6 +281,9 @@ class Store:
                     ("tags", ["tag"]),
                 ):
                     db[table].create_index(cols, if_not_exists=True)
+                created = self._migrate_search()
+            if created and db.execute("SELECT 1 FROM episodes LIMIT 1").fetchone():
+                self._reindex_search()
 
     def recover_interrupted(self) -> int:
         """Mark episodes whose writing process is gone as ``interrupted``."""
@@ -391,6 +408,7 @@ class Store:
             self._write_turn(ep.id, turn)
             self._write_tokens(ep)
             self._write_findings(ep, turn.index)
+            self._write_search(ep, turn.index)
 
     def finish_episode(self, ep: Episode) -> None:
         """Commit an episode's final state after its turns were saved one by one."""
@@ -398,19 +416,43 @@ class Store:
             self._upsert("episodes", self._episode_row(ep), ("id",), keep=("starred", "note"))
             self._write_tokens(ep)
             self._write_findings(ep)
+            self._write_search(ep)
 
     def save_episode(self, ep: Episode) -> None:
         """Write a whole episode (new, finished or imported), replacing any old copy."""
         with self._lock, self.db.conn:
-            self._upsert("episodes", self._episode_row(ep), ("id",))
-            self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
-            for t in ep.turns:
-                self._write_turn(ep.id, t)
-            self._write_tokens(ep)
-            self._write_findings(ep)
-            self.db.execute("DELETE FROM tags WHERE episode_id = ?", [ep.id])
-            if ep.tags:
-                self.db["tags"].insert_all([{"episode_id": ep.id, "tag": t} for t in ep.tags], ignore=True)
+            self._save_whole(ep)
+
+    def save_episodes(self, episodes: Iterable[Episode], batch: int = 500) -> int:
+        """Write many whole episodes, ``batch`` per transaction (imports, benchmarks); returns how many."""
+        n = 0
+        chunk: list[Episode] = []
+        for ep in episodes:
+            chunk.append(ep)
+            if len(chunk) >= batch:
+                n += self._save_chunk(chunk)
+                chunk = []
+        return n + (self._save_chunk(chunk) if chunk else 0)
+
+    def _save_chunk(self, chunk: list[Episode]) -> int:
+        with self._lock, self.db.conn:
+            for ep in chunk:
+                self._save_whole(ep)
+        return len(chunk)
+
+    def _save_whole(self, ep: Episode) -> None:
+        self._upsert("episodes", self._episode_row(ep), ("id",))
+        self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
+        for t in ep.turns:
+            self._write_turn(ep.id, t)
+        self._write_tokens(ep)
+        self._write_findings(ep)
+        self._write_search(ep)
+        self.db.execute("DELETE FROM tags WHERE episode_id = ?", [ep.id])
+        if ep.tags:
+            self.db.conn.executemany(
+                "INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(ep.id, t) for t in ep.tags]
+            )
 
     def set_status(self, ids: Sequence[str], status: Status, reason: str) -> None:
         with self._lock, self.db.conn:
@@ -503,14 +545,27 @@ class Store:
         if order_by not in SORTABLE:
             raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
         where, args = (flt or EpisodeFilter()).sql()
+        direction = "DESC" if descending else "ASC"
+        # Page first, then look up the tags of that page only.
         sql = (
             "SELECT id, env, task_id, status, reward, n_turns, n_tokens, n_trainable, preset, model, run_id, "
-            "sample_index, created_at, starred, n_findings, source FROM episodes "
-            f"WHERE {where} ORDER BY {order_by} {'DESC' if descending else 'ASC'}, id LIMIT ? OFFSET ?"
+            "sample_index, created_at, starred, n_findings, source, group_id, n_errors FROM episodes "
+            f"WHERE {where} ORDER BY {order_by} {direction}, id {direction} LIMIT ? OFFSET ?"
         )
         with self._lock:
             rows = list(self.db.query(sql, [*args, limit, offset]))
-        return [EpisodeSummary.from_row({**r, "starred": bool(r["starred"])}) for r in rows]
+            tags: dict[str, list[str]] = {}
+            if rows:
+                ids = [r["id"] for r in rows]
+                for eid, tag in self.db.execute(
+                    f"SELECT episode_id, tag FROM tags WHERE episode_id IN ({','.join('?' * len(ids))}) ORDER BY tag", ids
+                ):
+                    tags.setdefault(eid, []).append(tag)
+        return [
+            EpisodeSummary.from_row({**r, "starred": bool(r["starred"]), "n_errors": r["n_errors"] or 0,
+                                     "tags": tuple(tags.get(r["id"], ()))})
+            for r in rows
+        ]
 
     def count(self, flt: EpisodeFilter | None = None) -> int:
         where, args = (flt or EpisodeFilter()).sql()
@@ -525,4 +580,3 @@ class Store:
             raise ConfigError(f"no filter on {column!r}")
         with self._lock:
             return [r[0] for r in self.db.execute(f"SELECT DISTINCT {column} FROM episodes WHERE {column} IS NOT NULL ORDER BY 1")]
-

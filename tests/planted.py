@@ -81,6 +81,25 @@ class ThinkingBackend:
         return {"name": self.name}
 
 
+class CutTurns:
+    """Wraps a backend; the replies of the given turns stop on the length limit after ``keep`` tokens."""
+
+    def __init__(self, inner: Any, tok: Any, turns: Sequence[int], keep: int = 4) -> None:
+        self.inner, self.tok, self.turns, self.keep = inner, tok, set(turns), keep
+        self.name = inner.name
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        g = await self.inner.generate(request)
+        if request.turn not in self.turns:
+            return g
+        ids = g.token_ids[: self.keep]
+        lps = None if g.logprobs is None else g.logprobs[: self.keep]
+        return replace(g, token_ids=ids, logprobs=lps, text=chat.decode(self.tok, ids), finish_reason="length")
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+
 def play(
     env_cls: type,
     tok: Any,
@@ -694,16 +713,22 @@ def env_error_slime(tok: Any, name: str) -> Planted:
     return Planted(ep, "env_error", ERR, ANY, 0, "the tool raised (slime-tau)")
 
 
-def think_retokenize(tok: Any, name: str, env_cls: type = MathEnv, preset: str = "areal-math") -> Planted:
+def think_retokenize(tok: Any, name: str) -> Planted:
     """Qwen3 drops the <think> block of turn 0 once the env's reply follows it: the
-    sliced text delta of that reply (its first token on) is wrong."""
-    ep = play(env_cls, tok, preset, "retokenize", backend=ThinkingBackend(env_cls, tok), tokenizer_name=name)
-    return Planted(ep, "template_not_prefix_stable", ERR, env_seg(ep, 0).start, 0,
-                   f"reasoning model, {preset}, retokenize")
+    sliced text delta of that reply is wrong from its first token (here it is
+    even empty: the rewritten render is shorter than the previous one)."""
+    ep = play(MathEnv, tok, "areal-math", "retokenize", backend=ThinkingBackend(MathEnv, tok), tokenizer_name=name)
+    return Planted(ep, "template_not_prefix_stable", ERR, seg(ep, "assistant", 0).end, 0,
+                   "reasoning model, areal-math, retokenize")
 
 
-def think_retokenize_tools(tok: Any, name: str) -> Planted:
-    return think_retokenize(tok, name, PriceEnv, "slime-tau")
+def empty_think_retokenize_tools(tok: Any, name: str) -> Planted:
+    """Qwen3 renders the last assistant message with an empty ``<think></think>``
+    block and drops it once a tool result follows (a reply that really thinks
+    keeps its block before a tool result: only a new user turn strips it)."""
+    ep = play(PriceEnv, tok, "slime-tau", tokenizer_name=name)
+    return Planted(ep, "template_not_prefix_stable", ERR, seg(ep, "assistant", 0).end, 0,
+                   "slime-tau with tools, retokenize")
 
 
 def think_retokenize_without_finding(tok: Any, name: str) -> Planted:
@@ -720,6 +745,6 @@ LOOP_PLANTS: dict[str, tuple[Callable[[Any, str], Planted], tuple[str, ...]]] = 
     "env-error-slime": (env_error_slime, ("smollm2", "qwen3")),
     # SmolLM2's template is prefix-stable: only Qwen3's can rewrite history.
     "think-retokenize": (think_retokenize, ("qwen3",)),
-    "think-retokenize-tools": (think_retokenize_tools, ("qwen3",)),
+    "empty-think-retokenize-tools": (empty_think_retokenize_tools, ("qwen3",)),
     "think-retokenize-without-finding": (think_retokenize_without_finding, ("qwen3",)),
 }

@@ -151,7 +151,9 @@ class ProtocolServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> ProtocolServer:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # proto must say TCP: asyncio sets TCP_NODELAY only on sockets that do,
+        # and without it every reused connection waits out a delayed ACK (~40 ms).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
@@ -344,7 +346,6 @@ class ProtocolServer:
         }
         if body.get("return_logprob"):
             with_text = bool(body.get("return_text_in_logprobs"))
-            meta["input_token_logprobs"] = [[None, s.prompt[0], None]] + [[-1.0, t, None] for t in s.prompt[1:]]
             meta["output_token_logprobs"] = [
                 [lp, t, self.tok.decode([t]) if with_text else None] for lp, t in zip(s.logprobs, s.ids)
             ]

@@ -80,9 +80,9 @@ def assert_located(p: Planted, found: list[Finding]) -> None:
         and all(f.evidence.get(k) == v for k, v in p.evidence.items())
     ]
     assert hits, f"planted ({p.what}); want {want} evidence {p.evidence}; got:\n{show(found)}"
-    if p.token_start is not ANY and p.token_start is not None:
-        f = hits[0]
-        assert f.token_end is not None and f.token_end > f.token_start, f"empty span on {f}"
+    for f in hits:
+        if f.token_start is not None and f.token_end is not None:
+            assert f.token_end > f.token_start, f"empty span on {f}"
 
 
 # -- the bases are clean --------------------------------------------------------------
@@ -114,7 +114,7 @@ VARIANT = {v.name: v for v in VARIANTS}
 def test_planted_bug_is_found(bases, tname, bname, vname):
     base = bases(tname, bname)
     p = VARIANT[vname].plant(base)
-    assert p.episode != base.episode or p.episode.turns != base.episode.turns
+    assert p.episode != base.episode
     assert_located(p, findings(p.episode, base.tok))
 
 
@@ -164,6 +164,21 @@ def test_clean_episodes_have_no_errors(tokenizers, tname, env_cls, preset, mode,
         assert not errors(list(checked.all_findings())), show(list(checked.all_findings()))
 
 
+@pytest.mark.parametrize("cut", [(0, 1, 2, 3, 4), (1,), (4,)], ids=["all-turns", "turn-1", "last-turn"])
+@pytest.mark.parametrize("tname", ["smollm2", "qwen3"])
+def test_truncated_tito_turns_are_warnings_not_errors(tokenizers, tname, cut):
+    # A reply cut by the length limit is worth a warning; tito keeps exactly the
+    # ids generated and masks the template's closing, so nothing else is wrong.
+    tok, name = tokenizers[tname]
+    backend = planted.CutTurns(planted.SampledScripted(MathEnv, tok), tok, cut)
+    ep = play(MathEnv, tok, "areal-math", "tito", backend=backend, tokenizer_name=name)
+    assert ep.n_turns == 5
+    found = findings(ep, tok)
+    cut_turns = sorted(f.turn for f in found if f.kind == "truncated_turn" and f.severity is WARNING)
+    assert cut_turns == list(cut), show(found)
+    assert not errors(found), show(found)
+
+
 # -- Qwen3's think stripping, end to end -------------------------------------------------
 
 
@@ -186,7 +201,8 @@ def test_qwen3_retokenize_is_flagged_and_tito_is_clean(qwen3_tokenizer, thinking
     if thinking:
         assert "check the arithmetic" in first.evidence["before"]
         assert "check the arithmetic" not in first.evidence["after"]
-    assert first.token_start == planted.env_seg(retok, 0).start
+    # where the env's reply to turn 0 starts (or should: the sliced delta can be empty)
+    assert first.token_start == planted.seg(retok, "assistant", 0).end
 
     tito = run("tito")
     assert [t.generation.text for t in tito.turns] == [t.generation.text for t in retok.turns]

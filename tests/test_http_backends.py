@@ -479,3 +479,18 @@ def test_bad_configuration_is_a_config_error():
     assert RetryPolicy(backoff=0.5).delay(1) == 0.5 and RetryPolicy(backoff=0.5).delay(3) == 2.0
     assert OpenAIBackend("http://h:1/v1/", "m").endpoint == "http://h:1/v1/completions"
     assert repr(JSONClient("x", RetryPolicy(), headers={"Authorization": "Bearer k"})).count("Bearer") == 0
+
+
+def test_429_is_retried_after_the_servers_retry_after():
+    seen: list[httpx.Request] = []
+    answers = iter([httpx.Response(429, headers={"Retry-After": "0"}, json={"error": "slow down"}),
+                    httpx.Response(200, json=SGLANG_ANSWER)])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return next(answers)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    backend = SGLangBackend("http://sglang.test:30000", client=client, retries=1, backoff=0.0)
+    gen = asyncio.run(backend.generate(GenerationRequest(None, (1,), GREEDY)))
+    assert len(seen) == 2 and gen.token_ids == tuple(SGLANG_ANSWER["output_ids"])

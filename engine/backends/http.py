@@ -1,15 +1,17 @@
 """What the HTTP backends share: one JSON POST with a timeout, bounded retries
 and errors that say where and why.
 
-A request is tried ``1 + retries`` times. It is retried, after
-``backoff * 2**(n - 1)`` seconds (capped at ``MAX_BACKOFF_S``), when it could
-not be sent or answered (connection refused or reset, the connection dropped
+A request is tried ``1 + retries`` times. It is retried when it could not be
+sent or answered (connection refused or reset, the connection dropped
 mid-answer, a timeout) or when the server answers 5xx, 408 or 429 (the last
-two are "try again later" by definition: a rate-limited server under an RL
-batch is the usual case). Any other 4xx is the request's fault and is not
-retried. Every failure becomes a :class:`~engine.errors.BackendError` whose
-message names the server and URL, the HTTP status or the cause, how many tries
-were made, and a short excerpt of the body, e.g.::
+two mean "try again later": a rate-limited server under an RL batch is the
+usual case), after ``backoff * 2**(n - 1)`` seconds, or the server's
+``Retry-After`` if longer, capped at ``MAX_BACKOFF_S``. Any other 4xx is the
+request's fault and is not retried.
+
+Every failure becomes a :class:`~engine.errors.BackendError` whose message
+names the server and URL, the HTTP status or the cause, how many tries were
+made, and a short excerpt of the body, e.g.::
 
     sglang at http://127.0.0.1:30000/generate: HTTP 500 after 4 tries: CUDA out of memory
 
@@ -28,7 +30,6 @@ import asyncio
 import json
 import math
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,15 @@ def _cause(e: httpx.HTTPError, timeout: float) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
+def _retry_after(response: httpx.Response) -> float:
+    # A 429 or 503 may say when to come back; honour it, within MAX_BACKOFF_S.
+    value = response.headers.get("retry-after", "")
+    try:
+        return min(MAX_BACKOFF_S, max(0.0, float(value)))
+    except ValueError:
+        return 0.0  # absent, or an HTTP date: the exponential backoff applies
+
+
 def _tries(n: int) -> str:
     return "1 try" if n == 1 else f"{n} tries"
 
@@ -137,9 +147,7 @@ class JSONClient:
         self.policy = policy
         self._injected = client
         self._headers = dict(headers or {})
-        self._owned: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._owned: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
     def __repr__(self) -> str:  # headers may hold an API key: never show them
         return f"JSONClient({self.name!r}, {self.policy})"
@@ -150,6 +158,9 @@ class JSONClient:
         loop = asyncio.get_running_loop()
         client = self._owned.get(loop)
         if client is None or client.is_closed:
+            # Forget clients of finished loops (each asyncio.run makes one); their
+            # connections cannot be closed politely any more, only dropped.
+            self._owned = {lp: c for lp, c in self._owned.items() if not lp.is_closed()}
             client = httpx.AsyncClient()
             self._owned[loop] = client
         return client
@@ -178,6 +189,7 @@ class JSONClient:
         cause, body = "", ""
         for attempt in range(1, policy.tries + 1):
             t0 = time.perf_counter()
+            wait = 0.0
             try:
                 response = await self._client().request(
                     method, url, json=payload, headers=self._headers, timeout=policy.timeout
@@ -192,8 +204,9 @@ class JSONClient:
                 if status < 500 and status not in RETRY_STATUSES:
                     raise BackendError(f"{where}: HTTP {status}: {excerpt(response.text)}")
                 cause, body = f"HTTP {status}", excerpt(response.text)
+                wait = _retry_after(response)
             if attempt < policy.tries:
-                await asyncio.sleep(policy.delay(attempt))
+                await asyncio.sleep(max(policy.delay(attempt), wait))
         message = f"{where}: {cause} after {_tries(policy.tries)}"
         raise BackendError(f"{message}: {body}" if body else message)
 

@@ -57,7 +57,8 @@ class ScriptedBackend:
         elif self._eot_id is not None:
             ids = [*ids, self._eot_id]
         text = self._tok.decode(ids, skip_special_tokens=False)
-        n_prompt = len(request.prompt_ids) if request.prompt_ids is not None else len(encode(self._tok, request.prompt_text or ""))
+        # Text prompts are not re-encoded just to count them: that dominated long tool episodes.
+        n_prompt = len(request.prompt_ids) if request.prompt_ids is not None else 0
         return Generation(
             text=text,
             token_ids=tuple(ids),

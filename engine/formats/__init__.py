@@ -1,0 +1,186 @@
+"""Importers and exporters: the dumps training runs write, and the shapes trainers read.
+
+Formats (each module's docstring says what was verified about the format
+and every decision the conversion makes):
+
+========== ====== ====== ==========================================================
+name       import export what
+========== ====== ====== ==========================================================
+jsonl      yes    yes    Rollscope's own episode JSONL, lossless
+slime      yes    yes    slime ``--save-debug-rollout-data`` / ``--dump-details`` ``.pt``
+areal      yes    yes    AReaL trajectory dump JSONL in; per-turn packed sequences out
+verl       yes    no     verl ``trainer.rollout_data_dir`` JSONL
+messages   yes    yes    OpenAI chat JSONL with tools and tool calls (SFT)
+parquet    yes    yes    one row per episode, token arrays as list columns, lossless
+========== ====== ====== ==========================================================
+
+:func:`import_path` streams a file or folder into a store: malformed
+records are reported (file, position, field) and skipped, never fatal; only
+an unreadable or unsafe file raises. Foreign records get deterministic ids,
+so importing the same dump twice adds nothing; episodes already in the
+store are left as they are (their tags, stars and notes kept), except for
+the lossless formats (``jsonl``, ``parquet``), whose records are the
+authority and replace the stored copy. :func:`export` writes atomically.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import ConfigError, FormatError
+from ..records import Episode
+from . import areal, jsonl, messages, parquet, slime, verl
+from .base import ImportContext, atomic_path
+
+Importer = Callable[[Path, ImportContext], Iterator[Episode]]
+Exporter = Callable[[Iterable[Episode], Path], int]
+StreamWriter = Callable[[Iterable[Episode], IO[str]], int]
+
+
+def _text(write_stream: StreamWriter) -> Exporter:
+    def exporter(episodes: Iterable[Episode], out: Path) -> int:
+        with out.open("w", encoding="utf-8") as f:
+            return write_stream(episodes, f)
+
+    exporter.__doc__ = write_stream.__doc__
+    return exporter
+
+
+IMPORTERS: dict[str, Importer] = {
+    "jsonl": jsonl.import_episodes,
+    "slime": slime.read,
+    "areal": areal.read,
+    "verl": verl.read,
+    "messages": messages.read,
+    "parquet": parquet.read,
+}
+# Formats that can also go to stdout (``-o -``).
+STREAM_WRITERS: dict[str, StreamWriter] = {
+    "jsonl": jsonl.write,
+    "areal": areal.write_stream,
+    "messages": messages.write_stream,
+}
+EXPORTERS: dict[str, Exporter] = {
+    **{name: _text(w) for name, w in STREAM_WRITERS.items()},
+    "slime": slime.write,
+    "parquet": parquet.write,
+}
+LOSSLESS = frozenset({"jsonl", "parquet"})
+# Formats whose records carry their own tokenizer name (or need none).
+SELF_DESCRIBED = frozenset({"jsonl", "parquet"})
+
+
+@dataclass
+class ImportReport:
+    """What an import did: counts, the records it skipped (with why) and notes for the user."""
+
+    fmt: str
+    new: int = 0
+    already_present: int = 0
+    errors: list[FormatError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    tokenizer: str = ""
+
+    @property
+    def skipped(self) -> int:
+        return len(self.errors)
+
+    @property
+    def imported(self) -> int:
+        return self.new + self.already_present
+
+    def summary(self) -> str:
+        kept = "replaced" if self.fmt in LOSSLESS else "left as they were"
+        return (f"imported {self.new} new, {self.already_present} already present ({kept}), "
+                f"{self.skipped} malformed records skipped")
+
+
+def _resolve_tokenizer(tokenizer: Any) -> tuple[Any, str]:
+    if tokenizer is None:
+        return None, ""
+    if isinstance(tokenizer, str):
+        from ..factory import load_tokenizer
+
+        return load_tokenizer(tokenizer), tokenizer
+    return tokenizer, str(getattr(tokenizer, "name_or_path", "") or "")
+
+
+def import_path(
+    path: str | Path, fmt: str, store: Any, *, tokenizer: Any = None, progress: bool = False
+) -> ImportReport:
+    """Import a file or folder in format ``fmt`` into ``store``.
+
+    ``tokenizer`` is a loaded tokenizer or a folder / hub id (``--tokenizer``);
+    it lets foreign dumps be tokenized and checked. Malformed records are
+    skipped and listed in the report; a missing, unreadable or unsafe file
+    (a pickle that would run code) raises ``FormatError``.
+    """
+    if fmt not in IMPORTERS:
+        raise ConfigError(f"unknown import format {fmt!r}; one of {', '.join(IMPORTERS)}")
+    p = Path(path)
+    if not p.exists():
+        raise FormatError("no such file", str(p))
+    tok, name = _resolve_tokenizer(tokenizer)
+    report = ImportReport(fmt)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=0, unit="rec", desc=f"import {fmt}", dynamic_ncols=True, file=sys.stderr)
+    ctx = ImportContext(
+        fmt, tok, name, errors=report.errors, notes=report.notes, files=report.files,
+        on_progress=bar.update if bar is not None else None,
+        on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
+    )
+    replace = fmt in LOSSLESS
+    try:
+        for ep in IMPORTERS[fmt](p, ctx):
+            if store.has_episode(ep.id):
+                report.already_present += 1
+                if replace:
+                    store.save_episode(ep)
+            else:
+                report.new += 1
+                store.save_episode(ep)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    report.tokenizer = ctx.tokenizer_name
+    if ctx.tokenizer is None and fmt not in SELF_DESCRIBED and not any("tokenizer" in n for n in report.notes):
+        report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
+                            "token-level checks are skipped")
+    return report
+
+
+def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:
+    """Write episodes in format ``fmt`` to ``out_path`` (``-``: stdout, text formats only).
+
+    The file appears under its name only when complete: it is written to
+    ``OUT.part`` and renamed. Returns the number of episodes written.
+    """
+    if fmt not in EXPORTERS:
+        raise ConfigError(f"unknown export format {fmt!r}; one of {', '.join(EXPORTERS)}")
+    if str(out_path) == "-":
+        if fmt not in STREAM_WRITERS:
+            raise ConfigError(f"{fmt} is a binary format; give an output file with -o")
+        return STREAM_WRITERS[fmt](episodes, sys.stdout)
+    out = Path(out_path)
+    if out.is_dir():
+        raise ConfigError(f"{out} is a folder; give an output file name")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        n = EXPORTERS[fmt](episodes, tmp)
+    return n
+
+
+__all__ = [
+    "EXPORTERS", "IMPORTERS", "LOSSLESS", "STREAM_WRITERS", "Exporter", "ImportContext", "ImportReport", "Importer",
+    "export", "import_path",
+]

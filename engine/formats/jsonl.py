@@ -12,10 +12,11 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ..errors import FormatError
 from ..records import Episode, Status
+from .base import ImportContext, discover, json_lines
 
 REQUIRED = ("id", "env", "task_id", "status", "reward", "turn_rewards", "messages", "tokens", "loss_mask",
             "logprobs", "prompt_len", "tools", "turns")
@@ -43,6 +44,11 @@ def parse_line(line: str, where: str) -> Episode:
         raise FormatError(f"not valid JSON ({e.msg} at column {e.colno})", where) from None
     if not isinstance(d, dict):
         raise FormatError(f"expected a JSON object, got {type(d).__name__}", where)
+    return parse_dict(d, where)
+
+
+def parse_dict(d: dict[str, Any], where: str) -> Episode:
+    """One decoded record to an Episode, or a FormatError naming the field at fault."""
     for key in REQUIRED:
         if key not in d:
             raise FormatError("missing", where, key)
@@ -99,3 +105,15 @@ def read(path: str | Path, report: ReadReport | None = None) -> Iterator[Episode
             rep.episodes += 1
             yield ep
 
+
+
+def import_episodes(path: Path, ctx: ImportContext) -> Iterator[Episode]:
+    """The registry's importer: every ``*.jsonl`` under ``path``, errors to ``ctx``."""
+    for f in discover(path, (".jsonl",)):
+        for where, d in json_lines(f, ctx):
+            try:
+                ep = parse_dict(d, where)
+            except FormatError as e:
+                ctx.skip(e)
+                continue
+            yield ep

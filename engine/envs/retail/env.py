@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from ...errors import ConfigError, EnvError
@@ -28,7 +28,7 @@ from .user import STOP, LLMUser, ScriptedUser
 USERS = ("scripted", "llm")
 
 
-@lru_cache(maxsize=None)
+@cache
 def expected_fingerprint(task_id: str) -> str:
     """Fingerprint of the database the task's reference actions produce (once per task and process)."""
     task = get_task(task_id)
@@ -71,7 +71,7 @@ class RetailEnv:
         if user == "llm" and (user_backend is None or user_tokenizer is None):
             raise ConfigError("the retail env's llm user needs a backend and a tokenizer")
         self.user_kind = user
-        self._user: ScriptedUser | LLMUser = (
+        self.user: ScriptedUser | LLMUser = (
             ScriptedUser() if user == "scripted" else LLMUser(user_backend, user_tokenizer)
         )
         self.tool_functions: dict[str, Callable[..., str]] = dict(TOOL_FUNCTIONS)
@@ -92,25 +92,22 @@ class RetailEnv:
         self.db = fresh_db()
         self.agent_replies = []
         self.done = False
-        return (Message("user", self._user.reset(self.task)),)
+        return (Message("user", self.user.reset(self.task)),)
 
     def step(self, action: Action) -> StepResult | Awaitable[StepResult]:
         if self.task is None or self.db is None:
             raise EnvError("step() before reset()")
         if self.done:
             raise EnvError("the retail episode is over; reset() to start another")
-        if self.user_kind == "llm":
-            return self._step_async(action)
+        if isinstance(self.user, LLMUser):
+            return self._step_async(self.user, action)
         if action.is_respond:
-            reply = self._user.step(self._said(action))
-            assert isinstance(reply, str)  # the scripted user answers synchronously
-            return self._user_replied(reply)
+            return self._user_replied(self.user.step(self._said(action)))
         return self._tool(action)
 
-    async def _step_async(self, action: Action) -> StepResult:
+    async def _step_async(self, user: LLMUser, action: Action) -> StepResult:
         if action.is_respond:
-            reply = self._user.step(self._said(action))
-            return self._user_replied(await reply if not isinstance(reply, str) else reply)
+            return self._user_replied(await user.step(self._said(action)))
         return self._tool(action)
 
     def _said(self, action: Action) -> str:

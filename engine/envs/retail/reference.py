@@ -22,7 +22,8 @@ from typing import Any
 from ...records import Action, Message
 from ...toolcalls import parse_hermes
 from .data import base_db
-from .tasks import ANYTHING_ELSE, RetailTask, Say, Step
+from .kinds import ANYTHING_ELSE, Say, Step
+from .tasks import RetailTask
 from .tools import CANCEL_REASONS, WRITE_TOOLS
 
 CHATTY = (

@@ -432,5 +432,3 @@ TOOL_SCHEMAS: tuple[dict[str, Any], ...] = (
              "new_item_ids": {**_IDS, "description": "The new item ids, in the same positions as item_ids."},
              "payment_method_id": {**_PM_ID, "description": "Pays (or receives) the price difference."}}),
 )
-
-assert {s["function"]["name"] for s in TOOL_SCHEMAS} == set(TOOL_FUNCTIONS)

@@ -1,0 +1,222 @@
+"""AReaL: its trajectory dump JSONL (import) and per-turn packed sequences (export).
+
+What AReaL dumps (inclusionAI/AReaL, ``WorkflowExecutor._dump_trajectory``
+with ``dump_to_file``): ``{log dir}/rollout/{version}/{task_id}.jsonl``,
+one line per sample: ``task_id, sample_idx, seqlen, prompt_len`` (the first
+loss-mask-1 position), ``head_version, tail_version`` (min and max policy
+version of the generated tokens), ``version_rle`` (``[[version, count],
+...]`` over them), ``reward``, ``prompt`` and ``completion`` (ids decoded
+with special tokens kept), and for multi-turn samples ``segments``
+(``{"role": "prompt" | "gen" | "context", "len", "text"}``).
+
+The dump has text, not ids, and no logprobs. With a tokenizer each segment
+(or the prompt and the completion) is encoded; ``gen`` text gets mask 1 and
+the versions from ``version_rle``; where the encoded lengths differ from
+the dump's ``len``/``prompt_len``/``seqlen`` the counts are kept in
+``source["token_counts"]`` and the import says so. Without a tokenizer the
+episode holds the text: one turn per ``gen`` segment.
+
+Export builds, per turn, the sequence AReaL's multi-turn agent trains on
+(``CompletionWithTokenLogpReward.to_tensor_dict``): everything up to the end
+of that turn's generation as ``input_ids``, ``loss_mask`` 0 before the
+turn's generated tokens, ``logprobs`` 0.0 before them (``null`` where a
+generated token's logprob is unknown), ``versions`` -1 before them, and
+``rewards`` the turn's discounted return (AReaL's ``apply_reward_discount``:
+``r[i] += r[i+1] * turn_discount``, which is ``Episode.returns``). One JSON
+row per (episode, turn). Such rows import back exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .. import chat
+from ..errors import FormatError
+from ..records import Episode, Generation, Status, TokenArrays, Turn
+from ..rewards import discounted_returns
+from .base import (
+    ImportContext,
+    discover,
+    float_array,
+    int_array,
+    int_field,
+    json_lines,
+    jsonable,
+    mask_array,
+    mask_structure,
+    reward_value,
+    stable_id,
+)
+
+REQUIRED = ("task_id", "sample_idx", "reward", "prompt", "completion")
+NO_TOKENIZER_NOTE = "no tokenizer given (--tokenizer PATH_OR_ID): AReaL dumps hold text, so episodes have no token ids"
+DRIFT_NOTE = ("some AReaL samples re-encode to other token counts than the dump records (see source['token_counts']); "
+              "their ids are a re-encoding of the dumped text")
+
+
+def _expand_rle(rle: Any) -> list[int] | None:
+    if not isinstance(rle, list):
+        return None
+    out: list[int] = []
+    for pair in rle:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) for x in pair)):
+            return None
+        out.extend([pair[0]] * pair[1])
+    return out
+
+
+def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
+    """A row this module's exporter wrote: the ids are all there."""
+    ids = int_array(d["input_ids"], where, "input_ids")
+    mask = mask_array(d["loss_mask"], where, "loss_mask")
+    n = len(ids)
+    lps = float_array(d["logprobs"], where, "logprobs") if d.get("logprobs") is not None else np.full(n, np.nan, np.float32)
+    raw_v = d.get("versions")
+    vers = np.full(n, -1, np.int32) if raw_v is None else int_array(raw_v, where, "versions", lo=-1)
+    for name, arr in (("loss_mask", mask), ("logprobs", lps), ("versions", vers)):
+        if len(arr) != n:
+            raise FormatError(f"has {len(arr)} entries for {n} tokens", where, name)
+    trained = np.flatnonzero(mask)
+    prompt_len = int(trained[0]) if trained.size else n
+    lps[:prompt_len] = np.nan  # AReaL writes 0.0 for prompt tokens: unknown, not certain
+    reward = reward_value(d.get("rewards"), where, "rewards")
+    segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=ctx.tokenizer, reward=reward)
+    task = d.get("task_id", "")
+    return Episode(
+        id=stable_id("areal-packed", d.get("episode_id"), d.get("turn"), tokens=ids),
+        env=str(d.get("env") or "areal"), task_id=str(task), sample_index=int(d.get("sample_idx") or 0),
+        tokenizer=ctx.tokenizer_name, status=Status.COMPLETED, reason="imported from areal", reward=reward,
+        turn_rewards=tuple(t.reward for t in turns), returns=tuple(t.reward for t in turns), turns=turns,
+        tokens=TokenArrays(ids, mask, lps, vers), prompt_len=prompt_len, segments=segments,
+        source={"kind": "areal", "file": str(path), "line": line, "episode_id": d.get("episode_id"), "turn": d.get("turn")},
+        created_at=time.time(),
+    )
+
+
+def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
+    if "input_ids" in d and "loss_mask" in d:
+        return _packed_episode(d, where, path, line, ctx)
+    for key in REQUIRED:
+        if key not in d:
+            raise FormatError("missing", where, key)
+    for key in ("prompt", "completion"):
+        if not isinstance(d[key], str):
+            raise FormatError(f"must be text, got {type(d[key]).__name__}", where, key)
+    reward = reward_value(d["reward"], where)
+    sample_idx = int_field(d["sample_idx"], where, "sample_idx")
+    dump_counts = {k: int_field(d.get(k), where, k, optional=True) for k in ("seqlen", "prompt_len")}
+    segs = d.get("segments")
+    if segs is not None and not (isinstance(segs, list) and all(isinstance(s, dict) and isinstance(s.get("text"), str) for s in segs)):
+        raise FormatError("must be a list of {role, len, text}", where, "segments")
+    pieces = segs or [{"role": "prompt", "text": d["prompt"]}, {"role": "gen", "text": d["completion"]}]
+    gen_texts = [s["text"] for s in pieces if s.get("role") == "gen"]
+    source: dict[str, Any] = {
+        "kind": "areal", "file": str(path), "line": line, "task_id": jsonable(d["task_id"]), "sample_idx": sample_idx,
+        **dump_counts, "head_version": d.get("head_version"), "tail_version": d.get("tail_version"),
+    }
+    if "original_reward" in d:
+        source["original_reward"] = jsonable(d["original_reward"])
+    tok = ctx.tokenizer
+    if tok is not None:
+        enc = [chat.encode(tok, s["text"]) for s in pieces]
+        ids = np.asarray([i for e in enc for i in e], dtype=np.int32)
+        mask = np.concatenate([np.full(len(e), 1 if s.get("role") == "gen" else 0, dtype=np.uint8)
+                               for e, s in zip(enc, pieces)] or [np.zeros(0, np.uint8)])
+        trained = np.flatnonzero(mask)
+        prompt_len = int(trained[0]) if trained.size else len(ids)
+        counts = {"seqlen": len(ids), "prompt_len": prompt_len, "segment_lens": [len(e) for e in enc]}
+        dumped = {"seqlen": dump_counts["seqlen"], "prompt_len": dump_counts["prompt_len"],
+                  "segment_lens": [s.get("len") for s in pieces] if segs else [None] * len(pieces)}
+        if any(dumped[k] is not None and dumped[k] != counts[k] for k in ("seqlen", "prompt_len")) or (
+            segs and dumped["segment_lens"] != counts["segment_lens"]
+        ):
+            source["token_counts"] = {"dump": dumped, "encoded": counts}
+            ctx.note(DRIFT_NOTE)
+        versions = np.full(len(ids), -1, dtype=np.int32)
+        expanded = _expand_rle(d.get("version_rle"))
+        if expanded is not None and len(expanded) == trained.size:
+            versions[trained] = expanded
+        elif isinstance(d.get("head_version"), int) and d.get("head_version") == d.get("tail_version"):
+            versions[trained] = d["head_version"]
+        lps = np.full(len(ids), np.nan, dtype=np.float32)
+        segments, turns = mask_structure(ids, mask, lps, versions, prompt_len, tokenizer=tok, texts=gen_texts,
+                                         prompt_text=d["prompt"], reward=reward)
+        tokens = TokenArrays(ids, mask, lps, versions)
+    else:
+        tokens, prompt_len, segments = TokenArrays(), 0, ()
+        last = len(gen_texts) - 1
+        turns = tuple(
+            Turn(index=t, prompt_text=d["prompt"] if t == 0 else None, prompt_len=0,
+                 generation=Generation(text=text, model="imported"), reward=reward if t == last else 0.0, done=t == last)
+            for t, text in enumerate(gen_texts)
+        )
+    turn_rewards = tuple(t.reward for t in turns)
+    return Episode(
+        id=stable_id("areal", jsonable(d["task_id"]), sample_idx, d.get("head_version"), d.get("tail_version"),
+                     d["prompt"], d["completion"]),
+        env="areal", task_id=str(d["task_id"]), sample_index=sample_idx, tokenizer=ctx.tokenizer_name,
+        template_hash=chat.template_hash(tok) if tok is not None else "", status=Status.COMPLETED,
+        reason="imported from areal", reward=reward, turn_rewards=turn_rewards,
+        returns=tuple(discounted_returns(turn_rewards, 1.0)), turns=turns, tokens=tokens, prompt_len=prompt_len,
+        segments=segments, source=source, created_at=time.time(),
+    )
+
+
+def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
+    """Stream episodes from AReaL trajectory dumps (a file or a ``rollout/`` folder)."""
+    if ctx.tokenizer is None:
+        ctx.note(NO_TOKENIZER_NOTE)
+    for f in discover(path, (".jsonl",)):
+        for where, d in json_lines(f, ctx):
+            try:
+                ep = record_to_episode(d, where, f, int(where.rsplit(":", 1)[1]), ctx)
+            except FormatError as e:
+                ctx.skip(e)
+                continue
+            yield ep
+
+
+# -- export -----------------------------------------------------------------------
+
+
+def packed_rows(ep: Episode) -> Iterator[dict[str, Any]]:
+    """One AReaL training sequence per turn that generated tokens."""
+    ids, mask, lps, vers = ep.tokens.ids, ep.tokens.loss_mask, ep.tokens.logprobs, ep.tokens.versions
+    returns = list(ep.returns) or discounted_returns(list(ep.turn_rewards) or [0.0] * (ep.n_turns - 1) + [ep.reward], 1.0)
+    for t, turn in enumerate(ep.turns):
+        segs = [s for s in (turn.segments or ep.segments) if s.turn == t and s.kind == "assistant"]
+        if not segs:
+            continue
+        start, end = min(s.start for s in segs), max(s.end for s in segs)
+        out_lp = lps[start:end].tolist()
+        out_ver = vers[start:end]
+        gen_ver = out_ver[out_ver >= 0]
+        yield {
+            "episode_id": ep.id, "turn": t, "env": ep.env, "task_id": ep.task_id, "sample_idx": ep.sample_index,
+            "input_ids": ids[:end].tolist(),
+            "loss_mask": [0] * start + mask[start:end].tolist(),
+            "logprobs": [0.0] * start + [None if math.isnan(x) else x for x in out_lp],
+            "versions": [-1] * start + out_ver.tolist(),
+            "rewards": float(returns[t]) if t < len(returns) else 0.0,
+            "seqlen": end, "prompt_len": start,
+            "head_version": int(gen_ver.min()) if gen_ver.size else -1,
+            "tail_version": int(gen_ver.max()) if gen_ver.size else -1,
+        }
+
+
+def write_stream(episodes: Iterable[Episode], f: IO[str]) -> int:
+    """Write packed per-turn rows; returns the number of episodes written."""
+    n = 0
+    for ep in episodes:
+        for row in packed_rows(ep):
+            f.write(json.dumps(row, ensure_ascii=False, allow_nan=False))
+            f.write("\n")
+        n += 1
+    return n

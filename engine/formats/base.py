@@ -1,0 +1,375 @@
+"""What every importer and exporter shares.
+
+Importers are generators: they yield one :class:`Episode` per good record
+and hand every malformed record to :meth:`ImportContext.skip` as a
+:class:`FormatError` naming the file, the position and the field, so one bad
+record never stops an import. Only a file that cannot be read at all (or
+must not be, see :func:`safe_torch_load`) raises.
+
+Episodes built from token-level dumps get their turns and segments from the
+loss mask (:func:`mask_structure`): every maximal run of mask 1 after the
+prompt is one turn with a :class:`Generation` of those ids and logprobs, so
+the token view and the checks work on imported data as on live data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import warnings
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError
+from ..records import Finding, Generation, Segment, Severity, Turn
+
+STATUS_FINISH = {"truncated": "length", "aborted": "abort"}
+
+
+class UnsafeFileError(FormatError):
+    """A file that would run code if loaded: always refused, never skipped past."""
+
+
+@dataclass
+class ImportContext:
+    """State one import shares with its reader: tokenizer, errors, notes, progress."""
+
+    fmt: str
+    tokenizer: Any = None
+    tokenizer_name: str = ""
+    errors: list[FormatError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    on_progress: Callable[[int], None] | None = None
+    on_total: Callable[[int], None] | None = None
+
+    def skip(self, error: FormatError) -> None:
+        """Record a malformed record; the reader goes on with the next one."""
+        self.errors.append(error)
+        if self.on_progress is not None:
+            self.on_progress(1)
+
+    def note(self, message: str) -> None:
+        if message not in self.notes:
+            self.notes.append(message)
+
+    def expect(self, n: int) -> None:
+        """Tell the progress bar that ``n`` more records are coming."""
+        if self.on_total is not None:
+            self.on_total(n)
+
+    def opened(self, path: Path) -> None:
+        self.files.append(str(path))
+
+
+def stable_id(fmt: str, *parts: Any, tokens: Any = None) -> str:
+    """A deterministic episode id: the same record imported twice gets the same id."""
+    h = hashlib.sha256(fmt.encode())
+    for p in parts:
+        h.update(b"\x1f")
+        h.update(json.dumps(p, sort_keys=True, default=str, ensure_ascii=False).encode())
+    if tokens is not None:
+        h.update(b"\x1e")
+        h.update(np.ascontiguousarray(tokens, dtype="<i4").tobytes())
+    return h.hexdigest()[:16]
+
+
+def discover(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files an import reads: the file itself, or every matching file under a folder."""
+    if path.is_file():
+        return [path]
+    found = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(suffixes))
+    if not found:
+        raise FormatError(f"no {' or '.join(suffixes)} files in this folder", str(path))
+    return found
+
+
+def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(position, object) for every non-blank line; bad lines go to ``ctx.skip``."""
+    ctx.opened(path)
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise FormatError(f"cannot read: {e.strerror}", str(path)) from None
+    with f:
+        # Bytes, decoded per line: a file cut mid-character loses one line, not the import.
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                ctx.skip(FormatError(f"not UTF-8 text (byte {e.start})", where))
+                continue
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                ctx.skip(FormatError(f"not valid JSON ({e.msg} at column {e.colno})", where))
+                continue
+            if not isinstance(obj, dict):
+                ctx.skip(FormatError(f"expected a JSON object, got {type(obj).__name__}", where))
+                continue
+            yield where, obj
+
+
+# -- field checks ---------------------------------------------------------------
+
+
+def _array(value: Any, where: str, name: str) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor from a weights_only load
+        value = value.detach().cpu().numpy()
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        raise FormatError(f"must be a list, got {type(value).__name__}", where, name)
+    if len(value) == 0:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):
+        raise FormatError("must be a flat list of numbers", where, name) from None
+    if arr.ndim != 1:
+        raise FormatError("must be a flat list of numbers", where, name)
+    return arr
+
+
+def int_array(value: Any, where: str, name: str, *, lo: int = 0) -> np.ndarray:
+    """Integers in int32 range (token ids by default: ``lo=0``); floats, bools and strings are rejected."""
+    arr = _array(value, where, name)
+    what = "integer token ids" if lo == 0 else "integers"
+    if arr.size and arr.dtype.kind not in "iu":
+        raise FormatError(f"must be {what}, got {_kind_name(arr)}", where, name)
+    if arr.size and (arr.min() < lo or arr.max() > np.iinfo(np.int32).max):
+        raise FormatError(f"{what} must be between {lo} and 2**31-1", where, name)
+    return arr.astype(np.int32)
+
+
+def mask_array(value: Any, where: str, name: str) -> np.ndarray:
+    arr = _array(value, where, name)
+    if arr.size and arr.dtype.kind not in "iub":
+        raise FormatError(f"must be a list of 0 and 1, got {_kind_name(arr)}", where, name)
+    if arr.size and not np.isin(arr, (0, 1)).all():
+        raise FormatError("must contain only 0 and 1", where, name)
+    return arr.astype(np.uint8)
+
+
+def float_array(value: Any, where: str, name: str) -> np.ndarray:
+    """Logprobs: numbers (``None`` is unknown, NaN)."""
+    if isinstance(value, (list, tuple)) and any(x is None for x in value):
+        value = [math.nan if x is None else x for x in value]
+    arr = _array(value, where, name)
+    if arr.size and arr.dtype.kind not in "iuf":
+        raise FormatError(f"must be a list of numbers, got {_kind_name(arr)}", where, name)
+    return arr.astype(np.float32)
+
+
+def _kind_name(arr: np.ndarray) -> str:
+    return {"f": "floats", "b": "booleans", "U": "strings", "S": "bytes", "O": "mixed values"}.get(arr.dtype.kind, str(arr.dtype))
+
+
+def int_field(value: Any, where: str, name: str, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise FormatError(f"must be an integer, got {value!r}"[:200], where, name)
+    return int(value)
+
+
+def reward_value(value: Any, where: str, name: str = "reward") -> float:
+    """A record's reward as one float.
+
+    Numbers are taken as they are; ``None`` is 0.0; a dict (a reward model
+    returning several scores) gives its ``score`` key if it has one, else
+    the sum of its numeric values. Anything else, and non-finite numbers,
+    is a malformed record.
+    """
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if value is None:
+        return 0.0
+    if isinstance(value, dict):
+        if "score" in value:
+            return reward_value(value["score"], where, f"{name}.score")
+        nums = [v for v in value.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if not nums:
+            raise FormatError("is a dict without a 'score' key or any numeric value", where, name)
+        value = float(sum(nums))
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise FormatError(f"must be a number, got {value!r}"[:200], where, name)
+    out = float(value)
+    if not math.isfinite(out):
+        raise FormatError(f"must be a finite number, got {out}", where, name)
+    return out
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types for whatever a dump holds (tensors become lists)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+# -- episode structure from a loss mask ----------------------------------------
+
+
+def runs(mask: np.ndarray, start: int) -> list[tuple[int, int, int]]:
+    """(start, end, value) of every maximal run of equal mask values from ``start``."""
+    n = len(mask)
+    if start >= n:
+        return []
+    tail = mask[start:]
+    cuts = np.flatnonzero(np.diff(tail)) + 1
+    bounds = [0, *cuts.tolist(), len(tail)]
+    return [(start + a, start + b, int(tail[a])) for a, b in zip(bounds, bounds[1:])]
+
+
+def mask_structure(
+    ids: np.ndarray,
+    mask: np.ndarray,
+    logprobs: np.ndarray,
+    versions: np.ndarray,
+    prompt_len: int,
+    *,
+    tokenizer: Any = None,
+    texts: list[str] | None = None,
+    prompt_text: str | None = None,
+    status: str = "completed",
+    reward: float = 0.0,
+) -> tuple[tuple[Segment, ...], tuple[Turn, ...]]:
+    """Segments and turns of a token array whose only structure is its loss mask.
+
+    The prompt is one ``prompt`` segment; each run of mask 1 after it is an
+    ``assistant`` segment and one turn; each run of mask 0 after it is an
+    ``env`` segment of that turn (tool results, user replies and template
+    text, which a mask cannot tell apart). Generated text comes from
+    ``texts`` (one per turn) or from decoding with the tokenizer; without
+    either it is empty and the ids speak for themselves.
+    """
+    from .. import chat
+
+    segments: list[Segment] = []
+    if prompt_len:
+        segments.append(Segment(0, prompt_len, "prompt", 0, False))
+    turn_spans: list[tuple[int, int]] = []
+    turn_segments: list[list[Segment]] = []
+    for a, b, v in runs(mask, prompt_len):
+        if v:
+            seg = Segment(a, b, "assistant", len(turn_spans), True)
+            turn_spans.append((a, b))
+            turn_segments.append([seg])
+        else:
+            t = max(0, len(turn_spans) - 1)
+            seg = Segment(a, b, "env", t, False)
+            if turn_segments:
+                turn_segments[-1].append(seg)
+        segments.append(seg)
+    turns: list[Turn] = []
+    last = len(turn_spans) - 1
+    for t, (a, b) in enumerate(turn_spans):
+        lp = logprobs[a:b]
+        ver = int(versions[a]) if versions[a] >= 0 else None
+        if texts is not None and t < len(texts):
+            text = texts[t]
+        elif tokenizer is not None:
+            text = chat.decode(tokenizer, ids[a:b].tolist())
+        else:
+            text = ""
+        gen = Generation(
+            text=text,
+            token_ids=tuple(ids[a:b].tolist()),
+            logprobs=None if np.isnan(lp).all() else tuple(lp.tolist()),
+            finish_reason=STATUS_FINISH.get(status, "stop") if t == last else "stop",
+            prompt_tokens=a,
+            weight_version=ver,
+        )
+        turns.append(
+            Turn(
+                index=t,
+                prompt_text=prompt_text if t == 0 else None,
+                prompt_len=a,
+                generation=gen,
+                reward=reward if t == last else 0.0,
+                done=t == last,
+                segments=tuple(turn_segments[t]),
+            )
+        )
+    return tuple(segments), tuple(turns)
+
+
+def unstable_finding(turn: int, what: str, delta: Any, at_token: int) -> Finding:
+    """The loop's own finding for a template that rewrote history while tokenizing."""
+    return Finding(
+        "template_not_prefix_stable",
+        Severity.ERROR,
+        f"rendering the {what} message of turn {turn} rewrote earlier text at character {delta.diff_at}; "
+        "the sliced delta (and its loss mask) is wrong",
+        turn=turn,
+        token_start=at_token,
+        evidence=delta.evidence(),
+    )
+
+
+# -- files ----------------------------------------------------------------------
+
+
+@contextmanager
+def atomic_path(out: Path) -> Iterator[Path]:
+    """A ``.part`` path beside ``out`` that becomes ``out`` only if the block succeeds."""
+    tmp = out.with_name(out.name + ".part")
+    try:
+        yield tmp
+        os.replace(tmp, out)  # never leave a half-written file under the real name
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def safe_torch_load(path: Path) -> Any:
+    """``torch.load`` that never runs code from the file.
+
+    ``weights_only=True`` admits only tensors and plain containers; a pickle
+    that needs anything else (a class, a function: the way a malicious file
+    runs code) is refused before any of it executes. Zip-format files are
+    memory-mapped so tensors are not copied into RAM.
+    """
+    import pickle
+
+    import torch
+
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise FormatError(f"cannot read: {e.strerror}", str(path)) from None
+    if size == 0:
+        raise FormatError("empty file, not a torch.save dump", str(path))
+    mmap = zipfile.is_zipfile(path)  # mmap needs the zip format; legacy pickles load without it
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns about pickle protocols it still reads
+            return torch.load(path, weights_only=True, mmap=mmap, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        why = next((line.strip() for line in str(e).splitlines() if "Unsupported" in line or "GLOBAL" in line), "")
+        raise UnsafeFileError(
+            f"refusing to unpickle: loading it would need arbitrary code{f' ({why})' if why else ''}; "
+            "only plain tensors/lists/dicts are accepted",
+            str(path),
+        ) from None
+    except (RuntimeError, EOFError, KeyError, ValueError, OSError, IndexError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise FormatError(f"cannot read as a torch.save file (truncated or corrupt?): {first}", str(path)) from None

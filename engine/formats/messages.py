@@ -1,0 +1,245 @@
+"""OpenAI-style chat JSONL: ``{"messages": [...], "tools": [...], "reward": ...}`` per line.
+
+Messages follow the chat completions API: ``role``, ``content`` (a string
+or a list of ``{"type": "text", "text": ...}`` parts), assistant
+``tool_calls`` (``{"id", "type": "function", "function": {"name",
+"arguments"}}``, arguments a JSON string or an object) and tool messages
+with ``tool_call_id`` and ``name``. Optional keys read: ``tools``,
+``reward`` (number or dict, see :func:`base.reward_value`), ``id`` or
+``task_id``, ``env``, ``status``.
+
+On import the conversation is tokenized with the tokenizer the user names,
+the way slime's multi-turn example does it (retokenize): the first prompt
+is rendered with the generation prompt, each assistant message's text
+delta is encoded with mask 1, each run of tool/user messages and the next
+generation prompt with mask 0. Without a tokenizer the episode holds the
+messages only. Export writes the same format for SFT, with tool calls
+taken from each turn's parsed calls.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Any
+
+from .. import chat
+from ..errors import FormatError, RollscopeError
+from ..records import Episode, Finding, Generation, Message, Segment, Status, TokenArrays, ToolCall, Turn
+from ..rewards import discounted_returns
+from ..toolcalls import parse as parse_tool_calls
+from .base import ImportContext, discover, json_lines, jsonable, reward_value, stable_id, unstable_finding
+
+NO_TOKENIZER_NOTE = "no tokenizer given (--tokenizer PATH_OR_ID): episodes hold messages only, no token ids"
+
+
+def _content(value: Any, where: str, field: str) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, list):
+        parts = [p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") in ("text", "input_text")]
+        return "".join(str(p) for p in parts)
+    raise FormatError(f"must be a string or a list of text parts, got {type(value).__name__}", where, field)
+
+
+def _tool_call(c: Any, where: str, field: str) -> ToolCall:
+    if not isinstance(c, dict):
+        raise FormatError("must be an object", where, field)
+    fn = c.get("function") if isinstance(c.get("function"), dict) else c
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise FormatError("needs a function name", where, field)
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            raise FormatError(f"arguments are a string that is not JSON ({e.msg})", where, field) from None
+    if not isinstance(args, dict):
+        raise FormatError("arguments must be an object", where, field)
+    return ToolCall(name=name, arguments=args, id=c.get("id"))
+
+
+def parse_messages(raw: Any, where: str) -> tuple[Message, ...]:
+    """OpenAI chat messages as Rollscope messages; a FormatError names the message at fault."""
+    if not isinstance(raw, list):
+        raise FormatError(f"must be a list, got {type(raw).__name__}", where, "messages")
+    out: list[Message] = []
+    names: dict[str, str] = {}  # tool_call_id -> function name, for tool messages without a name
+    for k, m in enumerate(raw):
+        field = f"messages[{k}]"
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise FormatError("must be an object with a 'role'", where, field)
+        calls = tuple(_tool_call(c, where, f"{field}.tool_calls[{j}]") for j, c in enumerate(m.get("tool_calls") or ()))
+        names.update({c.id: c.name for c in calls if c.id})
+        name = m.get("name") or (names.get(m.get("tool_call_id", "")) if m["role"] == "tool" else None)
+        out.append(Message(m["role"], _content(m.get("content"), where, f"{field}.content"), name, calls))
+    return tuple(out)
+
+
+def tokenize_conversation(
+    tok: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()
+) -> tuple[TokenArrays, int, tuple[Segment, ...], tuple[Turn, ...]]:
+    """Token arrays, prompt length, segments and turns of a finished conversation.
+
+    Deltas are taken as the loop's ``retokenize`` mode takes them; where the
+    template rewrites history the turn carries the loop's
+    ``template_not_prefix_stable`` finding.
+    """
+    b = chat.TokenBuilder()
+    asst = [k for k, m in enumerate(messages) if m.role == "assistant"]
+    if not asst:
+        b.add(chat.encode(tok, chat.render(tok, messages, tools)), "prompt", 0, False)
+        return TokenArrays(b.ids, b.mask, b.logprobs, b.versions), len(b), tuple(b.segments), ()
+    b.add(chat.encode(tok, chat.render(tok, messages[: asst[0]], tools, add_generation_prompt=True)), "prompt", 0, False)
+    prompt_len = len(b)
+    turns: list[Turn] = []
+    for t, k in enumerate(asst):
+        findings: list[Finding] = []
+        first_seg = len(b.segments)
+        start = len(b)
+        d = chat.assistant_delta(tok, messages[:k], messages[k], tools)
+        if not d.stable:
+            findings.append(unstable_finding(t, "assistant", d, start))
+        ids = chat.encode(tok, d.text)
+        b.add(ids, "assistant", t, True)
+        nxt = asst[t + 1] if t + 1 < len(asst) else len(messages)
+        env = messages[k + 1 : nxt]
+        if env:
+            e = chat.messages_delta(tok, messages[: k + 1], env, tools)
+            if not e.stable:
+                findings.append(unstable_finding(t, env[0].role, e, len(b)))
+            b.add(chat.encode(tok, e.text), env[0].role, t, False)
+        if nxt < len(messages):
+            gp = chat.generation_prompt_delta(tok, messages[:nxt], tools)
+            b.add(chat.encode(tok, gp.text), "gen_prompt", t + 1, False)
+        turns.append(Turn(
+            index=t, prompt_text=None, prompt_len=start,
+            generation=Generation(text=messages[k].content, token_ids=tuple(ids), model="imported"),
+            tool_calls=messages[k].tool_calls, observation=tuple(env),
+            segments=tuple(b.segments[first_seg:]), findings=tuple(findings),
+        ))
+    return TokenArrays(b.ids, b.mask, b.logprobs, b.versions), prompt_len, tuple(b.segments), tuple(turns)
+
+
+def conversation_episode(
+    *, fmt: str, eid: str, env: str, task_id: str, messages: tuple[Message, ...], tools: tuple[dict[str, Any], ...],
+    reward: float, status: Status, source: dict[str, Any], ctx: ImportContext, where: str, sample_index: int = 0,
+) -> Episode:
+    """An episode from a finished conversation, tokenized when the import has a tokenizer."""
+    tok = ctx.tokenizer
+    tokens, prompt_len, segments = TokenArrays(), 0, ()
+    if tok is not None:
+        try:
+            tokens, prompt_len, segments, turns = tokenize_conversation(tok, messages, tools)
+        except RollscopeError as e:  # a template that cannot render this conversation
+            raise FormatError(f"cannot tokenize the conversation: {e}", where, "messages") from None
+    else:
+        turns = tuple(
+            Turn(index=t, prompt_text=None, prompt_len=0, generation=Generation(text=m.content, model="imported"),
+                 tool_calls=m.tool_calls)
+            for t, m in enumerate(m for m in messages if m.role == "assistant")
+        )
+    if turns:
+        turns = (*turns[:-1], replace(turns[-1], reward=reward, done=True))
+    turn_rewards = tuple(t.reward for t in turns)
+    return Episode(
+        id=eid, env=env, task_id=task_id, sample_index=sample_index,
+        tokenizer=ctx.tokenizer_name, template_hash=chat.template_hash(tok) if tok is not None else "",
+        status=status, reason=f"imported from {fmt}", reward=reward, turn_rewards=turn_rewards,
+        returns=tuple(discounted_returns(turn_rewards, 1.0)), messages=messages, tools=tools, turns=turns,
+        tokens=tokens, prompt_len=prompt_len, segments=segments, source=source, created_at=time.time(),
+    )
+
+
+def _tools(raw: Any, where: str) -> tuple[dict[str, Any], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise FormatError("must be a list of tool schemas", where, "tools")
+    return tuple(t if "type" in t else {"type": "function", "function": t} for t in raw)
+
+
+def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
+    if "messages" not in d:
+        raise FormatError("missing", where, "messages")
+    messages = parse_messages(d["messages"], where)
+    tools = _tools(d.get("tools"), where)
+    reward = reward_value(d.get("reward"), where)
+    status_raw = d.get("status", "completed")
+    if status_raw not in {s.value for s in Status}:
+        raise FormatError(f"unknown status {status_raw!r}", where, "status")
+    prompt = [m.to_dict() for m in messages if m.role != "assistant"][:2]
+    task = d.get("task_id", d.get("id"))
+    source = {"kind": "messages", "file": str(path), "line": line}
+    if isinstance(d.get("reward"), dict):
+        source["reward"] = jsonable(d["reward"])
+    return conversation_episode(
+        fmt="messages", eid=stable_id("messages", line, d), env=str(d.get("env") or "messages"),
+        task_id=str(task) if task is not None else "p-" + stable_id("prompt", prompt)[:10],
+        messages=messages, tools=tools, reward=reward, status=Status(status_raw), source=source, ctx=ctx, where=where,
+    )
+
+
+def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
+    """Stream episodes from chat JSONL files, one line at a time."""
+    if ctx.tokenizer is None:
+        ctx.note(NO_TOKENIZER_NOTE)
+    for f in discover(path, (".jsonl", ".json")):
+        for where, d in json_lines(f, ctx):
+            try:
+                ep = record_to_episode(d, where, f, int(where.rsplit(":", 1)[1]), ctx)
+            except FormatError as e:
+                ctx.skip(e)
+                continue
+            yield ep
+
+
+# -- export -----------------------------------------------------------------------
+
+
+def to_openai(ep: Episode) -> list[dict[str, Any]]:
+    """The episode's conversation as chat-completions messages, tool calls structured."""
+    parser = str(ep.config.get("tool_parser") or "hermes")
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []  # ids of the last assistant's calls, answered in order by tool messages
+    turn = 0
+    for m in ep.messages:
+        if m.role == "assistant":
+            calls = m.tool_calls or (ep.turns[turn].tool_calls if turn < len(ep.turns) else ())
+            d: dict[str, Any] = {"role": "assistant", "content": m.content}
+            if calls:
+                if not m.tool_calls:  # the loop keeps the raw text; SFT wants the calls outside it
+                    d["content"] = parse_tool_calls(m.content, parser if parser in ("hermes", "qwen", "llama3") else "hermes").content
+                pending = [c.id or f"call_{turn}_{j}" for j, c in enumerate(calls)]
+                d["tool_calls"] = [
+                    {"id": cid, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+                    for cid, c in zip(pending, calls)
+                ]
+            turn += 1
+            out.append(d)
+            continue
+        d = {"role": m.role, "content": m.content}
+        if m.name is not None:
+            d["name"] = m.name
+        if m.role == "tool" and pending:
+            d["tool_call_id"] = pending.pop(0)
+        out.append(d)
+    return out
+
+
+def write_stream(episodes: Iterable[Episode], f: IO[str]) -> int:
+    """One chat record per episode: messages, tools, reward and where it came from."""
+    n = 0
+    for ep in episodes:
+        row = {"id": ep.id, "env": ep.env, "task_id": ep.task_id, "status": ep.status.value, "reward": ep.reward,
+               "messages": to_openai(ep)}
+        if ep.tools:
+            row["tools"] = list(ep.tools)
+        f.write(json.dumps(row, ensure_ascii=False, allow_nan=False))
+        f.write("\n")
+        n += 1
+    return n

@@ -1,0 +1,137 @@
+"""Parquet, one row per episode, for dataset tooling (pandas, polars, ``datasets``).
+
+Columns: the summary a table view wants (``id, env, task_id, run_id,
+group_id, sample_index, preset, status, reason, reward, n_turns, n_tokens,
+n_trainable, prompt_len, source, tags, starred, created_at, tokenizer``),
+the token arrays as list columns (``tokens`` int32, ``loss_mask`` uint8,
+``logprobs`` float32 with NaN where unknown, ``versions`` int32 with -1
+where none), and ``record``: the rest of the episode as Rollscope JSON, so a
+Parquet file imports back losslessly. Rows are written and read in batches,
+so neither direction holds the whole file in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError
+from ..records import Episode, TokenArrays
+from .base import ImportContext, discover
+
+BATCH = 256
+ARRAYS = {"tokens": "ids", "loss_mask": "loss_mask", "logprobs": "logprobs", "versions": "versions"}
+_TOKEN_KEYS = ("tokens", "loss_mask", "logprobs", "versions")
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([
+        ("id", pa.string()), ("env", pa.string()), ("task_id", pa.string()), ("run_id", pa.string()),
+        ("group_id", pa.string()), ("sample_index", pa.int64()), ("preset", pa.string()), ("status", pa.string()),
+        ("reason", pa.string()), ("reward", pa.float64()), ("n_turns", pa.int32()), ("n_tokens", pa.int32()),
+        ("n_trainable", pa.int32()), ("prompt_len", pa.int32()), ("source", pa.string()),
+        ("tags", pa.list_(pa.string())), ("starred", pa.bool_()), ("created_at", pa.float64()),
+        ("tokenizer", pa.string()),
+        ("tokens", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())), ("logprobs", pa.list_(pa.float32())),
+        ("versions", pa.list_(pa.int32())), ("record", pa.string()),
+    ])
+
+
+def _list_column(arrays: list[np.ndarray], typ: Any) -> Any:
+    import pyarrow as pa
+
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
+    np.cumsum([len(a) for a in arrays], out=offsets[1:])
+    values = np.concatenate(arrays) if arrays else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(typ.to_pandas_dtype())), type=pa.list_(typ))
+
+
+def _batch(eps: list[Episode]) -> Any:
+    import pyarrow as pa
+
+    schema = _schema()
+    cols: dict[str, Any] = {}
+    for name in ("id", "env", "task_id", "run_id", "group_id", "sample_index", "preset", "reason", "reward",
+                 "prompt_len", "starred", "created_at", "tokenizer"):
+        cols[name] = [getattr(e, name) for e in eps]
+    cols["status"] = [e.status.value for e in eps]
+    cols["n_turns"] = [e.n_turns for e in eps]
+    cols["n_tokens"] = [e.n_tokens for e in eps]
+    cols["n_trainable"] = [e.tokens.n_trainable for e in eps]
+    cols["source"] = [str(e.source.get("kind", "live")) for e in eps]
+    cols["tags"] = [list(e.tags) for e in eps]
+    records = []
+    for e in eps:
+        d = e.to_dict()
+        for k in _TOKEN_KEYS:
+            d.pop(k, None)
+        records.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+    cols["record"] = records
+    arrays = []
+    for f in schema:
+        if f.name in ARRAYS:
+            arrays.append(_list_column([getattr(e.tokens, ARRAYS[f.name]) for e in eps], f.type.value_type))
+        else:
+            arrays.append(pa.array(cols[f.name], type=f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def write(episodes: Iterable[Episode], out: Path) -> int:
+    """Write episodes in row groups of ``BATCH``; returns how many were written."""
+    import pyarrow.parquet as pq
+
+    n = 0
+    with pq.ParquetWriter(str(out), _schema(), compression="zstd") as w:
+        pending: list[Episode] = []
+        for ep in episodes:
+            pending.append(ep)
+            if len(pending) == BATCH:
+                w.write_batch(_batch(pending))
+                n += len(pending)
+                pending = []
+        if pending or n == 0:
+            w.write_batch(_batch(pending))
+            n += len(pending)
+    return n
+
+
+def _row_arrays(batch: Any, name: str, i: int) -> np.ndarray:
+    col = batch.column(name)
+    start, end = col.offsets[i].as_py(), col.offsets[i + 1].as_py()
+    return col.values.to_numpy(zero_copy_only=False)[start:end]
+
+
+def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
+    """Stream episodes from Parquet files this module wrote, a batch of rows at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for f in discover(path, (".parquet",)):
+        try:
+            pf = pq.ParquetFile(str(f))
+        except (pa.ArrowException, OSError) as e:
+            raise FormatError(f"cannot read as Parquet: {e}", str(f)) from None
+        ctx.opened(f)
+        missing = [c for c in ("record", *_TOKEN_KEYS) if c not in pf.schema_arrow.names]
+        if missing:
+            raise FormatError(f"not a Rollscope Parquet export: no column {missing[0]!r}", str(f))
+        ctx.expect(pf.metadata.num_rows)
+        row = 0
+        for batch in pf.iter_batches(batch_size=64, columns=["record", *_TOKEN_KEYS]):
+            records = batch.column("record").to_pylist()
+            for i, rec in enumerate(records):
+                where = f"{f}: row {row}"
+                row += 1
+                try:
+                    d = json.loads(rec)
+                    ep = Episode.from_dict(d).evolve(tokens=TokenArrays(*(_row_arrays(batch, k, i) for k in _TOKEN_KEYS)))
+                except (TypeError, ValueError, KeyError, AttributeError) as e:
+                    ctx.skip(FormatError(f"malformed record ({type(e).__name__}: {e})", where))
+                    continue
+                yield ep

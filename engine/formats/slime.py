@@ -1,0 +1,422 @@
+"""slime's debug dumps: ``--save-debug-rollout-data`` and ``--dump-details``.
+
+What slime writes (THUDM/slime, ``slime/ray/rollout.py``
+``RolloutManager._save_debug_rollout_data`` and ``slime/utils/types.py``)::
+
+    torch.save({"rollout_id": int, "samples": [Sample.to_dict(), ...]}, path)
+
+``Sample.to_dict()`` is the dataclass ``__dict__`` with ``status`` as its
+string value: ``group_index, index, prompt`` (text or a list of messages),
+``tokens`` (prompt + response ids), ``response, response_length, label,
+reward`` (float or dict), ``loss_mask`` (over the response only; ``None``
+means all ones, and slime asserts its length equals ``response_length``),
+``weight_versions`` (one string per generation call), ``rollout_log_probs``
+(over the response), ``status`` (pending / completed / truncated / aborted /
+failed) and ``metadata``, among others.
+
+``--dump-details DIR`` sets the rollout path to
+``DIR/rollout_data/{rollout_id}.pt``, the train-side path to
+``DIR/train_data/{rollout_id}_{rank}.pt`` (``{"rollout_id", "rank",
+"rollout_data"}``, ``rollout_data`` a dict of per-sample lists keyed like
+``sample_indices, log_probs, ref_log_probs, advantages, returns``) and saves
+the tokenizer to ``DIR/tokenizer``. All three are used here.
+
+Import decisions:
+
+* the response is the last ``response_length`` tokens; prompt tokens get
+  mask 0 and NaN logprobs;
+* a loss mask whose length differs from ``response_length`` is imported,
+  laid from the response start (cut or padded with 0), with both lengths in
+  ``source`` so ``rollscope check`` reports ``mask_misaligned``: the point
+  of a debugger is to show that record, not to drop it;
+* ``rollout_log_probs`` of another length than the response (or than its
+  trainable tokens) cannot be placed: that record is skipped;
+* ``pending`` (never finished) becomes ``interrupted``; the slime status
+  is kept in ``source["status"]``;
+* ``weight_versions`` become per-token versions when there is one per
+  generated run (or one in all);
+* train-side values joined on ``sample_indices`` = ``index`` go, as lists,
+  to ``source["train"]``.
+
+Export writes the same shape, loadable by ``--load-debug-rollout-data``:
+plain ints, floats and strings only (slime's loader and ours use
+``weights_only`` loading). NaN logprobs are written as 0.0 (slime would
+propagate NaN through masked sums) and their positions kept in
+``metadata["rollscope"]``, which the importer reads back, so Rollscope ->
+slime -> Rollscope is exact for tokens, mask, logprobs, reward and status.
+Per-token policy versions ride along there too (slime keeps one version
+per generation call). ``response`` is a human-readable join of the turns;
+slime trains on ``tokens``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import chat
+from ..errors import FormatError, RollscopeError
+from ..records import Episode, Message, Status, TokenArrays
+from ..rewards import discounted_returns
+from .base import (
+    ImportContext,
+    UnsafeFileError,
+    float_array,
+    int_array,
+    int_field,
+    jsonable,
+    mask_array,
+    mask_structure,
+    reward_value,
+    runs,
+    safe_torch_load,
+    stable_id,
+)
+
+STATUS_IN = {
+    "completed": Status.COMPLETED, "truncated": Status.TRUNCATED, "aborted": Status.ABORTED,
+    "failed": Status.FAILED, "pending": Status.INTERRUPTED,
+}
+STATUS_OUT = {
+    Status.COMPLETED: "completed", Status.TRUNCATED: "truncated", Status.ABORTED: "aborted",
+    Status.FAILED: "failed", Status.RUNNING: "pending", Status.INTERRUPTED: "pending",
+}
+# Train-side keys that repeat the rollout dump or are batch bookkeeping.
+TRAIN_SKIP = frozenset(
+    {"tokens", "loss_masks", "response_lengths", "sample_indices", "rollout_log_probs", "total_lengths",
+     "partition", "multimodal_train_inputs", "pixel_values", "metadata", "round_number"}
+)
+TASK_KEYS = ("task_id", "query_id", "qid", "id", "instance_id")
+_EOT_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")
+MASK_NOTE = ("samples whose loss mask length differs from response_length were imported with the mask laid "
+             "from the response start; `rollscope check` reports them as mask_misaligned")
+
+
+def _sort_key(p: Path) -> tuple[bool, int, str]:
+    digits = re.sub(r"\D", "", p.stem)
+    return (p.stem.startswith("eval"), int(digits) if digits else -1, p.name)
+
+
+def rollout_files(path: Path) -> list[Path]:
+    """A dump file, a ``--dump-details`` folder, or a folder of rollout ``.pt`` files."""
+    if path.is_file():
+        return [path]
+    base = path / "rollout_data" if (path / "rollout_data").is_dir() else path
+    files = sorted((p for p in base.glob("*.pt") if p.is_file()), key=_sort_key)
+    if not files:
+        raise FormatError("no slime rollout dumps (*.pt, or rollout_data/*.pt) in this folder", str(path))
+    return files
+
+
+def _dump_root(f: Path) -> Path | None:
+    return f.parent.parent if f.parent.name == "rollout_data" else None
+
+
+def _use_saved_tokenizer(files: list[Path], ctx: ImportContext) -> None:
+    if ctx.tokenizer is not None:
+        return
+    for root in {r for r in (_dump_root(f) for f in files) if r is not None} | {files[0].parent}:
+        folder = root / "tokenizer"
+        if folder.is_dir():
+            from ..factory import load_tokenizer
+
+            try:
+                ctx.tokenizer = load_tokenizer(str(folder))
+            except RollscopeError as e:
+                ctx.note(f"the tokenizer saved beside the dump could not be loaded ({e}); tokens are shown as ids")
+                return
+            ctx.tokenizer_name = str(folder.resolve())
+            ctx.note(f"using the tokenizer saved beside the dump: {folder}")
+            return
+
+
+def _train_index(f: Path, rollout_id: Any, ctx: ImportContext) -> dict[int, dict[str, Any]]:
+    """Train-side values per sample index, from ``DIR/train_data/{rollout_id}_{rank}.pt``."""
+    root = _dump_root(f)
+    if root is None or not (root / "train_data").is_dir() or rollout_id is None:
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    for tf in sorted((root / "train_data").glob(f"{rollout_id}_*.pt")):
+        try:
+            pack = safe_torch_load(tf)
+        except UnsafeFileError:
+            raise
+        except FormatError as e:
+            ctx.skip(e)
+            continue
+        ctx.opened(tf)
+        data = pack.get("rollout_data") if isinstance(pack, dict) else None
+        if isinstance(data, dict) and isinstance(data.get("sample_indices"), (list, tuple)):
+            idx = list(data["sample_indices"])
+            cols = {k: v for k, v in data.items() if k not in TRAIN_SKIP and isinstance(v, (list, tuple)) and len(v) == len(idx)}
+            rows = [(i, {k: v[j] for k, v in cols.items()}) for j, i in enumerate(idx)]
+        elif isinstance(data, list):
+            rows = [(d.get("sample_index"), {k: v for k, v in d.items() if k not in TRAIN_SKIP and k != "sample_index"})
+                    for d in data if isinstance(d, dict)]
+        else:
+            ctx.skip(FormatError("not a slime train dump: expected 'rollout_data' with 'sample_indices'", str(tf)))
+            continue
+        for i, row in rows:
+            if isinstance(i, (int, np.integer)) or hasattr(i, "item"):
+                out.setdefault(int(i), {}).update(jsonable(row))
+    return out
+
+
+def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
+    """Stream episodes from slime rollout dumps, one sample at a time."""
+    files = rollout_files(path)
+    _use_saved_tokenizer(files, ctx)
+    for f in files:
+        pack = safe_torch_load(f)
+        ctx.opened(f)
+        if not isinstance(pack, dict) or not isinstance(pack.get("samples"), list):
+            raise FormatError("not a slime rollout dump: expected a dict with a 'samples' list", str(f))
+        samples: list[Any] = pack["samples"]
+        rollout_id = pack.get("rollout_id")
+        train = _train_index(f, rollout_id, ctx)
+        ctx.expect(len(samples))
+        for i in range(len(samples)):
+            s, samples[i] = samples[i], None  # drop each converted sample: memory stays one sample above the load
+            try:
+                ep = sample_to_episode(s, f, rollout_id, i, ctx, train)
+            except FormatError as e:
+                ctx.skip(e)
+                continue
+            yield ep
+        del pack, samples
+
+
+def _strip_eot(text: str) -> str:
+    for t in _EOT_TEXTS:
+        if text.endswith(t):
+            return text[: -len(t)]
+    return text
+
+
+def _messages(prompt: Any, where: str) -> tuple[Message, ...] | None:
+    if not isinstance(prompt, list):
+        return None
+    try:
+        return tuple(Message.from_dict(m) for m in prompt)
+    except (KeyError, TypeError, AttributeError):
+        raise FormatError("a message list whose items need 'role' and 'content'", where, "prompt") from None
+
+
+def _versions(raw: Any, mask: np.ndarray, prompt_len: int) -> np.ndarray:
+    out = np.full(len(mask), -1, dtype=np.int32)
+    try:
+        vals = [int(v) for v in raw or ()]
+    except (TypeError, ValueError):
+        return out  # non-numeric versions stay in source only
+    spans = [(a, b) for a, b, v in runs(mask, prompt_len) if v]
+    if vals and len(vals) == len(spans):
+        for (a, b), v in zip(spans, vals):
+            out[a:b] = v
+    elif len(vals) == 1:
+        for a, b in spans:
+            out[a:b] = vals[0]
+    return out
+
+
+def _rle(value: Any) -> np.ndarray | None:
+    try:
+        return np.repeat(np.asarray([int(v) for v, _ in value], dtype=np.int32), [int(c) for _, c in value])
+    except (TypeError, ValueError):
+        return None  # not our exporter's metadata after all: ignore it
+
+
+def _spans(value: Any) -> list[tuple[int, int]]:
+    try:
+        return [(int(a), int(b)) for a, b in value or ()]
+    except (TypeError, ValueError):
+        return []
+
+
+def sample_to_episode(
+    s: Any, f: Path, rollout_id: Any, position: int, ctx: ImportContext, train: dict[int, dict[str, Any]] | None = None
+) -> Episode:
+    """One slime sample dict as an Episode, or a FormatError naming the field at fault."""
+    where = f"{f}: sample {position}"
+    if not isinstance(s, dict):
+        raise FormatError(f"expected a dict, got {type(s).__name__}", where)
+    for key in ("tokens", "response_length"):
+        if key not in s:
+            raise FormatError("missing", where, key)
+    ids = int_array(s["tokens"], where, "tokens")
+    n = len(ids)
+    rl = int_field(s["response_length"], where, "response_length")
+    assert rl is not None
+    if not 0 <= rl <= n:
+        raise FormatError(f"is {rl} but the sample has {n} tokens", where, "response_length")
+    prompt_len = n - rl
+    raw_mask = s.get("loss_mask")
+    resp_mask = np.ones(rl, dtype=np.uint8) if raw_mask is None else mask_array(raw_mask, where, "loss_mask")
+    mask = np.zeros(n, dtype=np.uint8)
+    m = min(len(resp_mask), rl)
+    mask[prompt_len : prompt_len + m] = resp_mask[:m]
+    if len(resp_mask) != rl:
+        ctx.note(MASK_NOTE)
+
+    meta_raw = s.get("metadata") or {}
+    if not isinstance(meta_raw, dict):
+        raise FormatError(f"must be a dict, got {type(meta_raw).__name__}", where, "metadata")
+    metadata = dict(meta_raw)
+    ours = metadata.pop("rollscope", None)
+    ours = ours if isinstance(ours, dict) else {}
+
+    lp = np.full(n, np.nan, dtype=np.float32)
+    if s.get("rollout_log_probs") is not None:
+        arr = float_array(s["rollout_log_probs"], where, "rollout_log_probs")
+        trained = prompt_len + np.flatnonzero(mask[prompt_len:])
+        if len(arr) == rl:
+            lp[prompt_len:] = arr
+        elif len(arr) == len(trained):
+            lp[trained] = arr
+        else:
+            raise FormatError(f"has {len(arr)} entries for a response of {rl} tokens ({len(trained)} trainable)",
+                              where, "rollout_log_probs")
+        for a, b in _spans(ours.get("nan_logprobs")):
+            lp[a:b] = np.nan  # unknown logprobs our exporter wrote as 0.0
+
+    reward = reward_value(s.get("reward"), where)
+    status = s.get("status", "completed")
+    status = getattr(status, "value", status)
+    if status not in STATUS_IN:
+        raise FormatError(f"unknown status {status!r}; one of {', '.join(STATUS_IN)}", where, "status")
+    group_index = int_field(s.get("group_index"), where, "group_index", optional=True)
+    index = int_field(s.get("index"), where, "index", optional=True)
+    versions = _versions(s.get("weight_versions"), mask, prompt_len)
+    exact = _rle(ours.get("versions_rle"))
+    if exact is not None and len(exact) == rl:
+        versions[prompt_len:] = exact  # our export's exact per-token versions
+
+    prompt = s.get("prompt", "")
+    response = s.get("response") if isinstance(s.get("response"), str) else ""
+    prompt_msgs = _messages(prompt, where)
+    n_runs = sum(1 for _, _, v in runs(mask, prompt_len) if v)
+    tok = ctx.tokenizer
+    texts = [response] if tok is None and n_runs == 1 and response else None
+    segments, turns = mask_structure(
+        ids, mask, lp, versions, prompt_len, tokenizer=tok, texts=texts,
+        prompt_text=prompt if isinstance(prompt, str) else None, status=status, reward=reward,
+    )
+    messages: tuple[Message, ...] = ()
+    if prompt_msgs is not None:
+        # A text prompt is usually already templated: as a message it would render twice and every
+        # rendering check would fail, so it stays the first turn's prompt_text instead.
+        messages = prompt_msgs
+        if n_runs == 1 and turns[0].generation is not None:
+            # the ids are the truth; the response text only when there is no tokenizer to decode them
+            text = turns[0].generation.text
+            content = chat.strip_end_of_turn(tok, text) if tok is not None else _strip_eot(text)
+            messages = (*messages, Message("assistant", content))
+
+    label = jsonable(s.get("label"))
+    task = ours.get("task_id") or next((metadata[k] for k in TASK_KEYS if metadata.get(k) is not None), None)
+    if task is None:
+        task = group_index if group_index is not None else (label if isinstance(label, str) and label else index)
+    source: dict[str, Any] = {
+        "kind": "slime", "file": str(f), "rollout_id": jsonable(rollout_id), "index": index, "position": position,
+        "group_index": group_index, "label": label, "status": status, "response_length": rl,
+        "loss_mask_length": len(resp_mask), "metadata": jsonable(metadata),
+    }
+    if isinstance(s.get("reward"), dict):
+        source["reward"] = jsonable(s["reward"])
+    if s.get("weight_versions"):
+        source["weight_versions"] = jsonable(s["weight_versions"])
+    if ours.get("episode_id"):
+        source["original_id"] = ours["episode_id"]
+    if train and index is not None and index in train:
+        source["train"] = train[index]
+    turn_rewards = tuple(t.reward for t in turns)
+    return Episode(
+        id=stable_id("slime", jsonable(rollout_id), index if index is not None else f"#{position}", tokens=ids),
+        env=str(ours.get("env") or metadata.get("env") or "slime"),
+        task_id=str(task if task is not None else position),
+        group_id=None if group_index is None else f"slime:{rollout_id}:{group_index}",
+        sample_index=index if index is not None else position,
+        tokenizer=ctx.tokenizer_name,
+        template_hash=chat.template_hash(tok) if tok is not None else "",
+        status=STATUS_IN[status],
+        reason=f"slime status {status}",
+        reward=reward,
+        turn_rewards=turn_rewards,
+        returns=tuple(discounted_returns(turn_rewards, 1.0)),
+        messages=messages,
+        turns=turns,
+        tokens=TokenArrays(ids, mask, lp, versions),
+        prompt_len=prompt_len,
+        segments=segments,
+        source=source,
+        created_at=time.time(),
+    )
+
+
+# -- export -----------------------------------------------------------------------
+
+
+def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, Any]:
+    """A slime ``Sample.to_dict()`` for one episode (plain Python types only)."""
+    ids, mask, lps = ep.tokens.ids, ep.tokens.loss_mask, ep.tokens.logprobs
+    n = len(ids)
+    start = ep.prompt_len
+    trained = np.flatnonzero(mask)
+    if trained.size and trained[0] < start:
+        start = int(trained[0])  # a trainable token inside the "prompt" must stay in slime's response
+    resp_lp = lps[start:]
+    nan = np.isnan(resp_lp)
+    rollout_lp = None if nan.all() else np.where(nan, 0.0, resp_lp).tolist()
+    nan_spans = [[start + a, start + b] for a, b, v in runs(nan.astype(np.uint8), 0) if v] if rollout_lp else []
+    spans = [(a, b) for a, b, v in runs(mask, start) if v]
+    vers = [int(ep.tokens.versions[a]) for a, _ in spans]
+    first_asst = next((k for k, m in enumerate(ep.messages) if m.role == "assistant"), len(ep.messages))
+    if ep.messages:
+        prompt: Any = [m.to_dict() for m in ep.messages[:first_asst]]
+    else:
+        prompt = (ep.turns[0].prompt_text or "") if ep.turns else ""
+    parts: list[str] = []
+    for t in ep.turns:
+        if t.generation is not None:
+            parts.append(t.generation.text)
+        if t.index < ep.n_turns - 1:  # the last turn's observation is not in the token array
+            parts.extend(m.content for m in t.observation)
+    src = ep.source if ep.source.get("kind") == "slime" else {}
+    metadata = dict(src.get("metadata") or {})
+    resp_ver = ep.tokens.versions[start:]
+    cuts = [0, *(np.flatnonzero(np.diff(resp_ver)) + 1).tolist(), len(resp_ver)]
+    versions_rle = [[int(resp_ver[a]), b - a] for a, b in zip(cuts, cuts[1:]) if b > a]
+    metadata["rollscope"] = {"episode_id": ep.id, "env": ep.env, "task_id": ep.task_id, "nan_logprobs": nan_spans,
+                             "versions_rle": versions_rle}
+    return {
+        "group_index": group_index,
+        "index": index,
+        "prompt": prompt,
+        "tokens": ids.tolist(),
+        "response": "\n".join(p for p in parts if p),
+        "response_length": n - start,
+        "label": src.get("label"),
+        "reward": float(ep.reward),
+        "loss_mask": mask[start:].tolist(),
+        "weight_versions": [str(v) for v in vers] if vers and min(vers) >= 0 else [],
+        "rollout_log_probs": rollout_lp,
+        "status": STATUS_OUT[ep.status],
+        "metadata": jsonable(metadata),
+    }
+
+
+def write(episodes: Iterable[Episode], out: Path, rollout_id: int = 0) -> int:
+    """Write one slime rollout dump (``{"rollout_id", "samples"}``) with every episode."""
+    import torch
+
+    groups: dict[str, int] = {}
+    samples = []
+    for k, ep in enumerate(episodes):
+        g = groups.setdefault(ep.group_id or f"{ep.env}/{ep.task_id}", len(groups))
+        samples.append(episode_to_sample(ep, k, g))
+    torch.save({"rollout_id": rollout_id, "samples": samples}, out)
+    return len(samples)

@@ -1,0 +1,209 @@
+"""slime dumps: exact round trips, the --dump-details layout, and hostile files."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine import chat
+from engine.checks import CheckOptions, run_checks
+from engine.errors import FormatError
+from engine.formats import export, import_path
+from engine.formats.base import ImportContext, safe_torch_load
+from engine.formats.slime import episode_to_sample
+from engine.records import Message, Status
+from engine.store import Store
+from tests.fixtures_formats import (
+    loop_episodes,
+    slime_sample,
+    truncate,
+    write_dump_details,
+    write_malicious_pt,
+    write_slime_dump,
+)
+
+
+@pytest.fixture(scope="module")
+def eps(smol_tokenizer):
+    base = loop_episodes(smol_tokenizer)
+    # every status the loop can end with, on real token arrays
+    statuses = [Status.COMPLETED, Status.TRUNCATED, Status.ABORTED, Status.FAILED, Status.INTERRUPTED, Status.COMPLETED]
+    return [e.evolve(status=s) for e, s in zip(base, statuses)]
+
+
+def _db(tmp_path, name="a.db"):
+    return Store(tmp_path / name)
+
+
+def test_round_trip_rollscope_slime_rollscope_is_exact(tmp_path, eps, smol_tokenizer):
+    src = _db(tmp_path)
+    for e in eps:
+        src.save_episode(e)
+    out = tmp_path / "dump.pt"
+    assert export(src.iter_episodes(), "slime", out) == len(eps)
+    assert not (tmp_path / "dump.pt.part").exists()
+    pack = safe_torch_load(out)  # what slime's own loader gets: plain types under weights_only
+    s0 = pack["samples"][0]
+    assert isinstance(s0["tokens"][0], int) and isinstance(s0["loss_mask"][0], int)
+    assert isinstance(s0["reward"], float) and isinstance(s0["status"], str)
+    assert all(len(s["loss_mask"]) == s["response_length"] for s in pack["samples"])
+    assert all(s["rollout_log_probs"] is None or all(math.isfinite(x) for x in s["rollout_log_probs"]) for s in pack["samples"])
+
+    dst = _db(tmp_path, "b.db")
+    report = import_path(out, "slime", dst, tokenizer=smol_tokenizer)
+    assert (report.new, report.already_present, report.skipped) == (len(eps), 0, 0)
+    back = {e.source["original_id"]: e for e in dst.iter_episodes()}
+    for e in eps:
+        b = back[e.id]
+        assert b.tokens == e.tokens  # ids, mask, logprobs (NaN where unknown) and versions, exactly
+        assert b.reward == e.reward and b.status is e.status and b.prompt_len == e.prompt_len
+        assert b.env == e.env and b.task_id == e.task_id and b.source["kind"] == "slime"
+        assert b.n_turns == len([s for s in e.segments if s.kind == "assistant"])
+
+
+def test_imported_episode_is_checkable_like_a_live_one(tmp_path, eps, smol_tokenizer):
+    tito = eps[0]
+    pack_sample = episode_to_sample(tito, 0, 0)
+    f = write_slime_dump(tmp_path / "0.pt", [pack_sample])
+    st = _db(tmp_path)
+    import_path(f, "slime", st, tokenizer=smol_tokenizer)
+    ep = next(st.iter_episodes())
+    kinds = {x.kind for x in run_checks(ep, CheckOptions(tokenizer=smol_tokenizer))}
+    assert not kinds & {"mask_misaligned", "logprobs_misaligned", "response_length_mismatch", "tokens_not_rendering"}
+    assert ep.turns[0].generation.text.startswith(tito.turns[0].generation.text[:20])
+    assert [s.kind for s in ep.segments][:2] == ["prompt", "assistant"]
+
+
+def test_dump_details_folder_with_tokenizer_and_train_data(tmp_path, qwen3_tokenizer):
+    tok = qwen3_tokenizer
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    prompt_ids = chat.encode(tok, chat.render(tok, [Message.from_dict(m) for m in msgs], add_generation_prompt=True))
+    resp = "<think>\n\n</think>\n\nThe answer is 4.<|im_end|>"  # what Qwen3 writes with thinking off
+    resp_ids = tok.encode(resp, add_special_tokens=False)
+    samples = [
+        slime_sample(prompt_ids + resp_ids, len(resp_ids), index=i, group_index=7, prompt=msgs, response=resp,
+                     loss_mask=[1] * len(resp_ids), rollout_log_probs=[-0.1 * (i + 1)] * len(resp_ids),
+                     reward={"score": 1.0, "format": 0.5}, status="completed", label="4", weight_versions=["12"])
+        for i in range(2)
+    ]
+    root = write_dump_details(tmp_path / "dump", {3: samples}, tokenizer=tok)
+    st = _db(tmp_path)
+    report = import_path(root, "slime", st)
+    assert report.new == 2 and not report.errors
+    assert any("tokenizer saved beside the dump" in n for n in report.notes)
+    ep = sorted(st.iter_episodes(), key=lambda e: e.sample_index)[1]
+    assert ep.tokenizer == str((root / "tokenizer").resolve())
+    assert ep.task_id == "7" and ep.group_id == "slime:3:7" and ep.reward == 1.0
+    assert ep.source["reward"] == {"score": 1.0, "format": 0.5} and ep.source["rollout_id"] == 3
+    n = len(prompt_ids)
+    assert ep.prompt_len == n and ep.tokens.loss_mask[:n].sum() == 0 and ep.tokens.loss_mask[n:].all()
+    assert np.isnan(ep.tokens.logprobs[:n]).all() and np.allclose(ep.tokens.logprobs[n:], -0.2)
+    assert (ep.tokens.versions[n:] == 12).all() and (ep.tokens.versions[:n] == -1).all()
+    assert [m.role for m in ep.messages] == ["user", "assistant"] and ep.messages[1].content.endswith("</think>\n\nThe answer is 4.")
+    train = ep.source["train"]
+    assert train["log_probs"] == pytest.approx([-0.5] * len(resp_ids)) and len(train["advantages"]) == len(resp_ids)
+    assert "ref_log_probs" in train and "tokens" not in train
+    kinds = {x.kind for x in run_checks(ep, CheckOptions(tokenizer=tok))}
+    assert not kinds & {"mask_misaligned", "tokens_not_rendering", "logprobs_missing"}
+
+
+def test_malicious_pickle_is_refused_and_never_executed(tmp_path):
+    for zip_format in (True, False):
+        marker = tmp_path / f"pwned_{zip_format}"
+        f = write_malicious_pt(tmp_path / f"evil_{zip_format}.pt", marker, zip_format=zip_format)
+        st = _db(tmp_path)
+        with pytest.raises(FormatError, match="refusing to unpickle.*only plain tensors/lists/dicts are accepted"):
+            import_path(f, "slime", st)
+        assert not marker.exists()
+        assert st.count() == 0
+
+
+def test_truncated_empty_and_foreign_files_raise_clearly(tmp_path):
+    bad = truncate(write_slime_dump(tmp_path / "1.pt", [slime_sample([1, 2, 3, 4], 2)]))
+    (tmp_path / "2.pt").write_bytes(b"")
+    for f, msg in ((bad, "truncated or corrupt"), (tmp_path / "2.pt", "empty file")):
+        with pytest.raises(FormatError, match=msg):
+            import_path(f, "slime", _db(tmp_path))
+    import torch
+
+    torch.save([1, 2, 3], tmp_path / "3.pt")
+    with pytest.raises(FormatError, match="expected a dict with a 'samples' list"):
+        import_path(tmp_path / "3.pt", "slime", _db(tmp_path))
+    # an empty rollout is fine: nothing to import
+    write_slime_dump(tmp_path / "4.pt", [])
+    assert import_path(tmp_path / "4.pt", "slime", _db(tmp_path, "e.db")).imported == 0
+
+
+def test_malformed_samples_are_reported_and_skipped(tmp_path):
+    good = slime_sample([5, 6, 7, 8, 9], 3, index=0, loss_mask=[1, 1, 0], rollout_log_probs=[-1.0, -2.0, 0.0])
+    samples = [
+        good,
+        slime_sample([5.0, 6.0, 7.0], 1, index=1),  # float tokens
+        slime_sample([5, 6, 7], 1, index=2, reward="high"),  # string reward
+        slime_sample([5, 6, 7], 5, index=3),  # response longer than the sample
+        slime_sample([5, 6, 7], 2, index=4, loss_mask=[1, 2]),  # not a 0/1 mask
+        slime_sample([5, 6, 7], 2, index=5, rollout_log_probs=[-1.0, -1.0, -1.0, -1.0]),
+        slime_sample([5, 6, 7], 2, index=6, status="exploded"),
+        {k: v for k, v in good.items() if k != "tokens"},
+        "not a dict",
+    ]
+    f = write_slime_dump(tmp_path / "r.pt", samples, rollout_id=9)
+    st = _db(tmp_path)
+    report = import_path(f, "slime", st)
+    assert report.new == 1 and report.skipped == 8
+    msgs = [str(e) for e in report.errors]
+    assert f"{f}: sample 1: field 'tokens': must be integer token ids, got floats" in msgs[0]
+    assert "sample 2: field 'reward': must be a number" in msgs[1]
+    assert "sample 3: field 'response_length': is 5 but the sample has 3 tokens" in msgs[2]
+    assert "sample 4: field 'loss_mask': must contain only 0 and 1" in msgs[3]
+    assert "sample 5: field 'rollout_log_probs': has 4 entries" in msgs[4]
+    assert "sample 6: field 'status': unknown status 'exploded'" in msgs[5]
+    assert "sample 7: field 'tokens': missing" in msgs[6]
+    assert "sample 8: expected a dict" in msgs[7]
+    assert all(e.where.startswith(str(f)) and e.field for e in report.errors[:7])
+    ep = next(st.iter_episodes())
+    assert ep.tokens.loss_mask.tolist() == [0, 0, 1, 1, 0] and ep.tokens.logprobs[2:].tolist() == [-1.0, -2.0, 0.0]
+
+
+def test_loss_mask_longer_than_response_is_kept_and_found_by_checks(tmp_path, smol_tokenizer):
+    f = write_slime_dump(tmp_path / "m.pt", [slime_sample([1, 2, 3, 4, 5], 3, loss_mask=[1, 1, 1, 1, 1])])
+    st = _db(tmp_path)
+    report = import_path(f, "slime", st)
+    assert report.new == 1 and any("mask_misaligned" in n for n in report.notes)
+    ep = next(st.iter_episodes())
+    assert ep.source["loss_mask_length"] == 5 and ep.source["response_length"] == 3
+    assert ep.tokens.loss_mask.tolist() == [0, 0, 1, 1, 1]
+    found = [x for x in run_checks(ep, CheckOptions()) if x.kind == "mask_misaligned"]
+    assert found and "5 entries for a response of 3 tokens" in found[0].message
+
+
+def test_statuses_rewards_and_reimport(tmp_path):
+    samples = [
+        slime_sample([1, 2, 3], 1, index=0, status="pending", reward=None),
+        slime_sample([1, 2, 4], 1, index=1, status="truncated", reward={"acc": 1.0, "len_penalty": -0.25}),
+        slime_sample([1, 2, 5], 0, index=2, status="aborted", reward=0),
+    ]
+    f = write_slime_dump(tmp_path / "s.pt", samples)
+    st = _db(tmp_path)
+    first = import_path(f, "slime", st)
+    eps = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
+    assert [e.status for e in eps] == [Status.INTERRUPTED, Status.TRUNCATED, Status.ABORTED]
+    assert [e.source["status"] for e in eps] == ["pending", "truncated", "aborted"]
+    assert [e.reward for e in eps] == [0.0, 0.75, 0.0]
+    assert eps[1].turns[-1].generation.finish_reason == "length" and eps[2].n_turns == 0
+    st.set_tags(eps[0].id, ["keep"])
+    again = import_path(f, "slime", st)
+    assert (first.new, again.new, again.already_present) == (3, 0, 3)
+    assert st.count() == 3 and st.get_episode(eps[0].id).tags == ("keep",)  # a re-import keeps annotations
+
+
+def test_context_notes_without_tokenizer(tmp_path):
+    f = write_slime_dump(tmp_path / "t.pt", [slime_sample([1, 2, 3], 1, response="x")])
+    report = import_path(f, "slime", _db(tmp_path))
+    assert any("no tokenizer" in n for n in report.notes)
+    ctx = ImportContext("slime")
+    ctx.note("a")
+    ctx.note("a")
+    assert ctx.notes == ["a"]
