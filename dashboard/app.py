@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,21 @@ def build_app(db_path: str) -> gr.Blocks:
             with gr.Tab("Episode", id="episode", elem_id="rs-tab-episode"):
                 episode = episode_tab.build(store)
 
-        def open_row(evt: gr.SelectData) -> list[Any]:
-            # The id column is first; row_value is the whole clicked row.
-            row = evt.row_value or []
-            if not row or not row[0]:
+        def open_row(evt: gr.EventData) -> list[Any]:
+            # The table's click event carries {"open": id} for a row ({"sort": ...} for a header).
+            data = getattr(evt, "_data", None)
+            episode_id = data.get("open") if isinstance(data, dict) else None
+            if not episode_id:
                 return [gr.skip()] * (1 + len(episode.outputs))
-            return [gr.Tabs(selected="episode"), *episode_tab.view(store, str(row[0]))]
+            return [gr.Tabs(selected="episode"), *episode_tab.view(store, str(episode_id))]
+
+        def open_requested(request: Any) -> list[Any]:
+            # Any tab opens an episode by setting episode_request to its id
+            # (or to {"id": ..., ...} with a nonce, to reopen the same one).
+            episode_id = request.get("id") if isinstance(request, dict) else request
+            if not episode_id:
+                return [gr.skip()] * (1 + len(episode.outputs))
+            return [gr.Tabs(selected="episode"), *episode_tab.view(store, str(episode_id))]
 
         def open_from_query(request: gr.Request) -> list[Any]:
             episode_id = request.query_params.get("episode") if request else None
@@ -69,15 +79,25 @@ def build_app(db_path: str) -> gr.Blocks:
                 return [gr.skip()] * (1 + len(episode.outputs))
             return [gr.Tabs(selected="episode"), *episode_tab.view(store, episode_id)]
 
-        browse.table.select(open_row, outputs=[tabs, *episode.outputs]).then(
+        browse.table.click(open_row, outputs=[tabs, *episode.outputs]).then(
             None, inputs=[episode.id_box], js=episode_tab.SET_URL_JS
         )
-
-        def load_table(env: str, status: str, page_no: int) -> list[Any]:
-            return browse_tab.page(store, env, status, page_no)
+        # Cross-tab hooks. episode_request: set it to an episode id to show
+        # that episode in the Episode tab. fork_request: set by the Episode
+        # tab's "Fork from this turn" to {"episode_id", "turn", "at"} (turn k:
+        # replay turns before k, continue from k; "at" makes each request new).
+        episode_request = gr.State(None)
+        fork_request = gr.State(None)
+        episode_request.change(open_requested, inputs=[episode_request], outputs=[tabs, *episode.outputs]).then(
+            None, inputs=[episode.id_box], js=episode_tab.SET_URL_JS
+        )
+        episode.wire_fork(
+            lambda episode_id, turn: {"episode_id": episode_id, "turn": turn, "at": time.time()},
+            outputs=[fork_request],
+        )
 
         # On every page load, so a reload shows episodes written since.
-        demo.load(load_table, inputs=browse.inputs, outputs=browse.outputs)
+        browse.wire_load(demo, store)
         demo.load(open_from_query, outputs=[tabs, *episode.outputs])
     return demo
 

@@ -1,32 +1,43 @@
-"""Escaped HTML for the Episode view: header, conversation and token view.
+"""Escaped HTML for the Episode view: header, findings, turn timeline (and, re-exported, the token view).
 
-Pure functions of records (and, for token texts, of a tokenizer): no Gradio,
-no store. Every string that came from a model, an env, a user or a file goes
-through ``_e`` (``html.escape`` with quotes) before it touches markup, because
-Gradio's ``gr.HTML`` inserts its value with ``innerHTML``: an unescaped
-``<img onerror=...>`` in a model reply would run in the researcher's browser.
+Pure functions of records: no Gradio, no store. Every string that came from
+a model, an env, a user or a file goes through ``_e`` (``html.escape`` with
+quotes) before it touches markup, because Gradio's ``gr.HTML`` inserts its
+value with ``innerHTML``: an unescaped ``<img onerror=...>`` in a model reply
+would run in the researcher's browser.
 
-The token view is built for long episodes (tens of thousands of tokens): one
-pass over the arrays, strings collected in a list and joined once, escaping
-cached per distinct token text.
+Links between views carry ``data-jump="<element id>"`` (``turn-N`` and
+``tok-I`` in the token view, ``conv-turn-N`` in the timeline); the views'
+script (``TOKEN_JS``) scrolls to the target. ``data-fork="N"`` asks to fork
+the episode at turn N.
 """
 
 from __future__ import annotations
 
-import codecs
 import html
 import json
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from engine.records import Episode, Finding, Message, Status, Turn
+from engine.records import Episode, Finding, Message, Severity, Status, Turn
+
+from .render_tokens import (  # noqa: F401  (re-exported: the token view is part of this API)
+    TOKEN_JS,
+    decode_token_texts,
+    logprob_diff,
+    render_tokens,
+    special_token_ids,
+)
 
 # Texts longer than this (or with more lines) fold into a <details>.
 FOLD_CHARS = 1200
 FOLD_LINES = 24
+# Evidence lists and strings are cut to this in the findings list.
+EVIDENCE_ITEMS = 12
+EVIDENCE_CHARS = 400
 
 _STATUS_CLASS = {
     Status.COMPLETED: "ok",
@@ -36,6 +47,7 @@ _STATUS_CLASS = {
     Status.RUNNING: "info",
     Status.INTERRUPTED: "muted",
 }
+_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 _CLASS_SAFE = re.compile(r"[^a-z0-9_-]")
 
 
@@ -67,6 +79,8 @@ def _json(value: Any) -> str:
 
 def _text_block(text: str, cls: str = "rs-text") -> str:
     """Escaped text, folded into a <details> when it is long."""
+    if not text:
+        return '<div class="rs-dim rs-empty">(empty)</div>'
     body = f'<div class="{cls}">{_e(text)}</div>'
     n_lines = text.count("\n") + 1
     if len(text) <= FOLD_CHARS and n_lines <= FOLD_LINES:
@@ -88,6 +102,10 @@ def _chip(label: str, value: str, cls: str = "") -> str:
     return f'<span class="rs-chip {cls}"><span class="rs-chip-k">{_e(label)}</span> {_e(value)}</span>'
 
 
+def _jump(target: str, label: str, cls: str = "rs-jump") -> str:
+    return f'<a class="{cls}" href="#{_e(target)}" data-jump="{_e(target)}">{label}</a>'
+
+
 # -- header ---------------------------------------------------------------
 
 
@@ -107,16 +125,29 @@ def _series(prefix: str, values: Sequence[float]) -> str:
     )
 
 
+def _sampling(ep: Episode) -> str:
+    sampling = ep.config.get("sampling") if isinstance(ep.config.get("sampling"), dict) else {}
+    shown = [(k, v) for k, v in sampling.items() if v not in (None, "", [], {})]
+    if not shown:
+        return '<span class="rs-dim">n/a</span>'
+    return " ".join(_chip(k, str(v)) for k, v in shown)
+
+
+def _errors(n: int) -> str:
+    return f" ({n} error{'s' if n != 1 else ''})" if n else ""
+
+
 def render_header(ep: Episode) -> str:
-    """The episode's identity, verdict, rewards and token counts."""
+    """The episode's identity, verdict, sampling, rewards and token counts."""
     status_cls = _STATUS_CLASS.get(ep.status, "muted")
-    n_find = len(ep.all_findings())
+    found = ep.all_findings()
+    n_err = sum(1 for f in found if f.severity is Severity.ERROR)
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ep.created_at)) if ep.created_at else "n/a"
     rows: list[tuple[str, str]] = [
         ("env", _e(ep.env)),
         ("task", _e(ep.task_id)),
         ("preset", _e(ep.preset or "n/a")),
-        ("backend", _e(_backend_label(ep.backend))),
+        ("backend / model", _e(_backend_label(ep.backend))),
         ("tokenizer", _e(ep.tokenizer or "smollm2 (embedded)")),
         ("reward", f'<b class="rs-big">{_e(fmt_num(ep.reward))}</b>'),
         (
@@ -125,24 +156,28 @@ def render_header(ep: Episode) -> str:
             f'<span class="rs-train-text">trainable {ep.tokens.n_trainable:,}</span>',
         ),
         ("turns", str(ep.n_turns)),
-        ("findings", f'<span class="{"rs-bad-text" if n_find else ""}">{n_find}</span>'),
+        ("findings", f'<span class="{"rs-bad-text" if n_err else ""}">{len(found)}{_errors(n_err)}</span>'),
         ("run", _e(ep.run_id or "n/a") + (f" · group {_e(ep.group_id)} #{ep.sample_index}" if ep.group_id else "")),
         ("created", _e(created)),
         ("source", _e(ep.source.get("kind", "live"))),
     ]
     if ep.parent_id:
-        rows.append(("forked from", f"<code>{_e(ep.parent_id)}</code> at turn {_e(ep.fork_turn)}"))
+        rows.append(("forked from", f'<a href="?episode={_e(ep.parent_id)}"><code>{_e(ep.parent_id)}</code></a>'
+                                    f" at turn {_e(ep.fork_turn)}"))
     if ep.tags:
         rows.append(("tags", " ".join(f'<span class="rs-tag">{_e(t)}</span>' for t in ep.tags)))
     if ep.note:
-        rows.append(("note", _e(ep.note)))
+        rows.append(("note", f'<span class="rs-note-text">{_e(ep.note)}</span>'))
     kv = "".join(f'<div class="rs-kv-item"><dt>{k}</dt><dd>{v}</dd></div>' for k, v in rows)
     reason = f'<span class="rs-reason">{_e(ep.reason)}</span>' if ep.reason else ""
+    star = '<span class="rs-star" title="starred">★</span>' if ep.starred else ""
     return (
         '<div class="rs-header">'
-        f'<div class="rs-head-line"><span class="rs-status rs-{status_cls}">{_e(ep.status.value)}</span>'
-        f"{reason}<code class=\"rs-id\">{_e(ep.id)}</code></div>"
+        f'<div class="rs-head-line">{star}<span class="rs-status rs-{status_cls}">{_e(ep.status.value)}</span>'
+        f'{reason}<a class="rs-id" href="?episode={_e(ep.id)}" title="link to this episode">'
+        f"<code>{_e(ep.id)}</code></a></div>"
         f'<dl class="rs-kv">{kv}</dl>'
+        f'<div class="rs-series"><span class="rs-series-k">sampling</span>{_sampling(ep)}</div>'
         f'<div class="rs-series"><span class="rs-series-k">turn rewards</span>{_series("T", ep.turn_rewards)}</div>'
         f'<div class="rs-series"><span class="rs-series-k">returns</span>{_series("T", ep.returns)}</div>'
         f'<div class="rs-more">{_json_details("loop config", ep.config)}{_json_details("backend", ep.backend)}</div>'
@@ -150,20 +185,63 @@ def render_header(ep: Episode) -> str:
     )
 
 
-# -- conversation ---------------------------------------------------------
+# -- findings ---------------------------------------------------------------
 
 
-def _finding(f: Finding) -> str:
-    where = ""
+def _preview(value: Any, key: str = "") -> Any:
+    """Evidence cut to a readable size: long lists and strings shortened, the per-token diff summarized."""
+    if key == "diff" and isinstance(value, list):
+        known = sum(1 for d in value if d is not None)
+        return f"[{known:,} per-token values: hover the token view or turn on its mismatch heat map]"
+    if isinstance(value, dict):
+        return {k: _preview(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        head = [_preview(v) for v in value[:EVIDENCE_ITEMS]]
+        return head + ([f"… {len(value) - EVIDENCE_ITEMS:,} more"] if len(value) > EVIDENCE_ITEMS else [])
+    if isinstance(value, str) and len(value) > EVIDENCE_CHARS:
+        return value[:EVIDENCE_CHARS] + f"… ({len(value):,} chars)"
+    return value
+
+
+def _finding_links(f: Finding) -> str:
+    links = []
     if f.token_start is not None:
-        end = f"–{f.token_end}" if f.token_end is not None and f.token_end != f.token_start + 1 else ""
-        where = f' <a class="rs-jump" href="#tok-{f.token_start}" data-jump="tok-{f.token_start}">tokens {f.token_start}{end}</a>'
-    evidence = _json_details("evidence", f.evidence) if f.evidence else ""
+        end = f"–{f.token_end - 1}" if f.token_end is not None and f.token_end > f.token_start + 1 else ""
+        links.append(_jump(f"tok-{f.token_start}", f"tokens {f.token_start}{end} ↗"))
+    if f.turn is not None:
+        links.append(_jump(f"conv-turn-{f.turn}", f"turn {_e(f.turn)}"))
+    return " ".join(links)
+
+
+def _finding(f: Finding, with_evidence: bool = True) -> str:
+    evidence = _json_details("evidence", _preview(f.evidence)) if f.evidence and with_evidence else ""
     sev = _cls(f.severity.value)
     return (
         f'<div class="rs-finding rs-sev-{sev}"><span class="rs-sev">{_e(f.severity.value)}</span> '
-        f"<b>{_e(f.kind)}</b>: {_e(f.message)}{where}{evidence}</div>"
+        f'<b>{_e(f.kind)}</b>: {_e(f.message)} <span class="rs-links">{_finding_links(f)}</span>{evidence}</div>'
     )
+
+
+def render_findings(ep: Episode) -> str:
+    """Every finding of the episode, errors first, each linking to its tokens and turn."""
+    found = sorted(
+        ep.all_findings(),
+        key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), -1 if f.turn is None else f.turn, f.kind),
+    )
+    if not found:
+        return '<div class="rs-findings"><div class="rs-note rs-info">No findings: the checks found nothing wrong.</div></div>'
+    counts: dict[str, int] = {}
+    for f in found:
+        counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
+    summary = ", ".join(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}" for sev, n in counts.items())
+    items = "".join(_finding(f) for f in found)
+    return (
+        f'<div class="rs-findings"><div class="rs-findings-head"><b>{len(found)} finding{"s" if len(found) != 1 else ""}'
+        f"</b> · {_e(summary)}</div>{items}</div>"
+    )
+
+
+# -- timeline ---------------------------------------------------------------
 
 
 def _message(m: Message) -> str:
@@ -179,9 +257,10 @@ def _message(m: Message) -> str:
     )
 
 
-def _turn(t: Turn) -> str:
+def _turn(t: Turn, episode_findings: Sequence[Finding]) -> str:
     g = t.generation
-    chips = [_chip("env reward", fmt_num(t.reward), "rs-pos" if t.reward > 0 else "")]
+    own = [*t.findings, *(f for f in episode_findings if f.turn == t.index)]
+    chips = [_chip("env reward", fmt_num(t.reward), "rs-pos" if t.reward > 0 else "rs-neg" if t.reward < 0 else "")]
     chips.append(_chip("done", "yes" if t.done else "no"))
     if g is not None:
         chips.append(_chip("finish", g.finish_reason, "rs-warn" if g.finish_reason != "stop" else ""))
@@ -189,11 +268,16 @@ def _turn(t: Turn) -> str:
         chips.append(_chip("latency", _fmt_seconds(g.latency_s)))
     if "total_s" in t.timings:
         chips.append(_chip("turn", _fmt_seconds(t.timings["total_s"])))
-    parts = [
-        f'<section class="rs-turn" id="conv-turn-{t.index}"><div class="rs-turn-head">'
-        f'<span class="rs-turn-no">Turn {t.index}</span>{"".join(chips)}'
-        f'<a class="rs-jump" href="#turn-{t.index}" data-jump="turn-{t.index}">tokens ↓</a></div>'
-    ]
+    if own:
+        worst = min(own, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3)).severity.value
+        chips.append(f'<span class="rs-chip rs-flag rs-sev-{_cls(worst)}">⚑ {len(own)} finding{"s" if len(own) != 1 else ""}</span>')
+    head = (
+        f'<div class="rs-turn-head">{_jump(f"turn-{t.index}", f"Turn {t.index}", "rs-turn-no")}{"".join(chips)}'
+        f'<span class="rs-turn-links">{_jump(f"turn-{t.index}", "tokens ↓")}'
+        f'<a class="rs-fork" href="#" data-fork="{t.index}" title="fork this episode at turn {t.index}: '
+        f'replay the turns before it, then continue in Step">⑂ fork here</a></span></div>'
+    )
+    parts = [f'<section class="rs-turn{" rs-turn-flagged" if own else ""}" id="conv-turn-{t.index}">{head}']
     if g is None:
         parts.append('<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'
                      '</div><div class="rs-dim">no generation</div></div>')
@@ -201,8 +285,7 @@ def _turn(t: Turn) -> str:
         model = f" · {_e(g.model)}" if g.model else ""
         parts.append(
             '<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'
-            f" · raw generation{model}</div>"
-            f"{_text_block(g.text)}</div>"
+            f" · raw generation{model}</div>{_text_block(g.text)}</div>"
         )
     for c in t.tool_calls:
         parts.append(
@@ -216,7 +299,7 @@ def _turn(t: Turn) -> str:
     parts.extend(_message(m) for m in t.observation)
     if t.info:
         parts.append(_json_details("env info", t.info))
-    parts.extend(_finding(f) for f in t.findings)
+    parts.extend(_finding(f, with_evidence=False) for f in own)
     parts.append("</section>")
     return "".join(parts)
 
@@ -226,237 +309,30 @@ def _initial_messages(ep: Episode) -> list[Message]:
     # (system prompt, task); later ones are already in the turns.
     out: list[Message] = []
     for m in ep.messages:
-        if m.role == "assistant":
+        if m.role == "assistant" and ep.turns:
             break
         out.append(m)
     return out
 
 
 def render_conversation(ep: Episode) -> str:
-    """The episode turn by turn: start messages, then each turn's generation, calls, observations."""
+    """The turn timeline: opening messages, then each turn's generation, tool call or parse error, observation."""
+    located = [f for f in ep.findings if f.turn is not None]
     parts = ['<div class="rs-conv">']
-    if ep.findings:
+    loose = [f for f in ep.findings if f.turn is None]
+    if loose:
         parts.append('<div class="rs-ep-findings">')
-        parts.extend(_finding(f) for f in ep.findings)
+        parts.extend(_finding(f, with_evidence=False) for f in loose)
         parts.append("</div>")
     parts.extend(_message(m) for m in _initial_messages(ep))
-    parts.extend(_turn(t) for t in ep.turns)
+    parts.extend(_turn(t, located) for t in ep.turns)
     if not ep.turns:
         parts.append('<div class="rs-dim">no turns</div>')
     parts.append("</div>")
     return "".join(parts)
 
 
-# -- token texts ----------------------------------------------------------
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    # GPT-2's reversible byte <-> printable character map, used by every
-    # byte-level BPE vocabulary (SmolLM2, Qwen, Llama 3).
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs), strict=True))
-
-
-_UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
-_SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
-
-
-def _byte_reader(tokenizer: Any) -> Any:
-    """A function id -> raw bytes for byte-level or byte-fallback vocabularies, else None."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    decoder = repr(getattr(backend, "decoder", None))
-    if "ByteLevel" in decoder:
-        def read(i: int) -> bytes:
-            piece = tokenizer.convert_ids_to_tokens(i)
-            if all(c in _UNICODE_TO_BYTE for c in piece):
-                return bytes(_UNICODE_TO_BYTE[c] for c in piece)
-            return piece.encode("utf-8")
-        return read
-    if "ByteFallback" in decoder:
-        def read_sp(i: int) -> bytes:
-            piece = tokenizer.convert_ids_to_tokens(i)
-            m = _SP_BYTE.match(piece)
-            return bytes([int(m.group(1), 16)]) if m else piece.replace("▁", " ").encode("utf-8")
-        return read_sp
-    return None
-
-
-def decode_token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    """The text of each token, in order, such that the texts join to the decoded sequence.
-
-    Each distinct id is decoded once. A token holding only part of a UTF-8
-    character (byte-level BPE splits CJK and emoji across tokens) decodes
-    alone to U+FFFD; for those, bytes are fed through an incremental UTF-8
-    decoder so the character appears on the token that completes it and the
-    earlier pieces get ``""`` (the token view marks them as partial).
-    """
-    ids = [int(i) for i in ids]
-    uniq = sorted(set(ids))
-    texts = tokenizer.batch_decode([[i] for i in uniq], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    plain = dict(zip(uniq, texts, strict=True))
-    broken = {i for i, s in plain.items() if "\ufffd" in s}
-    read = _byte_reader(tokenizer) if broken else None
-    if read is None:
-        return [plain[i] for i in ids]
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    out: list[str] = []
-    for i in ids:
-        if i in broken:
-            out.append(decoder.decode(read(i)))
-            continue
-        if decoder.getstate()[0]:
-            # Bytes left dangling by a cut-off character: show them as U+FFFD
-            # on the token that left them, as a full decode would.
-            tail = decoder.decode(b"", final=True)
-            if out:
-                out[-1] += tail
-            decoder.reset()
-        out.append(plain[i])
-    if decoder.getstate()[0] and out:
-        out[-1] += decoder.decode(b"", final=True)
-    return out
-
-
-def special_token_ids(tokenizer: Any) -> set[int]:
-    """Ids the tokenizer marks special (``<|im_start|>``, ``<|im_end|>``, ...)."""
-    out = {int(i) for i in getattr(tokenizer, "all_special_ids", ()) if i is not None}
-    for i, tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
-        if getattr(tok, "special", False):
-            out.add(int(i))
-    return out
-
-
-# -- token view -------------------------------------------------------------
-
-
-def _finding_marks(findings: Iterable[Finding], n: int) -> tuple[dict[int, list[str]], set[int]]:
-    marks: dict[int, list[str]] = {}
-    starts: set[int] = set()
-    for f in findings:
-        if f.token_start is None or not 0 <= f.token_start < n:
-            continue
-        end = f.token_end if f.token_end is not None and f.token_end > f.token_start else f.token_start + 1
-        starts.add(f.token_start)
-        for i in range(f.token_start, min(end, n)):
-            marks.setdefault(i, []).append(f.kind)
-    return marks, starts
-
-
-def _spans(ep: Episode) -> list[tuple[int, int, str, int | None]]:
-    """(start, end, kind, turn) runs covering every token exactly once, in order."""
-    n = len(ep.tokens)
-    out: list[tuple[int, int, str, int | None]] = []
-    pos = 0
-    for s in sorted(ep.segments, key=lambda s: (s.start, s.end)):
-        start, end = max(s.start, pos), min(s.end, n)
-        if start >= end:
-            continue
-        if start > pos:
-            out.append((pos, start, "unsegmented", None))
-        out.append((start, end, s.kind, s.turn))
-        pos = end
-    if pos < n:
-        out.append((pos, n, "unsegmented", None))
-    return out
-
-
-LEGEND = (
-    '<div class="rs-legend">'
-    '<span class="rs-swatch sw-train">trainable (mask 1)</span>'
-    '<span class="rs-swatch sw-ctx">context (mask 0)</span>'
-    '<span class="rs-swatch sw-special">special token</span>'
-    '<span class="rs-swatch sw-flag">finding</span>'
-    '<span class="rs-swatch sw-nl">↵ newline</span>'
-    '<span class="rs-dim">hover a token for id, logprob, mask, turn</span>'
-    "</div>"
-)
-
-
-def render_tokens(
-    ep: Episode,
-    token_texts: list[str] | None,
-    special_ids: set[int],
-    *,
-    tokenizer_error: str | None = None,
-) -> str:
-    """Every token of the episode as a ``<span class="tok ...">`` with a hover tooltip.
-
-    Classes: ``tok-train`` (loss mask 1) or ``tok-ctx`` (mask 0), plus
-    ``tok-special`` for special ids, ``tok-flag`` inside a finding's span and
-    ``tok-partial`` for a piece of a multi-token character. The first token
-    of each turn carries ``id="turn-N"`` and the first of each finding
-    ``id="tok-I"``, so other views can link and scroll to them. Without
-    texts (``token_texts`` None, e.g. the tokenizer did not load) the ids are
-    shown instead, with a note saying why.
-    """
-    tok = ep.tokens
-    n = len(tok)
-    ids = tok.ids.tolist()
-    mask = tok.loss_mask.tolist()
-    lps = tok.logprobs.tolist()
-    vers = tok.versions.tolist()
-    notes: list[str] = []
-    if token_texts is not None and len(token_texts) != n:
-        notes.append(f"token texts ({len(token_texts)}) do not match the episode's {n} tokens; showing ids")
-        token_texts = None
-    if token_texts is None:
-        why = f": {tokenizer_error}" if tokenizer_error else ""
-        notes.insert(0, f"The tokenizer could not be loaded{why}. Showing token ids instead of texts.")
-    marks, finding_starts = _finding_marks(ep.all_findings(), n)
-    turn_seen: set[int] = set()
-    esc_cache: dict[str, str] = {}
-    out: list[str] = []
-    push = out.append
-    for start, end, kind, turn in _spans(ep):
-        label = f"T{turn} {kind}" if turn is not None else kind
-        if kind != "tail":  # a tail is one newline; its label would be clutter
-            push(f'<span class="seg-mark seg-{_cls(kind)}" data-label="{_e(label)}"></span>')
-        where = f"turn {turn} · {_e(kind)}" if turn is not None else _e(kind)
-        for i in range(start, end):
-            tid = ids[i]
-            cls = "tok tok-train" if mask[i] else "tok tok-ctx"
-            if tid in special_ids:
-                cls += " tok-special"
-            if token_texts is None:
-                text = str(tid)
-                cls += " tok-id"
-            else:
-                raw = token_texts[i]
-                text = esc_cache.get(raw)
-                if text is None:
-                    text = _e(raw).replace("\r", "␍").replace("\n", "↵\n") if raw else "◦"
-                    esc_cache[raw] = text
-                if not raw:
-                    cls += " tok-partial"
-            lp = lps[i]
-            title = f"#{i} · id {tid} · logprob {'n/a' if lp != lp else f'{lp:.4f}'} · mask {mask[i]} · {where}"
-            if vers[i] >= 0:
-                title += f" · version {vers[i]}"
-            kinds = marks.get(i)
-            if kinds:
-                cls += " tok-flag"
-                title += " · finding: " + _e(", ".join(kinds))
-            anchor = ""
-            if turn is not None and turn not in turn_seen:
-                turn_seen.add(turn)
-                anchor = f' id="turn-{turn}"'
-            if i in finding_starts:
-                # Its own element: a finding may start on a turn's first token.
-                push(f'<a class="tok-anchor" id="tok-{i}"></a>')
-            push(f'<span class="{cls}"{anchor} title="{title}">{text}</span>')
-    summary = (
-        f'<div class="rs-tok-summary">{n:,} tokens · prompt {ep.prompt_len:,} · response {ep.response_len:,} · '
-        f'<span class="rs-train-text">trainable {tok.n_trainable:,}</span></div>'
-    )
-    note_html = "".join(f'<div class="rs-note rs-warn">{_e(x)}</div>' for x in notes)
-    return f'<div class="rs-tokview">{summary}{LEGEND}{note_html}<div class="rs-tokens">{"".join(out)}</div></div>'
+render_timeline = render_conversation
 
 
 def render_message(text: str, kind: str = "info") -> str:

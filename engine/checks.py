@@ -19,7 +19,7 @@ import numpy as np
 from . import chat
 from .errors import RollscopeError
 from .presets import ONE_CALL, ONE_OR_MORE
-from .records import Episode, Finding, Message, Severity
+from .records import Episode, Finding, Severity
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 

@@ -91,7 +91,7 @@ def make_backend(
         if policy == "sglang":
             from .backends.sglang import SGLangBackend
 
-            return SGLangBackend(url, tokenizer=tokenizer)
+            return SGLangBackend(url, tokenizer=tokenizer, model=model or "")
         from .backends.openai import OpenAIBackend
 
         if not model:

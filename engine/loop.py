@@ -217,7 +217,8 @@ class Stepper:
         end: tuple[Status, str] | None = None
 
         if generation.finish_reason == "abort":
-            end = (Status.ABORTED, "generation aborted by the backend")
+            detail = f": {generation.finish_detail}" if generation.finish_detail else ""
+            end = (Status.ABORTED, f"generation aborted by the backend{detail}")
         else:
             calls, parse_error = self._parse(content)
             if parse_error is not None:

@@ -147,6 +147,7 @@ class Generation:
     cached_tokens: int = 0
     weight_version: int | None = None
     model: str = ""
+    finish_detail: str = ""  # what the server said beyond the reason (an abort's message)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Generation):
@@ -167,6 +168,7 @@ class Generation:
             "cached_tokens": self.cached_tokens,
             "weight_version": self.weight_version,
             "model": self.model,
+            "finish_detail": self.finish_detail,
         }
 
     @classmethod
@@ -181,6 +183,7 @@ class Generation:
             cached_tokens=int(d.get("cached_tokens", 0)),
             weight_version=d.get("weight_version"),
             model=str(d.get("model", "")),
+            finish_detail=str(d.get("finish_detail", "")),
         )
 
 

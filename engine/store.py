@@ -282,6 +282,7 @@ class Store(BrowseQueries):
                 ):
                     db[table].create_index(cols, if_not_exists=True)
                 created = self._migrate_search()
+                self._migrate_index()
             if created and db.execute("SELECT 1 FROM episodes LIMIT 1").fetchone():
                 self._reindex_search()
 
@@ -301,6 +302,7 @@ class Store(BrowseQueries):
 
     def close(self) -> None:
         with self._lock:
+            self.close_reader()
             self.db.conn.close()
 
     # -- writing ---------------------------------------------------------
@@ -548,19 +550,18 @@ class Store(BrowseQueries):
         direction = "DESC" if descending else "ASC"
         # Page first, then look up the tags of that page only.
         sql = (
-            "SELECT id, env, task_id, status, reward, n_turns, n_tokens, n_trainable, preset, model, run_id, "
-            "sample_index, created_at, starred, n_findings, source, group_id, n_errors FROM episodes "
-            f"WHERE {where} ORDER BY {order_by} {direction}, id {direction} LIMIT ? OFFSET ?"
+            f"SELECT {', '.join(f.name for f in fields(EpisodeSummary) if f.name != 'tags')} FROM episode_index "
+            f"WHERE {where} ORDER BY {order_by} {direction}, rid {direction} LIMIT ? OFFSET ?"
         )
-        with self._lock:
-            rows = list(self.db.query(sql, [*args, limit, offset]))
-            tags: dict[str, list[str]] = {}
-            if rows:
-                ids = [r["id"] for r in rows]
-                for eid, tag in self.db.execute(
-                    f"SELECT episode_id, tag FROM tags WHERE episode_id IN ({','.join('?' * len(ids))}) ORDER BY tag", ids
-                ):
-                    tags.setdefault(eid, []).append(tag)
+        names = [f.name for f in fields(EpisodeSummary)][:-1]  # the SELECT's columns; tags come next
+        rows = [dict(zip(names, r, strict=True)) for r in self.browse_query(sql, [*args, limit, offset])]
+        tags: dict[str, list[str]] = {}
+        if rows:
+            ids = [r["id"] for r in rows]
+            for eid, tag in self.browse_query(
+                f"SELECT episode_id, tag FROM tags WHERE episode_id IN ({','.join('?' * len(ids))}) ORDER BY tag", ids
+            ):
+                tags.setdefault(eid, []).append(tag)
         return [
             EpisodeSummary.from_row({**r, "starred": bool(r["starred"]), "n_errors": r["n_errors"] or 0,
                                      "tags": tuple(tags.get(r["id"], ()))})
@@ -569,8 +570,7 @@ class Store(BrowseQueries):
 
     def count(self, flt: EpisodeFilter | None = None) -> int:
         where, args = (flt or EpisodeFilter()).sql()
-        with self._lock:
-            return int(self.db.execute(f"SELECT COUNT(*) FROM episodes WHERE {where}", args).fetchone()[0])
+        return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
 
     def findings(self, episode_id: str) -> list[Finding]:
         return list(self.get_episode(episode_id).all_findings())

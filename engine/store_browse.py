@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import sqlite_utils
@@ -116,11 +119,21 @@ def search_texts(ep: Episode, turn: int | None = None) -> list[tuple[int, list[s
     return [(0, opening), *((t.index + 1, _turn_texts(t)) for t in turns)]
 
 
+# The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
+INDEX_COLUMNS = (
+    "id", "env", "task_id", "status", "reward", "n_turns", "n_tokens", "n_trainable", "preset", "model", "run_id",
+    "group_id", "sample_index", "created_at", "starred", "n_findings", "n_errors", "source", "parent_id",
+)
+
+
 class BrowseQueries:
     """Search-index upkeep and Browse's aggregate queries, mixed into ``Store``."""
 
     db: sqlite_utils.Database
+    path: Path
     _lock: threading.RLock
+    _read_conn: sqlite3.Connection | None = None
+    _read_lock: threading.Lock
 
     def get_episode(self, episode_id: str) -> Episode:  # provided by Store
         raise NotImplementedError
@@ -145,6 +158,53 @@ class BrowseQueries:
         ):
             db.execute(sql)
         return created
+
+    def _migrate_index(self) -> None:
+        """Create (and on first use fill) ``episode_index``, the slim copy of ``episodes`` that Browse reads.
+
+        An ``episodes`` row carries the episode's JSON (often several KB), so
+        a query that visits many rows (a count, a sort, an aggregate) reads
+        hundreds of MB at 100,000 episodes. ``episode_index`` holds only the
+        summary columns (about 150 bytes a row) with an index per sortable
+        column. Triggers keep it equal to ``episodes`` whatever writes there,
+        including code that knows nothing of it.
+        """
+        db = self.db
+        cols = ", ".join(INDEX_COLUMNS)
+        new = ", ".join(f"new.{c}" for c in INDEX_COLUMNS)
+        created = "episode_index" not in db.table_names()
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS episode_index (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
+            "env TEXT, task_id TEXT, status TEXT, reward REAL, n_turns INTEGER, n_tokens INTEGER, n_trainable INTEGER, "
+            "preset TEXT, model TEXT, run_id TEXT, group_id TEXT, sample_index INTEGER, created_at REAL, "
+            "starred INTEGER, n_findings INTEGER, n_errors INTEGER, source TEXT, parent_id TEXT)"
+        )
+        # rid is the episodes rowid: the tie-breaker of every sort, so a page
+        # of a sorted column is a walk along that column's index.
+        # Delete then insert, not INSERT OR REPLACE: a trigger's conflict
+        # clause yields to the outer statement's (the store's upserts).
+        copy = (f"DELETE FROM episode_index WHERE rid = new.rowid OR id = new.id; "
+                f"INSERT INTO episode_index (rid, {cols}) VALUES (new.rowid, {new});")
+        for event, body in (
+            ("INSERT", copy),
+            ("UPDATE", "DELETE FROM episode_index WHERE rid = old.rowid; " + copy),
+            ("DELETE", "DELETE FROM episode_index WHERE rid = old.rowid;"),
+        ):
+            # Recreated on every open, so a database always has this version's triggers.
+            db.execute(f"DROP TRIGGER IF EXISTS episodes_index_{event.lower()}")
+            db.execute(f"CREATE TRIGGER episodes_index_{event.lower()} AFTER {event} ON episodes BEGIN {body} END")
+        for col in INDEX_COLUMNS:
+            if col != "id":
+                db.execute(f"CREATE INDEX IF NOT EXISTS episode_index_{col} ON episode_index ({col})")
+        # Per-task and per-group reward aggregates read these and nothing else.
+        db.execute("CREATE INDEX IF NOT EXISTS episode_index_task_reward ON episode_index (task_id, reward)")
+        db.execute("CREATE INDEX IF NOT EXISTS episode_index_group_reward ON episode_index (group_id, reward, task_id)")
+        # Browse's first question, "these statuses, newest first (or by
+        # reward)", answered from one index range without a sort.
+        db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_created ON episode_index (status, created_at)")
+        db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_reward ON episode_index (status, reward)")
+        if created:
+            db.execute(f"INSERT INTO episode_index (rid, {cols}) SELECT rowid, {cols} FROM episodes")
 
     def _reindex_search(self) -> None:
         """Fill the search index from the stored episodes (a database from before it existed)."""
@@ -176,90 +236,117 @@ class BrowseQueries:
                 [(ep.id, part, i) for i in ids],
             )
 
+    # -- reading for Browse ----------------------------------------------------
+
+    def _reader(self) -> tuple[sqlite3.Connection, threading.Lock]:
+        """A second connection for Browse's reads, so a long aggregate never holds up a turn commit.
+
+        WAL lets it read the last committed state while the store's own
+        connection writes.
+        """
+        with self._lock:
+            if getattr(self, "_read_conn", None) is None:
+                conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+                conn.execute("PRAGMA temp_store=MEMORY")
+                self._read_conn = conn
+                self._read_lock = threading.Lock()
+            return self._read_conn, self._read_lock
+
+    def close_reader(self) -> None:
+        with self._lock:
+            if getattr(self, "_read_conn", None) is not None:
+                self._read_conn.close()
+                self._read_conn = None
+
+    def browse_query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read-only query on the Browse connection."""
+        conn, lock = self._reader()
+        with lock:
+            return conn.execute(sql, list(args)).fetchall()
+
     def finding_kinds(self) -> list[tuple[str, int]]:
         """Every finding kind in the database with the number of episodes that have it."""
-        with self._lock:
-            return [(r[0], int(r[1])) for r in self.db.execute(
-                "SELECT kind, COUNT(DISTINCT episode_id) FROM findings GROUP BY kind ORDER BY kind"
-            )]
+        rows = self.browse_query("SELECT kind, COUNT(DISTINCT episode_id) FROM findings GROUP BY kind ORDER BY kind")
+        return [(r[0], int(r[1])) for r in rows]
 
     def tag_counts(self) -> list[tuple[str, int]]:
         """Every tag in use with the number of episodes carrying it."""
-        with self._lock:
-            return [(r[0], int(r[1])) for r in self.db.execute("SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag")]
+        return [(r[0], int(r[1])) for r in self.browse_query("SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag")]
 
-    def _bins(self, where: str, args: list[Any], column: str, edges_of: str | None = None,
-              max_bars: int = 30) -> Bins:
-        """Bars of ``column`` over the filtered set; ``edges_of`` takes the range from another column."""
-        span = edges_of or column
-        lo, hi, distinct = self.db.execute(
-            f"SELECT MIN({span}), MAX({span}), COUNT(DISTINCT {column}) FROM episodes WHERE {where}", args
-        ).fetchone()
-        if lo is None:
-            return Bins()
-        if distinct <= max_bars and edges_of is None:
-            rows = self.db.execute(
-                f"SELECT {column}, COUNT(*) FROM episodes WHERE {where} GROUP BY {column} ORDER BY 1", args
-            ).fetchall()
-            values = [float(r[0]) for r in rows]
-            gaps = [b - a for a, b in zip(values, values[1:], strict=False)]
-            return Bins(tuple(values), tuple(int(r[1]) for r in rows), 0.8 * min(gaps) if gaps else 1.0)
-        width = (hi - lo) / max_bars if hi > lo else 1.0
-        rows = self.db.execute(
-            f"SELECT MIN(CAST(({column} - ?) / ? AS INTEGER), {max_bars - 1}) AS b, COUNT(*) FROM episodes "
-            f"WHERE {where} GROUP BY b ORDER BY b",
-            [lo, width, *args],
-        ).fetchall()
-        counts = [0] * max_bars
-        for b, c in rows:
-            counts[max(0, int(b))] += int(c)
-        return Bins(tuple(lo + (k + 0.5) * width for k in range(max_bars)), tuple(counts), width)
+    def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000, max_bars: int = 30) -> BrowseStats:
+        """Aggregates of the episodes ``flt`` (an ``EpisodeFilter``) selects, for Browse's charts.
 
-    def _reward_stats(self, where: str, args: list[Any], key: str, order: str, limit: int) -> list[RewardStats]:
-        rows = self.db.execute(
-            f"SELECT {key}, MIN(task_id), COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward) "
-            f"FROM episodes WHERE ({where}) AND {key} IS NOT NULL GROUP BY {key} "
-            f"{'HAVING COUNT(*) > 1' if key == 'group_id' else ''} ORDER BY {order} LIMIT ?",
-            [*args, limit],
-        ).fetchall()
-        # Population standard deviation, as GRPO normalizes advantages within a group.
-        return [
-            RewardStats(str(k), str(task), int(n), float(m), max(0.0, float(m2) - float(m) ** 2) ** 0.5, float(lo), float(hi))
-            for k, task, n, m, m2, lo, hi in rows
-        ]
-
-    def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000) -> BrowseStats:
-        """Aggregates of the episodes ``flt`` selects: distributions, breakdowns, per-task and per-group rewards."""
+        Distributions come back binned (at most ``max_bars`` bars; one bar
+        per value when there are that few), tasks the ``task_limit`` most
+        frequent, groups (two or more samples) the first ``group_limit`` by id.
+        """
         where, args = _where(flt)
-        with self._lock:
-            total = int(self.db.execute(f"SELECT COUNT(*) FROM episodes WHERE {where}", args).fetchone()[0])
+        conn, lock = self._reader()
+        with lock:
+            q = conn.execute
+            if "SELECT" in where:
+                # Text, tag and finding filters are subqueries: run them once,
+                # not once per aggregate.
+                q("DROP TABLE IF EXISTS temp.browse_sel")
+                q(f"CREATE TEMP TABLE browse_sel AS SELECT rid FROM episode_index WHERE {where}", args)
+                where, args = "rid IN (SELECT rid FROM temp.browse_sel)", []
+            sel = f"FROM episode_index WHERE {where}"
+            total, n_tasks, tok_lo, tok_hi = q(
+                f"SELECT COUNT(*), COUNT(DISTINCT task_id), MIN(n_tokens), MAX(n_tokens) {sel}", args).fetchone()
             if not total:
                 return BrowseStats()
-            status = self.db.execute(
-                f"SELECT status, COUNT(*) FROM episodes WHERE {where} GROUP BY status ORDER BY 2 DESC", args
-            ).fetchall()
-            turns = self.db.execute(
-                f"SELECT n_turns, COUNT(*) FROM episodes WHERE {where} GROUP BY n_turns ORDER BY 1", args
-            ).fetchall()
-            n_tasks = self.db.execute(f"SELECT COUNT(DISTINCT task_id) FROM episodes WHERE {where}", args).fetchone()[0]
-            n_groups, n_flat = self.db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(lo = hi), 0) FROM (SELECT MIN(reward) AS lo, MAX(reward) AS hi "
-                f"FROM episodes WHERE ({where}) AND group_id IS NOT NULL GROUP BY group_id HAVING COUNT(*) > 1)",
-                args,
-            ).fetchone()
-            return BrowseStats(
-                total=total,
-                reward=self._bins(where, args, "reward"),
-                status=tuple((str(s), int(c)) for s, c in status),
-                turns=tuple((int(t or 0), int(c)) for t, c in turns),
-                tokens=self._bins(where, args, "n_tokens"),
-                trainable=self._bins(where, args, "n_trainable", edges_of="n_tokens"),
-                tasks=tuple(self._reward_stats(where, args, "task_id", "COUNT(*) DESC, task_id", task_limit)),
-                n_tasks=int(n_tasks),
-                groups=tuple(self._reward_stats(where, args, "group_id", "group_id", group_limit)),
-                n_groups=int(n_groups),
-                n_flat_groups=int(n_flat),
-            )
+            status = q(f"SELECT status, COUNT(*) {sel} GROUP BY status ORDER BY 2 DESC", args).fetchall()
+            turns = q(f"SELECT n_turns, COUNT(*) {sel} GROUP BY n_turns ORDER BY 1", args).fetchall()
+            values = q(f"SELECT reward, COUNT(*) {sel} GROUP BY reward ORDER BY 1 LIMIT ?", [*args, max_bars + 1]).fetchall()
+            if len(values) <= max_bars:
+                reward = _discrete(values)
+            else:
+                lo, hi = q(f"SELECT MIN(reward), MAX(reward) {sel}", args).fetchone()
+                reward = _binned(q, sel, args, "reward", lo, hi, max_bars)
+            tokens = _binned(q, sel, args, "n_tokens", tok_lo, tok_hi, max_bars)
+            trainable = _binned(q, sel, args, "n_trainable", tok_lo, tok_hi, max_bars)
+            stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
+            tasks = q(f"SELECT task_id, task_id, {stat} {sel} GROUP BY task_id ORDER BY 3 DESC, 1 LIMIT ?",
+                      [*args, task_limit]).fetchall()
+            grouped = (f"SELECT group_id, MIN(task_id), COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward) AS lo, "
+                       f"MAX(reward) AS hi {sel} AND group_id IS NOT NULL GROUP BY group_id HAVING COUNT(*) > 1")
+            n_groups, n_flat = q(f"SELECT COUNT(*), COALESCE(SUM(lo = hi), 0) FROM ({grouped})", args).fetchone()
+            groups = q(f"{grouped} ORDER BY group_id LIMIT ?", [*args, group_limit]).fetchall()
+        return BrowseStats(
+            total=int(total), reward=reward, status=tuple((str(s), int(c)) for s, c in status),
+            turns=tuple((int(t or 0), int(c)) for t, c in turns), tokens=tokens, trainable=trainable,
+            tasks=tuple(_reward_stats(r) for r in tasks), n_tasks=int(n_tasks),
+            groups=tuple(_reward_stats(r) for r in groups), n_groups=int(n_groups), n_flat_groups=int(n_flat),
+        )
+
+
+def _discrete(rows: Sequence[tuple[Any, Any]]) -> Bins:
+    values = [float(v) for v, _ in rows]
+    gaps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    return Bins(tuple(values), tuple(int(c) for _, c in rows), 0.8 * min(gaps) if gaps else 1.0)
+
+
+def _binned(q: Any, sel: str, args: list[Any], column: str, lo: float, hi: float, bars: int) -> Bins:
+    """``bars`` equal bins of ``column`` over [lo, hi] (one bin when lo == hi)."""
+    if lo is None:
+        return Bins()
+    if hi <= lo:
+        n = q(f"SELECT COUNT(*) {sel}", args).fetchone()[0]
+        return Bins((float(lo),), (int(n),), 1.0)
+    width = (hi - lo) / bars
+    rows = q(f"SELECT MIN(MAX(CAST(({column} - ?) / ? AS INTEGER), 0), {bars - 1}) AS b, COUNT(*) {sel} "
+             "GROUP BY b ORDER BY b", [lo, width, *args]).fetchall()
+    counts = [0] * bars
+    for b, c in rows:
+        counts[int(b)] += int(c)
+    return Bins(tuple(lo + (k + 0.5) * width for k in range(bars)), tuple(counts), width)
+
+
+def _reward_stats(row: Sequence[Any]) -> RewardStats:
+    key, task, n, mean, mean_sq, lo, hi = row
+    # Population standard deviation, as GRPO normalizes advantages within a group.
+    std = max(0.0, float(mean_sq) - float(mean) ** 2) ** 0.5
+    return RewardStats(str(key), str(task), int(n), float(mean), std, float(lo), float(hi))
 
 
 def _where(flt: Any) -> tuple[str, list[Any]]:

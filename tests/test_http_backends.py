@@ -244,7 +244,7 @@ def test_abort_finish_reason_aborts_the_episode(smol_tokenizer):
         backend = SGLangBackend(s.url, tokenizer=smol_tokenizer)
         ep = asyncio.run(run_episode(env, backend, smol_tokenizer, PRESETS["tito"], env.tasks[0], sampling=GREEDY))
         gen = asyncio.run(OpenAIBackend(s.url, "smollm2").generate(GenerationRequest("hi", None, GREEDY)))
-    assert ep.status is Status.ABORTED and ep.reason == "generation aborted by the backend"
+    assert ep.status is Status.ABORTED and ep.reason == "generation aborted by the backend: injected abort"
     assert ep.turns[0].generation.finish_reason == "abort"
     assert ep.turns[0].generation.text == "Let me th"
     assert gen.finish_reason == "abort"

@@ -31,6 +31,10 @@ def tau(monkeypatch):
 
 
 def test_missing_package_says_how_to_install(monkeypatch):
+    # None in sys.modules makes an import fail, as if the package were absent;
+    # submodules cached by earlier tests must be hidden too.
+    for mod in [m for m in sys.modules if m.startswith("tau_bench.")]:
+        monkeypatch.setitem(sys.modules, mod, None)
     monkeypatch.setitem(sys.modules, "tau_bench", None)
     from engine.envs.taubench import TauBenchEnv
 

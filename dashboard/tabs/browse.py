@@ -1,117 +1,286 @@
-"""Browse: the episode table, filtered by env and status, a page at a time."""
+"""Browse: filter, sort and page through every episode, with charts of the filtered set.
+
+Filters go to ``EpisodeFilter`` and the store does the work (indexes, the
+full-text index, aggregates in SQL), so a page comes back fast at 100,000
+episodes. The table shows first; the charts follow in a second step.
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
+from engine.errors import RollscopeError
 from engine.records import Status
-from engine.store import EpisodeFilter, EpisodeSummary, Store
+from engine.store import SORTABLE, EpisodeFilter, Store
 
+from .. import charts
 from ..render import render_message
+from ..render_browse import BROWSE_JS, render_table
 
+PAGE_SIZES = [25, 50, 100, 200]
 PAGE_SIZE = 50
 ALL = "all"
-COLUMNS = ["id", "env", "task", "status", "reward", "turns", "tokens", "trainable", "preset", "findings"]
-DATATYPES = ["str", "str", "str", "str", "number", "number", "number", "number", "str", "number"]
+ANY_FINDING, NO_FINDING = "__any__", "__none__"
+STARRED = {"any": None, "starred": True, "not starred": False}
+DEFAULT_SORT = {"by": "created_at", "desc": True}
+MAX_TASK_CHOICES = 500  # beyond this, type a task id (the dropdown accepts any value)
 
 
-def row(s: EpisodeSummary) -> list[Any]:
-    """One table row of an episode summary, in ``COLUMNS`` order."""
-    return [s.id, s.env, s.task_id, s.status, round(s.reward, 4), s.n_turns, s.n_tokens, s.n_trainable, s.preset,
-            s.n_findings]
+def _opt(value: Any) -> str | None:
+    return None if value in (None, "", ALL) else str(value)
 
 
-def episode_filter(env: str | None, status: str | None) -> EpisodeFilter:
-    """The store filter for the dropdowns' values (``all`` means no filter)."""
+def _num(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def episode_filter(
+    text: str | None = None, env: str | None = None, task: str | None = None, status: list[str] | None = None,
+    run: str | None = None, reward_min: Any = None, reward_max: Any = None, turns_min: Any = None,
+    turns_max: Any = None, tags: list[str] | None = None, starred: str | None = None, source: str | None = None,
+    findings: str | None = None,
+) -> EpisodeFilter:
+    """The store filter for the filter controls' values (``all``/empty means no filter)."""
+    kind = _opt(findings)
+    t_min, t_max = _num(turns_min), _num(turns_max)
     return EpisodeFilter(
-        env=None if not env or env == ALL else env,
-        status=() if not status or status == ALL else (status,),
+        text=(text or "").strip() or None,
+        env=_opt(env),
+        task_id=_opt(task),
+        status=tuple(s for s in (status or []) if s and s != ALL),
+        run_id=_opt(run),
+        reward_min=_num(reward_min),
+        reward_max=_num(reward_max),
+        min_turns=None if t_min is None else int(t_min),
+        max_turns=None if t_max is None else int(t_max),
+        tags=tuple(tags or ()),
+        starred=STARRED.get(starred or "any"),
+        source=_opt(source),
+        has_findings=True if kind == ANY_FINDING else False if kind == NO_FINDING else None,
+        finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING) else kind,
     )
+
+
+def _sort(sort: Any) -> tuple[str, bool]:
+    sort = sort if isinstance(sort, dict) else DEFAULT_SORT
+    by = sort.get("by") if sort.get("by") in SORTABLE else DEFAULT_SORT["by"]
+    return str(by), bool(sort.get("desc", True))
+
+
+def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: Any = PAGE_SIZE) -> list[Any]:
+    """(table HTML, info HTML, clamped 1-based page number) for one page of the filtered, sorted episodes."""
+    by, desc = _sort(sort)
+    size = int(page_size) if page_size in PAGE_SIZES else PAGE_SIZE
+    start = time.perf_counter()
+    try:
+        total = store.count(flt)
+        last = max(1, math.ceil(total / size))
+        number = min(max(1, int(_num(page_no) or 1)), last)
+        rows = store.list_episodes(flt, order_by=by, descending=desc, limit=size, offset=(number - 1) * size)
+    except RollscopeError as e:
+        return [render_table([], by, desc, "—"), render_message(str(e), "error"), 1]
+    ms = (time.perf_counter() - start) * 1000
+    if total:
+        first = (number - 1) * size + 1
+        everything = store.count()
+        of_all = f" (of {everything:,})" if everything != total else ""
+        info = render_message(
+            f"Episodes {first:,}–{first + len(rows) - 1:,} of {total:,} matching{of_all} · page {number:,} of {last:,}"
+            f" · sorted by {by} {'▼' if desc else '▲'} · {ms:.0f} ms · click a row to open it, a header to sort"
+        )
+        empty = ""
+    elif store.count() == 0:
+        empty = f"No episodes in {store.path} yet: run `rollscope run --db {store.path}` (or Launch) to make some."
+        info = render_message(empty)
+    else:
+        empty = "No episode matches these filters."
+        info = render_message(empty)
+    return [render_table(rows, by, desc, empty), info, number]
+
+
+def figures(store: Store, flt: EpisodeFilter) -> list[Any]:
+    """The Browse charts of the filtered set (see ``charts.browse_figures``)."""
+    return charts.browse_figures(store.stats(flt))
+
+
+def choices(store: Store) -> list[Any]:
+    """Dropdown updates with the values in the database now: env, task, run, source, tags, findings."""
+    tasks = store.distinct("task_id")
+    kinds = store.finding_kinds()
+    return [
+        gr.Dropdown(choices=[ALL, *store.distinct("env")]),
+        gr.Dropdown(choices=[ALL, *tasks[:MAX_TASK_CHOICES]]),
+        gr.Dropdown(choices=[ALL, *store.distinct("run_id")]),
+        gr.Dropdown(choices=[ALL, *store.distinct("source")]),
+        gr.Dropdown(choices=[f"{t}" for t, _ in store.tag_counts()]),
+        gr.Dropdown(choices=[
+            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings", NO_FINDING),
+            *((f"{k} ({n:,})", k) for k, n in kinds),
+        ]),
+    ]
 
 
 @dataclass
 class BrowseTab:
-    """The Browse tab's components; ``outputs`` is the order ``page`` returns values in."""
+    """The Browse tab's components.
 
-    env: gr.Dropdown
-    status: gr.Dropdown
+    ``table`` is a ``gr.HTML`` whose ``click`` event carries ``{"open": id}``
+    when a row is chosen (the app wires that to the Episode tab) or
+    ``{"sort": column}`` for a header (handled here).
+    """
+
+    filters: list[Any]  # in ``episode_filter``'s argument order
+    apply: gr.Button
+    reset: gr.Button
     refresh: gr.Button
+    info: gr.HTML
+    table: gr.HTML
     prev: gr.Button
     next: gr.Button
-    info: gr.HTML
-    table: gr.Dataframe
-    page_no: gr.State
+    page_box: gr.Number
+    page_size: gr.Dropdown
+    sort: gr.State
+    plots: list[gr.Plot]
 
     @property
     def inputs(self) -> list[Any]:
-        return [self.env, self.status, self.page_no]
+        return [*self.filters, self.sort, self.page_box, self.page_size]
 
     @property
     def outputs(self) -> list[Any]:
-        return [self.table, self.info, self.page_no, self.env]
+        return [self.table, self.info, self.page_box]
+
+    @property
+    def choice_outputs(self) -> list[Any]:
+        f = self.filters
+        return [f[1], f[2], f[4], f[11], f[9], f[12]]  # env, task, run, source, tags, findings
+
+    def wire_load(self, demo: gr.Blocks, store: Store) -> None:
+        """On every page load (so a reload shows episodes written since): choices, first page, charts."""
+        demo.load(lambda: choices(store), outputs=self.choice_outputs).then(
+            _show(store), inputs=self.inputs, outputs=self.outputs
+        ).then(_charts(store), inputs=self.filters, outputs=self.plots)
 
 
-def page(store: Store, env: str | None, status: str | None, page_no: int) -> list[Any]:
-    """Values for ``BrowseTab.outputs``: one page of rows, the count line, the clamped page, env choices."""
-    flt = episode_filter(env, status)
-    total = store.count(flt)
-    last = max(0, (total - 1) // PAGE_SIZE)
-    page_no = min(max(0, int(page_no or 0)), last)
-    summaries = store.list_episodes(flt, limit=PAGE_SIZE, offset=page_no * PAGE_SIZE)
-    rows = [row(s) for s in summaries]
-    if total:
-        first = page_no * PAGE_SIZE + 1
-        info = render_message(
-            f"Episodes {first}–{first + len(rows) - 1} of {total} (page {page_no + 1} of {last + 1}), newest first. "
-            "Click a row to open it."
-        )
-    elif store.count() == 0:
-        info = render_message(f"No episodes in {store.path} yet: run `rollscope run --db {store.path}` to make some.")
-    else:
-        info = render_message("No episode matches these filters.")
-    envs = [ALL, *store.distinct("env")]
-    env_update = gr.Dropdown(choices=envs, value=env if env in envs else ALL)
-    return [rows, info, page_no, env_update]
+def _show(store: Store, delta: int = 0, first: bool = False) -> Any:
+    def show(*values: Any) -> list[Any]:
+        *filter_values, sort, page_no, size = values
+        number = 1 if first else int(_num(page_no) or 1) + delta
+        return page(store, episode_filter(*filter_values), sort, number, size)
+    return show
+
+
+def _charts(store: Store) -> Any:
+    def draw(*filter_values: Any) -> list[Any]:
+        return figures(store, episode_filter(*filter_values))
+    return draw
+
+
+def _event_data(evt: gr.EventData) -> dict[str, Any]:
+    data = getattr(evt, "_data", None)
+    return data if isinstance(data, dict) else {}
 
 
 def build(store: Store) -> BrowseTab:
-    """Lay out the Browse tab inside the current Blocks context and wire paging and filters.
+    """Lay out the Browse tab inside the current Blocks context and wire filters, sorting and paging.
 
     Opening a row is wired by the app, which knows the Episode tab.
     """
-    with gr.Row(equal_height=False, elem_classes="rs-pager"):
-        env = gr.Dropdown([ALL], value=ALL, label="env", scale=2, elem_id="rs-filter-env")
-        status = gr.Dropdown([ALL, *(s.value for s in Status)], value=ALL, label="status", scale=2,
-                             elem_id="rs-filter-status")
-        refresh = gr.Button("Refresh", scale=0, min_width=110, elem_id="rs-refresh")
-        prev = gr.Button("◀ Prev", scale=0, min_width=100, elem_id="rs-prev")
-        nxt = gr.Button("Next ▶", scale=0, min_width=100, elem_id="rs-next")
+    with gr.Accordion("Filters", open=True, elem_id="rs-browse-filters"):
+        with gr.Row(equal_height=True):
+            text = gr.Textbox(label="search message contents", placeholder="text in any message, tool call or error "
+                              "(Enter to search)", scale=4, elem_id="rs-filter-text", max_lines=1)
+            env = gr.Dropdown([ALL], value=ALL, label="env", scale=1, min_width=120, elem_id="rs-filter-env")
+            task = gr.Dropdown([ALL], value=ALL, label="task", scale=2, min_width=140, allow_custom_value=True,
+                               elem_id="rs-filter-task")
+            status = gr.Dropdown([s.value for s in Status], value=[], multiselect=True, label="status", scale=2,
+                                 min_width=160, elem_id="rs-filter-status")
+            run = gr.Dropdown([ALL], value=ALL, label="run", scale=1, min_width=120, elem_id="rs-filter-run")
+        with gr.Row(equal_height=True):
+            reward_min = gr.Number(None, label="reward ≥", min_width=90, elem_id="rs-filter-reward-min")
+            reward_max = gr.Number(None, label="reward ≤", min_width=90, elem_id="rs-filter-reward-max")
+            turns_min = gr.Number(None, label="turns ≥", precision=0, min_width=80, elem_id="rs-filter-turns-min")
+            turns_max = gr.Number(None, label="turns ≤", precision=0, min_width=80, elem_id="rs-filter-turns-max")
+            tags = gr.Dropdown([], value=[], multiselect=True, label="tags (all of)", scale=2, min_width=140,
+                               elem_id="rs-filter-tags")
+            starred = gr.Dropdown(list(STARRED), value="any", label="starred", min_width=110, elem_id="rs-filter-starred")
+            source = gr.Dropdown([ALL], value=ALL, label="source", min_width=100, elem_id="rs-filter-source")
+            findings = gr.Dropdown([("any", ALL)], value=ALL, label="findings", scale=2, min_width=160,
+                                   elem_id="rs-filter-findings")
+        with gr.Row(elem_classes="rs-actions"):
+            apply = gr.Button("Apply filters", variant="primary", scale=0, min_width=140, elem_id="rs-apply")
+            reset = gr.Button("Reset", scale=0, min_width=90, elem_id="rs-reset")
+            refresh = gr.Button("Refresh", scale=0, min_width=90, elem_id="rs-refresh")
     info = gr.HTML(render_message("Loading…"), elem_id="rs-browse-info", apply_default_css=False, js_on_load=None)
-    table = gr.Dataframe(
-        value=[],
-        headers=COLUMNS,
-        datatype=DATATYPES,
-        interactive=False,
-        wrap=True,
-        max_height=640,
-        elem_id="rs-episode-table",
-        column_widths=["16%", "7%", "14%", "10%", "8%", "7%", "8%", "9%", "12%", "9%"],
-    )
-    page_no = gr.State(0)
-    tab = BrowseTab(env, status, refresh, prev, nxt, info, table, page_no)
+    table = gr.HTML(render_table([], DEFAULT_SORT["by"], True, "Loading…"), elem_id="rs-episode-table",
+                    apply_default_css=False, js_on_load=BROWSE_JS)
+    with gr.Row(elem_classes="rs-pager", equal_height=True):
+        prev = gr.Button("◀ Prev", scale=0, min_width=100, elem_id="rs-prev")
+        page_box = gr.Number(1, label="page", precision=0, minimum=1, scale=0, min_width=100, elem_id="rs-page")
+        nxt = gr.Button("Next ▶", scale=0, min_width=100, elem_id="rs-next")
+        page_size = gr.Dropdown(PAGE_SIZES, value=PAGE_SIZE, label="rows per page", scale=0, min_width=130,
+                                elem_id="rs-page-size")
+    sort = gr.State(dict(DEFAULT_SORT))
+    with gr.Accordion("Charts of the filtered set", open=True, elem_id="rs-browse-charts"):
+        plots: list[gr.Plot] = []
+        for row in range(2):
+            with gr.Row(equal_height=True):
+                for col in range(3):
+                    plots.append(gr.Plot(show_label=False, elem_id=f"rs-chart-{row * 3 + col}", min_width=300))
+    filters = [text, env, task, status, run, reward_min, reward_max, turns_min, turns_max, tags, starred, source,
+               findings]
+    tab = BrowseTab(filters, apply, reset, refresh, info, table, prev, nxt, page_box, page_size, sort, plots)
 
-    def show(env_v: str, status_v: str, page_v: int) -> list[Any]:
-        return page(store, env_v, status_v, page_v)
+    def refilter(trigger: Any) -> None:
+        trigger(_show(store, first=True), inputs=tab.inputs, outputs=tab.outputs).then(
+            _charts(store), inputs=filters, outputs=plots
+        )
 
-    def first_page(env_v: str, status_v: str) -> list[Any]:
-        return page(store, env_v, status_v, 0)
+    for control in (apply.click, text.submit, reward_min.submit, reward_max.submit, turns_min.submit,
+                    turns_max.submit, env.input, task.input, status.input, run.input, tags.input, starred.input,
+                    source.input, findings.input):
+        refilter(control)
+    prev.click(_show(store, -1), inputs=tab.inputs, outputs=tab.outputs)
+    nxt.click(_show(store, +1), inputs=tab.inputs, outputs=tab.outputs)
+    page_box.submit(_show(store), inputs=tab.inputs, outputs=tab.outputs)
+    page_size.input(_show(store, first=True), inputs=tab.inputs, outputs=tab.outputs)
 
-    refresh.click(show, inputs=tab.inputs, outputs=tab.outputs)
-    prev.click(lambda e, s, p: show(e, s, p - 1), inputs=tab.inputs, outputs=tab.outputs)
-    nxt.click(lambda e, s, p: show(e, s, p + 1), inputs=tab.inputs, outputs=tab.outputs)
-    env.input(first_page, inputs=[env, status], outputs=tab.outputs)
-    status.input(first_page, inputs=[env, status], outputs=tab.outputs)
+    def defaults() -> list[Any]:
+        return ["", ALL, ALL, [], ALL, None, None, None, None, [], "any", ALL, ALL, dict(DEFAULT_SORT), 1]
+
+    reset.click(defaults, outputs=[*filters, sort, page_box]).then(
+        _show(store), inputs=tab.inputs, outputs=tab.outputs
+    ).then(_charts(store), inputs=filters, outputs=plots)
+    refresh.click(lambda: choices(store), outputs=tab.choice_outputs).then(
+        _show(store), inputs=tab.inputs, outputs=tab.outputs
+    ).then(_charts(store), inputs=filters, outputs=plots)
+
+    def on_table_click(
+        text_v: str, env_v: str, task_v: str, status_v: list[str], run_v: str, rmin: Any, rmax: Any, tmin: Any,
+        tmax: Any, tags_v: list[str], starred_v: str, source_v: str, findings_v: str, sort_v: Any, page_v: Any,
+        size: Any, evt: gr.EventData,
+    ) -> list[Any]:
+        column = _event_data(evt).get("sort")
+        if column not in SORTABLE:
+            return [gr.skip()] * (len(tab.outputs) + 1)  # a row click: the app opens it
+        flt = episode_filter(text_v, env_v, task_v, status_v, run_v, rmin, rmax, tmin, tmax, tags_v, starred_v,
+                             source_v, findings_v)
+        by, desc = _sort(sort_v)
+        # A second click on the sorted column flips it; a new column starts
+        # with the order usually wanted (highest, newest first; names A to Z).
+        new = {"by": column, "desc": (not desc) if column == by else column not in ("id", "env", "task_id")}
+        return [*page(store, flt, new, 1, size), new]
+
+    table.click(on_table_click, inputs=tab.inputs, outputs=[*tab.outputs, sort])
     return tab

@@ -152,6 +152,7 @@ class SGLangBackend:
             cached_tokens=int(a.get("cached_tokens", int, 0, obj=meta)),
             weight_version=as_version(meta.get("weight_version")),
             model=self.model_name,
+            finish_detail=_detail(raw_finish),
         )
 
     def _read_triples(self, a: Answer, triples: list[Any]) -> tuple[tuple[int, ...], tuple[float, ...], tuple[Any, ...]]:
@@ -219,3 +220,9 @@ class SGLangBackend:
     def __repr__(self) -> str:
         return f"SGLangBackend({self.url!r})"
 
+
+def _detail(raw_finish: Any) -> str:
+    """The message sglang attaches to an abort (``{"type": "abort", "message": ...}``)."""
+    if isinstance(raw_finish, dict) and raw_finish.get("message"):
+        return str(raw_finish["message"])[:500]
+    return ""

@@ -1,0 +1,133 @@
+"""Escaped HTML for Browse's episode table: sortable headers, one row per episode.
+
+A plain HTML table rather than ``gr.Dataframe``: the Dataframe sorts only
+the rows it holds (one page), while here a header click asks the store to
+sort the whole selection, and each id is a real ``?episode=ID`` link that can
+be opened in a new tab or copied. ``BROWSE_JS`` sends header and row clicks
+to the server as events carrying ``{"sort": column}`` or ``{"open": id}``.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.store import EpisodeSummary
+
+from .render import fmt_num
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: header, the store column it sorts by (None: not sortable), CSS class."""
+
+    label: str
+    sort: str | None
+    cls: str = ""
+    title: str = ""
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("★", "starred", "c-star", "starred"),
+    Column("id", "id", "c-id"),
+    Column("env", "env"),
+    Column("task", "task_id", "c-task"),
+    Column("status", "status"),
+    Column("reward", "reward", "c-num"),
+    Column("turns", "n_turns", "c-num"),
+    Column("tokens", "n_tokens", "c-num"),
+    Column("trainable", "n_trainable", "c-num", "tokens with loss mask 1"),
+    Column("findings", "n_findings", "c-num"),
+    Column("tags", None, "c-tags"),
+    Column("preset", "preset"),
+    Column("model", "model", "c-model"),
+    Column("run", "run_id", "c-run"),
+    Column("group", "group_id", "c-group", "GRPO group and sample index"),
+    Column("created", "created_at", "c-time"),
+)
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _created(ts: float) -> str:
+    return time.strftime("%m-%d %H:%M", time.localtime(ts)) if ts else ""
+
+
+def _row(s: EpisodeSummary) -> str:
+    findings = ""
+    if s.n_findings:
+        cls = "rs-bad-text" if s.n_errors else "rs-dim"
+        findings = f'<span class="{cls}" title="{s.n_errors} error(s)">{s.n_findings}</span>'
+    tags = " ".join(f'<span class="rs-tag">{_e(t)}</span>' for t in s.tags)
+    group = f"{_e(s.group_id)} #{s.sample_index}" if s.group_id else ""
+    cells = (
+        '<span class="rs-star">★</span>' if s.starred else "",
+        f'<a class="rs-open" href="?episode={_e(s.id)}">{_e(s.id)}</a>',
+        _e(s.env),
+        _e(s.task_id),
+        f'<span class="rs-pill rs-st-{_e(s.status)}">{_e(s.status)}</span>',
+        _e(fmt_num(s.reward)),
+        str(s.n_turns),
+        f"{s.n_tokens:,}",
+        f"{s.n_trainable:,}",
+        findings,
+        tags,
+        _e(s.preset),
+        _e(s.model),
+        _e(s.run_id or ""),
+        group,
+        _e(_created(s.created_at)),
+    )
+    tds = "".join(f'<td class="{c.cls}">{v}</td>' for c, v in zip(COLUMNS, cells, strict=True))
+    return f'<tr data-id="{_e(s.id)}" tabindex="0">{tds}</tr>'
+
+
+def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool, empty: str = "") -> str:
+    """The table of one page of episodes; the header of the sort column shows its direction."""
+    heads = []
+    for c in COLUMNS:
+        if c.sort is None:
+            heads.append(f'<th class="{c.cls}">{_e(c.label)}</th>')
+            continue
+        active = c.sort == order_by
+        arrow = (" ▼" if descending else " ▲") if active else ""
+        aria = ("descending" if descending else "ascending") if active else "none"
+        tip = (c.title + " · " if c.title else "") + "sort by " + c.label
+        heads.append(
+            f'<th class="{c.cls} rs-sortable{" rs-sorted" if active else ""}" data-sort="{_e(c.sort)}" '
+            f'aria-sort="{aria}" title="{_e(tip)}">{_e(c.label)}{arrow}</th>'
+        )
+    body = "".join(_row(s) for s in rows)
+    if not rows:
+        body = f'<tr class="rs-empty-row"><td colspan="{len(COLUMNS)}">{_e(empty or "No episodes.")}</td></tr>'
+    return (
+        f'<div class="rs-table-wrap"><table class="rs-table"><thead><tr>{"".join(heads)}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
+# Header click: sort; row click or Enter: open. A click with a modifier (or
+# the middle button) on the id link is left to the browser, which opens the
+# ?episode= link in a new tab.
+BROWSE_JS = r"""
+element.addEventListener("click", (event) => {
+  const th = event.target.closest("th[data-sort]");
+  if (th) { trigger("click", { sort: th.dataset.sort }); return; }
+  const row = event.target.closest("tr[data-id]");
+  if (!row) return;
+  if (event.target.closest("a") && (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0)) return;
+  event.preventDefault();
+  element.querySelectorAll("tr.rs-selected").forEach((r) => r.classList.remove("rs-selected"));
+  row.classList.add("rs-selected");
+  trigger("click", { open: row.dataset.id });
+});
+element.addEventListener("keydown", (event) => {
+  const row = event.target.closest && event.target.closest("tr[data-id]");
+  if (row && event.key === "Enter") trigger("click", { open: row.dataset.id });
+});
+"""

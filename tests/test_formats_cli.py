@@ -1,0 +1,104 @@
+"""`rollscope import` and `rollscope export` end to end, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.store import Store
+from tests.fixtures_formats import loop_episodes, slime_sample, write_malicious_pt, write_slime_dump
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rollscope(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, env=env, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory, smol_tokenizer):
+    path = tmp_path_factory.mktemp("cli") / "live.db"
+    st = Store(path)
+    eps = loop_episodes(smol_tokenizer)
+    for e in eps:
+        st.save_episode(e)
+    st.set_tags(eps[0].id, ["gold"])
+    st.set_tags(eps[1].id, ["gold"])
+    st.set_starred(eps[1].id, True)
+    st.close()
+    return path, eps
+
+
+def test_export_slime_then_import_twice(tmp_path, db):
+    path, eps = db
+    out = tmp_path / "rollout_0.pt"
+    ex = rollscope("export", "--db", str(path), "--format", "slime", "-o", str(out))
+    assert f"exported {len(eps)} episodes (slime)" in ex.stderr and out.is_file()
+    new_db = tmp_path / "imported.db"
+    first = rollscope("import", str(out), "--format", "slime", "--db", str(new_db), "--tokenizer", "smollm2")
+    assert f"imported {len(eps)} new, 0 already present" in first.stdout
+    assert "0 malformed records skipped" in first.stdout
+    again = rollscope("import", str(out), "--format", "slime", "--db", str(new_db))
+    assert f"imported 0 new, {len(eps)} already present" in again.stdout
+    st = Store(new_db)
+    assert st.count() == len(eps)
+    by_origin = {e.source["original_id"]: e for e in st.iter_episodes()}
+    for e in eps:
+        assert by_origin[e.id].tokens == e.tokens and by_origin[e.id].reward == e.reward
+    assert {e.tokenizer for e in by_origin.values()} == {"smollm2"}
+    ls = rollscope("ls", "--db", str(new_db), "--where", "source=slime")
+    assert f"({len(eps)} of {len(eps)} episodes)" in ls.stdout
+
+
+def test_export_filters_and_stdout(tmp_path, db):
+    path, eps = db
+    out = tmp_path / "gold.jsonl"
+    rollscope("export", "--db", str(path), "-o", str(out), "--tag", "gold")
+    assert {json.loads(line)["id"] for line in out.read_text().splitlines()} == {eps[0].id, eps[1].id}
+    rollscope("export", "--db", str(path), "-o", str(out), "--tag", "gold", "--starred")
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [eps[1].id]
+    rollscope("export", "--db", str(path), "-o", str(out), "--id", eps[2].id[:8], "--id", eps[3].id)
+    assert {json.loads(line)["id"] for line in out.read_text().splitlines()} == {eps[2].id, eps[3].id}
+    sft = rollscope("export", "--db", str(path), "--format", "messages", "-o", "-", "--where", "env=price")
+    rows = [json.loads(line) for line in sft.stdout.splitlines()]
+    assert rows and all(r["env"] == "price" and r["tools"] for r in rows)
+    pq = tmp_path / "all.parquet"
+    rollscope("export", "--db", str(path), "--format", "parquet", "-o", str(pq), "--where", "status=completed")
+    assert pq.is_file() and not (tmp_path / "all.parquet.part").exists()
+    bad = rollscope("export", "--db", str(path), "--format", "slime", "-o", "-", check=False)
+    assert bad.returncode == 2 and "binary format" in bad.stderr
+
+
+def test_import_reports_each_skipped_record(tmp_path):
+    f = write_slime_dump(tmp_path / "r.pt", [
+        slime_sample([1, 2, 3, 4], 2, index=0),
+        slime_sample([1.5, 2.0], 1, index=1),
+        slime_sample([1, 2, 3], 1, index=2, reward="high"),
+    ])
+    proc = rollscope("import", str(f), "--format", "slime", "--db", str(tmp_path / "x.db"))
+    assert "imported 1 new, 0 already present" in proc.stdout and "2 malformed records skipped" in proc.stdout
+    skipped = [line for line in proc.stderr.splitlines() if line.startswith("rollscope: skipped")]
+    assert skipped == [
+        f"rollscope: skipped {f}: sample 1: field 'tokens': must be integer token ids, got floats",
+        f"rollscope: skipped {f}: sample 2: field 'reward': must be a number, got 'high'",
+    ]
+    assert "no tokenizer" in proc.stderr
+
+
+def test_unsafe_and_missing_files_are_one_clear_line(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = write_malicious_pt(tmp_path / "evil.pt", marker)
+    proc = rollscope("import", str(evil), "--format", "slime", "--db", str(tmp_path / "x.db"), check=False)
+    assert proc.returncode == 2 and "refusing to unpickle" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not marker.exists()
+    missing = rollscope("import", str(tmp_path / "nope"), "--format", "verl", "--db", str(tmp_path / "y.db"), check=False)
+    assert missing.returncode == 2 and "no such file" in missing.stderr and not (tmp_path / "y.db").exists()

@@ -1,0 +1,278 @@
+"""AReaL, verl, chat messages, Rollscope JSONL and Parquet: tokens, masks, round trips, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine import chat
+from engine.checks import CheckOptions, check_mask, run_checks
+from engine.errors import FormatError
+from engine.formats import export, import_path
+from engine.formats.areal import packed_rows
+from engine.formats.messages import to_openai
+from engine.records import Message, ToolCall
+from engine.store import Store
+from tests.fixtures_formats import areal_record, loop_episodes, verl_rows, write_jsonl
+from tests.toolenv import TOOLS
+
+
+@pytest.fixture(scope="module")
+def eps(smol_tokenizer):
+    return loop_episodes(smol_tokenizer)
+
+
+def _db(tmp_path, name="a.db"):
+    return Store(tmp_path / name)
+
+
+def _enc(tok, text):
+    return chat.encode(tok, text)
+
+
+# -- AReaL ------------------------------------------------------------------------
+
+
+def test_areal_dump_imports_with_tokens_mask_and_versions(tmp_path, qwen3_tokenizer):
+    tok = qwen3_tokenizer
+    prompt = _enc(tok, chat.render(tok, [Message("user", "What is 6*7?")], add_generation_prompt=True))
+    gen1 = _enc(tok, "<think>\nmultiply\n</think>\n\n41<|im_end|>")
+    feedback = _enc(tok, "\n<|im_start|>user\nwrong, try again<|im_end|>\n<|im_start|>assistant\n")
+    gen2 = _enc(tok, "<think>\nagain\n</think>\n\n42<|im_end|>")
+    single = areal_record(tok, 17, 0, [("prompt", prompt), ("gen", gen1)], reward=0.0)
+    multi = areal_record(tok, 17, 1, [("prompt", prompt), ("gen", gen1), ("context", feedback), ("gen", gen2)],
+                         reward=0.9, versions=[3] * len(gen1) + [4] * len(gen2))
+    f = write_jsonl(tmp_path / "log" / "rollout" / "4" / "17.jsonl", [single, multi])
+    st = _db(tmp_path)
+    report = import_path(tmp_path / "log" / "rollout", "areal", st, tokenizer=tok)
+    assert report.new == 2 and not report.errors and str(f) in report.files
+    one, two = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
+    assert one.tokens.ids.tolist() == prompt + gen1 and one.prompt_len == len(prompt)
+    assert one.tokens.loss_mask.tolist() == [0] * len(prompt) + [1] * len(gen1)
+    ids = prompt + gen1 + feedback + gen2
+    assert two.tokens.ids.tolist() == ids
+    assert two.tokens.loss_mask.tolist() == [0] * len(prompt) + [1] * len(gen1) + [0] * len(feedback) + [1] * len(gen2)
+    vers = two.tokens.versions.tolist()
+    assert vers == [-1] * len(prompt) + [3] * len(gen1) + [-1] * len(feedback) + [4] * len(gen2)
+    assert two.n_turns == 2 and two.turns[1].generation.text.endswith("42<|im_end|>") and two.reward == 0.9
+    assert two.task_id == "17" and two.source["head_version"] == 3 and "token_counts" not in two.source
+    assert check_mask(two, CheckOptions(tokenizer=tok)) == []
+    # without a tokenizer: the text, one turn per generated segment
+    bare = _db(tmp_path, "bare.db")
+    r2 = import_path(f, "areal", bare)
+    assert any("no tokenizer" in n for n in r2.notes)
+    b2 = max(bare.iter_episodes(), key=lambda e: e.sample_index)
+    assert b2.n_tokens == 0 and b2.n_turns == 2 and b2.turns[0].prompt_text.startswith("<|im_start|>user")
+
+
+def test_areal_export_packs_each_turn_and_imports_back(tmp_path, eps):
+    ep = next(e for e in eps if e.preset == "areal-math" and e.n_turns > 1)
+    st = _db(tmp_path)
+    st.save_episode(ep)
+    out = tmp_path / "packed.jsonl"
+    assert export(st.iter_episodes(), "areal", out) == 1
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["turn"] for r in rows] == list(range(ep.n_turns))
+    for r, t in zip(rows, ep.turns):
+        seg = next(s for s in t.segments if s.kind == "assistant")
+        assert r["input_ids"] == ep.tokens.ids[: seg.end].tolist() and r["prompt_len"] == seg.start
+        assert r["loss_mask"] == [0] * seg.start + [1] * (seg.end - seg.start)
+        assert r["logprobs"][: seg.start] == [0.0] * seg.start
+        assert r["logprobs"][seg.start :] == pytest.approx(ep.tokens.logprobs[seg.start : seg.end].tolist())
+        assert r["versions"] == [-1] * seg.start + ep.tokens.versions[seg.start : seg.end].tolist()
+        assert r["rewards"] == pytest.approx(ep.returns[t.index])
+    back = _db(tmp_path, "b.db")
+    assert import_path(out, "areal", back).new == len(rows)
+    last = max(back.iter_episodes(), key=lambda e: e.n_tokens)
+    assert last.tokens.ids.tolist() == rows[-1]["input_ids"] and last.reward == pytest.approx(rows[-1]["rewards"])
+    assert last.tokens.loss_mask.tolist() == rows[-1]["loss_mask"]
+    assert list(packed_rows(ep.evolve(turns=()))) == []
+
+
+# -- verl -------------------------------------------------------------------------
+
+
+def test_verl_rollout_dir_imports_text_and_reconstructed_tokens(tmp_path, smol_tokenizer):
+    rows = verl_rows(7, [("What is 2+2?", "It is 4.", 1.0), ("What is 2+2?", "It is 5.", 0.0)], uid="q-9")
+    rows += verl_rows(7, [("Name a prime.", "9", 0.0)])
+    f = write_jsonl(tmp_path / "rollouts" / "7.jsonl", rows)
+    st = _db(tmp_path)
+    report = import_path(tmp_path / "rollouts", "verl", st)
+    assert report.new == 3 and any("no tokenizer" in n for n in report.notes)
+    a, b, c = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
+    assert [m.role for m in a.messages] == ["user", "assistant"] and a.messages[1].content == "It is 4."
+    assert (a.reward, b.reward) == (1.0, 0.0) and a.task_id == b.task_id == "q-9" and c.task_id != a.task_id
+    assert a.source["step"] == 7 and a.source["gts"] == "42" and a.source["reward_extra"]["acc"] is True
+    assert a.n_tokens == 0
+    tk = _db(tmp_path, "tok.db")
+    r2 = import_path(f, "verl", tk, tokenizer=smol_tokenizer)
+    assert any("reconstructed" in n for n in r2.notes)
+    ep = min(tk.iter_episodes(), key=lambda e: e.sample_index)
+    assert ep.id == a.id  # the id comes from the record, not from the tokenizer
+    assert ep.source["tokens_reconstructed"] is True
+    asst = ep.tokens.ids[ep.tokens.loss_mask == 1].tolist()
+    assert chat.decode(smol_tokenizer, asst).startswith("It is 4.")
+    kinds = {x.kind for x in run_checks(ep, CheckOptions(tokenizer=smol_tokenizer))}
+    assert not kinds & {"mask_misaligned", "tokens_not_rendering"}
+
+
+# -- OpenAI chat messages ------------------------------------------------------------
+
+
+def _chat_record():
+    return {
+        "id": "shop-1",
+        "messages": [
+            {"role": "system", "content": "You are a shop assistant."},
+            {"role": "user", "content": [{"type": "text", "text": "How much is a fig?"}]},
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_price", "arguments": "{\"item\": \"fig\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "{\"price\": 11}"},
+            {"role": "assistant", "content": "A fig costs 11 dollars."},
+        ],
+        "tools": list(TOOLS),
+        "reward": {"score": 1.0},
+    }
+
+
+def test_messages_import_tokenizes_with_the_chat_template(tmp_path, smol_tokenizer):
+    tok = smol_tokenizer
+    f = write_jsonl(tmp_path / "chat.jsonl", [_chat_record()])
+    st = _db(tmp_path)
+    report = import_path(f, "messages", st, tokenizer=tok)
+    assert report.new == 1 and not report.errors
+    ep = next(st.iter_episodes())
+    assert ep.task_id == "shop-1" and ep.reward == 1.0 and ep.n_turns == 2
+    assert ep.messages[3].name == "get_price" and ep.turns[0].tool_calls == (ToolCall("get_price", {"item": "fig"}, "c1"),)
+    assert chat.decode(tok, ep.tokens.ids.tolist()) == chat.render(tok, ep.messages, ep.tools)
+    prompt = chat.render(tok, ep.messages[:2], ep.tools, add_generation_prompt=True)
+    assert ep.prompt_len == len(chat.encode(tok, prompt)) and ep.tokens.loss_mask[: ep.prompt_len].sum() == 0
+    trained = [chat.decode(tok, ep.tokens.ids[s.start : s.end].tolist()) for s in ep.segments if s.trainable]
+    assert trained[0].startswith("Let me check.") and trained[1].startswith("A fig costs 11 dollars.")
+    assert [s.kind for s in ep.segments] == ["prompt", "assistant", "tool", "gen_prompt", "assistant"]
+    kinds = {x.kind for x in run_checks(ep, CheckOptions(tokenizer=tok))}
+    assert not kinds & {"mask_misaligned", "tokens_not_rendering", "template_not_prefix_stable"}
+
+
+def test_messages_import_reports_a_template_that_rewrites_history(tmp_path, qwen3_tokenizer):
+    f = write_jsonl(tmp_path / "chat.jsonl", [_chat_record()])
+    st = _db(tmp_path)
+    import_path(f, "messages", st, tokenizer=qwen3_tokenizer)
+    ep = next(st.iter_episodes())
+    assert ep.tokens.n_trainable > 0
+    assert any(x.kind == "template_not_prefix_stable" for x in ep.all_findings())
+
+
+def test_messages_export_for_sft_and_back(tmp_path, eps, smol_tokenizer):
+    tool_ep = next(e for e in eps if e.env == "price" and any(t.tool_calls for t in e.turns))
+    st = _db(tmp_path)
+    st.save_episode(tool_ep)
+    out = tmp_path / "sft.jsonl"
+    assert export(st.iter_episodes(), "messages", out) == 1
+    row = json.loads(out.read_text())
+    assert row["tools"] == list(TOOLS) and row["reward"] == tool_ep.reward
+    calls = [m for m in row["messages"] if m.get("tool_calls")]
+    assert calls and "<tool_call>" not in calls[0]["content"]
+    fn = calls[0]["tool_calls"][0]
+    assert fn["type"] == "function" and json.loads(fn["function"]["arguments"]) == {"item": "fig"}
+    tool_msgs = [m for m in row["messages"] if m["role"] == "tool"]
+    assert tool_msgs[0]["tool_call_id"] == fn["id"] and tool_msgs[0]["name"] == "get_price"
+    assert to_openai(tool_ep) == row["messages"]
+    back = _db(tmp_path, "b.db")
+    assert import_path(out, "messages", back, tokenizer=smol_tokenizer).new == 1
+    ep = next(back.iter_episodes())
+    assert [m.role for m in ep.messages] == [m.role for m in tool_ep.messages]
+    assert [c.name for t in ep.turns for c in t.tool_calls] == [c.name for t in tool_ep.turns for c in t.tool_calls]
+    assert ep.tokens.n_trainable > 0
+
+
+# -- lossless formats ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt,suffix", [("jsonl", "jsonl"), ("parquet", "parquet")])
+def test_lossless_round_trip(tmp_path, eps, fmt, suffix):
+    src = _db(tmp_path)
+    for e in eps:
+        src.save_episode(e)
+    src.set_tags(eps[0].id, ["gold"])
+    src.set_starred(eps[1].id, True)
+    originals = {e.id: e for e in src.iter_episodes()}
+    out = tmp_path / f"all.{suffix}"
+    assert export(src.iter_episodes(), fmt, out) == len(eps)
+    dst = _db(tmp_path, "b.db")
+    report = import_path(out, fmt, dst)
+    assert report.new == len(eps)
+    for eid, e in originals.items():
+        assert dst.get_episode(eid) == e
+    again = import_path(out, fmt, dst)
+    assert (again.new, again.already_present) == (0, len(eps)) and "replaced" in again.summary()
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(out)
+        assert t.num_rows == len(eps) and t.schema.field("tokens").type.value_type == pa.int32()
+        row = t.slice(0, 1).to_pylist()[0]
+        assert len(row["tokens"]) == row["n_tokens"] == len(row["loss_mask"])
+
+
+# -- bad and empty input -----------------------------------------------------------
+
+
+def test_empty_files_and_folders(tmp_path):
+    st = _db(tmp_path)
+    for fmt in ("jsonl", "areal", "verl", "messages"):
+        f = tmp_path / f"{fmt}.jsonl"
+        f.write_text("")
+        r = import_path(f, fmt, st)
+        assert (r.imported, r.skipped) == (0, 0)
+    assert export([], "parquet", tmp_path / "none.parquet") == 0
+    assert import_path(tmp_path / "none.parquet", "parquet", st).imported == 0
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FormatError, match="no .jsonl files"):
+        import_path(tmp_path / "empty", "verl", st)
+    with pytest.raises(FormatError, match="no such file"):
+        import_path(tmp_path / "missing.jsonl", "areal", st)
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(FormatError, match="cannot read as Parquet"):
+        import_path(tmp_path / "bad.parquet", "parquet", st)
+
+
+def test_truncated_and_wrongly_typed_records_are_skipped_with_their_position(tmp_path, smol_tokenizer):
+    tok = smol_tokenizer
+    ok = areal_record(tok, 1, 0, [("prompt", _enc(tok, "Q: 1+1?\n")), ("gen", _enc(tok, "2<|im_end|>"))], reward=1.0)
+    lines = [json.dumps(ok), json.dumps({**ok, "sample_idx": 1, "reward": "high"}),
+             json.dumps({**ok, "sample_idx": 2.5}), json.dumps({**ok, "completion": 7}),
+             json.dumps({**ok, "sample_idx": 3})[:40]]  # the writer died mid-line
+    f = write_jsonl(tmp_path / "a.jsonl", lines)
+    st = _db(tmp_path)
+    r = import_path(f, "areal", st, tokenizer=tok)
+    assert r.new == 1 and r.skipped == 4
+    msgs = [str(e) for e in r.errors]
+    assert msgs[0].startswith(f"{f}:2: field 'reward': must be a number")
+    assert msgs[1].startswith(f"{f}:3: field 'sample_idx': must be an integer")
+    assert msgs[2].startswith(f"{f}:4: field 'completion': must be text")
+    assert msgs[3].startswith(f"{f}:5: not valid JSON")
+    bad_chat = _chat_record()
+    bad_chat["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{item: fig"
+    g = write_jsonl(tmp_path / "c.jsonl", [bad_chat, {"reward": 1.0}, {"messages": "hi"}])
+    r2 = import_path(g, "messages", st)
+    assert r2.new == 0 and [e.field for e in r2.errors] == ["messages[2].tool_calls[0]", "messages", "messages"]
+    v = write_jsonl(tmp_path / "3.jsonl", [{"input": "q", "output": "a"}, {"input": "q", "output": "a", "score": [1]}])
+    r3 = import_path(v, "verl", st)
+    assert [e.field for e in r3.errors] == ["score", "score"]
+
+
+def test_episodes_with_nan_reward_parts_and_dict_rewards(tmp_path):
+    st = _db(tmp_path)
+    rows = [{"messages": [{"role": "user", "content": "hi"}], "reward": {"acc": 1.0, "fmt": 0.5}},
+            {"messages": [{"role": "user", "content": "hi"}], "reward": float("nan")}]
+    f = tmp_path / "r.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    r = import_path(f, "messages", st)
+    assert r.new == 1 and "finite" in str(r.errors[0])
+    ep = next(st.iter_episodes())
+    assert ep.reward == 1.5 and ep.source["reward"] == {"acc": 1.0, "fmt": 0.5}
+    assert np.asarray(ep.tokens.ids).size == 0
