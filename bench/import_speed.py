@@ -78,15 +78,15 @@ def run_import(dump: Path, db: Path) -> dict[str, float]:
     slime_fmt.safe_torch_load = timed_load
     base = _rss_mb()
     store = Store(db)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     report = import_path(dump, "slime", store)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     n_tokens = int(store.db.execute("SELECT SUM(n_tokens) FROM episodes").fetchone()[0] or 0)
     store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     return {
-        "episodes": report.new, "skipped": report.skipped, "seconds": elapsed, "tokens": n_tokens,
+        "episodes": report.new, "skipped": report.skipped, "seconds": elapsed, "cpu_seconds": cpu, "tokens": n_tokens,
         "rss_before_mb": base, "rss_after_load_mb": after_load[0] if after_load else 0.0,
         "peak_rss_mb": peak_import,
         "db_bytes": db.stat().st_size,
@@ -119,8 +119,9 @@ def main() -> None:
         proc = subprocess.run([sys.executable, __file__, "--child", str(dump), str(db)],
                               capture_output=True, text=True, check=True)
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"imported {r['episodes']} episodes ({r['skipped']} skipped) in {r['seconds']:.1f}s: "
-              f"{r['episodes'] / r['seconds']:.1f} samples/s, {r['tokens'] / r['seconds'] / 1e6:.2f} M tokens/s")
+        print(f"imported {r['episodes']} episodes ({r['skipped']} skipped) in {r['seconds']:.1f}s "
+              f"({r['cpu_seconds']:.1f}s CPU): {r['episodes'] / r['seconds']:.1f} samples/s "
+              f"({r['episodes'] / r['cpu_seconds']:.1f} per CPU second), {r['tokens'] / r['seconds'] / 1e6:.2f} M tokens/s")
         print(f"RSS: {r['rss_before_mb']:.0f} MB before, {r['rss_after_load_mb']:.0f} MB after torch.load, "
               f"peak {r['peak_rss_mb']:.0f} MB (dump file {dump.stat().st_size / 2**20:.0f} MB)")
         print(f"database: {r['db_bytes'] / 2**20:.0f} MB for {r['tokens']:,} tokens = "

@@ -101,7 +101,7 @@ class Stepper:
             group_id=group_id,
             sample_index=sample_index,
             preset=preset,
-            config=config.to_dict() | {"sampling": self.sampling.to_dict()},
+            config=config.to_dict() | {"sampling": self.sampling.to_dict(), "env_info": env.describe()},
             backend=backend.describe(),
             tokenizer=tokenizer_name or str(getattr(tokenizer, "name_or_path", "")),
             template_hash=chat.template_hash(tokenizer),

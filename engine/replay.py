@@ -181,3 +181,28 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
             return diverged(TurnVerdict(turn.index, False, "done", turn.done, res.done))
         verdicts.append(TurnVerdict(turn.index, True))
     return ReplayResult(ep.id, True, True, tuple(verdicts), None, until=until)
+
+
+def env_for(ep: Episode) -> Callable[[], Env] | str:
+    """A constructor of the env ``ep`` ran in, from its record, or why there is none."""
+    from .errors import RollscopeError
+    from .factory import env_factory
+
+    info = dict(ep.config.get("env_info") or {})
+    if info.get("user") == "llm":
+        return "a model played the user, so its replies differ from run to run"
+    if ep.source.get("kind", "live") != "live" and not ep.config.get("env_info"):
+        return f"imported from {ep.source.get('kind')}: the env it ran in is not known"
+    problems = info.get("problems")
+    try:
+        return env_factory(ep.env, problems if problems and problems != "builtin" else None)
+    except RollscopeError as e:
+        return f"cannot rebuild env {ep.env!r}: {e}"
+
+
+async def replay_stored(ep: Episode, until: int | None = None) -> ReplayResult:
+    """Re-execute a stored episode in the env its record names."""
+    make = env_for(ep)
+    if isinstance(make, str):
+        return ReplayResult(ep.id, False, False, reason=make, until=until)
+    return await replay(ep, make, until)

@@ -274,11 +274,17 @@ class Store(BrowseQueries):
                     if_not_exists=True,
                 )
                 db["tags"].create({"episode_id": str, "tag": str}, pk=("episode_id", "tag"), if_not_exists=True)
+                # Re-executions are records of their own, linked to the episode they replayed.
+                db["replays"].create(
+                    {"id": str, "episode_id": str, "created_at": float, "kind": str, "reproduced": int, "data": str},
+                    pk="id",
+                    if_not_exists=True,
+                )
                 for table, cols in (
                     ("episodes", ["env"]), ("episodes", ["status"]), ("episodes", ["reward"]),
                     ("episodes", ["created_at"]), ("episodes", ["run_id"]), ("episodes", ["task_id"]),
                     ("episodes", ["parent_id"]), ("findings", ["episode_id"]), ("findings", ["kind"]),
-                    ("tags", ["tag"]),
+                    ("tags", ["tag"]), ("replays", ["episode_id"]),
                 ):
                     db[table].create_index(cols, if_not_exists=True)
                 created = self._migrate_search()
@@ -580,3 +586,27 @@ class Store(BrowseQueries):
             raise ConfigError(f"no filter on {column!r}")
         with self._lock:
             return [r[0] for r in self.db.execute(f"SELECT DISTINCT {column} FROM episodes WHERE {column} IS NOT NULL ORDER BY 1")]
+
+    # -- replays -----------------------------------------------------------
+
+    def save_replay(self, result: Any) -> str:
+        """Store a ``ReplayResult``; the replayed episode itself is not touched."""
+        import uuid
+
+        self._require(result.episode_id)
+        rid = uuid.uuid4().hex[:16]
+        with self._lock, self.db.conn:
+            self.db.conn.execute(
+                "INSERT INTO replays (id, episode_id, created_at, kind, reproduced, data) VALUES (?, ?, ?, ?, ?, ?)",
+                [rid, result.episode_id, result.created_at, result.kind, int(result.reproduced),
+                 json.dumps(result.to_dict(), default=str)],
+            )
+        return rid
+
+    def replays(self, episode_id: str) -> list[dict[str, Any]]:
+        """Stored re-executions of an episode, newest first, as ``ReplayResult.to_dict()`` plus ``id``."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT id, data FROM replays WHERE episode_id = ? ORDER BY created_at DESC", [episode_id]
+            ).fetchall()
+        return [{"id": r[0], **json.loads(r[1])} for r in rows]

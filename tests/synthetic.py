@@ -185,7 +185,7 @@ def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed
     head = [im_start] + enc("system\n" + system) + [im_end] + enc("\n") + [im_start] + enc("user\n" + user0) + [im_end]
     add("prompt", 0, False, head + enc("\n") + [im_start] + enc("assistant\n"))
     prompt_len = len(ids)
-    per_turn = max(40, (n_tokens - prompt_len) // n_turns)
+    per_turn = max(40, (n_tokens - prompt_len) // n_turns + 3)  # + the assistant header and tail
     messages = [Message("system", system), Message("user", user0)]
     turns: list[Turn] = []
     rewards: list[float] = []
@@ -194,7 +194,7 @@ def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed
         if t:
             turn_segs.append(add("gen_prompt", t, False, [im_start] + enc("assistant\n")))
         budget = max(20, int(per_turn * 0.55))
-        body = chunk(budget // 2)
+        body = chunk(budget)
         args = {"order_id": f"#W{rng.randint(100, 999)}", "items": [rng.choice(WORDS) for _ in range(3)], "note": "<i>x</i>"}
         call_text = '<tool_call>\n{"name": "get_order", "arguments": ' + str(args).replace("'", '"') + "}\n</tool_call>"
         gen_ids = enc(body + "\n" + call_text)[:budget] + [im_end]
@@ -204,9 +204,11 @@ def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed
         turn_segs.append(add("tail", t, False, enc("\n")))
         parse_error = "expected ',' or '}' at line 2 column 40" if t == 7 else None
         calls = () if parse_error else (ToolCall("get_order", args),)
-        obs_text = '{"order": "' + chunk(max(12, per_turn - len(gen_ids) - 12) // 2)[:1500] + '"}'
+        room = max(8, per_turn - len(gen_ids) - 12)
+        obs_body = enc('{"order": "' + chunk(room) + '"}')[:room]
+        obs_text = tokenizer.decode(obs_body)
         obs = (Message("tool", obs_text, name="get_order"),)
-        obs_ids = [im_start] + enc("tool\n" + obs_text)[: max(8, per_turn - len(gen_ids) - 8)] + [im_end] + enc("\n")
+        obs_ids = [im_start] + enc("tool\n") + obs_body + [im_end] + enc("\n")
         turn_segs.append(add("tool", t, False, obs_ids))
         findings: list[Finding] = []
         if t % 9 == 4:

@@ -77,3 +77,83 @@ def test_taubench_episode_reproduces(monkeypatch, smol_tokenizer):
     ep = run(make, smol_tokenizer, "slime-tau", "1")
     assert ep.reward == 1.0
     assert asyncio.run(replay(ep, make)).reproduced
+
+
+def test_retail_episodes_reproduce_and_llm_user_is_refused_up_front(smol_tokenizer):
+    from engine.envs.retail import RetailEnv
+
+    for i, task in enumerate(RetailEnv().tasks[:6]):
+        ep = run(RetailEnv, smol_tokenizer, "slime-tau", task, mistake_rate=0.3, seed=i)
+        res = asyncio.run(replay(ep, RetailEnv))
+        assert res.reproduced, res.summary()
+
+    class FakeUserBackend:
+        name = "fake"
+
+        def describe(self):
+            return {"name": "fake"}
+
+    llm = asyncio.run(replay(ep, lambda: RetailEnv(user="llm", user_backend=FakeUserBackend(),
+                                                    user_tokenizer=smol_tokenizer)))
+    assert not llm.reproducible and "model plays the user" in llm.reason
+
+
+def test_retail_data_changed_after_the_run_diverges_where_it_is_read(smol_tokenizer):
+    from engine.envs.retail import RetailEnv
+
+    env = RetailEnv()
+    ep = next(
+        e for e in (run(RetailEnv, smol_tokenizer, "slime-tau", t) for t in env.tasks[:20])
+        if any(t.tool_calls and t.tool_calls[0].name == "get_order_details" for t in e.turns)
+    )
+    turn = next(t for t in ep.turns if t.tool_calls and t.tool_calls[0].name == "get_order_details")
+    order_id = turn.tool_calls[0].arguments["order_id"]
+
+    class ChangedData(RetailEnv):
+        def reset(self, task_id):
+            out = super().reset(task_id)
+            self.db["orders"][order_id]["status"] = "cancelled" if self.db["orders"][order_id]["status"] != "cancelled" else "pending"
+            return out
+
+    res = asyncio.run(replay(ep, ChangedData))
+    assert not res.reproduced
+    assert res.divergence.turn == turn.index and res.divergence.field == "observation"
+    assert res.turns[-1].ok is False and all(v.ok for v in res.turns[:-1])
+
+
+def test_replay_cli_single_and_batch(tmp_path):
+    import os
+    import subprocess
+
+    from engine.store import Store
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    db = tmp_path / "r.db"
+    probs = tmp_path / "p.jsonl"
+    probs.write_text("".join(json.dumps({"query_id": f"q{i}", "prompt": f"What is {i}+{i}?", "solutions": [str(2 * i)]})
+                             + "\n" for i in range(3)))
+    assert cli("run", "--env", "math", "--problems", str(probs), "--tasks", "all", "--mistake-rate", "0.3",
+               "--db", str(db), "--quiet").returncode == 0
+    batch = cli("replay", "--db", str(db), "--where", "env=math", "--json")
+    assert batch.returncode == 0, batch.stderr
+    rows = [json.loads(line) for line in batch.stdout.splitlines()]
+    assert len(rows) == 3 and all(r["kind"] == "reproduced" for r in rows)
+    store = Store(db)
+    first = rows[0]["episode_id"]
+    assert store.replays(first)[0]["kind"] == "reproduced"
+    before = store.get_episode(first)
+
+    # the answers change after the run: every episode diverges, and says where
+    probs.write_text("".join(json.dumps({"query_id": f"q{i}", "prompt": f"What is {i}+{i}?", "solutions": [str(2 * i + 1)]})
+                             + "\n" for i in range(3)))
+    one = cli("replay", first[:8], "--db", str(db))
+    assert one.returncode == 1
+    assert "diverged at turn 0 on observation" in one.stdout and "DIFF" in one.stdout
+    assert store.get_episode(first) == before  # stored ids and records do not change
+    assert len(store.replays(first)) == 2

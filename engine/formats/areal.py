@@ -118,7 +118,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     pieces = segs or [{"role": "prompt", "text": d["prompt"]}, {"role": "gen", "text": d["completion"]}]
     gen_texts = [s["text"] for s in pieces if s.get("role") == "gen"]
     source: dict[str, Any] = {
-        "kind": "areal", "file": str(path), "line": line, "task_id": jsonable(d["task_id"]), "sample_idx": sample_idx,
+        "kind": "areal", "file": str(path), "line": line, "task_id": jsonable(d["task_id"]), "index": sample_idx,
         **dump_counts, "head_version": d.get("head_version"), "tail_version": d.get("tail_version"),
     }
     if "original_reward" in d:

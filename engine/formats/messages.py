@@ -174,7 +174,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         raise FormatError(f"unknown status {status_raw!r}", where, "status")
     prompt = [m.to_dict() for m in messages if m.role != "assistant"][:2]
     task = d.get("task_id", d.get("id"))
-    source = {"kind": "messages", "file": str(path), "line": line}
+    source: dict[str, Any] = {"kind": "messages", "file": str(path), "line": line, "index": line - 1}
     if isinstance(d.get("reward"), dict):
         source["reward"] = jsonable(d["reward"])
     return conversation_episode(
@@ -188,7 +188,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     """Stream episodes from chat JSONL files, one line at a time."""
     if ctx.tokenizer is None:
         ctx.note(NO_TOKENIZER_NOTE)
-    for f in discover(path, (".jsonl", ".json")):
+    for f in discover(path, (".jsonl",)):
         for where, d in json_lines(f, ctx):
             try:
                 ep = record_to_episode(d, where, f, int(where.rsplit(":", 1)[1]), ctx)

@@ -138,8 +138,8 @@ def _use_saved_tokenizer(files: list[Path], ctx: ImportContext) -> None:
 def _train_index(f: Path, rollout_id: Any, ctx: ImportContext) -> dict[int, dict[str, Any]]:
     """Train-side values per sample index, from ``DIR/train_data/{rollout_id}_{rank}.pt``."""
     root = _dump_root(f)
-    if root is None or not (root / "train_data").is_dir() or rollout_id is None:
-        return {}
+    if root is None or not (root / "train_data").is_dir() or rollout_id is None or f.stem.startswith("eval"):
+        return {}  # eval rollouts share ids with train rollouts but are never trained on
     out: dict[int, dict[str, Any]] = {}
     for tf in sorted((root / "train_data").glob(f"{rollout_id}_*.pt")):
         try:
@@ -410,7 +410,10 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
 
 
 def write(episodes: Iterable[Episode], out: Path, rollout_id: int = 0) -> int:
-    """Write one slime rollout dump (``{"rollout_id", "samples"}``) with every episode."""
+    """Write one slime rollout dump (``{"rollout_id", "samples"}``) with every episode.
+
+    ``torch.save`` pickles one object, so the samples are built in memory first.
+    """
     import torch
 
     groups: dict[str, int] = {}
