@@ -154,6 +154,8 @@ def test_replay_cli_single_and_batch(tmp_path):
                              + "\n" for i in range(3)))
     one = cli("replay", first[:8], "--db", str(db))
     assert one.returncode == 1
-    assert "diverged at turn 0 on observation" in one.stdout and "DIFF" in one.stdout
+    # wrong answers stay wrong; the first turn that was right is where it diverges
+    flips = next(t.index for t in before.turns if t.reward == 1.0)
+    assert f"diverged at turn {flips} on observation" in one.stdout and "DIFF" in one.stdout
     assert store.get_episode(first) == before  # stored ids and records do not change
     assert len(store.replays(first)) == 2
