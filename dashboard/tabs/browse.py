@@ -176,6 +176,7 @@ class BrowseTab:
 def _show(store: Store, delta: int = 0, first: bool = False) -> Any:
     def show(*values: Any) -> list[Any]:
         *filter_values, sort, page_no, size = values
+        import sys; print("DEBUG", values, file=sys.stderr, flush=True)
         number = 1 if first else int(_num(page_no) or 1) + delta
         return page(store, episode_filter(*filter_values), sort, number, size)
     return show
