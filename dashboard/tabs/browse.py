@@ -173,12 +173,20 @@ class BrowseTab:
         ).then(_charts(store), inputs=self.filters, outputs=self.plots)
 
 
+def _bad_bounds(filter_values: list[Any]) -> str:
+    """A warning for reward/turn bounds that are not numbers (they are ignored), or ''."""
+    labels = ("reward ≥", "reward ≤", "turns ≥", "turns ≤")
+    bad = [f"{label} {str(v).strip()!r}" for label, v in zip(labels, filter_values[5:9], strict=True)
+           if str(v or "").strip() and _num(v) is None]
+    return render_message(f"Not a number, ignored: {', '.join(bad)}", "warn") if bad else ""
+
+
 def _show(store: Store, delta: int = 0, first: bool = False) -> Any:
     def show(*values: Any) -> list[Any]:
         *filter_values, sort, page_no, size = values
-        import sys; print("DEBUG", values, file=sys.stderr, flush=True)
         number = 1 if first else int(_num(page_no) or 1) + delta
-        return page(store, episode_filter(*filter_values), sort, number, size)
+        table, info, number = page(store, episode_filter(*filter_values), sort, number, size)
+        return [table, _bad_bounds(filter_values) + info, number]
     return show
 
 
@@ -191,6 +199,10 @@ def _charts(store: Store) -> Any:
 def _event_data(evt: gr.EventData) -> dict[str, Any]:
     data = getattr(evt, "_data", None)
     return data if isinstance(data, dict) else {}
+
+
+def _bound(label: str, elem_id: str) -> gr.Textbox:
+    return gr.Textbox(label=label, placeholder="any", max_lines=1, min_width=90, scale=1, elem_id=elem_id)
 
 
 def build(store: Store) -> BrowseTab:
@@ -209,10 +221,12 @@ def build(store: Store) -> BrowseTab:
                                  min_width=160, elem_id="rs-filter-status")
             run = gr.Dropdown([ALL], value=ALL, label="run", scale=1, min_width=120, elem_id="rs-filter-run")
         with gr.Row(equal_height=True):
-            reward_min = gr.Number(None, label="reward ≥", min_width=90, elem_id="rs-filter-reward-min")
-            reward_max = gr.Number(None, label="reward ≤", min_width=90, elem_id="rs-filter-reward-max")
-            turns_min = gr.Number(None, label="turns ≥", precision=0, min_width=80, elem_id="rs-filter-turns-min")
-            turns_max = gr.Number(None, label="turns ≤", precision=0, min_width=80, elem_id="rs-filter-turns-max")
+            # Textboxes, not gr.Number: an empty Number arrives as 0, and
+            # "no bound" must stay distinguishable from a bound of 0.
+            reward_min = _bound("reward ≥", "rs-filter-reward-min")
+            reward_max = _bound("reward ≤", "rs-filter-reward-max")
+            turns_min = _bound("turns ≥", "rs-filter-turns-min")
+            turns_max = _bound("turns ≤", "rs-filter-turns-max")
             tags = gr.Dropdown([], value=[], multiselect=True, label="tags (all of)", scale=2, min_width=140,
                                elem_id="rs-filter-tags")
             starred = gr.Dropdown(list(STARRED), value="any", label="starred", min_width=110, elem_id="rs-filter-starred")
@@ -258,7 +272,7 @@ def build(store: Store) -> BrowseTab:
     page_size.input(_show(store, first=True), inputs=tab.inputs, outputs=tab.outputs)
 
     def defaults() -> list[Any]:
-        return ["", ALL, ALL, [], ALL, None, None, None, None, [], "any", ALL, ALL, dict(DEFAULT_SORT), 1]
+        return ["", ALL, ALL, [], ALL, "", "", "", "", [], "any", ALL, ALL, dict(DEFAULT_SORT), 1]
 
     reset.click(defaults, outputs=[*filters, sort, page_box]).then(
         _show(store), inputs=tab.inputs, outputs=tab.outputs
