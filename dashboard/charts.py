@@ -37,17 +37,17 @@ MAX_TASK_LABEL = 28
 
 def _layout(fig: go.Figure, title: str, height: int = 260, **kw: object) -> go.Figure:
     # Transparent backgrounds so the figures sit on Gradio's light or dark page.
-    fig.update_layout(
-        title={"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
-        height=height,
-        margin={"l": 48, "r": 12, "t": 36, "b": 36},
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-        showlegend=False,
-        bargap=0.08,
-        font={"size": 11},
-        **kw,
-    )
+    layout: dict[str, object] = {
+        "title": {"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
+        "height": height,
+        "margin": {"l": 48, "r": 12, "t": 36, "b": 36},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "showlegend": False,
+        "bargap": 0.08,
+        "font": {"size": 11},
+    }
+    fig.update_layout(**(layout | kw))
     fig.update_xaxes(gridcolor="rgba(128,128,128,.2)", zerolinecolor="rgba(128,128,128,.35)")
     fig.update_yaxes(gridcolor="rgba(128,128,128,.2)", zerolinecolor="rgba(128,128,128,.35)")
     return fig

@@ -214,9 +214,9 @@ def _meta(ep: Episode, runs: list[tuple[int, int, str, int | None]], marks_by_ru
 
 def _legend(has_diff: bool) -> str:
     diff = '<span class="rs-swatch sw-diff d3">mismatch</span>' if has_diff else ""
-    heat = "".join(f'<span class="rs-swatch tok l{k}">{label}</span>' for k, label in enumerate(
+    heat = "".join(f'<span class="rs-swatch sw-l{k}">{label}</span>' for k, label in enumerate(
         ("≥ -0.1", "≥ -0.5", "≥ -1", "≥ -2", "≥ -4", "< -4")))
-    diff_scale = "".join(f'<span class="rs-swatch tok d{k}">{label}</span>' for k, label in enumerate(
+    diff_scale = "".join(f'<span class="rs-swatch sw-d{k}">{label}</span>' for k, label in enumerate(
         ("< .05", "< .2", "< .5", "< 1", "≥ 1")))
     return (
         '<div class="rs-legend">'

@@ -107,6 +107,8 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
     tok = o.tokenizer
     if tok is None:
         return [_skip("template_not_prefix_stable", "no tokenizer with a chat template")]
+    if len(ep.messages) < 2:
+        return [_skip("template_not_prefix_stable", "the episode has no conversation to re-render")]
     msgs = list(ep.messages)
     turns = _message_turns(ep)
     already = {f.turn for t in ep.turns for f in t.findings if f.kind == "template_not_prefix_stable"}
@@ -571,7 +573,11 @@ class TokenizerCache:
     def get(self, ep: Episode) -> Any:
         from .factory import load_tokenizer
 
-        spec = self.override or ep.tokenizer or "smollm2"
+        spec = self.override or ep.tokenizer
+        if not spec:
+            if ep.source.get("kind", "live") != "live":
+                return None  # an imported episode's ids are in a vocabulary we do not know
+            spec = "smollm2"
         if spec not in self._cache:
             try:
                 self._cache[spec] = load_tokenizer(None if spec == "smollm2" else spec)

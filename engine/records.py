@@ -449,7 +449,7 @@ class Episode:
             out.extend(t.findings)
         return tuple(out)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, include_tokens: bool = True) -> dict[str, Any]:
         d: dict[str, Any] = {"schema_version": self.schema_version}
         for f in fields(self):
             if f.name in ("schema_version", "tokens"):
@@ -462,7 +462,8 @@ class Episode:
             elif f.name in ("turn_rewards", "returns", "tags", "tools"):
                 v = list(v)
             d[f.name] = v
-        d.update(self.tokens.to_dict())
+        if include_tokens:
+            d.update(self.tokens.to_dict())
         return d
 
     @classmethod

@@ -325,8 +325,8 @@ class Store(BrowseQueries):
             self.db.execute("UPDATE runs SET status = ? WHERE id = ?", [status, run_id])
 
     def _episode_row(self, ep: Episode) -> dict[str, Any]:
-        d = ep.to_dict()
-        data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS and k not in ("loss_mask", "logprobs", "versions")}
+        d = ep.to_dict(include_tokens=False)
+        data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS}
         all_findings = ep.all_findings()
         return {
             "id": ep.id,

@@ -7,6 +7,7 @@ request to the Step tab; see ``EpisodeTab.wire_fork``).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -96,6 +97,23 @@ def token_view(ep: Episode) -> str:
     return render.render_tokens(ep, texts, render.special_token_ids(tok))
 
 
+_renders = itertools.count()
+
+
+def fresh(html_text: str) -> str:
+    """``html_text`` wrapped in an element whose tag name is new at every call.
+
+    Gradio's HTML component updates its content by diffing the old DOM
+    against the new one node by node, which for a 32,000-token view costs
+    seconds of script. When the top element's tag differs, it replaces the
+    subtree in one native operation instead; a never-repeated custom tag
+    makes that always so. (Custom elements are inline; ``.rs-fresh`` makes
+    them blocks.)
+    """
+    n = next(_renders)
+    return f'<rs-v{n} class="rs-fresh">{html_text}</rs-v{n}>'
+
+
 def _star_label(starred: bool) -> str:
     return "★ Starred" if starred else "☆ Star"
 
@@ -171,8 +189,8 @@ def view(store: Store, episode_id: str | None) -> list[Any]:
         ep.id,
         render.render_header(ep),
         render.render_findings(ep),
-        render.render_conversation(ep),
-        token_view(ep),
+        fresh(render.render_conversation(ep)),
+        fresh(token_view(ep)),
         charts.turn_chart(ep),
         ep.id,
         ep.starred,

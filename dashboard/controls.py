@@ -1,0 +1,86 @@
+"""Form controls shared by Launch and Step: which policy answers and how it samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from engine.factory import POLICIES
+
+from .settings import BackendSettings
+
+POLICY_HELP = {
+    "scripted": "plays the env's reference answers, with a share of seeded mistakes (no model needed)",
+    "local": "a transformers model on this machine's CPU (default: the embedded SmolLM2-135M)",
+    "sglang": "an SGLang server's /generate (token ids in and out)",
+    "openai": "an OpenAI-compatible server (vLLM, SGLang, ...): completions or chat completions",
+}
+
+
+@dataclass
+class BackendControls:
+    """The policy form; ``inputs`` is in ``BackendSettings.parse``'s argument order."""
+
+    policy: gr.Dropdown
+    model: gr.Textbox
+    url: gr.Textbox
+    api_mode: gr.Dropdown
+    tokenizer: gr.Textbox
+    temperature: gr.Number
+    top_p: gr.Number
+    max_new_tokens: gr.Number
+    mistake_rate: gr.Number
+    seed: gr.Number
+    help: gr.Markdown
+
+    @property
+    def inputs(self) -> list[Any]:
+        return [self.policy, self.model, self.url, self.api_mode, self.tokenizer, self.temperature, self.top_p,
+                self.max_new_tokens, self.mistake_rate, self.seed]
+
+
+def parse(*values: Any) -> BackendSettings:
+    """``BackendSettings`` from ``BackendControls.inputs`` values."""
+    return BackendSettings.parse(*values)
+
+
+def _visibility(policy: str) -> list[Any]:
+    http = policy in ("sglang", "openai")
+    return [
+        gr.Textbox(visible=policy != "scripted"),  # model
+        gr.Textbox(visible=http),  # url
+        gr.Dropdown(visible=policy == "openai"),  # api mode
+        gr.Number(visible=policy == "scripted"),  # mistake rate
+        gr.Markdown(POLICY_HELP.get(policy, "")),
+    ]
+
+
+def backend_controls(prefix: str, policy: str = "scripted", mistake_rate: float = 0.2) -> BackendControls:
+    """Lay out the policy form in the current Blocks context; ``prefix`` keeps element ids unique per tab."""
+    with gr.Row(equal_height=True):
+        pol = gr.Dropdown(list(POLICIES), value=policy, label="policy", min_width=120, scale=1,
+                          elem_id=f"{prefix}-policy")
+        model = gr.Textbox(label="model", placeholder="local: folder or cached hub id (blank: SmolLM2); "
+                           "openai: served model name", scale=2, min_width=180, visible=policy != "scripted",
+                           elem_id=f"{prefix}-model", max_lines=1)
+        url = gr.Textbox(label="server URL", placeholder="http://127.0.0.1:30000", scale=2, min_width=180,
+                         visible=policy in ("sglang", "openai"), elem_id=f"{prefix}-url", max_lines=1)
+        api = gr.Dropdown(["completions", "chat"], value="completions", label="API", min_width=120, scale=1,
+                          visible=policy == "openai", elem_id=f"{prefix}-api")
+        tok = gr.Textbox(label="tokenizer", placeholder="blank: the model's own, else SmolLM2", scale=2,
+                         min_width=160, elem_id=f"{prefix}-tokenizer", max_lines=1)
+    with gr.Row(equal_height=True):
+        temperature = gr.Number(1.0, label="temperature", minimum=0, maximum=10, step=0.1, min_width=100,
+                                elem_id=f"{prefix}-temperature")
+        top_p = gr.Number(1.0, label="top_p", minimum=0, maximum=1, step=0.05, min_width=90, elem_id=f"{prefix}-top-p")
+        max_new = gr.Number(256, label="max new tokens", precision=0, minimum=1, min_width=110,
+                            elem_id=f"{prefix}-max-new-tokens")
+        mistakes = gr.Number(mistake_rate, label="mistake rate (scripted)", minimum=0, maximum=1, step=0.05,
+                             min_width=130, visible=policy == "scripted", elem_id=f"{prefix}-mistake-rate")
+        seed = gr.Number(0, label="seed", precision=0, min_width=90, elem_id=f"{prefix}-seed")
+    help_md = gr.Markdown(POLICY_HELP.get(policy, ""), elem_classes="rs-help")
+    controls = BackendControls(pol, model, url, api, tok, temperature, top_p, max_new, mistakes, seed, help_md)
+    pol.change(_visibility, inputs=[pol], outputs=[model, url, api, mistakes, help_md])
+    return controls

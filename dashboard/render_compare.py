@@ -1,0 +1,171 @@
+"""Escaped HTML for the Compare tab: two episodes side by side, aligned by turn.
+
+Pure functions of ``engine.compare.Comparison``. Texts that differ are
+shown as word-level diffs (``<del>`` on A's side, ``<ins>`` on B's); every
+piece of text is escaped first, the markup is ours. Turns identical in both
+fold away so the eye lands on the first divergence.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from engine.compare import Comparison, TurnDiff, calls_text, observation_text, word_diff
+from engine.records import Episode, Message, Turn
+
+from .render_step import chip, fmt, note, status_badge, text_block
+
+CELL_FOLD_CHARS = 2500
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _diff_side(ops: Sequence[tuple[str, str]], side: str) -> str:
+    """One side of a word diff: A keeps ``del`` pieces, B keeps ``ins`` pieces; both keep ``same``."""
+    keep, tag = ("del", "del") if side == "a" else ("ins", "ins")
+    out = []
+    for op, text in ops:
+        if op == "same":
+            out.append(_e(text))
+        elif op == keep:
+            out.append(f'<{tag} class="rs-diff-{tag}">{_e(text)}</{tag}>')
+    return "".join(out)
+
+
+def _cell(label: str, a: str, b: str, side: str, differs: bool) -> str:
+    """One field of one side: plain text when both sides agree, else that side of the word diff."""
+    text = a if side == "a" else b
+    if not text and not (a or b):
+        return ""
+    if not differs:
+        body = text_block(text, "rs-text rs-cmp-text")
+    else:
+        inner = _diff_side(word_diff(a, b), side) if text or (a or b) else ""
+        body = f'<div class="rs-text rs-cmp-text">{inner or "<span class=rs-dim>(none)</span>"}</div>'
+        if len(text) > CELL_FOLD_CHARS:
+            body = f'<details class="rs-fold" open><summary>{len(text):,} chars</summary>{body}</details>'
+    flag = ' <span class="rs-diff-flag">differs</span>' if differs else ""
+    return f'<div class="rs-cmp-field{" rs-cmp-differs" if differs else ""}"><div class="rs-cmp-label">{_e(label)}{flag}</div>{body}</div>'
+
+
+def _gen_text(t: Turn | None) -> str:
+    return t.generation.text if t is not None and t.generation is not None else ""
+
+
+def _side(d: TurnDiff, side: str) -> str:
+    t = d.a if side == "a" else d.b
+    if t is None:
+        return '<div class="rs-cmp-side rs-cmp-missing"><div class="rs-dim">no such turn</div></div>'
+    differs = set(d.differs)
+    parts = [f'<div class="rs-cmp-side rs-cmp-{side}">',
+             _cell("assistant", _gen_text(d.a), _gen_text(d.b), side, "assistant text" in differs)]
+    ca, cb = calls_text(d.a), calls_text(d.b)
+    if ca or cb:
+        parts.append(_cell("tool calls", ca, cb, side, "tool calls" in differs))
+    pa, pb = (d.a.parse_error or "") if d.a else "", (d.b.parse_error or "") if d.b else ""
+    if pa or pb:
+        parts.append(_cell("parse error", pa, pb, side, "parse error" in differs))
+    parts.append(_cell("observation", observation_text(d.a), observation_text(d.b), side, "observation" in differs))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _reward(ep: Episode, i: int) -> str:
+    if i >= ep.n_turns:
+        return "—"
+    raw = ep.turns[i].reward
+    shaped = ep.turn_rewards[i] if i < len(ep.turn_rewards) else None
+    if shaped is not None and not math.isclose(shaped, raw):
+        return f"{fmt(raw)} (shaped {fmt(shaped)})"
+    return fmt(raw)
+
+
+def _turn(cmp: Comparison, d: TurnDiff, first: int | None) -> str:
+    i = d.index
+    is_first = first == i
+    chips = chip("A reward", _reward(cmp.a, i)) + chip("B reward", _reward(cmp.b, i))
+    if d.same:
+        verdict = '<span class="rs-same">same in both</span>'
+    else:
+        verdict = f'<span class="rs-diff-flag">differs: {_e(", ".join(d.differs))}</span>'
+    marker = '<span class="rs-chip rs-first-div">⚑ first divergence</span>' if is_first else ""
+    head = f'<span class="rs-turn-no">Turn {i}</span>{marker}{chips}{verdict}'
+    body = f'<div class="rs-cmp-row">{_side(d, "a")}{_side(d, "b")}</div>'
+    cls = "rs-cmp-turn" + (" rs-cmp-turn-differs" if not d.same else "") + (" rs-cmp-first" if is_first else "")
+    # Identical turns fold away: the replayed prefix of a fork is all of them.
+    open_attr = "" if d.same else " open"
+    return (f'<details class="{cls}" id="cmp-turn-{i}"{open_attr}><summary class="rs-turn-head">{head}</summary>'
+            f"{body}</details>")
+
+
+def _messages(ms: Sequence[Message]) -> str:
+    return "\n\n".join(f"[{m.role}] {m.content}" for m in ms)
+
+
+def _episode_card(ep: Episode, label: str) -> str:
+    fork = (f" · fork of <a href=\"?episode={_e(ep.parent_id)}\" data-open=\"{_e(ep.parent_id)}\"><code>"
+            f"{_e(ep.parent_id)}</code></a> at turn {_e(ep.fork_turn)}") if ep.parent_id else ""
+    model = str(ep.backend.get("model") or ep.backend.get("name") or "")
+    return (
+        f'<div class="rs-cmp-card"><div class="rs-head-line"><span class="rs-cmp-ab">{label}</span>'
+        f'<a href="?episode={_e(ep.id)}" data-open="{_e(ep.id)}"><code>{_e(ep.id)}</code></a>{status_badge(ep.status.value)}'
+        f"</div><div>{_e(ep.env)} · task <code>{_e(ep.task_id)}</code>{fork}</div>"
+        f'<div class="rs-head-line">{chip("reward", fmt(ep.reward))}{chip("turns", ep.n_turns)}'
+        f'{chip("tokens", f"{ep.n_tokens:,}")}{chip("preset", ep.preset or "n/a")}{chip("model", model or "n/a")}</div>'
+        + (f'<div class="rs-reason rs-dim">{_e(ep.reason)}</div>' if ep.reason else "")
+        + "</div>"
+    )
+
+
+def _rewards_table(cmp: Comparison) -> str:
+    n = max(cmp.a.n_turns, cmp.b.n_turns)
+    if n == 0:
+        return ""
+    rows = []
+    for i in range(n):
+        ra, rb = _reward(cmp.a, i), _reward(cmp.b, i)
+        ret_a = fmt(cmp.a.returns[i]) if i < len(cmp.a.returns) else "—"
+        ret_b = fmt(cmp.b.returns[i]) if i < len(cmp.b.returns) else "—"
+        cls = ' class="rs-cmp-rdiff"' if ra != rb else ""
+        rows.append(f'<tr{cls}><td>{i}</td><td class="rs-num">{_e(ra)}</td>'
+                    f'<td class="rs-num">{_e(rb)}</td><td class="rs-num">{_e(ret_a)}</td><td class="rs-num">{_e(ret_b)}</td></tr>')
+    return (
+        '<details class="rs-fold rs-cmp-rewards" open><summary>Rewards per turn</summary><div class="rs-table-wrap">'
+        '<table class="rs-table"><thead><tr><th>turn</th><th>A reward</th><th>B reward</th><th>A return</th>'
+        f'<th>B return</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div></details>'
+    )
+
+
+def render_comparison(cmp: Comparison) -> str:
+    """The whole Compare view: both headers, the verdict, the rewards, the opening and every turn."""
+    first = cmp.first_divergence
+    kind = "ok" if first is None else "warn"
+    parts = ['<div class="rs-compare">',
+             f'<div class="rs-cmp-row">{_episode_card(cmp.a, "A")}{_episode_card(cmp.b, "B")}</div>',
+             f'<div class="rs-cmp-verdict" data-first="{"" if first is None else first}">{note(cmp.summary(), kind)}</div>',
+             _rewards_table(cmp)]
+    oa, ob = _messages(cmp.opening_a), _messages(cmp.opening_b)
+    same = cmp.opening_same
+    head = ("Opening (system prompt and first observation): same in both" if same
+            else "Opening (system prompt and first observation): DIFFERS")
+    parts.append(
+        f'<details class="rs-cmp-turn{"" if same else " rs-cmp-turn-differs rs-cmp-first"}"{"" if same else " open"}>'
+        f'<summary class="rs-turn-head">{_e(head)}</summary><div class="rs-cmp-row">'
+        f'<div class="rs-cmp-side">{_cell("opening", oa, ob, "a", not same)}</div>'
+        f'<div class="rs-cmp-side">{_cell("opening", oa, ob, "b", not same)}</div></div></details>'
+    )
+    parts.extend(_turn(cmp, d, first) for d in cmp.turns)
+    if not cmp.turns:
+        parts.append('<div class="rs-dim">Neither episode has turns.</div>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def empty(message: str = "Pick two episodes: type their ids (a unique prefix is enough) and press Compare.",
+          kind: str = "info") -> str:
+    return note(message, kind)

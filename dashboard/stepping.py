@@ -1,0 +1,160 @@
+"""Step-tab sessions: one hand-driven conversation per browser session, kept on the server.
+
+A ``HandStepper`` holds an env, a backend and a tokenizer: not values to
+put in a ``gr.State`` (Gradio may copy those). The page keeps a session
+key; ``Sessions`` maps keys to live conversations, forgetting the least
+recently used beyond a limit. Each session runs one action at a time
+(a second click waits for the first), and every async engine call runs on
+the shared stepping loop (see ``jobs.LoopThread``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import fork as forking
+from engine.errors import ConfigError
+from engine.factory import load_tokenizer, parse_tasks
+from engine.records import Episode, Generation, Turn
+from engine.store import Store
+
+from .jobs import LoopThread, shared_loop
+from .settings import BackendSettings, check_env, loop_config
+
+GENERATE_TIMEOUT_S = 600.0  # a local model on a laptop CPU can take minutes for a long turn
+MAX_SESSIONS = 32
+
+
+@dataclass
+class StepSession:
+    """One conversation being stepped by hand, and what the page shows of it."""
+
+    key: str
+    hand: forking.HandStepper
+    tokenizer: Any
+    backend_label: str
+    saved_id: str | None = None
+    last_turn: Turn | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    touched: float = field(default_factory=time.time)
+
+    def episode(self) -> Episode:
+        return self.hand.episode()
+
+    @property
+    def fork_turn(self) -> int | None:
+        return self.hand.report.turn if self.hand.report is not None else None
+
+
+class Sessions:
+    """Live Step conversations by key; thread-safe, bounded."""
+
+    def __init__(self, limit: int = MAX_SESSIONS, loop: LoopThread | None = None) -> None:
+        self.limit = limit
+        self._loop = loop
+        self._items: OrderedDict[str, StepSession] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def loop(self) -> LoopThread:
+        return self._loop or shared_loop()
+
+    def _add(self, hand: forking.HandStepper, tokenizer: Any, label: str) -> StepSession:
+        session = StepSession(uuid.uuid4().hex, hand, tokenizer, label)
+        with self._lock:
+            self._items[session.key] = session
+            while len(self._items) > self.limit:
+                self._items.popitem(last=False)
+        return session
+
+    def get(self, key: str | None) -> StepSession:
+        with self._lock:
+            session = self._items.get(key or "")
+            if session is not None:
+                self._items.move_to_end(session.key)
+                session.touched = time.time()
+        if session is None:
+            raise ConfigError("no conversation yet (or it was forgotten): start one or fork an episode")
+        return session
+
+    def drop(self, key: str | None) -> None:
+        with self._lock:
+            self._items.pop(key or "", None)
+
+    # -- starting -------------------------------------------------------------
+
+    def start_new(self, env: Any, task: Any, preset: Any, max_turns: Any, user: str,
+                  backend: BackendSettings) -> StepSession:
+        """A fresh conversation on one task of an env."""
+        name, make_env = check_env(env)
+        tasks = parse_tasks(str(task or ""), make_env().tasks) if str(task or "").strip() else []
+        if len(tasks) != 1:
+            raise ConfigError("choose one task: its index (e.g. 3) or its id")
+        preset_name, config = loop_config(preset, name, max_turns)
+        backend.preflight()
+        tokenizer = load_tokenizer(backend.tokenizer_spec)
+        policy = backend.build(make_env, tokenizer)
+        hand = forking.start(make_env(), policy, tokenizer, config, tasks[0], user=user,
+                             sampling=backend.sampling(seed=backend.seed),
+                             preset=preset_name, tokenizer_name=backend.tokenizer_name)
+        return self._add(hand, tokenizer, backend.describe())
+
+    def start_fork(self, store: Store, episode_id: Any, turn: Any, user: str, max_turns: Any,
+                   backend: BackendSettings) -> StepSession:
+        """A fork of a stored episode at ``turn``: its turns before it replayed, the rest by hand."""
+        eid = str(episode_id or "").strip()
+        if not eid:
+            raise ConfigError("give the id of the episode to fork")
+        parent = store.get_episode(store.resolve_id(eid))
+        try:
+            k = int(turn)
+        except (TypeError, ValueError):
+            raise ConfigError(f"fork turn: {turn!r} is not a turn number") from None
+        make_env, _ = forking.parent_env(parent)
+        backend.preflight()
+        # The fork continues the parent's token sequence: it must use the parent's tokenizer.
+        tokenizer = load_tokenizer(forking.tokenizer_spec(parent))
+        policy = backend.build(make_env, tokenizer)
+        config = None
+        if max_turns not in (None, ""):
+            from engine.presets import LoopConfig
+
+            config = forking.with_max_turns(LoopConfig.from_dict(parent.config), int(float(max_turns)))
+        hand = self.loop.run(forking.fork(parent, k, policy, tokenizer, make_env=make_env, user=user, config=config),
+                             GENERATE_TIMEOUT_S)
+        return self._add(hand, tokenizer, backend.describe())
+
+    # -- stepping ---------------------------------------------------------------
+
+    def generate(self, key: str | None) -> tuple[StepSession, Generation]:
+        session = self.get(key)
+        with session.lock:
+            if session.hand.done:
+                raise ConfigError("the episode has ended: save it, or start or fork another")
+            gen = self.loop.run(session.hand.generate(), GENERATE_TIMEOUT_S)
+        return session, gen
+
+    def commit(self, key: str | None, text: str, user_reply: str | None) -> tuple[StepSession, Turn]:
+        session = self.get(key)
+        with session.lock:
+            turn = self.loop.run(session.hand.commit(text or "", user_reply), GENERATE_TIMEOUT_S)
+            session.last_turn = turn
+        return session, turn
+
+    def save(self, key: str | None, store: Store) -> tuple[StepSession, Episode]:
+        """Store the conversation (checks run first); saving again replaces the earlier copy."""
+        session = self.get(key)
+        with session.lock:
+            ep = session.hand.to_save(session.tokenizer)
+            if store.has_episode(ep.id):
+                # Tags, star and note set in the Episode tab since the last save stay.
+                old = store.get_episode(ep.id)
+                ep = ep.evolve(tags=old.tags, starred=old.starred, note=old.note)
+            store.save_episode(ep)
+            session.saved_id = ep.id
+        return session, ep

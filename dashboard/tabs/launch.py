@@ -1,0 +1,151 @@
+"""Launch: run a batch (tasks × samples) in the background, watch it finish, cancel it.
+
+The form is checked at once (env, task range, numbers, whether a server
+URL answers) so a mistake shows as a sentence, not a traceback; the slow
+setup (tokenizer, a local model) and the episodes run in the job's own
+thread (``dashboard.jobs``), writing to the app's database as they go. A
+``gr.Timer`` polls the job while it runs; a reloaded page finds the latest
+batch again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from engine.errors import RollscopeError
+from engine.factory import ENVS
+from engine.store import Store
+
+from .. import render_step as rs
+from ..controls import BackendControls, backend_controls
+from ..controls import parse as parse_backend
+from ..jobs import JobManager, JobStatus
+from ..settings import AUTO, PRESET_CHOICES, plan_launch
+
+POLL_S = 1.0
+
+
+@dataclass
+class LaunchTab:
+    """The Launch tab's components. ``table`` click events carry ``{"open": id}``."""
+
+    env: gr.Dropdown
+    tasks: gr.Textbox
+    samples: gr.Number
+    preset: gr.Dropdown
+    max_turns: gr.Number
+    concurrency: gr.Number
+    backend: BackendControls
+    start: gr.Button
+    cancel: gr.Button
+    message: gr.HTML
+    progress: gr.HTML
+    table: gr.HTML
+    timer: gr.Timer
+    job_id: gr.State
+    shown: gr.State  # (state, rows) last rendered, so an idle tick leaves the table alone
+    jobs: JobManager
+
+    @property
+    def poll_outputs(self) -> list[Any]:
+        return [self.progress, self.table, self.shown, self.timer, self.start, self.cancel]
+
+    def wire_load(self, demo: gr.Blocks) -> None:
+        """On page load, show the latest batch (and keep polling it if it still runs)."""
+
+        def attach() -> list[Any]:
+            job = self.jobs.latest()
+            if job is None:
+                return [None, rs.progress(None), gr.skip(), None, gr.skip(), gr.skip(), gr.skip()]
+            return [job.job_id, *_poll_values(job.status(), None)]
+
+        demo.load(attach, outputs=[self.job_id, *self.poll_outputs])
+
+
+def _poll_values(status: JobStatus, shown: Any) -> list[Any]:
+    key = [status.state, status.done]
+    table = gr.skip() if shown == key else rs.finished_table(status.rows)
+    active = status.active
+    return [rs.progress(status), table, key, gr.Timer(active=active),
+            gr.Button(interactive=not active), gr.Button(interactive=active)]
+
+
+def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
+    """Lay out the Launch tab in the current Blocks context and wire Start, Cancel and the poll."""
+    jobs = jobs or JobManager()
+    gr.HTML('<p class="rs-lead">Run a batch of episodes in the background; each is written to this database '
+            "as it finishes. Cancelling keeps finished episodes and marks those in flight <i>interrupted</i>.</p>",
+            apply_default_css=False, js_on_load=None)
+    with gr.Group(elem_classes="rs-form"):
+        with gr.Row(equal_height=True):
+            env = gr.Dropdown(list(ENVS), value="math", label="env", min_width=140, scale=1, elem_id="rs-launch-env")
+            tasks = gr.Textbox("0:4", label="tasks", placeholder="0:8, 3, 1,5,9, all, or task ids", min_width=150,
+                               scale=1, elem_id="rs-launch-tasks", max_lines=1)
+            samples = gr.Number(1, label="samples per task", precision=0, minimum=1, min_width=120,
+                                elem_id="rs-launch-samples")
+            preset = gr.Dropdown(list(PRESET_CHOICES), value=AUTO, label="preset", min_width=130,
+                                 elem_id="rs-launch-preset")
+            max_turns = gr.Number(None, label="max turns (blank: preset's)", precision=0, minimum=1, min_width=150,
+                                  elem_id="rs-launch-max-turns")
+            concurrency = gr.Number(4, label="concurrency", precision=0, minimum=1, min_width=110,
+                                    elem_id="rs-launch-concurrency")
+        backend = backend_controls("rs-launch")
+    with gr.Row(elem_classes="rs-actions"):
+        start = gr.Button("▶ Start", variant="primary", scale=0, min_width=130, elem_id="rs-launch-start")
+        cancel = gr.Button("■ Cancel", variant="stop", scale=0, min_width=130, interactive=False,
+                           elem_id="rs-launch-cancel")
+    message = gr.HTML("", elem_id="rs-launch-message", apply_default_css=False, js_on_load=None)
+    progress = gr.HTML(rs.progress(None), elem_id="rs-launch-progress", apply_default_css=False, js_on_load=None)
+    gr.HTML('<h4 class="rs-h">Finished episodes <span class="rs-dim">(newest first; click one to open it)</span></h4>',
+            apply_default_css=False, js_on_load=None)
+    table = gr.HTML(rs.finished_table(()), elem_id="rs-launch-table", apply_default_css=False, js_on_load=rs.OPEN_JS)
+    timer = gr.Timer(POLL_S, active=False)
+    job_id = gr.State(None)
+    shown = gr.State(None)
+    tab = LaunchTab(env, tasks, samples, preset, max_turns, concurrency, backend, start, cancel, message, progress,
+                    table, timer, job_id, shown, jobs)
+
+    def on_start(env_v: Any, tasks_v: Any, samples_v: Any, preset_v: Any, max_turns_v: Any, conc_v: Any,
+                 *backend_v: Any) -> list[Any]:
+        try:
+            plan = plan_launch(env_v, tasks_v, samples_v, preset_v, max_turns_v, conc_v, parse_backend(*backend_v))
+        except RollscopeError as e:
+            return [gr.skip(), rs.note(str(e), "error"), *([gr.skip()] * len(tab.poll_outputs))]
+        job = jobs.start(plan, store)
+        return [job.job_id, rs.note(f"Started {job.job_id}: {plan.describe()}", "info"),
+                *_poll_values(job.status(), None)]
+
+    start.click(on_start, inputs=[env, tasks, samples, preset, max_turns, concurrency, *backend.inputs],
+                outputs=[job_id, message, *tab.poll_outputs], concurrency_limit=None)
+
+    def on_tick(job_id_v: str | None, shown_v: Any) -> list[Any]:
+        job = jobs.get(job_id_v)
+        if job is None:
+            return [gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False), gr.Button(interactive=True),
+                    gr.Button(interactive=False)]
+        return _poll_values(job.status(), shown_v)
+
+    timer.tick(on_tick, inputs=[job_id, shown], outputs=tab.poll_outputs, show_progress="hidden",
+               concurrency_limit=None)
+
+    def on_cancel(job_id_v: str | None) -> list[Any]:
+        job = jobs.get(job_id_v)
+        if job is None or not job.cancel():
+            return [rs.note("No batch is running.", "warn"), *([gr.skip()] * len(tab.poll_outputs))]
+        return [rs.note(f"Cancelling {job.job_id}…", "warn"), *_poll_values(job.status(), None)]
+
+    cancel.click(on_cancel, inputs=[job_id], outputs=[message, *tab.poll_outputs], concurrency_limit=None)
+    return tab
+
+
+def open_request(evt: gr.EventData) -> Any:
+    """``{"id", "at"}`` for the app's episode_request when a row was clicked, else skip."""
+    data = getattr(evt, "_data", None)
+    episode_id = data.get("open") if isinstance(data, dict) else None
+    if not episode_id:
+        return gr.skip()
+    return {"id": str(episode_id), "at": time.time()}

@@ -1,0 +1,461 @@
+"""Stepping by hand and forking: a Stepper a person drives, fresh or resumed from a stored episode.
+
+``HandStepper`` wraps the loop's ``Stepper`` with what a person needs:
+``generate`` (nothing committed), ``preview`` of what a text would do,
+``commit`` of the generated or edited text, optionally with the user's
+reply written by the person, and ``to_save``, the episode as it should be
+stored (checks run, fork provenance kept).
+
+``fork(parent, k, ...)`` resets the env the parent ran in and re-executes
+the parent's stored generations for turns ``0..k-1`` through the very same
+loop, comparing every observation, reward and done flag (and the token
+prefix) with what was stored; then the person continues from turn ``k``.
+Where the replay differs, the fork says so (``ForkReport``) and the saved
+fork carries the divergences as findings: a continuation from a state the
+parent never was in is not the experiment the researcher meant.
+
+``HumanUser`` lets a person play the user of an env that has one (the
+retail env): it stands in for the env's simulated user, and each reply is
+handed over before the agent message that prompts it is committed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import chat
+from .backends.base import Backend, SamplingParams
+from .checks import CheckOptions, with_checks
+from .envs.base import Env
+from .errors import ConfigError, EnvError, RollscopeError
+from .loop import Stepper
+from .presets import LoopConfig
+from .records import Episode, Finding, Generation, Message, Severity, Status, ToolCall, Turn
+from .replay import TurnVerdict, env_for
+from .toolcalls import parse as parse_tool_calls
+
+# Envs whose simulated user hands over its turn with this marker end the conversation.
+STOP = "###STOP###"
+USER_MODES = ("scripted", "human")
+
+
+# -- the user, played by a person ----------------------------------------------
+
+
+class HumanUser:
+    """Stands in for an env's simulated user; a person writes each reply.
+
+    The env asks ``step(agent_text)`` for the reply to an agent message; the
+    reply must have been handed over with ``say`` first (the dashboard asks
+    for it before committing a message to the user).
+    """
+
+    kind = "human"
+
+    def __init__(self) -> None:
+        self.replies: deque[str] = deque()
+        self.task: Any = None
+
+    def reset(self, task: Any) -> str:
+        """Start the conversation with the task's own opening, so forks and replays line up."""
+        self.task = task
+        self.replies.clear()
+        return str(task.opening)
+
+    def say(self, reply: str) -> None:
+        """Hand over the user's reply to the next agent message."""
+        self.replies.append(reply)
+
+    def step(self, agent_text: str) -> str:
+        if not self.replies:
+            # Raised inside env.step, this ends the episode as aborted: callers check first.
+            raise EnvError("no user reply was written for this agent message")
+        return self.replies.popleft()
+
+
+def can_play_user(env: Env) -> bool:
+    """Whether a person can play this env's user (it has a swappable simulated user)."""
+    user = getattr(env, "user", None)
+    return hasattr(env, "user_kind") and callable(getattr(user, "reset", None)) and callable(getattr(user, "step", None))
+
+
+def play_user(env: Env) -> HumanUser:
+    """Replace the env's simulated user with a ``HumanUser``; returns it (call before ``reset``)."""
+    if not can_play_user(env):
+        raise ConfigError(f"the {env.name} env has no user a person can play (only envs with a simulated user do)")
+    human = HumanUser()
+    env.user = human  # type: ignore[attr-defined]
+    env.user_kind = human.kind  # type: ignore[attr-defined]  # so the episode records who played the user
+    return human
+
+
+# -- what a text would do ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionPreview:
+    """What committing a text would do, worked out without touching the env."""
+
+    content: str  # the text without the end-of-turn marker
+    calls: tuple[ToolCall, ...] = ()
+    parse_error: str | None = None
+
+    @property
+    def respond(self) -> bool:
+        """True when the text goes to the user (no tool call, no parse error)."""
+        return not self.calls and self.parse_error is None
+
+
+def preview_action(tokenizer: Any, config: LoopConfig, tools: tuple[dict[str, Any], ...], text: str) -> ActionPreview:
+    """Parse a text the way the loop will when it is committed (same parser, same call limit)."""
+    content = chat.strip_end_of_turn(tokenizer, text)
+    if not tools:
+        return ActionPreview(content)
+    res = parse_tool_calls(content, config.tool_parser)
+    if res.error is not None:
+        return ActionPreview(content, (), res.error)
+    calls = res.calls[: config.tool_calls_per_turn] if config.tool_calls_per_turn else res.calls
+    return ActionPreview(content, tuple(calls))
+
+
+# -- the fork's verdict ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForkReport:
+    """How replaying the parent's first ``turn`` turns went."""
+
+    parent_id: str
+    turn: int
+    replayed: int = 0
+    divergences: tuple[TurnVerdict, ...] = ()
+    notes: tuple[str, ...] = ()
+    ended: str = ""  # why the episode ended during the replay ("" when it can go on)
+
+    @property
+    def ok(self) -> bool:
+        return not self.divergences and not self.ended
+
+    def summary(self) -> str:
+        head = f"forked {self.parent_id} at turn {self.turn}: replayed {self.replayed} turn{'s' if self.replayed != 1 else ''}"
+        if not self.divergences:
+            head += ", every observation, reward and done flag as stored"
+        else:
+            first = self.divergences[0]
+            where = "the start" if first.field in ("system_prompt", "first_observation") else f"turn {first.turn}"
+            head += (f"; the replay DIFFERS from the stored episode at {where} ({first.field}"
+                     f"{', and ' + str(len(self.divergences) - 1) + ' more' if len(self.divergences) > 1 else ''})")
+        if self.ended:
+            head += f"; the episode ended during the replay ({self.ended})"
+        return head
+
+    def findings(self) -> tuple[Finding, ...]:
+        """The divergences as findings for the saved fork."""
+        return tuple(
+            Finding(
+                "fork_replay_diverged", Severity.WARNING,
+                f"replaying parent {self.parent_id} for this fork: {v.field} differs at "
+                f"{'the start' if v.turn < 0 else f'turn {v.turn}'}" + (f" ({v.note})" if v.note else ""),
+                turn=v.turn if v.turn >= 0 else None,
+                evidence={"stored": v.stored, "now": v.now},
+            )
+            for v in self.divergences
+        )
+
+
+def _msgs(ms: tuple[Message, ...] | list[Message]) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in ms]
+
+
+def _opening(ep: Episode) -> tuple[str | None, list[Message]]:
+    """(system prompt, first observation) of a stored episode: the messages before its first turn."""
+    msgs = list(ep.messages)
+    system = msgs[0].content if msgs and msgs[0].role == "system" else None
+    first: list[Message] = []
+    for m in msgs[1 if system is not None else 0:]:
+        if m.role == "assistant":
+            break
+        first.append(m)
+    return system, first
+
+
+def _prefix_end(ep: Episode, turn: int) -> int:
+    """Where turn ``turn``'s own tokens start in ``ep``: its assistant segment (or the end)."""
+    starts = [s.start for s in ep.segments if s.turn >= turn and s.kind == "assistant"]
+    return min(starts) if starts else len(ep.tokens)
+
+
+def _user_reply(turn: Turn) -> str | None:
+    for m in turn.observation:
+        if m.role == "user":
+            return m.content
+    return None
+
+
+# -- the hand-driven stepper -------------------------------------------------------
+
+
+class HandStepper:
+    """A ``Stepper`` driven by a person: generate, look, edit, commit, save.
+
+    ``generate`` asks the backend and remembers the generation; ``commit``
+    executes the text: the generation itself when the text is unchanged
+    (its ids and logprobs kept), else the text as a person's
+    (``Stepper.edited``: re-encoded, no logprobs).
+    """
+
+    def __init__(self, stepper: Stepper, tokenizer: Any, user: HumanUser | None = None,
+                 report: ForkReport | None = None) -> None:
+        self.stepper = stepper
+        self.tok = tokenizer
+        self.user = user
+        self.report = report
+        self.generated: Generation | None = None
+        self.edited_turns: list[int] = []
+
+    @property
+    def done(self) -> bool:
+        return self.stepper.done
+
+    @property
+    def turn(self) -> int:
+        """The index of the next turn."""
+        return len(self.stepper.turns)
+
+    @property
+    def plays_user(self) -> bool:
+        return self.user is not None
+
+    def episode(self) -> Episode:
+        return self.stepper.snapshot()
+
+    async def generate(self) -> Generation:
+        """Ask the backend for the next assistant turn; nothing is committed."""
+        self.generated = await self.stepper.generate()
+        return self.generated
+
+    def text_of(self, generation: Generation) -> str:
+        """The generation's text as a person edits it: without the end-of-turn marker."""
+        return chat.strip_end_of_turn(self.tok, generation.text)
+
+    def preview(self, text: str) -> ActionPreview:
+        return preview_action(self.tok, self.stepper.config, self.stepper.tools, text)
+
+    def needs_user_reply(self, text: str) -> bool:
+        """True when committing ``text`` sends a message to a user the person plays."""
+        return self.user is not None and self.preview(text).respond
+
+    def generation_for(self, text: str) -> Generation:
+        """The generation to commit for ``text``: the generated one if unchanged, else the person's."""
+        g = self.generated
+        if g is not None and text == self.text_of(g):
+            return g
+        return self.stepper.edited(text)
+
+    async def commit(self, text: str, user_reply: str | None = None) -> Turn:
+        """Execute ``text`` in the env; ``user_reply`` is the user's answer when the person plays the user."""
+        if self.done:
+            raise RollscopeError(f"the episode already ended ({self.stepper.status}: {self.stepper.reason})")
+        if not text.strip():
+            raise ConfigError("nothing to commit: generate a turn or write one")
+        if self.needs_user_reply(text):
+            if not (user_reply or "").strip():
+                raise ConfigError("this turn is a message to the user, and you play the user: write the user's reply")
+            assert self.user is not None
+            self.user.say(user_reply or "")
+        generation = self.generation_for(text)
+        if generation is not self.generated:
+            self.edited_turns.append(self.turn)
+        self.generated = None
+        return await self.stepper.commit(generation)
+
+    def to_save(self, tokenizer: Any = None) -> Episode:
+        """The episode as it should be stored: checks run, fork provenance and divergences attached.
+
+        An episode saved before it ended is stored ``interrupted`` (it is
+        not running anywhere once this process stops), with a reason that
+        says so; saving again after more turns replaces it.
+        """
+        ep = self.stepper.snapshot()
+        if ep.status is Status.RUNNING:
+            ep = ep.evolve(status=Status.INTERRUPTED, reason=f"stepped by hand; saved after {ep.n_turns} turns, before the end")
+        ep = with_checks(ep, CheckOptions(tokenizer=tokenizer if tokenizer is not None else self.tok))
+        extra: list[Finding] = list(self.report.findings()) if self.report is not None else []
+        if self.edited_turns:
+            turns = ", ".join(str(t) for t in self.edited_turns)
+            extra.append(Finding("edited_by_hand", Severity.INFO,
+                                 f"turn{'s' if len(self.edited_turns) > 1 else ''} {turns} written or edited by a person "
+                                 "(re-encoded, no logprobs)", evidence={"turns": list(self.edited_turns)}))
+        source = dict(ep.source) | {"stepped": "by hand", **({"user": "human"} if self.user is not None else {})}
+        return ep.evolve(findings=ep.findings + tuple(extra), source=source)
+
+
+def start(
+    env: Env,
+    backend: Backend,
+    tokenizer: Any,
+    config: LoopConfig,
+    task_id: str,
+    *,
+    user: str = "scripted",
+    sampling: SamplingParams | None = None,
+    preset: str = "",
+    tokenizer_name: str = "",
+) -> HandStepper:
+    """A fresh conversation on ``task_id``, started (the first prompt laid down)."""
+    if user not in USER_MODES:
+        raise ConfigError(f"user must be one of {', '.join(USER_MODES)}, not {user!r}")
+    if task_id not in env.tasks:
+        raise ConfigError(f"the {env.name} env has no task {task_id!r}")
+    human = play_user(env) if user == "human" else None
+    stepper = Stepper(env, backend, tokenizer, config, task_id, sampling=sampling, preset=preset,
+                      tokenizer_name=tokenizer_name)
+    stepper.start()
+    return HandStepper(stepper, tokenizer, human)
+
+
+def tokenizer_spec(ep: Episode) -> str | None:
+    """The ``load_tokenizer`` spec an episode was made with (None: the embedded one)."""
+    spec = ep.tokenizer.strip()
+    return None if spec.lower() in ("", "smollm2") else spec
+
+
+def parent_env(parent: Episode) -> tuple[Callable[[], Env], str | None]:
+    """(constructor of the env the parent ran in, who played its user if not the scripted user).
+
+    A parent whose user was a model or a person can still be forked: its
+    stored user replies are replayed, and a person plays the user after.
+    """
+    info = dict(parent.config.get("env_info") or {})
+    played_by = info.get("user") if info.get("user") in ("llm", "human") else None
+    if played_by is not None:
+        from .factory import env_factory
+
+        try:
+            return env_factory(parent.env), played_by
+        except RollscopeError as e:
+            raise ConfigError(f"cannot rebuild env {parent.env!r} to fork {parent.id}: {e}") from None
+    make = env_for(parent)
+    if isinstance(make, str):
+        raise ConfigError(f"cannot fork {parent.id}: {make}")
+    return make, None
+
+
+async def fork(
+    parent: Episode,
+    turn: int,
+    backend: Backend,
+    tokenizer: Any,
+    *,
+    make_env: Callable[[], Env] | None = None,
+    user: str = "scripted",
+    config: LoopConfig | None = None,
+    sampling: SamplingParams | None = None,
+    tokenizer_name: str | None = None,
+) -> HandStepper:
+    """A new conversation that replays ``parent``'s turns ``0..turn-1``, then goes on by hand.
+
+    ``make_env`` defaults to the env the parent's record names. ``user``:
+    ``human`` lets the person play the user from turn ``turn`` on (it is
+    forced when the parent's user was a model or a person, whose replies
+    only the record knows). ``config`` defaults to the parent's loop
+    config, ``sampling`` to its sampling parameters. The returned stepper's
+    ``report`` says whether the replay matched the record.
+    """
+    if user not in USER_MODES:
+        raise ConfigError(f"user must be one of {', '.join(USER_MODES)}, not {user!r}")
+    if not 0 <= turn <= parent.n_turns:
+        raise ConfigError(f"episode {parent.id} has turns 0 to {parent.n_turns - 1}; cannot fork at turn {turn}")
+    notes: list[str] = []
+    played_by: str | None = None
+    if make_env is None:
+        make_env, played_by = parent_env(parent)
+    if played_by is not None and user != "human":
+        user = "human"
+        notes.append(f"the parent's user was played by {'a model' if played_by == 'llm' else 'a person'}: "
+                     "its replies are replayed from the record, and you play the user from here on")
+    env = make_env()
+    replay_user = play_user(env) if user == "human" else None
+    if config is None:
+        config = LoopConfig.from_dict(parent.config)
+    if sampling is None:
+        s = dict(parent.config.get("sampling") or {})
+        sampling = SamplingParams(
+            temperature=float(s.get("temperature", 1.0)), top_p=float(s.get("top_p", 1.0)),
+            max_new_tokens=int(s.get("max_new_tokens", 512)), stop=tuple(s.get("stop") or ()), seed=s.get("seed"),
+        )
+    stepper = Stepper(env, backend, tokenizer, config, parent.task_id, sampling=sampling, preset=parent.preset,
+                      tokenizer_name=parent.tokenizer if tokenizer_name is None else tokenizer_name)
+    stepper.episode = stepper.episode.evolve(parent_id=parent.id, fork_turn=turn)
+    divergences: list[TurnVerdict] = []
+
+    system, first = _opening(parent)
+    now_system = env.system_prompt(parent.task_id)
+    stepper.start()
+    now_first = [m for m in stepper.messages if m.role != "system"]
+    if (now_system or None) != system:
+        divergences.append(TurnVerdict(-1, False, "system_prompt", system, now_system))
+    if _msgs(now_first) != _msgs(first):
+        divergences.append(TurnVerdict(-1, False, "first_observation", _msgs(first), _msgs(now_first)))
+
+    replayed = 0
+    ended = ""
+    for stored in parent.turns[:turn]:
+        if stepper.done:
+            ended = f"{stepper.status}: {stepper.reason}"
+            break
+        if stored.generation is None:
+            ended = f"turn {stored.index} of the parent has no generation to replay"
+            break
+        if replay_user is not None and stored.action is not None and stored.action.is_respond:
+            reply = _user_reply(stored)
+            if reply is not None:
+                replay_user.say(reply)
+        now = await stepper.commit(stored.generation)
+        replayed += 1
+        divergences.extend(_compare_turn(stored, now))
+    if stepper.done and not ended:
+        ended = f"{stepper.status}: {stepper.reason}"
+    if replay_user is not None:
+        replay_user.replies.clear()  # a stored reply the replay did not use must not answer the person's turn
+
+    end = _prefix_end(parent, turn)
+    ours = stepper.builder.ids[:end]
+    theirs = parent.tokens.ids[:end].tolist()
+    if ours != theirs:
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        divergences.append(TurnVerdict(
+            -1, False, "tokens", theirs[at:at + 8], ours[at:at + 8],
+            f"the token prefix differs at position {at} (a different tokenizer or chat template?)"))
+
+    # replay_user is set exactly when the person plays the user from here on.
+    report = ForkReport(parent.id, turn, replayed, tuple(divergences), tuple(notes), ended)
+    return HandStepper(stepper, tokenizer, replay_user, report)
+
+
+def _compare_turn(stored: Turn, now: Turn) -> list[TurnVerdict]:
+    out: list[TurnVerdict] = []
+    if _msgs(stored.observation) != _msgs(now.observation):
+        out.append(TurnVerdict(stored.index, False, "observation", _msgs(stored.observation), _msgs(now.observation)))
+    if stored.reward != now.reward:
+        out.append(TurnVerdict(stored.index, False, "reward", stored.reward, now.reward))
+    if stored.done != now.done:
+        out.append(TurnVerdict(stored.index, False, "done", stored.done, now.done))
+    if (stored.parse_error is None) != (now.parse_error is None):
+        out.append(TurnVerdict(stored.index, False, "parse_error", stored.parse_error, now.parse_error))
+    return out
+
+
+def with_max_turns(config: LoopConfig, max_turns: int | None) -> LoopConfig:
+    """``config`` with ``max_turns`` raised or lowered (None keeps it)."""
+    return dataclasses.replace(config, max_turns=max_turns) if max_turns else config
+
+
+__all__ = [
+    "ActionPreview", "ForkReport", "HandStepper", "HumanUser", "STOP", "USER_MODES", "can_play_user", "fork",
+    "parent_env", "play_user", "preview_action", "start", "tokenizer_spec", "with_max_turns",
+]
