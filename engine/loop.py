@@ -420,7 +420,11 @@ async def run_episode(
     **kwargs: Any,
 ) -> Episode:
     """Run one episode to its end. Backend failures end it as ``aborted``."""
-    stepper = Stepper(env, backend, tokenizer, config, task_id, **kwargs)
+    return await drive(Stepper(env, backend, tokenizer, config, task_id, **kwargs))
+
+
+async def drive(stepper: Stepper) -> Episode:
+    """Start a stepper and advance it until the episode ends."""
     stepper.start()
     while not stepper.done:
         try:

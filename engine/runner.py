@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import traceback
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from typing import Any
 from .backends.base import Backend, SamplingParams
 from .checks import CheckOptions, with_checks
 from .envs.base import Env
-from .loop import Stepper, new_id
+from .loop import Stepper, drive, new_id
 from .presets import LoopConfig
 from .records import Episode, Finding, Severity, Status
 from .store import Store
@@ -145,17 +146,8 @@ async def run_batch(
 
 async def _drive(stepper: Stepper) -> Episode:
     """Run a stepper to the end; a bug in our code or the env marks it ``failed``."""
-    from .errors import BackendError
-
     try:
-        stepper.start()
-        while not stepper.done:
-            try:
-                await stepper.generate()
-            except BackendError as e:
-                return stepper.backend_failed(e)
-            await stepper.commit()
-        return stepper.snapshot()
+        return await drive(stepper)
     except asyncio.CancelledError:
         raise
     except Exception as e:  # a bug: keep the batch going, but record it loudly as failed
@@ -168,7 +160,9 @@ async def _drive(stepper: Stepper) -> Episode:
 
 def _sampling_for(spec: BatchSpec, task_id: str, sample: int) -> SamplingParams:
     # Distinct but reproducible seeds per episode, so samples of a task differ.
-    seed = (hash((spec.seed, task_id, sample)) & 0x7FFFFFFF) if spec.sampling.seed is None else spec.sampling.seed
+    # (Python's hash() of a str changes from process to process, so a digest is used.)
+    digest = hashlib.sha256(f"{spec.seed}|{task_id}|{sample}".encode()).digest()
+    seed = int.from_bytes(digest[:4], "little") & 0x7FFFFFFF if spec.sampling.seed is None else spec.sampling.seed
     return SamplingParams(
         temperature=spec.sampling.temperature,
         top_p=spec.sampling.top_p,

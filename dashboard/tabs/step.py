@@ -1,0 +1,271 @@
+"""Step: drive one conversation by hand, fresh or forked from a stored episode.
+
+Generate asks the backend for the next assistant turn and shows it (raw
+text, what it parses to, its tokens) without committing anything; the
+text can be edited or written from scratch; Commit executes it in the env
+and shows the observation, reward and done. Where the env has a user
+(retail), the person may play it and writes each user reply. Save stores
+the conversation (checks run) with its parent and fork turn.
+
+The conversation lives on the server (``dashboard.stepping``); the page
+holds its key.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from engine.errors import RollscopeError
+from engine.factory import ENVS, env_factory
+from engine.records import Generation
+
+from .. import render_step as rs
+from ..controls import BackendControls, backend_controls
+from ..controls import parse as parse_backend
+from ..render_tokens import decode_token_texts, special_token_ids
+from ..settings import AUTO, PRESET_CHOICES
+from ..stepping import Sessions, StepSession
+
+NEW, FORK = "new conversation", "fork a stored episode"
+USER_CHOICES = [("the env's simulated user", "scripted"), ("you play the user", "human")]
+USER_HELP = "You play the user: write the user's reply to each message the assistant sends to the user " \
+            "(write ###STOP### to end the conversation)."
+
+
+def _tasks(env: str) -> list[str]:
+    try:
+        return env_factory(env)().tasks
+    except RollscopeError:
+        return []
+
+
+@dataclass
+class StepTab:
+    """The Step tab's components; ``outputs`` is the order ``_view`` returns values in."""
+
+    mode: gr.Radio
+    env: gr.Dropdown
+    task: gr.Dropdown
+    preset: gr.Dropdown
+    max_turns: gr.Number
+    user: gr.Dropdown
+    parent_id: gr.Textbox
+    fork_turn: gr.Number
+    backend: BackendControls
+    start: gr.Button
+    header: gr.HTML
+    conversation: gr.HTML
+    generate: gr.Button
+    pending: gr.HTML
+    text: gr.Textbox
+    parsed: gr.HTML
+    user_reply: gr.Textbox
+    commit: gr.Button
+    save: gr.Button
+    compare: gr.Button
+    committed: gr.HTML
+    message: gr.HTML
+    key: gr.State
+    sessions: Sessions
+    store: Any
+
+    @property
+    def start_inputs(self) -> list[Any]:
+        return [self.mode, self.env, self.task, self.preset, self.max_turns, self.user, self.parent_id,
+                self.fork_turn, *self.backend.inputs]
+
+    @property
+    def outputs(self) -> list[Any]:
+        return [self.key, self.header, self.conversation, self.pending, self.text, self.parsed, self.user_reply,
+                self.committed, self.message, self.compare]
+
+    def open_fork(self, request: Any, *start_values: Any) -> list[Any]:
+        """Start the fork the Episode tab asked for (``{"episode_id", "turn", "at"}``); values for
+        ``[mode, parent_id, fork_turn, *outputs]``."""
+        if not isinstance(request, dict) or not request.get("episode_id"):
+            return [gr.skip()] * (3 + len(self.outputs))
+        values = list(start_values)
+        values[0], values[6], values[7] = FORK, request["episode_id"], request.get("turn", 0)
+        return [FORK, request["episode_id"], request.get("turn", 0), *self._start(*values)]
+
+    # -- handlers -------------------------------------------------------------
+
+    def _start(self, mode: str, env: Any, task: Any, preset: Any, max_turns: Any, user: Any, parent_id: Any,
+               fork_turn: Any, *backend_values: Any) -> list[Any]:
+        try:
+            settings = parse_backend(*backend_values)
+            if mode == FORK:
+                session = self.sessions.start_fork(self.store, parent_id, fork_turn, str(user or "scripted"),
+                                                   max_turns, settings)
+            else:
+                session = self.sessions.start_new(env, task, preset, max_turns, str(user or "scripted"), settings)
+        except RollscopeError as e:
+            return [gr.skip()] * (len(self.outputs) - 2) + [rs.note(str(e), "error"), gr.skip()]
+        what = (f"Forked {session.hand.report.parent_id} at turn {session.hand.report.turn}." if session.hand.report
+                else "Started a new conversation.")
+        return _view(session, message=rs.note(f"{what} Press Generate for the next assistant turn, or write it "
+                                              "yourself.", "info"), reset_text=True)
+
+
+def _generation_view(session: StepSession, gen: Generation | None, text: str | None) -> tuple[str, str]:
+    """(pending HTML, parsed HTML) for a generation and the text in the edit box."""
+    hand = session.hand
+    texts = decode_token_texts(session.tokenizer, list(gen.token_ids)) if gen is not None else None
+    special = special_token_ids(session.tokenizer) if gen is not None else set()
+    preview = hand.preview(gen.text) if gen is not None else None
+    pending = rs.pending(gen, texts, special, preview, hand.needs_user_reply(gen.text) if gen is not None else False)
+    return pending, _parsed(session, text or "")
+
+
+def _parsed(session: StepSession, text: str) -> str:
+    hand = session.hand
+    if not text.strip():
+        return '<div class="rs-dim">The text to commit is empty.</div>'
+    g = hand.generated
+    edited = g is None or text != hand.text_of(g)
+    flag = (rs.note("Written or edited by hand: Commit re-encodes this text (no logprobs).", "warn") if edited
+            else rs.note("Unchanged: Commit keeps the generated token ids and logprobs.", "ok"))
+    return flag + rs.preview_block(hand.preview(text), hand.needs_user_reply(text))
+
+
+def _view(session: StepSession, *, message: str = "", reset_text: bool = False) -> list[Any]:
+    ep = session.episode()
+    hand = session.hand
+    header = rs.step_header(ep, backend=session.backend_label, plays_user=hand.plays_user, report=hand.report,
+                            saved_id=session.saved_id)
+    conv = rs.conversation(ep, session.fork_turn)
+    pending = rs.pending(None, None, set(), None, False) if reset_text else gr.skip()
+    text = "" if reset_text else gr.skip()
+    parsed = "" if reset_text else gr.skip()
+    reply = gr.Textbox(visible=hand.plays_user, value="", info=USER_HELP if hand.plays_user else None)
+    committed = rs.committed(session.last_turn, ep) if session.last_turn is not None else ""
+    can_compare = bool(session.saved_id and ep.parent_id)
+    return [session.key, header, conv, pending, text, parsed, reply, committed, message,
+            gr.Button(interactive=can_compare)]
+
+
+def build(store: Any, sessions: Sessions | None = None) -> StepTab:
+    """Lay out the Step tab in the current Blocks context and wire its events."""
+    sessions = sessions or Sessions()
+    first_tasks = _tasks("math")
+    with gr.Accordion("Start a conversation, or fork a stored episode", open=True, elem_id="rs-step-start-box"):
+        mode = gr.Radio([NEW, FORK], value=NEW, show_label=False, container=False, elem_id="rs-step-mode")
+        with gr.Row(equal_height=True, visible=True) as new_row:
+            env = gr.Dropdown(list(ENVS), value="math", label="env", min_width=140, elem_id="rs-step-env")
+            task = gr.Dropdown(first_tasks, value=first_tasks[0] if first_tasks else None, label="task (id or index)",
+                               allow_custom_value=True, min_width=200, scale=2, elem_id="rs-step-task")
+            preset = gr.Dropdown(list(PRESET_CHOICES), value=AUTO, label="preset", min_width=130,
+                                 elem_id="rs-step-preset")
+        with gr.Row(equal_height=True, visible=False) as fork_row:
+            parent_id = gr.Textbox(label="episode to fork", placeholder="episode id (a unique prefix is enough)",
+                                   scale=3, min_width=200, elem_id="rs-step-parent", max_lines=1)
+            fork_turn = gr.Number(0, label="fork at turn (turns before it are replayed)", precision=0, minimum=0,
+                                  min_width=200, elem_id="rs-step-fork-turn")
+        with gr.Row(equal_height=True):
+            max_turns = gr.Number(None, label="max turns (blank: preset's or parent's)", precision=0, minimum=1,
+                                  min_width=180, elem_id="rs-step-max-turns")
+            user = gr.Dropdown(USER_CHOICES, value="scripted", label="user (envs with a user: retail)",
+                               min_width=220, elem_id="rs-step-user")
+        backend = backend_controls("rs-step", mistake_rate=0.0)
+        start = gr.Button("Start", variant="primary", scale=0, min_width=140, elem_id="rs-step-start")
+    message = gr.HTML("", elem_id="rs-step-message", apply_default_css=False, js_on_load=None)
+    header = gr.HTML(rs.note("No conversation yet."), elem_id="rs-step-header", apply_default_css=False,
+                     js_on_load=rs.OPEN_JS)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=420):
+            gr.HTML('<h4 class="rs-h">Conversation</h4>', apply_default_css=False, js_on_load=None)
+            conversation = gr.HTML("", elem_id="rs-step-conversation", apply_default_css=False, js_on_load=None)
+        with gr.Column(scale=1, min_width=420):
+            with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
+                gr.HTML('<h4 class="rs-h">Next assistant turn</h4>', apply_default_css=False, js_on_load=None)
+                generate = gr.Button("Generate", variant="primary", scale=0, min_width=120, elem_id="rs-step-generate")
+            pending = gr.HTML(rs.pending(None, None, set(), None, False), elem_id="rs-step-pending",
+                              apply_default_css=False, js_on_load=None)
+            text = gr.Textbox(label="assistant turn to commit (edit it, or write it from scratch)", lines=6,
+                              max_lines=20, elem_id="rs-step-text")
+            parsed = gr.HTML("", elem_id="rs-step-parsed", apply_default_css=False, js_on_load=None)
+            user_reply = gr.Textbox(label="the user's reply (you play the user)", lines=2, max_lines=8, visible=False,
+                                    elem_id="rs-step-user-reply")
+            with gr.Row(elem_classes="rs-actions"):
+                commit = gr.Button("Commit", variant="primary", scale=0, min_width=120, elem_id="rs-step-commit")
+                save = gr.Button("Save", scale=0, min_width=100, elem_id="rs-step-save")
+                compare = gr.Button("Compare with parent", scale=0, min_width=170, interactive=False,
+                                    elem_id="rs-step-compare")
+            committed = gr.HTML("", elem_id="rs-step-committed", apply_default_css=False, js_on_load=None)
+    key = gr.State(None)
+    tab = StepTab(mode, env, task, preset, max_turns, user, parent_id, fork_turn, backend, start, header,
+                  conversation, generate, pending, text, parsed, user_reply, commit, save, compare, committed,
+                  message, key, sessions, store)
+
+    mode.change(lambda m: [gr.Row(visible=m == NEW), gr.Row(visible=m == FORK), gr.Button("Fork" if m == FORK else "Start")],
+                inputs=[mode], outputs=[new_row, fork_row, start])
+
+    def on_env(env_v: str) -> Any:
+        tasks = _tasks(env_v)
+        return gr.Dropdown(choices=tasks, value=tasks[0] if tasks else None)
+
+    env.input(on_env, inputs=[env], outputs=[task])
+    start.click(tab._start, inputs=tab.start_inputs, outputs=tab.outputs)
+
+    def on_generate(key_v: str | None) -> list[Any]:
+        try:
+            session, gen = sessions.generate(key_v)
+        except RollscopeError as e:
+            return [gr.skip()] * 3 + [rs.note(str(e), "error")]
+        edit = session.hand.text_of(gen)
+        pending_html, parsed_html = _generation_view(session, gen, edit)
+        return [pending_html, edit, parsed_html, rs.note(f"Generated turn {session.hand.turn}: nothing is committed "
+                                                          "yet. Edit the text if you like, then Commit.", "info")]
+
+    generate.click(on_generate, inputs=[key], outputs=[pending, text, parsed, message])
+
+    def on_edit(key_v: str | None, text_v: str) -> Any:
+        try:
+            session = sessions.get(key_v)
+        except RollscopeError:
+            return gr.skip()
+        return _parsed(session, text_v or "")
+
+    text.input(on_edit, inputs=[key, text], outputs=[parsed], trigger_mode="always_last", show_progress="hidden")
+
+    def on_commit(key_v: str | None, text_v: str, reply_v: str) -> list[Any]:
+        try:
+            session, turn = sessions.commit(key_v, text_v, reply_v)
+        except RollscopeError as e:
+            return [gr.skip()] * (len(tab.outputs) - 2) + [rs.note(str(e), "error"), gr.skip()]
+        ep = session.episode()
+        msg = (f"Committed turn {turn.index}: reward {rs.fmt(turn.reward)}, done {'yes' if turn.done else 'no'}."
+               + (f" The episode ended ({ep.status.value}: {ep.reason}); Save keeps it." if ep.reason else ""))
+        return _view(session, message=rs.note(msg, "ok"), reset_text=True)
+
+    commit.click(on_commit, inputs=[key, text, user_reply], outputs=tab.outputs)
+
+    def on_save(key_v: str | None) -> list[Any]:
+        try:
+            session, ep = sessions.save(key_v, store)
+        except RollscopeError as e:
+            return [gr.skip()] * (len(tab.outputs) - 2) + [rs.note(str(e), "error"), gr.skip()]
+        parent = f" (fork of {ep.parent_id} at turn {ep.fork_turn})" if ep.parent_id else ""
+        n = len(ep.all_findings())
+        return _view(session, message=rs.note(
+            f"Saved as {ep.id}{parent}: {ep.status.value}, {ep.n_turns} turns, {n} finding{'s' if n != 1 else ''}. "
+            "It is in Browse now.", "ok"))
+
+    save.click(on_save, inputs=[key], outputs=tab.outputs)
+    return tab
+
+
+def compare_request(key_v: str | None, sessions: Sessions) -> Any:
+    """``{"a": parent, "b": fork, "at"}`` for the Compare tab, from the saved fork of a session."""
+    try:
+        session = sessions.get(key_v)
+    except RollscopeError:
+        return gr.skip()
+    ep = session.episode()
+    if not (session.saved_id and ep.parent_id):
+        return gr.skip()
+    return {"a": ep.parent_id, "b": session.saved_id, "at": time.time()}
