@@ -286,7 +286,14 @@ def render_tokens(
     turn_seen: set[int] = set()
     out: list[str] = []
     push = out.append
+    block: int | None | str = "none yet"
     for start, end, kind, turn in runs:
+        if turn != block:
+            # One block per turn: the browser lays out and styles only the
+            # blocks near the screen (content-visibility), which is most of
+            # what a 32,000-token view costs.
+            push(("</div>" if block != "none yet" else "") + '<div class="rs-tblock">')
+            block = turn
         if kind != "tail":  # a tail is one newline; its label would be clutter
             label = f"T{turn} {kind}" if turn is not None else kind
             push(f'<span class="seg-mark seg-{_cls(kind)}" data-label="{_e(label)}"></span>')
@@ -320,6 +327,8 @@ def render_tokens(
                 # Its own element: a finding may start on a turn's first token.
                 push(f'<a class="tok-anchor" id="tok-{i}"></a>')
             push(f'<span class="{cls}"{anchor}>{text}</span>')
+    if block != "none yet":
+        push("</div>")
     summary = (
         f'<div class="rs-tok-summary">{n:,} tokens · prompt {ep.prompt_len:,} · response {ep.response_len:,} · '
         f'<span class="rs-train-text">trainable {tok.n_trainable:,}</span>'

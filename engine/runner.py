@@ -132,7 +132,10 @@ async def run_batch(
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if store is not None:
-            store.set_status(list(started), Status.INTERRUPTED, "the batch was cancelled")
+            # In-flight episodes are kept with the turns they finished, even none.
+            for stepper in started.values():
+                snap = stepper.snapshot().evolve(status=Status.INTERRUPTED, reason="the batch was cancelled")
+                store.finish_episode(snap)
     finally:
         if bar is not None:
             bar.close()

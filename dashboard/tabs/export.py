@@ -1,0 +1,193 @@
+"""Export: write a curated set of episodes in a training format, and download it.
+
+The set is the current Browse selection (its filters, through the same
+``EpisodeFilter``), the episodes with given tags, the starred ones, or a
+list of ids. Preview shows the count, the first rows and the start of the
+first record in the chosen format before anything is written; Export
+writes the file with the engine's exporters and offers it for download.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from engine import formats
+from engine.errors import ConfigError, RollscopeError
+from engine.store import EpisodeFilter, Store
+
+from .. import render_step as rs
+
+BROWSE, TAGGED, STARRED, IDS = "the Browse selection (its filters)", "episodes with these tags", "starred episodes", \
+    "these episode ids"
+PREVIEW_ROWS = 10
+SAMPLE_CHARS = 1500
+EXTENSIONS = {"jsonl": "jsonl", "areal": "jsonl", "messages": "jsonl", "slime": "pt", "parquet": "parquet"}
+FORMAT_HELP = {
+    "jsonl": "Rollscope's own episode JSONL: lossless, re-importable",
+    "parquet": "one row per episode, token arrays as list columns: lossless",
+    "slime": "a slime rollout dump (.pt: tokens, loss masks, rewards per sample)",
+    "areal": "AReaL packed sequences per turn (JSONL)",
+    "messages": "OpenAI chat JSONL with tools and tool calls (for SFT)",
+}
+_OUT_DIR: Path | None = None
+
+
+def _out_dir() -> Path:
+    # Under the system temp dir: Gradio serves files from there, and nothing
+    # else of the machine's is exposed by a download link.
+    global _OUT_DIR
+    if _OUT_DIR is None or not _OUT_DIR.exists():
+        _OUT_DIR = Path(tempfile.mkdtemp(prefix="rollscope-export-"))
+    return _OUT_DIR
+
+
+def selection(source: str, browse_filter: EpisodeFilter | None, tags: Sequence[str] | None,
+              ids: str | None) -> tuple[EpisodeFilter, str]:
+    """(the store filter, a description of it) for the chosen kind of selection."""
+    if source == BROWSE:
+        if browse_filter is None:
+            raise ConfigError("the Browse filters are not available here; choose another selection")
+        return browse_filter, "the Browse filters"
+    if source == TAGGED:
+        chosen = tuple(t for t in (tags or ()) if t)
+        if not chosen:
+            raise ConfigError("choose at least one tag")
+        return EpisodeFilter(tags=chosen), f"tagged {' and '.join(chosen)}"
+    if source == STARRED:
+        return EpisodeFilter(starred=True), "starred"
+    if source == IDS:
+        wanted = tuple(dict.fromkeys(p.strip() for p in (ids or "").replace("\n", ",").split(",") if p.strip()))
+        if not wanted:
+            raise ConfigError("give one or more episode ids, separated by commas")
+        return EpisodeFilter(ids=wanted), f"{len(wanted)} listed id{'s' if len(wanted) != 1 else ''}"
+    raise ConfigError(f"unknown selection {source!r}")
+
+
+def _resolve_ids(store: Store, flt: EpisodeFilter) -> EpisodeFilter:
+    """Listed ids may be unique prefixes, as everywhere else."""
+    if not flt.ids:
+        return flt
+    return EpisodeFilter(ids=tuple(store.resolve_id(i) for i in flt.ids))
+
+
+def sample(store: Store, flt: EpisodeFilter, fmt: str) -> str:
+    """The start of the first matching episode written in ``fmt`` (a note for binary formats)."""
+    first = store.list_episodes(flt, order_by="created_at", descending=False, limit=1)
+    if not first:
+        return ""
+    ep = store.get_episode(first[0].id)
+    with tempfile.TemporaryDirectory(prefix="rollscope-preview-") as tmp:
+        path = Path(tmp) / f"first.{EXTENSIONS.get(fmt, 'out')}"
+        formats.export([ep], fmt, path)
+        size = path.stat().st_size
+        if EXTENSIONS.get(fmt) != "jsonl":
+            return f"({fmt} is a binary format: the first episode alone takes {size:,} bytes)"
+        text = path.read_text(encoding="utf-8", errors="replace")
+    cut = f"\n… ({len(text) - SAMPLE_CHARS:,} more characters)" if len(text) > SAMPLE_CHARS else ""
+    return text[:SAMPLE_CHARS] + cut
+
+
+def write(store: Store, flt: EpisodeFilter, fmt: str) -> tuple[Path, int]:
+    """Write every matching episode in ``fmt`` to a new file; (path, count)."""
+    n = store.count(flt)
+    if n == 0:
+        raise ConfigError("no episodes match: nothing to export")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = _out_dir() / f"rollscope-{n}-episodes-{stamp}.{EXTENSIONS.get(fmt, 'out')}"
+    written = formats.export(store.iter_episodes(flt), fmt, path)
+    return path, written
+
+
+@dataclass
+class ExportTab:
+    source: gr.Radio
+    tags: gr.Dropdown
+    ids: gr.Textbox
+    fmt: gr.Dropdown
+    preview: gr.Button
+    export: gr.Button
+    view: gr.HTML
+    message: gr.HTML
+    download: gr.DownloadButton
+
+
+def build(store: Store, browse_filters: Sequence[Any] = (),
+          episode_filter: Callable[..., EpisodeFilter] | None = None) -> ExportTab:
+    """Lay out the Export tab in the current Blocks context.
+
+    ``browse_filters`` are the Browse tab's filter controls and
+    ``episode_filter`` turns their values into an ``EpisodeFilter``; without
+    them the Browse selection is not offered.
+    """
+    has_browse = bool(browse_filters) and episode_filter is not None
+    sources = ([BROWSE] if has_browse else []) + [TAGGED, STARRED, IDS]
+    names = sorted(formats.EXPORTERS)
+    with gr.Row(equal_height=True):
+        source = gr.Radio(sources, value=sources[0], label="export", scale=3, elem_id="rs-export-source")
+        fmt = gr.Dropdown(names, value="jsonl", label="format", min_width=140, scale=1, elem_id="rs-export-format",
+                          info=FORMAT_HELP["jsonl"])
+    with gr.Row(equal_height=True):
+        tags = gr.Dropdown([], value=[], multiselect=True, label="tags (all of them)", visible=False, scale=2,
+                           elem_id="rs-export-tags")
+        ids = gr.Textbox(label="episode ids", placeholder="id1, id2, … (unique prefixes are enough)", visible=False,
+                         scale=3, elem_id="rs-export-ids", max_lines=3)
+    with gr.Row(elem_classes="rs-actions"):
+        preview = gr.Button("Preview", variant="primary", scale=0, min_width=120, elem_id="rs-export-preview")
+        export = gr.Button("Export", scale=0, min_width=120, elem_id="rs-export-run")
+        download = gr.DownloadButton("⬇ Download", visible=False, scale=0, min_width=160, elem_id="rs-export-download")
+    message = gr.HTML("", elem_id="rs-export-message", apply_default_css=False, js_on_load=None)
+    view = gr.HTML(rs.note("Choose what to export and press Preview: you see the count and the first records "
+                           "before anything is written."), elem_id="rs-export-view", apply_default_css=False,
+                   js_on_load=rs.OPEN_JS)
+    tab = ExportTab(source, tags, ids, fmt, preview, export, view, message, download)
+
+    def on_source(src: str) -> list[Any]:
+        tag_choices = [t for t, _ in store.tag_counts()] if src == TAGGED else gr.skip()
+        return [gr.Dropdown(visible=src == TAGGED, choices=tag_choices) if src == TAGGED else gr.Dropdown(visible=False),
+                gr.Textbox(visible=src == IDS)]
+
+    source.change(on_source, inputs=[source], outputs=[tags, ids])
+    fmt.change(lambda f: gr.Dropdown(info=FORMAT_HELP.get(f, "")), inputs=[fmt], outputs=[fmt])
+
+    def chosen(values: Sequence[Any]) -> tuple[EpisodeFilter, str, str]:
+        src, fmt_v, tags_v, ids_v, *browse_v = values
+        browse_flt = episode_filter(*browse_v) if has_browse and episode_filter is not None else None
+        flt, what = selection(src, browse_flt, tags_v, ids_v)
+        return _resolve_ids(store, flt), what, str(fmt_v)
+
+    inputs = [source, fmt, tags, ids, *browse_filters]
+
+    def on_preview(*values: Any) -> list[Any]:
+        try:
+            flt, what, fmt_v = chosen(values)
+            n = store.count(flt)
+            rows = store.list_episodes(flt, order_by="created_at", descending=False, limit=PREVIEW_ROWS)
+            text = sample(store, flt, fmt_v) if n else ""
+        except RollscopeError as e:
+            return [gr.skip(), rs.note(str(e), "error"), gr.DownloadButton(visible=False)]
+        msg = rs.note(f"{n:,} episodes will be written as {fmt_v}: press Export." if n else "Nothing to export.",
+                      "info" if n else "warn")
+        return [rs.export_preview(n, rows, text, what, fmt_v), msg, gr.DownloadButton(visible=False)]
+
+    preview.click(on_preview, inputs=inputs, outputs=[view, message, download])
+
+    def on_export(*values: Any) -> list[Any]:
+        try:
+            flt, what, fmt_v = chosen(values)
+            path, n = write(store, flt, fmt_v)
+        except RollscopeError as e:
+            return [rs.note(str(e), "error"), gr.DownloadButton(visible=False)]
+        size = path.stat().st_size
+        return [rs.note(f"Wrote {n:,} episodes ({what}) as {fmt_v}: {path.name}, {size:,} bytes. Download it below.",
+                        "ok"),
+                gr.DownloadButton(f"⬇ Download {path.name}", value=str(path), visible=True)]
+
+    export.click(on_export, inputs=inputs, outputs=[message, download])
+    return tab

@@ -1,0 +1,62 @@
+"""What crosses the Launch, Step, Compare and Export tabs and the rest of the app.
+
+- a Launch or Export row, a Step or Compare episode link opens that episode in
+  the Episode tab (through the app's ``episode_request``);
+- the Episode tab's "Fork from this turn" (the app's ``fork_request``)
+  selects Step and starts the fork;
+- Step's "Compare with parent" selects Compare with parent and fork filled in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from engine.store import Store
+
+from .tabs import compare as compare_tab
+from .tabs import launch as launch_tab
+from .tabs import step as step_tab
+from .tabs.compare import CompareTab
+from .tabs.export import ExportTab
+from .tabs.launch import LaunchTab
+from .tabs.step import StepTab
+
+CSS_PATH = Path(__file__).resolve().parents[1] / "assets" / "workflow.css"
+
+
+def stylesheet() -> str:
+    """A ``<style>`` element with the workflow tabs' CSS (empty when the file is missing)."""
+    try:
+        return f"<style>{CSS_PATH.read_text(encoding='utf-8')}</style>"
+    except OSError:
+        return ""  # unstyled beats not starting
+
+
+def wire(demo: gr.Blocks, store: Store, tabs: gr.Tabs, episode_request: gr.State, fork_request: gr.State,
+         launch: LaunchTab, step: StepTab, compare: CompareTab, export: ExportTab) -> None:
+    """Wire the workflow tabs to each other and to the app (call inside the Blocks context)."""
+    launch.wire_load(demo)
+    for html in (launch.table, step.header, compare.view, export.view):
+        html.click(launch_tab.open_request, outputs=[episode_request])
+
+    def open_fork(request: Any, *values: Any) -> list[Any]:
+        out = step.open_fork(request, *values)
+        selected = gr.Tabs(selected="step") if isinstance(request, dict) and request.get("episode_id") else gr.skip()
+        return [selected, *out]
+
+    fork_request.change(open_fork, inputs=[fork_request, *step.start_inputs],
+                        outputs=[tabs, step.mode, step.parent_id, step.fork_turn, *step.outputs])
+
+    compare_request = gr.State(None)
+    step.compare.click(lambda key: step_tab.compare_request(key, step.sessions), inputs=[step.key],
+                       outputs=[compare_request])
+
+    def open_compare(request: Any) -> list[Any]:
+        if not isinstance(request, dict):
+            return [gr.skip()] * (1 + len(compare.outputs))
+        return [gr.Tabs(selected="compare"), *compare_tab.from_request(store, request)]
+
+    compare_request.change(open_compare, inputs=[compare_request], outputs=[tabs, *compare.outputs])
