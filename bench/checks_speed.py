@@ -87,7 +87,7 @@ def main() -> None:
           f"({lm[0].severity.value}: {lm[0].message[:90]})" if lm else "  no logprob finding")
 
     print("findings on 100 scripted episodes per preset (mistake rate 0.2), error/warning findings by kind:")
-    for preset, env_name in (("areal-math", "math"), ("tito", "math"), ("slime-tau", "math")):
+    for preset, env_name in (("areal-math", "math"), ("tito", "math"), ("tito", "retail"), ("slime-tau", "retail")):
         make_env = env_factory(env_name)
         backend = ScriptedBackend(make_env, tok, mistake_rate=0.2, seed=0)
         env = make_env()
