@@ -22,8 +22,13 @@ import gradio as gr  # noqa: E402
 
 from engine.store import Store  # noqa: E402
 
+from . import workflow  # noqa: E402
 from .tabs import browse as browse_tab  # noqa: E402
+from .tabs import compare as compare_tab  # noqa: E402
 from .tabs import episode as episode_tab  # noqa: E402
+from .tabs import export as export_tab  # noqa: E402
+from .tabs import launch as launch_tab  # noqa: E402
+from .tabs import step as step_tab  # noqa: E402
 
 CSS_PATH = Path(__file__).resolve().parents[1] / "assets" / "dashboard.css"
 
@@ -51,11 +56,20 @@ def build_app(db_path: str) -> gr.Blocks:
     store = Store(db_path)
     with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
         gr.HTML(_title_bar(str(db_path)), elem_id="rs-titlebar", apply_default_css=False, js_on_load=None)
+        gr.HTML(workflow.stylesheet(), elem_id="rs-workflow-style", apply_default_css=False, js_on_load=None)
         with gr.Tabs(selected="browse", elem_id="rs-tabs") as tabs:
             with gr.Tab("Browse", id="browse", elem_id="rs-tab-browse"):
                 browse = browse_tab.build(store)
             with gr.Tab("Episode", id="episode", elem_id="rs-tab-episode"):
                 episode = episode_tab.build(store)
+            with gr.Tab("Launch", id="launch", elem_id="rs-tab-launch"):
+                launch_view = launch_tab.build(store)
+            with gr.Tab("Step", id="step", elem_id="rs-tab-step"):
+                step_view = step_tab.build(store)
+            with gr.Tab("Compare", id="compare", elem_id="rs-tab-compare"):
+                compare_view = compare_tab.build(store)
+            with gr.Tab("Export", id="export", elem_id="rs-tab-export"):
+                export_view = export_tab.build(store, browse.filters, browse_tab.episode_filter)
 
         def open_row(evt: gr.EventData) -> list[Any]:
             # The table's click event carries {"open": id} for a row ({"sort": ...} for a header).
@@ -95,6 +109,8 @@ def build_app(db_path: str) -> gr.Blocks:
             lambda episode_id, turn: {"episode_id": episode_id, "turn": turn, "at": time.time()},
             outputs=[fork_request],
         )
+        workflow.wire(demo, store, tabs, episode_request, fork_request, launch_view, step_view, compare_view,
+                      export_view)
 
         # On every page load, so a reload shows episodes written since.
         browse.wire_load(demo, store)
@@ -108,8 +124,8 @@ def _warm_tokenizer() -> None:
     episode_tab.get_tokenizer(None)
 
 
-def launch(db: str, host: str = "127.0.0.1", port: int = 7860) -> None:
-    """Serve the dashboard over ``db`` until interrupted."""
+def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None) -> None:
+    """Serve the dashboard over ``db`` until interrupted; ``auth`` (user, password) guards every page."""
     demo = build_app(db)
     threading.Thread(target=_warm_tokenizer, name="rollscope-warm-tokenizer", daemon=True).start()
-    demo.launch(server_name=host, server_port=port, show_error=True)
+    demo.launch(server_name=host, server_port=port, show_error=True, auth=auth)

@@ -107,7 +107,7 @@ def turns_distribution(turns: Sequence[tuple[int, int]]) -> go.Figure:
         x=[t for t, _ in turns], y=[c for _, c in turns], marker_color=ACCENT, name="episodes",
         hovertemplate="%{x} turns<br>%{y} episodes<extra></extra>",
     ))
-    fig.update_xaxes(dtick=1 if len(turns) <= 20 else None)
+    fig.update_xaxes(dtick=1 if max(t for t, _ in turns) <= 20 else None)
     return _layout(fig, title, xaxis_title="turns", yaxis_title="episodes")
 
 
@@ -264,6 +264,8 @@ def turn_chart(ep: Episode) -> go.Figure:
                     hovertemplate="turn %{x}<br>mean logprob %{y:.4f}<extra></extra>")
     fig.update_xaxes(title_text="turn", row=3, col=1, dtick=1 if len(x) <= 30 else None)
     fig.update_annotations(font_size=11)
-    _layout(fig, title, height=420, showlegend=True)
-    fig.update_layout(legend={"orientation": "h", "y": 1.1, "x": 1, "xanchor": "right", "font": {"size": 10}})
+    _layout(fig, title, height=440, showlegend=True, margin={"l": 48, "r": 12, "t": 64, "b": 36})
+    # On the title's line, right-aligned, clear of the subplot titles.
+    fig.update_layout(legend={"orientation": "h", "yref": "container", "y": 0.99, "yanchor": "top", "x": 1,
+                              "xanchor": "right", "font": {"size": 10}})
     return fig

@@ -72,12 +72,12 @@ def backend_controls(prefix: str, policy: str = "scripted", mistake_rate: float 
         tok = gr.Textbox(label="tokenizer", placeholder="blank: the model's own, else SmolLM2", scale=2,
                          min_width=160, elem_id=f"{prefix}-tokenizer", max_lines=1)
     with gr.Row(equal_height=True):
-        temperature = gr.Number(1.0, label="temperature", minimum=0, maximum=10, step=0.1, min_width=100,
+        temperature = gr.Number(1.0, label="temperature", step=0.1, min_width=100,
                                 elem_id=f"{prefix}-temperature")
-        top_p = gr.Number(1.0, label="top_p", minimum=0, maximum=1, step=0.05, min_width=90, elem_id=f"{prefix}-top-p")
-        max_new = gr.Number(256, label="max new tokens", precision=0, minimum=1, min_width=110,
+        top_p = gr.Number(1.0, label="top_p", step=0.05, min_width=90, elem_id=f"{prefix}-top-p")
+        max_new = gr.Number(256, label="max new tokens", precision=0, min_width=110,
                             elem_id=f"{prefix}-max-new-tokens")
-        mistakes = gr.Number(mistake_rate, label="mistake rate (scripted)", minimum=0, maximum=1, step=0.05,
+        mistakes = gr.Number(mistake_rate, label="mistake rate (scripted)", step=0.05,
                              min_width=130, visible=policy == "scripted", elem_id=f"{prefix}-mistake-rate")
         seed = gr.Number(0, label="seed", precision=0, min_width=90, elem_id=f"{prefix}-seed")
     help_md = gr.Markdown(POLICY_HELP.get(policy, ""), elem_classes="rs-help")

@@ -22,8 +22,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from engine.backends.base import Backend
 from engine.errors import RollscopeError
 from engine.factory import load_tokenizer
+from engine.loop import new_id
 from engine.records import Episode
 from engine.runner import BatchSpec, run_batch
 from engine.store import Store
@@ -91,13 +93,35 @@ class JobStatus:
         return sum(r.reward for r in self.rows) / len(self.rows) if self.rows else None
 
 
+class _Yielding:
+    """A backend that yields to the event loop once before each generation.
+
+    A backend that never suspends (the scripted policy) would otherwise run
+    every episode of a batch inside one pass of the loop, and Cancel, which
+    arrives as a loop callback, would wait for the whole batch to end.
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def generate(self, request: Any) -> Any:
+        await asyncio.sleep(0)
+        return await self.inner.generate(request)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+
 class BatchJob:
     """One Launch batch, run in its own thread and event loop, writing to ``store`` as it goes."""
 
-    def __init__(self, job_id: str, plan: LaunchPlan, store: Store) -> None:
+    def __init__(self, job_id: str, plan: LaunchPlan, store: Store, backend: Backend | None = None) -> None:
+        """``backend`` replaces the one the plan names (tests use it; a person never has to)."""
         self.job_id = job_id
         self.plan = plan
         self.store = store
+        self._backend = backend
         self._lock = threading.Lock()
         self._state = PREPARING
         self._rows: list[EpisodeRow] = []
@@ -169,14 +193,12 @@ class BatchJob:
         # Slow setup (tokenizer, a local model) happens here, off the page's
         # thread; a cancel during it is honoured before any episode starts.
         tokenizer = load_tokenizer(plan.backend.tokenizer_spec)
-        backend = plan.backend.build(plan.make_env, tokenizer)
+        backend = _Yielding(self._backend or plan.backend.build(plan.make_env, tokenizer))
         spec = BatchSpec(
             env=plan.env, tasks=plan.tasks, samples=plan.samples, preset=plan.preset, config=plan.config,
             sampling=plan.backend.sampling(), policy=plan.backend.policy, concurrency=plan.concurrency,
             seed=plan.backend.seed, tokenizer=plan.backend.tokenizer_name, extra={"launched_from": "dashboard"},
         )
-        from engine.loop import new_id
-
         run_id = new_id()
         with self._lock:
             if self._cancel_asked:
@@ -211,10 +233,10 @@ class JobManager:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
-    def start(self, plan: LaunchPlan, store: Store) -> BatchJob:
+    def start(self, plan: LaunchPlan, store: Store, backend: Backend | None = None) -> BatchJob:
         with self._lock:
             job_id = f"batch-{next(self._ids)}"
-            job = BatchJob(job_id, plan, store)
+            job = BatchJob(job_id, plan, store, backend)
             self._jobs[job_id] = job
         return job.start()
 
@@ -226,11 +248,6 @@ class JobManager:
         """The most recently started job (what a reloaded page shows)."""
         with self._lock:
             return next(reversed(self._jobs.values()), None)
-
-    def active(self) -> list[BatchJob]:
-        with self._lock:
-            jobs = list(self._jobs.values())
-        return [j for j in jobs if j.status().active]
 
 
 class LoopThread:

@@ -115,14 +115,24 @@ def _backend_label(backend: dict[str, Any]) -> str:
     return f"{name} ({', '.join(extra)})" if extra else name
 
 
+SERIES_CHIPS = 16  # more values than this fold behind a one-line summary
+
+
 def _series(prefix: str, values: Sequence[float]) -> str:
     if not values:
         return '<span class="rs-dim">none</span>'
-    return "".join(
+    chips = "".join(
         f'<span class="rs-chip rs-num {"rs-pos" if v > 0 else "rs-neg" if v < 0 else ""}">'
         f'<span class="rs-chip-k">{prefix}{i}</span> {_e(fmt_num(v))}</span>'
         for i, v in enumerate(values)
     )
+    if len(values) <= SERIES_CHIPS:
+        return chips
+    nonzero = [i for i, v in enumerate(values) if v]
+    where = (", ".join(f"{prefix}{i}" for i in nonzero[:6]) + (" …" if len(nonzero) > 6 else "")) if nonzero else "none"
+    summary = (f"{len(values)} values · first {fmt_num(values[0])} · last {fmt_num(values[-1])} · "
+               f"min {fmt_num(min(values))} · max {fmt_num(max(values))} · non-zero at {where}")
+    return f'<details class="rs-fold rs-series-fold"><summary>{_e(summary)}</summary>{chips}</details>'
 
 
 def _sampling(ep: Episode) -> str:
@@ -229,7 +239,7 @@ def render_findings(ep: Episode) -> str:
         key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), -1 if f.turn is None else f.turn, f.kind),
     )
     if not found:
-        return '<div class="rs-findings"><div class="rs-note rs-info">No findings: the checks found nothing wrong.</div></div>'
+        return '<div class="rs-findings"><div class="rs-note rs-info">No findings recorded for this episode (run `rollscope check` to run the fidelity checks).</div></div>'
     counts: dict[str, int] = {}
     for f in found:
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
@@ -275,7 +285,7 @@ def _turn(t: Turn, episode_findings: Sequence[Finding]) -> str:
         f'<div class="rs-turn-head">{_jump(f"turn-{t.index}", f"Turn {t.index}", "rs-turn-no")}{"".join(chips)}'
         f'<span class="rs-turn-links">{_jump(f"turn-{t.index}", "tokens ↓")}'
         f'<a class="rs-fork" href="#" data-fork="{t.index}" title="fork this episode at turn {t.index}: '
-        f'replay the turns before it, then continue in Step">⑂ fork here</a></span></div>'
+        f'replay the turns before it, then continue in Step">fork here</a></span></div>'
     )
     parts = [f'<section class="rs-turn{" rs-turn-flagged" if own else ""}" id="conv-turn-{t.index}">{head}']
     if g is None:

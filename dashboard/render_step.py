@@ -27,6 +27,7 @@ FOLD_LINES = 20
 TABLE_ROWS = 200  # the newest finished episodes shown live; the rest are in Browse
 TOKEN_CHIPS = 2000  # a pending generation longer than this shows its first tokens only
 
+_NUMERIC = frozenset({"sample", "reward", "turns", "tokens", "findings"})
 _STATUS_CLASS = {"completed": "ok", "truncated": "warn", "aborted": "bad", "failed": "bad", "running": "info",
                  "interrupted": "muted"}
 
@@ -148,8 +149,8 @@ def finished_table(rows: Sequence[EpisodeRow]) -> str:
         return '<div class="rs-dim">Finished episodes appear here as they end.</div>'
     shown = list(rows)[-TABLE_ROWS:][::-1]
     more = f'<div class="rs-dim">showing the newest {TABLE_ROWS} of {len(rows):,}</div>' if len(rows) > TABLE_ROWS else ""
-    head = "".join(f"<th>{h}</th>" for h in ("episode", "task", "sample", "status", "reward", "turns", "tokens",
-                                             "findings", "reason"))
+    head = "".join(f'<th class="rs-num">{h}</th>' if h in _NUMERIC else f"<th>{h}</th>"
+                   for h in ("episode", "task", "sample", "status", "reward", "turns", "tokens", "findings", "reason"))
     return (f'{more}<div class="rs-table-wrap"><table class="rs-table rs-live"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(_row(r) for r in shown)}</tbody></table></div>')
 
@@ -266,9 +267,8 @@ def preview_block(preview: ActionPreview, needs_reply: bool) -> str:
     return f'<div class="rs-dim">No tool call: a message to the user ({who}).</div>'
 
 
-def pending(gen: Generation | None, texts: Sequence[str] | None, special: set[int],
-            preview: ActionPreview | None, needs_reply: bool) -> str:
-    """A generation before it is committed: raw text, what it parses to, its tokens."""
+def pending(gen: Generation | None, texts: Sequence[str] | None, special: set[int]) -> str:
+    """A generation before it is committed: its raw text and its tokens."""
     if gen is None:
         return '<div class="rs-dim">Nothing generated yet: press Generate (or write the turn yourself and Commit).</div>'
     n_lp = sum(1 for x in gen.logprobs or () if not math.isnan(x))
@@ -277,9 +277,9 @@ def pending(gen: Generation | None, texts: Sequence[str] | None, special: set[in
         chip("tokens", len(gen.token_ids)), chip("logprobs", n_lp), chip("latency", f"{gen.latency_s * 1000:.0f} ms"),
         chip("model", gen.model or "n/a"),
     ])
+    # What the text parses to is shown under the edit box, where it follows the edits.
     parts = [f'<div class="rs-pending"><div class="rs-head-line">{chips}</div>',
-             '<h5 class="rs-h">Raw text</h5>', f'<pre class="rs-raw">{_e(gen.text)}</pre>',
-             '<h5 class="rs-h">Parsed</h5>', preview_block(preview, needs_reply) if preview else ""]
+             '<h5 class="rs-h">Raw text</h5>', f'<pre class="rs-raw">{_e(gen.text)}</pre>']
     if texts is not None:
         parts += ['<details class="rs-fold" open><summary>Tokens (hover for id and logprob)</summary>',
                   _token_chips(texts, gen, special), "</details>"]
@@ -304,7 +304,7 @@ def committed(turn: Turn | None, ep: Episode) -> str:
     for f in turn.findings:
         parts.append(f'<div class="rs-finding rs-sev-{_e(f.severity.value)}"><b>{_e(f.kind)}</b>: {_e(f.message)}</div>')
     if ep.reason:
-        parts.append(note(f"The episode ended: {ep.status.value} ({ep.reason}). Save it to keep it.",
+        parts.append(note(f"The episode ended: {ep.status.value} ({ep.reason}).",
                           "ok" if ep.status.value == "completed" else "warn"))
     parts.append("</div>")
     return "".join(parts)
@@ -317,7 +317,8 @@ def export_preview(count: int, rows: Sequence[Any], sample: str, what: str, fmt_
     """How many episodes match, the first few, and the start of the first record in the chosen format."""
     if count == 0:
         return note(f"No episodes match ({what}).", "warn")
-    head = "".join(f"<th>{h}</th>" for h in ("episode", "env", "task", "status", "reward", "turns", "tags"))
+    head = "".join(f'<th class="rs-num">{h}</th>' if h in _NUMERIC else f"<th>{h}</th>"
+                   for h in ("episode", "env", "task", "status", "reward", "turns", "tags"))
     body = "".join(
         f'<tr data-open="{_e(r.id)}" tabindex="0"><td><code>{_e(r.id)}</code></td><td>{_e(r.env)}</td>'
         f"<td>{_e(r.task_id)}</td><td>{status_badge(r.status)}</td><td class=\"rs-num\">{_e(fmt(r.reward))}</td>"
@@ -327,7 +328,7 @@ def export_preview(count: int, rows: Sequence[Any], sample: str, what: str, fmt_
     more = f" (the first {len(rows)} shown)" if count > len(rows) else ""
     return (
         f'<div class="rs-export-preview"><div class="rs-export-count"><b>{count:,}</b> episode{"s" if count != 1 else ""} '
-        f"match ({_e(what)}){more}; format <b>{_e(fmt_name)}</b>.</div>"
+        f"{'match' if count != 1 else 'matches'} ({_e(what)}){more}; format <b>{_e(fmt_name)}</b>.</div>"
         f'<div class="rs-table-wrap"><table class="rs-table rs-live"><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
         f"</table></div>"
         + (f'<details class="rs-fold" open><summary>Start of the first record</summary><pre class="rs-raw">{_e(sample)}'

@@ -130,16 +130,15 @@ def special_token_ids(tokenizer: Any) -> set[int]:
 # -- what the view shows --------------------------------------------------
 
 
-def _positions(f: Finding, n: int) -> list[int]:
-    """The tokens a located finding marks: its listed positions when it has them, else its span."""
-    assert f.token_start is not None
+def _positions(f: Finding, start: int, n: int) -> list[int]:
+    """The tokens a finding located at ``start`` marks: its listed positions when it has them, else its span."""
     listed = f.evidence.get("over") if f.kind == "logprob_mismatch" else f.evidence.get("positions")
     if isinstance(listed, list) and listed and all(isinstance(p, int) for p in listed):
         # A mismatch or mask finding spans first..last bad token; marking the
         # whole span would flag the good tokens between them too.
         return [p for p in listed if 0 <= p < n]
-    end = f.token_end if f.token_end is not None and f.token_end > f.token_start else f.token_start + 1
-    return list(range(f.token_start, min(end, n)))
+    end = f.token_end if f.token_end is not None and f.token_end > start else start + 1
+    return list(range(start, min(end, n)))
 
 
 def finding_marks(findings: Iterable[Finding], n: int) -> tuple[dict[int, list[str]], set[int]]:
@@ -150,7 +149,7 @@ def finding_marks(findings: Iterable[Finding], n: int) -> tuple[dict[int, list[s
         if f.token_start is None or not 0 <= f.token_start < n:
             continue
         starts.add(f.token_start)
-        for i in _positions(f, n):
+        for i in _positions(f, f.token_start, n):
             marks.setdefault(i, []).append(f.kind)
     return marks, starts
 
@@ -277,7 +276,7 @@ def render_tokens(
     diff, diff_note = logprob_diff(ep)
     if diff_note:
         notes.append(diff_note)
-    heat = _buckets(tok.logprobs.astype(np.float64), LOGPROB_BOUNDS)
+    heat = _buckets(-tok.logprobs.astype(np.float64), LOGPROB_BOUNDS)  # by surprise, -logprob
     dheat = _buckets(np.array([np.nan if d is None else abs(d) for d in diff], dtype=np.float64), DIFF_BOUNDS) if diff else None
     findings = ep.all_findings()
     marks, finding_starts = finding_marks(findings, n)

@@ -150,15 +150,19 @@ def check_env(env: Any) -> tuple[str, Callable[[], Env]]:
     return name, env_factory(name)
 
 
+def max_turns_of(value: Any) -> int | None:
+    """A max-turns box: None for 0 or blank (keep the preset's or the parent's), else a checked count."""
+    if value in (None, "", 0):
+        return None
+    return int(_number(value, "max turns", lo=1, hi=1000, whole=True))
+
+
 def loop_config(preset: Any, env: str, max_turns: Any) -> tuple[str, LoopConfig]:
     """(preset name, its config with ``max_turns`` applied); ``auto`` is the env's usual preset."""
     name = str(preset or AUTO)
     if name == AUTO:
         name = default_preset(env)
-    config = get_preset(name)
-    if max_turns not in (None, ""):
-        config = config.with_(max_turns=int(_number(max_turns, "max turns", lo=1, hi=1000, whole=True)))
-    return name, config
+    return name, get_preset(name).with_(max_turns=max_turns_of(max_turns))
 
 
 @dataclass(frozen=True)

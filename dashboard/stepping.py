@@ -20,11 +20,12 @@ from typing import Any
 from engine import fork as forking
 from engine.errors import ConfigError
 from engine.factory import load_tokenizer, parse_tasks
+from engine.presets import LoopConfig
 from engine.records import Episode, Generation, Turn
 from engine.store import Store
 
 from .jobs import LoopThread, shared_loop
-from .settings import BackendSettings, check_env, loop_config
+from .settings import BackendSettings, check_env, loop_config, max_turns_of
 
 GENERATE_TIMEOUT_S = 600.0  # a local model on a laptop CPU can take minutes for a long turn
 MAX_SESSIONS = 32
@@ -120,11 +121,8 @@ class Sessions:
         # The fork continues the parent's token sequence: it must use the parent's tokenizer.
         tokenizer = load_tokenizer(forking.tokenizer_spec(parent))
         policy = backend.build(make_env, tokenizer)
-        config = None
-        if max_turns not in (None, ""):
-            from engine.presets import LoopConfig
-
-            config = forking.with_max_turns(LoopConfig.from_dict(parent.config), int(float(max_turns)))
+        limit = max_turns_of(max_turns)
+        config = forking.with_max_turns(LoopConfig.from_dict(parent.config), limit) if limit else None
         hand = self.loop.run(forking.fork(parent, k, policy, tokenizer, make_env=make_env, user=user, config=config),
                              GENERATE_TIMEOUT_S)
         return self._add(hand, tokenizer, backend.describe())

@@ -123,8 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sv = sub.add_parser("serve", help="start the dashboard")
     sv.add_argument("--db", default=DEFAULT_DB)
-    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="address to listen on (default 127.0.0.1: this machine only; any other needs --auth)")
     sv.add_argument("--port", type=int, default=7860)
+    sv.add_argument("--auth", metavar="USER:PASSWORD",
+                    help="require this login (needed with a non-loopback --host; or set ROLLSCOPE_AUTH)")
     return p
 
 
@@ -380,9 +383,12 @@ def cmd_replay(a: argparse.Namespace) -> int:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
+    from dashboard.server import resolve_auth
+
+    auth = resolve_auth(a.host, a.auth)  # before importing Gradio: a refused host fails fast
     from dashboard.app import launch
 
-    launch(db=a.db, host=a.host, port=a.port)
+    launch(db=a.db, host=a.host, port=a.port, auth=auth)
     return 0
 
 

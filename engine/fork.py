@@ -146,8 +146,7 @@ class ForkReport:
             head += ", every observation, reward and done flag as stored"
         else:
             first = self.divergences[0]
-            where = "the start" if first.field in ("system_prompt", "first_observation") else f"turn {first.turn}"
-            head += (f"; the replay DIFFERS from the stored episode at {where} ({first.field}"
+            head += (f"; the replay DIFFERS from the stored episode at {_where(first)} ({first.field}"
                      f"{', and ' + str(len(self.divergences) - 1) + ' more' if len(self.divergences) > 1 else ''})")
         if self.ended:
             head += f"; the episode ended during the replay ({self.ended})"
@@ -158,13 +157,19 @@ class ForkReport:
         return tuple(
             Finding(
                 "fork_replay_diverged", Severity.WARNING,
-                f"replaying parent {self.parent_id} for this fork: {v.field} differs at "
-                f"{'the start' if v.turn < 0 else f'turn {v.turn}'}" + (f" ({v.note})" if v.note else ""),
+                f"replaying parent {self.parent_id} for this fork: {v.field} differs at {_where(v)}"
+                + (f" ({v.note})" if v.note else ""),
                 turn=v.turn if v.turn >= 0 else None,
                 evidence={"stored": v.stored, "now": v.now},
             )
             for v in self.divergences
         )
+
+
+def _where(v: TurnVerdict) -> str:
+    if v.field == "tokens":
+        return "the token prefix"
+    return "the start" if v.turn < 0 else f"turn {v.turn}"
 
 
 def _msgs(ms: tuple[Message, ...] | list[Message]) -> list[dict[str, Any]]:

@@ -329,10 +329,12 @@ class BrowseQueries:
             stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
             tasks = q(f"SELECT task_id, task_id, {stat} {sel} GROUP BY task_id ORDER BY 3 DESC, 1 LIMIT ?",
                       [*args, task_limit]).fetchall()
-            grouped = (f"SELECT group_id, MIN(task_id), COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward) AS lo, "
-                       f"MAX(reward) AS hi {sel} AND group_id IS NOT NULL GROUP BY group_id HAVING COUNT(*) > 1")
-            n_groups, n_flat = q(f"SELECT COUNT(*), COALESCE(SUM(lo = hi), 0) FROM ({grouped})", args).fetchone()
-            groups = q(f"{grouped} ORDER BY group_id LIMIT ?", [*args, group_limit]).fetchall()
+            # One pass over the groups: count them all, keep the first group_limit.
+            groups = q(f"SELECT group_id, MIN(task_id), {stat} {sel} AND group_id IS NOT NULL "
+                       "GROUP BY group_id HAVING COUNT(*) > 1 ORDER BY group_id", args).fetchall()
+        n_groups = len(groups)
+        n_flat = sum(1 for g in groups if g[5] == g[6])
+        groups = groups[:group_limit]
         return BrowseStats(
             total=int(total), reward=reward, status=tuple((str(s), int(c)) for s, c in status),
             turns=tuple((int(t or 0), int(c)) for t, c in turns), tokens=tokens, trainable=trainable,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import re
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +23,8 @@ from engine.presets import PRESETS
 from engine.records import Episode, Finding, Generation, Message, Segment, Severity, TokenArrays, ToolCall
 
 HOSTILE = '<img src=x onerror="window.__xss=1"> and <script>window.__xss=2</script>'
-TOK_SPAN = re.compile(r'<span class="(tok [^"]*)"(?: id="[^"]*")? title="([^"]*)">')
+TOK_SPAN = re.compile(r'<span class="(tok [^"]*)"(?: id="[^"]*")?>')
+META = re.compile(r'data-meta="([^"]*)"')
 
 
 class FixedReplyBackend:
@@ -74,28 +77,35 @@ def _token_html(ep: Episode, tok: Any) -> str:
     return render.render_tokens(ep, texts, render.special_token_ids(tok))
 
 
+def _meta(out: str) -> dict[str, Any]:
+    return json.loads(html.unescape(META.search(out).group(1)))
+
+
 def test_one_span_per_token_with_mask_classes(episode: Episode, tok: Any) -> None:
     out = _token_html(episode, tok)
     spans = TOK_SPAN.findall(out)
     assert len(spans) == episode.n_tokens
     assert out.count('class="tok ') == episode.n_tokens
-    train = [c for c, _ in spans if "tok-train" in c.split()]
-    ctx = [c for c, _ in spans if "tok-ctx" in c.split()]
+    train = [c for c in spans if "tok-train" in c.split()]
+    ctx = [c for c in spans if "tok-ctx" in c.split()]
     assert len(train) == int(episode.tokens.loss_mask.sum()) > 0
     assert len(ctx) == episode.n_tokens - len(train) > 0
 
 
-def test_titles_carry_id_logprob_mask_turn_and_kind(episode: Episode, tok: Any) -> None:
-    spans = TOK_SPAN.findall(_token_html(episode, tok))
-    ids = episode.tokens.ids.tolist()
-    for i, (_, title) in enumerate(spans):
-        assert f"#{i} · id {ids[i]} · " in title
-        assert f"mask {int(episode.tokens.loss_mask[i])}" in title
-        assert " turn " in title
+def test_hover_data_carries_id_logprob_mask_and_turn(episode: Episode, tok: Any) -> None:
+    meta = _meta(_token_html(episode, tok))
+    assert meta["ids"] == episode.tokens.ids.tolist()
+    assert meta["mask"] == episode.tokens.loss_mask.tolist()
+    lps = episode.tokens.logprobs.tolist()
+    assert [x is None for x in meta["lp"]] == [x != x for x in lps]
     # The prompt has no logprobs; the scripted policy's tokens have logprob 0.
-    assert "logprob n/a" in spans[0][1]
-    first_gen = episode.prompt_len
-    assert "logprob 0.0000" in spans[first_gen][1] and "assistant" in spans[first_gen][1]
+    assert meta["lp"][0] is None and meta["lp"][episode.prompt_len] == 0.0
+    segs = meta["seg"]
+    assert segs[0][0] == 0 and segs[-1][1] == episode.n_tokens
+    assert all(a[1] == b[0] for a, b in zip(segs, segs[1:]))  # every token in exactly one run
+    first_gen = next(s for s in segs if s[0] <= episode.prompt_len < s[1])
+    assert first_gen[2] == "assistant" and first_gen[3] == 0
+    assert "diff" not in meta and "ver" not in meta
 
 
 def test_special_tokens_styled_and_newlines_visible(episode: Episode, tok: Any) -> None:
@@ -103,16 +113,54 @@ def test_special_tokens_styled_and_newlines_visible(episode: Episode, tok: Any) 
     special = render.special_token_ids(tok)
     spans = TOK_SPAN.findall(out)
     ids = episode.tokens.ids.tolist()
-    for i, (cls, _) in enumerate(spans):
+    for i, cls in enumerate(spans):
         assert ("tok-special" in cls.split()) == (ids[i] in special)
     assert ">&lt;|im_start|&gt;</span>" in out
     assert "↵\n</span>" in out
 
 
-def test_turn_anchors_for_every_turn(episode: Episode, tok: Any) -> None:
+def test_turn_anchors_blocks_and_navigation(episode: Episode, tok: Any) -> None:
     out = _token_html(episode, tok)
     for t in episode.turns:
         assert out.count(f'id="turn-{t.index}"') == 1
+    assert out.count('<div class="rs-tblock">') == len({s.turn for s in episode.segments})
+    assert out.count('data-jump="turn-') == episode.n_turns  # the turn navigation
+
+
+def test_logprob_heat_classes(episode: Episode) -> None:
+    lps = [float("nan"), -0.01, -0.3, -0.7, -1.5, -3.0, -9.0]
+    ep = episode.evolve(tokens=TokenArrays(list(range(7)), [0, 1, 1, 1, 1, 1, 1], lps), segments=(), prompt_len=1)
+    classes = TOK_SPAN.findall(render.render_tokens(ep, [str(i) for i in range(7)], set()))
+    assert [next((c for c in cls.split() if re.fullmatch(r"l\d", c)), None) for cls in classes] == [
+        None, "l0", "l1", "l2", "l3", "l4", "l5"]
+
+
+def test_logprob_mismatch_diff_in_hover_heat_and_marks(episode: Episode, tok: Any) -> None:
+    n = episode.n_tokens
+    mask = episode.tokens.loss_mask.tolist()
+    diff: list[float | None] = [0.01 if mask[i] else None for i in range(n)]
+    trainable = [i for i in range(n) if mask[i]]
+    over = [trainable[1], trainable[5]]
+    for i in over:
+        diff[i] = -1.5
+    f = Finding("logprob_mismatch", Severity.ERROR, "2 tokens differ", turn=0, token_start=over[0],
+                token_end=over[-1] + 1, evidence={"over": over, "diff": diff, "threshold": 0.5})
+    ep = episode.evolve(findings=(f,))
+    out = _token_html(ep, tok)
+    meta = _meta(out)
+    assert meta["diff"] == diff
+    assert meta["find"] == [[over[0], over[0] + 1, "logprob_mismatch"], [over[1], over[1] + 1, "logprob_mismatch"]]
+    classes = TOK_SPAN.findall(out)
+    # Only the tokens over the threshold are flagged, not every token between them.
+    assert [i for i, c in enumerate(classes) if "tok-flag" in c.split()] == over
+    assert all("d4" in classes[i].split() for i in over)
+    assert "d0" in classes[trainable[0]].split() and not any(c.startswith("d") for c in classes[0].split())
+    assert f'id="tok-{over[0]}"' in out
+    # The findings list summarizes the per-token diff instead of printing it.
+    listing = render.render_findings(ep)
+    assert "per-token values" in listing and "-1.5" not in listing
+    bad = ep.evolve(findings=(Finding("logprob_mismatch", Severity.ERROR, "x", evidence={"diff": [0.1]}),))
+    assert f"1 values for {n} tokens" in _token_html(bad, tok)
 
 
 def test_texts_join_to_decoded_text_including_split_characters(tok: Any) -> None:
@@ -155,6 +203,9 @@ def test_tool_calls_findings_and_metadata_are_escaped(episode: Episode) -> None:
     assert "parse error" in conv and 'href="#tok-3"' in conv
     tokens = render.render_tokens(ep, None, set())
     assert 'id="tok-3"' in tokens and tokens.count("tok-flag") == 2
+    listing = render.render_findings(ep)
+    assert "<script" not in listing and "&lt;script&gt;x&lt;/script&gt;" in listing
+    assert 'data-jump="tok-3"' in listing and 'data-jump="conv-turn-0"' in listing
 
 
 def test_missing_tokenizer_shows_ids_and_why(episode: Episode) -> None:
@@ -182,3 +233,65 @@ def test_32k_token_episode_renders(episode: Episode) -> None:
     texts = [f"t{i % 97}" for i in range(n)]
     out = render.render_tokens(big, texts, {0, 1, 2})
     assert out.count('class="tok ') == n
+
+
+def test_32k_token_episode_renders_fast_enough(episode: Episode) -> None:
+    n = 32_000
+    rng = np.random.default_rng(1)
+    segs = tuple(Segment(i, min(i + 500, n), "assistant", i // 1000, True) for i in range(0, n, 500))
+    big = episode.evolve(tokens=TokenArrays(rng.integers(0, 49_000, n), np.ones(n), rng.normal(size=n)),
+                         segments=segs, prompt_len=0)
+    texts = [f"t{i % 97}" for i in range(n)]
+    start = time.perf_counter()
+    out = render.render_tokens(big, texts, set())
+    # A guard, not a benchmark (bench/dashboard_speed.py): a few hundred ms is normal.
+    assert time.perf_counter() - start < 3.0
+    assert len(out) < 120 * n  # no per-token tooltip text: the hover reads data-meta
+
+
+def test_findings_list_errors_first_with_links(episode: Episode) -> None:
+    found = (
+        Finding("not_checked", Severity.INFO, "drift: not checked"),
+        Finding("truncated_turn", Severity.WARNING, "turn 1 hit the length limit", turn=1),
+        Finding("mask_misaligned", Severity.ERROR, "mask 1 on a user token", turn=0, token_start=7, token_end=9,
+                evidence={"positions": list(range(40))}),
+    )
+    out = render.render_findings(episode.evolve(findings=found))
+    assert out.index("mask_misaligned") < out.index("truncated_turn") < out.index("not_checked")
+    assert "3 findings" in out and "1 error" in out and "1 warning" in out
+    assert 'data-jump="tok-7"' in out and "tokens 7–8" in out and 'data-jump="conv-turn-1"' in out
+    assert "… 28 more" in out  # long evidence lists are cut
+    assert "No findings" in render.render_findings(episode.evolve(findings=(), turns=()))
+
+
+def test_timeline_marks_turns_with_findings_and_offers_fork(episode: Episode) -> None:
+    f = Finding("env_error", Severity.ERROR, "boom", turn=1)
+    out = render.render_conversation(episode.evolve(findings=(f,)))
+    assert out.count('class="rs-turn"') + out.count('class="rs-turn rs-turn-flagged"') == episode.n_turns
+    assert 'id="conv-turn-1"' in out and 'class="rs-turn rs-turn-flagged" id="conv-turn-1"' in out
+    assert all(f'data-fork="{t.index}"' in out for t in episode.turns)
+    assert all(f'data-jump="turn-{t.index}"' in out for t in episode.turns)
+
+
+def test_header_folds_long_reward_series(episode: Episode) -> None:
+    short = render.render_header(episode)
+    assert "rs-series-fold" not in short and "T0" in short
+    long = render.render_header(episode.evolve(turn_rewards=tuple([0.0] * 59 + [1.0]), returns=()))
+    assert "rs-series-fold" in long and "60 values" in long and "non-zero at T59" in long
+    assert "temperature" in long  # sampling params
+
+
+def test_browse_table_escapes_and_marks_the_sort() -> None:
+    from dashboard.render_browse import render_table
+    from engine.store import EpisodeSummary
+
+    bad = "<img src=x onerror=alert(1)>"
+    row = EpisodeSummary(id='e"1', env=bad, task_id=bad, status="failed", reward=0.5, n_turns=2, n_tokens=1200,
+                         n_trainable=300, preset=bad, model=bad, run_id=bad, sample_index=1, created_at=0.0,
+                         starred=True, n_findings=3, source="live", group_id=bad, n_errors=1, tags=(bad,))
+    out = render_table([row], "reward", False)
+    assert "<img" not in out and out.count("&lt;img") == 7
+    assert 'data-id="e&quot;1"' in out and 'href="?episode=e&quot;1"' in out
+    assert 'data-sort="reward" aria-sort="ascending"' in out and "reward ▲" in out
+    assert "1,200" in out and "rs-bad-text" in out and "★" in out
+    assert "No episode matches" in render_table([], "reward", True, "No episode matches these filters.")

@@ -242,10 +242,11 @@ def build(store: Store) -> BrowseTab:
                     apply_default_css=False, js_on_load=BROWSE_JS)
     with gr.Row(elem_classes="rs-pager", equal_height=True):
         prev = gr.Button("◀ Prev", scale=0, min_width=100, elem_id="rs-prev")
-        page_box = gr.Number(1, label="page", precision=0, minimum=1, scale=0, min_width=100, elem_id="rs-page")
+        page_box = gr.Number(1, show_label=False, container=False, precision=0, minimum=1, scale=0, min_width=90,
+                             elem_id="rs-page", label="page (Enter to go)")
         nxt = gr.Button("Next ▶", scale=0, min_width=100, elem_id="rs-next")
-        page_size = gr.Dropdown(PAGE_SIZES, value=PAGE_SIZE, label="rows per page", scale=0, min_width=130,
-                                elem_id="rs-page-size")
+        page_size = gr.Dropdown([(f"{n} rows a page", n) for n in PAGE_SIZES], value=PAGE_SIZE, show_label=False,
+                                container=False, scale=0, min_width=150, elem_id="rs-page-size", label="rows a page")
     sort = gr.State(dict(DEFAULT_SORT))
     with gr.Accordion("Charts of the filtered set", open=True, elem_id="rs-browse-charts"):
         plots: list[gr.Plot] = []

@@ -62,7 +62,7 @@ def build(store: Store) -> CompareTab:
         b = gr.Textbox(label="B", placeholder="episode id (e.g. the fork)", scale=3, max_lines=1,
                        elem_id="rs-compare-b")
         run = gr.Button("Compare", variant="primary", scale=0, min_width=120, elem_id="rs-compare-run")
-        swap = gr.Button("⇄ Swap", scale=0, min_width=90, elem_id="rs-compare-swap")
+        swap = gr.Button("⇄ Swap", scale=0, min_width=110, elem_id="rs-compare-swap")
         parent = gr.Button("B ← A's parent", scale=0, min_width=150, elem_id="rs-compare-parent")
     out = gr.HTML(rc.empty(), elem_id="rs-compare-view", apply_default_css=False, js_on_load=OPEN_JS)
     tab = CompareTab(a, b, run, swap, parent, out)

@@ -169,8 +169,13 @@ class EpisodeTab:
         self.conversation.click(from_link, inputs=[self.current], outputs=outputs)
 
 
+def _tags_update(choices: list[str], value: list[str]) -> gr.Dropdown:
+    # Said again in the update so Gradio validates it as a multiselect that takes new tags.
+    return gr.Dropdown(choices=choices, value=value, multiselect=True, allow_custom_value=True)
+
+
 def _blank(header: str, episode_id: str = "") -> list[Any]:
-    return [episode_id, header, "", "", "", None, None, False, gr.Button(_star_label(False)), gr.Dropdown(value=[]),
+    return [episode_id, header, "", "", "", None, None, False, gr.Button(_star_label(False)), _tags_update([], []),
             "", gr.Dropdown(choices=[], value=None), ""]
 
 
@@ -195,7 +200,7 @@ def view(store: Store, episode_id: str | None) -> list[Any]:
         ep.id,
         ep.starred,
         gr.Button(_star_label(ep.starred)),
-        gr.Dropdown(choices=tag_choices, value=list(ep.tags)),
+        _tags_update(tag_choices, list(ep.tags)),
         ep.note,
         gr.Dropdown(choices=turns, value=turns[-1] if turns else None),
         "",
@@ -221,13 +226,14 @@ def build(store: Store) -> EpisodeTab:
         )
         open_button = gr.Button("Open", scale=0, min_width=90, variant="primary", elem_id="rs-episode-open")
         star_button = gr.Button(_star_label(False), scale=0, min_width=120, elem_id="rs-star")
-        tags = gr.Dropdown([], value=[], multiselect=True, allow_custom_value=True, show_label=False, container=False,
-                           scale=2, elem_id="rs-tags", label="tags",
-                           )
-        note = gr.Textbox(show_label=False, container=False, placeholder="note", scale=3, max_lines=3,
-                          elem_id="rs-note", label="note")
-        save_button = gr.Button("Save tags & note", scale=0, min_width=150, elem_id="rs-save")
-    saved = _html("", "rs-saved")
+    with gr.Row(equal_height=True, elem_classes="rs-annotate"):
+        tags = gr.Dropdown([], value=[], multiselect=True, allow_custom_value=True, label="tags (pick or type + Enter)",
+                           scale=2, min_width=220, elem_id="rs-tags")
+        note = gr.Textbox(label="note", placeholder="what is interesting here", scale=3, min_width=260, max_lines=3,
+                          elem_id="rs-note")
+        with gr.Column(scale=0, min_width=190, elem_classes="rs-save-col"):
+            save_button = gr.Button("Save tags & note", min_width=180, elem_id="rs-save")
+            saved = _html("", "rs-saved")
     header = _html(EMPTY, "rs-episode-header")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=420):
@@ -240,7 +246,7 @@ def build(store: Store) -> EpisodeTab:
                 gr.HTML('<h4 class="rs-h">Turn timeline</h4>', apply_default_css=False, js_on_load=None)
                 fork_turn = gr.Dropdown([], value=None, label="turn", show_label=False, container=False, scale=0,
                                         min_width=90, elem_id="rs-fork-turn")
-                fork_button = gr.Button("⑂ Fork from this turn", scale=0, min_width=190, elem_id="rs-fork")
+                fork_button = gr.Button("Fork from this turn", scale=0, min_width=200, elem_id="rs-fork")
             conversation = _html("", "rs-episode-conversation", FORK_JS)
         with gr.Column(scale=1, min_width=420):
             with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
@@ -283,7 +289,7 @@ def build(store: Store) -> EpisodeTab:
             return [render.render_message(str(e), "error"), gr.skip(), gr.skip()]
         choices = sorted({t for t, _ in store.tag_counts()} | set(ep.tags))
         return [_saved(f"{len(ep.tags)} tag{'s' if len(ep.tags) != 1 else ''} and note"), render.render_header(ep),
-                gr.Dropdown(choices=choices, value=list(ep.tags))]
+                _tags_update(choices, list(ep.tags))]
 
     save_button.click(save, inputs=[current, tags, note], outputs=[saved, header, tags])
     note.submit(save, inputs=[current, tags, note], outputs=[saved, header, tags])

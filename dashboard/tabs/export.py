@@ -105,6 +105,13 @@ def write(store: Store, flt: EpisodeFilter, fmt: str) -> tuple[Path, int]:
     return path, written
 
 
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n:,} bytes"
+    kb = n / 1024
+    return f"{kb:,.1f} KB" if kb < 1024 else f"{kb / 1024:,.1f} MB"
+
+
 @dataclass
 class ExportTab:
     source: gr.Radio
@@ -141,7 +148,7 @@ def build(store: Store, browse_filters: Sequence[Any] = (),
     with gr.Row(elem_classes="rs-actions"):
         preview = gr.Button("Preview", variant="primary", scale=0, min_width=120, elem_id="rs-export-preview")
         export = gr.Button("Export", scale=0, min_width=120, elem_id="rs-export-run")
-        download = gr.DownloadButton("⬇ Download", visible=False, scale=0, min_width=160, elem_id="rs-export-download")
+        download = gr.DownloadButton("⬇ Download", visible=False, scale=0, min_width=220, elem_id="rs-export-download")
     message = gr.HTML("", elem_id="rs-export-message", apply_default_css=False, js_on_load=None)
     view = gr.HTML(rs.note("Choose what to export and press Preview: you see the count and the first records "
                            "before anything is written."), elem_id="rs-export-view", apply_default_css=False,
@@ -185,9 +192,9 @@ def build(store: Store, browse_filters: Sequence[Any] = (),
         except RollscopeError as e:
             return [rs.note(str(e), "error"), gr.DownloadButton(visible=False)]
         size = path.stat().st_size
-        return [rs.note(f"Wrote {n:,} episodes ({what}) as {fmt_v}: {path.name}, {size:,} bytes. Download it below.",
-                        "ok"),
-                gr.DownloadButton(f"⬇ Download {path.name}", value=str(path), visible=True)]
+        return [rs.note(f"Wrote {n:,} episode{'s' if n != 1 else ''} ({what}) as {fmt_v}: {path.name}, "
+                        f"{_size(size)}. Press Download to save it.", "ok"),
+                gr.DownloadButton(f"⬇ Download ({_size(size)})", value=str(path), visible=True)]
 
     export.click(on_export, inputs=inputs, outputs=[message, download])
     return tab

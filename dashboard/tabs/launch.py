@@ -52,7 +52,7 @@ class LaunchTab:
 
     @property
     def poll_outputs(self) -> list[Any]:
-        return [self.progress, self.table, self.shown, self.timer, self.start, self.cancel]
+        return [self.progress, self.table, self.shown, self.timer, self.start, self.cancel, self.message]
 
     def wire_load(self, demo: gr.Blocks) -> None:
         """On page load, show the latest batch (and keep polling it if it still runs)."""
@@ -60,7 +60,7 @@ class LaunchTab:
         def attach() -> list[Any]:
             job = self.jobs.latest()
             if job is None:
-                return [None, rs.progress(None), gr.skip(), None, gr.skip(), gr.skip(), gr.skip()]
+                return [None, rs.progress(None), gr.skip(), None, gr.skip(), gr.skip(), gr.skip(), gr.skip()]
             return [job.job_id, *_poll_values(job.status(), None)]
 
         demo.load(attach, outputs=[self.job_id, *self.poll_outputs])
@@ -70,8 +70,10 @@ def _poll_values(status: JobStatus, shown: Any) -> list[Any]:
     key = [status.state, status.done]
     table = gr.skip() if shown == key else rs.finished_table(status.rows)
     active = status.active
+    # Once the batch ends, the progress box says how; an old "Started…" or "Cancelling…" would only mislead.
+    message = gr.skip() if active else ""
     return [rs.progress(status), table, key, gr.Timer(active=active),
-            gr.Button(interactive=not active), gr.Button(interactive=active)]
+            gr.Button(interactive=not active), gr.Button(interactive=active), message]
 
 
 def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
@@ -85,13 +87,13 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
             env = gr.Dropdown(list(ENVS), value="math", label="env", min_width=140, scale=1, elem_id="rs-launch-env")
             tasks = gr.Textbox("0:4", label="tasks", placeholder="0:8, 3, 1,5,9, all, or task ids", min_width=150,
                                scale=1, elem_id="rs-launch-tasks", max_lines=1)
-            samples = gr.Number(1, label="samples per task", precision=0, minimum=1, min_width=120,
+            samples = gr.Number(1, label="samples per task", precision=0, min_width=120,
                                 elem_id="rs-launch-samples")
             preset = gr.Dropdown(list(PRESET_CHOICES), value=AUTO, label="preset", min_width=130,
                                  elem_id="rs-launch-preset")
-            max_turns = gr.Number(None, label="max turns (blank: preset's)", precision=0, minimum=1, min_width=150,
+            max_turns = gr.Number(0, label="max turns (0: the preset's)", precision=0, min_width=150,
                                   elem_id="rs-launch-max-turns")
-            concurrency = gr.Number(4, label="concurrency", precision=0, minimum=1, min_width=110,
+            concurrency = gr.Number(4, label="concurrency", precision=0, min_width=110,
                                     elem_id="rs-launch-concurrency")
         backend = backend_controls("rs-launch")
     with gr.Row(elem_classes="rs-actions"):
@@ -114,19 +116,18 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
         try:
             plan = plan_launch(env_v, tasks_v, samples_v, preset_v, max_turns_v, conc_v, parse_backend(*backend_v))
         except RollscopeError as e:
-            return [gr.skip(), rs.note(str(e), "error"), *([gr.skip()] * len(tab.poll_outputs))]
+            return [gr.skip(), *([gr.skip()] * (len(tab.poll_outputs) - 1)), rs.note(str(e), "error")]
         job = jobs.start(plan, store)
-        return [job.job_id, rs.note(f"Started {job.job_id}: {plan.describe()}", "info"),
-                *_poll_values(job.status(), None)]
+        return [job.job_id, *_poll_values(job.status(), None)[:-1], rs.note(f"Started {job.job_id}.", "info")]
 
     start.click(on_start, inputs=[env, tasks, samples, preset, max_turns, concurrency, *backend.inputs],
-                outputs=[job_id, message, *tab.poll_outputs], concurrency_limit=None)
+                outputs=[job_id, *tab.poll_outputs], concurrency_limit=None)
 
     def on_tick(job_id_v: str | None, shown_v: Any) -> list[Any]:
         job = jobs.get(job_id_v)
         if job is None:
             return [gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False), gr.Button(interactive=True),
-                    gr.Button(interactive=False)]
+                    gr.Button(interactive=False), gr.skip()]
         return _poll_values(job.status(), shown_v)
 
     timer.tick(on_tick, inputs=[job_id, shown], outputs=tab.poll_outputs, show_progress="hidden",
@@ -135,10 +136,10 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
     def on_cancel(job_id_v: str | None) -> list[Any]:
         job = jobs.get(job_id_v)
         if job is None or not job.cancel():
-            return [rs.note("No batch is running.", "warn"), *([gr.skip()] * len(tab.poll_outputs))]
-        return [rs.note(f"Cancelling {job.job_id}…", "warn"), *_poll_values(job.status(), None)]
+            return [*([gr.skip()] * (len(tab.poll_outputs) - 1)), rs.note("No batch is running.", "warn")]
+        return [*_poll_values(job.status(), None)[:-1], rs.note(f"Cancelling {job.job_id}…", "warn")]
 
-    cancel.click(on_cancel, inputs=[job_id], outputs=[message, *tab.poll_outputs], concurrency_limit=None)
+    cancel.click(on_cancel, inputs=[job_id], outputs=tab.poll_outputs, concurrency_limit=None)
     return tab
 
 

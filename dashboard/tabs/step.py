@@ -70,6 +70,7 @@ class StepTab:
     committed: gr.HTML
     message: gr.HTML
     key: gr.State
+    start_box: gr.Accordion
     sessions: Sessions
     store: Any
 
@@ -81,7 +82,13 @@ class StepTab:
     @property
     def outputs(self) -> list[Any]:
         return [self.key, self.header, self.conversation, self.pending, self.text, self.parsed, self.user_reply,
-                self.committed, self.message, self.compare]
+                self.committed, self.message, self.compare, self.generate, self.commit, self.start_box]
+
+    def error(self, message: str) -> list[Any]:
+        """Values for ``outputs`` that only show ``message``."""
+        out: list[Any] = [gr.skip()] * len(self.outputs)
+        out[self.outputs.index(self.message)] = rs.note(message, "error")
+        return out
 
     def open_fork(self, request: Any, *start_values: Any) -> list[Any]:
         """Start the fork the Episode tab asked for (``{"episode_id", "turn", "at"}``); values for
@@ -104,21 +111,18 @@ class StepTab:
             else:
                 session = self.sessions.start_new(env, task, preset, max_turns, str(user or "scripted"), settings)
         except RollscopeError as e:
-            return [gr.skip()] * (len(self.outputs) - 2) + [rs.note(str(e), "error"), gr.skip()]
+            return self.error(str(e))
         what = (f"Forked {session.hand.report.parent_id} at turn {session.hand.report.turn}." if session.hand.report
                 else "Started a new conversation.")
         return _view(session, message=rs.note(f"{what} Press Generate for the next assistant turn, or write it "
-                                              "yourself.", "info"), reset_text=True)
+                                              "yourself.", "info"), reset_text=True, fold_start=True)
 
 
 def _generation_view(session: StepSession, gen: Generation | None, text: str | None) -> tuple[str, str]:
     """(pending HTML, parsed HTML) for a generation and the text in the edit box."""
-    hand = session.hand
     texts = decode_token_texts(session.tokenizer, list(gen.token_ids)) if gen is not None else None
     special = special_token_ids(session.tokenizer) if gen is not None else set()
-    preview = hand.preview(gen.text) if gen is not None else None
-    pending = rs.pending(gen, texts, special, preview, hand.needs_user_reply(gen.text) if gen is not None else False)
-    return pending, _parsed(session, text or "")
+    return rs.pending(gen, texts, special), _parsed(session, text or "")
 
 
 def _parsed(session: StepSession, text: str) -> str:
@@ -129,30 +133,35 @@ def _parsed(session: StepSession, text: str) -> str:
     edited = g is None or text != hand.text_of(g)
     flag = (rs.note("Written or edited by hand: Commit re-encodes this text (no logprobs).", "warn") if edited
             else rs.note("Unchanged: Commit keeps the generated token ids and logprobs.", "ok"))
-    return flag + rs.preview_block(hand.preview(text), hand.needs_user_reply(text))
+    return ('<h5 class="rs-h">What Commit does with this text</h5>' + flag
+            + rs.preview_block(hand.preview(text), hand.needs_user_reply(text)))
 
 
-def _view(session: StepSession, *, message: str = "", reset_text: bool = False) -> list[Any]:
+def _view(session: StepSession, *, message: str = "", reset_text: bool = False, fold_start: bool = False) -> list[Any]:
     ep = session.episode()
     hand = session.hand
     header = rs.step_header(ep, backend=session.backend_label, plays_user=hand.plays_user, report=hand.report,
                             saved_id=session.saved_id)
     conv = rs.conversation(ep, session.fork_turn)
-    pending = rs.pending(None, None, set(), None, False) if reset_text else gr.skip()
+    pending = rs.pending(None, None, set()) if reset_text else gr.skip()
     text = "" if reset_text else gr.skip()
     parsed = "" if reset_text else gr.skip()
     reply = gr.Textbox(visible=hand.plays_user, value="", info=USER_HELP if hand.plays_user else None)
     committed = rs.committed(session.last_turn, ep) if session.last_turn is not None else ""
     can_compare = bool(session.saved_id and ep.parent_id)
+    live = not hand.done
+    # Folding the start form after a start keeps the conversation on a laptop screen.
+    start_box = gr.Accordion(open=False) if fold_start else gr.skip()
     return [session.key, header, conv, pending, text, parsed, reply, committed, message,
-            gr.Button(interactive=can_compare)]
+            gr.Button(interactive=can_compare), gr.Button(interactive=live), gr.Button(interactive=live), start_box]
 
 
 def build(store: Any, sessions: Sessions | None = None) -> StepTab:
     """Lay out the Step tab in the current Blocks context and wire its events."""
     sessions = sessions or Sessions()
     first_tasks = _tasks("math")
-    with gr.Accordion("Start a conversation, or fork a stored episode", open=True, elem_id="rs-step-start-box"):
+    with gr.Accordion("Start a conversation, or fork a stored episode", open=True,
+                      elem_id="rs-step-start-box") as start_box:
         mode = gr.Radio([NEW, FORK], value=NEW, show_label=False, container=False, elem_id="rs-step-mode")
         with gr.Row(equal_height=True, visible=True) as new_row:
             env = gr.Dropdown(list(ENVS), value="math", label="env", min_width=140, elem_id="rs-step-env")
@@ -163,10 +172,10 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
         with gr.Row(equal_height=True, visible=False) as fork_row:
             parent_id = gr.Textbox(label="episode to fork", placeholder="episode id (a unique prefix is enough)",
                                    scale=3, min_width=200, elem_id="rs-step-parent", max_lines=1)
-            fork_turn = gr.Number(0, label="fork at turn (turns before it are replayed)", precision=0, minimum=0,
+            fork_turn = gr.Number(0, label="fork at turn (turns before it are replayed)", precision=0,
                                   min_width=200, elem_id="rs-step-fork-turn")
         with gr.Row(equal_height=True):
-            max_turns = gr.Number(None, label="max turns (blank: preset's or parent's)", precision=0, minimum=1,
+            max_turns = gr.Number(0, label="max turns (0: the preset's, or the parent's)", precision=0,
                                   min_width=180, elem_id="rs-step-max-turns")
             user = gr.Dropdown(USER_CHOICES, value="scripted", label="user (envs with a user: retail)",
                                min_width=220, elem_id="rs-step-user")
@@ -183,7 +192,7 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
             with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
                 gr.HTML('<h4 class="rs-h">Next assistant turn</h4>', apply_default_css=False, js_on_load=None)
                 generate = gr.Button("Generate", variant="primary", scale=0, min_width=120, elem_id="rs-step-generate")
-            pending = gr.HTML(rs.pending(None, None, set(), None, False), elem_id="rs-step-pending",
+            pending = gr.HTML(rs.pending(None, None, set()), elem_id="rs-step-pending",
                               apply_default_css=False, js_on_load=None)
             text = gr.Textbox(label="assistant turn to commit (edit it, or write it from scratch)", lines=6,
                               max_lines=20, elem_id="rs-step-text")
@@ -193,13 +202,13 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
             with gr.Row(elem_classes="rs-actions"):
                 commit = gr.Button("Commit", variant="primary", scale=0, min_width=120, elem_id="rs-step-commit")
                 save = gr.Button("Save", scale=0, min_width=100, elem_id="rs-step-save")
-                compare = gr.Button("Compare with parent", scale=0, min_width=170, interactive=False,
+                compare = gr.Button("Compare with parent", scale=0, min_width=240, interactive=False,
                                     elem_id="rs-step-compare")
             committed = gr.HTML("", elem_id="rs-step-committed", apply_default_css=False, js_on_load=None)
     key = gr.State(None)
     tab = StepTab(mode, env, task, preset, max_turns, user, parent_id, fork_turn, backend, start, header,
                   conversation, generate, pending, text, parsed, user_reply, commit, save, compare, committed,
-                  message, key, sessions, store)
+                  message, key, start_box, sessions, store)
 
     mode.change(lambda m: [gr.Row(visible=m == NEW), gr.Row(visible=m == FORK), gr.Button("Fork" if m == FORK else "Start")],
                 inputs=[mode], outputs=[new_row, fork_row, start])
@@ -230,13 +239,14 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
             return gr.skip()
         return _parsed(session, text_v or "")
 
-    text.input(on_edit, inputs=[key, text], outputs=[parsed], trigger_mode="always_last", show_progress="hidden")
+    # change, not input: it also fires when the text is set by Generate or pasted in by a script.
+    text.change(on_edit, inputs=[key, text], outputs=[parsed], trigger_mode="always_last", show_progress="hidden")
 
     def on_commit(key_v: str | None, text_v: str, reply_v: str) -> list[Any]:
         try:
             session, turn = sessions.commit(key_v, text_v, reply_v)
         except RollscopeError as e:
-            return [gr.skip()] * (len(tab.outputs) - 2) + [rs.note(str(e), "error"), gr.skip()]
+            return tab.error(str(e))
         ep = session.episode()
         msg = (f"Committed turn {turn.index}: reward {rs.fmt(turn.reward)}, done {'yes' if turn.done else 'no'}."
                + (f" The episode ended ({ep.status.value}: {ep.reason}); Save keeps it." if ep.reason else ""))
@@ -248,7 +258,7 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
         try:
             session, ep = sessions.save(key_v, store)
         except RollscopeError as e:
-            return [gr.skip()] * (len(tab.outputs) - 2) + [rs.note(str(e), "error"), gr.skip()]
+            return tab.error(str(e))
         parent = f" (fork of {ep.parent_id} at turn {ep.fork_turn})" if ep.parent_id else ""
         n = len(ep.all_findings())
         return _view(session, message=rs.note(

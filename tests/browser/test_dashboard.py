@@ -17,14 +17,15 @@ def _episode_tab_selected(page: Any) -> bool:
 @pytest.mark.browser
 def test_browse_then_open_a_row(page: Any, dashboard_url: str, dashboard_db: Any, screenshots: Path) -> None:
     page.goto(dashboard_url + "/")
-    cells = page.locator("#rs-episode-table [role=gridcell]")
+    rows = page.locator("#rs-episode-table tr[data-id]")
     for eid in (*dashboard_db.episode_ids, dashboard_db.hostile_id):
-        cells.filter(has_text=eid).first.wait_for(state="visible")
+        page.locator(f"#rs-episode-table tr[data-id='{eid}']").wait_for(state="visible")
     page.get_by_text(f"of {len(dashboard_db.episode_ids) + 1}", exact=False).first.wait_for()
+    assert rows.count() == len(dashboard_db.episode_ids) + 1
     page.screenshot(path=str(screenshots / "browse.png"))
 
     target = dashboard_db.episode_ids[0]
-    cells.filter(has_text=target).first.click()
+    page.locator(f"#rs-episode-table tr[data-id='{target}'] td.c-env").click()
     page.locator(f"{TOKENS} span.tok-train").first.wait_for(state="visible")
     assert _episode_tab_selected(page)
     assert target in page.locator("#rs-episode-header").inner_text()
@@ -35,6 +36,7 @@ def test_browse_then_open_a_row(page: Any, dashboard_url: str, dashboard_db: Any
 
     token = page.locator(f"{TOKENS} span.tok.tok-train").first
     token.hover()
+    page.wait_for_function(f"() => (document.querySelector('{TOKENS} span.tok.tok-train').title || '').includes(' id ')")
     title = token.get_attribute("title") or ""
     assert " id " in title and "mask 1" in title and "turn " in title
     # Selecting a row writes a shareable ?episode= link into the address bar.
@@ -76,7 +78,9 @@ def test_hostile_text_is_shown_not_run(page: Any, dashboard_url: str, dashboard_
     conversation.locator(".rs-turn").first.wait_for(state="visible")
     page.locator(f"{TOKENS} span.tok").first.wait_for(state="visible")
     assert dashboard_db.hostile_text in conversation.inner_text()
-    tokens_text = page.locator(f"{TOKENS} .rs-tokens").inner_text()
+    # textContent: blocks of the token view off screen are not laid out
+    # (content-visibility), and innerText only reads laid-out text.
+    tokens_text = page.locator(f"{TOKENS} .rs-tokens").text_content() or ""
     assert "<script>window.__xss=2</script>" in tokens_text
     # Give a would-be onerror handler time to fire before looking for it.
     page.wait_for_timeout(300)
@@ -92,13 +96,17 @@ def test_browse_page_filters_and_clamps(dashboard_db: Any) -> None:
 
     store = Store(dashboard_db.path)
     try:
-        rows, info, page_no, _ = browse.page(store, "all", "all", 7)
-        assert page_no == 0 and len(rows) == len(dashboard_db.episode_ids) + 1
-        assert rows[0][0] == dashboard_db.hostile_id  # newest first
-        assert list(map(type, rows[0])) == [str, str, str, str, float, int, int, int, str, int]
-        rows, info, _, _ = browse.page(store, "math", "truncated", 0)
-        assert [r[0] for r in rows] == [dashboard_db.hostile_id]
-        rows, info, _, _ = browse.page(store, "nosuchenv", "all", 0)
-        assert rows == [] and "No episode matches" in info
+        table, info, page_no = browse.page(store, browse.episode_filter(), None, 7)
+        assert page_no == 1 and table.count("<tr data-id=") == len(dashboard_db.episode_ids) + 1
+        assert table.index(dashboard_db.hostile_id) < min(table.index(e) for e in dashboard_db.episode_ids)  # newest first
+        flt = browse.episode_filter(env="math", status=["truncated"])
+        table, info, _ = browse.page(store, flt, {"by": "reward", "desc": False}, 1)
+        assert table.count("<tr data-id=") == 1 and dashboard_db.hostile_id in table and "sorted by reward ▲" in info
+        table, info, _ = browse.page(store, browse.episode_filter(env="nosuchenv"), None, 1)
+        assert "<tr data-id=" not in table and "No episode matches" in info
+        assert browse.episode_filter(reward_min="abc", turns_max="3").reward_min is None
+        assert browse.episode_filter(turns_max="3").max_turns == 3
+        assert browse.episode_filter(findings=browse.ANY_FINDING).has_findings is True
+        assert browse.episode_filter(findings="env_error").finding_kind == "env_error"
     finally:
         store.close()

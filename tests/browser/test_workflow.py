@@ -1,0 +1,267 @@
+"""The researcher's workflow in a real browser: launch a batch, step by hand, fork and compare, export.
+
+These tests write to their database, so they get their own (and their own
+server) rather than the read-only one the Browse and Episode tests share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.backends.scripted import ScriptedBackend
+from engine.factory import env_factory, load_tokenizer
+from engine.loop import run_episode
+from engine.presets import PRESETS
+from engine.store import EpisodeFilter, Store
+
+XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+
+
+@dataclass(frozen=True)
+class WorkflowApp:
+    url: str
+    db: Path
+    parents: tuple[str, ...]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _seed(path: Path) -> tuple[str, ...]:
+    tok = load_tokenizer(None)
+    make_env = env_factory("math")
+    store = Store(path)
+    ids = []
+    for i in range(3):
+        env = make_env()
+        backend = ScriptedBackend(make_env, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
+        ep = asyncio.run(run_episode(env, backend, tok, PRESETS["areal-math"], env.tasks[i], preset="areal-math",
+                                     tokenizer_name="smollm2"))
+        store.save_episode(ep)
+        ids.append(ep.id)
+    store.close()
+    return tuple(ids)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkflowApp]:
+    """A server over a database of three areal-math episodes, for this module alone."""
+    from dashboard.app import build_app
+
+    db = tmp_path_factory.mktemp("workflow") / "rollscope.db"
+    # Playwright's sync API may already run a loop in this thread: seed from a worker thread.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        parents = pool.submit(_seed, db).result()
+    demo = build_app(str(db))
+    port = _free_port()
+    demo.launch(prevent_thread_lock=True, server_port=port, server_name="127.0.0.1", quiet=True)
+    try:
+        yield WorkflowApp(f"http://127.0.0.1:{port}", db, parents)
+    finally:
+        demo.close()
+
+
+def _tab(page: Any, name: str) -> None:
+    page.locator(f"#rs-tab-{name}-button").click()
+
+
+def _selected(page: Any, name: str) -> None:
+    page.wait_for_function(
+        f"() => document.querySelector('#rs-tab-{name}-button')?.getAttribute('aria-selected') === 'true'")
+
+
+def _fill(page: Any, elem_id: str, value: str) -> None:
+    page.locator(f"#{elem_id} textarea, #{elem_id} input").first.fill(value)
+
+
+def _no_xss(page: Any) -> None:
+    assert page.evaluate("() => window.__xss") is None
+    assert not page.errors
+
+
+@pytest.mark.browser
+def test_launch_a_batch_see_it_finish_and_cancel_another(page: Any, app: WorkflowApp, screenshots: Path) -> None:
+    page.goto(app.url + "/")
+    _tab(page, "launch")
+    _fill(page, "rs-launch-tasks", "7:2")
+    page.locator("#rs-launch-start").click()
+    error = page.locator("#rs-launch-message .rs-error")
+    error.wait_for()
+    assert "task range '7:2'" in error.inner_text() and "Traceback" not in page.content()
+    page.screenshot(path=str(screenshots / "launch_error.png"))
+
+    _fill(page, "rs-launch-tasks", "0:3")
+    _fill(page, "rs-launch-samples", "2")
+    page.locator("#rs-launch-start").click()
+    page.locator("#rs-launch-progress [data-state=finished]").wait_for(timeout=30_000)
+    page.locator("#rs-launch-table tr[data-open]").nth(5).wait_for()
+    assert page.locator("#rs-launch-table tr[data-open]").count() == 6
+    assert "6 / 6" in page.locator("#rs-launch-progress").inner_text()
+    page.screenshot(path=str(screenshots / "launch_finished.png"), full_page=True)
+
+    # A batch big enough to still be running when Cancel is pressed: retail
+    # episodes take tens of milliseconds each, math ones a few.
+    page.locator("#rs-launch-env input").click()
+    page.get_by_role("option", name="retail", exact=True).click()
+    _fill(page, "rs-launch-tasks", "all")
+    _fill(page, "rs-launch-concurrency", "1")
+    page.locator("#rs-launch-start").click()
+    page.locator("#rs-launch-progress [data-state=running]").wait_for(timeout=30_000)
+    page.wait_for_function("() => document.querySelectorAll('#rs-launch-table tr[data-open]').length > 6",
+                           timeout=30_000)
+    page.locator("#rs-launch-cancel").click()
+    page.locator("#rs-launch-progress [data-state=cancelled]").wait_for(timeout=30_000)
+    progress = page.locator("#rs-launch-progress").inner_text()
+    assert "stored as interrupted" in progress and "never started" in progress
+    page.screenshot(path=str(screenshots / "launch_cancelled.png"))
+    run_id = page.locator("#rs-launch-progress .rs-job-head code").inner_text()
+    done, total = (int(x.replace(",", "")) for x in page.locator("#rs-launch-progress .rs-job-head b").inner_text().split("/"))
+    store = Store(app.db)
+    try:
+        # Finished episodes stay; those in flight (none, if the cancel fell between two
+        # scripted episodes) are interrupted; the rest never started, so are not stored.
+        stored = store.count(EpisodeFilter(run_id=run_id))
+        finished = store.count(EpisodeFilter(run_id=run_id, status=("completed", "truncated", "aborted")))
+    finally:
+        store.close()
+    assert total == 240 and finished == done and done <= stored < total
+
+    first = page.locator("#rs-launch-table tr[data-open]").first
+    episode_id = first.get_attribute("data-open")
+    first.click()
+    _selected(page, "episode")
+    page.wait_for_function(f"() => document.querySelector('#rs-episode-header')?.innerText.includes('{episode_id}')")
+    _no_xss(page)
+
+
+@pytest.mark.browser
+def test_generate_edit_commit_and_save_a_step(page: Any, app: WorkflowApp, screenshots: Path) -> None:
+    page.goto(app.url + "/")
+    _tab(page, "step")
+    _fill(page, "rs-step-max-turns", "2")
+    page.locator("#rs-step-start").click()
+    page.locator("#rs-step-header .rs-step-header").wait_for()
+    page.locator("#rs-step-generate").click()
+    raw = page.locator("#rs-step-pending pre.rs-raw")
+    raw.wait_for()
+    assert "\\boxed{" in raw.inner_text()  # nothing committed yet: the turn is only shown
+    assert page.locator("#rs-step-pending .rs-step-tokens .tok").count() > 5
+    assert "Unchanged" in page.locator("#rs-step-parsed").inner_text()
+    page.screenshot(path=str(screenshots / "step_generated.png"))
+
+    _fill(page, "rs-step-text", f"{XSS} I think it is \\boxed{{-1}}.")
+    page.locator("#rs-step-parsed").get_by_text("edited by hand").wait_for()
+    page.locator("#rs-step-commit").click()
+    committed = page.locator("#rs-step-committed .rs-committed")
+    committed.wait_for()
+    assert "wrong" in committed.inner_text()
+    conversation = page.locator("#rs-step-conversation")
+    assert XSS in conversation.inner_text()  # shown as text, never run
+
+    page.locator("#rs-step-generate").click()
+    page.locator("#rs-step-message").get_by_text("Generated turn 1").wait_for()
+    page.locator("#rs-step-commit").click()
+    page.locator("#rs-step-message").get_by_text("The episode ended").wait_for()
+    page.locator("#rs-step-save").click()
+    saved = page.locator("#rs-step-header .rs-saved-as code")
+    saved.wait_for()
+    episode_id = saved.inner_text()
+    page.screenshot(path=str(screenshots / "step_saved.png"), full_page=True)
+    store = Store(app.db)
+    try:
+        ep = store.get_episode(episode_id)
+    finally:
+        store.close()
+    assert ep.n_turns == 2 and ep.turns[0].generation.model == "manual" and XSS in ep.turns[0].generation.text
+    assert ep.turns[1].reward == 1.0 and ep.status.value == "completed"
+    assert "edited_by_hand" in {f.kind for f in ep.findings}
+    _no_xss(page)
+
+
+@pytest.mark.browser
+def test_fork_from_the_episode_tab_then_compare_with_the_parent(page: Any, app: WorkflowApp,
+                                                                 screenshots: Path) -> None:
+    parent = app.parents[1]
+    page.goto(f"{app.url}/?episode={parent}")
+    link = page.locator('#rs-episode-conversation a[data-fork="2"]')
+    link.wait_for()
+    link.click()
+    _selected(page, "step")
+    header = page.locator("#rs-step-header")
+    header.get_by_text(f"forked {parent} at turn 2").wait_for()
+    assert "every observation, reward and done flag as stored" in header.inner_text()
+    assert page.locator("#rs-step-conversation .rs-turn-replayed").count() == 2
+    page.screenshot(path=str(screenshots / "fork_started.png"))
+
+    _fill(page, "rs-step-text", "Let me start over. The answer is \\boxed{0}.")
+    page.locator("#rs-step-commit").click()
+    page.locator("#rs-step-message").get_by_text("Committed turn 2").wait_for()
+    page.locator("#rs-step-save").click()
+    page.locator("#rs-step-header .rs-saved-as").wait_for()
+    page.locator("#rs-step-compare:not([disabled])").click()
+    _selected(page, "compare")
+    verdict = page.locator("#rs-compare-view .rs-cmp-verdict")
+    verdict.wait_for()
+    assert "B is a fork of A at turn 2" in verdict.inner_text() and "first diverge at turn 2" in verdict.inner_text()
+    assert verdict.get_attribute("data-first") == "2"
+    first = page.locator("#rs-compare-view #cmp-turn-2.rs-cmp-first")
+    assert first.count() == 1 and first.locator("ins.rs-diff-ins").count() > 0
+    assert page.locator("#rs-compare-view #cmp-turn-0").get_attribute("open") is None  # same turns fold away
+    assert page.locator("#rs-compare-a input, #rs-compare-a textarea").first.input_value() == parent
+    page.screenshot(path=str(screenshots / "compare.png"), full_page=True)
+    _no_xss(page)
+
+
+@pytest.mark.browser
+def test_export_previews_then_downloads(page: Any, app: WorkflowApp, screenshots: Path, tmp_path: Path) -> None:
+    store = Store(app.db)
+    try:
+        total = store.count()
+    finally:
+        store.close()
+    page.goto(app.url + "/")
+    _tab(page, "export")
+    page.locator("#rs-export-preview").click()
+    preview = page.locator("#rs-export-view .rs-export-preview")
+    preview.wait_for()
+    assert f"{total:,} episode" in preview.inner_text()
+    assert '"schema_version"' in preview.locator("pre.rs-raw").inner_text()
+    page.screenshot(path=str(screenshots / "export_preview.png"))
+    page.locator("#rs-export-run").click()
+    button = page.locator("#rs-export-download")
+    button.wait_for(state="visible")
+    with page.expect_download() as info:
+        button.click()
+    out = tmp_path / "all.jsonl"
+    info.value.save_as(out)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == total and {json.loads(x)["id"] for x in lines} >= set(app.parents)
+
+    page.locator("#rs-export-source label").filter(has_text="these episode ids").click()
+    _fill(page, "rs-export-ids", app.parents[0][:8])
+    page.locator("#rs-export-format input").click()
+    page.get_by_role("option", name="messages").click()
+    page.locator("#rs-export-preview").click()
+    page.locator("#rs-export-view .rs-export-count").get_by_text("1 episode").wait_for()
+    page.locator("#rs-export-run").click()
+    page.locator("#rs-export-message").get_by_text("Wrote 1 episode (1 listed id)").wait_for()
+    with page.expect_download() as info:
+        page.locator("#rs-export-download").click()
+    one = tmp_path / "one.jsonl"
+    info.value.save_as(one)
+    record = json.loads(one.read_text(encoding="utf-8").splitlines()[0])
+    assert record["messages"][0]["role"] in ("system", "user")
+    page.screenshot(path=str(screenshots / "export_done.png"))
+    _no_xss(page)

@@ -1,0 +1,116 @@
+"""Plotly figure builders: figures built from known data carry the right traces and values."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dashboard import charts
+from engine.records import Finding, Generation, Segment, Severity, TokenArrays, Turn
+from engine.store import Bins, BrowseStats, EpisodeFilter, RewardStats, Store
+from tests.synthetic import synthetic_episode, synthetic_episodes
+
+
+def _stats(**kw: object) -> BrowseStats:
+    return BrowseStats(**kw)  # type: ignore[arg-type]
+
+
+def test_reward_distribution_draws_the_bins() -> None:
+    fig = charts.reward_distribution(Bins((0.0, 0.5, 1.0), (3, 1, 6), 0.4))
+    [bar] = fig.data
+    assert bar.type == "bar" and list(bar.x) == [0.0, 0.5, 1.0] and list(bar.y) == [3, 1, 6] and bar.width == 0.4
+    assert fig.layout.title.text == "Reward distribution"
+
+
+def test_status_breakdown_uses_status_colors_and_shares() -> None:
+    fig = charts.status_breakdown((("completed", 6), ("aborted", 2), ("weird", 2)))
+    [bar] = fig.data
+    assert bar.orientation == "h" and list(bar.y) == ["completed", "aborted", "weird"] and list(bar.x) == [6, 2, 2]
+    assert list(bar.marker.color) == [charts.STATUS_COLORS["completed"], charts.STATUS_COLORS["aborted"], "#6b7280"]
+    assert list(bar.text) == ["6 (60%)", "2 (20%)", "2 (20%)"]
+
+
+def test_turns_and_token_distributions() -> None:
+    fig = charts.turns_distribution(((1, 4), (2, 7), (5, 1)))
+    assert list(fig.data[0].x) == [1, 2, 5] and list(fig.data[0].y) == [4, 7, 1]
+    assert fig.layout.xaxis.dtick == 1
+    tokens = Bins((50.0, 150.0), (3, 2), 100.0)
+    trainable = Bins((50.0, 150.0), (5, 0), 100.0)
+    fig = charts.token_distribution(tokens, trainable)
+    assert [t.name for t in fig.data] == ["all tokens", "trainable"]
+    assert list(fig.data[1].y) == [5, 0] and fig.data[1].width == 50.0
+    assert fig.layout.barmode == "overlay"
+
+
+def test_reward_by_task_has_means_and_spread_and_says_when_cut() -> None:
+    tasks = (RewardStats("b", "b", 4, 0.5, 0.5, 0.0, 1.0), RewardStats("a", "a", 2, 1.0, 0.0, 1.0, 1.0))
+    fig = charts.reward_by_task(tasks, n_tasks=9)
+    [bar] = fig.data
+    assert list(bar.x) == ["a", "b"] and list(bar.y) == [1.0, 0.5] and list(bar.error_y.array) == [0.0, 0.5]
+    assert "2 most frequent of 9" in fig.layout.title.text
+    assert charts.reward_by_task(tasks, 2).layout.title.text == "Reward by task"
+
+
+def test_group_spread_per_group_and_as_a_cloud() -> None:
+    groups = (RewardStats("g0", "t0", 4, 0.25, 0.433, 0.0, 1.0), RewardStats("g1", "t0", 4, 1.0, 0.0, 1.0, 1.0))
+    fig = charts.group_spread(groups, n_groups=2, n_flat=1)
+    rng, means = fig.data
+    assert rng.type == "bar" and list(rng.base) == [0.0, 1.0] and list(rng.y) == [1.0, 0.0]
+    assert list(means.y) == [0.25, 1.0] and list(means.error_y.array) == [0.433, 0.0]
+    assert list(means.marker.color) == [charts.ACCENT, "#dc2626"]  # a flat group is red
+    assert "1 of 2 with zero spread" in fig.layout.title.text
+    many = tuple(RewardStats(f"g{i}", "t", 2, i / 100, 0.1, 0.0, 1.0) for i in range(100))
+    fig = charts.group_spread(many, n_groups=250, n_flat=0)
+    [cloud] = fig.data
+    assert cloud.type == "scattergl" and len(cloud.x) == 100 and cloud.y[0] == 0.1
+    assert "100 shown" in fig.layout.title.text and "0 of 250" in fig.layout.title.text
+
+
+def test_empty_selection_says_so() -> None:
+    figs = charts.browse_figures(BrowseStats())
+    assert len(figs) == 6
+    for fig in figs:
+        assert not fig.data and fig.layout.annotations and "no" in fig.layout.annotations[0].text
+
+
+def test_browse_figures_from_a_real_store(tmp_path: Path) -> None:
+    store = Store(tmp_path / "c.db")
+    store.save_episodes(synthetic_episodes(120))
+    stats = store.stats(EpisodeFilter(env="math"))
+    figs = charts.browse_figures(stats)
+    assert sum(figs[0].data[0].y) == stats.total == 40
+    assert sum(figs[1].data[0].x) == 40
+    assert figs[5].data and "Groups" in figs[5].layout.title.text
+
+
+def test_turn_series_and_chart_from_a_known_episode() -> None:
+    ep = synthetic_episode(5)  # 6 turns, a finding on turn 0
+    s = charts.turn_series(ep)
+    assert s.turns == tuple(range(ep.n_turns))
+    assert s.reward == ep.turn_rewards and s.returns == ep.returns
+    assert s.generated == tuple(len(t.generation.token_ids) for t in ep.turns)
+    for t, mean in zip(ep.turns, s.logprob_mean, strict=True):
+        assert mean == pytest.approx(float(np.mean(t.generation.logprobs)))
+    assert s.with_findings == (0,)
+    fig = charts.turn_chart(ep)
+    names = [t.name for t in fig.data]
+    assert names == ["reward", "return", "findings", "tokens generated", "mean logprob"]
+    assert list(fig.data[3].y) == list(s.generated)
+    assert list(fig.data[2].x) == [0]
+    assert fig.data[4].yaxis == "y3" and fig.data[3].yaxis == "y2"
+
+
+def test_turn_series_falls_back_to_token_logprobs_and_env_rewards() -> None:
+    # An imported episode: generations without logprobs, no shaped rewards.
+    lps = [math.nan, math.nan, -1.0, -3.0, math.nan]
+    turn = Turn(index=0, prompt_text=None, prompt_len=2, generation=Generation("x", (5, 6, 7)), reward=0.5,
+                segments=(Segment(2, 4, "assistant", 0, True),),
+                findings=(Finding("k", Severity.INFO, "m", turn=0),))
+    ep = synthetic_episode(1).evolve(turns=(turn,), turn_rewards=(), returns=(),
+                                     tokens=TokenArrays([1, 2, 3, 4, 5], [0, 0, 1, 1, 0], lps))
+    s = charts.turn_series(ep)
+    assert s.reward == (0.5,) and math.isnan(s.returns[0]) and s.logprob_mean == (-2.0,) and s.generated == (3,)
+    assert charts.turn_chart(ep.evolve(turns=())).layout.annotations[0].text == "this episode has no turns"

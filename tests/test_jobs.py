@@ -1,0 +1,216 @@
+"""Launch's background batches, Step's sessions, the form checks and the serve login rule."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from dashboard.jobs import CANCELLED, FAILED, FINISHED, JobManager, LoopThread
+from dashboard.server import is_loopback, parse_auth, resolve_auth
+from dashboard.settings import BackendSettings, plan_launch
+from dashboard.stepping import Sessions
+from engine.backends.base import GenerationRequest
+from engine.backends.scripted import ScriptedBackend
+from engine.envs.math import MathEnv
+from engine.errors import ConfigError
+from engine.records import Generation
+from engine.store import EpisodeFilter, Store
+
+SCRIPTED = BackendSettings(policy="scripted", mistake_rate=0.3)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens once the socket is closed
+
+
+class SlowBackend:
+    """The scripted policy, but each generation waits: long enough to cancel a batch mid-way."""
+
+    name = "slow"
+
+    def __init__(self, inner: ScriptedBackend, delay: float) -> None:
+        self.inner = inner
+        self.delay = delay
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        await asyncio.sleep(self.delay)
+        return await self.inner.generate(request)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+def _wait(job: Any, timeout: float = 60.0) -> None:
+    assert job.wait(timeout), f"job {job.job_id} still {job.status().state} after {timeout}s"
+
+
+def test_a_batch_runs_in_the_background_and_is_stored(tmp_path):
+    store = Store(tmp_path / "r.db")
+    plan = plan_launch("math", "0:3", 2, "auto", 2, 3, SCRIPTED)
+    assert plan.total == 6 and plan.preset == "areal-math" and plan.config.max_turns == 2
+    job = JobManager().start(plan, store)
+    _wait(job)
+    st = job.status()
+    assert st.state == FINISHED and st.done == 6 and not st.active and st.run_id
+    assert sum(st.counts().values()) == 6 and st.mean_reward is not None
+    assert store.count(EpisodeFilter(run_id=st.run_id)) == 6
+    assert {r.id for r in st.rows} == {s.id for s in store.list_episodes(EpisodeFilter(run_id=st.run_id))}
+
+
+def test_cancel_keeps_finished_episodes_and_interrupts_the_rest(tmp_path, smol_tokenizer):
+    store = Store(tmp_path / "r.db")
+    plan = plan_launch("math", "0:8", 1, "areal-math", 5, 2, SCRIPTED)
+    slow = SlowBackend(ScriptedBackend(MathEnv, smol_tokenizer), 0.05)
+    job = JobManager().start(plan, store, backend=slow)
+    deadline = time.time() + 30
+    while job.status().done < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    assert job.cancel()
+    _wait(job)
+    st = job.status()
+    assert st.state == CANCELLED and 2 <= st.done < 8
+    stored = {s.id: s.status for s in store.list_episodes(EpisodeFilter(run_id=st.run_id), limit=50)}
+    assert all(stored[r.id] == r.status for r in st.rows)  # finished episodes stay as they ended
+    interrupted = [i for i, s in stored.items() if s == "interrupted"]
+    assert len(interrupted) == st.interrupted >= 1
+    assert not job.cancel()  # nothing left to cancel
+
+
+def test_cancel_stops_a_policy_that_never_waits(tmp_path):
+    # The scripted policy never suspends: without a yield per turn, the whole
+    # batch would run inside one pass of the event loop before Cancel arrived.
+    store = Store(tmp_path / "r.db")
+    job = JobManager().start(plan_launch("retail", "all", 1, "auto", None, 1, SCRIPTED), store)
+    deadline = time.time() + 30
+    while job.status().done < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    job.cancel()
+    _wait(job, 10)
+    st = job.status()
+    assert st.state == CANCELLED and st.done < 20 and st.interrupted == 1
+
+
+def test_a_cancel_during_setup_runs_nothing(tmp_path):
+    store = Store(tmp_path / "r.db")
+    job = JobManager().start(plan_launch("math", "0:2", 1, "auto", None, 1, SCRIPTED), store)
+    job.cancel()
+    _wait(job)
+    assert job.status().state in (CANCELLED, FINISHED)  # setup may already be over: then it finishes or cancels
+
+
+def test_a_setup_failure_is_shown_not_raised(tmp_path):
+    store = Store(tmp_path / "r.db")
+    plan = plan_launch("math", "0:2", 1, "auto", None, 1,
+                       BackendSettings(policy="local", model=str(tmp_path / "no-such-model")))
+    job = JobManager().start(plan, store)
+    _wait(job)
+    st = job.status()
+    assert st.state == FAILED and "no-such-model" in st.error and "Traceback" not in st.error
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"env": "nope"}, "unknown env 'nope'"),
+    ({"tasks": "5:2"}, "task range '5:2'"),
+    ({"tasks": "0:x"}, "bad task range"),
+    ({"tasks": "999"}, "outside the env's"),
+    ({"samples": 0}, "samples per task must be at least 1"),
+    ({"samples": 1.5}, "whole number"),
+    ({"preset": "nope"}, "unknown preset"),
+    ({"max_turns": -1}, "max turns must be at least 1"),
+])
+def test_bad_launch_settings_are_sentences(kwargs, message):
+    args = {"env": "math", "tasks": "0:2", "samples": 1, "preset": "auto", "max_turns": None, "concurrency": 2}
+    args.update(kwargs)
+    with pytest.raises(ConfigError, match=message):
+        plan_launch(args["env"], args["tasks"], args["samples"], args["preset"], args["max_turns"],
+                    args["concurrency"], SCRIPTED)
+
+
+def test_backend_settings_are_checked():
+    with pytest.raises(ConfigError, match="needs the server's URL"):
+        BackendSettings.parse("sglang", "", "", "completions", "", 1, 1, 256, 0, 0)
+    with pytest.raises(ConfigError, match="served model's name"):
+        BackendSettings.parse("openai", "", "http://x", "completions", "", 1, 1, 256, 0, 0)
+    with pytest.raises(ConfigError, match="top_p must be above 0"):
+        BackendSettings.parse("scripted", "", "", "completions", "", 1, 0, 256, 0, 0)
+    with pytest.raises(ConfigError, match="temperature: 'hot' is not a number"):
+        BackendSettings.parse("scripted", "", "", "completions", "", "hot", 1, 256, 0, 0)
+    s = BackendSettings.parse("local", "/models/x", "", "completions", "", None, None, None, None, None)
+    assert s.tokenizer_spec == "/models/x" and s.temperature == 1.0 and s.max_new_tokens == 256
+
+
+def test_an_unreachable_server_is_reported_before_the_batch(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    settings = BackendSettings.parse("sglang", "", url, "completions", "", 1, 1, 64, 0, 0)
+    with pytest.raises(ConfigError, match="cannot reach http://127.0.0.1:.*is the server running"):
+        plan_launch("math", "0:2", 1, "auto", None, 1, settings)
+    bad = BackendSettings.parse("sglang", "", "ftp://x", "completions", "", 1, 1, 64, 0, 0)
+    with pytest.raises(ConfigError, match="http:// or https://"):
+        bad.preflight()
+
+
+def test_the_loop_thread_runs_coroutines_and_raises_their_errors():
+    loop = LoopThread("test-loop")
+    try:
+        async def add(a: int, b: int) -> int:
+            await asyncio.sleep(0)
+            return a + b
+
+        async def boom() -> None:
+            raise ConfigError("bad")
+
+        assert loop.run(add(2, 3), 5) == 5
+        with pytest.raises(ConfigError, match="bad"):
+            loop.run(boom(), 5)
+    finally:
+        loop.close()
+
+
+def test_step_sessions_start_generate_commit_save_and_fork(tmp_path):
+    store = Store(tmp_path / "r.db")
+    sessions = Sessions(limit=2)
+    s = sessions.start_new("math", "1", "areal-math", 3, "scripted", BackendSettings(policy="scripted"))
+    _, gen = sessions.generate(s.key)
+    _, turn = sessions.commit(s.key, s.hand.text_of(gen), None)
+    assert turn.index == 0 and turn.reward == 1.0
+    _, saved = sessions.save(s.key, store)
+    assert store.get_episode(saved.id).n_turns == 1
+    store.set_tags(saved.id, ["keep"])
+    _, gen = sessions.generate(s.key)
+    sessions.commit(s.key, "I give up.", None)
+    _, again = sessions.save(s.key, store)
+    assert again.id == saved.id and store.get_episode(saved.id).n_turns == 2
+    assert store.get_episode(saved.id).tags == ("keep",)  # a second save keeps the tags set in between
+
+    f = sessions.start_fork(store, saved.id[:8], 1, "scripted", None, BackendSettings(policy="scripted"))
+    assert f.hand.report.ok and f.hand.turn == 1 and f.fork_turn == 1
+    _, child = sessions.save(f.key, store)
+    assert child.parent_id == saved.id and child.fork_turn == 1
+    with pytest.raises(ConfigError, match="choose one task"):
+        sessions.start_new("math", "0:3", "auto", None, "scripted", BackendSettings())
+    sessions.start_new("math", "2", "auto", None, "scripted", BackendSettings())  # a third: the first is forgotten
+    with pytest.raises(ConfigError, match="start one or fork"):
+        sessions.get(s.key)
+
+
+def test_serving_beyond_loopback_needs_a_login(monkeypatch):
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    assert resolve_auth("127.0.0.1", None, {}) is None
+    assert resolve_auth("0.0.0.0", "ann:s3:cret", {}) == ("ann", "s3:cret")
+    assert resolve_auth("0.0.0.0", None, {"ROLLSCOPE_AUTH": "bob:pw"}) == ("bob", "pw")
+    with pytest.raises(ConfigError, match="--auth user:password"):
+        resolve_auth("0.0.0.0", None, {})
+    with pytest.raises(ConfigError, match="user:password"):
+        parse_auth("nopassword")
+
+    from engine.cli import main
+
+    monkeypatch.delenv("ROLLSCOPE_AUTH", raising=False)
+    assert main(["serve", "--host", "0.0.0.0"]) == 2
