@@ -93,26 +93,6 @@ class JobStatus:
         return sum(r.reward for r in self.rows) / len(self.rows) if self.rows else None
 
 
-class _Yielding:
-    """A backend that yields to the event loop once before each generation.
-
-    A backend that never suspends (the scripted policy) would otherwise run
-    every episode of a batch inside one pass of the loop, and Cancel, which
-    arrives as a loop callback, would wait for the whole batch to end.
-    """
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.name = inner.name
-
-    async def generate(self, request: Any) -> Any:
-        await asyncio.sleep(0)
-        return await self.inner.generate(request)
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
-
-
 class BatchJob:
     """One Launch batch, run in its own thread and event loop, writing to ``store`` as it goes."""
 
@@ -193,7 +173,7 @@ class BatchJob:
         # Slow setup (tokenizer, a local model) happens here, off the page's
         # thread; a cancel during it is honoured before any episode starts.
         tokenizer = load_tokenizer(plan.backend.tokenizer_spec)
-        backend = _Yielding(self._backend or plan.backend.build(plan.make_env, tokenizer))
+        backend = self._backend or plan.backend.build(plan.make_env, tokenizer)
         spec = BatchSpec(
             env=plan.env, tasks=plan.tasks, samples=plan.samples, preset=plan.preset, config=plan.config,
             sampling=plan.backend.sampling(), policy=plan.backend.policy, concurrency=plan.concurrency,

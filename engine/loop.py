@@ -8,6 +8,7 @@ to the end.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import math
@@ -427,6 +428,10 @@ async def drive(stepper: Stepper) -> Episode:
     """Start a stepper and advance it until the episode ends."""
     stepper.start()
     while not stepper.done:
+        # Yield once a turn: a backend that never suspends (the scripted
+        # policy) would otherwise run a whole batch in one pass of the event
+        # loop, and a cancel (Ctrl-C, the dashboard's Cancel) would wait for it.
+        await asyncio.sleep(0)
         try:
             await stepper.generate()
         except BackendError as e:

@@ -98,6 +98,8 @@ def nondeterminism(env: Env) -> str | None:
     desc = env.describe() if hasattr(env, "describe") else {}
     if desc.get("user") == "llm":
         return "a model plays the user, so its replies differ from run to run"
+    if desc.get("user") == "human":
+        return "a person played the user; their replies cannot be replayed"
     return None
 
 
@@ -191,6 +193,8 @@ def env_for(ep: Episode) -> Callable[[], Env] | str:
     info = dict(ep.config.get("env_info") or {})
     if info.get("user") == "llm":
         return "a model played the user, so its replies differ from run to run"
+    if info.get("user") == "human":
+        return "a person played the user; their replies cannot be replayed"
     if ep.source.get("kind", "live") != "live" and not ep.config.get("env_info"):
         return f"imported from {ep.source.get('kind')}: the env it ran in is not known"
     problems = info.get("problems")

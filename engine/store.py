@@ -90,6 +90,7 @@ class EpisodeFilter:
     text: str | None = None
     has_findings: bool | None = None  # any finding at all (True) or none (False)
     group_id: str | None = None
+    family: str | None = None  # this episode and its forks
 
     @classmethod
     def from_where(cls, clauses: Sequence[str]) -> EpisodeFilter:
@@ -125,6 +126,8 @@ class EpisodeFilter:
                         kw["max_turns"] = int(value)
                 elif key in ("turns", "max_turns") and op == "<=":
                     kw["max_turns"] = int(value)
+                elif key in ("family", "forks_of"):
+                    kw["family"] = value
                 elif key in ("finding", "finding_kind"):
                     kw["finding_kind"] = value
                 elif key in ("env", "task_id", "task", "run_id", "run", "preset", "source", "text"):
@@ -132,7 +135,7 @@ class EpisodeFilter:
                 else:
                     raise ConfigError(
                         f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
-                        "source, tag, starred, turns, finding, id or text"
+                        "source, tag, starred, turns, finding, family, id or text"
                     )
             except ValueError:
                 raise ConfigError(f"--where {clause!r}: {value!r} is not a number") from None
@@ -178,6 +181,9 @@ class EpisodeFilter:
             add("n_findings > 0" if self.has_findings else "n_findings = 0")
         if self.group_id:
             add("group_id = ?", self.group_id)
+        if self.family:
+            # an episode and every fork of it, so they list together
+            add("id = ? OR id IN (SELECT id FROM episodes WHERE parent_id = ?)", self.family, self.family)
         if self.text and self.text.strip():
             add(*text_clause(self.text.strip()))
         return (" AND ".join(f"({w})" for w in where) or "1"), args

@@ -82,8 +82,9 @@ def test_cancel_keeps_finished_and_interrupts_the_rest(tmp_path, smol_tokenizer)
     async def go():
         task = asyncio.create_task(run_batch(spec(MathEnv().tasks[:10], samples=1, concurrency=2), MathEnv, be,
                                              smol_tokenizer, store, run_id="r1"))
-        while store.count(EpisodeFilter(status=("truncated",))) < 2:
-            await asyncio.sleep(0.01)
+        # cancel with two episodes done and at least one mid-way (a turn committed)
+        while store.count(EpisodeFilter(status=("truncated",))) < 2 or not store.count(EpisodeFilter(status=("running",))):
+            await asyncio.sleep(0.005)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -130,3 +130,14 @@ def test_unreadable_databases(tmp_path):
         Store(tmp_path / "missing.db", create=False)
     with pytest.raises(StoreError, match="no episode"):
         Store(tmp_path / "empty.db").get_episode("nope")
+
+
+def test_family_filter_lists_an_episode_with_its_forks(tmp_path, episodes):
+    store = Store(tmp_path / "fam.db")
+    parent = episodes[0]
+    store.save_episode(parent)
+    for i, other in enumerate(episodes[1:3]):
+        store.save_episode(other.evolve(id=f"fork{i}", parent_id=parent.id, fork_turn=i + 1))
+    store.save_episode(episodes[3])
+    ids = {e.id for e in store.list_episodes(EpisodeFilter.from_where([f"family={parent.id}"]))}
+    assert ids == {parent.id, "fork0", "fork1"}

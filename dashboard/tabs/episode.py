@@ -139,6 +139,7 @@ class EpisodeTab:
     fork_button: gr.Button
     current: gr.State  # the id of the episode on screen, or None
     starred: gr.State
+    playback: Any = None  # the playback and re-execution panel (tabs/playback.py), following ``current``
 
     @property
     def outputs(self) -> list[Any]:
@@ -240,6 +241,10 @@ def build(store: Store) -> EpisodeTab:
             chart = gr.Plot(show_label=False, elem_id="rs-turn-chart")
         with gr.Column(scale=2, min_width=360):
             findings = _html("", "rs-episode-findings", render.TOKEN_JS)
+    # Imported here: playback reuses this module's tokenizer cache and fresh().
+    from . import playback as playback_tab
+
+    panel = playback_tab.build(store)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=420):
             with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
@@ -257,7 +262,8 @@ def build(store: Store) -> EpisodeTab:
     current = gr.State(None)
     starred = gr.State(False)
     tab = EpisodeTab(id_box, open_button, star_button, tags, note, save_button, saved, header, chart, findings,
-                     conversation, toggles, tokens, fork_turn, fork_button, current, starred)
+                     conversation, toggles, tokens, fork_turn, fork_button, current, starred, panel)
+    panel.wire(current)
 
     def open_typed(episode_id: str) -> list[Any]:
         return view(store, episode_id)
