@@ -18,6 +18,7 @@ All functions here are pure functions of a tokenizer and messages.
 from __future__ import annotations
 
 import hashlib
+import json
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -126,6 +127,8 @@ def strip_end_of_turn(tokenizer: Any, text: str) -> str:
     return text
 
 
+# The closing depends only on the template (and tools); it is asked for every turn.
+_CLOSING_CACHE: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
 _EOT_CACHE: weakref.WeakKeyDictionary[Any, tuple[list[str], set[int]]] = weakref.WeakKeyDictionary()
 
 
@@ -197,11 +200,19 @@ def assistant_closing(tokenizer: Any, tools: Any = None) -> str:
     For ChatML templates this is ``<|im_end|>\\n``; the model generates the
     ``<|im_end|>`` and the newline is template text it never produced.
     """
+    key = json.dumps(list(tools) if tools else [], sort_keys=True, default=str)
+    try:
+        per_tok = _CLOSING_CACHE.setdefault(tokenizer, {})
+    except TypeError:
+        per_tok = {}
+    if key in per_tok:
+        return per_tok[key]
     text = render(tokenizer, _BASE, tools, add_generation_prompt=False)
     at = text.rfind(SENTINEL)
     if at < 0:
         raise TemplateError("the chat template does not render assistant content verbatim")
-    return text[at + len(SENTINEL) :]
+    per_tok[key] = text[at + len(SENTINEL) :]
+    return per_tok[key]
 
 
 def tail_after_generation(tokenizer: Any, generated_text: str, tools: Any = None) -> str:
