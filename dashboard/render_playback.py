@@ -255,7 +255,11 @@ def _prompt_block(p: PromptView, previous: str | None, t: Turn, span: TurnSpan, 
         notes.append(render_message(
             f"the episode's tokens [0, {p.n_tokens:,}) decode to a different text from character "
             f"{p.tokens_differ_at:,}: the trainer's tokens are not what the model was sent", "warn"))
-    old, new = p.text[:shared], p.text[shared:]
+    if previous is not None and k > 0:
+        # What the previous turn's prompt already held reads dimmer than what this turn added.
+        body = f'<span class="rs-pb-old">{_e(p.text[:shared])}</span><span class="rs-pb-new">{_e(p.text[shared:])}</span>'
+    else:
+        body = _e(p.text)  # turn 0: nothing is "new since" anything
     jump = (f'<a class="rs-jump" href="#" data-pb-tok="{span.gen_start}">its tokens and the turn\'s generation '
             "in the token view ↓</a>")
     return (
@@ -263,19 +267,18 @@ def _prompt_block(p: PromptView, previous: str | None, t: Turn, span: TurnSpan, 
         + f'<div class="rs-pb-chips">{"".join(chips)} {jump}</div>'
         + f'<div class="rs-pb-source rs-dim">{_e(p.note)}</div>{"".join(notes)}'
         # column-reverse keeps the box scrolled to its end, where a turn's new text is.
-        + f'<div class="rs-pb-promptbox"><pre class="rs-pb-prompt"><span class="rs-pb-old">{_e(old)}</span>'
-        + f'<span class="rs-pb-new">{_e(new)}</span></pre></div>'
+        + f'<div class="rs-pb-promptbox"><pre class="rs-pb-prompt">{body}</pre></div>'
     )
 
 
-def _generation_block(t: Turn) -> str:
+def _generation_block(t: Turn, decoded: str | None) -> str:
     g = t.generation
     if g is None:
         return _h("Generated") + '<div class="rs-dim">no generation stored for this turn</div>'
     chips = [chip("tokens", f"{len(g.token_ids):,}"),
              chip("finish", g.finish_reason, "rs-warn" if g.finish_reason != "stop" else "")]
     if g.latency_s:
-        chips.append(chip("latency", f"{g.latency_s:.2f} s"))
+        chips.append(chip("latency", f"{g.latency_s * 1000:.1f} ms" if g.latency_s < 1 else f"{g.latency_s:.2f} s"))
     if g.logprobs is None:
         chips.append(chip("logprobs", "none stored"))
     if g.weight_version is not None:
@@ -283,8 +286,13 @@ def _generation_block(t: Turn) -> str:
     if g.model:
         chips.append(chip("model", g.model))
     detail = f'<div class="rs-dim">{_e(g.finish_detail)}</div>' if g.finish_detail else ""
-    text = text_block(g.text, "rs-text rs-pb-gen") if g.text else (
-        '<div class="rs-dim">no text stored: the ids are in the token view</div>')
+    if g.text:
+        text = text_block(g.text, "rs-text rs-pb-gen")
+    elif decoded:
+        text = ('<div class="rs-pb-source rs-dim">no text stored: decoded from the generated ids</div>'
+                + text_block(decoded, "rs-text rs-pb-gen"))
+    else:
+        text = '<div class="rs-dim">no text stored: the ids are in the token view</div>'
     return _h("Generated (raw)") + f'<div class="rs-pb-chips">{"".join(chips)}</div>{detail}{text}'
 
 
@@ -314,7 +322,9 @@ def _env_block(t: Turn) -> str:
     body = "".join(_message(m) for m in t.observation) or '<div class="rs-dim">no observation stored</div>'
     info = (f'<details class="rs-fold"><summary>env info</summary><pre class="rs-json">{_e(_json(t.info))}</pre>'
             "</details>") if t.info else ""
-    return _h("Env answered") + f'<div class="rs-pb-chips">{chips}</div>{body}{info}'
+    # With no action (a parse error in feedback mode) the observation is the loop's own reply, not the env's.
+    title = "Env answered" if t.action is not None or not t.observation else "Loop's feedback (the env was not called)"
+    return _h(title) + f'<div class="rs-pb-chips">{chips}</div>{body}{info}'
 
 
 def _findings_block(ep: Episode, k: int) -> str:
@@ -344,22 +354,30 @@ def _verdict_chip(v: TurnVerdict | None, latest: ReplayResult | None) -> str:
 
 
 def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | None = None,
-                latest: ReplayResult | None = None) -> str:
-    """The playback card of turn ``k``: prompt, generation, action, env answer, rewards and findings so far."""
+                latest: ReplayResult | None = None, decoded_generation: str | None = None,
+                follow: bool = True) -> str:
+    """The playback card of turn ``k``: prompt, generation, action, env answer, rewards and findings so far.
+
+    ``previous_prompt`` (turn k-1's) marks what is new in this one;
+    ``decoded_generation`` stands in for a generation stored without text;
+    ``follow`` asks the playback script to scroll the timeline and token view to the turn.
+    """
     t = ep.turns[k]
     span = turn_span(ep, k)
     n = ep.n_turns
     verdict = next((v for v in latest.turns if v.turn == t.index), None) if latest is not None else None
-    gaps = "".join(render_message(m, "info") for m in missing(ep))
+    lacks = missing(ep)
+    gaps = ('<div class="rs-note rs-info rs-pb-lacks"><b>This record does not carry everything:</b><ul>'
+            + "".join(f"<li>{_e(m)}</li>" for m in lacks) + "</ul></div>") if lacks else ""
     return (
         f'<div class="rs-pb-card" data-episode="{_e(ep.id)}" data-k="{k}" data-n="{n}" data-gs="{span.gen_start}" '
-        f'data-ge="{span.gen_end}" data-cut="{span.cut}" data-p="{span.prompt_len}">'
+        f'data-ge="{span.gen_end}" data-cut="{span.cut}" data-p="{span.prompt_len}" data-follow="{int(follow)}">'
         f'<div class="rs-pb-head"><span class="rs-pb-turn">Turn {t.index}</span>'
         f'<span class="rs-dim">of {n} (T0–T{n - 1})</span>{_reward_chips(reward_so_far(ep, k), k)}'
         f"{_verdict_chip(verdict, latest)}</div>{gaps}"
         '<div class="rs-pb-grid">'
         f'<div class="rs-pb-col">{_prompt_block(prompt, previous_prompt, t, span, k)}</div>'
-        f'<div class="rs-pb-col">{_generation_block(t)}{_action_block(t)}{_env_block(t)}'
+        f'<div class="rs-pb-col">{_generation_block(t, decoded_generation)}{_action_block(t)}{_env_block(t)}'
         f"{_findings_block(ep, k)}</div>"
         "</div></div>"
     )
@@ -376,15 +394,17 @@ def render_no_turns(ep: Episode | None, message: str = "") -> str:
 
 
 def _value(x: Any, other: Any) -> str:
-    """A stored or re-executed value, with the part where it departs from ``other`` marked."""
+    """A stored or re-executed value, with the part that differs from ``other`` marked."""
     if x is None:
         return '<span class="rs-dim">none</span>'
     a = x if isinstance(x, str) else _json(x)
     b = other if isinstance(other, str) else ("" if other is None else _json(other))
     at = common_prefix(a, b) if a != b else len(a)
-    head, tail = a[:at], a[at:]
-    body = f'<pre class="rs-json rs-pb-val">{_e(head)}<mark>{_e(tail)}</mark></pre>' if tail else (
-        f'<pre class="rs-json rs-pb-val">{_e(a)}</pre>')
+    # The common tail too (closing brackets, the rest of a sentence), never overlapping the head.
+    end = len(a) - min(common_prefix(a[::-1], b[::-1]), len(a) - at, len(b) - at) if a != b else len(a)
+    head, mid, tail = a[:at], a[at:end], a[end:]
+    body = (f'<pre class="rs-json rs-pb-val">{_e(head)}<mark>{_e(mid)}</mark>{_e(tail)}</pre>' if a != b
+            else f'<pre class="rs-json rs-pb-val">{_e(a)}</pre>')
     if len(a) <= VALUE_CHARS:
         return body
     return (f'<details class="rs-fold"><summary>{len(a):,} chars, differs from character {at:,}</summary>'
@@ -401,10 +421,20 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "n/a"
 
 
+def headline(res: ReplayResult) -> str:
+    """One line saying what a re-execution found (the values are in the table)."""
+    if not res.reproducible:
+        return "cannot be re-executed exactly"
+    if res.reproduced:
+        return f"reproduced: {len(res.turns)} turns, every observation, reward and done flag as stored"
+    d = res.divergence
+    return f"diverged at turn {d.turn} on {d.field}" if d is not None else "diverged"
+
+
 def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
     """One re-execution: its verdict, the up-front reason when it cannot reproduce, and the per-turn table."""
     when = "just now" if fresh_run else f"at {_when(res.created_at)}"
-    head = (f'<div class="rs-pb-vhead">{_kind_badge(res)}<span>{_e(res.summary())}</span>'
+    head = (f'<div class="rs-pb-vhead">{_kind_badge(res)}<b>{_e(headline(res))}</b>'
             f'<span class="rs-dim">re-executed {_e(when)}'
             f'{_e(f" · turns 0–{res.until}") if res.until is not None else ""}</span></div>')
     if not res.reproducible:
@@ -442,7 +472,7 @@ def render_replays(stored: Sequence[dict[str, Any]], fresh_run: bool = False, er
     parts.append(render_verdict(results[0], fresh_run))
     if len(results) > 1:
         items = "".join(f'<li>{_kind_badge(r)} <span class="rs-dim">{_e(_when(r.created_at))}</span> '
-                        f"{_e(r.summary())}</li>" for r in results[1:])
+                        f"{_e(headline(r))}</li>" for r in results[1:])
         parts.append(f'<details class="rs-fold rs-pb-earlier-runs"><summary>{len(results) - 1} earlier '
                      f're-execution{"s" if len(results) > 2 else ""}</summary><ul>{items}</ul></details>')
     return "".join(parts) + "</div>"

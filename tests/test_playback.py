@@ -213,6 +213,7 @@ def test_imported_episode_without_messages_plays_back_what_it_has(tmp_path: Path
         # No prompt text in the dump: the prompt is decoded from the imported ids.
         assert _shown_prompt(card) == decode(tok, ep.tokens.ids[: imp.turns[k].prompt_len].tolist())
         assert "no chat messages stored" in card and "no parsed actions and no env answers stored" in card
+        assert "decoded from the generated ids" in card
         assert "without a tokenizer name" in card and "no action reached the env" in card
     res = asyncio.run(playback.replay_stored(imp))
     assert not res.reproducible and "imported from slime" in rp.render_verdict(res)
@@ -294,3 +295,14 @@ def test_episode_without_turns_and_unknown_id() -> None:
     ep = synthetic_episode(1).evolve(turns=(), segments=())
     assert "no turns" in playback.turn_card(playback.Loaded(ep, None, None), 0)
     assert np.array_equal(ep.tokens.ids, synthetic_episode(1).tokens.ids)
+
+
+def test_parse_error_turn_shows_the_error_and_the_loops_feedback(tok: Any) -> None:
+    from tests.toolenv import PriceEnv
+
+    be = ScriptedBackend(PriceEnv, tok, mistake_rate=1.0, seed=0)
+    ep = asyncio.run(run_episode(PriceEnv(), be, tok, PRESETS["tito"].with_(max_turns=3), "fig", preset="tito"))
+    k = next(t.index for t in ep.turns if t.parse_error and t.observation)
+    card = playback.turn_card(_loaded(ep, tok), k)
+    assert "parse error" in card and html.escape(ep.turns[k].parse_error) in card
+    assert "Loop&#x27;s feedback (the env was not called)" in card and "Env answered" not in card

@@ -38,20 +38,20 @@ from ..render import TOKEN_JS
 # them and marks a fresh view again. Dimming goes by token block (one per
 # turn, see render_tokens) so a step touches a few hundred spans, not 32,000.
 PLAYBACK_JS = TOKEN_JS + r"""
-const TOKVIEW = "#rs-episode-tokens .rs-tokview", CONV = "#rs-episode-conversation .rs-conv";
-const stateOf = () => {
+const PB_TOKVIEW = "#rs-episode-tokens .rs-tokview", PB_CONV = "#rs-episode-conversation .rs-conv";
+const pbState = () => {
   const card = element.querySelector(".rs-pb-card");
   if (!card) return null;
   const d = card.dataset;
-  return { ep: d.episode, k: +d.k, n: +d.n, gs: +d.gs, ge: +d.ge, cut: +d.cut };
+  return { ep: d.episode, k: +d.k, n: +d.n, gs: +d.gs, ge: +d.ge, cut: +d.cut, follow: d.follow === "1" };
 };
-const onScreen = (st) => {
+const pbOnScreen = (st) => {
   // The views belong to the episode in the id box; a view of another episode
   // (opened a moment before its new card arrives) must not get these marks.
   const box = document.querySelector("#rs-episode-id input, #rs-episode-id textarea");
   return !!st && !!box && box.value === st.ep;
 };
-const indexOf = (view) => {
+const pbIndex = (view) => {
   if (!view._pb) {
     const toks = Array.from(view.querySelectorAll(".rs-tokens .tok"));
     const blocks = [];
@@ -65,20 +65,42 @@ const indexOf = (view) => {
   }
   return view._pb;
 };
-const scrollTo = (box, target, offset) => {
+const pbScroll = (box, target, offset) => {
   const top = target.getBoundingClientRect().top - box.getBoundingClientRect().top;
-  if (top < offset || top > box.clientHeight - 24) box.scrollTop += top - offset;
+  if (Math.abs(top - offset) > 2) box.scrollTop += top - offset;
 };
-const markTokens = (st, scroll) => {
-  const view = document.querySelector(TOKVIEW);
+// Token blocks off screen have estimated heights (content-visibility) until
+// the browser lays them out, so a scroll computed while the view is off the
+// page lands elsewhere once it is seen. Scroll when the view is on screen,
+// and correct for a few frames while the blocks around the target settle.
+const pbCancelReveal = (view) => {
+  if (view && view._pbSeen) view._pbSeen.disconnect();
+};
+const pbReveal = (view, target, offset) => {
+  pbCancelReveal(view);
+  const seen = new IntersectionObserver((entries) => {
+    if (!entries.some((e) => e.isIntersecting)) return;
+    seen.disconnect();
+    let frames = 0;
+    const settle = () => {
+      pbScroll(view, target, offset);
+      if (++frames < 8) requestAnimationFrame(settle);
+    };
+    settle();
+  });
+  view._pbSeen = seen;
+  seen.observe(view);
+};
+const pbMarkTokens = (st, scroll) => {
+  const view = document.querySelector(PB_TOKVIEW);
   if (!view) return;
-  const ix = indexOf(view);
+  const ix = pbIndex(view);
   for (const t of ix.marked) t.classList.remove("pb-gen", "pb-gen-first", "pb-after");
   for (const b of ix.dimmed) b.classList.remove("pb-after");
   ix.marked = [];
   ix.dimmed = [];
   view._pbFor = st;
-  if (!onScreen(st)) return;
+  if (!pbOnScreen(st)) return;
   const n = ix.toks.length;
   for (const [b, a, e] of ix.blocks) {
     if (a >= st.cut) { b.classList.add("pb-after"); ix.dimmed.push(b); }
@@ -92,16 +114,14 @@ const markTokens = (st, scroll) => {
   const target = ix.toks[Math.min(st.gs, n - 1)];
   if (scroll && target) {
     const head = view.querySelector(".rs-tokhead");
-    scrollTo(view, target, (head ? head.offsetHeight : 0) + 12);
-    // Blocks off screen have estimated heights until laid out: correct once they are.
-    requestAnimationFrame(() => scrollTo(view, target, (head ? head.offsetHeight : 0) + 12));
+    pbReveal(view, target, (head ? head.offsetHeight : 0) + 12);
   }
 };
-const markTimeline = (st, scroll) => {
-  const conv = document.querySelector(CONV);
+const pbMarkTimeline = (st, scroll) => {
+  const conv = document.querySelector(PB_CONV);
   if (!conv) return;
   conv._pbFor = st;
-  const on = onScreen(st);
+  const on = pbOnScreen(st);
   let current = null;
   for (const sec of conv.querySelectorAll(":scope > .rs-turn")) {
     const t = Number(sec.id.slice("conv-turn-".length));
@@ -111,21 +131,23 @@ const markTimeline = (st, scroll) => {
   }
   const hidden = on ? st.n - st.k - 1 : 0;
   if (hidden > 0) {
-    conv.dataset.pbMore = `Playback is at turn ${st.k}: ${hidden} later turn${hidden > 1 ? "s" : ""} hidden (⏭ shows all).`;
+    conv.dataset.pbMore = `Playback is at turn ${st.k}: ${hidden} later turn${hidden > 1 ? "s" : ""} hidden (Last ▶▶ shows them).`;
   } else {
     delete conv.dataset.pbMore;
   }
-  if (scroll && current) scrollTo(conv, current, 0);
+  if (scroll && current) pbScroll(conv, current, 0);
 };
-const sync = (scroll) => {
-  const st = stateOf();
+const pbSync = () => {
+  const st = pbState();
   element._pbState = st;
-  markTokens(st, scroll);
-  markTimeline(st, scroll);
-  watchViews();
+  // Only a step moves the views; opening an episode leaves them where the researcher looks.
+  const scroll = !!st && st.follow;
+  pbMarkTokens(st, scroll);
+  pbMarkTimeline(st, scroll);
+  pbWatchViews();
 };
-const watchViews = () => {
-  for (const [root, sel, mark] of [["rs-episode-tokens", TOKVIEW, markTokens], ["rs-episode-conversation", CONV, markTimeline]]) {
+const pbWatchViews = () => {
+  for (const [root, sel, mark] of [["rs-episode-tokens", PB_TOKVIEW, pbMarkTokens], ["rs-episode-conversation", PB_CONV, pbMarkTimeline]]) {
     const el = document.getElementById(root);
     if (!el || el._pbObserved) continue;
     el._pbObserved = true;
@@ -135,17 +157,23 @@ const watchViews = () => {
     }).observe(el, { childList: true, subtree: true });
   }
 };
-watch("value", () => sync(true));
+watch("value", pbSync);
+// A link the researcher follows (a finding, a turn) wins over a scroll still waiting for the view.
+document.addEventListener("click", (event) => {
+  if (event.target.closest && event.target.closest("a[data-jump]")) pbCancelReveal(document.querySelector(PB_TOKVIEW));
+}, true);
 element.addEventListener("click", (event) => {
   const link = event.target.closest && event.target.closest("a[data-pb-tok]");
   if (!link) return;
   event.preventDefault();
-  const view = document.querySelector(TOKVIEW);
+  const view = document.querySelector(PB_TOKVIEW);
   if (!view) return;
-  view.scrollIntoView({ block: "start" });
-  markTokens(element._pbState, true);
+  view.scrollIntoView({ block: "center" });
+  pbMarkTokens(element._pbState, true);
 });
 """
+
+DECODED_KEPT = 16  # decoded prompts kept per episode
 
 # A turn link in the verdict table moves playback to that turn.
 REPLAY_JS = r"""
@@ -176,6 +204,8 @@ class Loaded:
             return None
         with self.lock:
             if k not in self.decoded:
+                if len(self.decoded) >= DECODED_KEPT:
+                    self.decoded.pop(next(iter(self.decoded)))  # the oldest: a late prompt is 150,000 chars
                 self.decoded[k] = decode(self.tokenizer, self.ep.tokens.ids[:n].tolist())
             return self.decoded[k]
 
@@ -220,15 +250,19 @@ class Episodes:
         return loaded
 
 
-def turn_card(loaded: Loaded, k: int) -> str:
-    """The card of turn ``k`` (clamped to the episode's turns)."""
+def turn_card(loaded: Loaded, k: int, follow: bool = True) -> str:
+    """The card of turn ``k`` (clamped to the episode's turns); ``follow``: the views scroll to the turn."""
     ep = loaded.ep
     if not ep.turns:
         return rp.render_no_turns(ep)
     k = min(max(k, 0), ep.n_turns - 1)
     prompt = rp.prompt_at(ep, k, loaded.tokenizer, loaded.tokenizer_error, decoded=loaded.decoded_prompt(k))
     previous = loaded.prompt_text(k - 1) if k > 0 else None
-    return rp.render_turn(ep, k, prompt, previous, loaded.latest)
+    g = ep.turns[k].generation
+    # A dump imported without a tokenizer keeps only the generated ids: decode them when we can.
+    spoken = (decode(loaded.tokenizer, list(g.token_ids)) if g is not None and not g.text and g.token_ids
+              and loaded.tokenizer is not None else None)
+    return rp.render_turn(ep, k, prompt, previous, loaded.latest, spoken, follow)
 
 
 def _fresh(html_text: str) -> str:
@@ -266,7 +300,8 @@ class PlaybackPanel:
             return [_slider(0, 0), rp.render_no_turns(None, str(e)), ""]
         n = loaded.ep.n_turns
         last = max(n - 1, 0)
-        return [_slider(n, last), _fresh(turn_card(loaded, last)), rp.render_replays(self.episodes.store.replays(episode_id))]
+        return [_slider(n, last), _fresh(turn_card(loaded, last, follow=False)),
+                rp.render_replays(self.episodes.store.replays(episode_id))]
 
     def step(self, episode_id: str | None, k: Any, how: str) -> list[Any]:
         """Values for (slider, card) after ``how`` (first, prev, next, last, or "at" for ``k`` itself)."""
@@ -294,7 +329,7 @@ class PlaybackPanel:
         except StoreError as e:
             return [rp.render_replays(store.replays(episode_id), error=str(e)), gr.skip()]
         loaded.latest = result
-        card = _fresh(turn_card(loaded, int(k or 0))) if loaded.ep.turns else gr.skip()
+        card = _fresh(turn_card(loaded, int(k or 0), follow=False)) if loaded.ep.turns else gr.skip()
         return [rp.render_replays(store.replays(episode_id), fresh_run=True), card]
 
     def wire(self, current: gr.State) -> None:
@@ -302,11 +337,11 @@ class PlaybackPanel:
         current.change(self.open, inputs=[current], outputs=[self.slider, self.card, self.replay])
         for button, how in ((self.first, "first"), (self.prev, "prev"), (self.next, "next"), (self.last, "last")):
             button.click(lambda e, k, how=how: self.step(e, k, how), inputs=[current, self.slider],
-                         outputs=[self.slider, self.card], show_progress="hidden")
+                         outputs=[self.slider, self.card], show_progress="hidden", queue=False)
         # input, not change: change also fires when a button sets the slider,
         # which would render the same card twice.
         self.slider.input(lambda e, k: self.step(e, k, "at")[1], inputs=[current, self.slider], outputs=[self.card],
-                          trigger_mode="always_last", show_progress="hidden")
+                          trigger_mode="always_last", show_progress="hidden", queue=False)
         self.reexecute.click(self.run_replay, inputs=[current, self.slider], outputs=[self.replay, self.card])
 
         def to_turn(episode_id: str | None, evt: gr.EventData) -> list[Any]:
@@ -327,12 +362,12 @@ def build(store: Store) -> PlaybackPanel:
     """Lay out the playback controls, card and re-execution panel in the current Blocks context."""
     with gr.Row(equal_height=True, elem_classes="rs-pb-controls", elem_id="rs-pb-controls"):
         gr.HTML('<h4 class="rs-h">Playback</h4>', apply_default_css=False, js_on_load=None)
-        first = gr.Button("⏮ First", scale=0, min_width=90, size="sm", elem_id="rs-pb-first")
+        first = gr.Button("◀◀ First", scale=0, min_width=90, size="sm", elem_id="rs-pb-first")
         prev = gr.Button("◀ Prev", scale=0, min_width=90, size="sm", elem_id="rs-pb-prev")
         slider = gr.Slider(0, 1, value=0, step=1, label="turn", show_label=False, container=False, scale=4,
-                           min_width=220, interactive=False, elem_id="rs-pb-slider")
+                           min_width=220, interactive=False, buttons=[], elem_id="rs-pb-slider")
         nxt = gr.Button("Next ▶", scale=0, min_width=90, size="sm", elem_id="rs-pb-next")
-        last = gr.Button("Last ⏭", scale=0, min_width=90, size="sm", elem_id="rs-pb-last")
+        last = gr.Button("Last ▶▶", scale=0, min_width=90, size="sm", elem_id="rs-pb-last")
         reexecute = gr.Button("Re-execute", scale=0, min_width=130, size="sm", variant="secondary",
                               elem_id="rs-pb-reexec")
     card = _html(rp.render_no_turns(None), "rs-pb-card", PLAYBACK_JS)
