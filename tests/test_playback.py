@@ -185,7 +185,7 @@ def test_findings_up_to_k(tok: Any) -> None:
 
 
 def test_hostile_text_is_escaped_in_the_card_and_verdict(tok: Any) -> None:
-    from tests.test_render import FixedReplyBackend
+    from tests.fakes import FixedReplyBackend
 
     ep, _ = _run(tok, "math", "tito", backend=FixedReplyBackend(tok, HOSTILE), max_turns=2)
     card = playback.turn_card(_loaded(ep, tok), 1)

@@ -14,39 +14,16 @@ import numpy as np
 import pytest
 
 from dashboard import render
-from engine.backends.base import GenerationRequest
 from engine.backends.scripted import ScriptedBackend
-from engine.chat import encode, end_of_turn_ids
 from engine.factory import env_factory, load_tokenizer
 from engine.loop import run_episode
 from engine.presets import PRESETS
-from engine.records import Episode, Finding, Generation, Message, Segment, Severity, TokenArrays, ToolCall
+from engine.records import Episode, Finding, Message, Segment, Severity, TokenArrays, ToolCall
+from tests.fakes import FixedReplyBackend
 
 HOSTILE = '<img src=x onerror="window.__xss=1"> and <script>window.__xss=2</script>'
 TOK_SPAN = re.compile(r'<span class="(tok [^"]*)"(?: id="[^"]*")?>')
 META = re.compile(r'data-meta="([^"]*)"')
-
-
-class FixedReplyBackend:
-    """A backend that always says the same text, tokenized like a model's output."""
-
-    name = "fixed"
-
-    def __init__(self, tokenizer: Any, text: str) -> None:
-        self.tok = tokenizer
-        self.text = text
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        ids = encode(self.tok, self.text) + sorted(end_of_turn_ids(self.tok))[:1]
-        return Generation(
-            text=self.tok.decode(ids, skip_special_tokens=False),
-            token_ids=tuple(ids),
-            logprobs=tuple(-0.25 for _ in ids),
-            model="fixed",
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name}
 
 
 @pytest.fixture(scope="module")

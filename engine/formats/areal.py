@@ -43,14 +43,13 @@ from ..records import Episode, Generation, Status, TokenArrays, Turn
 from ..rewards import discounted_returns
 from .base import (
     ImportContext,
-    discover,
     float_array,
     int_array,
     int_field,
-    json_lines,
     jsonable,
     mask_array,
     mask_structure,
+    read_jsonl_records,
     reward_value,
     stable_id,
 )
@@ -173,14 +172,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     """Stream episodes from AReaL trajectory dumps (a file or a ``rollout/`` folder)."""
     if ctx.tokenizer is None:
         ctx.note(NO_TOKENIZER_NOTE)
-    for f in discover(path, (".jsonl",)):
-        for where, d in json_lines(f, ctx):
-            try:
-                ep = record_to_episode(d, where, f, int(where.rsplit(":", 1)[1]), ctx)
-            except FormatError as e:
-                ctx.skip(e)
-                continue
-            yield ep
+    yield from read_jsonl_records(path, ctx, record_to_episode)
 
 
 # -- export -----------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
-from ..records import Finding, Generation, Segment, Severity, Turn
+from ..records import Episode, Finding, Generation, Segment, Severity, Turn
 
 STATUS_FINISH = {"truncated": "length", "aborted": "abort"}
 
@@ -414,3 +414,17 @@ def safe_torch_load(path: Path) -> Any:
     except (RuntimeError, EOFError, KeyError, ValueError, OSError, IndexError) as e:
         first = (str(e).splitlines() or [type(e).__name__])[0][:200]
         raise FormatError(f"cannot read as a torch.save file (truncated or corrupt?): {first}", str(path)) from None
+
+
+def read_jsonl_records(
+    path: Path, ctx: ImportContext, to_episode: Callable[[dict[str, Any], str, Path, int, ImportContext], Episode]
+) -> Iterator[Episode]:
+    """Episodes from every ``.jsonl`` under ``path``, one record a line; bad records are skipped and reported."""
+    for f in discover(path, (".jsonl",)):
+        for where, d in json_lines(f, ctx):
+            try:
+                ep = to_episode(d, where, f, int(where.rsplit(":", 1)[1]), ctx)
+            except FormatError as e:
+                ctx.skip(e)
+                continue
+            yield ep

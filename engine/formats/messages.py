@@ -31,7 +31,7 @@ from ..errors import FormatError, RollscopeError
 from ..records import Episode, Finding, Generation, Message, Segment, Status, TokenArrays, ToolCall, Turn
 from ..rewards import discounted_returns
 from ..toolcalls import parse as parse_tool_calls
-from .base import ImportContext, discover, json_lines, jsonable, reward_value, stable_id, unstable_finding
+from .base import ImportContext, jsonable, read_jsonl_records, reward_value, stable_id, unstable_finding
 
 NO_TOKENIZER_NOTE = "no tokenizer given (--tokenizer PATH_OR_ID): episodes hold messages only, no token ids"
 
@@ -188,14 +188,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     """Stream episodes from chat JSONL files, one line at a time."""
     if ctx.tokenizer is None:
         ctx.note(NO_TOKENIZER_NOTE)
-    for f in discover(path, (".jsonl",)):
-        for where, d in json_lines(f, ctx):
-            try:
-                ep = record_to_episode(d, where, f, int(where.rsplit(":", 1)[1]), ctx)
-            except FormatError as e:
-                ctx.skip(e)
-                continue
-            yield ep
+    yield from read_jsonl_records(path, ctx, record_to_episode)
 
 
 # -- export -----------------------------------------------------------------------

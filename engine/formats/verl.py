@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import FormatError
 from ..records import Episode, Message, Status
-from .base import ImportContext, discover, json_lines, jsonable, reward_value, stable_id
+from .base import ImportContext, jsonable, read_jsonl_records, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode
 
 REQUIRED = ("input", "output")
@@ -68,11 +68,4 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     """Stream episodes from verl rollout JSONL files, one line at a time."""
     ctx.note(RECONSTRUCTED_NOTE if ctx.tokenizer is not None else NO_TOKENIZER_NOTE)
-    for f in discover(path, (".jsonl",)):
-        for where, d in json_lines(f, ctx):
-            try:
-                ep = record_to_episode(d, where, f, int(where.rsplit(":", 1)[1]), ctx)
-            except FormatError as e:
-                ctx.skip(e)
-                continue
-            yield ep
+    yield from read_jsonl_records(path, ctx, record_to_episode)

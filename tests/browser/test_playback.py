@@ -25,7 +25,8 @@ from engine.loop import run_episode
 from engine.presets import PRESETS
 from engine.records import Episode
 from engine.store import Store
-from tests.browser.conftest import HOSTILE, FixedReplyBackend, _free_port, _run_sync
+from tests.browser.conftest import HOSTILE, _free_port, _run_sync
+from tests.fakes import FixedReplyBackend
 from tests.fixtures_formats import slime_sample, write_slime_dump
 from tests.synthetic import long_episode
 
