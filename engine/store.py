@@ -19,16 +19,17 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
 from .errors import ConfigError, StoreError
-from .records import Episode, Finding, Status, TokenArrays, Turn
 
 # Bins, BrowseStats, RewardStats and search_texts are re-exported for callers of the store.
+from .queries import SORTABLE, EpisodeFilter, EpisodeSummary  # noqa: F401  (re-exported: the public home is here)
+from .records import Episode, Finding, Status, TokenArrays, Turn
 from .store_browse import Bins, BrowseQueries, BrowseStats, RewardStats, search_texts, text_clause  # noqa: F401
 
 DB_SCHEMA = 2  # 2: the full-text search index (search_texts, search_refs, search_fts)
@@ -39,160 +40,6 @@ _COLUMN_FIELDS = {
     "parent_id", "fork_turn", "starred", "note", "created_at", "schema_version", "tags", "turns", "tokens",
 }
 
-
-@dataclass(frozen=True)
-class EpisodeSummary:
-    """One row of the episode table."""
-
-    id: str
-    env: str
-    task_id: str
-    status: str
-    reward: float
-    n_turns: int
-    n_tokens: int
-    n_trainable: int
-    preset: str
-    model: str
-    run_id: str | None
-    sample_index: int
-    created_at: float
-    starred: bool
-    n_findings: int
-    source: str
-    group_id: str | None = None
-    n_errors: int = 0
-    tags: tuple[str, ...] = ()
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> EpisodeSummary:
-        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
-
-
-@dataclass(frozen=True)
-class EpisodeFilter:
-    """What Browse, ``ls`` and ``export`` filter episodes by."""
-
-    env: str | None = None
-    task_id: str | None = None
-    status: tuple[str, ...] = ()
-    reward_min: float | None = None
-    reward_max: float | None = None
-    run_id: str | None = None
-    preset: str | None = None
-    source: str | None = None
-    starred: bool | None = None
-    tags: tuple[str, ...] = ()
-    finding_kind: str | None = None
-    min_turns: int | None = None
-    max_turns: int | None = None
-    ids: tuple[str, ...] = ()
-    text: str | None = None
-    has_findings: bool | None = None  # any finding at all (True) or none (False)
-    group_id: str | None = None
-    family: str | None = None  # this episode and its forks
-
-    @classmethod
-    def from_where(cls, clauses: Sequence[str]) -> EpisodeFilter:
-        """Parse ``key=value`` clauses: ``status=completed,truncated``, ``reward>=0.5``, ``tag=x``."""
-        kw: dict[str, Any] = {}
-        for clause in clauses:
-            for op in (">=", "<=", "="):
-                if op in clause:
-                    key, _, value = clause.partition(op)
-                    key, value = key.strip(), value.strip()
-                    break
-            else:
-                raise ConfigError(f"--where {clause!r}: expected key=value, reward>=X or reward<=X")
-            try:
-                if key == "reward" and op != "=":
-                    kw["reward_min" if op == ">=" else "reward_max"] = float(value)
-                elif key == "reward":
-                    kw["reward_min"] = kw["reward_max"] = float(value)
-                elif key == "status":
-                    bad = [s for s in value.split(",") if s not in {x.value for x in Status}]
-                    if bad:
-                        raise ConfigError(f"--where status: unknown status {bad[0]!r}; one of {', '.join(x.value for x in Status)}")
-                    kw["status"] = tuple(value.split(","))
-                elif key in ("tag", "tags"):
-                    kw["tags"] = tuple(value.split(","))
-                elif key == "id":
-                    kw["ids"] = tuple(value.split(","))
-                elif key == "starred":
-                    kw["starred"] = value.lower() in ("1", "true", "yes")
-                elif key in ("turns", "min_turns") and op in (">=", "="):
-                    kw["min_turns"] = int(value)
-                    if op == "=":
-                        kw["max_turns"] = int(value)
-                elif key in ("turns", "max_turns") and op == "<=":
-                    kw["max_turns"] = int(value)
-                elif key in ("family", "forks_of"):
-                    kw["family"] = value
-                elif key in ("finding", "finding_kind"):
-                    kw["finding_kind"] = value
-                elif key in ("env", "task_id", "task", "run_id", "run", "preset", "source", "text"):
-                    kw[{"task": "task_id", "run": "run_id"}.get(key, key)] = value
-                else:
-                    raise ConfigError(
-                        f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
-                        "source, tag, starred, turns, finding, family, id or text"
-                    )
-            except ValueError:
-                raise ConfigError(f"--where {clause!r}: {value!r} is not a number") from None
-        return cls(**kw)
-
-    def sql(self) -> tuple[str, list[Any]]:
-        where: list[str] = []
-        args: list[Any] = []
-
-        def add(cond: str, *vals: Any) -> None:
-            where.append(cond)
-            args.extend(vals)
-
-        if self.env:
-            add("env = ?", self.env)
-        if self.task_id:
-            add("task_id = ?", self.task_id)
-        if self.status:
-            add(f"status IN ({','.join('?' * len(self.status))})", *self.status)
-        if self.reward_min is not None:
-            add("reward >= ?", self.reward_min)
-        if self.reward_max is not None:
-            add("reward <= ?", self.reward_max)
-        if self.run_id:
-            add("run_id = ?", self.run_id)
-        if self.preset:
-            add("preset = ?", self.preset)
-        if self.source:
-            add("source = ?", self.source)
-        if self.starred is not None:
-            add("starred = ?", int(self.starred))
-        for tag in self.tags:
-            add("id IN (SELECT episode_id FROM tags WHERE tag = ?)", tag)
-        if self.finding_kind:
-            add("id IN (SELECT episode_id FROM findings WHERE kind = ?)", self.finding_kind)
-        if self.min_turns is not None:
-            add("n_turns >= ?", self.min_turns)
-        if self.max_turns is not None:
-            add("n_turns <= ?", self.max_turns)
-        if self.ids:
-            add(f"id IN ({','.join('?' * len(self.ids))})", *self.ids)
-        if self.has_findings is not None:
-            add("n_findings > 0" if self.has_findings else "n_findings = 0")
-        if self.group_id:
-            add("group_id = ?", self.group_id)
-        if self.family:
-            # an episode and every fork of it, so they list together
-            add("id = ? OR id IN (SELECT id FROM episodes WHERE parent_id = ?)", self.family, self.family)
-        if self.text and self.text.strip():
-            add(*text_clause(self.text.strip()))
-        return (" AND ".join(f"({w})" for w in where) or "1"), args
-
-
-SORTABLE = (
-    "created_at", "reward", "n_turns", "n_tokens", "env", "task_id", "status", "n_findings", "id",
-    "n_trainable", "preset", "model", "run_id", "group_id", "sample_index", "starred", "source", "n_errors",
-)
 
 def _pid_alive(pid: int) -> bool:
     try:
