@@ -74,16 +74,18 @@ def test_taubench_episode_reproduces(monkeypatch, smol_tokenizer):
     from engine.envs.taubench import TauBenchEnv
 
     make = lambda: TauBenchEnv("retail")  # noqa: E731
-    ep = run(make, smol_tokenizer, "slime-tau", "1")
-    assert ep.reward == 1.0
-    assert asyncio.run(replay(ep, make)).reproduced
+    for preset in ("slime-tau", "tito"):
+        ep = run(make, smol_tokenizer, preset, "1")
+        assert ep.reward == 1.0
+        assert asyncio.run(replay(ep, make)).reproduced
 
 
-def test_retail_episodes_reproduce_and_llm_user_is_refused_up_front(smol_tokenizer):
+@pytest.mark.parametrize("preset", ["slime-tau", "tito"])
+def test_retail_episodes_reproduce_and_llm_user_is_refused_up_front(smol_tokenizer, preset):
     from engine.envs.retail import RetailEnv
 
     for i, task in enumerate(RetailEnv().tasks[:6]):
-        ep = run(RetailEnv, smol_tokenizer, "slime-tau", task, mistake_rate=0.3, seed=i)
+        ep = run(RetailEnv, smol_tokenizer, preset, task, mistake_rate=0.3, seed=i)
         res = asyncio.run(replay(ep, RetailEnv))
         assert res.reproduced, res.summary()
 
