@@ -77,7 +77,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def _text_block(text: str, cls: str = "rs-text") -> str:
+def text_block(text: str, cls: str = "rs-text") -> str:
     """Escaped text, folded into a <details> when it is long."""
     if not text:
         return '<div class="rs-dim rs-empty">(empty)</div>'
@@ -263,7 +263,7 @@ def _message(m: Message) -> str:
     )
     return (
         f'<div class="rs-msg rs-role-{_cls(m.role)}"><div class="rs-msg-head">{who}</div>'
-        f"{_text_block(m.content)}{calls}</div>"
+        f"{text_block(m.content)}{calls}</div>"
     )
 
 
@@ -295,7 +295,7 @@ def _turn(t: Turn, episode_findings: Sequence[Finding]) -> str:
         model = f" · {_e(g.model)}" if g.model else ""
         parts.append(
             '<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'
-            f" · raw generation{model}</div>{_text_block(g.text)}</div>"
+            f" · raw generation{model}</div>{text_block(g.text)}</div>"
         )
     for c in t.tool_calls:
         parts.append(

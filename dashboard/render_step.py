@@ -21,9 +21,8 @@ from engine.fork import ActionPreview, ForkReport
 from engine.records import Episode, Generation, Message, Turn
 
 from .jobs import CANCELLED, CANCELLING, FAILED, FINISHED, PREPARING, EpisodeRow, JobStatus
+from .render import text_block  # noqa: F401  (one folding text block for every view)
 
-FOLD_CHARS = 1500
-FOLD_LINES = 20
 TABLE_ROWS = 200  # the newest finished episodes shown live; the rest are in Browse
 TOKEN_CHIPS = 2000  # a pending generation longer than this shows its first tokens only
 
@@ -68,19 +67,6 @@ def chip(label: str, value: Any, cls: str = "") -> str:
 
 def status_badge(status: str) -> str:
     return f'<span class="rs-status rs-{_STATUS_CLASS.get(status, "muted")}">{_e(status)}</span>'
-
-
-def text_block(text: str, cls: str = "rs-text") -> str:
-    """Escaped text, folded into a <details> when long."""
-    if not text:
-        return '<div class="rs-dim">(empty)</div>'
-    body = f'<div class="{cls}">{_e(text)}</div>'
-    n_lines = text.count("\n") + 1
-    if len(text) <= FOLD_CHARS and n_lines <= FOLD_LINES:
-        return body
-    first = text.strip().split("\n", 1)[0][:100]
-    return (f'<details class="rs-fold"><summary>{_e(first)}… <span class="rs-dim">({n_lines} lines, '
-            f"{len(text):,} chars)</span></summary>{body}</details>")
 
 
 def _json(value: Any) -> str:
