@@ -44,6 +44,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python bench/loop_speed.py
+	$(BIN)/python bench/turn_cost.py
 	$(BIN)/python bench/local_backend.py
 
 clean:

@@ -115,6 +115,8 @@ def prompt_at(ep: Episode, k: int, tokenizer: Any, tokenizer_error: str | None =
     """
     t = ep.turns[k]
     n = min(max(t.prompt_len, 0), len(ep.tokens))
+    # Loops that lay a turn's generation prompt down with its reply (slime) record it in the turn.
+    n = next((s.end for s in t.segments if s.kind == "gen_prompt" and s.start == n), n)
     if decoded is None and tokenizer is not None and n:
         decoded = decode(tokenizer, ep.tokens.ids[:n].tolist())
     # An import's empty prompt field is no prompt text when the tokens hold a prompt.

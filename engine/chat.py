@@ -295,3 +295,82 @@ class TokenBuilder:
         if n:
             self.segments.append(seg)
         return seg
+
+
+# -- slime's token deltas ---------------------------------------------------------
+
+
+class DeltaRefused(TemplateError):
+    """slime's ``token_delta.py`` gives up on this conversation (it raises ``ValueError``)."""
+
+    def __init__(self, message: str, delta: TextDelta | None = None) -> None:
+        super().__init__(message)
+        self.delta = delta
+
+
+@dataclass(frozen=True)
+class SlimeDelta:
+    """Tokens and loss mask the last message adds, as slime computes them.
+
+    ``masked`` is how many leading tokens carry mask 0 (the generation prompt
+    when it is included, all of them for a non-assistant message);
+    ``standalone`` is True when a user message was rendered on its own
+    because the template rewrote the history before it.
+    """
+
+    ids: list[int]
+    masked: int
+    text: str
+    standalone: bool = False
+    rewrite: TextDelta | None = None
+
+
+def slime_delta(tokenizer: Any, messages: Sequence[Message], include_generation_prompt: bool = False) -> SlimeDelta:
+    """What slime's ``get_token_delta`` returns for the last message (rendered without tools).
+
+    Raises :class:`DeltaRefused` with slime's own message where it raises.
+    """
+    if not messages:
+        raise DeltaRefused("Cannot calculate a token delta for an empty conversation")
+    curr = render(tokenizer, messages, None, add_generation_prompt=False)
+    prev = render(tokenizer, messages[:-1], None, add_generation_prompt=False)
+    if messages[-1].role == "assistant":
+        gp = render(tokenizer, messages[:-1], None, add_generation_prompt=True)
+        if not gp.startswith(prev):
+            raise DeltaRefused("Adding the assistant generation prompt rewrote the rendered conversation",
+                               text_delta(prev, gp))
+        if not curr.startswith(gp):
+            raise DeltaRefused("The assistant response does not extend its generation prompt", text_delta(gp, curr))
+        if not include_generation_prompt:
+            text = curr[len(gp) :]
+            return SlimeDelta(encode(tokenizer, text), 0, text)
+        text = curr[len(prev) :]
+        ids = encode(tokenizer, text)
+        # The prefix is counted on the header encoded alone, though the ids were
+        # encoded together: a merge across the boundary shifts the mask, as in slime.
+        return SlimeDelta(ids, min(len(encode(tokenizer, gp[len(prev) :])), len(ids)), text)
+    if curr.startswith(prev):
+        return _masked(tokenizer, curr[len(prev) :])
+    rewrite = text_delta(prev, curr)
+    if messages[-1].role == "user":
+        text = render(tokenizer, messages[-1:], None, add_generation_prompt=False)
+        if not curr.endswith(text):
+            raise DeltaRefused("The latest user message is not a standalone suffix of the rendered conversation", rewrite)
+        out = _masked(tokenizer, text)
+        return SlimeDelta(out.ids, out.masked, text, True, rewrite)
+    raise DeltaRefused("The chat template rewrote history while calculating a non-user token delta", rewrite)
+
+
+def _masked(tokenizer: Any, text: str) -> SlimeDelta:
+    ids = encode(tokenizer, text)
+    return SlimeDelta(ids, len(ids), text)
+
+
+def slime_seed_delta(tokenizer: Any, messages: Sequence[Message]) -> tuple[list[int], TextDelta]:
+    """The seed agent's ``_get_token_delta``: slice after the generation prompt (assistant) or after the
+    previous render (others), without tools, never raising. The generation prompt of a later turn
+    therefore lands in no delta at all."""
+    curr = render(tokenizer, messages, None, add_generation_prompt=False)
+    prev = render(tokenizer, messages[:-1], None, add_generation_prompt=messages[-1].role == "assistant")
+    delta = text_delta(prev, curr)
+    return encode(tokenizer, delta.text), delta

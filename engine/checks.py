@@ -18,8 +18,9 @@ import numpy as np
 
 from . import chat
 from .errors import RollscopeError
-from .presets import ONE_CALL, ONE_OR_MORE
-from .records import Episode, Finding, Severity
+from .presets import ONE_OR_MORE, LoopConfig
+from .records import Episode, Finding, Message, Severity
+from .tokenmodes import prompt_text
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -32,7 +33,11 @@ KINDS = (
     "template_not_prefix_stable", "tokens_not_rendering", "retokenization_drift", "mask_misaligned",
     "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
     "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
+    "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
+    "answer_extraction_failed",
 )
+# Token modes whose arrays hold the very ids the model was given and generated.
+KEEPS_IDS = frozenset({"tito", "areal", "areal-seed"})
 
 
 @dataclass(frozen=True)
@@ -82,11 +87,23 @@ def _token_mode(ep: Episode) -> str:
     return str(ep.config.get("token_mode", "unknown"))
 
 
+def _keeps_ids(ep: Episode) -> bool:
+    return _token_mode(ep) in KEEPS_IDS
+
+
 def _render(ep: Episode, tok: Any, messages: Sequence[Any], gp: bool) -> str:
-    text = chat.render(tok, messages, ep.tools, add_generation_prompt=gp)
-    if ep.config.get("one_call_instruction"):
-        text = text.replace(ONE_OR_MORE, ONE_CALL)
-    return text
+    if gp:
+        return prompt_text(tok, messages, ep.tools, _config(ep))
+    text = chat.render(tok, messages, ep.tools, add_generation_prompt=False)
+    instruction = _config(ep).tool_instruction
+    return text if instruction is None else text.replace(ONE_OR_MORE, instruction)
+
+
+def _config(ep: Episode) -> LoopConfig:
+    try:
+        return LoopConfig.from_dict(ep.config)
+    except RollscopeError:
+        return LoopConfig()
 
 
 # -- template and rendering ---------------------------------------------------
@@ -112,7 +129,7 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
     msgs = list(ep.messages)
     turns = _message_turns(ep)
     already = {f.turn for t in ep.turns for f in t.findings if f.kind == "template_not_prefix_stable"}
-    harmless = _token_mode(ep) == "tito"
+    harmless = _keeps_ids(ep)
     out: list[Finding] = []
     prev = _render(ep, tok, msgs[:1], False)
     for k in range(1, len(msgs)):
@@ -131,7 +148,7 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
                 "template_not_prefix_stable",
                 INFO if harmless else ERROR,
                 f"adding message {k} ({msgs[k].role}) rewrote earlier rendered text at character {d.diff_at}"
-                + ("; harmless here: tito keeps the generated ids" if harmless else "; sliced text deltas are wrong"),
+                + ("; harmless here: the loop keeps the generated ids" if harmless else "; sliced text deltas are wrong"),
                 turn=turns[k],
                 token_start=span[0],
                 token_end=span[1],
@@ -153,6 +170,7 @@ def tito_expected_ids(ep: Episode, tok: Any) -> list[int]:
     the env messages rendered in isolation with the next generation prompt.
     """
     msgs = list(ep.messages)
+    cfg = _config(ep)
     first = next((i for i, m in enumerate(msgs) if m.role == "assistant"), len(msgs))
     ids = chat.encode(tok, _render(ep, tok, msgs[:first], True))
     for i, t in enumerate(ep.turns):
@@ -160,7 +178,8 @@ def tito_expected_ids(ep: Episode, tok: Any) -> list[int]:
         if g is None:
             break
         ids += list(g.token_ids) or chat.encode(tok, g.text)
-        if i < len(ep.turns) - 1:
+        last = i == len(ep.turns) - 1
+        if not last or (cfg.observe_last and t.observation and t.action is not None):
             gen_text = chat.decode(tok, g.token_ids) if g.token_ids else g.text
             ids += chat.encode(tok, chat.tail_after_generation(tok, gen_text, ep.tools))
             m, gp = chat.isolated_messages_delta(tok, t.observation, ep.tools)
@@ -195,8 +214,8 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     if not ep.messages or not len(ep.tokens):
         return [_skip("tokens_not_rendering", "the episode has no messages or no tokens")]
     ids = ep.tokens.ids.tolist()
-    tito = _token_mode(ep) == "tito" and bool(ep.turns) and all(t.generation is not None for t in ep.turns)
-    if tito:
+    keeps = _keeps_ids(ep) and bool(ep.turns) and all(t.generation is not None for t in ep.turns)
+    if keeps:
         # Generated ids are kept as they are, so the reference is not a render of
         # the whole conversation but the generated ids plus template deltas.
         want = tito_expected_ids(ep, tok)
@@ -205,11 +224,26 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
         candidates = _rendered_candidates(ep, tok)
         if any(ids == c for c in candidates):
             return []
-        want = max(candidates, key=lambda c: _first_diff(ids, c) or 0)
+        # A missing header explains the difference from any of the candidates equally well.
+        candidates.sort(key=lambda c: not _missing_headers(ids, c, _assistant_header(tok)))
+        want = candidates[0] if _missing_headers(ids, candidates[0], _assistant_header(tok)) else \
+            max(candidates, key=lambda c: _first_diff(ids, c) or 0)
         what = "the tokenization of the rendered conversation"
     at = _first_diff(ids, want)
     if at is None:
         return []
+    blocks = injected_system_blocks(ep, tok)
+    if blocks and _without(ids, blocks) == want:
+        return []  # the injected system blocks are the whole difference; check_injected_system names them
+    missing = _missing_headers(ids, want, _assistant_header(tok))
+    if missing:
+        first = min(missing[0], len(ids) - 1)
+        return [Finding(
+            "generation_prompt_missing", ERROR,
+            f"the assistant header before {len(missing)} turn{'s' if len(missing) != 1 else ''} is missing from "
+            f"the tokens (first at {missing[0]}): the trainer sees each reply glued to the message before it",
+            turn=_turn_at(ep, first), token_start=first, token_end=first + 1,
+            evidence=_id_evidence(tok, ids, want, missing[0], o.context) | {"positions": missing[:50]})]
     start = min(at, len(ids) - 1)
     return [
         Finding(
@@ -222,6 +256,93 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
             evidence=_id_evidence(tok, ids, want, at, o.context),
         )
     ]
+
+
+def _assistant_header(tok: Any) -> list[int]:
+    try:
+        return chat.encode(tok, chat.generation_prompt_delta(tok, [Message("user", "U")]).text)
+    except RollscopeError:
+        return []
+
+
+def _missing_headers(ids: list[int], want: list[int], header: list[int]) -> list[int]:
+    """Positions in ``ids`` where ``want`` has an assistant header that ``ids`` lacks, when those
+    headers are the whole difference (an empty list otherwise)."""
+    if not header:
+        return []
+    h = len(header)
+    i = j = 0
+    out: list[int] = []
+    while i < len(ids) and j < len(want):
+        if ids[i] == want[j]:
+            i += 1
+            j += 1
+        elif want[j : j + h] == header:
+            out.append(i)
+            j += h
+        else:
+            return []
+    if want[j:] == header and i == len(ids):
+        j += h  # a header the reference adds at the very end is not a loss
+    return out if i == len(ids) and j == len(want) else []
+
+
+def _system_header(tok: Any) -> list[int]:
+    start = tok.convert_tokens_to_ids("<|im_start|>")
+    if not isinstance(start, int) or start == getattr(tok, "unk_token_id", None):
+        return []
+    return chat.encode(tok, "<|im_start|>system")
+
+
+def injected_system_blocks(ep: Episode, tok: Any) -> list[tuple[int, int]]:
+    """[start, end) of every system block after the first prompt: ``<|im_start|>system ... <|im_end|>``
+    plus the newline after it."""
+    if tok is None:
+        return []
+    header = _system_header(tok)
+    if not header:
+        return []
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    nl = set(chat.encode(tok, "\n"))
+    ids = ep.tokens.ids.tolist()
+    out, h, i = [], len(header), max(ep.prompt_len, 1)
+    while i < len(ids):
+        if ids[i] == header[0] and ids[i : i + h] == header:
+            e = i + h
+            while e < len(ids) and ids[e] != end_id:
+                e += 1
+            e = min(e + 1, len(ids))
+            if e < len(ids) and ids[e] in nl:
+                e += 1
+            out.append((i, e))
+            i = e
+        else:
+            i += 1
+    return out
+
+
+def _without(ids: list[int], spans: list[tuple[int, int]]) -> list[int]:
+    out, prev = [], 0
+    for s, e in spans:
+        out.extend(ids[prev:s])
+        prev = e
+    return out + ids[prev:]
+
+
+def check_injected_system(ep: Episode, o: CheckOptions) -> list[Finding]:
+    """A system block in the middle of the trajectory: a message rendered on its own by a template that
+    adds a default system prompt (AReaL's realhf feedback: ``template([user feedback])``)."""
+    blocks = injected_system_blocks(ep, o.tokenizer)
+    if not blocks:
+        return []
+    s, e = blocks[0]
+    text = chat.decode(o.tokenizer, ep.tokens.ids[s:e].tolist())
+    return [Finding(
+        "system_block_injected", ERROR,
+        f"{len(blocks)} system block{'s' if len(blocks) != 1 else ''} in the middle of the trajectory, first at "
+        f"token {s}: a message was rendered on its own and the chat template added its default system prompt",
+        turn=_turn_at(ep, s), token_start=s, token_end=e,
+        evidence={"positions": [b[0] for b in blocks][:50], "text": text[:400]})]
 
 
 # -- generated ids --------------------------------------------------------------
@@ -403,9 +524,9 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
     template_nl = set(closing_newlines(ep, o.tokenizer, spans)) & set(missing.tolist())
     if template_nl:
         at = min(template_nl)
-        out.append(Finding("logprobs_missing", WARNING,
+        out.append(Finding("template_newline_trained", WARNING,
                            f"{len(template_nl)} trained newlines after the end-of-turn token were written by the "
-                           "template, not generated, so they have no rollout logprob",
+                           "template, not generated by the model, so they have no rollout logprob",
                            turn=_turn_at(ep, at), token_start=at, token_end=at + 1,
                            evidence={"positions": sorted(template_nl)[:50]}))
         missing = np.array([p for p in missing.tolist() if p not in template_nl], dtype=np.int64)
@@ -542,7 +663,7 @@ def check_logprob_mismatch(ep: Episode, o: CheckOptions) -> list[Finding]:
 
 
 CHECKS: tuple[Check, ...] = (
-    check_template, check_rendering, check_drift, check_mask, check_logprobs, check_truncation,
+    check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
     check_response_length, check_logprob_mismatch, check_turn_records,
 )
 

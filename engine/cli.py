@@ -49,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--env", default="math", help="math, retail, taubench:retail or taubench:airline")
     r.add_argument("--problems", help="math env: an AReaL-style JSONL (query_id, prompt, solutions) instead of the built-in set")
     r.add_argument("--policy", default="scripted", help="scripted, local, sglang or openai")
-    r.add_argument("--preset", help="areal-math, tito or slime-tau (default: areal-math for math, slime-tau for tool envs)")
+    r.add_argument("--preset", help="tito, slime-tau, slime-tau-seed, areal-math or areal-multiturn "
+                   "(default: areal-math for math, slime-tau for tool envs; `rollscope presets` lists them)")
+    r.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                   help="change one of the preset's knobs, e.g. --set turn_discount=0.9 (repeatable)")
+    r.add_argument("--config", help="a preset file (JSON, as `rollscope presets --json` prints) instead of --preset")
     r.add_argument("--url", help="sglang / openai policy: the server's base URL, e.g. http://127.0.0.1:30000")
     r.add_argument("--api", default="completions", choices=["completions", "chat"], help="openai policy: which endpoint")
     r.add_argument("--user", default="scripted", help="who plays the user in tool envs: scripted or llm")
@@ -68,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--concurrency", type=_positive_int, default=4)
     r.add_argument("--mistake-rate", type=_rate, default=0.2, help="scripted policy: share of wrong turns (0 = always right)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    pr = sub.add_parser("presets", help="list the loop presets, their knobs and the code each reproduces")
+    pr.add_argument("name", nargs="?", help="one preset: print its knobs")
+    pr.add_argument("--json", action="store_true", help="print preset files (the format --config reads)")
 
     ls = sub.add_parser("ls", help="list stored episodes")
     ls.add_argument("--db", default=DEFAULT_DB)
@@ -142,11 +150,17 @@ def _open_store(path: str, must_exist: bool) -> Any:
 def cmd_run(a: argparse.Namespace) -> int:
     from .backends.base import SamplingParams
     from .factory import env_factory, load_tokenizer, make_backend, parse_tasks
-    from .presets import get_preset
+    from .presets import get_preset, load_config_file
     from .runner import BatchSpec, run_batch
 
-    preset = a.preset or ("areal-math" if a.env == "math" else "slime-tau")
-    config = get_preset(preset).with_(max_turns=a.max_turns)
+    if a.config:
+        if a.preset:
+            raise ConfigError("give --preset or --config, not both")
+        preset, config = load_config_file(a.config)
+    else:
+        preset = a.preset or ("areal-math" if a.env == "math" else "slime-tau")
+        config = get_preset(preset)
+    config = config.with_settings(_knob_settings(a.set)).with_(max_turns=a.max_turns)
     user_backend = None
     if a.user == "llm":
         user_backend = make_backend("sglang" if a.user_url else "local", None, load_tokenizer(a.user_model),
@@ -392,7 +406,42 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
+def _knob_settings(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set takes KNOB=VALUE, not {item!r}")
+        out[name.strip()] = value
+    return out
+
+
+def cmd_presets(a: argparse.Namespace) -> int:
+    from .presets import PRESET_INFO, PRESET_LIST, knobs, preset_document
+
+    chosen = PRESET_LIST
+    if a.name:
+        if a.name not in PRESET_INFO:
+            raise ConfigError(f"unknown preset {a.name!r}; choose one of: {', '.join(PRESET_INFO)}")
+        chosen = (PRESET_INFO[a.name],)
+    if a.json:
+        docs = [preset_document(p) for p in chosen]
+        print(json.dumps(docs[0] if a.name else docs, indent=2))
+        return 0
+    for p in chosen:
+        print(f"{p.name}\n  reproduces: {p.reproduces}\n  {p.summary}")
+        if a.name:
+            values = p.config.to_dict()
+            for k in knobs():
+                print(f"  {k['name']} = {values[k['name']]!r}\n      {k['doc']}")
+        print()
+    if not a.name:
+        print("`rollscope presets NAME` shows a preset's knobs; `rollscope run --set KNOB=VALUE` changes one.")
+    return 0
+
+
 COMMANDS = {
+    "presets": cmd_presets,
     "run": cmd_run, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "import": cmd_import,
     "check": cmd_check, "replay": cmd_replay, "serve": cmd_serve,
 }

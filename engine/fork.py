@@ -28,15 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import chat
+from .actions import compare_result, parse_reply
 from .backends.base import Backend, SamplingParams
 from .checks import CheckOptions, with_checks
-from .envs.base import Env
+from .envs.base import Env, StepResult
 from .errors import ConfigError, EnvError, RollscopeError
 from .loop import Stepper
 from .presets import LoopConfig
 from .records import Episode, Finding, Generation, Message, Severity, Status, ToolCall, Turn
 from .replay import TurnVerdict, env_for
-from .toolcalls import parse as parse_tool_calls
 
 # Envs whose simulated user hands over its turn with this marker end the conversation.
 STOP = "###STOP###"
@@ -113,13 +113,8 @@ class ActionPreview:
 def preview_action(tokenizer: Any, config: LoopConfig, tools: tuple[dict[str, Any], ...], text: str) -> ActionPreview:
     """Parse a text the way the loop will when it is committed (same parser, same call limit)."""
     content = chat.strip_end_of_turn(tokenizer, text)
-    if not tools:
-        return ActionPreview(content)
-    res = parse_tool_calls(content, config.tool_parser)
-    if res.error is not None:
-        return ActionPreview(content, (), res.error)
-    calls = res.calls[: config.tool_calls_per_turn] if config.tool_calls_per_turn else res.calls
-    return ActionPreview(content, tuple(calls))
+    res = parse_reply(content, config, tools)
+    return ActionPreview(content, tuple(res.calls) if res.error is None else (), res.error)
 
 
 # -- the fork's verdict ----------------------------------------------------------
@@ -394,8 +389,8 @@ async def fork(
             max_new_tokens=int(s.get("max_new_tokens", 512)), stop=tuple(s.get("stop") or ()), seed=s.get("seed"),
         )
     stepper = Stepper(env, backend, tokenizer, config, parent.task_id, sampling=sampling, preset=parent.preset,
-                      tokenizer_name=parent.tokenizer if tokenizer_name is None else tokenizer_name)
-    stepper.episode = stepper.episode.evolve(parent_id=parent.id, fork_turn=turn)
+                      tokenizer_name=parent.tokenizer if tokenizer_name is None else tokenizer_name,
+                      parent_id=parent.id, fork_turn=turn)
     divergences: list[TurnVerdict] = []
 
     system, first = _opening(parent)
@@ -428,8 +423,10 @@ async def fork(
     if replay_user is not None:
         replay_user.replies.clear()  # a stored reply the replay did not use must not answer the person's turn
 
-    end = _prefix_end(parent, turn)
-    ours = stepper.builder.ids[:end]
+    # Loops that add a turn's generation prompt with its reply (slime) have not laid it down yet.
+    ours = stepper.token_ids
+    end = min(_prefix_end(parent, turn), len(ours))
+    ours = ours[:end]
     theirs = parent.tokens.ids[:end].tolist()
     if ours != theirs:
         at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
@@ -443,13 +440,8 @@ async def fork(
 
 
 def _compare_turn(stored: Turn, now: Turn) -> list[TurnVerdict]:
-    out: list[TurnVerdict] = []
-    if _msgs(stored.observation) != _msgs(now.observation):
-        out.append(TurnVerdict(stored.index, False, "observation", _msgs(stored.observation), _msgs(now.observation)))
-    if stored.reward != now.reward:
-        out.append(TurnVerdict(stored.index, False, "reward", stored.reward, now.reward))
-    if stored.done != now.done:
-        out.append(TurnVerdict(stored.index, False, "done", stored.done, now.done))
+    out = [TurnVerdict(stored.index, False, d.field, d.stored, d.now)
+           for d in compare_result(stored, StepResult(now.observation, now.reward, now.done))]
     if (stored.parse_error is None) != (now.parse_error is None):
         out.append(TurnVerdict(stored.index, False, "parse_error", stored.parse_error, now.parse_error))
     return out

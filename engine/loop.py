@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
-import math
 import time
 import traceback
 import uuid
@@ -19,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import chat, rewards
+from . import chat, rewards, tokenmodes
+from .actions import ENV_FAILURES, actions_for, conversation_observation, execute, parse_reply
 from .backends.base import Backend, GenerationRequest, SamplingParams
 from .envs.base import Env, StepResult
 from .errors import BackendError, RollscopeError
-from .presets import ONE_CALL, ONE_OR_MORE, LoopConfig
+from .presets import LoopConfig
 from .records import (
-    RESPOND,
     Action,
     Episode,
     Finding,
@@ -38,7 +36,7 @@ from .records import (
     ToolCall,
     Turn,
 )
-from .toolcalls import parse as parse_tool_calls
+from .toolcalls import ParseResult
 
 TurnHook = Callable[[Episode, Turn], None]
 
@@ -59,7 +57,16 @@ class Pending:
 
 
 class Stepper:
-    """One episode, advanced a turn at a time."""
+    """One episode, advanced a turn at a time.
+
+    A turn's order of events is the same in every loop reproduced: the
+    reply is parsed; a reply that ends the episode (a server abort, a parse
+    error under ``on_parse_error=abort``) is kept in the conversation only
+    when ``keep_failed_turn`` says so; otherwise its actions go to the env;
+    the env's answer (or the loop's own feedback) is appended unless the
+    episode ended there and ``observe_last`` is off. What tokens each step
+    adds is the token mode's business (``tokenmodes``).
+    """
 
     def __init__(
         self,
@@ -77,23 +84,24 @@ class Stepper:
         sample_index: int = 0,
         tokenizer_name: str = "",
         on_turn: TurnHook | None = None,
+        parent_id: str | None = None,
+        fork_turn: int | None = None,
     ) -> None:
         self.env = env
         self.backend = backend
         self.tok = tokenizer
         self.config = config
+        self.mode = tokenmodes.mode_for(config)
         self.task_id = task_id
         self.sampling = sampling or SamplingParams()
         self.on_turn = on_turn
         self.tools = tuple(env.tools)
-        self.messages: list[Message] = []
-        self.builder = chat.TokenBuilder()
+        self._ctx = tokenmodes.Context(tokenizer, self.tools, config, chat.TokenBuilder(), [])
         self.turns: list[Turn] = []
         self.status = Status.RUNNING
         self.reason = ""
         self.findings: list[Finding] = []
         self.pending: Pending | None = None
-        self._eot_ids = chat.end_of_turn_ids(tokenizer)
         self.episode = Episode(
             id=episode_id or new_id(),
             env=env.name,
@@ -108,6 +116,8 @@ class Stepper:
             template_hash=chat.template_hash(tokenizer),
             tools=self.tools,
             created_at=time.time(),
+            parent_id=parent_id,
+            fork_turn=fork_turn,
         )
 
     # -- lifecycle -------------------------------------------------------
@@ -116,38 +126,40 @@ class Stepper:
     def done(self) -> bool:
         return self.status is not Status.RUNNING
 
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The conversation so far."""
+        return tuple(self._ctx.messages)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The episode's token ids so far (a copy)."""
+        return list(self._ctx.builder.ids)
+
     def start(self) -> Episode:
         """Reset the env and lay down the first prompt's tokens."""
         system = self.env.system_prompt(self.task_id)
         first = self.env.reset(self.task_id)
-        self.messages = ([Message("system", system)] if system else []) + list(first)
-        prompt = self._prompt_text()
-        self.builder.add(chat.encode(self.tok, prompt), "prompt", 0, False)
-        self.episode = self.episode.evolve(prompt_len=len(self.builder))
+        self._ctx.messages[:] = ([Message("system", system)] if system else []) + list(first)
+        self.mode.start(self._ctx)
+        self.episode = self.episode.evolve(prompt_len=len(self._ctx.builder))
         return self.snapshot()
-
-    def _prompt_text(self) -> str:
-        text = chat.render(self.tok, self.messages, self.tools, add_generation_prompt=True)
-        if self.config.one_call_instruction:
-            text = text.replace(ONE_OR_MORE, ONE_CALL)
-        return text
 
     async def generate(self) -> Generation:
         """Ask the backend for the next assistant turn; nothing is committed."""
         if self.done:
             raise RollscopeError(f"episode already ended ({self.status})")
         t = len(self.turns)
-        retok = self.config.token_mode == "retokenize"
-        prompt_text = self._prompt_text() if retok else None
+        prompt_text, prompt_ids = self.mode.request(self._ctx)
         sampling = self.sampling
         if sampling.seed is not None:
             # A new draw each turn; the same episode seed still replays the same episode.
             sampling = dataclasses.replace(sampling, seed=sampling.seed + t)
         request = GenerationRequest(
             prompt_text=prompt_text,
-            prompt_ids=None if retok else tuple(self.builder.ids),
+            prompt_ids=prompt_ids,
             sampling=sampling,
-            messages=tuple(self.messages),
+            messages=self.messages,
             tools=self.tools,
             task_id=self.task_id,
             turn=t,
@@ -155,7 +167,7 @@ class Stepper:
         )
         t0 = time.perf_counter()
         gen = await self.backend.generate(request)
-        self.pending = Pending(t, prompt_text, len(self.builder), gen, time.perf_counter() - t0)
+        self.pending = Pending(t, prompt_text, len(self._ctx.builder), gen, time.perf_counter() - t0)
         return gen
 
     def backend_failed(self, error: BackendError) -> Episode:
@@ -173,6 +185,10 @@ class Stepper:
             text=chat.decode(self.tok, ids), token_ids=tuple(ids), logprobs=None, finish_reason="stop", model="manual"
         )
 
+    def content_of(self, generation: Generation) -> str:
+        """The assistant message a generation becomes (its text without the end-of-turn token)."""
+        return self.mode.content(self._ctx, generation)
+
     async def commit(self, generation: Generation | None = None) -> Turn:
         """Execute a generation (the pending one by default) in the env.
 
@@ -187,75 +203,86 @@ class Stepper:
                 raise RollscopeError("nothing to commit: call generate() first or pass a generation")
             generation = self.pending.generation
         pend = self.pending if self.pending is not None and self.pending.turn == t else None
-        prompt_text = pend.prompt_text if pend else (self._prompt_text() if self.config.token_mode == "retokenize" else None)
-        prompt_len = len(self.builder)
+        prompt_text = pend.prompt_text if pend else self.mode.request(self._ctx)[0]
+        prompt_len = len(self._ctx.builder)
         self.pending = None
         timings: dict[str, float] = {"generate_s": pend.generate_s if pend else 0.0}
         findings: list[Finding] = []
+        seg_start = len(self._ctx.builder.segments)
+        cfg = self.config
 
-        content = chat.strip_end_of_turn(self.tok, generation.text)
-        assistant = Message("assistant", content)
-        seg_start = len(self.builder.segments)
-        self._add_assistant_tokens(t, assistant, generation, findings)
-        self.messages.append(assistant)
-
-        if generation.finish_reason == "length":
-            findings.append(
-                Finding(
-                    "truncated_turn",
-                    Severity.WARNING,
-                    f"generation stopped on the length limit after {len(generation.token_ids)} tokens",
-                    turn=t,
-                    token_start=prompt_len,
-                    token_end=len(self.builder),
-                )
-            )
-
-        calls: tuple[ToolCall, ...] = ()
-        parse_error: str | None = None
-        action: Action | None = None
-        result: StepResult | None = None
+        content = self.mode.content(self._ctx, generation)
+        parsed = ParseResult((), None, content)
         end: tuple[Status, str] | None = None
-
         if generation.finish_reason == "abort":
             detail = f": {generation.finish_detail}" if generation.finish_detail else ""
             end = (Status.ABORTED, f"generation aborted by the backend{detail}")
         else:
-            calls, parse_error = self._parse(content)
-            if parse_error is not None:
-                findings.append(Finding("tool_call_parse_error", Severity.ERROR, parse_error, turn=t,
-                                        token_start=prompt_len, token_end=len(self.builder)))
-                if self.config.on_parse_error == "abort":
-                    end = (Status.ABORTED, f"tool call parse error: {parse_error}")
-                else:
-                    result = StepResult(self._error_feedback(parse_error), 0.0, False, {"parse_error": parse_error})
-            if end is None and result is None:
+            parsed = parse_reply(content, cfg, self.tools)
+            if parsed.error is not None and cfg.on_parse_error == "abort":
+                end = (Status.ABORTED, f"tool call parse error: {parsed.error}")
+
+        calls: tuple[ToolCall, ...] = parsed.calls
+        action: Action | None = None
+        result: StepResult | None = None
+        observation: tuple[Message, ...] = ()
+        kept = end is None or cfg.keep_failed_turn
+        observing = False
+        try:
+            if kept:
+                self._ctx.messages.append(Message("assistant", content))
+                self.mode.assistant(self._ctx, t, generation, findings)
+            if generation.finish_reason == "length":
+                findings.append(Finding(
+                    "truncated_turn", Severity.WARNING,
+                    f"generation stopped on the length limit after {len(generation.token_ids)} tokens",
+                    turn=t, token_start=prompt_len, token_end=max(len(self._ctx.builder), prompt_len + 1)))
+            if parsed.error is not None:
+                findings.append(Finding("tool_call_parse_error", Severity.ERROR, parsed.error, turn=t,
+                                        token_start=prompt_len, token_end=max(len(self._ctx.builder), prompt_len + 1),
+                                        evidence={} if kept else {"tokens": "not in the token array (the loop drops it)"}))
+            for note in parsed.dropped:
+                findings.append(Finding("tool_call_dropped", Severity.WARNING, note, turn=t, token_start=prompt_len,
+                                        token_end=max(len(self._ctx.builder), prompt_len + 1)))
+            if end is None and parsed.error is not None:
+                result = StepResult((Message("user", f"Error: could not parse your tool call: {parsed.error}"),),
+                                    0.0, False, {"parse_error": parsed.error})
+            elif end is None:
+                respond_text = parsed.content if cfg.tool_parser == "sglang-qwen25" else content
+                if not self.tools:
+                    respond_text = self.mode.answer(self._ctx, generation, content, prompt_len)
+                actions = actions_for(calls, respond_text)
+                action = actions[0]
                 t_env = time.perf_counter()
-                action, result, env_exc = await self._step_env(content, calls)
+                try:
+                    result = await execute(self.env, actions)
+                except ENV_FAILURES as e:
+                    findings.append(Finding("env_error", Severity.ERROR, f"{type(e).__name__}: {e}", turn=t,
+                                            evidence={"traceback": traceback.format_exc()}))
+                    end = (Status.ABORTED, f"env error: {type(e).__name__}: {e}")
                 timings["env_s"] = time.perf_counter() - t_env
-                if env_exc is not None:
-                    findings.append(Finding("env_error", Severity.ERROR, env_exc[0], turn=t,
-                                            evidence={"traceback": env_exc[1]}))
-                    end = (Status.ABORTED, f"env error: {env_exc[0]}")
 
-        observation = result.observation if result else ()
-        reward = result.reward if result else 0.0
-        env_done = result.done if result else False
-        info = dict(result.info) if result else {}
-
-        if end is None:
-            if env_done and self.config.stop_on_done:
-                end = (Status.COMPLETED, "env done")
-            elif self.config.stop_on_success and info.get("success"):
-                end = (Status.COMPLETED, "success")
-            elif t + 1 >= self.config.max_turns:
-                status = Status(self.config.turn_limit_status)
-                end = (status, f"reached max_turns={self.config.max_turns}")
-                if status is Status.TRUNCATED:
-                    findings.append(Finding("truncated_episode", Severity.WARNING, end[1], turn=t))
-            else:
-                self._add_observation_tokens(t, generation, observation, findings)
-                self.messages.extend(observation)
+            if result is not None:
+                observation = conversation_observation(cfg, result) if parsed.error is None else result.observation
+                info = result.info
+                if result.done and cfg.stop_on_done:
+                    end = (Status.COMPLETED, "env done")
+                elif cfg.stop_on_success and info.get("success"):
+                    end = (Status.COMPLETED, "success")
+                elif t + 1 >= cfg.max_turns:
+                    status = Status(cfg.turn_limit_status)
+                    end = (status, f"reached max_turns={cfg.max_turns}")
+                    if status is Status.TRUNCATED:
+                        findings.append(Finding("truncated_episode", Severity.WARNING, end[1], turn=t))
+                if end is None or cfg.observe_last:
+                    observing = True
+                    self.mode.observation(self._ctx, t, generation, observation, findings)
+                    self._ctx.messages.extend(observation)
+        except tokenmodes.Halt as h:
+            findings.append(h.finding)
+            end = (Status.ABORTED, h.reason)
+            if observing:  # the message the mode refused is part of the conversation the env produced
+                self._ctx.messages.extend(observation)
 
         timings["total_s"] = timings["generate_s"] + timings.get("env_s", 0.0)
         turn = Turn(
@@ -264,13 +291,13 @@ class Stepper:
             prompt_len=prompt_len,
             generation=generation,
             tool_calls=calls,
-            parse_error=parse_error,
+            parse_error=parsed.error,
             action=action,
-            observation=tuple(observation),
-            reward=reward,
-            done=env_done,
-            info=info,
-            segments=tuple(self.builder.segments[seg_start:]),
+            observation=observation,
+            reward=result.reward if result else 0.0,
+            done=result.done if result else False,
+            info=dict(result.info) if result else {},
+            segments=tuple(self._ctx.builder.segments[seg_start:]),
             timings=timings,
             findings=tuple(findings),
         )
@@ -281,101 +308,6 @@ class Stepper:
             self.on_turn(self.snapshot(), turn)
         return turn
 
-    # -- tokens ----------------------------------------------------------
-
-    def _add_assistant_tokens(self, t: int, assistant: Message, gen: Generation, findings: list[Finding]) -> None:
-        versions = None
-        if gen.weight_version is not None:
-            versions = [gen.weight_version] * len(gen.token_ids)
-        if self.config.token_mode == "tito":
-            ids = list(gen.token_ids) or chat.encode(self.tok, gen.text)
-            lps = list(gen.logprobs) if gen.logprobs is not None and len(gen.logprobs) == len(ids) else None
-            self.builder.add(ids, "assistant", t, True, lps, versions if versions and len(versions) == len(ids) else None)
-            return
-        before = self.messages
-        delta = chat.assistant_delta(self.tok, before, assistant, self.tools)
-        ids = chat.encode(self.tok, delta.text)
-        if not delta.stable:
-            findings.append(self._unstable(t, "assistant", delta, len(ids)))
-        # Re-encoded ids carry the rollout's logprobs only where they are the
-        # very ids the model generated; past the first difference they are unknown.
-        lps: list[float] = [math.nan] * len(ids)
-        ver: list[int] = [-1] * len(ids)
-        if gen.logprobs is not None:
-            for i, (a, b) in enumerate(zip(ids, gen.token_ids)):
-                if a != b:
-                    break
-                lps[i] = gen.logprobs[i]
-                ver[i] = gen.weight_version if gen.weight_version is not None else -1
-        self.builder.add(ids, "assistant", t, True, lps, ver)
-
-    def _add_observation_tokens(self, t: int, gen: Generation, obs: tuple[Message, ...], findings: list[Finding]) -> None:
-        kind = obs[0].role if obs else "user"
-        if self.config.token_mode == "tito":
-            tail = chat.tail_after_generation(self.tok, chat.decode(self.tok, gen.token_ids) if gen.token_ids else gen.text, self.tools)
-            self.builder.add(chat.encode(self.tok, tail), "tail", t, False)
-            msgs_text, gp_text = chat.isolated_messages_delta(self.tok, obs, self.tools)
-            self.builder.add(chat.encode(self.tok, msgs_text), kind, t, False)
-            if self.config.gen_prompt_tokens:
-                self.builder.add(chat.encode(self.tok, gp_text), "gen_prompt", t + 1, False)
-            return
-        delta = chat.messages_delta(self.tok, self.messages, obs, self.tools)
-        ids = chat.encode(self.tok, delta.text)
-        if not delta.stable:
-            findings.append(self._unstable(t, kind, delta, len(ids)))
-        self.builder.add(ids, kind, t, False)
-        if self.config.gen_prompt_tokens:
-            gp = chat.generation_prompt_delta(self.tok, [*self.messages, *obs], self.tools)
-            self.builder.add(chat.encode(self.tok, gp.text), "gen_prompt", t + 1, False)
-
-    def _unstable(self, t: int, what: str, delta: chat.TextDelta, n_ids: int) -> Finding:
-        return Finding(
-            "template_not_prefix_stable",
-            Severity.ERROR,
-            f"rendering the {what} message of turn {t} rewrote earlier text at character {delta.diff_at}; "
-            "the sliced delta (and its loss mask) is wrong",
-            turn=t,
-            # When the slice came out empty, point at the token where the lost text should have been.
-            token_start=len(self.builder),
-            token_end=len(self.builder) + max(n_ids, 1),
-            evidence=delta.evidence(),
-        )
-
-    # -- parse and env ---------------------------------------------------
-
-    def _parse(self, content: str) -> tuple[tuple[ToolCall, ...], str | None]:
-        if not self.tools:
-            return (), None
-        res = parse_tool_calls(content, self.config.tool_parser)
-        if res.error is not None:
-            return (), res.error
-        calls = res.calls
-        if self.config.tool_calls_per_turn:
-            calls = calls[: self.config.tool_calls_per_turn]
-        return calls, None
-
-    def _error_feedback(self, error: str) -> tuple[Message, ...]:
-        return (Message("user", f"Error: could not parse your tool call: {error}"),)
-
-    async def _step_env(
-        self, content: str, calls: tuple[ToolCall, ...]
-    ) -> tuple[Action | None, StepResult | None, tuple[str, str] | None]:
-        actions = [Action(c.name, c.arguments) for c in calls] or [Action(RESPOND, {"content": content}, content)]
-        observations: list[Message] = []
-        reward, done, info = 0.0, False, {}
-        for action in actions:
-            try:
-                res = self.env.step(action)
-                if inspect.isawaitable(res):
-                    res = await res
-            except Exception as e:  # the env is third-party code; its failure ends the episode, recorded
-                return actions[0], None, (f"{type(e).__name__}: {e}", traceback.format_exc())
-            observations.extend(res.observation)
-            reward, done, info = res.reward, res.done, {**info, **res.info}
-            if done:
-                break
-        return actions[0], StepResult(tuple(observations), reward, done, info), None
-
     # -- the record ------------------------------------------------------
 
     def _end(self, status: Status, reason: str) -> Episode:
@@ -383,29 +315,46 @@ class Stepper:
         self.reason = reason
         return self.snapshot()
 
+    def fail(self, error: BaseException) -> Episode:
+        """End the episode as ``failed`` because of a bug (ours or the env's), keeping the traceback."""
+        self.findings.append(Finding("internal_error", Severity.ERROR, f"{type(error).__name__}: {error}",
+                                     turn=len(self.turns),
+                                     evidence={"traceback": "".join(traceback.format_exception(error))}))
+        return self._end(Status.FAILED, f"{type(error).__name__}: {error}")
+
+    def interrupt(self, reason: str) -> Episode:
+        """Mark the episode ``interrupted`` (a cancelled batch, a process stopping)."""
+        return self._end(Status.INTERRUPTED, reason)
+
     def snapshot(self) -> Episode:
         """The episode as it stands now (status ``running`` until it ends)."""
-        raw = [t.reward for t in self.turns]
-        cfg = self.config
-        shaped = [rewards.areal_shape(r, cfg.reward_scale, cfg.reward_bias) for r in raw] if cfg.shape_rewards else raw
-        returns = rewards.discounted_returns(shaped, cfg.turn_discount)
-        if cfg.shape_rewards:
-            reward = returns[0] if returns else 0.0
-        else:
-            reward = raw[-1] if raw else 0.0
-        b = self.builder
+        b = self._ctx.builder
+        shaped, returns, reward = episode_rewards(self.config, [t.reward for t in self.turns])
         return self.episode.evolve(
             status=self.status,
             reason=self.reason,
             reward=reward,
             turn_rewards=tuple(shaped),
             returns=tuple(returns),
-            messages=tuple(self.messages),
+            messages=self.messages,
             turns=tuple(self.turns),
             tokens=TokenArrays(b.ids, b.mask, b.logprobs, b.versions),
             segments=tuple(b.segments),
             findings=tuple(self.findings),
         )
+
+
+def episode_rewards(cfg: LoopConfig, raw: list[float]) -> tuple[list[float], list[float], float]:
+    """(per-turn rewards as trained, discounted returns, the episode's reward) from the env's raw rewards."""
+    shaped = [rewards.areal_shape(r, cfg.reward_scale, cfg.reward_bias) for r in raw] if cfg.shape_rewards else raw
+    returns = rewards.discounted_returns(shaped, cfg.turn_discount)
+    if not raw:
+        return shaped, returns, 0.0
+    if cfg.episode_reward == "first_return":
+        return shaped, returns, returns[0]
+    if cfg.episode_reward == "discounted_last":
+        return shaped, returns, float(raw[-1] * cfg.turn_discount ** (len(raw) - 1))
+    return shaped, returns, raw[-1]
 
 
 def segments_of_turn(episode: Episode, turn: int) -> list[Segment]:

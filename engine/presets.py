@@ -1,57 +1,94 @@
-"""LoopConfig, the loop's orthogonal knobs, and the named presets."""
+"""LoopConfig, the loop's orthogonal knobs, and the named presets.
+
+A preset is data: a ``LoopConfig`` plus the name of the code it reproduces.
+Every knob can be changed per run (``rollscope run --set KNOB=VALUE``,
+``--config FILE``); the effective config is stored on each episode.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
+# The sentence Qwen-style tool templates put before the tool list.
 ONE_OR_MORE = "You may call one or more functions to assist with the user query."
+# What Rollscope's earlier `slime-tau` wrote instead (kept to read old records).
 ONE_CALL = "You may call one function at a time to assist with the user query."
+# slime's tau-bench agent replaces the sentence with this text (leading space and all).
+SLIME_TOOL_INSTRUCTION = (
+    " At each turn, you are allowed to call one or no function to assist "
+    "with task execution using <tools></tools> XML tags.\n"
+    "YOU MUST EXECUTE TOOLS TO MAKE ANY MODIFICATIONS OR CANCELLATIONS. "
+    "Each tool call leads to a message returned by the system.\n"
+    "NEVER confirm execution to the user without seeing confirmation "
+    "from the tool system.\n"
+)
+# AReaL's realhf MathMultiTurnAgent: the agent, not the env, writes the feedback.
+AREAL_SEED_CORRECT = "Congratulations! You are correct!"
+AREAL_SEED_WRONG = "Unfortunately your answer is wrong. Let's try again."
+# AReaL's MultiTurnWorkflow: one fixed retry message, tokenized once.
+AREAL_RETRY = (
+    "Your answer is either wrong or not parsable to the reward function. You may misunderstand the original "
+    "question. Please carefully read the original question, check the previous errors, and try to answer it again."
+)
+
+TOKEN_MODES = ("tito", "retokenize", "slime", "slime-seed", "areal-seed", "areal")
+EPISODE_REWARDS = ("last", "first_return", "discounted_last")
 
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """How the loop turns a conversation into training data.
+    """How the loop turns a conversation into training data."""
 
-    token_mode          ``tito`` keeps generated ids; ``retokenize`` renders and re-encodes.
-    max_turns           assistant turns at most.
-    turn_limit_status   status when max_turns runs out: ``truncated`` or ``completed``
-                        (a fixed-turn workflow ends normally there).
-    stop_on_done        end when the env says done.
-    stop_on_success     end when the env reports success (``info["success"]``).
-    on_parse_error      ``abort`` ends the episode; ``feedback`` sends the error back.
-    tool_calls_per_turn 1 executes the first call only; 0 executes all of them.
-    one_call_instruction rewrite the template's "one or more functions" sentence.
-    tool_parser         ``hermes`` or ``llama3``.
-    gen_prompt_tokens   put the assistant header of turns after the first into the
-                        tokens (masked 0); False reproduces loops that dropped them.
-    shape_rewards       apply AReaL's ``((r - 0.5) * 2 - bias) * scale`` per turn.
-    reward_scale, reward_bias, turn_discount   shaping and return parameters.
-    """
-
-    token_mode: str = "tito"
-    max_turns: int = 5
-    turn_limit_status: str = "truncated"
-    stop_on_done: bool = True
-    stop_on_success: bool = True
-    on_parse_error: str = "feedback"
-    tool_calls_per_turn: int = 0
-    one_call_instruction: bool = False
-    tool_parser: str = "hermes"
-    gen_prompt_tokens: bool = True
-    shape_rewards: bool = False
-    reward_scale: float = 1.0
-    reward_bias: float = 0.0
-    turn_discount: float = 1.0
+    token_mode: str = field(default="tito", metadata={"doc": (
+        "tito: keep generated ids, encode env messages in isolation; retokenize: render with tools, slice, "
+        "re-encode and go on; slime: slime's token_delta.py (generation prompts masked 0, standalone user render, "
+        "raises on other rewrites); slime-seed: the seed agent's _get_token_delta (no generation prompts after the "
+        "first); areal-seed: realhf MathMultiTurnAgent (feedback as tokenizer('\\n' + template([user]))); "
+        "areal: AReaL's MultiTurnWorkflow (eos if missing, then fixed retry ids)")})
+    max_turns: int = field(default=5, metadata={"doc": "assistant turns at most"})
+    turn_limit_status: str = field(default="truncated", metadata={"doc": (
+        "status when max_turns runs out: truncated, or completed for fixed-turn workflows")})
+    stop_on_done: bool = field(default=True, metadata={"doc": "end when the env says done"})
+    stop_on_success: bool = field(default=True, metadata={"doc": "end when the env reports success"})
+    on_parse_error: str = field(default="feedback", metadata={"doc": (
+        "abort ends the episode; feedback sends the error back as a user message")})
+    tool_calls_per_turn: int = field(default=0, metadata={"doc": "1 executes the first call only; 0 all of them"})
+    tool_parser: str = field(default="hermes", metadata={"doc": (
+        "hermes/qwen: <tool_call> blocks, strict; sglang-qwen25: sglang's Qwen25Detector as slime calls it "
+        "(unknown tools dropped, their text sent to the user); llama3: one JSON object")})
+    tool_instruction: str | None = field(default=None, metadata={"doc": (
+        "text that replaces the template's 'You may call one or more functions...' sentence (None: keep it)")})
+    keep_failed_turn: bool = field(default=True, metadata={"doc": (
+        "a generation that ends the episode (abort, parse error under abort) goes into messages and tokens; "
+        "slime returns before appending it")})
+    observe_last: bool = field(default=False, metadata={"doc": (
+        "append the last observation to messages and tokens when the episode ends (slime does)")})
+    gen_prompt_tokens: bool = field(default=True, metadata={"doc": (
+        "tito: put the assistant header of turns after the first into the tokens (masked 0)")})
+    feedback_correct: str | None = field(default=None, metadata={"doc": (
+        "user feedback the loop writes after a correct turn, replacing the env's observation")})
+    feedback_wrong: str | None = field(default=None, metadata={"doc": (
+        "user feedback the loop writes after a wrong turn, replacing the env's observation")})
+    shape_rewards: bool = field(default=False, metadata={"doc": "AReaL's ((r - 0.5) * 2 - bias) * scale per turn"})
+    reward_scale: float = field(default=1.0, metadata={"doc": "shaping scale"})
+    reward_bias: float = field(default=0.0, metadata={"doc": "shaping bias"})
+    turn_discount: float = field(default=1.0, metadata={"doc": "discount of returns / of a later success"})
+    episode_reward: str = field(default="last", metadata={"doc": (
+        "last: the env's last reward; first_return: the discounted return of turn 0 (realhf); "
+        "discounted_last: last reward x turn_discount^(turns-1) (MultiTurnWorkflow)")})
 
     def __post_init__(self) -> None:
         choices = {
-            "token_mode": ("tito", "retokenize"),
+            "token_mode": TOKEN_MODES,
             "turn_limit_status": ("truncated", "completed"),
             "on_parse_error": ("abort", "feedback"),
-            "tool_parser": ("hermes", "qwen", "llama3"),
+            "tool_parser": ("hermes", "qwen", "llama3", "sglang-qwen25"),
+            "episode_reward": EPISODE_REWARDS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -67,37 +104,162 @@ class LoopConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoopConfig:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        kw = {k: v for k, v in d.items() if k in known}
+        # Records written before tool_instruction existed said one_call_instruction=True.
+        if "tool_instruction" not in d and d.get("one_call_instruction"):
+            kw["tool_instruction"] = ONE_CALL
+        return cls(**kw)
 
     def with_(self, **changes: Any) -> LoopConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
+    def with_settings(self, settings: dict[str, Any]) -> LoopConfig:
+        """This config with knobs changed by name; values may be strings (``--set``) and are parsed."""
+        out = {}
+        for name, raw in settings.items():
+            out[name] = parse_knob(name, raw)
+        try:
+            return replace(self, **out)
+        except TypeError as e:
+            raise ConfigError(str(e)) from None
 
-PRESETS: dict[str, LoopConfig] = {
-    # AReaL's multi-turn math agent: a fixed number of answer/feedback rounds,
-    # tokens in and out, per-turn shaped rewards and discounted returns.
-    "areal-math": LoopConfig(
-        token_mode="tito",
-        max_turns=5,
-        turn_limit_status="completed",
-        stop_on_success=False,
-        on_parse_error="feedback",
-        shape_rewards=True,
-        turn_discount=0.9,
+
+def knobs() -> list[dict[str, Any]]:
+    """Every knob: name, type, default and what it does."""
+    out = []
+    for f in fields(LoopConfig):
+        default = f.default if f.default is not MISSING else None
+        out.append({"name": f.name, "type": _type_name(f.type), "default": default, "doc": f.metadata.get("doc", "")})
+    return out
+
+
+def _type_name(t: Any) -> str:
+    return str(t).replace("typing.", "")
+
+
+def parse_knob(name: str, raw: Any) -> Any:
+    """A knob's value from text (``--set turn_discount=0.9``) or JSON, checked against its type."""
+    f = next((f for f in fields(LoopConfig) if f.name == name), None)
+    if f is None:
+        raise ConfigError(f"unknown knob {name!r}; knobs: {', '.join(x.name for x in fields(LoopConfig))}")
+    kind = _type_name(f.type)
+    if not isinstance(raw, str):
+        value = raw
+    elif raw.lower() in ("none", "null") and "None" in kind:
+        return None
+    elif kind == "bool":
+        if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(f"{name} takes true or false, not {raw!r}")
+        return raw.lower() in ("true", "1", "yes")
+    elif kind == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{name} takes a whole number, not {raw!r}") from None
+    elif kind == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{name} takes a number, not {raw!r}") from None
+    elif raw.startswith('"'):
+        try:  # a JSON string, so newlines and leading spaces can be written
+            value = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{name}: {raw!r} starts with a quote but is not a JSON string ({e.msg})") from None
+    else:
+        return raw
+    want = {"bool": bool, "int": int, "float": (int, float)}.get(kind)
+    if want is not None and (not isinstance(value, want) or (kind != "bool" and isinstance(value, bool))):
+        raise ConfigError(f"{name} takes a {kind}, not {value!r}")
+    if kind == "float":
+        return float(value)
+    if kind.startswith("str") and value is not None and not isinstance(value, str):
+        raise ConfigError(f"{name} takes text, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named loop configuration and the code it reproduces."""
+
+    name: str
+    config: LoopConfig
+    reproduces: str
+    summary: str
+
+
+_SLIME = LoopConfig(
+    token_mode="slime",
+    max_turns=30,
+    turn_limit_status="truncated",
+    stop_on_success=False,
+    on_parse_error="abort",
+    tool_calls_per_turn=1,
+    tool_parser="sglang-qwen25",
+    tool_instruction=SLIME_TOOL_INSTRUCTION,
+    keep_failed_turn=False,
+    observe_last=True,
+)
+
+PRESET_LIST: tuple[Preset, ...] = (
+    Preset(
+        "tito",
+        LoopConfig(token_mode="tito", max_turns=20, stop_on_success=True, on_parse_error="feedback"),
+        "Rollscope's token-in-token-out loop",
+        "generated ids and logprobs kept exactly; env messages encoded in isolation; parse errors sent back",
     ),
-    # Token in, token out: generated ids are never re-encoded.
-    "tito": LoopConfig(token_mode="tito", max_turns=20, stop_on_success=True, on_parse_error="feedback"),
-    # slime's tau-bench example: render, slice, re-encode; abort on any failure.
-    "slime-tau": LoopConfig(
-        token_mode="retokenize",
-        max_turns=30,
-        turn_limit_status="truncated",
-        stop_on_success=False,
-        on_parse_error="abort",
-        tool_calls_per_turn=1,
-        one_call_instruction=True,
+    Preset(
+        "slime-tau",
+        _SLIME,
+        "slime examples/tau-bench/trainable_agents.py + token_delta.py (current)",
+        "render with tools and TOOL_INSTRUCTION, send text; sglang qwen25 parser, first call only; "
+        "token_delta.py with later generation prompts masked 0; aborts on parse failure, server abort, env "
+        "failure or a history rewrite token_delta.py refuses",
     ),
-}
+    Preset(
+        "slime-tau-seed",
+        replace(_SLIME, token_mode="slime-seed"),
+        "slime examples/tau-bench/trainable_agents.py as this project started from it (shared/seeds)",
+        "as slime-tau, but _get_token_delta slices after each generation prompt: every turn's generation "
+        "prompt after the first is missing from the tokens",
+    ),
+    Preset(
+        "areal-math",
+        LoopConfig(
+            token_mode="areal-seed",
+            max_turns=5,
+            turn_limit_status="completed",
+            stop_on_success=False,
+            on_parse_error="feedback",
+            feedback_correct=AREAL_SEED_CORRECT,
+            feedback_wrong=AREAL_SEED_WRONG,
+            shape_rewards=True,
+            turn_discount=1.0,
+            episode_reward="first_return",
+        ),
+        "AReaL realhf MathMultiTurnAgent (math-multi-turn), as this project started from it (shared/seeds)",
+        "5 fixed turns; the agent's own feedback tokenized as tokenizer('\\n' + template([user], "
+        "add_generation_prompt=True)); per-turn ((r-0.5)*2-bias)*scale, returns discounted backwards",
+    ),
+    Preset(
+        "areal-multiturn",
+        LoopConfig(
+            token_mode="areal",
+            max_turns=2,
+            turn_limit_status="completed",
+            stop_on_success=True,
+            on_parse_error="feedback",
+            feedback_wrong=AREAL_RETRY,
+            turn_discount=0.95,
+            episode_reward="discounted_last",
+        ),
+        "AReaL areal/workflow/multi_turn.py MultiTurnWorkflow (current)",
+        "retry until the reward is non-zero; eos appended when the reply lacks it, then fixed retry ids sliced "
+        "from a dummy render; reward x turn_discount^(turns-1)",
+    ),
+)
+PRESETS: dict[str, LoopConfig] = {p.name: p.config for p in PRESET_LIST}
+PRESET_INFO: dict[str, Preset] = {p.name: p for p in PRESET_LIST}
 
 
 def get_preset(name: str) -> LoopConfig:
@@ -105,3 +267,28 @@ def get_preset(name: str) -> LoopConfig:
         return PRESETS[name]
     except KeyError:
         raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
+
+
+def load_config_file(path: str | Path) -> tuple[str, LoopConfig]:
+    """A preset file: JSON ``{"base": PRESET, "knobs": {...}}`` or a full ``{"knobs": {...}}`` (the format
+    ``rollscope presets --json`` prints for each preset). Returns (name, config)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {p}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"config file {p} is not JSON: {e.msg} at line {e.lineno}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("knobs", {}), dict):
+        raise ConfigError(f"config file {p}: expected an object with \"knobs\" (and optionally \"base\", \"name\")")
+    base_name = data.get("base")
+    base = get_preset(base_name) if base_name else LoopConfig()
+    config = base.with_settings(dict(data.get("knobs") or {}))
+    return str(data.get("name") or base_name or p.stem), config
+
+
+def preset_document(p: Preset) -> dict[str, Any]:
+    """A preset as the JSON a ``--config`` file holds."""
+    return {"name": p.name, "reproduces": p.reproduces, "summary": p.summary, "knobs": p.config.to_dict()}

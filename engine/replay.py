@@ -9,15 +9,16 @@ data changed since the run, or whose reward function drifted.
 
 from __future__ import annotations
 
-import inspect
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .actions import ENV_FAILURES, compare_result, conversation_observation, execute, stored_actions
 from .envs.base import Env, StepResult
-from .records import RESPOND, Action, Episode, Message
+from .presets import LoopConfig
+from .records import Episode, Message
 
 FIELDS = ("system_prompt", "first_observation", "observation", "reward", "done", "env_error")
 
@@ -103,21 +104,6 @@ def nondeterminism(env: Env) -> str | None:
     return None
 
 
-async def _step(env: Env, actions: list[Action]) -> StepResult:
-    """Execute a turn's actions the way the loop does (all of them, merged)."""
-    obs: list[Message] = []
-    reward, done, info = 0.0, False, {}
-    for action in actions:
-        res = env.step(action)
-        if inspect.isawaitable(res):
-            res = await res
-        obs.extend(res.observation)
-        reward, done, info = res.reward, res.done, {**info, **res.info}
-        if done:
-            break
-    return StepResult(tuple(obs), reward, done, info)
-
-
 def _initial(ep: Episode) -> tuple[str | None, list[Message]]:
     msgs = list(ep.messages)
     system = msgs[0].content if msgs and msgs[0].role == "system" else None
@@ -146,28 +132,27 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
     try:
         now_system = env.system_prompt(ep.task_id)
         now_first = list(env.reset(ep.task_id))
-    except Exception as e:  # the env is third-party code: its failure is the finding
+    except ENV_FAILURES as e:  # the env's own failure is the finding; a bug propagates
         return diverged(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
     if (now_system or None) != system:
         return diverged(TurnVerdict(0, False, "system_prompt", system, now_system))
     if _msgs(now_first) != _msgs(first):
         return diverged(TurnVerdict(0, False, "first_observation", _msgs(first), _msgs(now_first)))
 
+    config = LoopConfig.from_dict(ep.config)
     for turn in ep.turns:
         if until is not None and turn.index > until:
             break
-        if turn.action is None:
+        actions = stored_actions(turn)
+        if actions is None:
             # Nothing reached the env (a parse error, an aborted generation): the
             # loop's own feedback is not the env's to reproduce.
             verdicts.append(TurnVerdict(turn.index, True, note="no env action in this turn"))
             continue
-        actions = [Action(c.name, c.arguments) for c in turn.tool_calls] or [
-            Action(RESPOND, dict(turn.action.arguments), turn.action.text)
-        ]
         stored_error = next((f.message for f in turn.findings if f.kind == "env_error"), None)
         try:
-            res = await _step(env, actions)
-        except Exception as e:
+            res = await execute(env, actions)
+        except ENV_FAILURES as e:
             now = f"{type(e).__name__}: {e}"
             if stored_error == now:
                 verdicts.append(TurnVerdict(turn.index, True, note=f"the env raised again, as stored: {now}"))
@@ -175,12 +160,11 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
             return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, now, traceback.format_exc()))
         if stored_error is not None:
             return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, None))
-        if _msgs(res.observation) != _msgs(turn.observation):
-            return diverged(TurnVerdict(turn.index, False, "observation", _msgs(turn.observation), _msgs(res.observation)))
-        if res.reward != turn.reward:
-            return diverged(TurnVerdict(turn.index, False, "reward", turn.reward, res.reward))
-        if res.done != turn.done:
-            return diverged(TurnVerdict(turn.index, False, "done", turn.done, res.done))
+        seen = StepResult(conversation_observation(config, res), res.reward, res.done, res.info)
+        diffs = compare_result(turn, seen)
+        if diffs:
+            d = diffs[0]
+            return diverged(TurnVerdict(turn.index, False, d.field, d.stored, d.now))
         verdicts.append(TurnVerdict(turn.index, True))
     return ReplayResult(ep.id, True, True, tuple(verdicts), None, until=until)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -15,7 +14,7 @@ from .checks import CheckOptions, with_checks
 from .envs.base import Env
 from .loop import Stepper, drive, new_id
 from .presets import LoopConfig
-from .records import Episode, Finding, Severity, Status
+from .records import Episode, Status
 from .store import Store
 
 
@@ -154,11 +153,7 @@ async def _drive(stepper: Stepper) -> Episode:
     except asyncio.CancelledError:
         raise
     except Exception as e:  # a bug: keep the batch going, but record it loudly as failed
-        stepper.findings.append(
-            Finding("internal_error", Severity.ERROR, f"{type(e).__name__}: {e}", evidence={"traceback": traceback.format_exc()})
-        )
-        stepper.status, stepper.reason = Status.FAILED, f"{type(e).__name__}: {e}"
-        return stepper.snapshot()
+        return stepper.fail(e)
 
 
 def _sampling_for(spec: BatchSpec, task_id: str, sample: int) -> SamplingParams:

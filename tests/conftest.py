@@ -49,3 +49,17 @@ def smol_tokenizer():
 @pytest.fixture(params=["smollm2", "qwen3"])
 def any_tokenizer(request, smol_tokenizer, qwen3_tokenizer):
     return smol_tokenizer if request.param == "smollm2" else qwen3_tokenizer
+
+
+@pytest.fixture(scope="session")
+def qwen25_tokenizer():
+    """The Qwen3 vocabulary with a Qwen2.5-style template (a default system prompt, tools in the system turn)."""
+    from transformers import AutoTokenizer
+
+    from tests.templates import QWEN25_STYLE
+
+    if not (QWEN3_DIR / "tokenizer.json").is_file():
+        pytest.fail(f"the Qwen3 test tokenizer is missing at {QWEN3_DIR}; run `make test-deps`")
+    tok = AutoTokenizer.from_pretrained(str(QWEN3_DIR))
+    tok.chat_template = QWEN25_STYLE
+    return tok

@@ -55,6 +55,7 @@ from tests.toolenv import PriceEnv
 # -- tokens_not_rendering -------------------------------------------------------
 
 TNR = "tokens_not_rendering"
+GPM = "generation_prompt_missing"
 ERR, WARN, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
@@ -65,7 +66,7 @@ def drop_gen_prompt(b: Base) -> Planted:
     out = splice(ep, gp.start, gp.end, [], [], [], [])
     at = first_diff(out.tokens.ids, ep.tokens.ids)
     assert at == gp.start
-    return Planted(out, TNR, ERR, at, t, f"generation prompt of turn {t} left out")
+    return Planted(out, GPM, ERR, at, t, f"generation prompt of turn {t} left out")
 
 
 def duplicate_env_segment(b: Base) -> Planted:
@@ -91,7 +92,7 @@ def loop_without_gen_prompts(b: Base) -> Planted:
     out = b.rebuild(gen_prompt_tokens=False)
     at = first_diff(out.tokens.ids, b.episode.tokens.ids)
     assert at == seg(b.episode, "gen_prompt", 1).start
-    return Planted(out, TNR, ERR, at, 1, "a loop that drops the generation prompts (older slime)")
+    return Planted(out, GPM, ERR, at, 1, "a loop that drops the generation prompts (the slime seed)")
 
 
 # -- retokenization_drift -------------------------------------------------------
@@ -377,10 +378,10 @@ def _multi_tail(spec: BaseSpec) -> bool:
 
 
 VARIANTS: tuple[Variant, ...] = (
-    Variant("drop-gen-prompt", TNR, drop_gen_prompt),
+    Variant("drop-gen-prompt", GPM, drop_gen_prompt),
     Variant("duplicate-env-segment", TNR, duplicate_env_segment),
     Variant("drop-closing-newline", TNR, drop_closing_newline),
-    Variant("loop-without-gen-prompts", TNR, loop_without_gen_prompts),
+    Variant("loop-without-gen-prompts", GPM, loop_without_gen_prompts),
     Variant("split-generated-and-trained", DRIFT, split_generated_and_trained),
     Variant("split-generated-only", DRIFT, split_generated_only),
     Variant("split-trained-only", DRIFT, split_trained_only),
@@ -427,7 +428,9 @@ def parse_error_feedback(tok: Any, name: str) -> Planted:
 def parse_error_abort(tok: Any, name: str) -> Planted:
     ep = play(PriceEnv, tok, "slime-tau", mistake_rate=1.0, tokenizer_name=name)
     assert ep.status is Status.ABORTED
-    return Planted(ep, "tool_call_parse_error", ERR, _price_first_assistant(ep), 0, "malformed JSON, episode aborted")
+    # slime returns before appending the reply: the finding points where it would have started.
+    assert not [s for s in ep.segments if s.kind == "assistant"]
+    return Planted(ep, "tool_call_parse_error", ERR, ep.prompt_len, 0, "malformed JSON, episode aborted")
 
 
 def parse_error_without_finding(tok: Any, name: str) -> Planted:

@@ -11,7 +11,7 @@ from engine import chat
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.loop import run_episode
-from engine.presets import ONE_CALL, ONE_OR_MORE, PRESETS
+from engine.presets import ONE_CALL, PRESETS
 from engine.records import Message
 from tests.toolenv import PriceEnv
 
@@ -132,51 +132,8 @@ def test_dropping_generation_prompts_changes_tokens(smol_tokenizer):
 
 
 def test_one_call_instruction_rewrites_prompt(smol_tokenizer):
-    ep = play(PriceEnv, smol_tokenizer, "tito", "retokenize", one_call_instruction=True)
+    ep = play(PriceEnv, smol_tokenizer, "tito", "retokenize", tool_instruction=ONE_CALL)
     prompt = chat.decode(smol_tokenizer, ep.tokens.ids[: ep.prompt_len])
     assert "You may call one function at a time" in prompt
     assert "one or more functions" not in prompt
     assert "one or more functions" not in ep.turns[0].prompt_text
-
-
-def slime_token_delta(tok, messages, tools, rewrite=lambda text: text):
-    """slime's tau-bench token building, written out independently of engine.loop.
-
-    The first prompt (with the generation prompt) is masked 0; each later
-    message adds ``render(messages[:i+1])[len(render(messages[:i] ...)):]``,
-    assistant messages relative to the render with the generation prompt
-    (mask 1), others relative to the plain render (mask 0), and the
-    generation prompt of every later assistant turn is added masked 0.
-    """
-    first = next(i for i, m in enumerate(messages) if m.role == "assistant")
-    ids = chat.encode(tok, rewrite(chat.render(tok, messages[:first], tools, add_generation_prompt=True)))
-    mask = [0] * len(ids)
-    for i in range(first, len(messages)):
-        if messages[i].role == "assistant":
-            if i > first:
-                gp_prev = chat.render(tok, messages[:i], tools)
-                gp = chat.render(tok, messages[:i], tools, add_generation_prompt=True)[len(gp_prev):]
-                ids += chat.encode(tok, gp)
-                mask += [0] * len(chat.encode(tok, gp))
-            prev = chat.render(tok, messages[:i], tools, add_generation_prompt=True)
-            new = chat.encode(tok, chat.render(tok, messages[: i + 1], tools)[len(prev):])
-            ids += new
-            mask += [1] * len(new)
-        else:
-            prev = chat.render(tok, messages[:i], tools)
-            new = chat.encode(tok, chat.render(tok, messages[: i + 1], tools)[len(prev):])
-            ids += new
-            mask += [0] * len(new)
-    return ids, mask
-
-
-def test_slime_tau_equals_slime_algorithm_on_retail(smol_tokenizer):
-    from engine.envs.retail import RetailEnv
-
-    for task in range(6):
-        ep = play(RetailEnv, smol_tokenizer, "slime-tau", "retokenize", task=task, mistake_rate=0.0)
-        assert ep.n_turns >= 3
-        ids, mask = slime_token_delta(smol_tokenizer, ep.messages, ep.tools,
-                                      lambda text: text.replace(ONE_OR_MORE, ONE_CALL))
-        assert ep.tokens.ids.tolist() == ids
-        assert ep.tokens.loss_mask.tolist() == mask

@@ -95,7 +95,7 @@ def test_base_episodes_are_clean(bases, tname, bname):
     assert ep.n_turns >= 2 and ep.status.value == "completed"
     found = findings(ep, base.tok)
     assert not errors(found), show(found)
-    assert not [f for f in found if f.severity is WARNING and f.kind != "logprobs_missing"], show(found)
+    assert not [f for f in found if f.severity is WARNING and f.kind not in ("logprobs_missing", "template_newline_trained")], show(found)
 
 
 # -- planted bugs: one per episode -----------------------------------------------------
@@ -133,9 +133,12 @@ def test_loop_planted_bug_is_found(tokenizers, tname, name):
 def test_every_kind_is_planted():
     kinds = {v.kind for v in VARIANTS} | {"template_not_prefix_stable", "tool_call_parse_error", "env_error",
                                            "logprob_mismatch"}
+    # Found on live preset episodes in tests/test_checks_presets.py.
+    kinds |= {"system_block_injected", "template_newline_trained", "tool_call_dropped"}
     from engine.checks import KINDS
 
-    assert set(KINDS) - kinds <= {"backend_error", "internal_error", "not_checked"}
+    # answer_extraction_failed: realhf's split cannot fail on byte-level BPE tokenizers.
+    assert set(KINDS) - kinds <= {"backend_error", "internal_error", "not_checked", "answer_extraction_failed"}
 
 
 # -- clean episodes from every preset ----------------------------------------------------

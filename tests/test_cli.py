@@ -89,3 +89,31 @@ def test_import_reports_bad_lines_and_keeps_good(tmp_path):
     proc = rollscope("import", str(out), "--db", str(tmp_path / "b.db"))
     assert "imported 2 new" in proc.stdout
     assert f"{out}:2: not valid JSON" in proc.stderr
+
+
+def test_presets_knobs_and_config_files(tmp_path):
+    listing = rollscope("presets").stdout
+    for name in ("tito", "slime-tau", "slime-tau-seed", "areal-math", "areal-multiturn"):
+        assert f"\n{name}\n" in f"\n{listing}"
+    assert "reproduces: AReaL realhf MathMultiTurnAgent" in listing
+    doc = json.loads(rollscope("presets", "areal-math", "--json").stdout)
+    assert doc["knobs"]["turn_discount"] == 1.0 and doc["knobs"]["token_mode"] == "areal-seed"
+
+    db = tmp_path / "a.db"
+    rollscope("run", "--env", "math", "--preset", "areal-math", "--set", "turn_discount=0.5", "--set", "max_turns=3",
+              "--tasks", "0:1", "--db", str(db), "--quiet")
+    ep = next(iter(Store(db).iter_episodes()))
+    assert ep.config["turn_discount"] == 0.5 and ep.n_turns == 3
+    assert ep.returns[0] == ep.turn_rewards[0] + 0.5 * ep.turn_rewards[1] + 0.25 * ep.turn_rewards[2]
+
+    doc["name"], doc["knobs"]["max_turns"] = "two-rounds", 2
+    cfg = tmp_path / "two.json"
+    cfg.write_text(json.dumps(doc))
+    rollscope("run", "--env", "math", "--config", str(cfg), "--tasks", "1:2", "--db", str(db), "--quiet")
+    two = [e for e in Store(db).iter_episodes() if e.preset == "two-rounds"]
+    assert len(two) == 1 and two[0].n_turns == 2 and two[0].config["token_mode"] == "areal-seed"
+
+    for bad, says in ((["--set", "nope=1"], "unknown knob 'nope'"), (["--set", "max_turns=many"], "whole number"),
+                      (["--set", "turn_discount"], "KNOB=VALUE"), (["--config", str(tmp_path / "no.json")], "does not exist")):
+        r = rollscope("run", "--env", "math", *bad, "--db", str(db), "--quiet", check=False)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr

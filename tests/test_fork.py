@@ -97,9 +97,9 @@ def test_preview_reports_parse_errors_without_touching_the_env(smol_tokenizer):
     p = forking.preview_action(smol_tokenizer, PRESETS["tito"], PriceEnv.tools, "<tool_call>\n{not json}\n</tool_call>")
     assert p.parse_error and not p.respond
     calls = forking.preview_action(smol_tokenizer, PRESETS["slime-tau"], PriceEnv.tools,
-                                   '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>'
-                                   '<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>')
-    assert [c.name for c in calls.calls] == ["a"]  # slime executes the first call only
+                                   '<tool_call>\n{"name": "get_price", "arguments": {"item": "a"}}\n</tool_call>'
+                                   '<tool_call>\n{"name": "get_price", "arguments": {"item": "b"}}\n</tool_call>')
+    assert [c.arguments for c in calls.calls] == [{"item": "a"}]  # slime executes the first call only
 
 
 def test_bad_requests_are_config_errors(smol_tokenizer):

@@ -99,7 +99,7 @@ def test_cancel_keeps_finished_and_interrupts_the_rest(tmp_path, smol_tokenizer)
 
 class BuggyEnv(MathEnv):
     def step(self, action):
-        raise AssertionError("unreachable")  # a bug in env code: the episode aborts, recorded
+        raise AssertionError("unreachable")  # a bug in env code: not the env's declared failure, so the episode fails
 
     def reset(self, task_id):
         if task_id.endswith("1"):
@@ -115,8 +115,11 @@ def test_bugs_fail_one_episode_not_the_batch(smol_tokenizer):
     failed = by_task[next(t for t in tasks if t.endswith("1"))]
     assert failed.status is Status.FAILED and "KeyError" in failed.reason
     assert any(f.kind == "internal_error" and "Traceback" in f.evidence["traceback"] for f in failed.findings)
-    aborted = by_task[next(t for t in tasks if t.endswith("0"))]
-    assert aborted.status is Status.ABORTED and "AssertionError" in aborted.reason
+    buggy = by_task[next(t for t in tasks if t.endswith("0"))]
+    assert buggy.status is Status.FAILED and "AssertionError" in buggy.reason
+    assert buggy.n_turns == 0  # the turn in flight is not committed; the traceback says where it broke
+    assert any("env.step" in f.evidence.get("traceback", "") or "step" in f.evidence.get("traceback", "")
+               for f in buggy.findings if f.kind == "internal_error")
 
 
 def test_episode_seeds_are_stable_across_processes():

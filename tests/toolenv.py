@@ -11,6 +11,7 @@ import random
 from typing import Any
 
 from engine.envs.base import StepResult
+from engine.errors import EnvError
 from engine.records import Action, Message
 
 PRICES = {"apple": 3, "pear": 5, "fig": 11, "kiwi": 7}
@@ -50,7 +51,7 @@ class PriceEnv:
         if action.name == "get_price":
             item = action.arguments.get("item", "")
             if item == self.fail_on:
-                raise RuntimeError(f"price database is down for {item}")
+                raise EnvError(f"price database is down for {item}")
             price = PRICES.get(item)
             body = json.dumps({"item": item, "price": price}) if price is not None else f"Error: no item {item}"
             return StepResult((Message("tool", body, name="get_price"),), 0.0, False, {})

@@ -124,7 +124,10 @@ class TauBenchEnv:
             raise EnvError("step() before reset()")
         kwargs = {"content": action.text} if action.is_respond else dict(action.arguments)
         name = self._respond if action.is_respond else action.name
-        res = self._env.step(self._TauAction(name=name, kwargs=kwargs))
+        try:
+            res = self._env.step(self._TauAction(name=name, kwargs=kwargs))
+        except Exception as e:  # tau-bench is third-party code: its failures are the env's, mapped here
+            raise EnvError(f"tau-bench step({name}) raised {type(e).__name__}: {e}") from e
         role = "user" if action.is_respond else "tool"
         msg = Message(role, str(res.observation), name=None if action.is_respond else action.name)
         info = _dump(res.info) if res.info is not None else {}

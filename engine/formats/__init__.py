@@ -9,6 +9,7 @@ name       import export what
 jsonl      yes    yes    Rollscope's own episode JSONL, lossless
 slime      yes    yes    slime ``--save-debug-rollout-data`` / ``--dump-details`` ``.pt``
 areal      yes    yes    AReaL trajectory dump JSONL in; per-turn packed sequences out
+areal-realhf no   yes    realhf ``MathMultiTurnAgent`` SequenceSample fields, one line per episode
 verl       yes    no     verl ``trainer.rollout_data_dir`` JSONL
 messages   yes    yes    OpenAI chat JSONL with tools and tool calls (SFT)
 parquet    yes    yes    one row per episode, token arrays as list columns, lossless
@@ -62,6 +63,7 @@ IMPORTERS: dict[str, Importer] = {
 STREAM_WRITERS: dict[str, StreamWriter] = {
     "jsonl": jsonl.write,
     "areal": areal.write_stream,
+    "areal-realhf": areal.write_realhf,
     "messages": messages.write_stream,
 }
 EXPORTERS: dict[str, Exporter] = {

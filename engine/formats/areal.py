@@ -212,3 +212,40 @@ def write_stream(episodes: Iterable[Episode], f: IO[str]) -> int:
             f.write("\n")
         n += 1
     return n
+
+
+def realhf_sample(ep: Episode) -> dict[str, Any]:
+    """What realhf's ``MathMultiTurnAgent.collect_trajectory`` returns for this episode: the fields of
+    its ``SequenceSample``, one entry per turn (``packed_input_ids`` the whole sequence up to the end
+    of the turn's generation, ``prompt_mask`` 1 before it, ``packed_logprobs`` seqlen - 1 values with
+    0.0 over the prompt, ``seq_no_eos_mask`` True for a reply cut by the length limit,
+    ``version_start``/``version_end`` the generation's weight version, ``rewards`` the discounted
+    returns, ``birth_time`` in milliseconds)."""
+    ids, lps = ep.tokens.ids.tolist(), ep.tokens.logprobs
+    out: dict[str, Any] = {"id": ep.id, "packed_input_ids": [], "prompt_mask": [], "packed_logprobs": [],
+                           "seq_no_eos_mask": [], "version_start": [], "version_end": []}
+    for turn in ep.turns:
+        seg = next((s for s in turn.segments if s.kind == "assistant"), None)
+        if seg is None or turn.generation is None:
+            continue
+        out["packed_input_ids"].append(ids[: seg.end])
+        out["prompt_mask"].append([1] * seg.start + [0] * (seg.end - seg.start))
+        gen = [0.0 if math.isnan(x) else float(x) for x in lps[seg.start : seg.end].tolist()]
+        out["packed_logprobs"].append([0.0] * max(seg.start - 1, 0) + gen)
+        out["seq_no_eos_mask"].append(turn.generation.finish_reason == "length")
+        v = turn.generation.weight_version
+        out["version_start"].append(-1 if v is None else int(v))
+        out["version_end"].append(-1 if v is None else int(v))
+    out["rewards"] = [float(r) for r in ep.returns]
+    out["birth_time"] = int(ep.created_at * 1000)
+    return out
+
+
+def write_realhf(episodes: Iterable[Episode], f: IO[str]) -> int:
+    """One JSON line per episode with realhf's ``SequenceSample`` fields (``realhf_sample``)."""
+    n = 0
+    for ep in episodes:
+        f.write(json.dumps(realhf_sample(ep), ensure_ascii=False, allow_nan=False))
+        f.write("\n")
+        n += 1
+    return n

@@ -1,0 +1,92 @@
+"""What the reproduced loops do to the data, named by the checks at the token."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine.backends.base import GenerationRequest
+from engine.checks import CheckOptions, run_checks
+from engine.envs.math import MathEnv
+from engine.envs.retail import RetailEnv
+from engine.loop import run_episode
+from engine.presets import PRESETS
+from engine.records import Generation, Severity, Status
+from tests.test_presets_fidelity import run
+from tests.toolenv import PriceEnv
+
+
+def found(ep, tok):
+    return run_checks(ep, CheckOptions(tokenizer=tok))
+
+
+def errors(fs):
+    return [f for f in fs if f.severity is Severity.ERROR]
+
+
+def test_areal_seed_feedback_system_block_is_one_finding_at_its_token(qwen25_tokenizer):
+    ep, _ = run(MathEnv, qwen25_tokenizer, "areal-math", 0, 0.5)
+    fs = errors(found(ep, qwen25_tokenizer))
+    assert [f.kind for f in fs] == ["system_block_injected"]
+    first_feedback = next(s for s in ep.segments if s.kind == "user")
+    # The segment starts with the "\n" AReaL prepends; the block starts right after it.
+    assert fs[0].token_start == first_feedback.start + 1
+    assert fs[0].evidence["text"].startswith("<|im_start|>system\nYou are Qwen")
+    assert len(fs[0].evidence["positions"]) == ep.n_turns - 1
+
+
+def test_areal_seed_on_a_template_without_default_system_is_clean(qwen3_tokenizer, smol_tokenizer):
+    ep, _ = run(MathEnv, qwen3_tokenizer, "areal-math", 1, 0.5)
+    assert not errors(found(ep, qwen3_tokenizer))
+    # SmolLM2's template adds a default system prompt too.
+    ep, _ = run(MathEnv, smol_tokenizer, "areal-math", 1, 0.5)
+    assert [f.kind for f in errors(found(ep, smol_tokenizer))] == ["system_block_injected"]
+
+
+def test_slime_seed_missing_generation_prompts_named_at_the_first(smol_tokenizer):
+    ep, _ = run(RetailEnv, smol_tokenizer, "slime-tau-seed", 1, 0.0)
+    fs = errors(found(ep, smol_tokenizer))
+    gpm = [f for f in fs if f.kind == "generation_prompt_missing"]
+    assert len(gpm) == 1
+    second = next(s for s in ep.segments if s.kind == "assistant" and s.turn == 1)
+    assert gpm[0].token_start == second.start
+    assert len(gpm[0].evidence["positions"]) == ep.n_turns - 1
+    clean, _ = run(RetailEnv, smol_tokenizer, "slime-tau", 1, 0.0)
+    assert not errors(found(clean, smol_tokenizer))
+
+
+def test_slime_trained_template_newline_is_its_own_warning(smol_tokenizer):
+    ep, _ = run(RetailEnv, smol_tokenizer, "slime-tau", 0, 0.0)
+    fs = [f for f in found(ep, smol_tokenizer) if f.kind == "template_newline_trained"]
+    assert len(fs) == 1 and fs[0].severity is Severity.WARNING
+    first = next(s for s in ep.segments if s.kind == "assistant")
+    assert fs[0].token_start == first.end - 1
+    assert smol_tokenizer.decode(ep.tokens.ids[first.end - 1 : first.end].tolist()) == "\n"
+    assert not [f for f in found(ep, smol_tokenizer) if f.kind == "logprobs_missing"]
+
+
+class Replies:
+    name = "replies"
+
+    def __init__(self, tok, texts):
+        self.tok, self.texts = tok, list(texts)
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        text = self.texts.pop(0)
+        ids = self.tok.encode(text, add_special_tokens=False) + [self.tok.convert_tokens_to_ids("<|im_end|>")]
+        return Generation(text=text + "<|im_end|>", token_ids=tuple(ids), logprobs=tuple(0.0 for _ in ids))
+
+    def describe(self):
+        return {"name": self.name}
+
+
+def test_sglang_drops_a_call_to_an_undefined_tool_and_slime_sends_the_text_to_the_user(smol_tokenizer):
+    env = PriceEnv()
+    reply = 'Checking.\n<tool_call>\n{"name": "get_cost", "arguments": {"item": "apple"}}\n</tool_call>'
+    ep = asyncio.run(run_episode(env, Replies(smol_tokenizer, [reply]), smol_tokenizer, PRESETS["slime-tau"],
+                                 "apple", preset="slime-tau"))
+    t = ep.turns[0]
+    assert t.parse_error is None and not t.tool_calls
+    assert t.action is not None and t.action.is_respond and t.action.text == reply
+    dropped = [f for f in t.findings if f.kind == "tool_call_dropped"]
+    assert dropped and "get_cost" in dropped[0].message
+    assert ep.status is Status.COMPLETED and ep.reward == 0.0
