@@ -214,6 +214,7 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     if not ep.messages or not len(ep.tokens):
         return [_skip("tokens_not_rendering", "the episode has no messages or no tokens")]
     ids = ep.tokens.ids.tolist()
+    header = _assistant_header(tok)
     keeps = _keeps_ids(ep) and bool(ep.turns) and all(t.generation is not None for t in ep.turns)
     if keeps:
         # Generated ids are kept as they are, so the reference is not a render of
@@ -225,8 +226,8 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
         if any(ids == c for c in candidates):
             return []
         # A missing header explains the difference from any of the candidates equally well.
-        candidates.sort(key=lambda c: not _missing_headers(ids, c, _assistant_header(tok)))
-        want = candidates[0] if _missing_headers(ids, candidates[0], _assistant_header(tok)) else \
+        candidates.sort(key=lambda c: not _missing_headers(ids, c, header))
+        want = candidates[0] if _missing_headers(ids, candidates[0], header) else \
             max(candidates, key=lambda c: _first_diff(ids, c) or 0)
         what = "the tokenization of the rendered conversation"
     at = _first_diff(ids, want)
@@ -235,7 +236,7 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     blocks = injected_system_blocks(ep, tok)
     if blocks and _without(ids, blocks) == want:
         return []  # the injected system blocks are the whole difference; check_injected_system names them
-    missing = _missing_headers(ids, want, _assistant_header(tok))
+    missing = _missing_headers(ids, want, header)
     if missing:
         first = min(missing[0], len(ids) - 1)
         return [Finding(
