@@ -1,4 +1,4 @@
-"""Form controls shared by Launch and Step: which policy answers and how it samples."""
+"""Form controls shared by Launch and Step: which policy answers and how it samples, and the loop's knobs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from typing import Any
 
 import gradio as gr
 
+from engine.errors import ConfigError, RollscopeError
 from engine.factory import POLICIES
+from engine.presets import PRESET_INFO, LoopConfig, apply_settings
 
-from .settings import BackendSettings
+from .render_step import knob_table, note
+from .settings import BackendSettings, describe_loop
 
 POLICY_HELP = {
     "scripted": "plays the env's reference answers, with a share of seeded mistakes (no model needed)",
@@ -84,3 +87,54 @@ def backend_controls(prefix: str, policy: str = "scripted", mistake_rate: float 
     controls = BackendControls(pol, model, url, api, tok, temperature, top_p, max_new, mistakes, seed, help_md)
     pol.change(_visibility, inputs=[pol], outputs=[model, url, api, mistakes, help_md])
     return controls
+
+
+SETTINGS_PLACEHOLDER = "one knob a line, e.g.\nmax_turns = 8\nturn_discount = 0.9\ntool_instruction = none"
+
+
+@dataclass
+class LoopControls:
+    """The loop-settings box: knob changes a person writes, and the table of every knob they lead to."""
+
+    settings: gr.Textbox
+    table: gr.HTML
+    box: gr.Accordion
+
+
+def loop_controls(prefix: str, env: str, preset: str) -> LoopControls:
+    """Lay out the loop-settings box (folded) in the current Blocks context. The table shows the preset's
+    knobs with the changes applied; the caller wires ``refresh`` to the inputs it depends on."""
+    with gr.Accordion("Loop settings: the preset's knobs (change any of them)", open=False,
+                      elem_id=f"{prefix}-loop-box") as box:
+        with gr.Row(equal_height=False):
+            settings = gr.Textbox(label="changes to the preset (knob = value; text with spaces or newlines as a "
+                                  "JSON string)", placeholder=SETTINGS_PLACEHOLDER, lines=5, max_lines=20,
+                                  scale=1, min_width=260, elem_id=f"{prefix}-settings")
+            table = gr.HTML(loop_table(preset, env, ""), elem_id=f"{prefix}-knobs", scale=2, min_width=420,
+                            apply_default_css=False, js_on_load=None)
+    return LoopControls(settings, table, box)
+
+
+def loop_table(preset: Any, env: Any, settings: Any) -> str:
+    """The knob table for a preset (``auto``: the env's usual one) with ``settings`` applied."""
+    view = describe_loop(preset, env, settings)
+    info = PRESET_INFO.get(view.preset or "")
+    about = f"{info.name} reproduces {info.reproduces}: {info.summary}." if info else ""
+    return knob_table(view.base, view.label, view.effective, view.error, about)
+
+
+def fork_table(store: Any, parent_id: Any, settings: Any) -> str:
+    """The knob table for a fork: the parent episode's loop config with ``settings`` applied."""
+    eid = str(parent_id or "").strip()
+    if not eid:
+        return note("Give the episode to fork: its loop config is the base the changes apply to.")
+    try:
+        parent = store.get_episode(store.resolve_id(eid))
+        base = LoopConfig.from_dict(parent.config)
+    except RollscopeError as e:
+        return note(str(e), "error")
+    label = f"episode {parent.id[:12]}'s config (preset {parent.preset})"
+    try:
+        return knob_table(base, label, apply_settings(base, str(settings or "")))
+    except ConfigError as e:
+        return knob_table(base, label, None, str(e))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.fork import ActionPreview, ForkReport
+from engine.presets import LoopConfig, format_knob, knobs
 from engine.records import Episode, Generation, Message, Turn
 
 from .jobs import CANCELLED, CANCELLING, FAILED, FINISHED, PREPARING, EpisodeRow, JobStatus
@@ -71,6 +72,34 @@ def status_badge(status: str) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+# -- loop settings ----------------------------------------------------------------
+
+
+def knob_table(base: LoopConfig, base_label: str, effective: LoopConfig | None, error: str | None = None,
+               about: str = "") -> str:
+    """Every knob of the loop config a Launch or Step would run with: its value, the base's value where a
+    setting changed it, and what it does. ``error`` (a setting that does not parse) is shown above."""
+    shown = effective or base
+    docs = {k["name"]: k["doc"] for k in knobs()}
+    rows = []
+    changed = 0
+    for name, value in shown.to_dict().items():
+        was = getattr(base, name)
+        diff = value != was
+        changed += diff
+        before = f'<span class="rs-dim">was {_e(format_knob(was))}</span>' if diff else ""
+        rows.append(f'<tr class="{"rs-knob-changed" if diff else ""}" data-knob="{_e(name)}"><th>{_e(name)}</th>'
+                    f'<td class="rs-knob-v"><code>{_e(format_knob(value))}</code> {before}</td>'
+                    f'<td class="rs-knob-doc">{_e(docs.get(name, ""))}</td></tr>')
+    head = (note(error, "error") if error else
+            note(f"{changed} knob{'s' if changed != 1 else ''} changed from {base_label}." if changed
+                 else f"Runs with {base_label} as it is.", "warn" if changed else "info"))
+    about_html = f'<div class="rs-help">{_e(about)}</div>' if about else ""
+    return (f'<div class="rs-knobs">{head}{about_html}<div class="rs-table-wrap"><table class="rs-table rs-live '
+            f'rs-knob-table"><thead><tr><th>knob</th><th>value</th><th>what it does</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div></div>')
 
 
 # -- Launch ---------------------------------------------------------------------

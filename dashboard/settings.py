@@ -19,7 +19,7 @@ from engine.backends.base import Backend, SamplingParams
 from engine.envs.base import Env
 from engine.errors import ConfigError
 from engine.factory import ENVS, POLICIES, env_factory, make_backend, parse_tasks
-from engine.presets import PRESETS, LoopConfig, get_preset
+from engine.presets import PRESETS, LoopConfig, apply_settings, get_preset
 
 AUTO = "auto"  # the preset an env is usually run with
 REACH_TIMEOUT_S = 3.0
@@ -150,19 +150,45 @@ def check_env(env: Any) -> tuple[str, Callable[[], Env]]:
     return name, env_factory(name)
 
 
-def max_turns_of(value: Any) -> int | None:
-    """A max-turns box: None for 0 or blank (keep the preset's or the parent's), else a checked count."""
-    if value in (None, "", 0):
-        return None
-    return int(_number(value, "max turns", lo=1, hi=1000, whole=True))
-
-
-def loop_config(preset: Any, env: str, max_turns: Any) -> tuple[str, LoopConfig]:
-    """(preset name, its config with ``max_turns`` applied); ``auto`` is the env's usual preset."""
+def preset_name(preset: Any, env: str) -> str:
+    """The preset a form names; ``auto`` is the env's usual one. ConfigError for an unknown name."""
     name = str(preset or AUTO)
     if name == AUTO:
         name = default_preset(env)
-    return name, get_preset(name).with_(max_turns=max_turns_of(max_turns))
+    get_preset(name)
+    return name
+
+
+def loop_config(preset: Any, env: str, settings: Any = "") -> tuple[str, LoopConfig]:
+    """(preset name, its config with the knob changes of ``settings`` applied, one ``knob = value`` a line)."""
+    name = preset_name(preset, env)
+    return name, apply_settings(get_preset(name), str(settings or ""))
+
+
+@dataclass(frozen=True)
+class LoopView:
+    """What the loop-settings table shows for a form."""
+
+    base: LoopConfig  # the preset's (or parent's) config
+    label: str  # what the base is, in words
+    effective: LoopConfig | None  # the base with the settings applied; None when they do not parse
+    error: str | None = None
+    preset: str | None = None
+
+
+def describe_loop(preset: Any, env: Any, settings: Any) -> LoopView:
+    """The loop-settings table's content for a Launch or Step form."""
+    env_name = str(env or "") if str(env or "") in ENVS else "math"
+    try:
+        name = preset_name(preset, env_name)
+    except ConfigError as e:
+        return LoopView(LoopConfig(), "the defaults", None, str(e))
+    base = get_preset(name)
+    label = f"preset {name}" + (f" (the usual one for {env_name})" if str(preset or AUTO) == AUTO else "")
+    try:
+        return LoopView(base, label, apply_settings(base, str(settings or "")), None, name)
+    except ConfigError as e:
+        return LoopView(base, label, None, str(e), name)
 
 
 @dataclass(frozen=True)
@@ -191,21 +217,22 @@ class LaunchPlan:
 MAX_EPISODES = 100_000
 
 
-def plan_launch(env: Any, tasks: Any, samples: Any, preset: Any, max_turns: Any, concurrency: Any,
+def plan_launch(env: Any, tasks: Any, samples: Any, preset: Any, settings: Any, concurrency: Any,
                 backend: BackendSettings) -> LaunchPlan:
-    """Check a Launch form; ConfigError says what is wrong (env, task range, numbers, an unreachable URL)."""
+    """Check a Launch form; ConfigError says what is wrong (env, task range, numbers, a knob setting, an
+    unreachable URL). ``settings`` holds knob changes, one ``knob = value`` a line."""
     name, make_env = check_env(env)
     task_ids = tuple(parse_tasks(str(tasks or ""), make_env().tasks))
     if not task_ids:
         raise ConfigError("no tasks selected")
     n = int(_number(samples, "samples per task", lo=1, hi=10_000, whole=True, default=1))
-    preset_name, config = loop_config(preset, name, max_turns)
+    chosen, config = loop_config(preset, name, settings)
     conc = int(_number(concurrency, "concurrency", lo=1, hi=256, whole=True, default=4))
     if len(task_ids) * n > MAX_EPISODES:
         raise ConfigError(f"{len(task_ids) * n:,} episodes is more than one batch should be ({MAX_EPISODES:,}); "
                           "split it, or use `rollscope run`")
     backend.preflight()
-    return LaunchPlan(name, make_env, task_ids, n, preset_name, config, backend, conc)
+    return LaunchPlan(name, make_env, task_ids, n, chosen, config, backend, conc)
 
 
 PRESET_CHOICES = (AUTO, *PRESETS)

@@ -20,12 +20,12 @@ from typing import Any
 from engine import fork as forking
 from engine.errors import ConfigError
 from engine.factory import load_tokenizer, parse_tasks
-from engine.presets import LoopConfig
+from engine.presets import LoopConfig, apply_settings
 from engine.records import Episode, Generation, Turn
 from engine.store import Store
 
 from .jobs import LoopThread, shared_loop
-from .settings import BackendSettings, check_env, loop_config, max_turns_of
+from .settings import BackendSettings, check_env, loop_config
 
 GENERATE_TIMEOUT_S = 600.0  # a local model on a laptop CPU can take minutes for a long turn
 MAX_SESSIONS = 32
@@ -89,14 +89,14 @@ class Sessions:
 
     # -- starting -------------------------------------------------------------
 
-    def start_new(self, env: Any, task: Any, preset: Any, max_turns: Any, user: str,
+    def start_new(self, env: Any, task: Any, preset: Any, settings: Any, user: str,
                   backend: BackendSettings) -> StepSession:
-        """A fresh conversation on one task of an env."""
+        """A fresh conversation on one task of an env; ``settings`` changes the preset's knobs."""
         name, make_env = check_env(env)
         tasks = parse_tasks(str(task or ""), make_env().tasks) if str(task or "").strip() else []
         if len(tasks) != 1:
             raise ConfigError("choose one task: its index (e.g. 3) or its id")
-        preset_name, config = loop_config(preset, name, max_turns)
+        preset_name, config = loop_config(preset, name, settings)
         backend.preflight()
         tokenizer = load_tokenizer(backend.tokenizer_spec)
         policy = backend.build(make_env, tokenizer)
@@ -105,9 +105,10 @@ class Sessions:
                              preset=preset_name, tokenizer_name=backend.tokenizer_name)
         return self._add(hand, tokenizer, backend.describe())
 
-    def start_fork(self, store: Store, episode_id: Any, turn: Any, user: str, max_turns: Any,
+    def start_fork(self, store: Store, episode_id: Any, turn: Any, user: str, settings: Any,
                    backend: BackendSettings) -> StepSession:
-        """A fork of a stored episode at ``turn``: its turns before it replayed, the rest by hand."""
+        """A fork of a stored episode at ``turn``: its turns before it replayed, the rest by hand, under the
+        parent's loop config with the knob changes of ``settings``."""
         eid = str(episode_id or "").strip()
         if not eid:
             raise ConfigError("give the id of the episode to fork")
@@ -116,13 +117,12 @@ class Sessions:
             k = int(turn)
         except (TypeError, ValueError):
             raise ConfigError(f"fork turn: {turn!r} is not a turn number") from None
+        config = apply_settings(LoopConfig.from_dict(parent.config), str(settings or ""))
         make_env, _ = forking.parent_env(parent)
         backend.preflight()
         # The fork continues the parent's token sequence: it must use the parent's tokenizer.
         tokenizer = load_tokenizer(forking.tokenizer_spec(parent))
         policy = backend.build(make_env, tokenizer)
-        limit = max_turns_of(max_turns)
-        config = forking.with_max_turns(LoopConfig.from_dict(parent.config), limit) if limit else None
         hand = self.loop.run(forking.fork(parent, k, policy, tokenizer, make_env=make_env, user=user, config=config),
                              GENERATE_TIMEOUT_S)
         return self._add(hand, tokenizer, backend.describe())

@@ -21,7 +21,6 @@ handed over before the agent message that prompts it is committed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -447,12 +446,7 @@ def _compare_turn(stored: Turn, now: Turn) -> list[TurnVerdict]:
     return out
 
 
-def with_max_turns(config: LoopConfig, max_turns: int | None) -> LoopConfig:
-    """``config`` with ``max_turns`` raised or lowered (None keeps it)."""
-    return dataclasses.replace(config, max_turns=max_turns) if max_turns else config
-
-
 __all__ = [
     "ActionPreview", "ForkReport", "HandStepper", "HumanUser", "STOP", "USER_MODES", "can_play_user", "fork",
-    "parent_env", "play_user", "preview_action", "start", "tokenizer_spec", "with_max_turns",
+    "parent_env", "play_user", "preview_action", "start", "tokenizer_spec",
 ]

@@ -8,6 +8,7 @@ Every knob can be changed per run (``rollscope run --set KNOB=VALUE``,
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,47 @@ def parse_knob(name: str, raw: Any) -> Any:
     if kind.startswith("str") and value is not None and not isinstance(value, str):
         raise ConfigError(f"{name} takes text, not {value!r}")
     return value
+
+
+_SETTING = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*(.*)")
+
+
+def parse_settings(text: str) -> dict[str, str]:
+    """Knob changes written one per line, ``knob = value`` (``#`` starts a comment line); values are parsed
+    by ``with_settings``. ConfigError names the line that is wrong."""
+    out: dict[str, str] = {}
+    for i, line in enumerate(str(text or "").splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        m = _SETTING.match(stripped)
+        if m is None:
+            raise ConfigError(f"loop settings, line {i}: write `knob = value`, not {stripped!r}")
+        name, value = m.group(1), m.group(2)
+        if name in out:
+            raise ConfigError(f"loop settings, line {i}: {name} is set twice")
+        out[name] = value.strip()
+    return out
+
+
+def apply_settings(config: LoopConfig, text: str) -> LoopConfig:
+    """``config`` with the knob changes of a settings text (see ``parse_settings``)."""
+    settings = parse_settings(text)
+    for name, raw in settings.items():
+        parse_knob(name, raw)  # the first bad value is named alone, before the config checks its choices
+    return config.with_settings(settings)
+
+
+def format_knob(value: Any) -> str:
+    """A knob's value as a settings line writes it (what ``parse_knob`` reads back)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and (value != value.strip() or "\n" in value or value.startswith('"')
+                                   or value.lower() in ("none", "null")):
+        return json.dumps(value)
+    return str(value)
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import socket
 import time
 from typing import Any
 
 import pytest
 
+from dashboard.controls import fork_table, loop_table
 from dashboard.jobs import CANCELLED, FAILED, FINISHED, JobManager, LoopThread
 from dashboard.server import is_loopback, parse_auth, resolve_auth
 from dashboard.settings import BackendSettings, plan_launch
@@ -17,6 +19,7 @@ from engine.backends.base import GenerationRequest
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.errors import ConfigError
+from engine.presets import PRESETS, format_knob, parse_knob
 from engine.records import Generation
 from engine.store import EpisodeFilter, Store
 
@@ -52,8 +55,9 @@ def _wait(job: Any, timeout: float = 60.0) -> None:
 
 def test_a_batch_runs_in_the_background_and_is_stored(tmp_path):
     store = Store(tmp_path / "r.db")
-    plan = plan_launch("math", "0:3", 2, "auto", 2, 3, SCRIPTED)
+    plan = plan_launch("math", "0:3", 2, "auto", "max_turns = 2\n# a comment\nturn_discount: 0.5", 3, SCRIPTED)
     assert plan.total == 6 and plan.preset == "areal-math" and plan.config.max_turns == 2
+    assert plan.config.turn_discount == 0.5 and plan.config.feedback_wrong == PRESETS["areal-math"].feedback_wrong
     job = JobManager().start(plan, store)
     _wait(job)
     st = job.status()
@@ -65,7 +69,7 @@ def test_a_batch_runs_in_the_background_and_is_stored(tmp_path):
 
 def test_cancel_keeps_finished_episodes_and_interrupts_the_rest(tmp_path, smol_tokenizer):
     store = Store(tmp_path / "r.db")
-    plan = plan_launch("math", "0:8", 1, "areal-math", 5, 2, SCRIPTED)
+    plan = plan_launch("math", "0:8", 1, "areal-math", "max_turns=5", 2, SCRIPTED)
     slow = SlowBackend(ScriptedBackend(MathEnv, smol_tokenizer), 0.05)
     job = JobManager().start(plan, store, backend=slow)
     deadline = time.time() + 30
@@ -122,13 +126,19 @@ def test_a_setup_failure_is_shown_not_raised(tmp_path):
     ({"samples": 0}, "samples per task must be at least 1"),
     ({"samples": 1.5}, "whole number"),
     ({"preset": "nope"}, "unknown preset"),
-    ({"max_turns": -1}, "max turns must be at least 1"),
+    ({"settings": "max_turns = -1"}, "max_turns must be at least 1"),
+    ({"settings": "max_turns = many"}, "max_turns takes a whole number, not 'many'"),
+    ({"settings": "turn_discount 0.9"}, "line 1: write `knob = value`"),
+    ({"settings": "\nmax_turns = 2\nmax_turns = 3"}, "line 3: max_turns is set twice"),
+    ({"settings": "discount = 0.9"}, "unknown knob 'discount'"),
+    ({"settings": "token_mode = slim"}, "token_mode must be one of"),
+    ({"settings": 'tool_instruction = "unclosed'}, "not a JSON string"),
 ])
 def test_bad_launch_settings_are_sentences(kwargs, message):
-    args = {"env": "math", "tasks": "0:2", "samples": 1, "preset": "auto", "max_turns": None, "concurrency": 2}
+    args = {"env": "math", "tasks": "0:2", "samples": 1, "preset": "auto", "settings": "", "concurrency": 2}
     args.update(kwargs)
     with pytest.raises(ConfigError, match=message):
-        plan_launch(args["env"], args["tasks"], args["samples"], args["preset"], args["max_turns"],
+        plan_launch(args["env"], args["tasks"], args["samples"], args["preset"], args["settings"],
                     args["concurrency"], SCRIPTED)
 
 
@@ -175,7 +185,7 @@ def test_the_loop_thread_runs_coroutines_and_raises_their_errors():
 def test_step_sessions_start_generate_commit_save_and_fork(tmp_path):
     store = Store(tmp_path / "r.db")
     sessions = Sessions(limit=2)
-    s = sessions.start_new("math", "1", "areal-math", 3, "scripted", BackendSettings(policy="scripted"))
+    s = sessions.start_new("math", "1", "areal-math", "max_turns = 3", "scripted", BackendSettings(policy="scripted"))
     _, gen = sessions.generate(s.key)
     _, turn = sessions.commit(s.key, s.hand.text_of(gen), None)
     assert turn.index == 0 and turn.reward == 1.0
@@ -188,10 +198,16 @@ def test_step_sessions_start_generate_commit_save_and_fork(tmp_path):
     assert again.id == saved.id and store.get_episode(saved.id).n_turns == 2
     assert store.get_episode(saved.id).tags == ("keep",)  # a second save keeps the tags set in between
 
-    f = sessions.start_fork(store, saved.id[:8], 1, "scripted", None, BackendSettings(policy="scripted"))
+    with pytest.raises(ConfigError, match="turn_discount takes a number"):
+        sessions.start_fork(store, saved.id[:8], 1, "scripted", "turn_discount = high", BackendSettings())
+    f = sessions.start_fork(store, saved.id[:8], 1, "scripted", "max_turns = 4", BackendSettings(policy="scripted"))
     assert f.hand.report.ok and f.hand.turn == 1 and f.fork_turn == 1
     _, child = sessions.save(f.key, store)
     assert child.parent_id == saved.id and child.fork_turn == 1
+    # The fork runs under the parent's config with the change: the stored config says so.
+    assert child.config["max_turns"] == 4 and saved.config["max_turns"] == 3
+    assert {k: v for k, v in child.config.items() if k != "max_turns" and k in PRESETS["areal-math"].to_dict()} \
+        == {k: v for k, v in saved.config.items() if k != "max_turns" and k in PRESETS["areal-math"].to_dict()}
     with pytest.raises(ConfigError, match="choose one task"):
         sessions.start_new("math", "0:3", "auto", None, "scripted", BackendSettings())
     sessions.start_new("math", "2", "auto", None, "scripted", BackendSettings())  # a third: the first is forgotten
@@ -214,3 +230,45 @@ def test_serving_beyond_loopback_needs_a_login(monkeypatch):
 
     monkeypatch.delenv("ROLLSCOPE_AUTH", raising=False)
     assert main(["serve", "--host", "0.0.0.0"]) == 2
+
+
+def _knob_rows(html_text: str) -> dict[str, tuple[str, bool]]:
+    """knob -> (shown value, marked changed) from a knob table."""
+    import re
+
+    rows = re.findall(r'<tr class="([^"]*)" data-knob="([^"]+)"><th>[^<]*</th><td class="rs-knob-v"><code>([^<]*)</code>',
+                      html_text)
+    return {name: (html.unescape(value), "changed" in cls) for cls, name, value in rows}
+
+
+def test_the_knob_table_shows_every_knob_of_the_preset_and_marks_changes(tmp_path):
+    table = _knob_rows(loop_table("auto", "retail", ""))
+    slime = PRESETS["slime-tau"].to_dict()
+    assert set(table) == set(slime) and not any(changed for _, changed in table.values())
+    # What the table shows is what a settings line would have to say: it reads back as the preset's value.
+    assert all(parse_knob(k, v) == slime[k] for k, (v, _) in table.items())
+    assert "preset slime-tau (the usual one for retail)" in loop_table("auto", "retail", "")
+
+    changed_html = loop_table("areal-math", "math", "max_turns = 9\nfeedback_wrong = \"Try again.\"")
+    changed = _knob_rows(changed_html)
+    assert changed["max_turns"] == ("9", True) and changed["feedback_wrong"] == ("Try again.", True)
+    assert changed["turn_discount"] == (format_knob(PRESETS["areal-math"].turn_discount), False)
+    assert "2 knobs changed from preset areal-math" in changed_html and "was 5" in changed_html
+
+    bad = loop_table("tito", "math", "max_turns = 0")
+    assert "max_turns must be at least 1" in bad and 'class="rs-note rs-error"' in bad
+    assert "&lt;script&gt;" in loop_table("tito", "math", "tool_instruction = <script>")
+
+
+def test_a_fork_table_starts_from_the_parent_config(tmp_path):
+    store = Store(tmp_path / "r.db")
+    sessions = Sessions(limit=2)
+    s = sessions.start_new("math", "1", "tito", "max_turns = 3\nturn_discount = 0.7", "scripted",
+                           BackendSettings(policy="scripted"))
+    _, gen = sessions.generate(s.key)
+    sessions.commit(s.key, s.hand.text_of(gen), None)
+    _, saved = sessions.save(s.key, store)
+    rows = _knob_rows(fork_table(store, saved.id[:8], "max_turns = 6"))
+    assert rows["turn_discount"] == ("0.7", False) and rows["max_turns"] == ("6", True)
+    assert "no episode" in fork_table(store, "zzzz", "").lower()
+    assert "Give the episode to fork" in fork_table(store, "", "")

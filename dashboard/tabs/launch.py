@@ -21,7 +21,7 @@ from engine.factory import ENVS
 from engine.store import Store
 
 from .. import render_step as rs
-from ..controls import BackendControls, backend_controls
+from ..controls import BackendControls, LoopControls, backend_controls, loop_controls, loop_table
 from ..controls import parse as parse_backend
 from ..jobs import JobManager, JobStatus
 from ..settings import AUTO, PRESET_CHOICES, plan_launch
@@ -37,7 +37,7 @@ class LaunchTab:
     tasks: gr.Textbox
     samples: gr.Number
     preset: gr.Dropdown
-    max_turns: gr.Number
+    loop: LoopControls
     concurrency: gr.Number
     backend: BackendControls
     start: gr.Button
@@ -91,10 +91,9 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
                                 elem_id="rs-launch-samples")
             preset = gr.Dropdown(list(PRESET_CHOICES), value=AUTO, label="preset", min_width=130,
                                  elem_id="rs-launch-preset")
-            max_turns = gr.Number(0, label="max turns (0: the preset's)", precision=0, min_width=150,
-                                  elem_id="rs-launch-max-turns")
             concurrency = gr.Number(4, label="concurrency", precision=0, min_width=110,
                                     elem_id="rs-launch-concurrency")
+        loop = loop_controls("rs-launch", "math", AUTO)
         backend = backend_controls("rs-launch")
     with gr.Row(elem_classes="rs-actions"):
         start = gr.Button("▶ Start", variant="primary", scale=0, min_width=130, elem_id="rs-launch-start")
@@ -108,20 +107,23 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
     timer = gr.Timer(POLL_S, active=False)
     job_id = gr.State(None)
     shown = gr.State(None)
-    tab = LaunchTab(env, tasks, samples, preset, max_turns, concurrency, backend, start, cancel, message, progress,
+    tab = LaunchTab(env, tasks, samples, preset, loop, concurrency, backend, start, cancel, message, progress,
                     table, timer, job_id, shown, jobs)
 
-    def on_start(env_v: Any, tasks_v: Any, samples_v: Any, preset_v: Any, max_turns_v: Any, conc_v: Any,
+    def on_start(env_v: Any, tasks_v: Any, samples_v: Any, preset_v: Any, settings_v: Any, conc_v: Any,
                  *backend_v: Any) -> list[Any]:
         try:
-            plan = plan_launch(env_v, tasks_v, samples_v, preset_v, max_turns_v, conc_v, parse_backend(*backend_v))
+            plan = plan_launch(env_v, tasks_v, samples_v, preset_v, settings_v, conc_v, parse_backend(*backend_v))
         except RollscopeError as e:
             return [gr.skip(), *([gr.skip()] * (len(tab.poll_outputs) - 1)), rs.note(str(e), "error")]
         job = jobs.start(plan, store)
         return [job.job_id, *_poll_values(job.status(), None)[:-1], rs.note(f"Started {job.job_id}.", "info")]
 
-    start.click(on_start, inputs=[env, tasks, samples, preset, max_turns, concurrency, *backend.inputs],
+    start.click(on_start, inputs=[env, tasks, samples, preset, loop.settings, concurrency, *backend.inputs],
                 outputs=[job_id, *tab.poll_outputs], concurrency_limit=None)
+    for source in (env, preset, loop.settings):
+        source.change(loop_table, inputs=[preset, env, loop.settings], outputs=[loop.table], show_progress="hidden",
+                      queue=False)
 
     def on_tick(job_id_v: str | None, shown_v: Any) -> list[Any]:
         job = jobs.get(job_id_v)

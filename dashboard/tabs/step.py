@@ -24,7 +24,7 @@ from engine.factory import ENVS, env_factory
 from engine.records import Generation
 
 from .. import render_step as rs
-from ..controls import BackendControls, backend_controls
+from ..controls import BackendControls, LoopControls, backend_controls, fork_table, loop_controls, loop_table
 from ..controls import parse as parse_backend
 from ..render_tokens import decode_token_texts, special_token_ids
 from ..settings import AUTO, PRESET_CHOICES
@@ -51,7 +51,7 @@ class StepTab:
     env: gr.Dropdown
     task: gr.Dropdown
     preset: gr.Dropdown
-    max_turns: gr.Number
+    loop: LoopControls
     user: gr.Dropdown
     parent_id: gr.Textbox
     fork_turn: gr.Number
@@ -76,7 +76,7 @@ class StepTab:
 
     @property
     def start_inputs(self) -> list[Any]:
-        return [self.mode, self.env, self.task, self.preset, self.max_turns, self.user, self.parent_id,
+        return [self.mode, self.env, self.task, self.preset, self.loop.settings, self.user, self.parent_id,
                 self.fork_turn, *self.backend.inputs]
 
     @property
@@ -101,15 +101,15 @@ class StepTab:
 
     # -- handlers -------------------------------------------------------------
 
-    def _start(self, mode: str, env: Any, task: Any, preset: Any, max_turns: Any, user: Any, parent_id: Any,
+    def _start(self, mode: str, env: Any, task: Any, preset: Any, settings: Any, user: Any, parent_id: Any,
                fork_turn: Any, *backend_values: Any) -> list[Any]:
         try:
-            settings = parse_backend(*backend_values)
+            backend = parse_backend(*backend_values)
             if mode == FORK:
                 session = self.sessions.start_fork(self.store, parent_id, fork_turn, str(user or "scripted"),
-                                                   max_turns, settings)
+                                                   settings, backend)
             else:
-                session = self.sessions.start_new(env, task, preset, max_turns, str(user or "scripted"), settings)
+                session = self.sessions.start_new(env, task, preset, settings, str(user or "scripted"), backend)
         except RollscopeError as e:
             return self.error(str(e))
         what = (f"Forked {session.hand.report.parent_id} at turn {session.hand.report.turn}." if session.hand.report
@@ -175,10 +175,9 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
             fork_turn = gr.Number(0, label="fork at turn (turns before it are replayed)", precision=0,
                                   min_width=200, elem_id="rs-step-fork-turn")
         with gr.Row(equal_height=True):
-            max_turns = gr.Number(0, label="max turns (0: the preset's, or the parent's)", precision=0,
-                                  min_width=180, elem_id="rs-step-max-turns")
             user = gr.Dropdown(USER_CHOICES, value="scripted", label="user (envs with a user: retail)",
                                min_width=220, elem_id="rs-step-user")
+        loop = loop_controls("rs-step", "math", AUTO)
         backend = backend_controls("rs-step", mistake_rate=0.0)
         start = gr.Button("Start", variant="primary", scale=0, min_width=140, elem_id="rs-step-start")
     message = gr.HTML("", elem_id="rs-step-message", apply_default_css=False, js_on_load=None)
@@ -206,7 +205,7 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
                                     elem_id="rs-step-compare")
             committed = gr.HTML("", elem_id="rs-step-committed", apply_default_css=False, js_on_load=None)
     key = gr.State(None)
-    tab = StepTab(mode, env, task, preset, max_turns, user, parent_id, fork_turn, backend, start, header,
+    tab = StepTab(mode, env, task, preset, loop, user, parent_id, fork_turn, backend, start, header,
                   conversation, generate, pending, text, parsed, user_reply, commit, save, compare, committed,
                   message, key, start_box, sessions, store)
 
@@ -218,6 +217,15 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
         return gr.Dropdown(choices=tasks, value=tasks[0] if tasks else None)
 
     env.input(on_env, inputs=[env], outputs=[task])
+
+    def on_loop(mode_v: str, env_v: Any, preset_v: Any, parent_v: Any, settings_v: Any) -> str:
+        if mode_v == FORK:
+            return fork_table(store, parent_v, settings_v)
+        return loop_table(preset_v, env_v, settings_v)
+
+    for source in (mode, env, preset, parent_id, loop.settings):
+        source.change(on_loop, inputs=[mode, env, preset, parent_id, loop.settings], outputs=[loop.table],
+                      show_progress="hidden", queue=False)
     start.click(tab._start, inputs=tab.start_inputs, outputs=tab.outputs)
 
     def on_generate(key_v: str | None) -> list[Any]:

@@ -86,6 +86,11 @@ def _fill(page: Any, elem_id: str, value: str) -> None:
     page.locator(f"#{elem_id} textarea, #{elem_id} input").first.fill(value)
 
 
+def _open_loop_box(page: Any, prefix: str) -> None:
+    page.locator(f"#{prefix}-loop-box").get_by_text("Loop settings").first.click()
+    page.locator(f"#{prefix}-knobs tr[data-knob]").first.wait_for()
+
+
 def _no_xss(page: Any) -> None:
     assert page.evaluate("() => window.__xss") is None
     assert not page.errors
@@ -102,6 +107,18 @@ def test_launch_a_batch_see_it_finish_and_cancel_another(page: Any, app: Workflo
     assert "task range '7:2'" in error.inner_text() and "Traceback" not in page.content()
     page.screenshot(path=str(screenshots / "launch_error.png"))
 
+    # The preset's knobs are shown, and changing two of them marks them in the table.
+    _open_loop_box(page, "rs-launch")
+    knobs = page.locator("#rs-launch-knobs")
+    knobs.get_by_text("preset areal-math (the usual one for math)").wait_for()
+    assert knobs.locator("tr[data-knob]").count() == len(PRESETS["areal-math"].to_dict())
+    _fill(page, "rs-launch-settings", "max_turns = 0")
+    knobs.get_by_text("max_turns must be at least 1").wait_for()
+    _fill(page, "rs-launch-settings", "max_turns = 1\nturn_discount = 0.5")
+    knobs.get_by_text("2 knobs changed from preset areal-math").wait_for()
+    assert knobs.locator("tr.rs-knob-changed").count() == 2
+    page.screenshot(path=str(screenshots / "launch_knobs.png"), full_page=True)
+
     _fill(page, "rs-launch-tasks", "0:3")
     _fill(page, "rs-launch-samples", "2")
     page.locator("#rs-launch-start").click()
@@ -110,6 +127,16 @@ def test_launch_a_batch_see_it_finish_and_cancel_another(page: Any, app: Workflo
     assert page.locator("#rs-launch-table tr[data-open]").count() == 6
     assert "6 / 6" in page.locator("#rs-launch-progress").inner_text()
     page.screenshot(path=str(screenshots / "launch_finished.png"), full_page=True)
+    first_run = page.locator("#rs-launch-progress .rs-job-head code").inner_text()
+    store = Store(app.db)
+    try:
+        configs = [store.get_episode(r.id).config for r in store.list_episodes(EpisodeFilter(run_id=first_run))]
+    finally:
+        store.close()
+    # The effective config is stored on each episode: the changed knobs and the preset's others.
+    assert len(configs) == 6 and all(c["max_turns"] == 1 and c["turn_discount"] == 0.5 for c in configs)
+    assert all(c["feedback_wrong"] == PRESETS["areal-math"].feedback_wrong for c in configs)
+    _fill(page, "rs-launch-settings", "")
 
     # A batch big enough to still be running when Cancel is pressed: retail
     # episodes take tens of milliseconds each, math ones a few.
@@ -150,7 +177,9 @@ def test_launch_a_batch_see_it_finish_and_cancel_another(page: Any, app: Workflo
 def test_generate_edit_commit_and_save_a_step(page: Any, app: WorkflowApp, screenshots: Path) -> None:
     page.goto(app.url + "/")
     _tab(page, "step")
-    _fill(page, "rs-step-max-turns", "2")
+    _open_loop_box(page, "rs-step")
+    _fill(page, "rs-step-settings", "max_turns = 2")
+    page.locator("#rs-step-knobs").get_by_text("1 knob changed from preset areal-math").wait_for()
     page.locator("#rs-step-start").click()
     page.locator("#rs-step-header .rs-step-header").wait_for()
     page.locator("#rs-step-generate").click()
@@ -204,6 +233,10 @@ def test_fork_from_the_episode_tab_then_compare_with_the_parent(page: Any, app: 
     assert "every observation, reward and done flag as stored" in header.inner_text()
     assert page.locator("#rs-step-conversation .rs-turn-replayed").count() == 2
     page.screenshot(path=str(screenshots / "fork_started.png"))
+    # In fork mode the knobs start from the parent's stored config, not from a preset.
+    page.locator("#rs-step-start-box").get_by_text("Start a conversation").first.click()
+    _open_loop_box(page, "rs-step")
+    page.locator("#rs-step-knobs").get_by_text(f"episode {parent[:12]}'s config (preset areal-math)").wait_for()
 
     _fill(page, "rs-step-text", "Let me start over. The answer is \\boxed{0}.")
     page.locator("#rs-step-commit").click()
