@@ -46,6 +46,7 @@ bench: setup
 	$(BIN)/python bench/loop_speed.py
 	$(BIN)/python bench/turn_cost.py
 	$(BIN)/python bench/local_backend.py
+	$(BIN)/python bench/findings_quality.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from engine.diagnosis import consequences, diagnosis, link_findings, roots
 from engine.records import Episode, Finding, Message, Severity, Status, Turn
 
 from .render_tokens import (  # noqa: F401  (re-exported: the token view is part of this API)
@@ -233,21 +234,33 @@ def _finding(f: Finding, with_evidence: bool = True) -> str:
 
 
 def render_findings(ep: Episode) -> str:
-    """Every finding of the episode, errors first, each linking to its tokens and turn."""
-    found = sorted(
-        ep.all_findings(),
-        key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), -1 if f.turn is None else f.turn, f.kind),
-    )
+    """The episode's findings grouped by root: its diagnosis, then each root (errors first) with the findings
+    that follow from it folded under it, then what could not be checked. Each links to its tokens and turn."""
+    found = list(ep.all_findings())
     if not found:
         return '<div class="rs-findings"><div class="rs-note rs-info">No findings recorded for this episode (run `rollscope check` to run the fidelity checks).</div></div>'
+    if found and not all(f.id for f in found):
+        found = link_findings(found)  # records written before findings had ids
     counts: dict[str, int] = {}
     for f in found:
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
     summary = ", ".join(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}" for sev, n in counts.items())
-    items = "".join(_finding(f) for f in found)
+    parts = []
+    line = diagnosis(found)
+    if line:
+        parts.append(f'<div class="rs-diagnosis"><b>Diagnosis</b>: {_e(line)}</div>')
+    for r in roots(found):
+        follow = consequences(found, r)
+        inner = ""
+        if follow:
+            inner = (f'<details class="rs-caused"><summary>{len(follow)} finding{"s" if len(follow) != 1 else ""} '
+                     f'follow from it</summary>{"".join(_finding(f) for f in follow)}</details>')
+        parts.append(f'<div class="rs-root" data-finding="{_e(r.id)}">{_finding(r)}{inner}</div>')
+    rest = [f for f in found if f.severity is Severity.INFO]
+    parts.extend(_finding(f) for f in rest)
     return (
         f'<div class="rs-findings"><div class="rs-findings-head"><b>{len(found)} finding{"s" if len(found) != 1 else ""}'
-        f"</b> · {_e(summary)}</div>{items}</div>"
+        f"</b> · {_e(summary)}</div>{''.join(parts)}</div>"
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import chat
+from .diagnosis import link
 from .errors import RollscopeError
 from .presets import ONE_OR_MORE, LoopConfig
 from .records import Episode, Finding, Message, Severity
@@ -34,7 +35,7 @@ KINDS = (
     "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
     "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
     "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
-    "answer_extraction_failed",
+    "answer_extraction_failed", "logprobs_absent",
 )
 # Token modes whose arrays hold the very ids the model was given and generated.
 KEEPS_IDS = frozenset({"tito", "areal", "areal-seed"})
@@ -213,6 +214,9 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
         return [_skip("tokens_not_rendering", "no tokenizer with a chat template")]
     if not ep.messages or not len(ep.tokens):
         return [_skip("tokens_not_rendering", "the episode has no messages or no tokens")]
+    if ep.tokens.n_trainable and not any(m.role == "assistant" for m in ep.messages):
+        return [_skip("tokens_not_rendering", "the record holds the prompt but not the conversation after it: "
+                      "nothing to render the response from")]
     ids = ep.tokens.ids.tolist()
     header = _assistant_header(tok)
     keeps = _keeps_ids(ep) and bool(ep.turns) and all(t.generation is not None for t in ep.turns)
@@ -233,6 +237,8 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     at = _first_diff(ids, want)
     if at is None:
         return []
+    if keeps and at == len(want) and _closes_cut_reply(ep, tok, ids[at:]):
+        return []  # the template's closing after a last reply cut short; check_mask says if it is trained
     blocks = injected_system_blocks(ep, tok)
     if blocks and _without(ids, blocks) == want:
         return []  # the injected system blocks are the whole difference; check_injected_system names them
@@ -257,6 +263,14 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
             evidence=_id_evidence(tok, ids, want, at, o.context),
         )
     ]
+
+
+def _closes_cut_reply(ep: Episode, tok: Any, rest: list[int]) -> bool:
+    last = ep.turns[-1].generation if ep.turns else None
+    if last is None or not last.token_ids or int(last.token_ids[-1]) in chat.end_of_turn_ids(tok):
+        return False
+    closing = chat.encode(tok, chat.assistant_closing(tok, ep.tools))
+    return bool(rest) and closing[: len(rest)] == rest
 
 
 def _assistant_header(tok: Any) -> list[int]:
@@ -444,6 +458,23 @@ def closing_newlines(ep: Episode, tok: Any, spans: list[tuple[int, int]]) -> lis
     return [e for _, e in spans if 0 < e < n and int(ep.tokens.ids[e]) in nl]
 
 
+def _mask_shift(mask: np.ndarray, expected: np.ndarray, free: np.ndarray) -> int:
+    """k (in -2..2, not 0) when ``mask`` is ``expected`` moved k tokens later (free positions aside), else 0."""
+    n = len(mask)
+    for k in (1, -1, 2, -2):
+        restored = np.zeros(n, dtype=mask.dtype)  # the stored mask moved k tokens back
+        if k > 0:
+            restored[: n - k] = mask[k:]
+        else:
+            restored[-k:] = mask[: n + k]
+        ok = (restored == expected) | free
+        edge = slice(n - k, n) if k > 0 else slice(0, -k)
+        ok[edge] = True  # what fell off the end of the array cannot be compared
+        if restored.any() and bool(np.all(ok)):
+            return k
+    return 0
+
+
 def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
     tok = o.tokenizer
     mask = ep.tokens.loss_mask
@@ -459,6 +490,9 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
         if not ep.segments:
             return out + [_skip("mask_misaligned", "no ChatML tokenizer and no segments to tell assistant tokens")]
         spans = [(s.start, s.end) for s in ep.segments if s.kind == "assistant"]
+    # Replies inside the record's prompt are context for this sample (AReaL's per-turn rows train only
+    # their own turn), not output to train.
+    spans = [(s, e) for s, e in spans if e > ep.prompt_len]
     expected = np.zeros(n, dtype=np.uint8)
     for s, e in spans:
         expected[s:e] = 1
@@ -470,14 +504,31 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
     # After a reply cut by the length limit the template writes the end-of-turn
     # token; the model never generated it, so it must not be trained.
     cut_eot: set[int] = set()
+    eot_ids = chat.end_of_turn_ids(tok) if tok is not None else set()
     for t in ep.turns:
         a = next((sg for sg in t.segments if sg.kind == "assistant"), None)
-        if t.generation is not None and t.generation.finish_reason == "length" and a is not None and a.end < n:
-            cut_eot.add(a.end)
+        g = t.generation
+        if g is None or a is None or g.model == "manual":
+            continue
+        gen = list(g.token_ids)
+        if g.finish_reason == "length" and not gen:
+            if a.end < n:
+                cut_eot.add(a.end)
+            continue
+        # A reply that did not end on an end-of-turn token (cut by the length limit, or the model wrote the
+        # marker as plain text): the end-of-turn token after it was written by the template, not generated.
+        if g.finish_reason != "length" and ep.source.get("kind", "live") != "live":
+            continue  # an imported record's replies are read off its mask, not generated
+        if not gen or int(gen[-1]) in eot_ids or ep.tokens.ids[a.start : a.start + len(gen)].tolist() != gen:
+            continue
+        p = a.start + len(gen)
+        if p < n and (int(ep.tokens.ids[p]) in eot_ids or p == a.end):
+            cut_eot.add(p)
     expected[sorted(cut_eot)] = 0
 
     bad_on = np.flatnonzero((mask == 1) & (expected == 0) & ~free)
     bad_off = np.flatnonzero((mask == 0) & (expected == 1))
+    is_gp = False
     if bad_on.size:
         at = int(bad_on[0])
         header = chat.encode(tok, "<|im_start|>assistant\n") if tok is not None else []
@@ -485,15 +536,33 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
             ep.tokens.ids[p : p + len(header)].tolist() == header
             for p in range(max(0, at - len(header) + 1), at + 1)
         )
+    shift = _mask_shift(mask, expected, free) if bad_on.size or bad_off.size else 0
+    if shift:
+        # One cause: the whole mask is laid one (or two) tokens off; the wrong 1s and 0s are its two sides.
+        bad = np.union1d(bad_on, bad_off)
+        at = int(bad[0])
+        side = "right (later)" if shift > 0 else "left (earlier)"
+        out.append(Finding("mask_misaligned", ERROR,
+                           f"the loss mask is shifted {abs(shift)} token{'s' if abs(shift) != 1 else ''} to the {side}: "
+                           f"{bad_on.size} tokens trained that are not assistant output, {bad_off.size} assistant tokens "
+                           f"not trained; first at {at}",
+                           turn=_turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
+                           evidence={"positions": bad[:200].tolist(), "shift": shift, "generation_prompt": is_gp}))
+        return out
+    if bad_on.size:
+        at = int(bad_on[0])
         what = "the generation prompt (assistant header) is trainable" if is_gp else "loss mask 1 on tokens that are not assistant output"
+        if set(bad_on.tolist()) <= cut_eot:
+            what = ("a reply cut by the length limit is trained as if the model had ended it: the end-of-turn "
+                    "token after it was written by the template, not generated")
         out.append(Finding("mask_misaligned", ERROR, f"{what}: {bad_on.size} tokens, first at {at}",
                            turn=_turn_at(ep, at), token_start=at, token_end=int(bad_on[-1]) + 1,
-                           evidence={"positions": bad_on[:50].tolist(), "generation_prompt": is_gp}))
+                           evidence={"positions": bad_on[:200].tolist(), "generation_prompt": is_gp}))
     if bad_off.size:
         at = int(bad_off[0])
         out.append(Finding("mask_misaligned", ERROR, f"loss mask 0 on assistant output: {bad_off.size} tokens, first at {at}",
                            turn=_turn_at(ep, at), token_start=at, token_end=int(bad_off[-1]) + 1,
-                           evidence={"positions": bad_off[:50].tolist()}))
+                           evidence={"positions": bad_off[:200].tolist()}))
     if either:
         trained = {bool(mask[e]) for e in either}
         if len(trained) > 1:
@@ -517,9 +586,64 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
 # -- logprobs -----------------------------------------------------------------
 
 
+def _no_logprobs_at_all(ep: Episode) -> bool:
+    """Nothing in the episode carries a logprob: not the token array, not one generation (hand-written
+    replies aside). A source or backend without logprobs, not a loop that lost them."""
+    if not bool(np.all(np.isnan(ep.tokens.logprobs) | (ep.tokens.loss_mask == 0))):
+        return False
+    gens = [t.generation for t in ep.turns if t.generation is not None and t.generation.model != "manual"]
+    return bool(gens or ep.source.get("kind", "live") != "live") and all(g.logprobs is None for g in gens)
+
+
+def _generated_logprobs(ep: Episode) -> np.ndarray:
+    """The generations' own logprobs laid at the positions where the arrays hold their generated ids
+    (NaN elsewhere)."""
+    want = np.full(len(ep.tokens), np.nan, dtype=np.float32)
+    for t in ep.turns:
+        g = t.generation
+        seg = _assistant_seg(ep, t.index)
+        if g is None or g.logprobs is None or not g.token_ids or seg is None or g.model == "manual":
+            continue
+        n = min(len(g.token_ids), len(g.logprobs), seg.end - seg.start)
+        if ep.tokens.ids[seg.start : seg.start + n].tolist() == list(g.token_ids[:n]):
+            want[seg.start : seg.start + n] = np.asarray(g.logprobs[:n], dtype=np.float32)
+    return want
+
+
+def _logprob_shift(lp: np.ndarray, want: np.ndarray) -> int:
+    """k (in -2..2, not 0) when the stored logprobs are the generated ones moved k tokens later, else 0."""
+    known = ~np.isnan(want)
+    if known.sum() < 2 or np.allclose(lp[known], want[known], atol=1e-4, equal_nan=False):
+        return 0
+    n = len(lp)
+    for k in (1, -1, 2, -2):
+        moved = np.full(n, np.nan, dtype=np.float32)
+        if k > 0:
+            moved[k:] = want[: n - k]
+        else:
+            moved[: n + k] = want[-k:]
+        at = ~np.isnan(moved)
+        if at.sum() >= 0.9 * known.sum() and not np.isnan(lp[at]).any() \
+                and np.allclose(lp[at], moved[at], atol=1e-4):
+            return k
+    return 0
+
+
 def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
     out: list[Finding] = []
     lp, mask = ep.tokens.logprobs, ep.tokens.loss_mask
+    want = _generated_logprobs(ep)
+    shift = _logprob_shift(lp, want)
+    if shift:
+        same = (np.isclose(lp, want, atol=1e-4)) | (np.isnan(lp) & np.isnan(want))
+        bad = np.flatnonzero(~same & ((mask == 1) | ~np.isnan(lp) | ~np.isnan(want)))
+        at = int(bad[0])
+        side = "right (later)" if shift > 0 else "left (earlier)"
+        return [Finding("logprobs_misaligned", ERROR,
+                        f"the rollout logprobs are shifted {abs(shift)} token{'s' if abs(shift) != 1 else ''} to the "
+                        f"{side} of the ids they belong to; first at {at}",
+                        turn=_turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
+                        evidence={"positions": bad[:200].tolist(), "shift": shift})]
     missing = np.flatnonzero((mask == 1) & np.isnan(lp))
     spans = assistant_spans(ep, o.tokenizer) or []
     template_nl = set(closing_newlines(ep, o.tokenizer, spans)) & set(missing.tolist())
@@ -532,6 +656,14 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                            evidence={"positions": sorted(template_nl)[:50]}))
         missing = np.array([p for p in missing.tolist() if p not in template_nl], dtype=np.int64)
     manual = {t.index for t in ep.turns if t.generation is not None and t.generation.model == "manual"}
+    if missing.size and _no_logprobs_at_all(ep):
+        live = ep.source.get("kind", "live") == "live"
+        out.append(Finding(
+            "logprobs_absent", WARNING if live else INFO,
+            "no token has a rollout logprob: the backend returned none" if live else
+            f"the source ({ep.source.get('kind')}) holds no logprobs: logprobs not checked",
+            evidence={"source": str(ep.source.get("kind", "live")), "trainable": int(np.count_nonzero(mask))}))
+        missing = missing[:0]
     if missing.size:
         turns = sorted({_turn_at(ep, int(p)) for p in missing} - {None})
         only_manual = bool(turns) and set(turns) <= manual
@@ -540,13 +672,14 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                            f"{missing.size} trainable tokens have no rollout logprob, first at {at}"
                            + (" (text written by hand)" if only_manual else ""),
                            turn=_turn_at(ep, at), token_start=at, token_end=int(missing[-1]) + 1,
-                           evidence={"turns": turns, "count": int(missing.size)}))
+                           evidence={"turns": turns, "count": int(missing.size), "positions": missing[:200].tolist()}))
     stray = np.flatnonzero((mask == 0) & ~np.isnan(lp) & (lp != 0))
     if stray.size:
         at = int(stray[0])
         out.append(Finding("logprobs_misaligned", ERROR,
                            f"{stray.size} non-trainable tokens carry logprobs (shifted logprobs?), first at {at}",
-                           turn=_turn_at(ep, at), token_start=at, token_end=int(stray[-1]) + 1))
+                           turn=_turn_at(ep, at), token_start=at, token_end=int(stray[-1]) + 1,
+                           evidence={"positions": stray[:200].tolist()}))
     for t in ep.turns:
         g = t.generation
         seg = _assistant_seg(ep, t.index)
@@ -681,7 +814,7 @@ def run_checks(ep: Episode, options: CheckOptions | None = None) -> list[Finding
 def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
     """The episode with the checks' findings attached (replacing earlier check findings)."""
     loop_found = [f for f in ep.findings if f.kind in LOOP_KINDS and f.kind not in ("truncated_turn", "truncated_episode")]
-    return ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options)))
+    return link(ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options))))
 
 
 class TokenizerCache:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, RollscopeError, StoreError
+from .records import Episode, Finding
 
 DEFAULT_DB = "rollscope.db"
 
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--threshold", type=float, default=0.5, help="logprob difference that counts as a mismatch")
     ck.add_argument("--no-store", action="store_true", help="database only: do not save the findings back")
     ck.add_argument("--info", action="store_true", help="also print info findings (what was not checked, and why)")
+    ck.add_argument("--all", action="store_true", help="print, under each root finding, the findings that follow from it")
 
     rp = sub.add_parser("replay", help="re-execute stored episodes against their env and compare")
     rp.add_argument("episode_id", nargs="?", help="one episode (an id prefix is enough); or use --where / --all")
@@ -308,6 +310,7 @@ def _is_sqlite(path: Path) -> bool:
 
 def cmd_check(a: argparse.Namespace) -> int:
     from .checks import CheckOptions, TokenizerCache, with_checks
+    from .diagnosis import RUN_KINDS, consequences, diagnosis, roots
     from .formats import jsonl
     from .store import EpisodeFilter
 
@@ -316,6 +319,7 @@ def cmd_check(a: argparse.Namespace) -> int:
         raise ConfigError(f"{src} does not exist")
     tokenizers = TokenizerCache(a.tokenizer)
     store = None
+    report = None
     if _is_sqlite(src):
         store = _open_store(str(src), must_exist=True)
         ids = [store.resolve_id(e) for e in a.episode]
@@ -328,8 +332,9 @@ def cmd_check(a: argparse.Namespace) -> int:
             raise ConfigError("--where works on databases; for a JSONL file use --episode")
         report = jsonl.ReadReport()
         episodes = (e for e in jsonl.read(src, report) if not a.episode or any(e.id.startswith(p) for p in a.episode))
-    n_eps = n_err = 0
-    counts: dict[str, int] = {}
+    n_eps = 0
+    shown: list[tuple[Episode, list[Finding]]] = []
+    runs: dict[str, list[set[str]]] = {}  # run id -> kinds of run-level candidates, one set per episode
     for ep in episodes:
         n_eps += 1
         opts = CheckOptions(tokenizer=tokenizers.get(ep), recompute_logprobs=a.recompute_logprobs, model=a.model,
@@ -337,27 +342,85 @@ def cmd_check(a: argparse.Namespace) -> int:
         checked = with_checks(ep, opts)
         if store is not None and not a.no_store:
             store.finish_episode(checked)
-        for f in checked.all_findings():
+        found = list(checked.all_findings())
+        runs.setdefault(checked.run_id or checked.source.get("file") or "(no run)", []).append(
+            {f.kind for f in found if f.kind in RUN_KINDS and f.severity.value != "info"})
+        shown.append((checked, found))
+    # A kind every episode of a run has is the run's (its preset, template or source): said once.
+    run_level = {run: set.intersection(*sets) for run, sets in runs.items() if len(sets) > 1}
+    root_counts: dict[str, int] = {}
+    n_err = n_roots = n_caused = 0
+    for ep, found in shown:
+        run = ep.run_id or ep.source.get("file") or "(no run)"
+        common = run_level.get(run, set())
+        rs = [r for r in roots(found) if r.kind not in common]
+        for f in found:
             if f.severity.value == "error":
                 n_err += 1
-            if f.severity.value == "info" and not a.info:
-                continue
-            counts[f.kind] = counts.get(f.kind, 0) + 1
-            if a.json:
+        for r in rs:
+            if r.severity.value == "error":
+                root_counts[r.kind] = root_counts.get(r.kind, 0) + 1
+        n_roots += len(rs)
+        n_caused += sum(1 for f in found if f.caused_by is not None)
+        if a.json:
+            for f in found:
+                if f.severity.value == "info" and not a.info:
+                    continue
                 row = {"episode_id": ep.id, **{k: v for k, v in f.to_dict().items() if k != "evidence"}}
+                row["run_level"] = f.kind in common
                 row["evidence"] = {k: v for k, v in f.evidence.items() if k != "diff"}
                 print(json.dumps(row, ensure_ascii=False, default=str))
-            else:
-                span = f"[{f.token_start}:{f.token_end}]" if f.token_start is not None else ""
-                turn = f"turn {f.turn}" if f.turn is not None else "episode"
-                print(f"{ep.id}  {turn:8s} {f.severity.value:7s} {f.kind} {span}  {f.message}")
-    if not a.episode and n_eps == 0:
-        print("rollscope: no episodes to check", file=sys.stderr)
+            continue
+        line = diagnosis([f for f in found if f.kind not in common])
+        if not rs and not a.info:
+            continue
+        print(f"{ep.id}  {line or 'no findings'}")
+        for r in rs:
+            follow = consequences(found, r)
+            print(f"  {_finding_line(r)}" + (f"  (causes {len(follow)}: {_kinds(follow)})" if follow else ""))
+            if a.all:
+                for f in follow:
+                    print(f"      <- {f.caused_by}  {_finding_line(f)}")
+        if a.info:
+            for f in found:
+                if f.severity.value == "info":
+                    print(f"  {_finding_line(f)}")
+    if not a.json:
+        for run, kinds in sorted(run_level.items()):
+            for kind in sorted(kinds):
+                sample = next(f for ep, found in shown if (ep.run_id or ep.source.get("file") or "(no run)") == run
+                              for f in found if f.kind == kind)
+                print(f"run {run}: {kind} in all {len(runs[run])} episodes ({sample.severity.value}): {sample.message}")
+    skipped = list(report.errors) if report is not None else []
+    for err in skipped:
+        print(f"rollscope: skipped {err}", file=sys.stderr)
     for spec, why in tokenizers.errors.items():
         print(f"rollscope: tokenizer {spec!r} unavailable, token checks skipped: {why}", file=sys.stderr)
-    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no findings"
-    print(f"checked {n_eps} episodes: {n_err} errors ({summary})", file=sys.stderr)
+    if n_eps == 0:
+        why = (f"all {len(skipped)} records in {src} are malformed" if skipped else
+               "no episode matched" if a.episode or a.where else f"{src} holds no episodes")
+        print(f"rollscope: nothing checked: {why}", file=sys.stderr)
+        return 2
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(root_counts.items(), key=lambda kv: -kv[1])) or "none"
+    run_kinds = sorted({k for kinds in run_level.values() for k in kinds})
+    print(f"checked {n_eps} episodes{f' ({len(skipped)} malformed records skipped)' if skipped else ''}: "
+          f"{sum(root_counts.values())} root errors by kind: {summary}; {n_caused} findings follow from a root"
+          + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
+          + f" ({n_err} errors in all)", file=sys.stderr)
     return 1 if n_err else 0
+
+
+def _finding_line(f: Finding) -> str:
+    span = f"[{f.token_start}:{f.token_end}]" if f.token_start is not None else ""
+    turn = f"turn {f.turn}" if f.turn is not None else "episode"
+    return f"{f.id:4s} {turn:8s} {f.severity.value:7s} {f.kind} {span}  {f.message}"
+
+
+def _kinds(found: Sequence[Finding]) -> str:
+    counts: dict[str, int] = {}
+    for f in found:
+        counts[f.kind] = counts.get(f.kind, 0) + 1
+    return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in counts.items())
 
 
 def cmd_replay(a: argparse.Namespace) -> int:

@@ -223,15 +223,23 @@ class Finding:
     token_start: int | None = None
     token_end: int | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    id: str = ""  # unique within the episode ("f1", "f2", ...), given when the findings are linked
+    caused_by: str | None = None  # the id of the finding this one follows from; None for a root
+
+    @property
+    def is_root(self) -> bool:
+        return self.caused_by is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "id": self.id,
             "kind": self.kind,
             "severity": self.severity.value,
             "message": self.message,
             "turn": self.turn,
             "token_start": self.token_start,
             "token_end": self.token_end,
+            "caused_by": self.caused_by,
             "evidence": self.evidence,
         }
 
@@ -245,6 +253,8 @@ class Finding:
             token_start=d.get("token_start"),
             token_end=d.get("token_end"),
             evidence=dict(d.get("evidence") or {}),
+            id=str(d.get("id") or ""),
+            caused_by=d.get("caused_by"),
         )
 
 

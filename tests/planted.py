@@ -271,11 +271,20 @@ def nan_logprob_one_token(b: Base) -> Planted:
 
 
 def nan_logprobs_all(b: Base) -> Planted:
+    # Not a lost logprob but a backend that has none: one warning for the source, no error.
     ep = b.episode
     lp = np.full(len(ep.tokens), np.nan, dtype=np.float32)
     out = _lp_plant(b, lp, MISSING, 0, "a backend that returned no logprobs")
     turns = tuple(replace(t, generation=replace(t.generation, logprobs=None)) if t.generation else t for t in ep.turns)
-    return replace(out, episode=out.episode.evolve(turns=turns))
+    return replace(out, episode=out.episode.evolve(turns=turns), kind="logprobs_absent", severity=WARN,
+                   token_start=None, turn=None)
+
+
+def nan_logprobs_array(b: Base) -> Planted:
+    # The generations carry logprobs; the assembled array lost every one of them.
+    ep = b.episode
+    lp = np.full(len(ep.tokens), np.nan, dtype=np.float32)
+    return _lp_plant(b, lp, MISSING, 0, "logprobs dropped when the arrays were assembled")
 
 
 def logprobs_shift_right(b: Base) -> Planted:
@@ -321,6 +330,20 @@ def loop_max_new_tokens(b: Base) -> Planted:
     out = b.rebuild(sampling=SamplingParams(max_new_tokens=4))
     assert out.turns[0].generation.finish_reason == "length"
     return Planted(out, "truncated_turn", WARN, out.prompt_len, 0, "max_new_tokens=4 cuts every reply")
+
+
+def cut_turn_trained_complete(b: Base) -> Planted:
+    # The reply stopped on the length limit; the loop closed it with the template's end-of-turn token and
+    # trained that token as if the model had generated it.
+    ep = b.episode
+    t = mid_turn(ep)
+    g = ep.turns[t].generation
+    assert g is not None and int(g.token_ids[-1]) in chat.end_of_turn_ids(b.tok)
+    ids = g.token_ids[:-1]
+    out = replace_generation(ep, t, token_ids=ids, logprobs=None if g.logprobs is None else g.logprobs[:-1],
+                             text=chat.decode(b.tok, ids), finish_reason="length")
+    p = seg(ep, "assistant", t).start + len(ids)
+    return Planted(out, MASK, ERR, p, t, f"turn {t} cut by the length limit, its end-of-turn token trained")
 
 
 def status_truncated(b: Base) -> Planted:
@@ -397,12 +420,14 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("mask-length-disagrees", MASK, mask_length_disagrees),
     Variant("nan-logprobs-turn", MISSING, nan_logprobs_turn),
     Variant("nan-logprob-one-token", MISSING, nan_logprob_one_token),
-    Variant("nan-logprobs-all", MISSING, nan_logprobs_all),
+    Variant("nan-logprobs-all", "logprobs_absent", nan_logprobs_all),
+    Variant("nan-logprobs-array", MISSING, nan_logprobs_array),
     Variant("logprobs-shift-right", MISALIGNED, logprobs_shift_right),
     Variant("logprobs-shift-left", MISALIGNED, logprobs_shift_left),
     Variant("logprobs-on-context", MISALIGNED, logprobs_on_context),
     Variant("fewer-logprobs-than-ids", MISALIGNED, fewer_logprobs_than_ids),
     Variant("finish-reason-length", "truncated_turn", finish_reason_length),
+    Variant("cut-turn-trained-complete", MASK, cut_turn_trained_complete, lambda spec: spec.mode == "tito"),
     Variant("loop-max-new-tokens", "truncated_turn", loop_max_new_tokens),
     Variant("status-truncated", "truncated_episode", status_truncated),
     Variant("loop-max-turns", "truncated_episode", loop_max_turns),

@@ -118,6 +118,32 @@ def test_planted_bug_is_found(bases, tname, bname, vname):
     assert_located(p, findings(p.episode, base.tok))
 
 
+def _root_errors(ep: Episode, tok) -> tuple[list[Finding], list[Finding]]:
+    from engine.diagnosis import roots
+
+    linked = with_checks(ep, CheckOptions(tokenizer=tok)).all_findings()
+    rs = roots(linked)
+    return rs, [r for r in rs if r.severity is ERROR]
+
+
+@pytest.mark.parametrize("tname,bname,vname", CASES)
+def test_planted_bug_is_one_root_at_its_first_wrong_token(bases, tname, bname, vname):
+    base = bases(tname, bname)
+    p = VARIANT[vname].plant(base)
+    rs, errs = _root_errors(p.episode, base.tok)
+    hit = [r for r in rs if r.kind == p.kind]
+    assert hit, f"planted ({p.what}): {p.kind} is not a root; roots:\n{show(rs)}"
+    if isinstance(p.token_start, int):
+        assert any(r.token_start == p.token_start for r in hit), show(rs)
+    extra = [r for r in errs if r.kind != p.kind]
+    if vname == "loop-max-new-tokens" and BASES[bname].mode == "retokenize":
+        # True, not noise: re-rendering closes each cut reply with <|im_end|> and the loop trains it.
+        assert {r.kind for r in extra} == {"mask_misaligned"} and "cut by the length limit" in extra[0].message
+        extra = []
+    own = [r for r in errs if r.kind == p.kind]
+    assert len(own) == (1 if p.severity is ERROR else 0) and not extra, show(rs)
+
+
 LOOP_CASES = [
     pytest.param(t, name, id=f"{t}-{name}") for name, (_, toks) in LOOP_PLANTS.items() for t in toks
 ]
@@ -289,3 +315,58 @@ def test_check_cli_reports_planted_bug(tmp_path, bases):
     assert code == 0
     assert {r["episode_id"] for r in rows} <= {clean.id}
     assert not [r for r in rows if r["severity"] == "error"]
+
+
+def test_check_cli_prints_roots_first_and_what_they_cause(tmp_path, bases):
+    base = bases("smollm2", "math-tito")
+    p = planted.mask_shift_right(base)
+    bad = p.episode.evolve(id="shifted000000001", run_id="runA")
+    db = tmp_path / "c.db"
+    store = Store(db)
+    store.save_episode(bad)
+    store.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "check", str(db), "--all"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("shifted000000001  the loss mask is wrong from token")
+    root = [ln for ln in lines if ln.startswith("  f")]
+    assert len(root) == 1 and "mask_misaligned" in root[0] and "shifted 1 token to the right" in root[0]
+    assert "(causes " in root[0] and all(" <- " in ln for ln in lines[2:])
+    assert "1 root errors by kind: mask_misaligned 1" in proc.stderr
+
+    code, rows = _check_cli(str(db))
+    roots_ = [r for r in rows if r["caused_by"] is None and r["severity"] == "error"]
+    assert [r["kind"] for r in roots_] == ["mask_misaligned"] and roots_[0]["token_start"] == p.token_start
+    ids = {r["id"] for r in rows}
+    assert all(r["caused_by"] in ids for r in rows if r["caused_by"] is not None)
+
+
+def test_check_cli_says_why_nothing_was_checked(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"bad": 1}\nnot json\n', encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "check", str(bad)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 2
+    assert f"rollscope: skipped {bad}:1: field 'id': missing" in proc.stderr
+    assert "nothing checked: all 2 records" in proc.stderr and "malformed" in proc.stderr
+
+
+def test_a_finding_every_episode_of_a_run_has_is_reported_once_for_the_run(tmp_path, smol_tokenizer):
+    db = tmp_path / "r.db"
+    store = Store(db)
+    for i in range(3):
+        ep = play(MathEnv, smol_tokenizer, "areal-math", task=i, tokenizer_name="smollm2")
+        store.save_episode(ep.evolve(id=f"areal{i:011d}", run_id="runB"))
+    store.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "check", str(db)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    # realhf's feedback carries SmolLM2's default system block in every episode: a fact about the run.
+    assert proc.returncode == 1
+    assert [ln for ln in proc.stdout.splitlines() if ln.startswith("run runB:")] == [
+        ln for ln in proc.stdout.splitlines() if "system_block_injected" in ln]
+    assert "run runB: system_block_injected in all 3 episodes (error)" in proc.stdout
+    assert "run-level: system_block_injected" in proc.stderr

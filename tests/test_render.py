@@ -241,6 +241,25 @@ def test_findings_list_errors_first_with_links(episode: Episode) -> None:
     assert "No findings" in render.render_findings(episode.evolve(findings=(), turns=()))
 
 
+def test_findings_are_grouped_under_their_root(episode: Episode) -> None:
+    from engine.diagnosis import link_findings
+
+    found = tuple(link_findings([
+        Finding("mask_misaligned", Severity.ERROR, "the loss mask is shifted", turn=0, token_start=7, token_end=30,
+                evidence={"positions": [7, 12, 20, 29]}),
+        Finding("logprobs_missing", Severity.ERROR, "trained tokens without logprobs", turn=0, token_start=12,
+                token_end=30, evidence={"positions": [12, 29]}),
+        Finding("logprobs_misaligned", Severity.ERROR, "untrained tokens with logprobs", turn=0, token_start=7,
+                token_end=21, evidence={"positions": [7, 20]}),
+    ]))
+    out = render.render_findings(episode.evolve(findings=found))
+    assert "<b>Diagnosis</b>: the loss mask is wrong from token 7 (turn 0): 2 findings follow" in out
+    root, folded = out.split('<details class="rs-caused">', 1)
+    assert root.count('class="rs-root"') == 1 and "the loss mask is shifted" in root
+    assert "2 findings follow from it" in folded and "logprobs_missing" in folded and "logprobs_misaligned" in folded
+    assert "logprobs_missing" not in root
+
+
 def test_timeline_marks_turns_with_findings_and_offers_fork(episode: Episode) -> None:
     f = Finding("env_error", Severity.ERROR, "boom", turn=1)
     out = render.render_conversation(episode.evolve(findings=(f,)))
