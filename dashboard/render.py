@@ -233,9 +233,10 @@ def _finding(f: Finding, with_evidence: bool = True) -> str:
     )
 
 
-def render_findings(ep: Episode) -> str:
+def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None) -> str:
     """The episode's findings grouped by root: its diagnosis, then each root (errors first) with the findings
-    that follow from it folded under it, then what could not be checked. Each links to its tokens and turn."""
+    that follow from it folded under it, then what could not be checked. Each links to its tokens and turn.
+    ``run_level`` (episode count, kinds) names kinds every episode of its run has: they come last, as the run's."""
     found = list(ep.all_findings())
     if not found:
         return '<div class="rs-findings"><div class="rs-note rs-info">No findings recorded for this episode (run `rollscope check` to run the fidelity checks).</div></div>'
@@ -245,11 +246,17 @@ def render_findings(ep: Episode) -> str:
     for f in found:
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
     summary = ", ".join(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}" for sev, n in counts.items())
+    n_run, run_kinds = run_level or (0, [])
     parts = []
-    line = diagnosis(found)
+    line = diagnosis(found, leave_out=run_kinds)
     if line:
         parts.append(f'<div class="rs-diagnosis"><b>Diagnosis</b>: {_e(line)}</div>')
-    for r in roots(found):
+    own = [r for r in roots(found) if r.kind not in run_kinds]
+    of_run = [r for r in roots(found) if r.kind in run_kinds]
+    for r in [*own, *of_run]:
+        if r is (of_run[0] if of_run else None):
+            parts.append(f'<div class="rs-run-note">Every one of the {n_run:,} episodes of run <code>{_e(ep.run_id)}'
+                         "</code> has the findings below: they describe its preset, template or source.</div>")
         follow = consequences(found, r)
         inner = ""
         if follow:

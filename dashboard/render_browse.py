@@ -41,6 +41,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("tokens", "n_tokens", "c-tokens c-num"),
     Column("trainable", "n_trainable", "c-trainable c-num", "tokens with loss mask 1"),
     Column("findings", "n_findings", "c-findings c-num"),
+    Column("diagnosis", None, "c-diag", "the root findings; what follows from them is in the episode"),
     Column("tags", None, "c-tags"),
     Column("preset", "preset", "c-preset"),
     Column("model", "model", "c-model"),
@@ -58,7 +59,18 @@ def _created(ts: float) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(ts)) if ts else ""
 
 
-def _row(s: EpisodeSummary) -> str:
+def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
+    parts = s.diagnosis_parts()
+    own = [(k, t) for k, t in parts if k not in run_level]
+    cell = "; ".join(_e(t) for _, t in own)
+    if len(own) < len(parts):
+        kinds = sorted({k for k, _ in parts if k in run_level})
+        cell += (" " if cell else "") + (f'<span class="rs-run-chip" title="every episode of run {_e(s.run_id)} has it: '
+                                         f'see the note above the table">run: {_e(", ".join(kinds))}</span>')
+    return cell
+
+
+def _row(s: EpisodeSummary, run_level: Sequence[str] = ()) -> str:
     findings = ""
     if s.n_findings:
         cls = "rs-bad-text" if s.n_errors else "rs-dim"
@@ -76,6 +88,7 @@ def _row(s: EpisodeSummary) -> str:
         f"{s.n_tokens:,}",
         f"{s.n_trainable:,}",
         findings,
+        _diagnosis(s, run_level),
         tags,
         _e(s.preset),
         _e(s.model),
@@ -87,8 +100,11 @@ def _row(s: EpisodeSummary) -> str:
     return f'<tr data-id="{_e(s.id)}" tabindex="0">{tds}</tr>'
 
 
-def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool, empty: str = "") -> str:
-    """The table of one page of episodes; the header of the sort column shows its direction."""
+def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool, empty: str = "",
+                 run_level: dict[str, tuple[int, list[str]]] | None = None) -> str:
+    """The table of one page of episodes; the header of the sort column shows its direction. Kinds every
+    episode of a run has (``run_level``) are left out of the rows' diagnosis: the run's note says them once."""
+    run_level = run_level or {}
     heads = []
     for c in COLUMNS:
         if c.sort is None:
@@ -102,7 +118,7 @@ def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool
             f'<th class="{c.cls} rs-sortable{" rs-sorted" if active else ""}" data-sort="{_e(c.sort)}" '
             f'aria-sort="{aria}" title="{_e(tip)}">{_e(c.label)}{arrow}</th>'
         )
-    body = "".join(_row(s) for s in rows)
+    body = "".join(_row(s, run_level.get(s.run_id or "", (0, []))[1]) for s in rows)
     if not rows:
         body = f'<tr class="rs-empty-row"><td colspan="{len(COLUMNS)}">{_e(empty or "No episodes.")}</td></tr>'
     return (
@@ -131,3 +147,14 @@ element.addEventListener("keydown", (event) => {
   if (row && event.key === "Enter") trigger("click", { open: row.dataset.id });
 });
 """
+
+
+def render_run_notes(run_level: dict[str, tuple[int, list[str]]]) -> str:
+    """One note per run whose every episode has the same preset, template or source finding."""
+    if not run_level:
+        return ""
+    items = "".join(
+        f'<li>run <code>{_e(run)}</code>: {", ".join(f"<b>{_e(k)}</b>" for k in kinds)} in every one of its '
+        f"{n:,} episodes (a property of its preset, template or source; left out of the rows below)</li>"
+        for run, (n, kinds) in sorted(run_level.items()))
+    return f'<ul class="rs-run-notes">{items}</ul>'

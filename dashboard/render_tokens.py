@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.diagnosis import linked
 from engine.records import Episode, Finding
 
 # Logprob heat buckets: class lK for -logprob below each bound, l5 beyond.
@@ -141,17 +142,22 @@ def _positions(f: Finding, start: int, n: int) -> list[int]:
     return list(range(start, min(end, n)))
 
 
-def finding_marks(findings: Iterable[Finding], n: int) -> tuple[dict[int, list[str]], set[int]]:
-    """Token index -> kinds of the findings marking it, and the indexes where findings start."""
+def finding_marks(findings: Iterable[Finding], n: int) -> tuple[dict[int, list[str]], set[int], set[int]]:
+    """Token index -> kinds of the findings marking it, the indexes where findings start, and the indexes a
+    root finding marks (the rest are marked only by findings that follow from a root)."""
     marks: dict[int, list[str]] = {}
     starts: set[int] = set()
+    rooted: set[int] = set()
     for f in findings:
         if f.token_start is None or not 0 <= f.token_start < n:
             continue
         starts.add(f.token_start)
+        root = f.caused_by is None
         for i in _positions(f, f.token_start, n):
-            marks.setdefault(i, []).append(f.kind)
-    return marks, starts
+            marks.setdefault(i, []).append(f.kind if root else f"{f.kind} (follows {f.caused_by})")
+            if root:
+                rooted.add(i)
+    return marks, starts, rooted
 
 
 def spans(ep: Episode) -> list[tuple[int, int, str, int | None]]:
@@ -222,7 +228,8 @@ def _legend(has_diff: bool) -> str:
         '<span class="rs-swatch sw-train">trainable (mask 1)</span>'
         '<span class="rs-swatch sw-ctx">context (mask 0)</span>'
         '<span class="rs-swatch sw-special">special token</span>'
-        f'<span class="rs-swatch sw-flag">finding</span>{diff}'
+        '<span class="rs-swatch sw-flag sw-root">root finding</span>'
+        f'<span class="rs-swatch sw-flag sw-caused">follows from a root</span>{diff}'
         '<span class="rs-swatch sw-nl">↵ newline</span>'
         f'<span class="rs-heat-legend">logprob {heat}</span>'
         f'<span class="rs-diff-legend">|recomputed − rollout| {diff_scale}</span>'
@@ -253,7 +260,8 @@ def render_tokens(
     """Every token of the episode as a ``<span class="tok ...">``; hover data in ``data-meta``.
 
     Classes: ``tok-train`` (loss mask 1) or ``tok-ctx`` (mask 0), plus
-    ``tok-special`` for special ids, ``tok-flag`` inside a finding's span,
+    ``tok-special`` for special ids, ``tok-flag`` inside a finding's span (with ``tok-root`` where a root
+    finding marks it, ``tok-caused`` where only findings that follow from one do),
     ``tok-partial`` for a piece of a multi-token character, ``l0``..``l5``
     (logprob bucket, see ``LOGPROB_BOUNDS``) and ``d0``..``d4`` (mismatch
     bucket, ``DIFF_BOUNDS``). The first token of each turn carries
@@ -278,8 +286,8 @@ def render_tokens(
         notes.append(diff_note)
     heat = _buckets(-tok.logprobs.astype(np.float64), LOGPROB_BOUNDS)  # by surprise, -logprob
     dheat = _buckets(np.array([np.nan if d is None else abs(d) for d in diff], dtype=np.float64), DIFF_BOUNDS) if diff else None
-    findings = ep.all_findings()
-    marks, finding_starts = finding_marks(findings, n)
+    findings = linked(ep.all_findings())
+    marks, finding_starts, rooted = finding_marks(findings, n)
     runs = spans(ep)
     esc_cache: dict[str, str] = {}
     turn_seen: set[int] = set()
@@ -317,7 +325,7 @@ def render_tokens(
             if dheat is not None and dheat[i] >= 0:
                 cls += f" d{dheat[i]}"
             if i in marks:
-                cls += " tok-flag"
+                cls += " tok-flag tok-root" if i in rooted else " tok-flag tok-caused"
             anchor = ""
             if turn is not None and turn not in turn_seen:
                 turn_seen.add(turn)

@@ -210,21 +210,30 @@ def _phrase(f: Finding) -> str:
     return phrases.get(f.kind, f"{f.kind} at {w}")
 
 
-def diagnosis(found: Sequence[Finding]) -> str:
-    """One line from the root findings: what is wrong first, and how much follows from it."""
-    rs = roots(found)
-    if not rs:
-        return ""
+def diagnosis_parts(found: Sequence[Finding]) -> list[tuple[str, str]]:
+    """(kind, phrase) per root finding that matters, errors first: what is wrong first and how much follows."""
     parts = []
-    for r in rs:
+    for r in roots(found):
         follow = consequences(found, r)
         text = _phrase(r)
         if follow:
             turns = {f.turn for f in (r, *follow) if f.turn is not None}
-            text += (f": {len(follow)} finding{'s' if len(follow) != 1 else ''} follow"
+            text += (f": {len(follow)} finding{'s follow' if len(follow) != 1 else ' follows'}"
                      + (f" across {len(turns)} turns" if len(turns) > 1 else ""))
-        parts.append(text)
-    return "; ".join(parts)
+        parts.append((r.kind, text))
+    return parts
+
+
+def diagnosis(found: Sequence[Finding], leave_out: Iterable[str] = ()) -> str:
+    """One line from the root findings (``leave_out``: kinds said elsewhere, e.g. once for the run)."""
+    skip = set(leave_out)
+    return "; ".join(text for kind, text in diagnosis_parts(found) if kind not in skip)
+
+
+def linked(found: Sequence[Finding]) -> list[Finding]:
+    """The findings as linked; findings from before ids existed are linked now."""
+    found = list(found)
+    return found if all(f.id for f in found) else link_findings(found)
 
 
 def root_kinds(found: Iterable[Finding]) -> list[str]:

@@ -36,7 +36,15 @@ class EpisodeSummary:
     source: str
     group_id: str | None = None
     n_errors: int = 0
+    diagnosis: str | None = None  # the root findings in one line ("; " between roots)
+    root_kinds: str | None = None  # their kinds, in the same order, as ",kind,kind,"
     tags: tuple[str, ...] = ()
+
+    def diagnosis_parts(self) -> list[tuple[str, str]]:
+        """(kind, phrase) per root, as stored."""
+        kinds = [k for k in (self.root_kinds or "").split(",") if k]
+        texts = (self.diagnosis or "").split("; ") if self.diagnosis else []
+        return list(zip(kinds, texts, strict=False)) if len(kinds) == len(texts) else [("", t) for t in texts]
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EpisodeSummary:
@@ -58,6 +66,7 @@ class EpisodeFilter:
     starred: bool | None = None
     tags: tuple[str, ...] = ()
     finding_kind: str | None = None
+    root_kind: str | None = None  # a root finding of this kind
     min_turns: int | None = None
     max_turns: int | None = None
     ids: tuple[str, ...] = ()
@@ -104,12 +113,14 @@ class EpisodeFilter:
                     kw["family"] = value
                 elif key in ("finding", "finding_kind"):
                     kw["finding_kind"] = value
+                elif key in ("root", "root_kind"):
+                    kw["root_kind"] = value
                 elif key in ("env", "task_id", "task", "run_id", "run", "preset", "source", "text"):
                     kw[{"task": "task_id", "run": "run_id"}.get(key, key)] = value
                 else:
                     raise ConfigError(
                         f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
-                        "source, tag, starred, turns, finding, family, id or text"
+                        "source, tag, starred, turns, finding, root, family, id or text"
                     )
             except ValueError:
                 raise ConfigError(f"--where {clause!r}: {value!r} is not a number") from None
@@ -145,6 +156,8 @@ class EpisodeFilter:
             add("id IN (SELECT episode_id FROM tags WHERE tag = ?)", tag)
         if self.finding_kind:
             add("id IN (SELECT episode_id FROM findings WHERE kind = ?)", self.finding_kind)
+        if self.root_kind:
+            add("instr(root_kinds, ?) > 0", f",{self.root_kind},")
         if self.min_turns is not None:
             add("n_turns >= ?", self.min_turns)
         if self.max_turns is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import sqlite_utils
 
+from .diagnosis import diagnosis_parts, linked
 from .errors import ConfigError, StoreError
 
 # Bins, BrowseStats, RewardStats and search_texts are re-exported for callers of the store.
@@ -32,7 +33,7 @@ from .queries import SORTABLE, EpisodeFilter, EpisodeSummary  # noqa: F401  (re-
 from .records import Episode, Finding, Status, TokenArrays, Turn
 from .store_browse import Bins, BrowseQueries, BrowseStats, RewardStats, search_texts, text_clause  # noqa: F401
 
-DB_SCHEMA = 2  # 2: the full-text search index (search_texts, search_refs, search_fts)
+DB_SCHEMA = 3  # 2: the full-text search index (search_texts, search_refs, search_fts); 3: diagnosis, root_kinds
 
 # Episode fields that live in their own columns rather than in the JSON blob.
 _COLUMN_FIELDS = {
@@ -102,7 +103,7 @@ class Store(BrowseQueries):
                         "reward": float, "n_turns": int, "n_tokens": int, "n_trainable": int, "prompt_len": int,
                         "created_at": float, "updated_at": float, "parent_id": str, "fork_turn": int,
                         "starred": int, "note": str, "source": str, "n_findings": int, "n_errors": int,
-                        "pid": int, "schema_version": int, "data": str,
+                        "diagnosis": str, "root_kinds": str, "pid": int, "schema_version": int, "data": str,
                     },
                     pk="id",
                     not_null={"env", "task_id", "status"},
@@ -140,10 +141,45 @@ class Store(BrowseQueries):
                     ("tags", ["tag"]), ("replays", ["episode_id"]),
                 ):
                     db[table].create_index(cols, if_not_exists=True)
+                backfill = self._migrate_diagnosis_columns()
                 created = self._migrate_search()
                 self._migrate_index()
+                if backfill:
+                    self._backfill_diagnosis()
             if created and db.execute("SELECT 1 FROM episodes LIMIT 1").fetchone():
                 self._reindex_search()
+
+    def _migrate_diagnosis_columns(self) -> bool:
+        """Database schema 3: ``diagnosis`` and ``root_kinds`` on episodes (and Browse's index). True when a
+        database from before needs them filled."""
+        added = False
+        for table in ("episodes", "episode_index"):
+            if table not in self.db.table_names():
+                continue
+            have = {c.name for c in self.db[table].columns}
+            for col in ("diagnosis", "root_kinds"):
+                if col not in have:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {col} TEXT")
+                    added = added or table == "episodes"
+        return added
+
+    def _backfill_diagnosis(self) -> None:
+        """Fill ``diagnosis``/``root_kinds`` of episodes stored before they existed, from their findings."""
+        rows = self.db.execute(
+            "SELECT episode_id, turn, kind, severity, token_start, token_end, message, evidence FROM findings "
+            "ORDER BY episode_id, rowid").fetchall()
+        by: dict[str, list[Finding]] = {}
+        for eid, turn, kind, sev, start, end, message, evidence in rows:
+            try:
+                ev = json.loads(evidence) if evidence else {}
+            except json.JSONDecodeError:
+                ev = {}
+            by.setdefault(eid, []).append(Finding.from_dict({
+                "kind": kind, "severity": sev, "message": message, "turn": turn, "token_start": start,
+                "token_end": end, "evidence": ev if isinstance(ev, dict) else {}}))
+        for eid, found in by.items():
+            diag, kinds = _diagnosis_columns(found)
+            self.db.execute("UPDATE episodes SET diagnosis = ?, root_kinds = ? WHERE id = ?", [diag, kinds, eid])
 
     def recover_interrupted(self) -> int:
         """Mark episodes whose writing process is gone as ``interrupted``."""
@@ -181,6 +217,7 @@ class Store(BrowseQueries):
         d = ep.to_dict(include_tokens=False)
         data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS}
         all_findings = ep.all_findings()
+        diag, root_kinds = _diagnosis_columns(all_findings)
         return {
             "id": ep.id,
             "run_id": ep.run_id,
@@ -206,6 +243,8 @@ class Store(BrowseQueries):
             "source": str(ep.source.get("kind", "live")),
             "n_findings": len(all_findings),
             "n_errors": sum(1 for f in all_findings if f.severity.value == "error"),
+            "diagnosis": diag,
+            "root_kinds": root_kinds,
             "pid": os.getpid() if ep.status is Status.RUNNING else None,
             "schema_version": ep.schema_version,
             "data": json.dumps(data, separators=(",", ":")),
@@ -463,3 +502,10 @@ class Store(BrowseQueries):
                 "SELECT id, data FROM replays WHERE episode_id = ? ORDER BY created_at DESC", [episode_id]
             ).fetchall()
         return [{"id": r[0], **json.loads(r[1])} for r in rows]
+
+
+def _diagnosis_columns(found: Sequence[Finding]) -> tuple[str, str]:
+    """(diagnosis, root kinds) columns: the parts of the diagnosis joined by "; ", and their kinds in the same
+    order as ",kind,kind," (so a filter is one LIKE and a part can be left out by its kind)."""
+    parts = diagnosis_parts(linked(found))
+    return "; ".join(text for _, text in parts), ("," + ",".join(k for k, _ in parts) + ",") if parts else ""

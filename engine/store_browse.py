@@ -123,6 +123,7 @@ def search_texts(ep: Episode, turn: int | None = None) -> list[tuple[int, list[s
 INDEX_COLUMNS = (
     "id", "env", "task_id", "status", "reward", "n_turns", "n_tokens", "n_trainable", "preset", "model", "run_id",
     "group_id", "sample_index", "created_at", "starred", "n_findings", "n_errors", "source", "parent_id",
+    "diagnosis", "root_kinds",
 )
 
 
@@ -178,7 +179,8 @@ class BrowseQueries:
             "CREATE TABLE IF NOT EXISTS episode_index (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
             "env TEXT, task_id TEXT, status TEXT, reward REAL, n_turns INTEGER, n_tokens INTEGER, n_trainable INTEGER, "
             "preset TEXT, model TEXT, run_id TEXT, group_id TEXT, sample_index INTEGER, created_at REAL, "
-            "starred INTEGER, n_findings INTEGER, n_errors INTEGER, source TEXT, parent_id TEXT)"
+            "starred INTEGER, n_findings INTEGER, n_errors INTEGER, source TEXT, parent_id TEXT, diagnosis TEXT, "
+            "root_kinds TEXT)"
         )
         # rid is the episodes rowid: the tie-breaker of every sort, so a page
         # of a sorted column is a walk along that column's index.
@@ -195,7 +197,7 @@ class BrowseQueries:
             db.execute(f"DROP TRIGGER IF EXISTS episodes_index_{event.lower()}")
             db.execute(f"CREATE TRIGGER episodes_index_{event.lower()} AFTER {event} ON episodes BEGIN {body} END")
         for col in INDEX_COLUMNS:
-            if col != "id":
+            if col not in ("id", "diagnosis"):
                 db.execute(f"CREATE INDEX IF NOT EXISTS episode_index_{col} ON episode_index ({col})")
         # Per-task and per-group reward aggregates read these and nothing else.
         db.execute("CREATE INDEX IF NOT EXISTS episode_index_task_reward ON episode_index (task_id, reward)")
@@ -288,6 +290,38 @@ class BrowseQueries:
         """Every finding kind in the database with the number of episodes that have it."""
         rows = self.browse_query("SELECT kind, COUNT(DISTINCT episode_id) FROM findings GROUP BY kind ORDER BY kind")
         return [(r[0], int(r[1])) for r in rows]
+
+    def root_kind_counts(self) -> list[tuple[str, int]]:
+        """Every root finding kind in the database with the number of episodes that have it as a root."""
+        counts: dict[str, int] = {}
+        for kinds, n in self.browse_query(
+                "SELECT root_kinds, COUNT(*) FROM episode_index WHERE root_kinds > '' GROUP BY root_kinds"):
+            for k in {k for k in str(kinds).split(",") if k}:
+                counts[k] = counts.get(k, 0) + int(n)
+        return sorted(counts.items())
+
+    def run_level_kinds(self, run_ids: Sequence[str]) -> dict[str, tuple[int, list[str]]]:
+        """For each run: (its episode count, the kinds that every one of its episodes has, among the kinds that
+        describe a preset, template or source). Runs of one episode have none."""
+        from .diagnosis import RUN_KINDS
+
+        runs = sorted({r for r in run_ids if r})
+        if not runs:
+            return {}
+        marks = ",".join("?" * len(runs))
+        sizes = {r: int(n) for r, n in self.browse_query(
+            f"SELECT run_id, COUNT(*) FROM episode_index WHERE run_id IN ({marks}) GROUP BY run_id", runs)}
+        kinds = sorted(RUN_KINDS)
+        rows = self.browse_query(
+            f"SELECT e.run_id, f.kind, COUNT(DISTINCT f.episode_id) FROM findings f JOIN episode_index e "
+            f"ON e.id = f.episode_id WHERE e.run_id IN ({marks}) AND f.kind IN ({','.join('?' * len(kinds))}) "
+            "AND f.severity != 'info' GROUP BY e.run_id, f.kind", [*runs, *kinds])
+        out: dict[str, tuple[int, list[str]]] = {}
+        for run, kind, n in rows:
+            size = sizes.get(run, 0)
+            if size > 1 and int(n) == size:
+                out.setdefault(run, (size, []))[1].append(kind)
+        return out
 
     def tag_counts(self) -> list[tuple[str, int]]:
         """Every tag in use with the number of episodes carrying it."""

@@ -20,12 +20,13 @@ from engine.store import SORTABLE, EpisodeFilter, Store
 
 from .. import charts
 from ..render import render_message
-from ..render_browse import BROWSE_JS, render_table
+from ..render_browse import BROWSE_JS, render_run_notes, render_table
 
 PAGE_SIZES = [25, 50, 100, 200]
 PAGE_SIZE = 50
 ALL = "all"
 ANY_FINDING, NO_FINDING = "__any__", "__none__"
+ROOT = "root:"  # findings filter values that select a root kind
 STARRED = {"any": None, "starred": True, "not starred": False}
 DEFAULT_SORT = {"by": "created_at", "desc": True}
 MAX_TASK_CHOICES = 500  # beyond this, type a task id (the dropdown accepts any value)
@@ -68,7 +69,8 @@ def episode_filter(
         starred=STARRED.get(starred or "any"),
         source=_opt(source),
         has_findings=True if kind == ANY_FINDING else False if kind == NO_FINDING else None,
-        finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING) else kind,
+        finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING) or kind.startswith(ROOT) else kind,
+        root_kind=kind[len(ROOT):] if kind and kind.startswith(ROOT) else None,
     )
 
 
@@ -88,6 +90,7 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
         last = max(1, math.ceil(total / size))
         number = min(max(1, int(_num(page_no) or 1)), last)
         rows = store.list_episodes(flt, order_by=by, descending=desc, limit=size, offset=(number - 1) * size)
+        run_level = store.run_level_kinds([r.run_id for r in rows if r.run_id])
     except RollscopeError as e:
         return [render_table([], by, desc, "—"), render_message(str(e), "error"), 1]
     ms = (time.perf_counter() - start) * 1000
@@ -106,7 +109,7 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
     else:
         empty = "No episode matches these filters."
         info = render_message(empty)
-    return [render_table(rows, by, desc, empty), info, number]
+    return [render_table(rows, by, desc, empty, run_level), info + render_run_notes(run_level), number]
 
 
 def figures(store: Store, flt: EpisodeFilter) -> list[Any]:
@@ -118,6 +121,7 @@ def choices(store: Store) -> list[Any]:
     """Dropdown updates with the values in the database now: env, task, run, source, tags, findings."""
     tasks = store.distinct("task_id")
     kinds = store.finding_kinds()
+    root_kinds = store.root_kind_counts()
     return [
         gr.Dropdown(choices=[ALL, *store.distinct("env")]),
         gr.Dropdown(choices=[ALL, *tasks[:MAX_TASK_CHOICES]]),
@@ -126,6 +130,7 @@ def choices(store: Store) -> list[Any]:
         gr.Dropdown(choices=[f"{t}" for t, _ in store.tag_counts()]),
         gr.Dropdown(choices=[
             ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings", NO_FINDING),
+            *((f"root: {k} ({n:,})", ROOT + k) for k, n in root_kinds),
             *((f"{k} ({n:,})", k) for k, n in kinds),
         ]),
     ]

@@ -194,7 +194,7 @@ def view(store: Store, episode_id: str | None) -> list[Any]:
     return [
         ep.id,
         render.render_header(ep),
-        render.render_findings(ep),
+        render.render_findings(ep, store.run_level_kinds([ep.run_id]).get(ep.run_id or "") if ep.run_id else None),
         fresh(render.render_conversation(ep)),
         fresh(token_view(ep)),
         charts.turn_chart(ep),

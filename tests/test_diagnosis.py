@@ -1,0 +1,142 @@
+"""Root causes: the linking rules, the diagnosis line, its columns in the store and where Browse shows it."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+from dashboard.render import render_findings
+from dashboard.tabs.browse import ROOT, episode_filter, page
+from engine.diagnosis import consequences, diagnosis, link_findings, root_of, roots
+from engine.records import Finding, Severity
+from engine.store import EpisodeFilter, Store
+
+E, INFO = Severity.ERROR, Severity.INFO
+GOLDEN = Path(__file__).parent / "golden" / "dbschema2.sqlite"
+
+
+def _f(kind: str, sev: Severity = E, start: int | None = None, end: int | None = None, turn: int | None = 0,
+       **ev: object) -> Finding:
+    return Finding(kind, sev, kind, turn=turn, token_start=start, token_end=end, evidence=dict(ev))
+
+
+def test_a_mask_finding_causes_the_logprob_findings_on_its_own_positions_only():
+    found = link_findings([
+        _f("mask_misaligned", start=10, end=40, positions=[10, 20, 30]),
+        _f("logprobs_missing", start=20, end=31, positions=[20, 30]),
+        _f("logprobs_misaligned", start=50, end=51, positions=[50]),  # elsewhere: a cause of its own
+    ])
+    assert [f.id for f in found] == ["f1", "f2", "f3"]
+    assert [f.caused_by for f in found] == [None, "f1", None]
+    assert [r.id for r in roots(found)] == ["f1", "f3"]
+    assert consequences(found, found[0]) == [found[1]] and root_of(found, found[1]) is found[0]
+
+
+def test_token_structure_explains_what_comes_after_it_not_before():
+    found = link_findings([
+        _f("mask_misaligned", start=5, end=6, positions=[5]),  # before the first wrong id: its own cause
+        _f("generation_prompt_missing", start=30, end=31, turn=1),
+        _f("mask_misaligned", start=33, end=60, turn=1, positions=[33, 40]),
+        _f("tokens_not_rendering", start=30, end=31, turn=1),
+    ])
+    by = {f.token_start: f for f in found if f.kind == "mask_misaligned"}
+    gpm = next(f for f in found if f.kind == "generation_prompt_missing")
+    assert by[5].caused_by is None and by[33].caused_by == gpm.id and gpm.caused_by is None
+    assert next(f for f in found if f.kind == "tokens_not_rendering").caused_by == gpm.id  # same token: the specific wins
+
+
+def test_a_history_rewrite_is_one_cause_and_info_is_never_linked():
+    found = link_findings([
+        _f("tokens_not_rendering", start=12, end=13, turn=0),
+        _f("template_not_prefix_stable", start=40, end=41, turn=1, text="<think>"),
+        _f("template_not_prefix_stable", start=90, end=91, turn=3),
+        _f("template_not_prefix_stable", INFO, start=95, end=96, turn=3),
+        _f("not_checked", INFO, turn=None),
+    ])
+    first = found[1]
+    assert first.caused_by is None and found[2].caused_by == first.id and found[0].caused_by == first.id
+    assert found[3].caused_by is None and found[4].caused_by is None
+    assert diagnosis(found) == ("the chat template rewrites history from turn 1 (it drops earlier <think> blocks): "
+                                "2 findings follow across 3 turns")
+
+
+def test_the_same_failure_in_later_turns_is_one_cause_recurring():
+    found = link_findings([_f("tool_call_parse_error", turn=t) for t in range(4)] + [_f("env_error", turn=2)])
+    assert [f.caused_by for f in found] == [None, "f1", "f1", "f1", None]
+    assert diagnosis(found) == ("a tool call failed to parse at turn 0: 3 findings follow across 4 turns; "
+                                "the env failed at turn 2")
+
+
+def test_a_schema_2_database_gets_its_diagnoses_on_open(tmp_path):
+    db = tmp_path / "old.sqlite"
+    shutil.copy(GOLDEN, db)
+    raw = sqlite3.connect(db)
+    n_findings = raw.execute("SELECT COUNT(*) FROM findings").fetchone()[0]
+    raw.close()
+    store = Store(db)
+    try:
+        assert store.db.execute("SELECT value FROM meta WHERE key = 'db_schema'").fetchone()[0] == "3"
+        rows = {r.id: r for r in store.list_episodes()}
+        assert len(rows) == 10
+        assert rows["f3acbca0961a4057"].diagnosis == "a system block is injected mid-trajectory at turn 0"
+        assert rows["f3acbca0961a4057"].root_kinds == ",system_block_injected,"
+        assert rows["83fba487342d497c"].diagnosis is None  # a clean tito episode
+        assert store.count(EpisodeFilter(root_kind="system_block_injected")) == 5
+        assert store.count(EpisodeFilter.from_where(["root=template_newline_trained"])) == 2
+        assert store.count(EpisodeFilter(root_kind="mask_misaligned")) == 0
+        assert dict(store.root_kind_counts()) == {"system_block_injected": 5, "template_newline_trained": 2}
+        assert store.run_level_kinds(["2f16ca17978245a5", "b5258a9f04bd4eaa", "39b9345806b64e14"]) == {
+            "2f16ca17978245a5": (2, ["template_newline_trained"]), "b5258a9f04bd4eaa": (4, ["system_block_injected"])}
+        assert sum(len(store.get_episode(i).all_findings()) for i in rows) == n_findings
+    finally:
+        store.close()
+
+
+def test_browse_shows_the_diagnosis_and_says_run_level_kinds_once(tmp_path):
+    db = tmp_path / "old.sqlite"
+    shutil.copy(GOLDEN, db)
+    store = Store(db)
+    try:
+        table, info, _ = page(store, episode_filter(run="b5258a9f04bd4eaa"), None, 1)
+        # Every areal-math episode of that run has the injected block: one note, not four rows saying it.
+        assert info.count("system_block_injected") == 1 and "in every one of its 4 episodes" in info
+        assert table.count("a system block is injected") == 0 and table.count("run: system_block_injected") == 4
+        table, _, _ = page(store, episode_filter(findings=ROOT + "system_block_injected"), None, 1)
+        assert table.count('<tr data-id=') == 5
+        fork = store.get_episode("a0dd25aea5c24541")  # a run of its own: its diagnosis stays on its row
+        panel = render_findings(fork, None)
+        assert "<b>Diagnosis</b>: a system block is injected mid-trajectory at turn 0: 1 finding follows" in panel
+        ep = store.get_episode("f3acbca0961a4057")
+        run_panel = render_findings(ep, (4, ["system_block_injected"]))
+        assert "Diagnosis" not in run_panel and "Every one of the 4 episodes of run" in run_panel
+    finally:
+        store.close()
+
+
+def test_the_token_view_draws_roots_and_what_follows_from_them_apart(tmp_path):
+    import re
+
+    from dashboard.render import render_tokens
+
+    shutil.copy(GOLDEN, tmp_path / "g.sqlite")
+    store = Store(tmp_path / "g.sqlite")
+    try:
+        ep = store.get_episode("83fba487342d497c")  # a clean tito episode: only the findings below
+    finally:
+        store.close()
+    n = len(ep.tokens)
+    found = (
+        Finding("generation_prompt_missing", E, "header", turn=0, token_start=10, token_end=11),
+        Finding("mask_misaligned", E, "mask", turn=0, token_start=20, token_end=24, evidence={"positions": [20, 23]}),
+        Finding("logprobs_misaligned", E, "lp", turn=0, token_start=5, token_end=6),
+    )
+    out = render_tokens(ep.evolve(findings=found), None, set())
+    classes = re.findall(r'<span class="(tok [^"]*)"', out)
+    assert len(classes) == n
+    roots_at = [i for i, c in enumerate(classes) if "tok-root" in c.split()]
+    caused_at = [i for i, c in enumerate(classes) if "tok-caused" in c.split()]
+    # The mask finding after the missing header follows from it: drawn faint; the stray logprob before the
+    # header is a root of its own.
+    assert roots_at == [5, 10] and caused_at == [20, 23]
+    assert "follows from a root" in out and "root finding" in out
