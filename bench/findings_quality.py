@@ -118,12 +118,25 @@ def as_slime_pt(ep: Episode, tok: Any, name: str) -> Episode:
 
     sample = slime.episode_to_sample(ep, 0, 0)
     sample["metadata"].pop("rollscope", None)  # a dump from slime itself carries none of ours
+    # A plant in slime's own length fields is written into them, as slime would have.
+    if "response_length" in ep.source:
+        sample["response_length"] = int(ep.source["response_length"])
+    if "loss_mask_length" in ep.source:
+        mask = sample["loss_mask"]
+        want = int(ep.source["loss_mask_length"])
+        sample["loss_mask"] = (mask + [0] * want)[:want]
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "0.pt"
         torch.save({"rollout_id": 0, "samples": [sample]}, path)
         ctx = ImportContext("slime", tok, name)
-        (out,) = list(slime.read(path, ctx))
-    return out
+        got = list(slime.read(path, ctx))
+    if not got:
+        raise Refused(str(ctx.errors[0]) if ctx.errors else "the importer returned nothing")
+    return got[0]
+
+
+class Refused(Exception):
+    """The importer refused the record, saying why: the bug surfaces as a skipped record, not a finding."""
 
 
 FORMS: dict[str, Callable[[Episode, Any, str], Episode]] = {"jsonl": as_jsonl, "slime-pt": as_slime_pt}
@@ -139,6 +152,7 @@ class Score:
     one: int = 0  # plants whose root errors are exactly what the plant asks (1, or 0 for a warning)
     misses: list[str] | None = None
     noisy: list[str] | None = None
+    refused: list[str] | None = None
 
     def add(self, label: str, p: Planted, checked: Episode) -> None:
         self.misses = self.misses or []
@@ -173,8 +187,8 @@ def plants(toks: dict[str, tuple[Any, str]]) -> dict[str, Score]:
         for form, convert in FORMS.items():
             try:
                 ep = convert(p.episode, tok, name)
-            except Exception as e:  # noqa: BLE001  (a plant the format cannot carry is reported, not fatal)
-                scores[form].misses = (scores[form].misses or []) + [f"{tname}/{pname}: cannot convert: {e}"]
+            except Refused as e:
+                scores[form].refused = (scores[form].refused or []) + [f"{tname}/{pname}: {e}"]
                 continue
             scores[form].add(f"{tname}/{pname}", p, with_checks(ep, CheckOptions(tokenizer=tok)))
     return scores
@@ -212,7 +226,8 @@ def clean_imports(toks: dict[str, tuple[Any, str]]) -> Iterator[tuple[str, Episo
 
     tok, name = toks["smollm2"]
     eps = [play(MathEnv, tok, "tito", task=i, tokenizer_name=name) for i in range(2)]
-    eps += [play(PriceEnv, tok, "tito", task=0, tokenizer_name=name)]
+    eps += [play(PriceEnv, tok, "tito", task=0, tokenizer_name=name),
+            play(PriceEnv, tok, "slime-tau", task=1, tokenizer_name=name)]
     fmts = {"jsonl": "episodes.jsonl", "slime": "0.pt", "areal": "areal.pt", "messages": "m.jsonl",
             "parquet": "e.parquet"}
     for fmt, fname in fmts.items():
@@ -245,21 +260,26 @@ def main() -> None:
     toks = tokenizers()
     scores = plants(toks)
     print("planted bugs (one per episode)")
-    print(f"{'form':10s} {'plants':>6s} {'recall':>8s} {'exact':>8s} {'root err/bug':>13s} {'as asked':>9s}")
+    print(f"{'form':10s} {'plants':>6s} {'recall':>8s} {'exact':>8s} {'root err/bug':>13s} {'as asked':>9s} "
+          f"{'refused at import':>18s}")
     for form, s in scores.items():
         print(f"{form:10s} {s.n:6d} {s.recalled / s.n:8.1%} {s.exact / max(1, s.exact_n):8.1%} "
-              f"{s.root_errors / s.n:13.2f} {s.one / s.n:9.1%}")
+              f"{s.root_errors / s.n:13.2f} {s.one / s.n:9.1%} {len(s.refused or []):18d}")
     for form, s in scores.items():
         for line in (s.misses or [])[:40]:
             print(f"  miss [{form}] {line}")
         for line in (s.noisy or [])[:40]:
             print(f"  noise [{form}] {line}")
+        for line in (s.refused or [])[:10]:
+            print(f"  refused [{form}] {line}")
     by: dict[str, tuple[int, int, Counter[str], list[str]]] = defaultdict()
     by["live presets"] = false_errors(clean_live(toks))
     by["importers"] = false_errors(clean_imports(toks))
+    by["live as slime-pt"] = false_errors(
+        (label, as_slime_pt(ep, tok, ""), tok) for label, ep, tok in clean_live(toks))
     print("clean episodes: false errors")
     for what, (n, errors, kinds, where) in by.items():
-        print(f"  {what:14s} {n:4d} episodes, {errors} errors {dict(kinds) if kinds else ''}")
+        print(f"  {what:17s} {n:4d} episodes, {errors} errors {dict(kinds) if kinds else ''}")
         for line in where[:20]:
             print(f"    {line}")
     print("presets that reproduce a loop's own bug (true findings): root errors per episode")

@@ -195,12 +195,19 @@ def _rendered_candidates(ep: Episode, tok: Any) -> list[list[int]]:
     if ep.messages[-1].role != "assistant":
         out.append(chat.encode(tok, _render(ep, tok, ep.messages, True)))
         return out
+    final = ep.messages[-1]
+    if not final.tool_calls and len(ep.messages) > 1:
+        # The last reply as it was generated: after the prompt's generation prompt, not as the template
+        # re-renders a finished reply (Qwen3 adds an empty <think> block there).
+        head = _render(ep, tok, ep.messages[:-1], True)
+        out.append(chat.encode(tok, head + final.content + chat.assistant_closing(tok, ep.tools)))
     tail = chat.encode(tok, chat.assistant_closing(tok, ep.tools))
     eot = chat.end_of_turn_ids(tok)
     # A token-in-token-out array ends on the generated end-of-turn token, before the template's newline.
-    for cut in range(1, len(tail) + 1):
-        if full[-cut:] == tail[-cut:] and full[-cut - 1 : -cut] and full[-cut - 1] in eot:
-            out.append(full[:-cut])
+    for cand in list(out):
+        for cut in range(1, len(tail) + 1):
+            if cand[-cut:] == tail[-cut:] and cand[-cut - 1 : -cut] and cand[-cut - 1] in eot:
+                out.append(cand[:-cut])
     # A reply cut by the length limit has no end-of-turn token at all.
     last = ep.turns[-1].generation if ep.turns else None
     if last is not None and last.finish_reason == "length" and tail and full[-len(tail) :] == tail:
@@ -216,7 +223,8 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
         return [_skip("tokens_not_rendering", "the episode has no messages or no tokens")]
     if ep.tokens.n_trainable and not any(m.role == "assistant" for m in ep.messages):
         return [_skip("tokens_not_rendering", "the record holds the prompt but not the conversation after it: "
-                      "nothing to render the response from")]
+                      "nothing to render the response from; only the chat markup is checked"),
+                *check_chat_markup(ep, o)]
     ids = ep.tokens.ids.tolist()
     header = _assistant_header(tok)
     keeps = _keeps_ids(ep) and bool(ep.turns) and all(t.generation is not None for t in ep.turns)
@@ -237,6 +245,12 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     at = _first_diff(ids, want)
     if at is None:
         return []
+    if at < ep.prompt_len and ep.source.get("kind", "live") != "live":
+        # An imported record's prompt was rendered from inputs it does not hold (tools, a system prompt):
+        # what its messages render to says nothing about its ids.
+        return [_skip("tokens_not_rendering", f"the record's prompt is not what its messages render to (from token "
+                      f"{at}): it was rendered from inputs the record does not hold, such as tools"),
+                *check_chat_markup(ep, o)]
     if keeps and at == len(want) and _closes_cut_reply(ep, tok, ids[at:]):
         return []  # the template's closing after a last reply cut short; check_mask says if it is trained
     blocks = injected_system_blocks(ep, tok)
@@ -263,6 +277,45 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
             evidence=_id_evidence(tok, ids, want, at, o.context),
         )
     ]
+
+
+def check_chat_markup(ep: Episode, o: CheckOptions) -> list[Finding]:
+    """What the token stream alone shows of a ChatML conversation, for records without the conversation
+    (slime dumps): a trained reply that no assistant header opens, and ``<|im_end|>`` without the newline the
+    template writes after it."""
+    tok = o.tokenizer
+    if tok is None:
+        return []
+    start_id = tok.convert_tokens_to_ids("<|im_start|>")
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    unk = getattr(tok, "unk_token_id", None)
+    if not isinstance(start_id, int) or start_id == unk or end_id == unk:
+        return []
+    ids = ep.tokens.ids.tolist()
+    mask = ep.tokens.loss_mask
+    nl = set(chat.encode(tok, "\n"))
+    out: list[Finding] = []
+    glued = [i + 1 for i in range(len(ids) - 1) if ids[i] == end_id and ids[i + 1] not in nl]
+    if glued:
+        at = glued[0]
+        out.append(Finding("tokens_not_rendering", ERROR,
+                           f"<|im_end|> is followed by another token than the template's newline at {len(glued)} "
+                           f"place{'s' if len(glued) != 1 else ''}, first at {at}: the ids are not a render of any "
+                           "conversation", turn=_turn_at(ep, at), token_start=at, token_end=at + 1,
+                           evidence={"positions": glued[:200]}))
+    # A trained run right after a closed message, with no assistant header between: the header is missing.
+    starts = [i for i in range(max(1, ep.prompt_len), len(ids)) if mask[i] and not mask[i - 1]]
+    # (A run that opens on the newline after <|im_end|> or on a header is a mask matter, not a missing header.)
+    bare = [s for s in starts if ids[s] not in nl and ids[s] != start_id
+            and (ids[s - 1] == end_id or (ids[s - 1] in nl and s >= 2 and ids[s - 2] == end_id))]
+    if bare:
+        at = bare[0]
+        out.append(Finding("generation_prompt_missing", ERROR,
+                           f"{len(bare)} trained repl{'ies start' if len(bare) != 1 else 'y starts'} right after a closed "
+                           f"message with no assistant header, first at {at}: the trainer sees each reply glued to the "
+                           "message before it", turn=_turn_at(ep, at), token_start=at, token_end=at + 1,
+                           evidence={"positions": bare[:50]}))
+    return out
 
 
 def _closes_cut_reply(ep: Episode, tok: Any, rest: list[int]) -> bool:
@@ -484,7 +537,9 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
     if "loss_mask_length" in src and "response_length" in src and src["loss_mask_length"] != src["response_length"]:
         out.append(Finding("mask_misaligned", ERROR,
                            f"loss mask has {src['loss_mask_length']} entries for a response of {src['response_length']} tokens",
-                           token_start=ep.prompt_len, token_end=n))
+                           token_start=ep.prompt_len, token_end=n,
+                           evidence={"loss_mask_length": src["loss_mask_length"],
+                                     "response_length": src["response_length"]}))
     spans = assistant_spans(ep, tok)
     if spans is None:
         if not ep.segments:
@@ -645,6 +700,14 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                         turn=_turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
                         evidence={"positions": bad[:200].tolist(), "shift": shift})]
     missing = np.flatnonzero((mask == 1) & np.isnan(lp))
+    if missing.size and _no_logprobs_at_all(ep):
+        # Nothing was lost: the source (or the backend) has none. Said once, and nothing else to check here.
+        live = ep.source.get("kind", "live") == "live"
+        return [Finding(
+            "logprobs_absent", WARNING if live else INFO,
+            "no token has a rollout logprob: the backend returned none" if live else
+            f"the source ({ep.source.get('kind')}) holds no logprobs: logprobs not checked",
+            evidence={"source": str(ep.source.get("kind", "live")), "trainable": int(np.count_nonzero(mask))})]
     spans = assistant_spans(ep, o.tokenizer) or []
     template_nl = set(closing_newlines(ep, o.tokenizer, spans)) & set(missing.tolist())
     if template_nl:
@@ -656,14 +719,6 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                            evidence={"positions": sorted(template_nl)[:50]}))
         missing = np.array([p for p in missing.tolist() if p not in template_nl], dtype=np.int64)
     manual = {t.index for t in ep.turns if t.generation is not None and t.generation.model == "manual"}
-    if missing.size and _no_logprobs_at_all(ep):
-        live = ep.source.get("kind", "live") == "live"
-        out.append(Finding(
-            "logprobs_absent", WARNING if live else INFO,
-            "no token has a rollout logprob: the backend returned none" if live else
-            f"the source ({ep.source.get('kind')}) holds no logprobs: logprobs not checked",
-            evidence={"source": str(ep.source.get("kind", "live")), "trainable": int(np.count_nonzero(mask))}))
-        missing = missing[:0]
     if missing.size:
         turns = sorted({_turn_at(ep, int(p)) for p in missing} - {None})
         only_manual = bool(turns) and set(turns) <= manual

@@ -357,9 +357,10 @@ def cmd_check(a: argparse.Namespace) -> int:
         for f in found:
             if f.severity.value == "error":
                 n_err += 1
-        for r in rs:
+        for r in roots(found):
             if r.severity.value == "error":
-                root_counts[r.kind] = root_counts.get(r.kind, 0) + 1
+                key = f"{r.kind} (run-level)" if r.kind in common else r.kind
+                root_counts[key] = root_counts.get(key, 0) + 1
         n_roots += len(rs)
         n_caused += sum(1 for f in found if f.caused_by is not None)
         if a.json:

@@ -93,6 +93,10 @@ def follows(cause: Finding, effect: Finding) -> bool:
         return True
     if cause.kind == "retokenization_drift" and cause.severity is Severity.ERROR and effect.kind in LOGPROB:
         return cause.turn is not None and cause.turn == effect.turn
+    if cause.kind == "mask_misaligned" and "loss_mask_length" in cause.evidence and effect.kind in (
+            "mask_misaligned", *LOGPROB) and effect.token_start is not None and cause.token_start is not None \
+            and effect.token_start >= cause.token_start:
+        return True  # a mask of the wrong length, laid from the response start, is wrong where it runs out
     if cause.kind == "mask_misaligned" and cause.evidence.get("shift") and effect.kind == "template_newline_trained":
         return True  # the shifted mask now covers the template's newline after <|im_end|>
     if cause.kind == "mask_misaligned" and effect.kind in LOGPROB:

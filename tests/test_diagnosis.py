@@ -140,3 +140,47 @@ def test_the_token_view_draws_roots_and_what_follows_from_them_apart(tmp_path):
     # header is a root of its own.
     assert roots_at == [5, 10] and caused_at == [20, 23]
     assert "follows from a root" in out and "root finding" in out
+
+
+def _as_slime_dump(ep, tok, tmp_path):
+    """The episode as slime itself would dump it: no Rollscope metadata, imported back."""
+    import torch
+
+    from engine.formats import slime
+    from engine.formats.base import ImportContext
+
+    sample = slime.episode_to_sample(ep, 0, 0)
+    sample["metadata"].pop("rollscope", None)
+    path = tmp_path / "0.pt"
+    torch.save({"rollout_id": 0, "samples": [sample]}, path)
+    (out,) = list(slime.read(path, ImportContext("slime", tok, "smollm2")))
+    return out
+
+
+def test_a_slime_dump_without_our_metadata_shows_markup_bugs_at_their_token(tmp_path, smol_tokenizer):
+    from engine.checks import CheckOptions, with_checks
+    from tests import planted
+
+    base = planted.build_base("math-tito", smol_tokenizer, "smollm2")
+    opts = CheckOptions(tokenizer=smol_tokenizer)
+    clean = with_checks(_as_slime_dump(base.episode, smol_tokenizer, tmp_path), opts).all_findings()
+    assert not [f for f in clean if f.severity is E]
+    assert any(f.kind == "not_checked" and "only the chat markup is checked" in f.message for f in clean)
+
+    for plant in (planted.drop_gen_prompt, planted.drop_closing_newline):
+        p = plant(base)
+        found = with_checks(_as_slime_dump(p.episode, smol_tokenizer, tmp_path), opts).all_findings()
+        errs = [r for r in roots(found) if r.severity is E]
+        assert [(r.kind, r.token_start) for r in errs] == [(p.kind, p.token_start)], [
+            (f.kind, f.token_start, f.caused_by) for f in found]
+
+
+def test_a_one_reply_tool_episode_from_a_slime_dump_is_clean(tmp_path, smol_tokenizer, qwen3_tokenizer):
+    from engine.checks import CheckOptions, with_checks
+    from tests.planted import play
+    from tests.toolenv import PriceEnv
+
+    for tok in (smol_tokenizer, qwen3_tokenizer):
+        ep = play(PriceEnv, tok, "tito", task=1, tokenizer_name="t", max_turns=1)  # one trained run
+        found = with_checks(_as_slime_dump(ep, tok, tmp_path), CheckOptions(tokenizer=tok)).all_findings()
+        assert not [f for f in found if f.severity is E], [(f.kind, f.message) for f in found]

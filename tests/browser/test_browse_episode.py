@@ -284,3 +284,26 @@ def test_long_episode_token_view_is_responsive(page: Any, site: BrowseDb, screen
     page.screenshot(path=str(screenshots / "episode_32k.png"))
     assert min(timings) < 15 and hover_s < 5 and toggle_s < 5
     assert not page.errors
+
+
+@pytest.mark.browser
+def test_the_diagnosis_shows_in_browse_and_the_episode(page: Any, site: BrowseDb, screenshots: Path) -> None:
+    store = Store(site.path)
+    try:
+        long = store.list_episodes(EpisodeFilter(ids=(site.long_id,)))[0]
+        shown = next(r for r in store.list_episodes(limit=20) if r.diagnosis)  # on Browse's first page
+    finally:
+        store.close()
+    assert long.diagnosis  # the stored line Browse shows
+    page.goto(f"{site.url}/?episode={site.long_id}")
+    page.locator(f"{TOKENS} .rs-tokens .tok").first.wait_for(state="visible", timeout=60_000)
+    listing = page.locator("#rs-episode-findings")
+    assert listing.locator(".rs-diagnosis").inner_text() == f"Diagnosis: {long.diagnosis}"
+    assert listing.locator(".rs-root").count() >= 1
+    assert page.locator(f"{TOKENS} .tok-root").count() > 0
+    page.screenshot(path=str(screenshots / "episode_diagnosis.png"))
+    page.goto(site.url + "/")
+    cell = page.locator(f"#rs-episode-table tr[data-id='{shown.id}'] td.c-diag")
+    cell.wait_for(timeout=60_000)
+    assert cell.inner_text().strip() == shown.diagnosis
+    assert not page.errors
