@@ -241,6 +241,34 @@ def clean_imports(toks: dict[str, tuple[Any, str]]) -> Iterator[tuple[str, Episo
                 yield f"import-{fmt}/{ep.task_id}", ep, tok
 
 
+def clean_foreign_dumps(toks: dict[str, tuple[Any, str]]) -> Iterator[tuple[str, Episode, Any]]:
+    """Clean records in the shapes AReaL and verl write themselves, read with and without a tokenizer."""
+    from engine.formats import IMPORTERS
+    from tests.fixtures_formats import areal_record, verl_rows, write_jsonl
+
+    tok, name = toks["smollm2"]
+    eps = [play(MathEnv, tok, "tito", task=i, tokenizer_name=name) for i in range(2)]
+    eps.append(play(PriceEnv, tok, "tito", task=0, tokenizer_name=name))
+    role = {"prompt": "prompt", "assistant": "gen"}
+    areal_rows = []
+    for i, ep in enumerate(eps):
+        pieces = [(role.get(sg.kind, "context"), ep.tokens.ids[sg.start : sg.end].tolist())
+                  for sg in sorted(ep.segments, key=lambda sg: sg.start)]
+        areal_rows.append(areal_record(tok, i, 0, pieces, ep.reward))
+    # verl decodes prompt and response ids with skip_special_tokens=True.
+    verl = verl_rows(3, [(tok.decode(ep.tokens.ids[: ep.prompt_len].tolist(), skip_special_tokens=True),
+                          tok.decode(list(ep.turns[0].generation.token_ids), skip_special_tokens=True)
+                          if ep.turns[0].generation else "", ep.reward)
+                         for ep in eps[:2]])
+    with tempfile.TemporaryDirectory() as d:
+        for fmt, rows in (("areal", areal_rows), ("verl", verl)):
+            path = write_jsonl(Path(d) / fmt / "0.jsonl", rows)
+            for with_tok in (True, False):
+                ctx = ImportContext(fmt, tok if with_tok else None, name if with_tok else "")
+                for ep in IMPORTERS[fmt](path, ctx):
+                    yield f"{fmt}-dump{'' if with_tok else '-no-tokenizer'}/{ep.task_id}", ep, tok if with_tok else None
+
+
 def false_errors(items: Iterator[tuple[str, Episode, Any]]) -> tuple[int, int, Counter[str], list[str]]:
     n = errors = 0
     kinds: Counter[str] = Counter()
@@ -275,6 +303,7 @@ def main() -> None:
     by: dict[str, tuple[int, int, Counter[str], list[str]]] = defaultdict()
     by["live presets"] = false_errors(clean_live(toks))
     by["importers"] = false_errors(clean_imports(toks))
+    by["AReaL/verl dumps"] = false_errors(clean_foreign_dumps(toks))
     by["live as slime-pt"] = false_errors(
         (label, as_slime_pt(ep, tok, ""), tok) for label, ep, tok in clean_live(toks))
     print("clean episodes: false errors")
