@@ -325,17 +325,44 @@ class SlimeDelta:
     rewrite: TextDelta | None = None
 
 
-def slime_delta(tokenizer: Any, messages: Sequence[Message], include_generation_prompt: bool = False) -> SlimeDelta:
+class RenderMemo:
+    """Renders (without tools) of the prefixes of one growing conversation, each made once.
+
+    slime renders the same prefix several times a turn (a reply delta's
+    ``curr`` is the next delta's ``prev``). A prefix is known by its length
+    and its last message object; a conversation that is only appended to
+    gets the very texts a fresh render would give.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._texts: dict[tuple[int, bool], tuple[Any, str]] = {}
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
+        key = (len(messages), add_generation_prompt)
+        last = messages[-1] if messages else None
+        hit = self._texts.get(key)
+        if hit is not None and hit[0] is last:
+            return hit[1]
+        text = render(self.tokenizer, messages, None, add_generation_prompt=add_generation_prompt)
+        self._texts[key] = (last, text)
+        return text
+
+
+def slime_delta(tokenizer: Any, messages: Sequence[Message], include_generation_prompt: bool = False,
+                memo: RenderMemo | None = None) -> SlimeDelta:
     """What slime's ``get_token_delta`` returns for the last message (rendered without tools).
 
     Raises :class:`DeltaRefused` with slime's own message where it raises.
+    ``memo`` renders each prefix of a growing conversation once.
     """
     if not messages:
         raise DeltaRefused("Cannot calculate a token delta for an empty conversation")
-    curr = render(tokenizer, messages, None, add_generation_prompt=False)
-    prev = render(tokenizer, messages[:-1], None, add_generation_prompt=False)
+    memo = memo if memo is not None else RenderMemo(tokenizer)
+    curr = memo.render(messages, False)
+    prev = memo.render(messages[:-1], False)
     if messages[-1].role == "assistant":
-        gp = render(tokenizer, messages[:-1], None, add_generation_prompt=True)
+        gp = memo.render(messages[:-1], True)
         if not gp.startswith(prev):
             raise DeltaRefused("Adding the assistant generation prompt rewrote the rendered conversation",
                                text_delta(prev, gp))

@@ -266,11 +266,16 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
             turn=_turn_at(ep, first), token_start=first, token_end=first + 1,
             evidence=_id_evidence(tok, ids, want, missing[0], o.context) | {"positions": missing[:50]})]
     start = min(at, len(ids) - 1)
+    nl = set(chat.encode(tok, "\n"))
+    glued = 0 < at < len(ids) and at + 1 < len(want) and ids[at - 1] in chat.end_of_turn_ids(tok) \
+        and want[at] in nl and ids[at] == want[at + 1]
     return [
         Finding(
             "tokens_not_rendering",
             ERROR,
-            f"token ids differ from {what} from position {at} ({len(ids)} ids vs {len(want)} expected)",
+            f"token ids differ from {what} from position {at} ({len(ids)} ids vs {len(want)} expected)"
+            + (": the newline the template writes after the end-of-turn token is missing, so the next message is "
+               "glued to it" if glued else ""),
             turn=_turn_at(ep, start),
             token_start=start,
             token_end=start + 1,

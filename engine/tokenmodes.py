@@ -56,6 +56,7 @@ class Context:
     config: LoopConfig
     builder: chat.TokenBuilder
     messages: list[Message]
+    memo: chat.RenderMemo | None = None  # renders of the conversation's prefixes, for modes that render a lot
 
 
 def prompt_text(tok: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]], config: LoopConfig) -> str:
@@ -206,8 +207,10 @@ class Slime(TokenMode):
             c.builder.add(d.ids, m.role, t, False)
 
     def _delta(self, c: Context, msgs: Sequence[Message], t: int, include_gp: bool) -> chat.SlimeDelta:
+        if c.memo is None:
+            c.memo = chat.RenderMemo(c.tok)
         try:
-            return chat.slime_delta(c.tok, msgs, include_generation_prompt=include_gp)
+            return chat.slime_delta(c.tok, msgs, include_generation_prompt=include_gp, memo=c.memo)
         except chat.DeltaRefused as e:
             ev = e.delta.evidence() if e.delta is not None else {}
             at = len(c.builder)
