@@ -1,0 +1,93 @@
+"""Fidelity checks: turn a trace into Findings, located at the token.
+
+Each check reads what the episode carries (messages, token arrays,
+generations, segments) and either reports findings or says, as an ``info``
+finding of kind ``not_checked``, what it could not check and why. Checks
+never change the episode; :func:`with_checks` returns a copy carrying their
+findings, linked to their root causes (``engine.diagnosis``).
+
+``rendering`` holds the checks against the chat template, ``arrays`` those
+on the token arrays, ``base`` what they share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..diagnosis import link
+from ..errors import RollscopeError
+from ..records import Episode, Finding
+from .arrays import (
+    assistant_spans,
+    check_drift,
+    check_logprob_mismatch,
+    check_logprobs,
+    check_mask,
+    check_response_length,
+    check_truncation,
+    check_turn_records,
+    closing_newlines,
+)
+from .base import KEEPS_IDS, KINDS, LOOP_KINDS, Check, CheckOptions
+from .rendering import (
+    check_chat_markup,
+    check_injected_system,
+    check_rendering,
+    check_template,
+    injected_system_blocks,
+    tito_expected_ids,
+)
+
+CHECKS: tuple[Check, ...] = (
+    check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
+    check_response_length, check_logprob_mismatch, check_turn_records,
+)
+
+
+def run_checks(ep: Episode, options: CheckOptions | None = None) -> list[Finding]:
+    """Every check's findings for one episode (not including the loop's own)."""
+    o = options or CheckOptions()
+    out: list[Finding] = []
+    for check in CHECKS:
+        out.extend(check(ep, o))
+    return out
+
+
+def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
+    """The episode with the checks' findings attached (replacing earlier check findings)."""
+    loop_found = [f for f in ep.findings if f.kind in LOOP_KINDS and f.kind not in ("truncated_turn", "truncated_episode")]
+    return link(ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options))))
+
+
+class TokenizerCache:
+    """Loads each episode's tokenizer once; remembers why one could not be loaded."""
+
+    def __init__(self, override: str | None = None) -> None:
+        self.override = override
+        self._cache: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+
+    def get(self, ep: Episode) -> Any:
+        from ..factory import load_tokenizer
+
+        spec = self.override or ep.tokenizer
+        if not spec:
+            if ep.source.get("kind", "live") != "live":
+                return None  # an imported episode's ids are in a vocabulary we do not know
+            spec = "smollm2"
+        if spec not in self._cache:
+            try:
+                self._cache[spec] = load_tokenizer(None if spec == "smollm2" else spec)
+            except RollscopeError as e:
+                self._cache[spec] = None
+                self.errors[spec] = str(e)
+        return self._cache[spec]
+
+
+__all__ = [
+    "CHECKS", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "Check", "CheckOptions", "TokenizerCache", "assistant_spans",
+    "check_chat_markup", "check_drift", "check_injected_system", "check_logprob_mismatch", "check_logprobs",
+    "check_mask", "check_rendering", "check_response_length", "check_template", "check_truncation",
+    "check_turn_records", "closing_newlines", "injected_system_blocks", "run_checks", "tito_expected_ids",
+    "with_checks",
+]

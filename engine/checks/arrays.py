@@ -1,0 +1,447 @@
+"""Checks on the token arrays: generated against trained ids, the loss mask, logprobs, truncation, slime's
+length fields, and logprobs recomputed by teacher forcing."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import chat
+from ..errors import RollscopeError
+from ..records import Episode, Finding
+from .base import ERROR, INFO, WARNING, CheckOptions, assistant_seg, first_diff, id_evidence, skip, turn_at
+
+
+def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
+    tok = o.tokenizer
+    out: list[Finding] = []
+    have_ids = False
+    eot = chat.end_of_turn_ids(tok) if tok is not None else set()
+    for t in ep.turns:
+        g = t.generation
+        if g is None or not g.token_ids or g.model == "manual":
+            continue
+        have_ids = True
+        gen = list(g.token_ids)
+        seg = next((s for s in t.segments if s.kind == "assistant"), None)
+        if seg is not None:
+            stored = ep.tokens.ids[seg.start : seg.end].tolist()
+            at = first_diff(stored[: len(gen)], gen)
+            if at is not None:
+                out.append(
+                    Finding(
+                        "retokenization_drift",
+                        ERROR,
+                        f"turn {t.index}: the trained ids differ from the ids the model generated at token {at} of the turn",
+                        turn=t.index,
+                        token_start=seg.start + at,
+                        token_end=seg.end,
+                        evidence=id_evidence(tok, stored, gen, at, o.context) | {"trained_vs": "generated"},
+                    )
+                )
+                continue
+        if tok is not None:
+            body = gen[:-1] if gen[-1] in eot else gen
+            again = chat.encode(tok, chat.decode(tok, body))
+            at = first_diff(again, body)
+            if at is not None:
+                start = seg.start + at if seg is not None else None
+                out.append(
+                    Finding(
+                        "retokenization_drift",
+                        WARNING,
+                        f"turn {t.index}: re-encoding the generated text gives other ids from token {at}; "
+                        "a loop that re-tokenizes this text trains on ids the model never produced",
+                        turn=t.index,
+                        token_start=start,
+                        token_end=None if start is None else start + 1,
+                        evidence=id_evidence(tok, again, body, at, o.context) | {"trained_vs": "reencoded"},
+                    )
+                )
+    if not have_ids:
+        return [skip("retokenization_drift", "no generated token ids in the trace")]
+    return out
+
+
+
+
+def assistant_spans(ep: Episode, tok: Any) -> list[tuple[int, int]] | None:
+    """[start, end) of each assistant reply, read off the token stream itself.
+
+    For ChatML templates the header ``<|im_start|>assistant\\n`` opens a reply
+    and ``<|im_end|>`` closes it (inclusive). This does not trust the
+    episode's segments, which may carry the very bug being looked for.
+    """
+    if tok is None:
+        return None
+    start_id = tok.convert_tokens_to_ids("<|im_start|>")
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    unk = getattr(tok, "unk_token_id", None)
+    if not isinstance(start_id, int) or start_id == unk or end_id == unk:
+        return None
+    header = chat.encode(tok, "<|im_start|>assistant\n")
+    ids = ep.tokens.ids.tolist()
+    spans, i, n, h = [], 0, len(ids), len(header)
+    while i < n:
+        if ids[i] == start_id and ids[i : i + h] == header:
+            s = i + h
+            e = s
+            while e < n and ids[e] != end_id and ids[e] != start_id:
+                e += 1
+            if e < n and ids[e] == end_id:
+                e += 1
+            spans.append((s, e))
+            i = e
+        else:
+            i += 1
+    return spans
+
+
+def closing_newlines(ep: Episode, tok: Any, spans: list[tuple[int, int]]) -> list[int]:
+    """Positions of the newline a template writes right after an assistant's ``<|im_end|>``."""
+    if tok is None:
+        return []
+    nl = set(chat.encode(tok, "\n"))
+    n = len(ep.tokens)
+    return [e for _, e in spans if 0 < e < n and int(ep.tokens.ids[e]) in nl]
+
+
+def _mask_shift(mask: np.ndarray, expected: np.ndarray, free: np.ndarray) -> int:
+    """k (in -2..2, not 0) when ``mask`` is ``expected`` moved k tokens later (free positions aside), else 0."""
+    n = len(mask)
+    for k in (1, -1, 2, -2):
+        restored = np.zeros(n, dtype=mask.dtype)  # the stored mask moved k tokens back
+        if k > 0:
+            restored[: n - k] = mask[k:]
+        else:
+            restored[-k:] = mask[: n + k]
+        ok = (restored == expected) | free
+        edge = slice(n - k, n) if k > 0 else slice(0, -k)
+        ok[edge] = True  # what fell off the end of the array cannot be compared
+        if restored.any() and bool(np.all(ok)):
+            return k
+    return 0
+
+
+def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
+    tok = o.tokenizer
+    mask = ep.tokens.loss_mask
+    n = len(mask)
+    out: list[Finding] = []
+    src = ep.source
+    if "loss_mask_length" in src and "response_length" in src and src["loss_mask_length"] != src["response_length"]:
+        out.append(Finding("mask_misaligned", ERROR,
+                           f"loss mask has {src['loss_mask_length']} entries for a response of {src['response_length']} tokens",
+                           token_start=ep.prompt_len, token_end=n,
+                           evidence={"loss_mask_length": src["loss_mask_length"],
+                                     "response_length": src["response_length"]}))
+    spans = assistant_spans(ep, tok)
+    if spans is None:
+        if not ep.segments:
+            return out + [skip("mask_misaligned", "no ChatML tokenizer and no segments to tell assistant tokens")]
+        spans = [(s.start, s.end) for s in ep.segments if s.kind == "assistant"]
+    # Replies inside the record's prompt are context for this sample (AReaL's per-turn rows train only
+    # their own turn), not output to train.
+    spans = [(s, e) for s, e in spans if e > ep.prompt_len]
+    expected = np.zeros(n, dtype=np.uint8)
+    for s, e in spans:
+        expected[s:e] = 1
+    # The newline a template writes after <|im_end|> is trained by some loops
+    # (slime) and not by others; either is fine if every turn does the same.
+    either = closing_newlines(ep, tok, spans)
+    free = np.zeros(n, dtype=bool)
+    free[either] = True
+    # After a reply cut by the length limit the template writes the end-of-turn
+    # token; the model never generated it, so it must not be trained.
+    cut_eot: set[int] = set()
+    eot_ids = chat.end_of_turn_ids(tok) if tok is not None else set()
+    for t in ep.turns:
+        a = next((sg for sg in t.segments if sg.kind == "assistant"), None)
+        g = t.generation
+        if g is None or a is None or g.model == "manual":
+            continue
+        gen = list(g.token_ids)
+        if g.finish_reason == "length" and not gen:
+            if a.end < n:
+                cut_eot.add(a.end)
+            continue
+        # A reply that did not end on an end-of-turn token (cut by the length limit, or the model wrote the
+        # marker as plain text): the end-of-turn token after it was written by the template, not generated.
+        if g.finish_reason != "length" and ep.source.get("kind", "live") != "live":
+            continue  # an imported record's replies are read off its mask, not generated
+        if not gen or int(gen[-1]) in eot_ids or ep.tokens.ids[a.start : a.start + len(gen)].tolist() != gen:
+            continue
+        p = a.start + len(gen)
+        if p < n and (int(ep.tokens.ids[p]) in eot_ids or p == a.end):
+            cut_eot.add(p)
+    expected[sorted(cut_eot)] = 0
+
+    bad_on = np.flatnonzero((mask == 1) & (expected == 0) & ~free)
+    bad_off = np.flatnonzero((mask == 0) & (expected == 1))
+    is_gp = False
+    if bad_on.size:
+        at = int(bad_on[0])
+        header = chat.encode(tok, "<|im_start|>assistant\n") if tok is not None else []
+        is_gp = bool(header) and any(
+            ep.tokens.ids[p : p + len(header)].tolist() == header
+            for p in range(max(0, at - len(header) + 1), at + 1)
+        )
+    shift = _mask_shift(mask, expected, free) if bad_on.size or bad_off.size else 0
+    if shift:
+        # One cause: the whole mask is laid one (or two) tokens off; the wrong 1s and 0s are its two sides.
+        bad = np.union1d(bad_on, bad_off)
+        at = int(bad[0])
+        side = "right (later)" if shift > 0 else "left (earlier)"
+        out.append(Finding("mask_misaligned", ERROR,
+                           f"the loss mask is shifted {abs(shift)} token{'s' if abs(shift) != 1 else ''} to the {side}: "
+                           f"{bad_on.size} tokens trained that are not assistant output, {bad_off.size} assistant tokens "
+                           f"not trained; first at {at}",
+                           turn=turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
+                           evidence={"positions": bad[:200].tolist(), "shift": shift, "generation_prompt": is_gp}))
+        return out
+    if bad_on.size:
+        at = int(bad_on[0])
+        what = "the generation prompt (assistant header) is trainable" if is_gp else "loss mask 1 on tokens that are not assistant output"
+        if set(bad_on.tolist()) <= cut_eot:
+            what = ("a reply cut by the length limit is trained as if the model had ended it: the end-of-turn "
+                    "token after it was written by the template, not generated")
+        out.append(Finding("mask_misaligned", ERROR, f"{what}: {bad_on.size} tokens, first at {at}",
+                           turn=turn_at(ep, at), token_start=at, token_end=int(bad_on[-1]) + 1,
+                           evidence={"positions": bad_on[:200].tolist(), "generation_prompt": is_gp}))
+    if bad_off.size:
+        at = int(bad_off[0])
+        out.append(Finding("mask_misaligned", ERROR, f"loss mask 0 on assistant output: {bad_off.size} tokens, first at {at}",
+                           turn=turn_at(ep, at), token_start=at, token_end=int(bad_off[-1]) + 1,
+                           evidence={"positions": bad_off[:200].tolist()}))
+    if either:
+        trained = {bool(mask[e]) for e in either}
+        if len(trained) > 1:
+            odd = [e for e in either if bool(mask[e]) != bool(mask[either[0]])]
+            out.append(Finding("mask_misaligned", WARNING,
+                               "the newline after the end-of-turn token is trained in some turns and not in others",
+                               turn=turn_at(ep, odd[0]), token_start=odd[0], token_end=odd[0] + 1,
+                               evidence={"trained": [e for e in either if mask[e]], "not_trained": [e for e in either if not mask[e]]}))
+    if tok is not None and spans:
+        eot = chat.end_of_turn_ids(tok)
+        ends = [(e - 1, bool(mask[e - 1])) for s, e in spans
+                if e > s and int(ep.tokens.ids[e - 1]) in eot and e - 1 not in cut_eot]
+        if len({m for _, m in ends}) > 1:
+            odd = [p for p, m in ends if m != ends[0][1]]
+            out.append(Finding("mask_misaligned", ERROR,
+                               "the end-of-turn token is trained in some turns and not in others",
+                               turn=turn_at(ep, odd[0]), token_start=odd[0], token_end=odd[0] + 1))
+    return out
+
+
+
+
+def _no_logprobs_at_all(ep: Episode) -> bool:
+    """Nothing in the episode carries a logprob: not the token array, not one generation (hand-written
+    replies aside). A source or backend without logprobs, not a loop that lost them."""
+    if not bool(np.all(np.isnan(ep.tokens.logprobs) | (ep.tokens.loss_mask == 0))):
+        return False
+    gens = [t.generation for t in ep.turns if t.generation is not None and t.generation.model != "manual"]
+    return bool(gens or ep.source.get("kind", "live") != "live") and all(g.logprobs is None for g in gens)
+
+
+def _generated_logprobs(ep: Episode) -> np.ndarray:
+    """The generations' own logprobs laid at the positions where the arrays hold their generated ids
+    (NaN elsewhere)."""
+    want = np.full(len(ep.tokens), np.nan, dtype=np.float32)
+    for t in ep.turns:
+        g = t.generation
+        seg = assistant_seg(ep, t.index)
+        if g is None or g.logprobs is None or not g.token_ids or seg is None or g.model == "manual":
+            continue
+        n = min(len(g.token_ids), len(g.logprobs), seg.end - seg.start)
+        if ep.tokens.ids[seg.start : seg.start + n].tolist() == list(g.token_ids[:n]):
+            want[seg.start : seg.start + n] = np.asarray(g.logprobs[:n], dtype=np.float32)
+    return want
+
+
+def _logprob_shift(lp: np.ndarray, want: np.ndarray) -> int:
+    """k (in -2..2, not 0) when the stored logprobs are the generated ones moved k tokens later, else 0."""
+    known = ~np.isnan(want)
+    if known.sum() < 2 or np.allclose(lp[known], want[known], atol=1e-4, equal_nan=False):
+        return 0
+    n = len(lp)
+    for k in (1, -1, 2, -2):
+        moved = np.full(n, np.nan, dtype=np.float32)
+        if k > 0:
+            moved[k:] = want[: n - k]
+        else:
+            moved[: n + k] = want[-k:]
+        at = ~np.isnan(moved)
+        if at.sum() >= 0.9 * known.sum() and not np.isnan(lp[at]).any() \
+                and np.allclose(lp[at], moved[at], atol=1e-4):
+            return k
+    return 0
+
+
+def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
+    out: list[Finding] = []
+    lp, mask = ep.tokens.logprobs, ep.tokens.loss_mask
+    want = _generated_logprobs(ep)
+    shift = _logprob_shift(lp, want)
+    if shift:
+        same = (np.isclose(lp, want, atol=1e-4)) | (np.isnan(lp) & np.isnan(want))
+        bad = np.flatnonzero(~same & ((mask == 1) | ~np.isnan(lp) | ~np.isnan(want)))
+        at = int(bad[0])
+        side = "right (later)" if shift > 0 else "left (earlier)"
+        return [Finding("logprobs_misaligned", ERROR,
+                        f"the rollout logprobs are shifted {abs(shift)} token{'s' if abs(shift) != 1 else ''} to the "
+                        f"{side} of the ids they belong to; first at {at}",
+                        turn=turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
+                        evidence={"positions": bad[:200].tolist(), "shift": shift})]
+    missing = np.flatnonzero((mask == 1) & np.isnan(lp))
+    if missing.size and _no_logprobs_at_all(ep):
+        # Nothing was lost: the source (or the backend) has none. Said once, and nothing else to check here.
+        live = ep.source.get("kind", "live") == "live"
+        return [Finding(
+            "logprobs_absent", WARNING if live else INFO,
+            "no token has a rollout logprob: the backend returned none" if live else
+            f"the source ({ep.source.get('kind')}) holds no logprobs: logprobs not checked",
+            evidence={"source": str(ep.source.get("kind", "live")), "trainable": int(np.count_nonzero(mask))})]
+    spans = assistant_spans(ep, o.tokenizer) or []
+    template_nl = set(closing_newlines(ep, o.tokenizer, spans)) & set(missing.tolist())
+    if template_nl:
+        at = min(template_nl)
+        out.append(Finding("template_newline_trained", WARNING,
+                           f"{len(template_nl)} trained newlines after the end-of-turn token were written by the "
+                           "template, not generated by the model, so they have no rollout logprob",
+                           turn=turn_at(ep, at), token_start=at, token_end=at + 1,
+                           evidence={"positions": sorted(template_nl)[:50]}))
+        missing = np.array([p for p in missing.tolist() if p not in template_nl], dtype=np.int64)
+    manual = {t.index for t in ep.turns if t.generation is not None and t.generation.model == "manual"}
+    if missing.size:
+        turns = sorted({turn_at(ep, int(p)) for p in missing} - {None})
+        only_manual = bool(turns) and set(turns) <= manual
+        at = int(missing[0])
+        out.append(Finding("logprobs_missing", INFO if only_manual else ERROR,
+                           f"{missing.size} trainable tokens have no rollout logprob, first at {at}"
+                           + (" (text written by hand)" if only_manual else ""),
+                           turn=turn_at(ep, at), token_start=at, token_end=int(missing[-1]) + 1,
+                           evidence={"turns": turns, "count": int(missing.size), "positions": missing[:200].tolist()}))
+    stray = np.flatnonzero((mask == 0) & ~np.isnan(lp) & (lp != 0))
+    if stray.size:
+        at = int(stray[0])
+        out.append(Finding("logprobs_misaligned", ERROR,
+                           f"{stray.size} non-trainable tokens carry logprobs (shifted logprobs?), first at {at}",
+                           turn=turn_at(ep, at), token_start=at, token_end=int(stray[-1]) + 1,
+                           evidence={"positions": stray[:200].tolist()}))
+    for t in ep.turns:
+        g = t.generation
+        seg = assistant_seg(ep, t.index)
+        if g is None or g.logprobs is None or not g.token_ids or seg is None:
+            continue
+        if len(g.logprobs) != len(g.token_ids):
+            lo = seg.start + len(g.logprobs) if len(g.logprobs) < len(g.token_ids) else seg.start
+            out.append(Finding("logprobs_misaligned", ERROR,
+                               f"turn {t.index}: {len(g.logprobs)} logprobs for {len(g.token_ids)} generated tokens",
+                               turn=t.index, token_start=lo, token_end=seg.start + len(g.token_ids),
+                               evidence={"logprobs": len(g.logprobs), "tokens": len(g.token_ids)}))
+        # Where the trained ids are the generated ones, the stored logprobs must be the generation's.
+        n = min(len(g.token_ids), len(g.logprobs), seg.end - seg.start)
+        k = first_diff(ep.tokens.ids[seg.start : seg.start + n].tolist(), list(g.token_ids[:n]))
+        k = n if k is None else k
+        stored = lp[seg.start : seg.start + k]
+        differ = ~np.isclose(stored, np.asarray(g.logprobs[:k], dtype=np.float32), atol=1e-4)
+        if (differ & ~np.isnan(stored)).any():
+            at = seg.start + int(np.flatnonzero(differ)[0])
+            out.append(Finding("logprobs_misaligned", ERROR,
+                               f"turn {t.index}: stored logprobs are not the generation's from token {at} (shifted?)",
+                               turn=t.index, token_start=at, token_end=seg.start + k))
+    return out
+
+
+def check_turn_records(ep: Episode, o: CheckOptions) -> list[Finding]:
+    """Parse errors recorded on turns, as findings, when the trace lacks them (imports, old records)."""
+    logged = {(f.kind, f.turn) for f in ep.all_findings()}
+    out = []
+    for t in ep.turns:
+        if t.parse_error and ("tool_call_parse_error", t.index) not in logged:
+            a = assistant_seg(ep, t.index)
+            out.append(Finding("tool_call_parse_error", ERROR, t.parse_error, turn=t.index,
+                               token_start=a.start if a else None, token_end=a.end if a else None))
+    return out
+
+
+def check_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
+    out = []
+    logged = {(f.kind, f.turn) for t in ep.turns for f in t.findings}
+    for t in ep.turns:
+        if t.generation is not None and t.generation.finish_reason == "length" and ("truncated_turn", t.index) not in logged:
+            seg = next((s for s in t.segments if s.kind == "assistant"), None)
+            out.append(Finding("truncated_turn", WARNING,
+                               f"turn {t.index} stopped on the length limit; its trainable tokens end mid-reply",
+                               turn=t.index, token_start=seg.start if seg else None, token_end=seg.end if seg else None))
+    if ep.status.value == "truncated" and not any(k == "truncated_episode" for k, _ in logged):
+        out.append(Finding("truncated_episode", WARNING, f"episode cut: {ep.reason or 'turn limit'}",
+                           turn=ep.n_turns - 1 if ep.turns else None))
+    return out
+
+
+def check_response_length(ep: Episode, o: CheckOptions) -> list[Finding]:
+    src = ep.source
+    if "response_length" not in src:
+        return []
+    got = int(src["response_length"])
+    actual = len(ep.tokens) - ep.prompt_len
+    mask = ep.tokens.loss_mask[ep.prompt_len :]
+    nz = np.flatnonzero(mask)
+    span = int(nz[-1] - nz[0] + 1) if nz.size else 0
+    if got == actual:
+        return []
+    how = " (it equals the span of the loss mask, not the response)" if got == span and span != actual else ""
+    return [Finding("response_length_mismatch", ERROR,
+                    f"response_length is {got} but the response has {actual} tokens{how}",
+                    token_start=ep.prompt_len, token_end=len(ep.tokens),
+                    evidence={"response_length": got, "tokens_after_prompt": actual, "mask_span": span, "mask_sum": int(nz.size)})]
+
+
+def check_logprob_mismatch(ep: Episode, o: CheckOptions) -> list[Finding]:
+    if not o.recompute_logprobs:
+        return []
+    spec = o.model
+    if spec is None:
+        if ep.backend.get("name") != "local":
+            return [skip("logprob_mismatch", "the rollout did not come from a local model; pass a model to recompute with")]
+        spec = ep.backend.get("model_spec") or "smollm2"
+    mask = ep.tokens.loss_mask
+    rollout = ep.tokens.logprobs
+    if not mask.any() or np.isnan(rollout[mask == 1]).all():
+        return [skip("logprob_mismatch", "no rollout logprobs on trainable tokens")]
+    from ..backends.local import context_length, teacher_forced_logprobs
+
+    temp = float((ep.config.get("sampling") or {}).get("temperature", 1.0))
+    ids = ep.tokens.ids.tolist()
+    try:
+        limit = context_length(None if spec == "smollm2" else spec)
+    except RollscopeError as e:
+        return [skip("logprob_mismatch", f"could not load the model: {e}")]
+    if limit is not None and len(ids) > limit:
+        return [skip("logprob_mismatch", f"the episode has {len(ids)} tokens, more than the model's context of {limit}")]
+    first = int(np.flatnonzero(mask)[0])
+    try:
+        recomputed = teacher_forced_logprobs(None if spec == "smollm2" else spec, ids, max(1, first), temperature=temp)
+    except (RollscopeError, ValueError, RuntimeError) as e:
+        return [skip("logprob_mismatch", f"could not run the model: {e}")]
+    diff = np.full(len(ids), np.nan, dtype=np.float32)
+    diff[max(1, first) :] = np.asarray(recomputed, dtype=np.float32) - rollout[max(1, first) :]
+    diff[(mask == 0) | np.isnan(rollout)] = np.nan
+    valid = ~np.isnan(diff)
+    absd = np.abs(diff[valid])
+    over = np.flatnonzero(valid & (np.abs(np.nan_to_num(diff)) > o.logprob_threshold))
+    ev = {"max_abs": float(absd.max()), "mean_abs": float(absd.mean()), "threshold": o.logprob_threshold,
+          "over": over[:200].tolist(), "diff": [None if math.isnan(x) else round(float(x), 4) for x in diff.tolist()]}
+    if not over.size:
+        return [Finding("logprob_mismatch", INFO,
+                        f"teacher-forced logprobs agree: max |diff| {ev['max_abs']:.4f}, mean {ev['mean_abs']:.5f}",
+                        evidence=ev)]
+    at = int(over[0])
+    return [Finding("logprob_mismatch", ERROR,
+                    f"{over.size} trainable tokens differ from teacher-forced logprobs by more than {o.logprob_threshold} "
+                    f"(max {ev['max_abs']:.3f}, mean {ev['mean_abs']:.4f})",
+                    turn=turn_at(ep, at), token_start=at, token_end=int(over[-1]) + 1, evidence=ev)]

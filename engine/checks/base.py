@@ -1,0 +1,100 @@
+"""What every check shares: the options, the kinds, and helpers that read an episode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import chat
+from ..errors import RollscopeError
+from ..presets import ONE_OR_MORE, LoopConfig
+from ..records import Episode, Finding, Severity
+from ..tokenmodes import prompt_text
+
+ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+# Kinds the loop records while it runs; the checks do not report them again.
+LOOP_KINDS = frozenset(
+    {"template_not_prefix_stable", "tool_call_parse_error", "env_error", "backend_error", "internal_error",
+     "truncated_turn", "truncated_episode"}
+)
+KINDS = (
+    "template_not_prefix_stable", "tokens_not_rendering", "retokenization_drift", "mask_misaligned",
+    "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
+    "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
+    "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
+    "answer_extraction_failed", "logprobs_absent",
+)
+# Token modes whose arrays hold the very ids the model was given and generated.
+KEEPS_IDS = frozenset({"tito", "areal", "areal-seed"})
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What the checks may use beyond the episode itself."""
+
+    tokenizer: Any = None
+    recompute_logprobs: bool = False
+    model: str | None = None  # local model spec for teacher forcing; None = the episode's own if local
+    logprob_threshold: float = 0.5
+    context: int = 8  # ids shown either side of a divergence
+
+
+Check = Callable[[Episode, CheckOptions], list[Finding]]
+
+
+def skip(check: str, why: str) -> Finding:
+    return Finding("not_checked", INFO, f"{check}: not checked: {why}", evidence={"check": check})
+
+
+def first_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return None if len(a) == len(b) else n
+
+
+def id_evidence(tok: Any, got: Sequence[int], want: Sequence[int], at: int, ctx: int) -> dict[str, Any]:
+    lo = max(0, at - ctx)
+    g, w = list(got[lo : at + ctx]), list(want[lo : at + ctx])
+    ev: dict[str, Any] = {"position": at, "from": lo, "ids": g, "expected_ids": w}
+    if tok is not None:
+        ev["text"] = chat.decode(tok, g)
+        ev["expected_text"] = chat.decode(tok, w)
+    return ev
+
+
+def turn_at(ep: Episode, pos: int) -> int | None:
+    for s in ep.segments:
+        if s.start <= pos < s.end:
+            return s.turn
+    return None
+
+
+def token_mode(ep: Episode) -> str:
+    return str(ep.config.get("token_mode", "unknown"))
+
+
+def keeps_ids(ep: Episode) -> bool:
+    return token_mode(ep) in KEEPS_IDS
+
+
+def render_for(ep: Episode, tok: Any, messages: Sequence[Any], gp: bool) -> str:
+    if gp:
+        return prompt_text(tok, messages, ep.tools, loop_config(ep))
+    text = chat.render(tok, messages, ep.tools, add_generation_prompt=False)
+    instruction = loop_config(ep).tool_instruction
+    return text if instruction is None else text.replace(ONE_OR_MORE, instruction)
+
+
+def loop_config(ep: Episode) -> LoopConfig:
+    try:
+        return LoopConfig.from_dict(ep.config)
+    except RollscopeError:
+        return LoopConfig()
+
+
+def assistant_seg(ep: Episode, turn: int) -> Any:
+    return next((s for s in ep.segments if s.kind == "assistant" and s.turn == turn), None)
