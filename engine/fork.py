@@ -323,14 +323,19 @@ def tokenizer_spec(ep: Episode) -> str | None:
     return None if spec.lower() in ("", "smollm2") else spec
 
 
+def user_played_by(parent: Episode) -> str | None:
+    """Who played the parent's user when it was not the env's scripted user: ``llm`` or ``human``."""
+    info = dict(parent.config.get("env_info") or {})
+    return str(info["user"]) if info.get("user") in ("llm", "human") else None
+
+
 def parent_env(parent: Episode) -> tuple[Callable[[], Env], str | None]:
     """(constructor of the env the parent ran in, who played its user if not the scripted user).
 
     A parent whose user was a model or a person can still be forked: its
     stored user replies are replayed, and a person plays the user after.
     """
-    info = dict(parent.config.get("env_info") or {})
-    played_by = info.get("user") if info.get("user") in ("llm", "human") else None
+    played_by = user_played_by(parent)
     if played_by is not None:
         from .factory import env_factory
 
@@ -370,9 +375,10 @@ async def fork(
     if not 0 <= turn <= parent.n_turns:
         raise ConfigError(f"episode {parent.id} has turns 0 to {parent.n_turns - 1}; cannot fork at turn {turn}")
     notes: list[str] = []
-    played_by: str | None = None
     if make_env is None:
-        make_env, played_by = parent_env(parent)
+        make_env, _ = parent_env(parent)
+    # Decided from the record whatever env the caller built: only the record knows that user's replies.
+    played_by = user_played_by(parent)
     if played_by is not None and user != "human":
         user = "human"
         notes.append(f"the parent's user was played by {'a model' if played_by == 'llm' else 'a person'}: "
@@ -448,5 +454,5 @@ def _compare_turn(stored: Turn, now: Turn) -> list[TurnVerdict]:
 
 __all__ = [
     "ActionPreview", "ForkReport", "HandStepper", "HumanUser", "STOP", "USER_MODES", "can_play_user", "fork",
-    "parent_env", "play_user", "preview_action", "start", "tokenizer_spec",
+    "parent_env", "play_user", "preview_action", "start", "tokenizer_spec", "user_played_by",
 ]

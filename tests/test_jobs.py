@@ -272,3 +272,19 @@ def test_a_fork_table_starts_from_the_parent_config(tmp_path):
     assert rows["turn_discount"] == ("0.7", False) and rows["max_turns"] == ("6", True)
     assert "no episode" in fork_table(store, "zzzz", "").lower()
     assert "Give the episode to fork" in fork_table(store, "", "")
+
+
+def test_a_dashboard_fork_of_an_episode_whose_user_was_a_model_hands_the_user_to_the_person(tmp_path):
+    store = Store(tmp_path / "r.db")
+    sessions = Sessions(limit=2)
+    s = sessions.start_new("retail", "0", "tito", "", "scripted", BackendSettings(policy="scripted"))
+    for _ in range(2):
+        _, gen = sessions.generate(s.key)
+        sessions.commit(s.key, s.hand.text_of(gen), None)
+    _, saved = sessions.save(s.key, store)
+    # As if a model had played the user: its replies exist only in the record.
+    config = {**saved.config, "env_info": {**dict(saved.config.get("env_info") or {}), "user": "llm"}}
+    store.save_episode(store.get_episode(saved.id).evolve(config=config))
+    f = sessions.start_fork(store, saved.id, 1, "scripted", "", BackendSettings(policy="scripted"))
+    assert f.hand.plays_user
+    assert any("played by a model" in n for n in f.hand.report.notes)
