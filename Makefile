@@ -37,6 +37,7 @@ $(QWEN3):
 	bash scripts/fetch-qwen3-tokenizer.sh $(dir $(QWEN3))
 
 test: test-deps
+	$(BIN)/ruff check engine dashboard tests bench
 	$(BIN)/python -m pytest -q
 
 lint: setup

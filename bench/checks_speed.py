@@ -89,7 +89,7 @@ def main() -> None:
     print("findings on 100 scripted episodes per preset (mistake rate 0.2), error/warning findings by kind:")
     for preset, env_name in (("areal-math", "math"), ("tito", "math"), ("tito", "retail"), ("slime-tau", "retail")):
         make_env = env_factory(env_name)
-        backend = ScriptedBackend(make_env, tok, mistake_rate=0.2, seed=0)
+        backend = ScriptedBackend(make_env().reference_reply, tok, mistake_rate=0.2, seed=0)
         env = make_env()
         kinds: Counter[str] = Counter()
         t0 = time.perf_counter()

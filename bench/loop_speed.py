@@ -61,7 +61,7 @@ def main() -> None:
     tok = load_tokenizer(None)
     env = MathEnv()
     tasks = env.tasks[:TASKS]
-    backend = ScriptedBackend(MathEnv, tok, mistake_rate=0.3, seed=0)
+    backend = ScriptedBackend(MathEnv().reference_reply, tok, mistake_rate=0.3, seed=0)
     spec = BatchSpec("math", tuple(tasks), SAMPLES, "areal-math", PRESETS["areal-math"], SamplingParams(), "scripted",
                      concurrency=1)
     results: dict[str, list[float]] = {"traced+stored": [], "traced": [], "bare": []}

@@ -29,7 +29,7 @@ DEFAULT_MISTAKE_RATE = 0.2  # the CLI's --mistake-rate default
 
 
 def batch(tok, tasks: list[str], mistake_rate: float) -> tuple[BatchResult, float]:
-    backend = ScriptedBackend(RetailEnv, tok, mistake_rate=mistake_rate, seed=0)
+    backend = ScriptedBackend(RetailEnv().reference_reply, tok, mistake_rate=mistake_rate, seed=0)
     spec = BatchSpec("retail", tuple(tasks), 1, "slime-tau", PRESETS["slime-tau"], SamplingParams(), "scripted",
                      concurrency=4)
     t0 = time.perf_counter()

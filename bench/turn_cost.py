@@ -68,7 +68,7 @@ class LongToolEnv:
 async def loop_costs(preset: str, tok: Any) -> tuple[list[float], Stepper]:
     env = LongToolEnv()
     config = PRESETS[preset].with_(max_turns=TURNS, stop_on_done=False)
-    s = Stepper(env, ScriptedBackend(LongToolEnv, tok), tok, config, "t0", preset=preset)
+    s = Stepper(env, ScriptedBackend(LongToolEnv().reference_reply, tok), tok, config, "t0", preset=preset)
     s.start()
     costs = []
     for _ in range(TURNS):

@@ -78,7 +78,7 @@ def make_backend(
 
         if make_env is None:
             raise ConfigError("the scripted policy needs an env to play")
-        return ScriptedBackend(make_env, tokenizer, mistake_rate=mistake_rate, seed=seed, tokenizer_name=tokenizer_name)
+        return ScriptedBackend(make_env().reference_reply, tokenizer, mistake_rate=mistake_rate, seed=seed, tokenizer_name=tokenizer_name)
     if policy == "local":
         from .backends.local import LocalBackend
 

@@ -37,7 +37,7 @@ class SampledScripted:
     name = "scripted"
 
     def __init__(self, env_factory: Callable[[], Any], tok: Any, mistake_rate: float = 0.0, seed: int = 3) -> None:
-        self.inner = ScriptedBackend(env_factory, tok, mistake_rate=mistake_rate, seed=seed)
+        self.inner = ScriptedBackend(env_factory().reference_reply, tok, mistake_rate=mistake_rate, seed=seed)
 
     async def generate(self, request: GenerationRequest) -> Generation:
         g = await self.inner.generate(request)
@@ -112,8 +112,8 @@ def play(
     """Run one episode through the real loop."""
     env = env if env is not None else env_cls()
     if backend is None:
-        make = SampledScripted if sampled else ScriptedBackend
-        backend = make(env_cls, tok, mistake_rate=mistake_rate, seed=seed)
+        backend = (SampledScripted(env_cls, tok, mistake_rate=mistake_rate, seed=seed) if sampled
+                   else ScriptedBackend(env_cls().reference_reply, tok, mistake_rate=mistake_rate, seed=seed))
     config = PRESETS[preset].with_(token_mode=mode, **cfg)
     return asyncio.run(
         run_episode(env, backend, tok, config, env.tasks[task], preset=preset, sampling=sampling,

@@ -29,7 +29,7 @@ def mask_runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 def play(env_cls, tok, preset: str, mode: str, task: int = 0, mistake_rate: float = 0.0, seed: int = 3, **cfg):
     env = env_cls()
-    backend = ScriptedBackend(env_cls, tok, mistake_rate=mistake_rate, seed=seed)
+    backend = ScriptedBackend(env_cls().reference_reply, tok, mistake_rate=mistake_rate, seed=seed)
     config = PRESETS[preset].with_(token_mode=mode, **cfg)
     return asyncio.run(run_episode(env, backend, tok, config, env.tasks[task], preset=preset))
 

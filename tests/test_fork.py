@@ -20,7 +20,7 @@ from tests.toolenv import PriceEnv
 
 
 def run(make_env, tok, preset, task, mistake_rate=0.0, seed=0, **cfg):
-    be = ScriptedBackend(make_env, tok, mistake_rate=mistake_rate, seed=seed)
+    be = ScriptedBackend(make_env().reference_reply, tok, mistake_rate=mistake_rate, seed=seed)
     return asyncio.run(run_episode(make_env(), be, tok, PRESETS[preset].with_(**cfg), task, preset=preset,
                                    tokenizer_name="smollm2"))
 
@@ -28,7 +28,7 @@ def run(make_env, tok, preset, task, mistake_rate=0.0, seed=0, **cfg):
 def test_fork_replays_the_prefix_exactly_then_continues(smol_tokenizer):
     parent = run(MathEnv, smol_tokenizer, "areal-math", MathEnv().tasks[2], mistake_rate=0.5, seed=3)
     assert parent.n_turns == 5
-    backend = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=0.0, seed=9)
+    backend = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=0.0, seed=9)
 
     async def go():
         hand = await forking.fork(parent, 3, backend, smol_tokenizer)
@@ -57,7 +57,7 @@ def test_a_fork_whose_env_changed_says_where_it_diverges(tmp_path, smol_tokenize
     probs.write_text(json.dumps({"query_id": "q", "prompt": "What is 2+2?", "solutions": ["4"]}) + "\n")
     parent = run(lambda: MathEnv(probs), smol_tokenizer, "areal-math", "q")
     probs.write_text(json.dumps({"query_id": "q", "prompt": "What is 2+2?", "solutions": ["5"]}) + "\n")
-    backend = ScriptedBackend(lambda: MathEnv(probs), smol_tokenizer)
+    backend = ScriptedBackend(MathEnv(probs).reference_reply, smol_tokenizer)
     hand = asyncio.run(forking.fork(parent, 2, backend, smol_tokenizer, make_env=lambda: MathEnv(probs)))
     report = hand.report
     assert not report.ok and "DIFFERS" in report.summary() and "turn 0" in report.summary()
@@ -70,7 +70,7 @@ def test_a_fork_whose_env_changed_says_where_it_diverges(tmp_path, smol_tokenize
 
 def test_edited_text_is_committed_as_a_persons_and_flagged(smol_tokenizer):
     env = PriceEnv()
-    backend = ScriptedBackend(PriceEnv, smol_tokenizer)
+    backend = ScriptedBackend(PriceEnv().reference_reply, smol_tokenizer)
 
     async def go():
         hand = forking.start(env, backend, smol_tokenizer, PRESETS["tito"], "fig")
@@ -104,7 +104,7 @@ def test_preview_reports_parse_errors_without_touching_the_env(smol_tokenizer):
 
 def test_bad_requests_are_config_errors(smol_tokenizer):
     parent = run(MathEnv, smol_tokenizer, "areal-math", MathEnv().tasks[0])
-    backend = ScriptedBackend(MathEnv, smol_tokenizer)
+    backend = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer)
     with pytest.raises(ConfigError, match="cannot fork at turn 9"):
         asyncio.run(forking.fork(parent, 9, backend, smol_tokenizer))
     with pytest.raises(ConfigError, match="no user a person can play"):
@@ -116,7 +116,7 @@ def test_bad_requests_are_config_errors(smol_tokenizer):
 def test_forking_at_the_end_of_a_finished_episode_says_it_ended(smol_tokenizer):
     parent = run(PriceEnv, smol_tokenizer, "tito", "kiwi")
     assert parent.status is Status.COMPLETED
-    backend = ScriptedBackend(PriceEnv, smol_tokenizer)
+    backend = ScriptedBackend(PriceEnv().reference_reply, smol_tokenizer)
     hand = asyncio.run(forking.fork(parent, parent.n_turns, backend, smol_tokenizer, make_env=PriceEnv))
     assert hand.done and hand.report.ended and "ended during the replay" in hand.report.summary()
 
@@ -132,7 +132,7 @@ def retail_parent(smol_tokenizer):
 
 
 def test_a_person_plays_the_retail_user_in_a_fork(retail_parent, smol_tokenizer):
-    backend = ScriptedBackend(RetailEnv, smol_tokenizer)
+    backend = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer)
 
     async def go():
         # Turn 2 of the reference run is a message to the user; the replay feeds it the stored replies.
@@ -157,14 +157,14 @@ def test_a_person_plays_the_retail_user_in_a_fork(retail_parent, smol_tokenizer)
 def test_a_fork_of_a_model_played_user_replays_its_replies(retail_parent, smol_tokenizer):
     info = dict(retail_parent.config["env_info"], user="llm")
     parent = retail_parent.evolve(config=dict(retail_parent.config, env_info=info))
-    backend = ScriptedBackend(RetailEnv, smol_tokenizer)
+    backend = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer)
     hand = asyncio.run(forking.fork(parent, 4, backend, smol_tokenizer))
     assert hand.plays_user and hand.report.ok
     assert any("replayed from the record" in n for n in hand.report.notes)
 
 
 def test_the_scripted_user_replays_too(retail_parent, smol_tokenizer):
-    backend = ScriptedBackend(RetailEnv, smol_tokenizer)
+    backend = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer)
     hand = asyncio.run(forking.fork(retail_parent, 4, backend, smol_tokenizer))
     assert hand.report.ok and not hand.plays_user
 
@@ -174,7 +174,7 @@ def test_the_scripted_user_replays_too(retail_parent, smol_tokenizer):
 
 def test_compare_finds_the_fork_turn_as_the_first_divergence(smol_tokenizer):
     parent = run(MathEnv, smol_tokenizer, "areal-math", MathEnv().tasks[1], mistake_rate=1.0, seed=1)
-    backend = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=0.0)
+    backend = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=0.0)
 
     async def go():
         hand = await forking.fork(parent, 2, backend, smol_tokenizer)
@@ -212,7 +212,7 @@ def test_word_diff_marks_only_what_changed():
 
 def test_a_fork_with_another_tokenizer_says_the_token_prefix_differs(smol_tokenizer, qwen3_tokenizer):
     parent = run(MathEnv, smol_tokenizer, "slime-tau", MathEnv().tasks[0], mistake_rate=1.0, max_turns=3)
-    backend = ScriptedBackend(MathEnv, qwen3_tokenizer)
+    backend = ScriptedBackend(MathEnv().reference_reply, qwen3_tokenizer)
     hand = asyncio.run(forking.fork(parent, 2, backend, qwen3_tokenizer))
     fields = [d.field for d in hand.report.divergences]
     assert fields == ["tokens"] and "the token prefix" in hand.report.summary()

@@ -70,7 +70,7 @@ def test_a_batch_runs_in_the_background_and_is_stored(tmp_path):
 def test_cancel_keeps_finished_episodes_and_interrupts_the_rest(tmp_path, smol_tokenizer):
     store = Store(tmp_path / "r.db")
     plan = plan_launch("math", "0:8", 1, "areal-math", "max_turns=5", 2, SCRIPTED)
-    slow = SlowBackend(ScriptedBackend(MathEnv, smol_tokenizer), 0.05)
+    slow = SlowBackend(ScriptedBackend(MathEnv().reference_reply, smol_tokenizer), 0.05)
     job = JobManager().start(plan, store, backend=slow)
     deadline = time.time() + 30
     while job.status().done < 2 and time.time() < deadline:

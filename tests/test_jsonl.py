@@ -19,7 +19,7 @@ from engine.presets import PRESETS
 @pytest.fixture(scope="module")
 def eps(smol_tokenizer):
     env = MathEnv()
-    be = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=0.5, seed=4)
+    be = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=0.5, seed=4)
     return [asyncio.run(run_episode(MathEnv(), be, smol_tokenizer, PRESETS["areal-math"], t)) for t in env.tasks[:3]]
 
 

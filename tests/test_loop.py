@@ -22,7 +22,7 @@ def run(env, backend, tok, preset, task, **cfg):
 
 def test_areal_math_fixed_turns_and_returns(smol_tokenizer):
     env = MathEnv()
-    be = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=0.5, seed=11)
+    be = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=0.5, seed=11)
     ep = run(env, be, smol_tokenizer, "areal-math", env.tasks[2])
     assert ep.status is Status.COMPLETED and ep.n_turns == 5
     raw = [t.reward for t in ep.turns]
@@ -43,14 +43,14 @@ def test_areal_math_fixed_turns_and_returns(smol_tokenizer):
 
 def test_stop_on_success(smol_tokenizer):
     env = MathEnv()
-    be = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=0.0)
+    be = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=0.0)
     ep = run(env, be, smol_tokenizer, "areal-math", env.tasks[0], stop_on_success=True)
     assert ep.n_turns == 1 and ep.status is Status.COMPLETED and ep.reason == "success"
 
 
 def test_truncated_at_max_turns(smol_tokenizer):
     env = MathEnv()
-    be = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=1.0)
+    be = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=1.0)
     ep = run(env, be, smol_tokenizer, "tito", env.tasks[0], max_turns=3)
     assert ep.status is Status.TRUNCATED and ep.n_turns == 3 and ep.reward == 0.0
     assert any(f.kind == "truncated_episode" for f in ep.all_findings())
@@ -58,7 +58,7 @@ def test_truncated_at_max_turns(smol_tokenizer):
 
 def test_tool_episode_completes_with_tool_messages(smol_tokenizer):
     env = PriceEnv()
-    be = ScriptedBackend(PriceEnv, smol_tokenizer)
+    be = ScriptedBackend(PriceEnv().reference_reply, smol_tokenizer)
     ep = run(env, be, smol_tokenizer, "tito", "fig")
     assert ep.status is Status.COMPLETED and ep.reward == 1.0
     assert ep.turns[0].tool_calls[0].name == "get_price"
@@ -69,7 +69,7 @@ def test_tool_episode_completes_with_tool_messages(smol_tokenizer):
 
 
 def test_parse_error_abort_vs_feedback(smol_tokenizer):
-    be = ScriptedBackend(PriceEnv, smol_tokenizer, mistake_rate=1.0)  # malformed JSON tool call
+    be = ScriptedBackend(PriceEnv().reference_reply, smol_tokenizer, mistake_rate=1.0)  # malformed JSON tool call
     aborted = run(PriceEnv(), be, smol_tokenizer, "tito", "fig", on_parse_error="abort")
     assert aborted.status is Status.ABORTED and "parse error" in aborted.reason
     assert aborted.turns[-1].parse_error and "invalid JSON" in aborted.turns[-1].parse_error
@@ -80,7 +80,7 @@ def test_parse_error_abort_vs_feedback(smol_tokenizer):
 
 
 def test_env_exception_aborts_with_traceback(smol_tokenizer):
-    be = ScriptedBackend(PriceEnv, smol_tokenizer)
+    be = ScriptedBackend(PriceEnv().reference_reply, smol_tokenizer)
     ep = run(PriceEnv(fail_on="fig"), be, smol_tokenizer, "tito", "fig")
     assert ep.status is Status.ABORTED and "price database is down" in ep.reason
     f = next(f for f in ep.all_findings() if f.kind == "env_error")
@@ -107,7 +107,7 @@ def test_length_stop_is_a_truncated_turn(smol_tokenizer):
     from engine.backends.base import SamplingParams
 
     env = MathEnv()
-    be = ScriptedBackend(MathEnv, smol_tokenizer)
+    be = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer)
     ep = asyncio.run(run_episode(env, be, smol_tokenizer, PRESETS["tito"].with_(max_turns=2), env.tasks[0],
                                  sampling=SamplingParams(max_new_tokens=4)))
     assert ep.turns[0].generation.finish_reason == "length" and len(ep.turns[0].generation.token_ids) == 4
@@ -116,7 +116,7 @@ def test_length_stop_is_a_truncated_turn(smol_tokenizer):
 
 def test_stepper_commit_of_edited_text(smol_tokenizer):
     env = MathEnv()
-    be = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=1.0, seed=2)
+    be = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=1.0, seed=2)
     st = Stepper(env, be, smol_tokenizer, LoopConfig(max_turns=3), env.tasks[0])
     st.start()
     gen = asyncio.run(st.generate())

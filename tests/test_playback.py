@@ -64,7 +64,7 @@ def _run(tok: Any, env: str, preset: str, task: int = 0, problems: str | None = 
          **cfg: Any) -> tuple[Episode, list[GenerationRequest]]:
     make_env = env_factory(env, problems)
     first = make_env()
-    rec = Recording(backend or ScriptedBackend(make_env, tok, mistake_rate=0.5, seed=task, tokenizer_name="smollm2"))
+    rec = Recording(backend or ScriptedBackend(make_env().reference_reply, tok, mistake_rate=0.5, seed=task, tokenizer_name="smollm2"))
     ep = asyncio.run(run_episode(first, rec, tok, PRESETS[preset].with_(**cfg), first.tasks[task], preset=preset,
                                  tokenizer_name="smollm2"))
     return ep, rec.requests
@@ -269,7 +269,7 @@ def test_reexecute_stores_the_verdict_and_marks_the_first_divergence(tmp_path: P
     probs.write_text(json.dumps({"query_id": "q", "prompt": "What is 2+2?", "solutions": ["4"]}) + "\n")
     make = env_factory("math", str(probs))
     env = make()
-    ep = asyncio.run(run_episode(env, ScriptedBackend(make, tok, mistake_rate=0.0), tok, PRESETS["areal-math"], "q",
+    ep = asyncio.run(run_episode(env, ScriptedBackend(make().reference_reply, tok, mistake_rate=0.0), tok, PRESETS["areal-math"], "q",
                                  preset="areal-math", tokenizer_name="smollm2"))
     store = Store(tmp_path / "r.db")
     store.save_episode(ep)
@@ -300,7 +300,7 @@ def test_episode_without_turns_and_unknown_id() -> None:
 def test_parse_error_turn_shows_the_error_and_the_loops_feedback(tok: Any) -> None:
     from tests.toolenv import PriceEnv
 
-    be = ScriptedBackend(PriceEnv, tok, mistake_rate=1.0, seed=0)
+    be = ScriptedBackend(PriceEnv().reference_reply, tok, mistake_rate=1.0, seed=0)
     ep = asyncio.run(run_episode(PriceEnv(), be, tok, PRESETS["tito"].with_(max_turns=3), "fig", preset="tito"))
     k = next(t.index for t in ep.turns if t.parse_error and t.observation)
     card = playback.turn_card(_loaded(ep, tok), k)

@@ -51,7 +51,7 @@ class Recording:
 def run(env_cls: Any, tok: Any, preset: str, task: int, mistake_rate: float, seed: int = 1, **knobs: Any
         ) -> tuple[Episode, Recording]:
     env = env_cls()
-    backend = Recording(ScriptedBackend(env_cls, tok, mistake_rate=mistake_rate, seed=seed))
+    backend = Recording(ScriptedBackend(env_cls().reference_reply, tok, mistake_rate=mistake_rate, seed=seed))
     config = PRESETS[preset].with_settings(knobs) if knobs else PRESETS[preset]
     ep = asyncio.run(run_episode(env, backend, tok, config, env.tasks[task], preset=preset))
     return ep, backend

@@ -41,7 +41,7 @@ def _run(tok: Any, backend: Any, preset: str = "areal-math") -> Episode:
 
 @pytest.fixture(scope="module")
 def episode(tok: Any) -> Episode:
-    return _run(tok, ScriptedBackend(env_factory("math"), tok, mistake_rate=0.5, seed=1))
+    return _run(tok, ScriptedBackend(env_factory("math")().reference_reply, tok, mistake_rate=0.5, seed=1))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ FAKE = Path(__file__).parent / "fake_taubench"
 
 
 def run(make_env, tok, preset, task, mistake_rate=0.0, seed=0, **cfg):
-    be = ScriptedBackend(make_env, tok, mistake_rate=mistake_rate, seed=seed)
+    be = ScriptedBackend(make_env().reference_reply, tok, mistake_rate=mistake_rate, seed=seed)
     return asyncio.run(run_episode(make_env(), be, tok, PRESETS[preset].with_(**cfg), task, preset=preset))
 
 

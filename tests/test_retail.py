@@ -47,7 +47,7 @@ def respond(text: str) -> Action:
 
 
 def episode(tok, task_id: str, mistake_rate: float, seed: int = 0):
-    backend = ScriptedBackend(RetailEnv, tok, mistake_rate=mistake_rate, seed=seed)
+    backend = ScriptedBackend(RetailEnv().reference_reply, tok, mistake_rate=mistake_rate, seed=seed)
     return asyncio.run(run_episode(RetailEnv(), backend, tok, PRESETS["slime-tau"], task_id, preset="slime-tau"))
 
 

@@ -32,7 +32,7 @@ class SlowBackend:
     name = "slow"
 
     def __init__(self, tok, delay=0.02):
-        self.inner = ScriptedBackend(MathEnv, tok, mistake_rate=1.0)
+        self.inner = ScriptedBackend(MathEnv().reference_reply, tok, mistake_rate=1.0)
         self.delay = delay
         self.in_flight = 0
         self.peak = 0
@@ -56,7 +56,7 @@ def test_tasks_times_samples_stored_with_groups(tmp_path, smol_tokenizer):
     tasks = MathEnv().tasks[:3]
     store = Store(tmp_path / "b.db")
     seen = []
-    res = asyncio.run(run_batch(spec(tasks), MathEnv, ScriptedBackend(MathEnv, smol_tokenizer, 0.5), smol_tokenizer,
+    res = asyncio.run(run_batch(spec(tasks), MathEnv, ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, 0.5), smol_tokenizer,
                                 store, on_episode=lambda ep, n, total: seen.append((n, total))))
     assert len(res.episodes) == 6 and store.count() == 6
     assert sorted(n for n, _ in seen) == list(range(1, 7)) and {t for _, t in seen} == {6}
@@ -109,7 +109,7 @@ class BuggyEnv(MathEnv):
 
 def test_bugs_fail_one_episode_not_the_batch(smol_tokenizer):
     tasks = [t for t in MathEnv().tasks[:12] if t.endswith(("0", "1"))][:2]
-    res = asyncio.run(run_batch(spec(tasks, samples=1), BuggyEnv, ScriptedBackend(MathEnv, smol_tokenizer),
+    res = asyncio.run(run_batch(spec(tasks, samples=1), BuggyEnv, ScriptedBackend(MathEnv().reference_reply, smol_tokenizer),
                                 smol_tokenizer, None))
     by_task = {e.task_id: e for e in res.episodes}
     failed = by_task[next(t for t in tasks if t.endswith("1"))]

@@ -25,11 +25,11 @@ def episodes(smol_tokenizer):
     out = []
     env = MathEnv()
     for i, mode in enumerate(["tito", "retokenize"]):
-        be = ScriptedBackend(MathEnv, smol_tokenizer, mistake_rate=0.5, seed=i)
+        be = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=0.5, seed=i)
         for task in env.tasks[:3]:
             cfg = PRESETS["areal-math"].with_(token_mode=mode)
             out.append(asyncio.run(run_episode(MathEnv(), be, smol_tokenizer, cfg, task, preset="areal-math")))
-    be = ScriptedBackend(PriceEnv, smol_tokenizer)
+    be = ScriptedBackend(PriceEnv().reference_reply, smol_tokenizer)
     out.append(asyncio.run(run_episode(PriceEnv(fail_on="kiwi"), be, smol_tokenizer, PRESETS["tito"], "kiwi", preset="tito")))
     return out
 
@@ -98,7 +98,7 @@ def hook(ep, turn):
     if turn.index == 2:
         os._exit(9)   # die like a killed process, mid-episode
 env = MathEnv()
-asyncio.run(run_episode(env, ScriptedBackend(MathEnv, tok, 0.5), tok, PRESETS["areal-math"], env.tasks[0], on_turn=hook))
+asyncio.run(run_episode(env, ScriptedBackend(MathEnv().reference_reply, tok, 0.5), tok, PRESETS["areal-math"], env.tasks[0], on_turn=hook))
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 9, proc.stderr

@@ -55,7 +55,7 @@ def test_adapter_shapes(tau):
 @pytest.mark.parametrize("mode", ["retokenize", "tito"])
 def test_scripted_policy_solves_every_task(tau, smol_tokenizer, task, mode):
     make = lambda: tau("retail")  # noqa: E731
-    be = ScriptedBackend(make, smol_tokenizer, mistake_rate=0.0)
+    be = ScriptedBackend(make().reference_reply, smol_tokenizer, mistake_rate=0.0)
     ep = asyncio.run(run_episode(make(), be, smol_tokenizer, PRESETS["slime-tau"].with_(token_mode=mode), task,
                                  preset="slime-tau"))
     assert ep.status is Status.COMPLETED, ep.reason
@@ -78,7 +78,7 @@ def test_wrong_action_scores_zero(tau, smol_tokenizer):
 
 def test_malformed_tool_call_aborts_under_slime_tau(tau, smol_tokenizer):
     make = lambda: tau("retail")  # noqa: E731
-    be = ScriptedBackend(make, smol_tokenizer, mistake_rate=1.0)
+    be = ScriptedBackend(make().reference_reply, smol_tokenizer, mistake_rate=1.0)
     ep = asyncio.run(run_episode(make(), be, smol_tokenizer, PRESETS["slime-tau"], "0", preset="slime-tau"))
     assert ep.status is Status.ABORTED and "parse error" in ep.reason
 

@@ -1,22 +1,26 @@
-"""A policy that plays the env's reference answers, with seeded mistakes.
+"""A policy that plays an env's reference answers, with seeded mistakes.
 
-Its text goes through the same tokenizer as a model's would, so episodes have
-real token ids and masks. A deterministic policy gives its output
-probability 1, so every generated token carries logprob 0.
+It takes the reference policy as a callable (an env's ``reference_reply``),
+not the env, so backends and envs do not import each other. Its text goes
+through the same tokenizer as a model's would, so episodes have real token
+ids and masks. A deterministic policy gives its output probability 1, so
+every generated token carries logprob 0.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..chat import encode, end_of_turn_texts
-from ..envs.base import Env
 from ..errors import ConfigError
-from ..records import Generation
+from ..records import Generation, Message
 from .base import GenerationRequest
+
+# (task id, the conversation so far, a seeded random stream, mistake rate) -> the reply text
+ReferencePolicy = Callable[[str, Sequence[Message], random.Random, float], str]
 
 
 class ScriptedBackend:
@@ -24,7 +28,7 @@ class ScriptedBackend:
 
     def __init__(
         self,
-        env_factory: Callable[[], Env],
+        reference: ReferencePolicy,
         tokenizer: Any,
         mistake_rate: float = 0.0,
         seed: int = 0,
@@ -32,7 +36,7 @@ class ScriptedBackend:
     ) -> None:
         if not 0.0 <= mistake_rate <= 1.0:
             raise ConfigError(f"--mistake-rate must be between 0 and 1, not {mistake_rate}")
-        self._env = env_factory()
+        self._reference = reference
         self._tok = tokenizer
         self.mistake_rate = mistake_rate
         self.seed = seed
@@ -48,7 +52,7 @@ class ScriptedBackend:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         t0 = time.perf_counter()
-        reply = self._env.reference_reply(request.task_id, request.messages, self._rng(request), self.mistake_rate)
+        reply = self._reference(request.task_id, request.messages, self._rng(request), self.mistake_rate)
         ids = encode(self._tok, reply)
         finish = "stop"
         if len(ids) >= request.sampling.max_new_tokens:

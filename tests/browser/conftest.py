@@ -61,7 +61,7 @@ def dashboard_db(tmp_path_factory: pytest.TempPathFactory) -> DashboardDb:
     ids: list[str] = []
     for i in range(3):
         env = make_env()
-        backend = ScriptedBackend(make_env, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
+        backend = ScriptedBackend(make_env().reference_reply, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
         ep = _run_sync(run_episode(env, backend, tok, PRESETS["areal-math"], env.tasks[i],
                                    preset="areal-math", tokenizer_name="smollm2"))
         store.save_episode(ep)

@@ -49,7 +49,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowseDb]:
     real: list[str] = []
     for i in range(2):
         env = make_env()
-        backend = ScriptedBackend(make_env, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
+        backend = ScriptedBackend(make_env().reference_reply, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
         ep = _run_sync(run_episode(env, backend, tok, PRESETS["areal-math"], env.tasks[i], preset="areal-math",
                                    tokenizer_name="smollm2"))
         store.save_episode(ep.evolve(created_at=2e9 + i))  # newest, so first in the table

@@ -60,12 +60,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     tok = load_tokenizer(None)
     store = Store(root / "rollscope.db")
     retail_env = env_factory("retail")
-    retail = _run(retail_env, ScriptedBackend(retail_env, tok, mistake_rate=0.3, seed=2), tok, "slime-tau",
+    retail = _run(retail_env, ScriptedBackend(retail_env().reference_reply, tok, mistake_rate=0.3, seed=2), tok, "slime-tau",
                   retail_env().tasks[2])
     probs = root / "problems.jsonl"
     probs.write_text(json.dumps({"query_id": "q", "prompt": "What is 17+25?", "solutions": ["42"]}) + "\n")
     math_env = env_factory("math", str(probs))
-    math = _run(math_env, ScriptedBackend(math_env, tok, mistake_rate=0.6, seed=3), tok, "areal-math", "q")
+    math = _run(math_env, ScriptedBackend(math_env().reference_reply, tok, mistake_rate=0.6, seed=3), tok, "areal-math", "q")
     assert any(t.reward == 1.0 for t in math.turns) and math.n_turns >= 3
     # The env's data changes after the run: the stored answer "42" is no longer the right one.
     probs.write_text(json.dumps({"query_id": "q", "prompt": "What is 17+25?", "solutions": ["43"]}) + "\n")

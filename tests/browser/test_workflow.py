@@ -46,7 +46,7 @@ def _seed(path: Path) -> tuple[str, ...]:
     ids = []
     for i in range(3):
         env = make_env()
-        backend = ScriptedBackend(make_env, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
+        backend = ScriptedBackend(make_env().reference_reply, tok, mistake_rate=0.5, seed=i, tokenizer_name="smollm2")
         ep = asyncio.run(run_episode(env, backend, tok, PRESETS["areal-math"], env.tasks[i], preset="areal-math",
                                      tokenizer_name="smollm2"))
         store.save_episode(ep)
