@@ -38,10 +38,12 @@ $(QWEN3):
 
 test: test-deps
 	$(BIN)/ruff check engine dashboard tests bench
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q
 
 lint: setup
 	$(BIN)/ruff check engine dashboard tests bench
+	$(BIN)/python -m mypy
 
 bench: setup
 	$(BIN)/python bench/loop_speed.py

@@ -52,7 +52,8 @@ def stored_actions(turn: Turn) -> list[Action] | None:
 async def execute(env: Env, actions: Sequence[Action]) -> StepResult:
     """Step the env with a turn's actions in order, merging what they return; stop at done."""
     observations: list[Message] = []
-    reward, done, info = 0.0, False, {}
+    reward, done = 0.0, False
+    info: dict[str, Any] = {}
     for action in actions:
         res = env.step(action)
         if inspect.isawaitable(res):

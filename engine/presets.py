@@ -169,7 +169,8 @@ def parse_knob(name: str, raw: Any) -> Any:
             raise ConfigError(f"{name}: {raw!r} starts with a quote but is not a JSON string ({e.msg})") from None
     else:
         return raw
-    want = {"bool": bool, "int": int, "float": (int, float)}.get(kind)
+    types: dict[str, type | tuple[type, ...]] = {"bool": bool, "int": int, "float": (int, float)}
+    want = types.get(kind)
     if want is not None and (not isinstance(value, want) or (kind != "bool" and isinstance(value, bool))):
         raise ConfigError(f"{name} takes a {kind}, not {value!r}")
     if kind == "float":

@@ -326,6 +326,10 @@ class TokenArrays:
     """
 
     __slots__ = ("ids", "loss_mask", "logprobs", "versions")
+    ids: np.ndarray
+    loss_mask: np.ndarray
+    logprobs: np.ndarray
+    versions: np.ndarray
 
     def __init__(self, ids: Any = (), loss_mask: Any = (), logprobs: Any = None, versions: Any = None) -> None:
         ids_a = np.asarray(ids, dtype=np.int32).reshape(-1)

@@ -29,9 +29,14 @@ from .diagnosis import diagnosis_parts, linked
 from .errors import ConfigError, StoreError
 
 # Bins, BrowseStats, RewardStats and search_texts are re-exported for callers of the store.
-from .queries import SORTABLE, EpisodeFilter, EpisodeSummary  # noqa: F401  (re-exported: the public home is here)
+from .queries import SORTABLE as SORTABLE  # re-exported: the public home is here
+from .queries import EpisodeFilter as EpisodeFilter
+from .queries import EpisodeSummary as EpisodeSummary
 from .records import Episode, Finding, Status, TokenArrays, Turn
-from .store_browse import Bins, BrowseQueries, BrowseStats, RewardStats, search_texts, text_clause  # noqa: F401
+from .store_browse import Bins as Bins
+from .store_browse import BrowseQueries
+from .store_browse import BrowseStats as BrowseStats
+from .store_browse import RewardStats as RewardStats
 
 DB_SCHEMA = 3  # 2: the full-text search index (search_texts, search_refs, search_fts); 3: diagnosis, root_kinds
 
@@ -89,14 +94,14 @@ class Store(BrowseQueries):
             elif names:
                 raise StoreError(f"{self.path} is a SQLite file but not a Rollscope database (tables: {', '.join(sorted(names))})")
             with db.conn:
-                db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
-                db["meta"].upsert({"key": "db_schema", "value": str(DB_SCHEMA)}, pk="key")
-                db["runs"].create(
+                db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
+                db.table("meta").upsert({"key": "db_schema", "value": str(DB_SCHEMA)}, pk="key")
+                db.table("runs").create(
                     {"id": str, "created_at": float, "config": str, "status": str, "n_episodes": int},
                     pk="id",
                     if_not_exists=True,
                 )
-                db["episodes"].create(
+                db.table("episodes").create(
                     {
                         "id": str, "run_id": str, "env": str, "task_id": str, "group_id": str,
                         "sample_index": int, "preset": str, "model": str, "status": str, "reason": str,
@@ -110,26 +115,26 @@ class Store(BrowseQueries):
                     defaults={"starred": 0, "note": "", "n_findings": 0, "n_errors": 0},
                     if_not_exists=True,
                 )
-                db["turns"].create(
+                db.table("turns").create(
                     {"episode_id": str, "idx": int, "reward": float, "done": int, "data": str},
                     pk=("episode_id", "idx"),
                     if_not_exists=True,
                 )
-                db["tokens"].create(
+                db.table("tokens").create(
                     {"episode_id": str, "ids": bytes, "loss_mask": bytes, "logprobs": bytes, "versions": bytes},
                     pk="episode_id",
                     if_not_exists=True,
                 )
-                db["findings"].create(
+                db.table("findings").create(
                     {
                         "episode_id": str, "turn": int, "kind": str, "severity": str,
                         "token_start": int, "token_end": int, "message": str, "evidence": str,
                     },
                     if_not_exists=True,
                 )
-                db["tags"].create({"episode_id": str, "tag": str}, pk=("episode_id", "tag"), if_not_exists=True)
+                db.table("tags").create({"episode_id": str, "tag": str}, pk=("episode_id", "tag"), if_not_exists=True)
                 # Re-executions are records of their own, linked to the episode they replayed.
-                db["replays"].create(
+                db.table("replays").create(
                     {"id": str, "episode_id": str, "created_at": float, "kind": str, "reproduced": int, "data": str},
                     pk="id",
                     if_not_exists=True,
@@ -140,7 +145,7 @@ class Store(BrowseQueries):
                     ("episodes", ["parent_id"]), ("findings", ["episode_id"]), ("findings", ["kind"]),
                     ("tags", ["tag"]), ("replays", ["episode_id"]),
                 ):
-                    db[table].create_index(cols, if_not_exists=True)
+                    db.table(table).create_index(cols, if_not_exists=True)
                 backfill = self._migrate_diagnosis_columns()
                 created = self._migrate_search()
                 self._migrate_index()
@@ -156,7 +161,7 @@ class Store(BrowseQueries):
         for table in ("episodes", "episode_index"):
             if table not in self.db.table_names():
                 continue
-            have = {c.name for c in self.db[table].columns}
+            have = {c.name for c in self.db.table(table).columns}
             for col in ("diagnosis", "root_kinds"):
                 if col not in have:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {col} TEXT")
@@ -204,7 +209,7 @@ class Store(BrowseQueries):
 
     def save_run(self, run_id: str, config: dict[str, Any], status: str = "running", n_episodes: int = 0) -> None:
         with self._lock, self.db.conn:
-            self.db["runs"].upsert(
+            self.db.table("runs").upsert(
                 {"id": run_id, "created_at": time.time(), "config": json.dumps(config), "status": status, "n_episodes": n_episodes},
                 pk="id",
             )
@@ -365,7 +370,7 @@ class Store(BrowseQueries):
         with self._lock, self.db.conn:
             self.db.execute("DELETE FROM tags WHERE episode_id = ?", [episode_id])
             if clean:
-                self.db["tags"].insert_all([{"episode_id": episode_id, "tag": t} for t in clean], ignore=True)
+                self.db.table("tags").insert_all([{"episode_id": episode_id, "tag": t} for t in clean], ignore=True)
 
     def set_starred(self, episode_id: str, starred: bool) -> None:
         self._require(episode_id)
@@ -393,7 +398,7 @@ class Store(BrowseQueries):
                 "SELECT id FROM episodes WHERE substr(id, 1, ?) = ? LIMIT 2", [len(prefix), prefix]
             )]
         if len(rows) == 1:
-            return rows[0]
+            return str(rows[0])
         if not rows:
             raise StoreError(f"no episode {prefix!r} in {self.path}")
         raise StoreError(f"episode id {prefix!r} is ambiguous in {self.path}; give more characters")

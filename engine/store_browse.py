@@ -272,12 +272,14 @@ class BrowseQueries:
                 conn.execute("PRAGMA temp_store=MEMORY")
                 self._read_conn = conn
                 self._read_lock = threading.Lock()
+            assert self._read_conn is not None
             return self._read_conn, self._read_lock
 
     def close_reader(self) -> None:
         with self._lock:
-            if getattr(self, "_read_conn", None) is not None:
-                self._read_conn.close()
+            conn = getattr(self, "_read_conn", None)
+            if conn is not None:
+                conn.close()
                 self._read_conn = None
 
     def browse_query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

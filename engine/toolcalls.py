@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .records import ToolCall
 
@@ -134,7 +136,7 @@ def parse(text: str, parser: str = "hermes", tool_names: frozenset[str] | None =
     return PARSERS[parser](text)
 
 
-def tool_names(tools: tuple[dict, ...] | list[dict]) -> frozenset[str]:
+def tool_names(tools: Sequence[dict[str, Any]]) -> frozenset[str]:
     """Names of the tools in OpenAI-style schemas (``{"function": {"name": ...}}`` or ``{"name": ...}``)."""
     out = set()
     for t in tools:

@@ -65,7 +65,7 @@ class RetryPolicy:
 
     def delay(self, failed_tries: int) -> float:
         """Seconds to wait after the ``failed_tries``-th failed try."""
-        return min(MAX_BACKOFF_S, self.backoff * 2 ** (failed_tries - 1))
+        return float(min(MAX_BACKOFF_S, self.backoff * 2 ** (failed_tries - 1)))
 
 
 def check_url(url: str, what: str) -> str:
@@ -99,10 +99,10 @@ def _error_message(text: str) -> str | None:
         return None
     err = obj.get("error")
     if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return err["message"]
+        return str(err["message"])
     for key in ("error", "detail", "message"):
         if isinstance(obj.get(key), str):
-            return obj[key]
+            return str(obj[key])
     return None
 
 

@@ -153,7 +153,7 @@ def _load_tokenizer_cached(key: str | None) -> PreTrainedTokenizerBase:
     cached = _embedded_cache("tokenizer") if _is_embedded(key) else None
     try:
         if cached is not None and (cached / "READY").is_file():
-            where, kwargs = str(cached), {}
+            where, kwargs = str(cached), dict[str, Any]()
         else:
             where, kwargs, _ = _source(key)
     except ModelNotFound as e:
@@ -228,13 +228,13 @@ def _load_model_cached(key: str | None, device: str) -> _LoadedModel:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # per-tensor bars would flood the CLI and the test logs
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # per-tensor bars would flood the logs
     where, kwargs, name = _source(key)
     cached = _embedded_cache("model") if _is_embedded(key) else None
     if cached is not None and (cached / "READY").is_file():
         where, kwargs = str(cached), {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
     except Exception as e:  # transformers raises OSError, ValueError, EnvironmentError...
         raise ModelNotFound(
             f"cannot load model {key or 'smollm2'!r}: tried {_describe_source(where, kwargs)}: "
@@ -333,7 +333,8 @@ class LocalBackend:
         """The tokenizer used to encode ``prompt_text`` and decode outputs (loads it)."""
         if self._tok is None:
             self.load()
-        return self._tok
+        tok: PreTrainedTokenizerBase = self._tok
+        return tok
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Sample a continuation of the request's prompt (ids, else text)."""

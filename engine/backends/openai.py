@@ -189,9 +189,9 @@ class OpenAIBackend:
             lps = None if values is None else [as_logprob(v) for v in values]
             raw_bytes = None
 
-        ids = self._ids(a, choice, tokens, raw_bytes)
-        logprobs = tuple(lps) if ids is not None and lps is not None and len(lps) == len(ids) else None
-        ids = ids or ()
+        found = self._ids(a, choice, tokens, raw_bytes)
+        logprobs = tuple(lps) if found is not None and lps is not None and len(lps) == len(found) else None
+        ids: list[int] = list(found or ())
         if self.tokenizer is not None and ids:
             text = decode(self.tokenizer, ids)
         else:
@@ -322,7 +322,7 @@ def hermes_text(content: str, tool_calls: Sequence[Any], where: str = "openai") 
     for i, call in enumerate(tool_calls):
         fn = call.get("function") if isinstance(call, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(name, str):
+        if not isinstance(fn, dict) or not isinstance(name, str):
             raise BackendError(f"{where}: 'choices.0.message.tool_calls.{i}' has no function name")
         args = fn.get("arguments")
         if args is None:

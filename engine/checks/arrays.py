@@ -316,7 +316,7 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
         missing = np.array([p for p in missing.tolist() if p not in template_nl], dtype=np.int64)
     manual = {t.index for t in ep.turns if t.generation is not None and t.generation.model == "manual"}
     if missing.size:
-        turns = sorted({turn_at(ep, int(p)) for p in missing} - {None})
+        turns = sorted(t for t in {turn_at(ep, int(p)) for p in missing} if t is not None)
         only_manual = bool(turns) and set(turns) <= manual
         at = int(missing[0])
         out.append(Finding("logprobs_missing", INFO if only_manual else ERROR,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import random
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,7 +42,7 @@ class Env(Protocol):
         """Apply an action. May return an awaitable (an env whose user is a model)."""
         ...
 
-    def reference_reply(self, task_id: str, history: tuple[Message, ...], rng: Any, mistake_rate: float) -> str:
+    def reference_reply(self, task_id: str, history: Sequence[Message], rng: random.Random, mistake_rate: float) -> str:
         """Text a reference agent would write next (drives the scripted policy)."""
         ...
 

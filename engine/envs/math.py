@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,7 @@ class MathEnv:
         info = {"correct": ok, "extracted": extracted, "success": ok}
         return StepResult((Message("user", feedback),), 1.0 if ok else 0.0, False, info)
 
-    def reference_reply(self, task_id: str, history: tuple[Message, ...], rng: random.Random, mistake_rate: float) -> str:
+    def reference_reply(self, task_id: str, history: Sequence[Message], rng: random.Random, mistake_rate: float) -> str:
         task = self.task(task_id)
         answer = task.solutions[0]
         if rng.random() < mistake_rate:

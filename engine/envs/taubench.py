@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError, EnvError
@@ -148,7 +149,7 @@ class TauBenchEnv:
         replies.append(f"{done} {CLOSING}")
         return replies
 
-    def reference_reply(self, task_id: str, history: tuple[Message, ...], rng: random.Random, mistake_rate: float) -> str:
+    def reference_reply(self, task_id: str, history: Sequence[Message], rng: random.Random, mistake_rate: float) -> str:
         plan = self.reference_plan(task_id)
         k = sum(1 for m in history if m.role == "assistant")
         reply = plan[min(k, len(plan) - 1)]

@@ -110,6 +110,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
             raise FormatError(f"must be text, got {type(d[key]).__name__}", where, key)
     reward = reward_value(d["reward"], where)
     sample_idx = int_field(d["sample_idx"], where, "sample_idx")
+    assert sample_idx is not None  # not optional: int_field raised otherwise
     dump_counts = {k: int_field(d.get(k), where, k, optional=True) for k in ("seqlen", "prompt_len")}
     segs = d.get("segments")
     if segs is not None and not (isinstance(segs, list) and all(isinstance(s, dict) and isinstance(s.get("text"), str) for s in segs)):

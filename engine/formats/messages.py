@@ -48,7 +48,7 @@ def _content(value: Any, where: str, field: str) -> str:
 def _tool_call(c: Any, where: str, field: str) -> ToolCall:
     if not isinstance(c, dict):
         raise FormatError("must be an object", where, field)
-    fn = c.get("function") if isinstance(c.get("function"), dict) else c
+    fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else c
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         raise FormatError("needs a function name", where, field)
@@ -131,7 +131,8 @@ def conversation_episode(
 ) -> Episode:
     """An episode from a finished conversation, tokenized when the import has a tokenizer."""
     tok = ctx.tokenizer
-    tokens, prompt_len, segments = TokenArrays(), 0, ()
+    tokens, prompt_len = TokenArrays(), 0
+    segments: tuple[Segment, ...] = ()
     if tok is not None:
         try:
             tokens, prompt_len, segments, turns = tokenize_conversation(tok, messages, tools)

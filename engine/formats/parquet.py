@@ -104,7 +104,8 @@ def write(episodes: Iterable[Episode], out: Path) -> int:
 def _row_arrays(batch: Any, name: str, i: int) -> np.ndarray:
     col = batch.column(name)
     start, end = col.offsets[i].as_py(), col.offsets[i + 1].as_py()
-    return col.values.to_numpy(zero_copy_only=False)[start:end]
+    out: np.ndarray = col.values.to_numpy(zero_copy_only=False)[start:end]
+    return out
 
 
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:

@@ -257,7 +257,8 @@ def _frozen() -> bytes:
 @lru_cache(maxsize=1)
 def base_db() -> Db:
     """The shared, read-only store (task generation reads it; never mutate it)."""
-    return pickle.loads(_frozen())
+    db: Db = pickle.loads(_frozen())
+    return db
 
 
 def fresh_db() -> Db:
@@ -268,7 +269,8 @@ def fresh_db() -> Db:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return pickle.loads(_frozen())
+        db: Db = pickle.loads(_frozen())
+        return db
     finally:
         if was_enabled:
             gc.enable()

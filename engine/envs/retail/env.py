@@ -11,7 +11,7 @@ from a fresh store and every required output was said by the agent
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -135,7 +135,7 @@ class RetailEnv:
         reward, reward_info = score(self.db, self.task, self.agent_replies)
         return StepResult(obs, reward, True, {"reward_info": reward_info, "success": reward == 1.0})
 
-    def reference_reply(self, task_id: str, history: tuple[Message, ...], rng: random.Random, mistake_rate: float) -> str:
+    def reference_reply(self, task_id: str, history: Sequence[Message], rng: random.Random, mistake_rate: float) -> str:
         return reference_reply(get_task(task_id), history, rng, mistake_rate)
 
     def describe(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ...records import Action, Message
@@ -61,7 +62,7 @@ def _matches(content: str, step: Step, answer: Message | None) -> bool:
     return answer is not None and answer.role == "tool" and not answer.content.startswith("Error")
 
 
-def script_position(script: tuple[Step, ...], history: tuple[Message, ...]) -> int:
+def script_position(script: tuple[Step, ...], history: Sequence[Message]) -> int:
     """How many steps of the script the assistant messages in ``history`` have done."""
     pos = 0
     for i, m in enumerate(history):
@@ -77,7 +78,7 @@ def script_position(script: tuple[Step, ...], history: tuple[Message, ...]) -> i
     return pos
 
 
-def reference_reply(task: RetailTask, history: tuple[Message, ...], rng: random.Random, mistake_rate: float) -> str:
+def reference_reply(task: RetailTask, history: Sequence[Message], rng: random.Random, mistake_rate: float) -> str:
     """The reference agent's next message; with probability ``mistake_rate`` a realistic mistake instead."""
     script = task.script
     pos = script_position(script, history)
@@ -102,9 +103,9 @@ def _mistake(task: RetailTask, step: Step, nxt: Step | None, rng: random.Random)
     if r < malformed:
         return _malformed(step, rng)
     if r < wrong:
-        wrong = _wrong_argument(task, step, rng)
-        if wrong is not None:
-            return tool_call_text(wrong)
+        slip = _wrong_argument(task, step, rng)
+        if slip is not None:
+            return tool_call_text(slip)
     return rng.choice(CHATTY)
 
 

@@ -28,21 +28,21 @@ class ToolError(Exception):
 
 
 def _user(db: Db, user_id: Any) -> dict[str, Any]:
-    user = db["users"].get(user_id) if isinstance(user_id, str) else None
+    user: dict[str, Any] | None = db["users"].get(user_id) if isinstance(user_id, str) else None
     if user is None:
         raise ToolError("user not found")
     return user
 
 
 def _order(db: Db, order_id: Any) -> dict[str, Any]:
-    order = db["orders"].get(order_id) if isinstance(order_id, str) else None
+    order: dict[str, Any] | None = db["orders"].get(order_id) if isinstance(order_id, str) else None
     if order is None:
         raise ToolError("order not found")
     return order
 
 
 def _product(db: Db, product_id: Any) -> dict[str, Any]:
-    product = db["products"].get(product_id) if isinstance(product_id, str) else None
+    product: dict[str, Any] | None = db["products"].get(product_id) if isinstance(product_id, str) else None
     if product is None:
         raise ToolError("product not found")
     return product
@@ -50,7 +50,7 @@ def _product(db: Db, product_id: Any) -> dict[str, Any]:
 
 def _payment_method(db: Db, order: dict[str, Any], payment_method_id: Any) -> dict[str, Any]:
     methods = db["users"][order["user_id"]]["payment_methods"]
-    pm = methods.get(payment_method_id) if isinstance(payment_method_id, str) else None
+    pm: dict[str, Any] | None = methods.get(payment_method_id) if isinstance(payment_method_id, str) else None
     if pm is None:
         raise ToolError("payment method not found")
     return pm
@@ -119,7 +119,7 @@ def find_user_id_by_email(db: Db, email: str) -> str:
     wanted = str(email).strip().lower()
     for uid, user in db["users"].items():
         if user["email"].lower() == wanted:
-            return uid
+            return str(uid)
     raise ToolError("user not found")
 
 
@@ -128,7 +128,7 @@ def find_user_id_by_name_zip(db: Db, first_name: str, last_name: str, zip: str) 
     for uid, user in db["users"].items():
         name = user["name"]
         if name["first_name"].lower() == first and name["last_name"].lower() == last and user["address"]["zip"] == code:
-            return uid
+            return str(uid)
     raise ToolError("user not found")
 
 
