@@ -13,11 +13,12 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, RollscopeError, StoreError
-from .records import Episode, Finding
+from .records import Finding
 
 DEFAULT_DB = "rollscope.db"
 
@@ -266,8 +267,6 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from .formats import export
     from .store import EpisodeFilter
 
@@ -333,7 +332,9 @@ def cmd_check(a: argparse.Namespace) -> int:
         report = jsonl.ReadReport()
         episodes = (e for e in jsonl.read(src, report) if not a.episode or any(e.id.startswith(p) for p in a.episode))
     n_eps = 0
-    shown: list[tuple[Episode, list[Finding]]] = []
+    # Per episode, only what the report needs (the checked episode itself is stored or dropped at once):
+    # its id, its run, its findings without the per-token difference lists.
+    shown: list[tuple[str, str, list[Finding]]] = []
     runs: dict[str, list[set[str]]] = {}  # run id -> kinds of run-level candidates, one set per episode
     for ep in episodes:
         n_eps += 1
@@ -342,16 +343,17 @@ def cmd_check(a: argparse.Namespace) -> int:
         checked = with_checks(ep, opts)
         if store is not None and not a.no_store:
             store.finish_episode(checked)
-        found = list(checked.all_findings())
-        runs.setdefault(checked.run_id or checked.source.get("file") or "(no run)", []).append(
+        found = [replace(f, evidence={k: v for k, v in f.evidence.items() if k != "diff"})
+                 for f in checked.all_findings()]
+        run_key = checked.run_id or str(checked.source.get("file") or "(no run)")
+        runs.setdefault(run_key, []).append(
             {f.kind for f in found if f.kind in RUN_KINDS and f.severity.value != "info"})
-        shown.append((checked, found))
+        shown.append((checked.id, run_key, found))
     # A kind every episode of a run has is the run's (its preset, template or source): said once.
     run_level = {run: set.intersection(*sets) for run, sets in runs.items() if len(sets) > 1}
     root_counts: dict[str, int] = {}
     n_err = n_roots = n_caused = 0
-    for ep, found in shown:
-        run = ep.run_id or ep.source.get("file") or "(no run)"
+    for episode_id, run, found in shown:
         common = run_level.get(run, set())
         rs = [r for r in roots(found) if r.kind not in common]
         for f in found:
@@ -367,15 +369,15 @@ def cmd_check(a: argparse.Namespace) -> int:
             for f in found:
                 if f.severity.value == "info" and not a.info:
                     continue
-                row = {"episode_id": ep.id, **{k: v for k, v in f.to_dict().items() if k != "evidence"}}
+                row = {"episode_id": episode_id, **{k: v for k, v in f.to_dict().items() if k != "evidence"}}
                 row["run_level"] = f.kind in common
-                row["evidence"] = {k: v for k, v in f.evidence.items() if k != "diff"}
+                row["evidence"] = f.evidence
                 print(json.dumps(row, ensure_ascii=False, default=str))
             continue
         line = diagnosis([f for f in found if f.kind not in common])
         if not rs and not a.info:
             continue
-        print(f"{ep.id}  {line or 'no findings'}")
+        print(f"{episode_id}  {line or 'no findings'}")
         for r in rs:
             follow = consequences(found, r)
             print(f"  {_finding_line(r)}" + (f"  (causes {len(follow)}: {_kinds(follow)})" if follow else ""))
@@ -389,8 +391,7 @@ def cmd_check(a: argparse.Namespace) -> int:
     if not a.json:
         for run, kinds in sorted(run_level.items()):
             for kind in sorted(kinds):
-                sample = next(f for ep, found in shown if (ep.run_id or ep.source.get("file") or "(no run)") == run
-                              for f in found if f.kind == kind)
+                sample = next(f for _, r, found in shown if r == run for f in found if f.kind == kind)
                 print(f"run {run}: {kind} in all {len(runs[run])} episodes ({sample.severity.value}): {sample.message}")
     skipped = list(report.errors) if report is not None else []
     for err in skipped:
