@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from engine.diagnosis import linked
-from engine.records import Episode, Finding
+from engine.records import Episode, Finding, Severity
 
 # Logprob heat buckets: class lK for -logprob below each bound, l5 beyond.
 LOGPROB_BOUNDS = (0.1, 0.5, 1.0, 2.0, 4.0)
@@ -133,6 +133,9 @@ def special_token_ids(tokenizer: Any) -> set[int]:
 
 def _positions(f: Finding, start: int, n: int) -> list[int]:
     """The tokens a finding located at ``start`` marks: its listed positions when it has them, else its span."""
+    runs = f.evidence.get("runs")
+    if isinstance(runs, list) and runs and all(isinstance(r, list) and len(r) == 2 for r in runs):
+        return [p for a, b in runs for p in range(max(0, int(a)), min(int(b), n))]  # every position, uncapped
     listed = f.evidence.get("over") if f.kind == "logprob_mismatch" else f.evidence.get("positions")
     if isinstance(listed, list) and listed and all(isinstance(p, int) for p in listed):
         # A mismatch or mask finding spans first..last bad token; marking the
@@ -152,7 +155,7 @@ def finding_marks(findings: Iterable[Finding], n: int) -> tuple[dict[int, list[s
         if f.token_start is None or not 0 <= f.token_start < n:
             continue
         starts.add(f.token_start)
-        root = f.caused_by is None
+        root = f.caused_by is None and f.severity is not Severity.INFO
         for i in _positions(f, f.token_start, n):
             marks.setdefault(i, []).append(f.kind if root else f"{f.kind} (follows {f.caused_by})")
             if root:

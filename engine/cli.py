@@ -352,7 +352,7 @@ def cmd_check(a: argparse.Namespace) -> int:
     # A kind every episode of a run has is the run's (its preset, template or source): said once.
     run_level = {run: set.intersection(*sets) for run, sets in runs.items() if len(sets) > 1}
     root_counts: dict[str, int] = {}
-    n_err = n_roots = n_caused = 0
+    n_err = n_caused = 0
     for episode_id, run, found in shown:
         common = run_level.get(run, set())
         rs = [r for r in roots(found) if r.kind not in common]
@@ -363,7 +363,6 @@ def cmd_check(a: argparse.Namespace) -> int:
             if r.severity.value == "error":
                 key = f"{r.kind} (run-level)" if r.kind in common else r.kind
                 root_counts[key] = root_counts.get(key, 0) + 1
-        n_roots += len(rs)
         n_caused += sum(1 for f in found if f.caused_by is not None)
         if a.json:
             for f in found:
@@ -374,7 +373,7 @@ def cmd_check(a: argparse.Namespace) -> int:
                 row["evidence"] = f.evidence
                 print(json.dumps(row, ensure_ascii=False, default=str))
             continue
-        line = diagnosis([f for f in found if f.kind not in common])
+        line = diagnosis(found, leave_out=common)
         if not rs and not a.info:
             continue
         print(f"{episode_id}  {line or 'no findings'}")
@@ -391,7 +390,8 @@ def cmd_check(a: argparse.Namespace) -> int:
     if not a.json:
         for run, kinds in sorted(run_level.items()):
             for kind in sorted(kinds):
-                sample = next(f for _, r, found in shown if r == run for f in found if f.kind == kind)
+                sample = next(f for _, r, found in shown if r == run for f in found
+                              if f.kind == kind and f.severity.value != "info")
                 print(f"run {run}: {kind} in all {len(runs[run])} episodes ({sample.severity.value}): {sample.message}")
     skipped = list(report.errors) if report is not None else []
     for err in skipped:

@@ -54,6 +54,7 @@ RANK = {
     "retokenization_drift": 3, "tokens_not_rendering": 4, "response_length_mismatch": 5, "mask_misaligned": 6,
     "logprobs_misaligned": 7, "logprobs_missing": 8,
 }
+POSITIONS_CAP = 200  # the checks list at most this many positions in a finding's evidence
 # Kinds that describe the preset, the template or the source rather than one episode: when every episode of
 # a run has one, it is reported once for the run.
 RUN_KINDS = frozenset({"template_newline_trained", "logprobs_absent", "template_not_prefix_stable",
@@ -61,6 +62,9 @@ RUN_KINDS = frozenset({"template_newline_trained", "logprobs_absent", "template_
 
 
 def _positions(f: Finding) -> set[int]:
+    runs = f.evidence.get("runs")
+    if isinstance(runs, list) and runs and all(isinstance(r, list) and len(r) == 2 for r in runs):
+        return {p for a, b in runs for p in range(int(a), int(b))}  # every position, uncapped
     listed = f.evidence.get("positions")
     if isinstance(listed, list) and listed:
         return {int(p) for p in listed if isinstance(p, int)}
@@ -74,16 +78,18 @@ def follows(cause: Finding, effect: Finding) -> bool:
     """Whether ``effect`` is explained by ``cause`` (``cause`` comes first in the ordering)."""
     if cause.severity is INFO or effect.severity is INFO:
         return False
+    if cause.kind == "retokenization_drift" and effect.kind == "tokens_not_rendering" \
+            and cause.token_start is not None and cause.token_start == effect.token_start:
+        return True  # the ids differ from the render exactly where, and because, the reply was tokenized otherwise
+    if cause.severity is not Severity.ERROR and effect.severity is Severity.ERROR:
+        return False  # otherwise a warning never explains an error away
     if cause.kind == effect.kind == "template_not_prefix_stable":
         return True  # one template, one reason, however many turns it rewrites
     if cause.kind == effect.kind and cause.token_start is not None and cause.token_start == effect.token_start:
         return True  # two checks saw the same wrong token
-    if cause.kind == "retokenization_drift" and effect.kind == "tokens_not_rendering" \
-            and cause.token_start is not None and cause.token_start == effect.token_start:
-        return True  # the ids differ from the render exactly where the reply was tokenized otherwise
     if cause.kind == effect.kind and cause.kind in RECURRING and cause.severity is effect.severity:
         return True  # the same failure again in a later turn: one cause, recurring
-    if cause.kind == "template_not_prefix_stable" and effect.kind in TOKEN_LEVEL:
+    if cause.kind == "template_not_prefix_stable" and cause.severity is Severity.ERROR and effect.kind in TOKEN_LEVEL:
         # A history rewrite makes the whole conversation render otherwise, earlier turns included.
         return True
     structural = cause.kind in STRUCTURAL and not (cause.kind == "retokenization_drift" and cause.severity
@@ -104,14 +110,17 @@ def follows(cause: Finding, effect: Finding) -> bool:
         covered = _positions(cause)
         if not at or not covered:
             return False
-        # Position lists in evidence are capped: compare what both list.
-        limit = max(covered)
-        return all(p in covered for p in at if p <= limit) and min(at) <= limit
+        listed = cause.evidence.get("positions")
+        if "runs" not in cause.evidence and isinstance(listed, list) and len(listed) >= POSITIONS_CAP:
+            # A capped list: compare only what it can say.
+            limit = max(covered)
+            return all(p in covered for p in at if p <= limit) and min(at) <= limit
+        return at <= covered
     return False
 
 
 def _order_key(f: Finding, i: int) -> tuple[float, int, int]:
-    if f.kind == "template_not_prefix_stable" and f.severity is not INFO:
+    if f.kind == "template_not_prefix_stable" and f.severity is Severity.ERROR:
         return -1.0, 0, i  # a history rewrite explains token findings before its own span too
     start = float("inf") if f.token_start is None else float(f.token_start)
     return start, RANK.get(f.kind, 50), i

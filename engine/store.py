@@ -146,18 +146,21 @@ class Store(BrowseQueries):
                     ("tags", ["tag"]), ("replays", ["episode_id"]),
                 ):
                     db.table(table).create_index(cols, if_not_exists=True)
-                backfill = self._migrate_diagnosis_columns()
+                self._migrate_diagnosis_columns()
                 created = self._migrate_search()
                 self._migrate_index()
-                if backfill:
+            # Outside that transaction (the index's statistics commit inside it): a flag written with the
+            # last update, so an interrupted fill is done again on the next open.
+            filled = db.execute("SELECT value FROM meta WHERE key = 'diagnosis_filled'").fetchone()
+            if filled is None:
+                with db.conn:
                     self._backfill_diagnosis()
+                    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('diagnosis_filled', '1')")
             if created and db.execute("SELECT 1 FROM episodes LIMIT 1").fetchone():
                 self._reindex_search()
 
-    def _migrate_diagnosis_columns(self) -> bool:
-        """Database schema 3: ``diagnosis`` and ``root_kinds`` on episodes (and Browse's index). True when a
-        database from before needs them filled."""
-        added = False
+    def _migrate_diagnosis_columns(self) -> None:
+        """Database schema 3: ``diagnosis`` and ``root_kinds`` on episodes and Browse's index."""
         for table in ("episodes", "episode_index"):
             if table not in self.db.table_names():
                 continue
@@ -165,24 +168,24 @@ class Store(BrowseQueries):
             for col in ("diagnosis", "root_kinds"):
                 if col not in have:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {col} TEXT")
-                    added = added or table == "episodes"
-        return added
 
     def _backfill_diagnosis(self) -> None:
-        """Fill ``diagnosis``/``root_kinds`` of episodes stored before they existed, from their findings."""
-        rows = self.db.execute(
-            "SELECT episode_id, turn, kind, severity, token_start, token_end, message, evidence FROM findings "
-            "ORDER BY episode_id, rowid").fetchall()
-        by: dict[str, list[Finding]] = {}
-        for eid, turn, kind, sev, start, end, message, evidence in rows:
-            try:
-                ev = json.loads(evidence) if evidence else {}
-            except json.JSONDecodeError:
-                ev = {}
-            by.setdefault(eid, []).append(Finding.from_dict({
-                "kind": kind, "severity": sev, "message": message, "turn": turn, "token_start": start,
-                "token_end": end, "evidence": ev if isinstance(ev, dict) else {}}))
-        for eid, found in by.items():
+        """Fill ``diagnosis``/``root_kinds`` of episodes stored before they existed, from their findings,
+        one episode at a time (evidence can be long)."""
+        ids = [r[0] for r in self.db.execute(
+            "SELECT id FROM episodes WHERE diagnosis IS NULL AND n_findings > 0").fetchall()]
+        for eid in ids:
+            found = []
+            for turn, kind, sev, start, end, message, evidence in self.db.execute(
+                    "SELECT turn, kind, severity, token_start, token_end, message, evidence FROM findings "
+                    "WHERE episode_id = ? ORDER BY rowid", [eid]):
+                try:
+                    ev = json.loads(evidence) if evidence else {}
+                except json.JSONDecodeError:
+                    ev = {}
+                ev = {k: v for k, v in ev.items() if k != "diff"} if isinstance(ev, dict) else {}
+                found.append(Finding.from_dict({"kind": kind, "severity": sev, "message": message, "turn": turn,
+                                                "token_start": start, "token_end": end, "evidence": ev}))
             diag, kinds = _diagnosis_columns(found)
             self.db.execute("UPDATE episodes SET diagnosis = ?, root_kinds = ? WHERE id = ?", [diag, kinds, eid])
 

@@ -184,3 +184,43 @@ def test_a_one_reply_tool_episode_from_a_slime_dump_is_clean(tmp_path, smol_toke
         ep = play(PriceEnv, tok, "tito", task=1, tokenizer_name="t", max_turns=1)  # one trained run
         found = with_checks(_as_slime_dump(ep, tok, tmp_path), CheckOptions(tokenizer=tok)).all_findings()
         assert not [f for f in found if f.severity is E], [(f.kind, f.message) for f in found]
+
+
+def test_a_warning_never_explains_an_error_away():
+    # slime renders a user message on its own after a rewrite: a warning, not the cause of a mask error.
+    found = link_findings([
+        _f("template_not_prefix_stable", Severity.WARNING, start=100, end=101, turn=1),
+        _f("mask_misaligned", start=50, end=51, positions=[50]),
+        _f("logprobs_missing", start=300, end=301, turn=2, positions=[300]),
+    ])
+    assert [f.caused_by for f in found] == [None, None, None]
+    assert {r.kind for r in roots(found) if r.severity is E} == {"mask_misaligned", "logprobs_missing"}
+
+
+def test_a_logprob_finding_beyond_what_the_mask_finding_covers_is_its_own_root():
+    found = link_findings([
+        _f("mask_misaligned", start=10, end=13, positions=[10, 11, 12], runs=[[10, 13]]),
+        _f("logprobs_missing", start=10, end=700, runs=[[10, 13], [500, 700]],
+           positions=[10, 11, 12, *range(500, 697)]),
+    ])
+    assert found[1].caused_by is None
+
+
+def test_an_interrupted_diagnosis_fill_is_done_again_on_the_next_open(tmp_path, monkeypatch):
+    import pytest
+
+    db = tmp_path / "old.sqlite"
+    shutil.copy(GOLDEN, db)
+
+    def boom(self):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(Store, "_backfill_diagnosis", boom)
+    with pytest.raises(RuntimeError):
+        Store(db)
+    monkeypatch.undo()
+    store = Store(db)
+    try:
+        assert store.count(EpisodeFilter(root_kind="system_block_injected")) == 5
+    finally:
+        store.close()

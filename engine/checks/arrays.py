@@ -11,7 +11,18 @@ import numpy as np
 from .. import chat
 from ..errors import RollscopeError
 from ..records import Episode, Finding
-from .base import ERROR, INFO, WARNING, CheckOptions, assistant_seg, first_diff, id_evidence, skip, turn_at
+from .base import (
+    ERROR,
+    INFO,
+    WARNING,
+    CheckOptions,
+    assistant_seg,
+    first_diff,
+    id_evidence,
+    position_runs,
+    skip,
+    turn_at,
+)
 
 
 def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
@@ -160,7 +171,7 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
     for t in ep.turns:
         a = next((sg for sg in t.segments if sg.kind == "assistant"), None)
         g = t.generation
-        if g is None or a is None or g.model == "manual":
+        if g is None or a is None or g.model == "manual" or tok is None:
             continue
         gen = list(g.token_ids)
         if g.finish_reason == "length" and not gen:
@@ -199,7 +210,8 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
                            f"{bad_on.size} tokens trained that are not assistant output, {bad_off.size} assistant tokens "
                            f"not trained; first at {at}",
                            turn=turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
-                           evidence={"positions": bad[:200].tolist(), "shift": shift, "generation_prompt": is_gp}))
+                           evidence={"positions": bad[:200].tolist(), "runs": position_runs(bad), "shift": shift,
+                                     "generation_prompt": is_gp}))
         return out
     if bad_on.size:
         at = int(bad_on[0])
@@ -209,12 +221,13 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
                     "token after it was written by the template, not generated")
         out.append(Finding("mask_misaligned", ERROR, f"{what}: {bad_on.size} tokens, first at {at}",
                            turn=turn_at(ep, at), token_start=at, token_end=int(bad_on[-1]) + 1,
-                           evidence={"positions": bad_on[:200].tolist(), "generation_prompt": is_gp}))
+                           evidence={"positions": bad_on[:200].tolist(), "runs": position_runs(bad_on),
+                                     "generation_prompt": is_gp}))
     if bad_off.size:
         at = int(bad_off[0])
         out.append(Finding("mask_misaligned", ERROR, f"loss mask 0 on assistant output: {bad_off.size} tokens, first at {at}",
                            turn=turn_at(ep, at), token_start=at, token_end=int(bad_off[-1]) + 1,
-                           evidence={"positions": bad_off[:200].tolist()}))
+                           evidence={"positions": bad_off[:200].tolist(), "runs": position_runs(bad_off)}))
     if either:
         trained = {bool(mask[e]) for e in either}
         if len(trained) > 1:
@@ -294,7 +307,7 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                         f"the rollout logprobs are shifted {abs(shift)} token{'s' if abs(shift) != 1 else ''} to the "
                         f"{side} of the ids they belong to; first at {at}",
                         turn=turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
-                        evidence={"positions": bad[:200].tolist(), "shift": shift})]
+                        evidence={"positions": bad[:200].tolist(), "runs": position_runs(bad), "shift": shift})]
     missing = np.flatnonzero((mask == 1) & np.isnan(lp))
     if missing.size and _no_logprobs_at_all(ep):
         # Nothing was lost: the source (or the backend) has none. Said once, and nothing else to check here.
@@ -323,14 +336,15 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                            f"{missing.size} trainable tokens have no rollout logprob, first at {at}"
                            + (" (text written by hand)" if only_manual else ""),
                            turn=turn_at(ep, at), token_start=at, token_end=int(missing[-1]) + 1,
-                           evidence={"turns": turns, "count": int(missing.size), "positions": missing[:200].tolist()}))
+                           evidence={"turns": turns, "count": int(missing.size), "positions": missing[:200].tolist(),
+                                     "runs": position_runs(missing)}))
     stray = np.flatnonzero((mask == 0) & ~np.isnan(lp) & (lp != 0))
     if stray.size:
         at = int(stray[0])
         out.append(Finding("logprobs_misaligned", ERROR,
                            f"{stray.size} non-trainable tokens carry logprobs (shifted logprobs?), first at {at}",
                            turn=turn_at(ep, at), token_start=at, token_end=int(stray[-1]) + 1,
-                           evidence={"positions": stray[:200].tolist()}))
+                           evidence={"positions": stray[:200].tolist(), "runs": position_runs(stray)}))
     for t in ep.turns:
         g = t.generation
         seg = assistant_seg(ep, t.index)

@@ -48,6 +48,17 @@ def skip(check: str, why: str) -> Finding:
     return Finding("not_checked", INFO, f"{check}: not checked: {why}", evidence={"check": check})
 
 
+def position_runs(positions: Any) -> list[list[int]]:
+    """Sorted positions as ``[start, end)`` runs: every position, compactly (lists in evidence are capped)."""
+    out: list[list[int]] = []
+    for p in sorted(int(x) for x in positions):
+        if out and out[-1][1] == p:
+            out[-1][1] = p + 1
+        elif not out or out[-1][1] < p:
+            out.append([p, p + 1])
+    return out
+
+
 def first_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
     n = min(len(a), len(b))
     for i in range(n):
