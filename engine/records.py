@@ -46,8 +46,11 @@ class Severity(str, enum.Enum):
 @dataclass(frozen=True)
 class ToolCall:
     name: str
+    """The function the model called."""
     arguments: dict[str, Any] = field(default_factory=dict)
+    """Its arguments, parsed from the model's JSON."""
     id: str | None = None
+    """The call id an OpenAI-style API gave it, if any."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "arguments": self.arguments}
@@ -65,9 +68,13 @@ class Message:
     """One chat message, as handed to the chat template."""
 
     role: str
+    """system, user, assistant or tool."""
     content: str
+    """The message text as the chat template receives it."""
     name: str | None = None
+    """A tool message's tool name (or a participant's name), if any."""
     tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls of an assistant message."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -107,8 +114,11 @@ class Action:
     """What the agent does in the env: a tool call, or ``respond`` with text."""
 
     name: str
+    """The tool called, or ``respond`` for text meant for the user."""
     arguments: dict[str, Any] = field(default_factory=dict)
+    """The tool's arguments."""
     text: str = ""
+    """The text of a ``respond`` action."""
 
     @property
     def is_respond(self) -> bool:
@@ -139,15 +149,25 @@ class Generation:
     """The raw answer of a backend to one request."""
 
     text: str
+    """What the backend returned, decoded, end-of-turn token included when generated."""
     token_ids: tuple[int, ...] = ()
+    """The generated ids, as the backend reported them (empty when it gave text only)."""
     logprobs: tuple[float, ...] | None = None
-    finish_reason: str = "stop"  # stop | length | abort
+    """One rollout logprob per generated id (None when the backend gave none; NaN where unknown)."""
+    finish_reason: str = "stop"
+    """stop, length (cut by max_new_tokens) or abort."""
     latency_s: float = 0.0
+    """Seconds the request took."""
     prompt_tokens: int = 0
+    """Prompt length in tokens, as the backend counted it."""
     cached_tokens: int = 0
+    """Prompt tokens the server served from its prefix cache."""
     weight_version: int | None = None
+    """The policy version that generated it, if the server reports one."""
     model: str = ""
-    finish_detail: str = ""  # what the server said beyond the reason (an abort's message)
+    """The model that answered (``manual`` for text a person wrote, ``imported`` for an import)."""
+    finish_detail: str = ""
+    """What the server said beyond the reason (an abort's message)."""
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Generation):
@@ -199,10 +219,15 @@ class Segment:
     """
 
     start: int
+    """First token of the run."""
     end: int
+    """One past its last token."""
     kind: str
+    """Where the tokens came from (see the class docstring)."""
     turn: int
+    """The turn that added them."""
     trainable: bool
+    """Whether the loop put loss mask 1 on them."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"start": self.start, "end": self.end, "kind": self.kind, "turn": self.turn, "trainable": self.trainable}
@@ -217,14 +242,23 @@ class Finding:
     """Something wrong (or worth knowing) about a trace, located in it."""
 
     kind: str
+    """What was found, e.g. mask_misaligned (see ``engine.checks.KINDS``)."""
     severity: Severity
+    """error (the training data is wrong), warning or info."""
     message: str
+    """One sentence for a person."""
     turn: int | None = None
+    """The turn it is about, if one."""
     token_start: int | None = None
+    """First token it points at in the episode's token array, if any."""
     token_end: int | None = None
+    """One past the last token it points at."""
     evidence: dict[str, Any] = field(default_factory=dict)
-    id: str = ""  # unique within the episode ("f1", "f2", ...), given when the findings are linked
-    caused_by: str | None = None  # the id of the finding this one follows from; None for a root
+    """What the check saw: positions, ids, texts, counts."""
+    id: str = ""
+    """Unique within the episode ("f1", "f2", ...), given when the findings are linked."""
+    caused_by: str | None = None
+    """The id of the finding this one follows from; None for a root."""
 
     @property
     def is_root(self) -> bool:
@@ -263,19 +297,33 @@ class Turn:
     """One step of the loop: prompt -> generation -> parse -> action -> env."""
 
     index: int
+    """0-based turn number."""
     prompt_text: str | None
+    """The prompt text the backend received (None when it was sent ids)."""
     prompt_len: int
+    """Token position where this turn's prompt ends in the episode's array."""
     generation: Generation | None
+    """The backend's answer (None when the turn failed before one)."""
     tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls parsed from the reply."""
     parse_error: str | None = None
+    """Why the reply could not be parsed, if it could not."""
     action: Action | None = None
+    """What the env was asked to do (the first action when there were several)."""
     observation: tuple[Message, ...] = ()
+    """The messages the env returned."""
     reward: float = 0.0
+    """The env's reward for this turn (after shaping, when the preset shapes)."""
     done: bool = False
+    """Whether the env said the episode is over."""
     info: dict[str, Any] = field(default_factory=dict)
+    """What else the env returned."""
     segments: tuple[Segment, ...] = ()
+    """The token runs this turn added."""
     timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent in each step of the turn."""
     findings: tuple[Finding, ...] = ()
+    """What the loop recorded while running the turn."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -327,9 +375,13 @@ class TokenArrays:
 
     __slots__ = ("ids", "loss_mask", "logprobs", "versions")
     ids: np.ndarray
+    """Token ids (int32)."""
     loss_mask: np.ndarray
+    """1 where the trainer puts loss, 0 elsewhere (uint8)."""
     logprobs: np.ndarray
+    """Rollout logprob per token (float32, NaN where unknown)."""
     versions: np.ndarray
+    """Policy version that generated each token (int32, -1 where none)."""
 
     def __init__(self, ids: Any = (), loss_mask: Any = (), logprobs: Any = None, versions: Any = None) -> None:
         ids_a = np.asarray(ids, dtype=np.int32).reshape(-1)
@@ -411,36 +463,67 @@ class Episode:
     """One rollout: the conversation, its turns, its tokens and its verdict."""
 
     id: str
+    """Unique id."""
     env: str
+    """The env it ran in (or the format it was imported from)."""
     task_id: str
+    """The task within the env."""
     run_id: str | None = None
+    """The batch it belongs to."""
     group_id: str | None = None
+    """Its GRPO group: the samples of one task in one run."""
     sample_index: int = 0
+    """Its index within the group."""
     preset: str = ""
+    """The loop preset it ran with."""
     config: dict[str, Any] = field(default_factory=dict)
+    """The effective loop config (every knob), the sampling parameters and what the env reported."""
     backend: dict[str, Any] = field(default_factory=dict)
+    """What answered: the backend's name, model, URL and settings."""
     tokenizer: str = ""
+    """The tokenizer it was made with (a folder, a hub id, or smollm2)."""
     template_hash: str = ""
+    """A hash of the chat template, to tell templates apart."""
     status: Status = Status.RUNNING
+    """completed, truncated, aborted, failed, running or interrupted."""
     reason: str = ""
+    """Why it ended."""
     reward: float = 0.0
+    """The episode's reward, as the preset computes it."""
     turn_rewards: tuple[float, ...] = ()
+    """Each turn's reward."""
     returns: tuple[float, ...] = ()
+    """Each turn's discounted return."""
     messages: tuple[Message, ...] = ()
+    """The whole conversation."""
     tools: tuple[dict[str, Any], ...] = ()
+    """The tool schemas the model was shown."""
     turns: tuple[Turn, ...] = ()
+    """The turns, in order."""
     tokens: TokenArrays = field(default_factory=TokenArrays)
+    """The token arrays (serialized as tokens, loss_mask, logprobs and versions)."""
     prompt_len: int = 0
+    """Length of the first prompt in tokens."""
     segments: tuple[Segment, ...] = ()
+    """Runs of tokens by origin; they tile the token array."""
     findings: tuple[Finding, ...] = ()
+    """The checks' findings (the loop's own are on the turns)."""
     parent_id: str | None = None
+    """The episode it was forked from, if any."""
     fork_turn: int | None = None
+    """The turn of the parent it was forked at."""
     tags: tuple[str, ...] = ()
+    """Labels a person gave it."""
     starred: bool = False
+    """Whether a person starred it."""
     note: str = ""
+    """A person's note."""
     source: dict[str, Any] = field(default_factory=lambda: {"kind": "live"})
+    """live, or which format and file it was imported from (with what that format holds)."""
     created_at: float = 0.0
+    """When it was made (Unix seconds)."""
     schema_version: int = SCHEMA_VERSION
+    """The record schema it was written with."""
 
     def evolve(self, **changes: Any) -> Episode:
         return replace(self, **changes)

@@ -1,0 +1,41 @@
+"""Every field of the episode record says what it holds: the text the published schema is built from."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+RECORDS = Path(__file__).resolve().parents[1] / "engine" / "records.py"
+
+
+def field_docs() -> dict[str, dict[str, str | None]]:
+    """class -> field -> the string right after the field's annotation (None when there is none)."""
+    out: dict[str, dict[str, str | None]] = {}
+    for node in ast.parse(RECORDS.read_text(encoding="utf-8")).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        fields: dict[str, str | None] = {}
+        body = node.body
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                nxt = body[i + 1] if i + 1 < len(body) else None
+                doc = (nxt.value.value if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                       and isinstance(nxt.value.value, str) else None)
+                fields[stmt.target.id] = doc
+        if fields:
+            out[node.name] = fields
+    return out
+
+
+def test_every_record_field_has_a_docstring():
+    docs = field_docs()
+    assert {"Episode", "Turn", "Generation", "Message", "ToolCall", "Action", "Segment", "Finding",
+            "TokenArrays"} <= set(docs)
+    missing = [f"{c}.{f}" for c, fs in docs.items() for f, d in fs.items() if not d or not d.strip()]
+    assert not missing, f"fields without a docstring: {missing}"
+
+
+def test_the_docstrings_are_read_from_the_source_as_written():
+    docs = field_docs()
+    assert docs["Finding"]["caused_by"] == "The id of the finding this one follows from; None for a root."
+    assert len(docs["Episode"]) >= 30
