@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("name", nargs="?", help="one preset: print its knobs")
     pr.add_argument("--json", action="store_true", help="print preset files (the format --config reads)")
 
+    sc = sub.add_parser("schema", help="print the JSON Schema (draft 2020-12) of a JSONL episode record")
+    sc.add_argument("--validate", metavar="FILE", help="check a JSONL file against it instead: each line that "
+                    "does not conform, with the field")
+
     ls = sub.add_parser("ls", help="list stored episodes")
     ls.add_argument("--db", default=DEFAULT_DB)
     ls.add_argument("--where", action="append", default=[], help="filter: status=completed, reward>=0.5, env=math, tag=x ...")
@@ -505,8 +509,46 @@ def cmd_presets(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_schema(a: argparse.Namespace) -> int:
+    from .records import SCHEMA_VERSION
+    from .schema import episode_schema, problems
+
+    if not a.validate:
+        print(json.dumps(episode_schema(), indent=2, ensure_ascii=False))
+        return 0
+    path = Path(a.validate)
+    if not path.is_file():
+        raise ConfigError(f"{path} is not a file")
+    n = bad = upgraded = 0
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            n += 1
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                bad += 1
+                print(f"{path}:{lineno}: not valid JSON ({e.msg})")
+                continue
+            if isinstance(record, dict) and isinstance(record.get("schema_version"), int) \
+                    and record["schema_version"] < SCHEMA_VERSION:
+                from .upgrade import upgrade
+
+                record = upgrade(record, SCHEMA_VERSION)  # an earlier version is judged as it reads today
+                upgraded += 1
+            found = problems(record) if isinstance(record, dict) else ["(record): not a JSON object"]
+            if found:
+                bad += 1
+                for p in found:
+                    print(f"{path}:{lineno}: {p}")
+    print(f"{n - bad} of {n} records conform to the episode schema"
+          + (f" ({upgraded} of an earlier version, checked as upgraded)" if upgraded else ""), file=sys.stderr)
+    return 1 if bad else 0
+
+
 COMMANDS = {
-    "presets": cmd_presets,
+    "presets": cmd_presets, "schema": cmd_schema,
     "run": cmd_run, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "import": cmd_import,
     "check": cmd_check, "replay": cmd_replay, "serve": cmd_serve,
 }

@@ -4,7 +4,9 @@ Every record is a frozen dataclass with ``to_dict()`` / ``from_dict()``; the
 dict form is plain JSON (token arrays become lists, NaN logprobs become
 ``None``) and is what the JSONL format and the store's JSON columns hold.
 ``SCHEMA_VERSION`` is written into every serialized episode; ``from_dict``
-accepts every version listed in ``READABLE_VERSIONS``.
+accepts every version listed in ``READABLE_VERSIONS`` and brings earlier
+ones up to date (``engine.upgrade``). The docstring after each field is its
+description in the published JSON Schema (``engine.schema``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
-READABLE_VERSIONS = (1,)
+SCHEMA_VERSION = 2  # 2: findings carry id and caused_by
+READABLE_VERSIONS = (1, 2)
 
 
 class Status(str, enum.Enum):
@@ -570,6 +572,10 @@ class Episode:
             raise ValueError(
                 f"schema_version {version} is newer than this Rollscope reads ({max(READABLE_VERSIONS)}); upgrade Rollscope"
             )
+        if version < SCHEMA_VERSION:
+            from .upgrade import upgrade
+
+            d = upgrade(d, SCHEMA_VERSION)
         return cls(
             id=str(d["id"]),
             env=str(d["env"]),
