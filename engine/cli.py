@@ -510,8 +510,9 @@ def cmd_presets(a: argparse.Namespace) -> int:
 
 
 def cmd_schema(a: argparse.Namespace) -> int:
-    from .records import SCHEMA_VERSION
+    from .records import READABLE_VERSIONS, SCHEMA_VERSION
     from .schema import episode_schema, problems
+    from .upgrade import upgrade
 
     if not a.validate:
         print(json.dumps(episode_schema(), indent=2, ensure_ascii=False))
@@ -520,28 +521,29 @@ def cmd_schema(a: argparse.Namespace) -> int:
     if not path.is_file():
         raise ConfigError(f"{path} is not a file")
     n = bad = upgraded = 0
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            n += 1
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                bad += 1
-                print(f"{path}:{lineno}: not valid JSON ({e.msg})")
-                continue
-            if isinstance(record, dict) and isinstance(record.get("schema_version"), int) \
-                    and record["schema_version"] < SCHEMA_VERSION:
-                from .upgrade import upgrade
-
-                record = upgrade(record, SCHEMA_VERSION)  # an earlier version is judged as it reads today
-                upgraded += 1
-            found = problems(record) if isinstance(record, dict) else ["(record): not a JSON object"]
-            if found:
-                bad += 1
-                for p in found:
-                    print(f"{path}:{lineno}: {p}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}): a JSONL file is UTF-8, one record a line") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        n += 1
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            bad += 1
+            print(f"{path}:{lineno}: not valid JSON ({e.msg})")
+            continue
+        if isinstance(record, dict) and record.get("schema_version") in READABLE_VERSIONS \
+                and record["schema_version"] < SCHEMA_VERSION:
+            record = upgrade(record, SCHEMA_VERSION)  # an earlier version is judged as it reads today
+            upgraded += 1
+        found = problems(record) if isinstance(record, dict) else ["(record): not a JSON object"]
+        if found:
+            bad += 1
+            for p in found:
+                print(f"{path}:{lineno}: {p}")
     print(f"{n - bad} of {n} records conform to the episode schema"
           + (f" ({upgraded} of an earlier version, checked as upgraded)" if upgraded else ""), file=sys.stderr)
     return 1 if bad else 0

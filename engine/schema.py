@@ -126,8 +126,9 @@ def episode_schema() -> dict[str, Any]:
     return {"$schema": DIALECT, "$id": SCHEMA_ID, "title": "Rollscope episode", **top, "$defs": defs}
 
 
+@lru_cache(maxsize=1)
 def validator() -> Any:
-    """A ``jsonschema`` validator of episode records."""
+    """A ``jsonschema`` validator of episode records (built once)."""
     from jsonschema import Draft202012Validator
 
     return Draft202012Validator(episode_schema())

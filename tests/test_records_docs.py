@@ -5,13 +5,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-RECORDS = Path(__file__).resolve().parents[1] / "engine" / "records.py"
+ENGINE = Path(__file__).resolve().parents[1] / "engine"
+RECORDS = (ENGINE / "records.py", ENGINE / "token_arrays.py")
 
 
 def field_docs() -> dict[str, dict[str, str | None]]:
     """class -> field -> the string right after the field's annotation (None when there is none)."""
     out: dict[str, dict[str, str | None]] = {}
-    for node in ast.parse(RECORDS.read_text(encoding="utf-8")).body:
+    body = [n for path in RECORDS for n in ast.parse(path.read_text(encoding="utf-8")).body]
+    for node in body:
         if not isinstance(node, ast.ClassDef):
             continue
         fields: dict[str, str | None] = {}

@@ -17,6 +17,7 @@ from .base import (
     WARNING,
     CheckOptions,
     assistant_seg,
+    chatml_ids,
     first_diff,
     id_evidence,
     position_runs,
@@ -85,13 +86,10 @@ def assistant_spans(ep: Episode, tok: Any) -> list[tuple[int, int]] | None:
     and ``<|im_end|>`` closes it (inclusive). This does not trust the
     episode's segments, which may carry the very bug being looked for.
     """
-    if tok is None:
+    marks = chatml_ids(tok)
+    if marks is None:
         return None
-    start_id = tok.convert_tokens_to_ids("<|im_start|>")
-    end_id = tok.convert_tokens_to_ids("<|im_end|>")
-    unk = getattr(tok, "unk_token_id", None)
-    if not isinstance(start_id, int) or start_id == unk or end_id == unk:
-        return None
+    start_id, end_id = marks
     header = chat.encode(tok, "<|im_start|>assistant\n")
     ids = ep.tokens.ids.tolist()
     spans, i, n, h = [], 0, len(ids), len(header)

@@ -48,6 +48,18 @@ def skip(check: str, why: str) -> Finding:
     return Finding("not_checked", INFO, f"{check}: not checked: {why}", evidence={"check": check})
 
 
+def chatml_ids(tok: Any) -> tuple[int, int] | None:
+    """(``<|im_start|>`` id, ``<|im_end|>`` id) when the tokenizer has both as tokens; None otherwise (not ChatML)."""
+    if tok is None:
+        return None
+    start_id = tok.convert_tokens_to_ids("<|im_start|>")
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    unk = getattr(tok, "unk_token_id", None)
+    if not isinstance(start_id, int) or not isinstance(end_id, int) or start_id == unk or end_id == unk:
+        return None
+    return start_id, end_id
+
+
 def position_runs(positions: Any) -> list[list[int]]:
     """Sorted positions as ``[start, end)`` runs: every position, compactly (lists in evidence are capped)."""
     out: list[list[int]] = []

@@ -13,6 +13,7 @@ from .base import (
     INFO,
     CheckOptions,
     assistant_seg,
+    chatml_ids,
     first_diff,
     id_evidence,
     keeps_ids,
@@ -198,13 +199,10 @@ def check_chat_markup(ep: Episode, o: CheckOptions) -> list[Finding]:
     (slime dumps): a trained reply that no assistant header opens, and ``<|im_end|>`` without the newline the
     template writes after it."""
     tok = o.tokenizer
-    if tok is None:
+    marks = chatml_ids(tok)
+    if marks is None:
         return []
-    start_id = tok.convert_tokens_to_ids("<|im_start|>")
-    end_id = tok.convert_tokens_to_ids("<|im_end|>")
-    unk = getattr(tok, "unk_token_id", None)
-    if not isinstance(start_id, int) or start_id == unk or end_id == unk:
-        return []
+    start_id, end_id = marks
     ids = ep.tokens.ids.tolist()
     mask = ep.tokens.loss_mask
     nl = set(chat.encode(tok, "\n"))
@@ -270,10 +268,7 @@ def _missing_headers(ids: list[int], want: list[int], header: list[int]) -> list
 
 
 def _system_header(tok: Any) -> list[int]:
-    start = tok.convert_tokens_to_ids("<|im_start|>")
-    if not isinstance(start, int) or start == getattr(tok, "unk_token_id", None):
-        return []
-    return chat.encode(tok, "<|im_start|>system")
+    return chat.encode(tok, "<|im_start|>system") if chatml_ids(tok) is not None else []
 
 
 def injected_system_blocks(ep: Episode, tok: Any) -> list[tuple[int, int]]:
@@ -284,7 +279,9 @@ def injected_system_blocks(ep: Episode, tok: Any) -> list[tuple[int, int]]:
     header = _system_header(tok)
     if not header:
         return []
-    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    marks = chatml_ids(tok)
+    assert marks is not None  # the header exists only for ChatML tokenizers
+    end_id = marks[1]
     nl = set(chat.encode(tok, "\n"))
     ids = ep.tokens.ids.tolist()
     out, h, i = [], len(header), max(ep.prompt_len, 1)
