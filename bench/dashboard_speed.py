@@ -32,6 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from dashboard import charts, render  # noqa: E402
 from dashboard.tabs import browse, episode  # noqa: E402
+from engine import tokenizers  # noqa: E402
 from engine.factory import load_tokenizer  # noqa: E402
 from engine.store import EpisodeFilter, Store  # noqa: E402
 from tests.synthetic import long_episode, needle, synthetic_episodes  # noqa: E402
@@ -59,7 +60,7 @@ def episode_view(workdir: Path) -> str:
     ep = long_episode(tok, n_tokens=32_000, n_turns=60)
     store = Store(workdir / "long.db")
     store.save_episode(ep)
-    episode.get_tokenizer(None)  # loaded once per server, at start (app.launch warms it)
+    tokenizers.get(None)  # loaded once per server, at start (app.launch warms it)
     first, median, out = timed(lambda: episode.view(store, ep.id))
     sizes = {name: len(v) for name, v in zip(("header", "findings", "timeline", "tokens"), out[1:5], strict=True)}
     loaded = store.get_episode(ep.id)

@@ -119,11 +119,11 @@ def as_slime_pt(ep: Episode, tok: Any, name: str) -> Episode:
     sample = slime.episode_to_sample(ep, 0, 0)
     sample["metadata"].pop("rollscope", None)  # a dump from slime itself carries none of ours
     # A plant in slime's own length fields is written into them, as slime would have.
-    if "response_length" in ep.source:
-        sample["response_length"] = int(ep.source["response_length"])
-    if "loss_mask_length" in ep.source:
+    if "response_length" in ep.source.details:
+        sample["response_length"] = int(ep.source.details["response_length"])
+    if "loss_mask_length" in ep.source.details:
         mask = sample["loss_mask"]
-        want = int(ep.source["loss_mask_length"])
+        want = int(ep.source.details["loss_mask_length"])
         sample["loss_mask"] = (mask + [0] * want)[:want]
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "0.pt"

@@ -20,7 +20,7 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 
 import gradio as gr  # noqa: E402
 
-from engine.store import Store  # noqa: E402
+from engine import Store, tokenizers  # noqa: E402
 
 from . import workflow  # noqa: E402
 from .tabs import browse as browse_tab  # noqa: E402
@@ -121,7 +121,7 @@ def build_app(db_path: str) -> gr.Blocks:
 def _warm_tokenizer() -> None:
     # The embedded tokenizer takes seconds to load from its GGUF file; load
     # it while the researcher is still looking at the table.
-    episode_tab.get_tokenizer(None)
+    tokenizers.get(None)
 
 
 def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None) -> None:

@@ -17,8 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.records import Episode
-from engine.store import Bins, BrowseStats, RewardStats
+from engine import Bins, BrowseStats, Episode, RewardStats
 
 STATUS_COLORS = {
     "completed": "#16a34a",

@@ -7,12 +7,10 @@ from typing import Any
 
 import gradio as gr
 
-from engine.errors import ConfigError, RollscopeError
-from engine.factory import POLICIES
-from engine.presets import PRESET_INFO, LoopConfig, apply_settings
+from engine import POLICIES, PRESET_INFO, BackendSettings, ConfigError, LoopConfig, RollscopeError, apply_settings
 
 from .render_step import knob_table, note
-from .settings import BackendSettings, describe_loop
+from .settings import describe_loop
 
 POLICY_HELP = {
     "scripted": "plays the env's reference answers, with a share of seeded mistakes (no model needed)",
@@ -130,7 +128,7 @@ def fork_table(store: Any, parent_id: Any, settings: Any) -> str:
         return note("Give the episode to fork: its loop config is the base the changes apply to.")
     try:
         parent = store.get_episode(store.resolve_id(eid))
-        base = LoopConfig.from_dict(parent.config)
+        base = parent.config.loop or LoopConfig()
     except RollscopeError as e:
         return note(str(e), "error")
     label = f"episode {parent.id[:12]}'s config (preset {parent.preset})"

@@ -19,18 +19,10 @@ import time
 import traceback
 from collections.abc import Coroutine
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from engine.backends.base import Backend
-from engine.errors import RollscopeError
-from engine.factory import load_tokenizer
-from engine.loop import new_id
-from engine.records import Episode
-from engine.runner import BatchSpec, run_batch
-from engine.store import Store
-
-from .settings import LaunchPlan
+from engine import Backend, Episode, RollscopeError, RunPlan, Store, new_id, run_batch, tokenizers
 
 T = TypeVar("T")
 
@@ -96,7 +88,7 @@ class JobStatus:
 class BatchJob:
     """One Launch batch, run in its own thread and event loop, writing to ``store`` as it goes."""
 
-    def __init__(self, job_id: str, plan: LaunchPlan, store: Store, backend: Backend | None = None) -> None:
+    def __init__(self, job_id: str, plan: RunPlan, store: Store, backend: Backend | None = None) -> None:
         """``backend`` replaces the one the plan names (tests use it; a person never has to)."""
         self.job_id = job_id
         self.plan = plan
@@ -172,13 +164,11 @@ class BatchJob:
         plan = self.plan
         # Slow setup (tokenizer, a local model) happens here, off the page's
         # thread; a cancel during it is honoured before any episode starts.
-        tokenizer = load_tokenizer(plan.backend.tokenizer_spec)
-        backend = self._backend or plan.backend.build(plan.make_env, tokenizer)
-        spec = BatchSpec(
-            env=plan.env, tasks=plan.tasks, samples=plan.samples, preset=plan.preset, config=plan.config,
-            sampling=plan.backend.sampling(), policy=plan.backend.policy, concurrency=plan.concurrency,
-            seed=plan.backend.seed, tokenizer=plan.backend.tokenizer_name, extra={"launched_from": "dashboard"},
-        )
+        if self._backend is not None:
+            tokenizer, backend = tokenizers.load(plan.backend.tokenizer_spec), self._backend
+        else:
+            tokenizer, backend = plan.backend.open(plan.make_env)
+        spec = replace(plan.spec(), extra={**plan.extra, "launched_from": "dashboard"})
         run_id = new_id()
         with self._lock:
             if self._cancel_asked:
@@ -197,7 +187,7 @@ class BatchJob:
         except asyncio.CancelledError:
             # run_batch marked the episodes in flight interrupted; those never
             # started were never written.
-            from engine.store import EpisodeFilter
+            from engine import EpisodeFilter
 
             n = self.store.count(EpisodeFilter(run_id=run_id, status=("interrupted",)))
             self._set(interrupted=n, state=CANCELLED)
@@ -213,7 +203,7 @@ class JobManager:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
-    def start(self, plan: LaunchPlan, store: Store, backend: Backend | None = None) -> BatchJob:
+    def start(self, plan: RunPlan, store: Store, backend: Backend | None = None) -> BatchJob:
         with self._lock:
             job_id = f"batch-{next(self._ids)}"
             job = BatchJob(job_id, plan, store, backend)

@@ -22,8 +22,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.diagnosis import consequences, diagnosis, link_findings, roots
-from engine.records import Episode, Finding, Message, Severity, Status, Turn
+from engine import (
+    BackendInfo,
+    Episode,
+    Finding,
+    Message,
+    Severity,
+    Status,
+    Turn,
+    consequences,
+    diagnosis_line,
+    link_findings,
+    roots,
+)
 
 from .render_tokens import (  # noqa: F401  (re-exported: the token view is part of this API)
     TOKEN_JS,
@@ -110,8 +121,11 @@ def _jump(target: str, label: str, cls: str = "rs-jump") -> str:
 # -- header ---------------------------------------------------------------
 
 
-def _backend_label(backend: dict[str, Any]) -> str:
-    name = str(backend.get("model") or backend.get("name") or "unknown")
+def _backend_label(info: BackendInfo | None) -> str:
+    if info is None:
+        return "unknown"
+    backend = {k: v for k, v in info.to_dict().items() if k != "settings"} | info.settings
+    name = info.label
     extra = [f"{k}={v}" for k, v in backend.items() if k not in ("name", "model") and v not in (None, "", {}, [])]
     return f"{name} ({', '.join(extra)})" if extra else name
 
@@ -137,7 +151,7 @@ def _series(prefix: str, values: Sequence[float]) -> str:
 
 
 def _sampling(ep: Episode) -> str:
-    sampling = ep.config.get("sampling") if isinstance(ep.config.get("sampling"), dict) else {}
+    sampling = ep.config.sampling.to_dict() if ep.config.sampling is not None else {}
     shown = [(k, v) for k, v in sampling.items() if v not in (None, "", [], {})]
     if not shown:
         return '<span class="rs-dim">n/a</span>'
@@ -170,7 +184,7 @@ def render_header(ep: Episode) -> str:
         ("findings", f'<span class="{"rs-bad-text" if n_err else ""}">{len(found)}{_errors(n_err)}</span>'),
         ("run", _e(ep.run_id or "n/a") + (f" · group {_e(ep.group_id)} #{ep.sample_index}" if ep.group_id else "")),
         ("created", _e(created)),
-        ("source", _e(ep.source.get("kind", "live"))),
+        ("source", _e(ep.source.kind)),
     ]
     if ep.parent_id:
         rows.append(("forked from", f'<a href="?episode={_e(ep.parent_id)}"><code>{_e(ep.parent_id)}</code></a>'
@@ -191,7 +205,8 @@ def render_header(ep: Episode) -> str:
         f'<div class="rs-series"><span class="rs-series-k">sampling</span>{_sampling(ep)}</div>'
         f'<div class="rs-series"><span class="rs-series-k">turn rewards</span>{_series("T", ep.turn_rewards)}</div>'
         f'<div class="rs-series"><span class="rs-series-k">returns</span>{_series("T", ep.returns)}</div>'
-        f'<div class="rs-more">{_json_details("loop config", ep.config)}{_json_details("backend", ep.backend)}</div>'
+        f'<div class="rs-more">{_json_details("run config", ep.config.to_dict())}'
+        f'{_json_details("backend", None if ep.backend is None else ep.backend.to_dict())}</div>'
         "</div>"
     )
 
@@ -248,7 +263,7 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
     summary = ", ".join(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}" for sev, n in counts.items())
     n_run, run_kinds = run_level or (0, [])
     parts = []
-    line = diagnosis(found, leave_out=run_kinds)
+    line = diagnosis_line(found, leave_out=run_kinds)
     if line:
         parts.append(f'<div class="rs-diagnosis"><b>Diagnosis</b>: {_e(line)}</div>')
     own = [r for r in roots(found) if r.kind not in run_kinds]

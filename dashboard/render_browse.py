@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.store import EpisodeSummary
+from engine import EpisodeSummary
 
 from .render import fmt_num
 

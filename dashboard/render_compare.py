@@ -13,8 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from engine.compare import Comparison, TurnDiff, calls_text, observation_text, word_diff
-from engine.records import Episode, Message, Turn
+from engine import Comparison, Episode, Message, Turn, TurnDiff, calls_text, observation_text, word_diff
 
 from .render_step import chip, fmt, note, status_badge, text_block
 
@@ -110,7 +109,7 @@ def _messages(ms: Sequence[Message]) -> str:
 def _episode_card(ep: Episode, label: str) -> str:
     fork = (f" · fork of <a href=\"?episode={_e(ep.parent_id)}\" data-open=\"{_e(ep.parent_id)}\"><code>"
             f"{_e(ep.parent_id)}</code></a> at turn {_e(ep.fork_turn)}") if ep.parent_id else ""
-    model = str(ep.backend.get("model") or ep.backend.get("name") or "")
+    model = ep.backend.label if ep.backend is not None else ""
     return (
         f'<div class="rs-cmp-card"><div class="rs-head-line"><span class="rs-cmp-ab">{label}</span>'
         f'<a href="?episode={_e(ep.id)}" data-open="{_e(ep.id)}"><code>{_e(ep.id)}</code></a>{status_badge(ep.status.value)}'

@@ -17,9 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.chat import decode
-from engine.records import Episode, Finding, Severity, Turn
-from engine.replay import ReplayResult, TurnVerdict
+from engine import Episode, Finding, ReplayResult, Severity, Turn, TurnVerdict, decode
 
 # The timeline's own message, finding and JSON renderers, so a turn looks
 # the same in playback as in the timeline below it.
@@ -125,10 +123,10 @@ def prompt_at(ep: Episode, k: int, tokenizer: Any, tokenizer_error: str | None =
         if decoded is not None and decoded != t.prompt_text:
             differ = common_prefix(decoded, t.prompt_text)
         return PromptView(t.prompt_text, "prompt_text", n, "the text sent to the backend (Turn.prompt_text)", differ)
-    live = ep.source.get("kind", "live") == "live"
+    live = ep.source.live
     if decoded is not None:
         how = ("the ids sent to the backend (token in, token out)" if live
-               else f"the ids imported from {ep.source.get('kind')}; the dump kept no prompt text")
+               else f"the ids imported from {ep.source.kind}; the dump kept no prompt text")
         return PromptView(decoded, "tokens", n, f"decoded from the episode's tokens [0, {n:,}): {how}")
     if not n:
         return PromptView(None, "none", 0, "no prompt tokens and no prompt text stored for this turn")
@@ -200,7 +198,7 @@ def _turn_of_token(ep: Episode, pos: int) -> int:
 def missing(ep: Episode) -> list[str]:
     """What an episode's record does not carry, said once above the turn (imports carry less)."""
     out: list[str] = []
-    kind = ep.source.get("kind", "live")
+    kind = ep.source.kind
     if not ep.messages:
         out.append("no chat messages stored: the conversation is what each turn's tokens show")
     if ep.turns and all(t.action is None and t.parse_error is None and not t.observation for t in ep.turns):

@@ -17,9 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from engine.fork import ActionPreview, ForkReport
-from engine.presets import LoopConfig, format_knob, knobs
-from engine.records import Episode, Generation, Message, Turn
+from engine import ActionPreview, Episode, ForkReport, Generation, LoopConfig, Message, Turn, format_knob, knobs
 
 from .jobs import CANCELLED, CANCELLING, FAILED, FINISHED, PREPARING, EpisodeRow, JobStatus
 from .render import text_block  # noqa: F401  (one folding text block for every view)
@@ -226,7 +224,7 @@ def step_header(ep: Episode, *, backend: str, plays_user: bool, report: ForkRepo
         chip("next turn", ep.n_turns),
         chip("preset", ep.preset or "n/a"),
         chip("policy", backend),
-        chip("user", "you" if plays_user else (ep.config.get("env_info") or {}).get("user", "env")),
+        chip("user", "you" if plays_user else (ep.config.user or "env")),
         chip("reward", fmt(ep.reward)),
         chip("tokens", f"{ep.n_tokens:,}"),
     ]

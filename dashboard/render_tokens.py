@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.diagnosis import linked
-from engine.records import Episode, Finding, Severity
+from engine import Episode, Finding, Severity, linked
 
 # Logprob heat buckets: class lK for -logprob below each bound, l5 beyond.
 LOGPROB_BOUNDS = (0.1, 0.5, 1.0, 2.0, 4.0)

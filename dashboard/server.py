@@ -11,7 +11,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 
-from engine.errors import ConfigError
+from engine import ConfigError
 
 AUTH_ENV = "ROLLSCOPE_AUTH"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})

@@ -17,15 +17,20 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import fork as forking
-from engine.errors import ConfigError
-from engine.factory import load_tokenizer, parse_tasks
-from engine.presets import LoopConfig, apply_settings
-from engine.records import Episode, Generation, Turn
-from engine.store import Store
+from engine import (
+    BackendSettings,
+    ConfigError,
+    Episode,
+    Generation,
+    HandStart,
+    HandStepper,
+    Store,
+    Turn,
+    plan_fork,
+    plan_step,
+)
 
 from .jobs import LoopThread, shared_loop
-from .settings import BackendSettings, check_env, loop_config
 
 GENERATE_TIMEOUT_S = 600.0  # a local model on a laptop CPU can take minutes for a long turn
 MAX_SESSIONS = 32
@@ -36,7 +41,7 @@ class StepSession:
     """One conversation being stepped by hand, and what the page shows of it."""
 
     key: str
-    hand: forking.HandStepper
+    hand: HandStepper
     tokenizer: Any
     backend_label: str
     saved_id: str | None = None
@@ -65,7 +70,7 @@ class Sessions:
     def loop(self) -> LoopThread:
         return self._loop or shared_loop()
 
-    def _add(self, hand: forking.HandStepper, tokenizer: Any, label: str) -> StepSession:
+    def _add(self, hand: HandStepper, tokenizer: Any, label: str) -> StepSession:
         session = StepSession(uuid.uuid4().hex, hand, tokenizer, label)
         with self._lock:
             self._items[session.key] = session
@@ -92,40 +97,16 @@ class Sessions:
     def start_new(self, env: Any, task: Any, preset: Any, settings: Any, user: str,
                   backend: BackendSettings) -> StepSession:
         """A fresh conversation on one task of an env; ``settings`` changes the preset's knobs."""
-        name, make_env = check_env(env)
-        tasks = parse_tasks(str(task or ""), make_env().tasks) if str(task or "").strip() else []
-        if len(tasks) != 1:
-            raise ConfigError("choose one task: its index (e.g. 3) or its id")
-        preset_name, config = loop_config(preset, name, settings)
-        backend.preflight()
-        tokenizer = load_tokenizer(backend.tokenizer_spec)
-        policy = backend.build(make_env, tokenizer)
-        hand = forking.start(make_env(), policy, tokenizer, config, tasks[0], user=user,
-                             sampling=backend.sampling(seed=backend.seed),
-                             preset=preset_name, tokenizer_name=backend.tokenizer_name)
-        return self._add(hand, tokenizer, backend.describe())
+        return self._start(plan_step(env, task, preset, settings, user, backend))
 
     def start_fork(self, store: Store, episode_id: Any, turn: Any, user: str, settings: Any,
                    backend: BackendSettings) -> StepSession:
-        """A fork of a stored episode at ``turn``: its turns before it replayed, the rest by hand, under the
-        parent's loop config with the knob changes of ``settings``."""
-        eid = str(episode_id or "").strip()
-        if not eid:
-            raise ConfigError("give the id of the episode to fork")
-        parent = store.get_episode(store.resolve_id(eid))
-        try:
-            k = int(turn)
-        except (TypeError, ValueError):
-            raise ConfigError(f"fork turn: {turn!r} is not a turn number") from None
-        config = apply_settings(LoopConfig.from_dict(parent.config), str(settings or ""))
-        make_env, _ = forking.parent_env(parent)
-        backend.preflight()
-        # The fork continues the parent's token sequence: it must use the parent's tokenizer.
-        tokenizer = load_tokenizer(forking.tokenizer_spec(parent))
-        policy = backend.build(make_env, tokenizer)
-        hand = self.loop.run(forking.fork(parent, k, policy, tokenizer, make_env=make_env, user=user, config=config),
-                             GENERATE_TIMEOUT_S)
-        return self._add(hand, tokenizer, backend.describe())
+        """A fork of a stored episode at ``turn`` (``engine.plan_fork``)."""
+        return self._start(plan_fork(store, episode_id, turn, user, settings, backend))
+
+    def _start(self, start: HandStart) -> StepSession:
+        hand = self.loop.run(start.start(), GENERATE_TIMEOUT_S)
+        return self._add(hand, start.tokenizer, start.backend_label)
 
     # -- stepping ---------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine.store import Store
+from engine import Store
 
 from .tabs import compare as compare_tab
 from .tabs import launch as launch_tab

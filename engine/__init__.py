@@ -1,9 +1,30 @@
 """Rollscope engine: the traced multi-turn agent loop, its store and formats.
 
+This package's names (``__all__``) are the one face the CLI, the dashboard
+and a researcher's scripts use; the modules behind it are free to move.
+Functions are exported under names no module has (``fork_episode``,
+``replay_episode``, ``compare_episodes``, ``diagnosis_line``), so
+``engine.fork`` and its siblings stay the modules.
 Heavy dependencies (torch, transformers) load only when a local model or a
 tokenizer is used.
+
+    store = Store("rollscope.db")
+    plan = plan_run("math", "0:4", 2, "auto", "max_turns = 3", 2, BackendSettings(), preflight=False)
+    tokenizer, backend = plan.backend.open(plan.make_env)
+    asyncio.run(run_batch(plan.spec(), plan.make_env, backend, tokenizer, store))
+
+(the README's "From Python" runs it).
 """
 
+from . import formats, tokenizers
+from .backends.base import Backend, GenerationRequest, SamplingParams
+from .chat import decode
+from .checks import CheckOptions, TokenizerCache, run_checks, with_checks
+from .compare import Comparison, TurnDiff, calls_text, observation_text, word_diff
+from .compare import compare as compare_episodes
+from .diagnosis import consequences, link_findings, linked, roots
+from .diagnosis import diagnosis as diagnosis_line
+from .envs.base import Env, StepResult
 from .errors import (
     BackendError,
     ConfigError,
@@ -15,8 +36,39 @@ from .errors import (
     TemplateError,
     TokenizerNotFound,
 )
-from .loop import Stepper, run_episode
-from .presets import PRESETS, LoopConfig, get_preset
+from .factory import ENVS, POLICIES, env_factory, load_tokenizer, make_backend, parse_tasks
+from .fork import ActionPreview, ForkReport, HandStepper, parent_env, user_played_by
+from .fork import fork as fork_episode
+from .loop import Stepper, new_id, run_episode
+from .planning import (
+    AUTO,
+    MAX_EPISODES,
+    PRESET_CHOICES,
+    BackendSettings,
+    HandStart,
+    RunPlan,
+    UserSettings,
+    check_env,
+    check_reachable,
+    default_preset,
+    loop_config,
+    plan_fork,
+    plan_run,
+    plan_step,
+    preset_name,
+)
+from .presets import (
+    PRESET_INFO,
+    PRESETS,
+    LoopConfig,
+    apply_settings,
+    format_knob,
+    get_preset,
+    knobs,
+    load_config_file,
+    parse_settings,
+)
+from .provenance import BackendInfo, EnvInfo, RunConfig, Source
 from .records import (
     SCHEMA_VERSION,
     Action,
@@ -31,36 +83,27 @@ from .records import (
     ToolCall,
     Turn,
 )
-from .store import EpisodeFilter, EpisodeSummary, Store
+from .replay import ReplayResult, TurnVerdict, replay_stored
+from .replay import replay as replay_episode
+from .runner import BatchResult, BatchSpec, run_batch
+from .schema import episode_schema
+from .store import SORTABLE, EpisodeFilter, EpisodeSummary, Store
+from .store_browse import Bins, BrowseStats, RewardStats
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "PRESETS",
-    "Action",
-    "BackendError",
-    "ConfigError",
-    "EnvError",
-    "Episode",
-    "EpisodeFilter",
-    "EpisodeSummary",
-    "Finding",
-    "FormatError",
-    "Generation",
-    "LoopConfig",
-    "Message",
-    "ModelNotFound",
-    "RollscopeError",
-    "Segment",
-    "Severity",
-    "Status",
-    "Stepper",
-    "StoreError",
-    "Store",
-    "TemplateError",
-    "TokenArrays",
-    "TokenizerNotFound",
-    "ToolCall",
-    "Turn",
-    "get_preset",
-    "run_episode",
+    "AUTO", "ENVS", "MAX_EPISODES", "POLICIES", "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION",
+    "SORTABLE",
+    "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
+    "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "Env", "EnvError", "EnvInfo",
+    "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport", "FormatError", "Generation",
+    "GenerationRequest", "HandStart", "HandStepper", "LoopConfig", "Message", "ModelNotFound", "ReplayResult",
+    "RewardStats", "RollscopeError", "RunConfig", "RunPlan", "SamplingParams", "Segment", "Severity", "Source",
+    "Status", "StepResult", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays", "TokenizerCache",
+    "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff", "TurnVerdict", "UserSettings",
+    "apply_settings", "calls_text", "check_env", "check_reachable", "compare_episodes", "consequences", "decode",
+    "default_preset", "diagnosis_line", "env_factory", "episode_schema", "fork_episode", "format_knob", "formats", "get_preset",
+    "knobs", "link_findings", "linked", "load_config_file", "load_tokenizer", "loop_config", "make_backend",
+    "new_id", "observation_text", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run",
+    "plan_step", "preset_name", "replay_episode", "replay_stored", "roots", "run_batch", "run_checks", "run_episode",
+    "tokenizers", "user_played_by", "with_checks", "word_diff",
 ]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import TemplateError
-from .records import Message, Segment
+from .records import Message, Segment, SegmentKind
 
 # A string no real message contains; it marks where message content sits in a
 # rendered dummy conversation so the template's own text around it is known.
@@ -271,7 +271,7 @@ class TokenBuilder:
     def add(
         self,
         ids: Sequence[int],
-        kind: str,
+        kind: SegmentKind,
         turn: int,
         trainable: bool,
         logprobs: Sequence[float] | None = None,

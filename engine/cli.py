@@ -155,49 +155,17 @@ def _open_store(path: str, must_exist: bool) -> Any:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from .backends.base import SamplingParams
-    from .factory import env_factory, load_tokenizer, make_backend, parse_tasks
-    from .presets import get_preset, load_config_file
-    from .runner import BatchSpec, run_batch
+    from .planning import BackendSettings, UserSettings, plan_run
+    from .runner import run_batch
 
-    if a.config:
-        if a.preset:
-            raise ConfigError("give --preset or --config, not both")
-        preset, config = load_config_file(a.config)
-    else:
-        preset = a.preset or ("areal-math" if a.env == "math" else "slime-tau")
-        config = get_preset(preset)
-    config = config.with_settings(_knob_settings(a.set)).with_(max_turns=a.max_turns)
-    user_backend = None
-    if a.user == "llm":
-        user_backend = make_backend("sglang" if a.user_url else "local", None, load_tokenizer(a.user_model),
-                                    model=a.user_model, url=a.user_url)
-    make_env = env_factory(a.env, a.problems, user=a.user, user_backend=user_backend,
-                           user_tokenizer=load_tokenizer(a.user_model) if user_backend is not None else None)
-    tasks = parse_tasks(a.tasks, make_env().tasks)
-    if not 0.0 <= a.temperature <= 10.0:
-        raise ConfigError(f"--temperature must be between 0 and 10, not {a.temperature}")
-    if not 0.0 < a.top_p <= 1.0:
-        raise ConfigError(f"--top-p must be in (0, 1], not {a.top_p}")
-    if a.policy == "local" and a.model and not a.tokenizer:
-        a.tokenizer = a.model  # a user's model brings its own tokenizer and template
-    tokenizer = load_tokenizer(a.tokenizer)
-    backend = make_backend(
-        a.policy, make_env, tokenizer, model=a.model, url=a.url, api_mode=a.api,
-        tokenizer_name=a.tokenizer or "smollm2", mistake_rate=a.mistake_rate, seed=a.seed,
-    )
-    spec = BatchSpec(
-        env=a.env,
-        tasks=tuple(tasks),
-        samples=a.samples,
-        preset=preset,
-        config=config,
-        sampling=SamplingParams(temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens),
-        policy=a.policy,
-        concurrency=a.concurrency,
-        seed=a.seed,
-        tokenizer=a.tokenizer or "smollm2",
-    )
+    settings = _knob_settings(a.set) | ({"max_turns": str(a.max_turns)} if a.max_turns is not None else {})
+    backend_settings = BackendSettings.parse(a.policy, a.model, a.url, a.api, a.tokenizer, a.temperature, a.top_p,
+                                             a.max_new_tokens, a.mistake_rate, a.seed)
+    plan = plan_run(a.env, a.tasks, a.samples, a.preset, settings, a.concurrency, backend_settings,
+                    config_file=a.config, problems=a.problems, user=UserSettings(a.user, a.user_model, a.user_url),
+                    max_episodes=None, preflight=False)
+    tokenizer, backend = plan.backend.open(plan.make_env)
+    spec, make_env = plan.spec(), plan.make_env
     store = _open_store(a.db, must_exist=False)
     try:
         result = asyncio.run(run_batch(spec, make_env, backend, tokenizer, store, progress=not a.quiet))
@@ -246,7 +214,8 @@ def cmd_show(a: argparse.Namespace) -> int:
         return 0
     print(f"episode {ep.id}  env={ep.env} task={ep.task_id} preset={ep.preset} status={ep.status} ({ep.reason})")
     print(f"reward {ep.reward:.4f}  turn rewards {list(ep.turn_rewards)}  returns {[round(x, 4) for x in ep.returns]}")
-    print(f"tokens {ep.n_tokens} (prompt {ep.prompt_len}, trainable {ep.tokens.n_trainable})  backend {ep.backend}")
+    print(f"tokens {ep.n_tokens} (prompt {ep.prompt_len}, trainable {ep.tokens.n_trainable})  backend {ep.backend.label if ep.backend else 'unknown'}"
+          f"  source {ep.source.kind}{f' ({ep.source.file})' if ep.source.file else ''}")
     for m in ep.messages:
         if m.role == "assistant":
             break
@@ -349,7 +318,7 @@ def cmd_check(a: argparse.Namespace) -> int:
             store.finish_episode(checked)
         found = [replace(f, evidence={k: v for k, v in f.evidence.items() if k != "diff"})
                  for f in checked.all_findings()]
-        run_key = checked.run_id or str(checked.source.get("file") or "(no run)")
+        run_key = checked.run_id or checked.source.file or "(no run)"
         runs.setdefault(run_key, []).append(
             {f.kind for f in found if f.kind in RUN_KINDS and f.severity.value != "info"})
         shown.append((checked.id, run_key, found))

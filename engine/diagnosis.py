@@ -225,7 +225,7 @@ def _phrase(f: Finding) -> str:
 
 def diagnosis_parts(found: Sequence[Finding]) -> list[tuple[str, str]]:
     """(kind, phrase) per root finding that matters, errors first: what is wrong first and how much follows."""
-    parts = []
+    parts: list[tuple[str, str]] = []
     for r in roots(found):
         follow = consequences(found, r)
         text = _phrase(r)

@@ -64,9 +64,14 @@ class FormatError(RollscopeError):
     def __init__(self, message: str, where: str = "", field: str = "") -> None:
         self.where = where
         self.field = field
+        self.detail = message
         full = message
         if field:
             full = f"field '{field}': {full}"
         if where:
             full = f"{where}: {full}"
         super().__init__(full)
+
+    def at(self, where: str) -> FormatError:
+        """The same error, said of ``where`` (a file and line)."""
+        return FormatError(self.detail, where, self.field)

@@ -55,9 +55,9 @@ def env_factory(
 
 def load_tokenizer(spec: str | None) -> Any:
     """The tokenizer (with chat template) named by ``--tokenizer``; None = the embedded model's."""
-    from .backends.local import load_tokenizer as _load
+    from . import tokenizers
 
-    return _load(spec)
+    return tokenizers.load(spec)
 
 
 def make_backend(

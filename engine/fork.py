@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import chat
@@ -289,7 +289,7 @@ class HandStepper:
             extra.append(Finding("edited_by_hand", Severity.INFO,
                                  f"turn{'s' if len(self.edited_turns) > 1 else ''} {turns} written or edited by a person "
                                  "(re-encoded, no logprobs)", evidence={"turns": list(self.edited_turns)}))
-        source = dict(ep.source) | {"stepped": "by hand", **({"user": "human"} if self.user is not None else {})}
+        source = replace(ep.source, by_hand=True, user_by_hand=ep.source.user_by_hand or self.user is not None)
         return ep.evolve(findings=ep.findings + tuple(extra), source=source)
 
 
@@ -319,14 +319,15 @@ def start(
 
 def tokenizer_spec(ep: Episode) -> str | None:
     """The ``load_tokenizer`` spec an episode was made with (None: the embedded one)."""
-    spec = ep.tokenizer.strip()
-    return None if spec.lower() in ("", "smollm2") else spec
+    from . import tokenizers
+
+    return tokenizers.spec_of(ep)
 
 
 def user_played_by(parent: Episode) -> str | None:
     """Who played the parent's user when it was not the env's scripted user: ``llm`` or ``human``."""
-    info = dict(parent.config.get("env_info") or {})
-    return str(info["user"]) if info.get("user") in ("llm", "human") else None
+    user = parent.config.user
+    return user if user in ("llm", "human") else None
 
 
 def parent_env(parent: Episode) -> tuple[Callable[[], Env], str | None]:
@@ -386,13 +387,9 @@ async def fork(
     env = make_env()
     replay_user = play_user(env) if user == "human" else None
     if config is None:
-        config = LoopConfig.from_dict(parent.config)
+        config = parent.config.loop or LoopConfig()
     if sampling is None:
-        s = dict(parent.config.get("sampling") or {})
-        sampling = SamplingParams(
-            temperature=float(s.get("temperature", 1.0)), top_p=float(s.get("top_p", 1.0)),
-            max_new_tokens=int(s.get("max_new_tokens", 512)), stop=tuple(s.get("stop") or ()), seed=s.get("seed"),
-        )
+        sampling = parent.config.sampling or SamplingParams()
     stepper = Stepper(env, backend, tokenizer, config, parent.task_id, sampling=sampling, preset=parent.preset,
                       tokenizer_name=parent.tokenizer if tokenizer_name is None else tokenizer_name,
                       parent_id=parent.id, fork_turn=turn)

@@ -23,6 +23,7 @@ from .backends.base import Backend, GenerationRequest, SamplingParams
 from .envs.base import Env, StepResult
 from .errors import BackendError, RollscopeError
 from .presets import LoopConfig
+from .provenance import BackendInfo, EnvInfo, RunConfig
 from .records import (
     Action,
     Episode,
@@ -110,8 +111,8 @@ class Stepper:
             group_id=group_id,
             sample_index=sample_index,
             preset=preset,
-            config=config.to_dict() | {"sampling": self.sampling.to_dict(), "env_info": env.describe()},
-            backend=backend.describe(),
+            config=RunConfig(loop=config, sampling=self.sampling, env=EnvInfo.of(env.describe())),
+            backend=BackendInfo.of(backend.describe()),
             tokenizer=tokenizer_name or str(getattr(tokenizer, "name_or_path", "")),
             template_hash=chat.template_hash(tokenizer),
             tools=self.tools,

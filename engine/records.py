@@ -13,13 +13,35 @@ from __future__ import annotations
 
 import enum
 import math
+import typing
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
+
+from .errors import FormatError
+from .provenance import BackendInfo, RunConfig, Source
+from .reading import Fields
 from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; imported from here too
 
-SCHEMA_VERSION = 2  # 2: findings carry id and caused_by
-READABLE_VERSIONS = (1, 2)
+# 2: findings carry id and caused_by; 3: typed config, backend and source, every field required
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+
+SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
+SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
+FinishReason = Literal["stop", "length", "abort"]
+FINISH_REASONS: tuple[str, ...] = typing.get_args(FinishReason)
+FindingKind = Literal[
+    "template_not_prefix_stable", "tokens_not_rendering", "retokenization_drift", "mask_misaligned",
+    "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
+    "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
+    "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
+    "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged",
+]
+FINDING_KINDS: tuple[str, ...] = typing.get_args(FindingKind)
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = typing.get_args(Role)
 
 
 class Status(str, enum.Enum):
@@ -62,14 +84,18 @@ class ToolCall:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ToolCall:
-        return cls(name=str(d["name"]), arguments=dict(d.get("arguments") or {}), id=d.get("id"))
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> ToolCall:
+        return cls(name=f.text("name"), arguments=f.obj("arguments"), id=f.text_or_none("id") if f.has("id") else None)
 
 
 @dataclass(frozen=True)
 class Message:
     """One chat message, as handed to the chat template."""
 
-    role: str
+    role: Role
     """system, user, assistant or tool."""
     content: str
     """The message text as the chat template receives it."""
@@ -100,11 +126,15 @@ class Message:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Message:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Message:
         return cls(
-            role=str(d["role"]),
-            content="" if d.get("content") is None else str(d["content"]),
-            name=d.get("name"),
-            tool_calls=tuple(ToolCall.from_dict(c) for c in d.get("tool_calls") or ()),
+            role=typing.cast(Role, f.choice("role", ROLES)),
+            content=f.text("content"),
+            name=f.text_or_none("name") if f.has("name") else None,
+            tool_calls=tuple(ToolCall.from_fields(c) for c in f.subs("tool_calls")) if f.has("tool_calls") else (),
         )
 
 
@@ -130,20 +160,14 @@ class Action:
         return {"name": self.name, "arguments": self.arguments, "text": self.text}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Action:
-        return cls(name=str(d["name"]), arguments=dict(d.get("arguments") or {}), text=str(d.get("text", "")))
+    def from_fields(cls, f: Fields) -> Action:
+        return cls(name=f.text("name"), arguments=f.obj("arguments"), text=f.text("text"))
 
 
 def _nan_to_none(xs: Any) -> list[float | None] | None:
     if xs is None:
         return None
     return [None if (x is None or math.isnan(x)) else float(x) for x in xs]
-
-
-def _none_to_nan(xs: Any) -> tuple[float, ...] | None:
-    if xs is None:
-        return None
-    return tuple(float("nan") if x is None else float(x) for x in xs)
 
 
 @dataclass(frozen=True)
@@ -156,7 +180,7 @@ class Generation:
     """The generated ids, as the backend reported them (empty when it gave text only)."""
     logprobs: tuple[float, ...] | None = None
     """One rollout logprob per generated id (None when the backend gave none; NaN where unknown)."""
-    finish_reason: str = "stop"
+    finish_reason: FinishReason = "stop"
     """stop, length (cut by max_new_tokens) or abort."""
     latency_s: float = 0.0
     """Seconds the request took."""
@@ -195,17 +219,21 @@ class Generation:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Generation:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Generation:
         return cls(
-            text=str(d.get("text", "")),
-            token_ids=tuple(int(x) for x in d.get("token_ids") or ()),
-            logprobs=_none_to_nan(d.get("logprobs")),
-            finish_reason=str(d.get("finish_reason", "stop")),
-            latency_s=float(d.get("latency_s", 0.0)),
-            prompt_tokens=int(d.get("prompt_tokens", 0)),
-            cached_tokens=int(d.get("cached_tokens", 0)),
-            weight_version=d.get("weight_version"),
-            model=str(d.get("model", "")),
-            finish_detail=str(d.get("finish_detail", "")),
+            text=f.text("text"),
+            token_ids=f.ints("token_ids"),
+            logprobs=f.logprobs_or_none("logprobs"),
+            finish_reason=typing.cast(FinishReason, f.choice("finish_reason", FINISH_REASONS)),
+            latency_s=f.number("latency_s"),
+            prompt_tokens=f.integer("prompt_tokens"),
+            cached_tokens=f.integer("cached_tokens"),
+            weight_version=f.int_or_none("weight_version"),
+            model=f.text("model"),
+            finish_detail=f.text("finish_detail"),
         )
 
 
@@ -224,7 +252,7 @@ class Segment:
     """First token of the run."""
     end: int
     """One past its last token."""
-    kind: str
+    kind: SegmentKind
     """Where the tokens came from (see the class docstring)."""
     turn: int
     """The turn that added them."""
@@ -236,15 +264,20 @@ class Segment:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Segment:
-        return cls(int(d["start"]), int(d["end"]), str(d["kind"]), int(d["turn"]), bool(d["trainable"]))
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Segment:
+        return cls(f.integer("start"), f.integer("end"), typing.cast(SegmentKind, f.choice("kind", SEGMENT_KINDS)),
+                   f.integer("turn"), f.boolean("trainable"))
 
 
 @dataclass(frozen=True)
 class Finding:
     """Something wrong (or worth knowing) about a trace, located in it."""
 
-    kind: str
-    """What was found, e.g. mask_misaligned (see ``engine.checks.KINDS``)."""
+    kind: FindingKind
+    """What was found, e.g. mask_misaligned (``rollscope check --help`` and docs/architecture.md list them)."""
     severity: Severity
     """error (the training data is wrong), warning or info."""
     message: str
@@ -281,16 +314,20 @@ class Finding:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Finding:
         return cls(
-            kind=str(d["kind"]),
-            severity=Severity(d.get("severity", "error")),
-            message=str(d.get("message", "")),
-            turn=d.get("turn"),
-            token_start=d.get("token_start"),
-            token_end=d.get("token_end"),
-            evidence=dict(d.get("evidence") or {}),
-            id=str(d.get("id") or ""),
-            caused_by=d.get("caused_by"),
+            kind=typing.cast(FindingKind, f.choice("kind", FINDING_KINDS)),
+            severity=Severity(f.choice("severity", [s.value for s in Severity])),
+            message=f.text("message"),
+            turn=f.int_or_none("turn"),
+            token_start=f.int_or_none("token_start"),
+            token_end=f.int_or_none("token_end"),
+            evidence=f.obj("evidence"),
+            id=f.text("id"),
+            caused_by=f.text_or_none("caused_by"),
         )
 
 
@@ -347,23 +384,30 @@ class Turn:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Turn:
-        gen = d.get("generation")
-        act = d.get("action")
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Turn:
+        gen, act = f.sub_or_none("generation"), f.sub_or_none("action")
+        timings = f.obj("timings")
+        for k, v in timings.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise FormatError(f"must be a number, got {v!r:.40}", field=f"{f.name('timings')}.{k}")
         return cls(
-            index=int(d["index"]),
-            prompt_text=d.get("prompt_text"),
-            prompt_len=int(d.get("prompt_len", 0)),
-            generation=None if gen is None else Generation.from_dict(gen),
-            tool_calls=tuple(ToolCall.from_dict(c) for c in d.get("tool_calls") or ()),
-            parse_error=d.get("parse_error"),
-            action=None if act is None else Action.from_dict(act),
-            observation=tuple(Message.from_dict(m) for m in d.get("observation") or ()),
-            reward=float(d.get("reward", 0.0)),
-            done=bool(d.get("done", False)),
-            info=dict(d.get("info") or {}),
-            segments=tuple(Segment.from_dict(s) for s in d.get("segments") or ()),
-            timings={k: float(v) for k, v in (d.get("timings") or {}).items()},
-            findings=tuple(Finding.from_dict(f) for f in d.get("findings") or ()),
+            index=f.integer("index"),
+            prompt_text=f.text_or_none("prompt_text"),
+            prompt_len=f.integer("prompt_len"),
+            generation=None if gen is None else Generation.from_fields(gen),
+            tool_calls=tuple(ToolCall.from_fields(c) for c in f.subs("tool_calls")),
+            parse_error=f.text_or_none("parse_error"),
+            action=None if act is None else Action.from_fields(act),
+            observation=tuple(Message.from_fields(m) for m in f.subs("observation")),
+            reward=f.number("reward"),
+            done=f.boolean("done"),
+            info=f.obj("info"),
+            segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
+            timings={k: float(v) for k, v in timings.items()},
+            findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
         )
 
 
@@ -385,10 +429,10 @@ class Episode:
     """Its index within the group."""
     preset: str = ""
     """The loop preset it ran with."""
-    config: dict[str, Any] = field(default_factory=dict)
+    config: RunConfig = field(default_factory=RunConfig)
     """The effective loop config (every knob), the sampling parameters and what the env reported."""
-    backend: dict[str, Any] = field(default_factory=dict)
-    """What answered: the backend's name, model, URL and settings."""
+    backend: BackendInfo | None = None
+    """What answered: the backend's name, model, URL and settings (None when the source does not say)."""
     tokenizer: str = ""
     """The tokenizer it was made with (a folder, a hub id, or smollm2)."""
     template_hash: str = ""
@@ -427,7 +471,7 @@ class Episode:
     """Whether a person starred it."""
     note: str = ""
     """A person's note."""
-    source: dict[str, Any] = field(default_factory=lambda: {"kind": "live"})
+    source: Source = field(default_factory=Source)
     """live, or which format and file it was imported from (with what that format holds)."""
     created_at: float = 0.0
     """When it was made (Unix seconds)."""
@@ -463,6 +507,10 @@ class Episode:
             v = getattr(self, f.name)
             if f.name == "status":
                 v = v.value
+            elif f.name in ("config", "source"):
+                v = v.to_dict()
+            elif f.name == "backend":
+                v = None if v is None else v.to_dict()
             elif f.name in ("messages", "turns", "segments", "findings"):
                 v = [x.to_dict() for x in v]
             elif f.name in ("turn_rewards", "returns", "tags", "tools"):
@@ -473,46 +521,73 @@ class Episode:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Episode:
-        version = int(d.get("schema_version", SCHEMA_VERSION))
+    def from_dict(cls, d: dict[str, Any], tokens: TokenArrays | None = None) -> Episode:
+        """The record ``d`` (any readable version, upgraded); a missing or mistyped field is a ``FormatError``.
+
+        ``tokens``, when given (the store keeps them as blobs), stands for the four token lists.
+        """
+        f = Fields(d)
+        version = f.integer("schema_version") if f.has("schema_version") else 1
         if version not in READABLE_VERSIONS:
-            raise ValueError(
-                f"schema_version {version} is newer than this Rollscope reads ({max(READABLE_VERSIONS)}); upgrade Rollscope"
-            )
+            raise FormatError(f"{version} is not a version this Rollscope reads ({', '.join(map(str, READABLE_VERSIONS))}); "
+                              "a newer Rollscope wrote it: upgrade Rollscope", field="schema_version")
         if version < SCHEMA_VERSION:
             from .upgrade import upgrade
 
-            d = upgrade(d, SCHEMA_VERSION)
+            f = Fields(upgrade(d, SCHEMA_VERSION))
+        backend = f.sub_or_none("backend")
         return cls(
-            id=str(d["id"]),
-            env=str(d["env"]),
-            task_id=str(d["task_id"]),
-            run_id=d.get("run_id"),
-            group_id=d.get("group_id"),
-            sample_index=int(d.get("sample_index", 0)),
-            preset=str(d.get("preset", "")),
-            config=dict(d.get("config") or {}),
-            backend=dict(d.get("backend") or {}),
-            tokenizer=str(d.get("tokenizer", "")),
-            template_hash=str(d.get("template_hash", "")),
-            status=Status(d.get("status", "completed")),
-            reason=str(d.get("reason", "")),
-            reward=float(d.get("reward") or 0.0),
-            turn_rewards=tuple(float(x) for x in d.get("turn_rewards") or ()),
-            returns=tuple(float(x) for x in d.get("returns") or ()),
-            messages=tuple(Message.from_dict(m) for m in d.get("messages") or ()),
-            tools=tuple(d.get("tools") or ()),
-            turns=tuple(Turn.from_dict(t) for t in d.get("turns") or ()),
-            tokens=TokenArrays.from_dict(d),
-            prompt_len=int(d.get("prompt_len", 0)),
-            segments=tuple(Segment.from_dict(s) for s in d.get("segments") or ()),
-            findings=tuple(Finding.from_dict(f) for f in d.get("findings") or ()),
-            parent_id=d.get("parent_id"),
-            fork_turn=d.get("fork_turn"),
-            tags=tuple(str(t) for t in d.get("tags") or ()),
-            starred=bool(d.get("starred", False)),
-            note=str(d.get("note", "")),
-            source=dict(d.get("source") or {"kind": "live"}),
-            created_at=float(d.get("created_at", 0.0)),
+            id=f.text("id"),
+            env=f.text("env"),
+            task_id=f.text("task_id"),
+            run_id=f.text_or_none("run_id"),
+            group_id=f.text_or_none("group_id"),
+            sample_index=f.integer("sample_index"),
+            preset=f.text("preset"),
+            config=RunConfig.from_fields(f.sub("config")),
+            backend=None if backend is None else BackendInfo.from_fields(backend),
+            tokenizer=f.text("tokenizer"),
+            template_hash=f.text("template_hash"),
+            status=Status(f.choice("status", [s.value for s in Status])),
+            reason=f.text("reason"),
+            reward=f.number("reward"),
+            turn_rewards=f.numbers("turn_rewards"),
+            returns=f.numbers("returns"),
+            messages=tuple(Message.from_fields(m) for m in f.subs("messages")),
+            tools=tuple(t.d for t in f.subs("tools")),
+            turns=tuple(Turn.from_fields(t) for t in f.subs("turns")),
+            tokens=_read_tokens(f) if tokens is None else tokens,
+            prompt_len=f.integer("prompt_len"),
+            segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
+            findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
+            parent_id=f.text_or_none("parent_id"),
+            fork_turn=f.int_or_none("fork_turn"),
+            tags=f.texts("tags"),
+            starred=f.boolean("starred"),
+            note=f.text("note"),
+            source=Source.from_fields(f.sub("source")),
+            created_at=f.number("created_at"),
             schema_version=SCHEMA_VERSION,
         )
+
+
+def _int_array(f: Fields, key: str, low: int, high: int, what: str) -> np.ndarray:
+    arr = np.asarray(f.items(key))
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu" or arr.min() < low or arr.max() > high:
+        raise f.fail(key, f"must be a list of {what}")
+    return arr
+
+
+def _read_tokens(f: Fields) -> TokenArrays:
+    ids = _int_array(f, "tokens", 0, 2**31 - 1, "token ids (integers from 0 to 2^31 - 1)")
+    n = len(ids)
+    mask = _int_array(f, "loss_mask", 0, 1, "0s and 1s")
+    versions = _int_array(f, "versions", -1, 2**31 - 1, "policy versions (integers, -1 where none)")
+    logprobs = f.logprobs_or_none("logprobs")
+    for key, length in (("loss_mask", len(mask)), ("logprobs", n if logprobs is None else len(logprobs)),
+                        ("versions", len(versions))):
+        if length != n:
+            raise f.fail(key, f"has {length} entries for {n} tokens")
+    return TokenArrays(ids, mask, logprobs, versions)

@@ -139,7 +139,7 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
     if _msgs(now_first) != _msgs(first):
         return diverged(TurnVerdict(0, False, "first_observation", _msgs(first), _msgs(now_first)))
 
-    config = LoopConfig.from_dict(ep.config)
+    config = ep.config.loop or LoopConfig()
     for turn in ep.turns:
         if until is not None and turn.index > until:
             break
@@ -174,14 +174,14 @@ def env_for(ep: Episode) -> Callable[[], Env] | str:
     from .errors import RollscopeError
     from .factory import env_factory
 
-    info = dict(ep.config.get("env_info") or {})
-    if info.get("user") == "llm":
+    info = ep.config.env
+    if ep.config.user == "llm":
         return "a model played the user, so its replies differ from run to run"
-    if info.get("user") == "human":
+    if ep.config.user == "human":
         return "a person played the user; their replies cannot be replayed"
-    if ep.source.get("kind", "live") != "live" and not ep.config.get("env_info"):
-        return f"imported from {ep.source.get('kind')}: the env it ran in is not known"
-    problems = info.get("problems")
+    if info is None:
+        return f"imported from {ep.source.kind}: the env it ran in is not known"
+    problems = info.details.get("problems")
     try:
         return env_factory(ep.env, problems if problems and problems != "builtin" else None)
     except RollscopeError as e:

@@ -1,8 +1,9 @@
 """The published JSON Schema (draft 2020-12) of the JSONL episode record, built from the records.
 
 Each record class's fields, their types and the docstring written after each
-field in ``records.py`` give the schema's properties and descriptions, so the
-schema cannot drift from the code. ``rollscope schema`` prints it;
+field in ``records.py`` and ``provenance.py`` (for the loop's knobs, the
+``doc`` each knob carries) give the schema's properties and descriptions, so
+the schema cannot drift from the code. Literal types become enums. ``rollscope schema`` prints it;
 ``docs/episode.schema.json`` is a copy that a test keeps equal to it. The
 schema describes what ``Episode.to_dict()`` writes: the token arrays become
 four top-level lists, enums their values.
@@ -19,7 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import records
+from . import provenance, records
+from .presets import LoopConfig
 from .records import SCHEMA_VERSION, Episode
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -41,10 +43,12 @@ _TOKEN_KEYS = {
 
 @lru_cache(maxsize=1)
 def field_docs() -> dict[str, dict[str, str]]:
-    """class name -> field -> the docstring written right after the field in ``records.py``."""
-    source = Path(records.__file__).read_text(encoding="utf-8")
-    out: dict[str, dict[str, str]] = {}
-    for node in ast.parse(source).body:
+    """class name -> field -> the docstring written right after the field in ``records.py`` or ``provenance.py``."""
+    out: dict[str, dict[str, str]] = {
+        "LoopConfig": {f.name: " ".join(str(f.metadata.get("doc", "")).split()) for f in dataclasses.fields(LoopConfig)}}
+    body = [node for module in (records, provenance)
+            for node in ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8")).body]
+    for node in body:
         if not isinstance(node, ast.ClassDef):
             continue
         docs: dict[str, str] = {}
@@ -71,6 +75,8 @@ def _type_schema(t: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {"type": "number"}
     if t is type(None):
         return {"type": "null"}
+    if origin is typing.Literal:
+        return {"enum": list(typing.get_args(t))}
     if isinstance(t, type) and issubclass(t, enum.Enum):
         return {"enum": [m.value for m in t]}
     if dataclasses.is_dataclass(t) and isinstance(t, type):
@@ -104,12 +110,14 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
                 required.append(key)
             continue
         if f.name not in docs:
-            raise TypeError(f"{name}.{f.name} has no docstring in records.py: the schema needs one")
+            raise TypeError(f"{name}.{f.name} has no docstring: the schema needs one")
         props[f.name] = {**_type_schema(hints[f.name], defs), "description": docs[f.name]}
         if f.name not in _OMITTED_WHEN_EMPTY.get(name, set()):
             required.append(f.name)
     doc = " ".join((cls.__doc__ or "").split())
     defs[name] = {"type": "object", "description": doc, "properties": props, "required": required}
+    if cls is LoopConfig:
+        defs[name]["additionalProperties"] = False  # an unknown knob is refused on reading
 
 
 def episode_schema() -> dict[str, Any]:

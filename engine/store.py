@@ -26,13 +26,13 @@ from typing import Any
 import sqlite_utils
 
 from .diagnosis import diagnosis_parts, linked
-from .errors import ConfigError, StoreError
+from .errors import ConfigError, FormatError, StoreError
 
 # Bins, BrowseStats, RewardStats and search_texts are re-exported for callers of the store.
 from .queries import SORTABLE as SORTABLE  # re-exported: the public home is here
 from .queries import EpisodeFilter as EpisodeFilter
 from .queries import EpisodeSummary as EpisodeSummary
-from .records import Episode, Finding, Status, TokenArrays, Turn
+from .records import Episode, Finding, Severity, Status, TokenArrays, Turn
 from .store_browse import Bins as Bins
 from .store_browse import BrowseQueries
 from .store_browse import BrowseStats as BrowseStats
@@ -184,8 +184,8 @@ class Store(BrowseQueries):
                 except json.JSONDecodeError:
                     ev = {}
                 ev = {k: v for k, v in ev.items() if k != "diff"} if isinstance(ev, dict) else {}
-                found.append(Finding.from_dict({"kind": kind, "severity": sev, "message": message, "turn": turn,
-                                                "token_start": start, "token_end": end, "evidence": ev}))
+                # Read as stored: a kind this version no longer has still counts toward the diagnosis.
+                found.append(Finding(kind, Severity(sev), message, turn, start, end, ev))
             diag, kinds = _diagnosis_columns(found)
             self.db.execute("UPDATE episodes SET diagnosis = ?, root_kinds = ? WHERE id = ?", [diag, kinds, eid])
 
@@ -234,7 +234,7 @@ class Store(BrowseQueries):
             "group_id": ep.group_id,
             "sample_index": ep.sample_index,
             "preset": ep.preset,
-            "model": str(ep.backend.get("model") or ep.backend.get("name") or ""),
+            "model": ep.backend.label if ep.backend is not None else "",
             "status": ep.status.value,
             "reason": ep.reason,
             "reward": ep.reward,
@@ -248,7 +248,7 @@ class Store(BrowseQueries):
             "fork_turn": ep.fork_turn,
             "starred": int(ep.starred),
             "note": ep.note,
-            "source": str(ep.source.get("kind", "live")),
+            "source": ep.source.kind,
             "n_findings": len(all_findings),
             "n_errors": sum(1 for f in all_findings if f.severity.value == "error"),
             "diagnosis": diag,
@@ -425,10 +425,10 @@ class Store(BrowseQueries):
         d["starred"] = bool(row["starred"])
         d["tags"] = tags
         d["turns"] = turns
-        ep = Episode.from_dict(d)
-        if tok is not None:
-            ep = ep.evolve(tokens=TokenArrays.from_blobs(*tok))
-        return ep
+        try:
+            return Episode.from_dict(d, tokens=TokenArrays() if tok is None else TokenArrays.from_blobs(*tok))
+        except FormatError as e:
+            raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
 
     def iter_episodes(self, flt: EpisodeFilter | None = None, batch: int = 200) -> Iterator[Episode]:
         for chunk in self._id_chunks(flt or EpisodeFilter(), batch):

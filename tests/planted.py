@@ -24,6 +24,7 @@ import numpy as np
 from engine import chat
 from engine.backends.base import SamplingParams
 from engine.envs.math import MathEnv
+from engine.provenance import Source
 from engine.records import Episode, Segment, Severity, Status
 from tests.planted_base import (  # noqa: F401  (re-exported for the tests)
     ANY,
@@ -240,7 +241,7 @@ def closing_newline_inconsistent(b: Base) -> Planted:
 def mask_length_disagrees(b: Base) -> Planted:
     ep = b.episode
     n = ep.response_len
-    out = ep.evolve(source={"kind": "slime", "response_length": n, "loss_mask_length": n - 1})
+    out = ep.evolve(source=Source.imported("slime", "planted.pt", response_length=n, loss_mask_length=n - 1))
     return Planted(out, MASK, ERR, ep.prompt_len, None, "loss mask one entry shorter than the response")
 
 
@@ -367,7 +368,7 @@ RLEN = "response_length_mismatch"
 def _rlen(b: Base, value: int, what: str) -> Planted:
     ep = b.episode
     assert value != ep.response_len
-    out = ep.evolve(source={"kind": "slime", "response_length": int(value)})
+    out = ep.evolve(source=Source.imported("slime", "planted.pt", response_length=int(value)))
     return Planted(out, RLEN, ERR, ep.prompt_len, None, what)
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.presets import PRESETS
+from engine.provenance import BackendInfo, RunConfig, SamplingParams, Source
 from engine.records import (
     Action,
     Episode,
@@ -36,7 +38,7 @@ from engine.records import (
 
 ENVS = ("math", "retail", "price")
 STATUSES = (Status.COMPLETED, Status.COMPLETED, Status.COMPLETED, Status.TRUNCATED, Status.ABORTED, Status.FAILED)
-SOURCES = ("live", "live", "live", "jsonl")
+SOURCES = ("live", "live", "live", "messages")
 TAGS = ("bug", "keep", "weird", "review")
 FINDING_KINDS = ("retokenization_drift", "mask_misaligned", "truncated_turn", "logprobs_missing")
 WORDS = (
@@ -128,13 +130,13 @@ def synthetic_episode(i: int, *, system_chars: int = 300, tokens_per_turn: int =
     return Episode(
         id=f"ep{i:07d}", env=env, task_id=task, run_id=f"run{i // 1000}", group_id=group,
         sample_index=i % SAMPLES_PER_GROUP, preset=("tito", "slime-tau", "areal-math")[i % 3],
-        config={"max_turns": 6, "sampling": {"temperature": 0.7, "top_p": 0.95, "max_new_tokens": 256}},
-        backend={"name": "scripted", "model": "synthetic-1"}, tokenizer="smollm2",
+        config=RunConfig(PRESETS["tito"].with_(max_turns=6), SamplingParams(0.7, 0.95, 256)),
+        backend=BackendInfo("scripted", "synthetic-1"), tokenizer="smollm2",
         status=status, reason={Status.ABORTED: "tool call parse error", Status.FAILED: "env error: boom"}.get(status, ""),
         reward=reward, turn_rewards=tuple(turn_rewards), returns=tuple(returns), messages=tuple(messages),
         turns=tuple(turns), tokens=TokenArrays(ids, mask, lps), prompt_len=prompt_len, segments=tuple(segments),
         findings=ep_findings, tags=tuple(t for k, t in enumerate(TAGS) if i % (7 + k) == 0),
-        starred=i % 13 == 0, source={"kind": SOURCES[i % len(SOURCES)]}, created_at=created_at + i,
+        starred=i % 13 == 0, source=Source(SOURCES[i % len(SOURCES)]), created_at=created_at + i,
     )
 
 
@@ -248,8 +250,8 @@ def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed
     returns = [sum(rewards[k:]) for k in range(n_turns)]
     return Episode(
         id=f"long{seed:04d}{n_tokens}", env="retail", task_id="retail-17", run_id="bench", group_id="gbench",
-        preset="tito", config={"max_turns": n_turns, "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 1024}},
-        backend={"name": "scripted", "model": "synthetic-1"}, tokenizer="smollm2", status=Status.COMPLETED,
+        preset="tito", config=RunConfig(PRESETS["tito"].with_(max_turns=n_turns), SamplingParams(1.0, 1.0, 1024)),
+        backend=BackendInfo("scripted", "synthetic-1"), tokenizer="smollm2", status=Status.COMPLETED,
         reward=1.0, turn_rewards=tuple(rewards), returns=tuple(returns), messages=tuple(messages), turns=tuple(turns),
         tokens=TokenArrays(ids, mask, lps), prompt_len=prompt_len, segments=tuple(segments),
         findings=(mismatch,), created_at=1.7e9,

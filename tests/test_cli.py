@@ -103,7 +103,7 @@ def test_presets_knobs_and_config_files(tmp_path):
     rollscope("run", "--env", "math", "--preset", "areal-math", "--set", "turn_discount=0.5", "--set", "max_turns=3",
               "--tasks", "0:1", "--db", str(db), "--quiet")
     ep = next(iter(Store(db).iter_episodes()))
-    assert ep.config["turn_discount"] == 0.5 and ep.n_turns == 3
+    assert ep.config.loop.turn_discount == 0.5 and ep.n_turns == 3
     assert ep.returns[0] == ep.turn_rewards[0] + 0.5 * ep.turn_rewards[1] + 0.25 * ep.turn_rewards[2]
 
     doc["name"], doc["knobs"]["max_turns"] = "two-rounds", 2
@@ -111,7 +111,7 @@ def test_presets_knobs_and_config_files(tmp_path):
     cfg.write_text(json.dumps(doc))
     rollscope("run", "--env", "math", "--config", str(cfg), "--tasks", "1:2", "--db", str(db), "--quiet")
     two = [e for e in Store(db).iter_episodes() if e.preset == "two-rounds"]
-    assert len(two) == 1 and two[0].n_turns == 2 and two[0].config["token_mode"] == "areal-seed"
+    assert len(two) == 1 and two[0].n_turns == 2 and two[0].config.token_mode == "areal-seed"
 
     for bad, says in ((["--set", "nope=1"], "unknown knob 'nope'"), (["--set", "max_turns=many"], "whole number"),
                       (["--set", "turn_discount"], "KNOB=VALUE"), (["--config", str(tmp_path / "no.json")], "does not exist")):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_fork_replays_the_prefix_exactly_then_continues(smol_tokenizer):
     assert ep.tokens.loss_mask[:prefix].tolist() == parent.tokens.loss_mask[:prefix].tolist()
     assert ep.status is Status.INTERRUPTED and "before the end" in ep.reason  # 4 of 5 turns: saved mid-way
     assert not [f for f in ep.findings if f.kind == "fork_replay_diverged"]
-    assert ep.source["stepped"] == "by hand"
+    assert ep.source.by_hand
 
 
 def test_a_fork_whose_env_changed_says_where_it_diverges(tmp_path, smol_tokenizer):
@@ -150,13 +151,13 @@ def test_a_person_plays_the_retail_user_in_a_fork(retail_parent, smol_tokenizer)
     assert turn.observation[0].role == "user" and "Never mind" in turn.observation[0].content
     assert hand.done and hand.episode().reward == 0.0  # nothing was cancelled: the database does not match
     ep = hand.to_save()
-    assert ep.config["env_info"]["user"] == "human" and ep.source["user"] == "human"
+    assert ep.config.user == "human" and ep.source.user_by_hand
     assert ep.parent_id == retail_parent.id and ep.fork_turn == 2
 
 
 def test_a_fork_of_a_model_played_user_replays_its_replies(retail_parent, smol_tokenizer):
-    info = dict(retail_parent.config["env_info"], user="llm")
-    parent = retail_parent.evolve(config=dict(retail_parent.config, env_info=info))
+    info = replace(retail_parent.config.env, user="llm")
+    parent = retail_parent.evolve(config=replace(retail_parent.config, env=info))
     backend = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer)
     hand = asyncio.run(forking.fork(parent, 4, backend, smol_tokenizer))
     assert hand.plays_user and hand.report.ok

@@ -51,7 +51,7 @@ def test_export_slime_then_import_twice(tmp_path, db):
     assert f"imported 0 new, {len(eps)} already present" in again.stdout
     st = Store(new_db)
     assert st.count() == len(eps)
-    by_origin = {e.source["original_id"]: e for e in st.iter_episodes()}
+    by_origin = {e.source.details["original_id"]: e for e in st.iter_episodes()}
     for e in eps:
         assert by_origin[e.id].tokens == e.tokens and by_origin[e.id].reward == e.reward
     assert {e.tokenizer for e in by_origin.values()} == {"smollm2"}

@@ -54,12 +54,12 @@ def test_round_trip_rollscope_slime_rollscope_is_exact(tmp_path, eps, smol_token
     dst = _db(tmp_path, "b.db")
     report = import_path(out, "slime", dst, tokenizer=smol_tokenizer)
     assert (report.new, report.already_present, report.skipped) == (len(eps), 0, 0)
-    back = {e.source["original_id"]: e for e in dst.iter_episodes()}
+    back = {e.source.details["original_id"]: e for e in dst.iter_episodes()}
     for e in eps:
         b = back[e.id]
         assert b.tokens == e.tokens  # ids, mask, logprobs (NaN where unknown) and versions, exactly
         assert b.reward == e.reward and b.status is e.status and b.prompt_len == e.prompt_len
-        assert b.env == e.env and b.task_id == e.task_id and b.source["kind"] == "slime"
+        assert b.env == e.env and b.task_id == e.task_id and b.source.kind == "slime"
         assert b.n_turns == len([s for s in e.segments if s.kind == "assistant"])
 
 
@@ -96,13 +96,13 @@ def test_dump_details_folder_with_tokenizer_and_train_data(tmp_path, qwen3_token
     ep = sorted(st.iter_episodes(), key=lambda e: e.sample_index)[1]
     assert ep.tokenizer == str((root / "tokenizer").resolve())
     assert ep.task_id == "7" and ep.group_id == "slime:3:7" and ep.reward == 1.0
-    assert ep.source["reward"] == {"score": 1.0, "format": 0.5} and ep.source["rollout_id"] == 3
+    assert ep.source.details["reward"] == {"score": 1.0, "format": 0.5} and ep.source.details["rollout_id"] == 3
     n = len(prompt_ids)
     assert ep.prompt_len == n and ep.tokens.loss_mask[:n].sum() == 0 and ep.tokens.loss_mask[n:].all()
     assert np.isnan(ep.tokens.logprobs[:n]).all() and np.allclose(ep.tokens.logprobs[n:], -0.2)
     assert (ep.tokens.versions[n:] == 12).all() and (ep.tokens.versions[:n] == -1).all()
     assert [m.role for m in ep.messages] == ["user", "assistant"] and ep.messages[1].content.endswith("</think>\n\nThe answer is 4.")
-    train = ep.source["train"]
+    train = ep.source.details["train"]
     assert train["log_probs"] == pytest.approx([-0.5] * len(resp_ids)) and len(train["advantages"]) == len(resp_ids)
     assert "ref_log_probs" in train and "tokens" not in train
     kinds = {x.kind for x in run_checks(ep, CheckOptions(tokenizer=tok))}
@@ -173,7 +173,7 @@ def test_loss_mask_longer_than_response_is_kept_and_found_by_checks(tmp_path, sm
     report = import_path(f, "slime", st)
     assert report.new == 1 and any("mask_misaligned" in n for n in report.notes)
     ep = next(st.iter_episodes())
-    assert ep.source["loss_mask_length"] == 5 and ep.source["response_length"] == 3
+    assert ep.source.details["loss_mask_length"] == 5 and ep.source.details["response_length"] == 3
     assert ep.tokens.loss_mask.tolist() == [0, 0, 1, 1, 1]
     found = [x for x in run_checks(ep, CheckOptions()) if x.kind == "mask_misaligned"]
     assert found and "5 entries for a response of 3 tokens" in found[0].message
@@ -190,7 +190,7 @@ def test_statuses_rewards_and_reimport(tmp_path):
     first = import_path(f, "slime", st)
     eps = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
     assert [e.status for e in eps] == [Status.INTERRUPTED, Status.TRUNCATED, Status.ABORTED]
-    assert [e.source["status"] for e in eps] == ["pending", "truncated", "aborted"]
+    assert [e.source.details["status"] for e in eps] == ["pending", "truncated", "aborted"]
     assert [e.reward for e in eps] == [0.0, 0.75, 0.0]
     assert eps[1].turns[-1].generation.finish_reason == "length" and eps[2].n_turns == 0
     st.set_tags(eps[0].id, ["keep"])

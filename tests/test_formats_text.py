@@ -57,7 +57,7 @@ def test_areal_dump_imports_with_tokens_mask_and_versions(tmp_path, qwen3_tokeni
     vers = two.tokens.versions.tolist()
     assert vers == [-1] * len(prompt) + [3] * len(gen1) + [-1] * len(feedback) + [4] * len(gen2)
     assert two.n_turns == 2 and two.turns[1].generation.text.endswith("42<|im_end|>") and two.reward == 0.9
-    assert two.task_id == "17" and two.source["head_version"] == 3 and "token_counts" not in two.source
+    assert two.task_id == "17" and two.source.details["head_version"] == 3 and "token_counts" not in two.source.details
     assert check_mask(two, CheckOptions(tokenizer=tok)) == []
     # without a tokenizer: the text, one turn per generated segment
     bare = _db(tmp_path, "bare.db")
@@ -104,14 +104,14 @@ def test_verl_rollout_dir_imports_text_and_reconstructed_tokens(tmp_path, smol_t
     a, b, c = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
     assert [m.role for m in a.messages] == ["user", "assistant"] and a.messages[1].content == "It is 4."
     assert (a.reward, b.reward) == (1.0, 0.0) and a.task_id == b.task_id == "q-9" and c.task_id != a.task_id
-    assert a.source["step"] == 7 and a.source["gts"] == "42" and a.source["reward_extra"]["acc"] is True
+    assert a.source.details["step"] == 7 and a.source.details["gts"] == "42" and a.source.details["reward_extra"]["acc"] is True
     assert a.n_tokens == 0
     tk = _db(tmp_path, "tok.db")
     r2 = import_path(f, "verl", tk, tokenizer=smol_tokenizer)
     assert any("reconstructed" in n for n in r2.notes)
     ep = min(tk.iter_episodes(), key=lambda e: e.sample_index)
     assert ep.id == a.id  # the id comes from the record, not from the tokenizer
-    assert ep.source["tokens_reconstructed"] is True
+    assert ep.source.details["tokens_reconstructed"] is True
     asst = ep.tokens.ids[ep.tokens.loss_mask == 1].tolist()
     assert chat.decode(smol_tokenizer, asst).startswith("It is 4.")
     kinds = {x.kind for x in run_checks(ep, CheckOptions(tokenizer=smol_tokenizer))}
@@ -274,5 +274,5 @@ def test_episodes_with_nan_reward_parts_and_dict_rewards(tmp_path):
     r = import_path(f, "messages", st)
     assert r.new == 1 and "finite" in str(r.errors[0])
     ep = next(st.iter_episodes())
-    assert ep.reward == 1.5 and ep.source["reward"] == {"acc": 1.0, "fmt": 0.5}
+    assert ep.reward == 1.5 and ep.source.details["reward"] == {"acc": 1.0, "fmt": 0.5}
     assert np.asarray(ep.tokens.ids).size == 0

@@ -169,7 +169,7 @@ def test_math_episode_tito_via_sglang(server, smol_tokenizer):
         run_episode(env, backend, smol_tokenizer, config, env.tasks[0], sampling=GREEDY, preset="tito")
     )
     assert ep.status in (Status.COMPLETED, Status.TRUNCATED), ep.reason
-    assert ep.backend["name"] == "sglang" and ep.backend["url"] == server.url
+    assert ep.backend.name == "sglang" and ep.backend.url == server.url
     for turn in ep.turns:
         gen = turn.generation
         [seg] = [s for s in turn.segments if s.kind == "assistant"]

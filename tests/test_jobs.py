@@ -6,6 +6,7 @@ import asyncio
 import html
 import socket
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,8 +14,8 @@ import pytest
 from dashboard.controls import fork_table, loop_table
 from dashboard.jobs import CANCELLED, FAILED, FINISHED, JobManager, LoopThread
 from dashboard.server import is_loopback, parse_auth, resolve_auth
-from dashboard.settings import BackendSettings, plan_launch
 from dashboard.stepping import Sessions
+from engine import BackendSettings, plan_run
 from engine.backends.base import GenerationRequest
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
@@ -55,7 +56,7 @@ def _wait(job: Any, timeout: float = 60.0) -> None:
 
 def test_a_batch_runs_in_the_background_and_is_stored(tmp_path):
     store = Store(tmp_path / "r.db")
-    plan = plan_launch("math", "0:3", 2, "auto", "max_turns = 2\n# a comment\nturn_discount: 0.5", 3, SCRIPTED)
+    plan = plan_run("math", "0:3", 2, "auto", "max_turns = 2\n# a comment\nturn_discount: 0.5", 3, SCRIPTED)
     assert plan.total == 6 and plan.preset == "areal-math" and plan.config.max_turns == 2
     assert plan.config.turn_discount == 0.5 and plan.config.feedback_wrong == PRESETS["areal-math"].feedback_wrong
     job = JobManager().start(plan, store)
@@ -69,7 +70,7 @@ def test_a_batch_runs_in_the_background_and_is_stored(tmp_path):
 
 def test_cancel_keeps_finished_episodes_and_interrupts_the_rest(tmp_path, smol_tokenizer):
     store = Store(tmp_path / "r.db")
-    plan = plan_launch("math", "0:8", 1, "areal-math", "max_turns=5", 2, SCRIPTED)
+    plan = plan_run("math", "0:8", 1, "areal-math", "max_turns=5", 2, SCRIPTED)
     slow = SlowBackend(ScriptedBackend(MathEnv().reference_reply, smol_tokenizer), 0.05)
     job = JobManager().start(plan, store, backend=slow)
     deadline = time.time() + 30
@@ -90,7 +91,7 @@ def test_cancel_stops_a_policy_that_never_waits(tmp_path):
     # The scripted policy never suspends: without a yield per turn, the whole
     # batch would run inside one pass of the event loop before Cancel arrived.
     store = Store(tmp_path / "r.db")
-    job = JobManager().start(plan_launch("retail", "all", 1, "auto", None, 1, SCRIPTED), store)
+    job = JobManager().start(plan_run("retail", "all", 1, "auto", None, 1, SCRIPTED), store)
     deadline = time.time() + 30
     while job.status().done < 2 and time.time() < deadline:
         time.sleep(0.01)
@@ -102,7 +103,7 @@ def test_cancel_stops_a_policy_that_never_waits(tmp_path):
 
 def test_a_cancel_during_setup_runs_nothing(tmp_path):
     store = Store(tmp_path / "r.db")
-    job = JobManager().start(plan_launch("math", "0:2", 1, "auto", None, 1, SCRIPTED), store)
+    job = JobManager().start(plan_run("math", "0:2", 1, "auto", None, 1, SCRIPTED), store)
     job.cancel()
     _wait(job)
     assert job.status().state in (CANCELLED, FINISHED)  # setup may already be over: then it finishes or cancels
@@ -110,7 +111,7 @@ def test_a_cancel_during_setup_runs_nothing(tmp_path):
 
 def test_a_setup_failure_is_shown_not_raised(tmp_path):
     store = Store(tmp_path / "r.db")
-    plan = plan_launch("math", "0:2", 1, "auto", None, 1,
+    plan = plan_run("math", "0:2", 1, "auto", None, 1,
                        BackendSettings(policy="local", model=str(tmp_path / "no-such-model")))
     job = JobManager().start(plan, store)
     _wait(job)
@@ -138,7 +139,7 @@ def test_bad_launch_settings_are_sentences(kwargs, message):
     args = {"env": "math", "tasks": "0:2", "samples": 1, "preset": "auto", "settings": "", "concurrency": 2}
     args.update(kwargs)
     with pytest.raises(ConfigError, match=message):
-        plan_launch(args["env"], args["tasks"], args["samples"], args["preset"], args["settings"],
+        plan_run(args["env"], args["tasks"], args["samples"], args["preset"], args["settings"],
                     args["concurrency"], SCRIPTED)
 
 
@@ -159,7 +160,7 @@ def test_an_unreachable_server_is_reported_before_the_batch(tmp_path):
     url = f"http://127.0.0.1:{_closed_port()}"
     settings = BackendSettings.parse("sglang", "", url, "completions", "", 1, 1, 64, 0, 0)
     with pytest.raises(ConfigError, match="cannot reach http://127.0.0.1:.*is the server running"):
-        plan_launch("math", "0:2", 1, "auto", None, 1, settings)
+        plan_run("math", "0:2", 1, "auto", None, 1, settings)
     bad = BackendSettings.parse("sglang", "", "ftp://x", "completions", "", 1, 1, 64, 0, 0)
     with pytest.raises(ConfigError, match="http:// or https://"):
         bad.preflight()
@@ -205,9 +206,8 @@ def test_step_sessions_start_generate_commit_save_and_fork(tmp_path):
     _, child = sessions.save(f.key, store)
     assert child.parent_id == saved.id and child.fork_turn == 1
     # The fork runs under the parent's config with the change: the stored config says so.
-    assert child.config["max_turns"] == 4 and saved.config["max_turns"] == 3
-    assert {k: v for k, v in child.config.items() if k != "max_turns" and k in PRESETS["areal-math"].to_dict()} \
-        == {k: v for k, v in saved.config.items() if k != "max_turns" and k in PRESETS["areal-math"].to_dict()}
+    assert child.config.loop.max_turns == 4 and saved.config.loop.max_turns == 3
+    assert child.config.loop == replace(saved.config.loop, max_turns=4)
     with pytest.raises(ConfigError, match="choose one task"):
         sessions.start_new("math", "0:3", "auto", None, "scripted", BackendSettings())
     sessions.start_new("math", "2", "auto", None, "scripted", BackendSettings())  # a third: the first is forgotten
@@ -283,7 +283,7 @@ def test_a_dashboard_fork_of_an_episode_whose_user_was_a_model_hands_the_user_to
         sessions.commit(s.key, s.hand.text_of(gen), None)
     _, saved = sessions.save(s.key, store)
     # As if a model had played the user: its replies exist only in the record.
-    config = {**saved.config, "env_info": {**dict(saved.config.get("env_info") or {}), "user": "llm"}}
+    config = replace(saved.config, env=replace(saved.config.env, user="llm"))
     store.save_episode(store.get_episode(saved.id).evolve(config=config))
     f = sessions.start_fork(store, saved.id, 1, "scripted", "", BackendSettings(policy="scripted"))
     assert f.hand.plays_user

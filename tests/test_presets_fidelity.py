@@ -187,7 +187,7 @@ def test_areal_math_discount_and_shaping_knobs(smol_tokenizer):
                 reward_scale="2")
     want = areal_seed_reference(ep, smol_tokenizer, turn_level_discount=0.9, reward_bias=0.5, reward_scaling=2.0)
     assert list(ep.returns) == pytest.approx(want.rewards)
-    assert ep.config["turn_discount"] == 0.9
+    assert ep.config.loop.turn_discount == 0.9
 
 
 def test_areal_seed_feedback_carries_the_default_system_block(qwen25_tokenizer, qwen3_tokenizer):

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
-RECORDS = (ENGINE / "records.py", ENGINE / "token_arrays.py")
+RECORDS = (ENGINE / "records.py", ENGINE / "token_arrays.py", ENGINE / "provenance.py")
 
 
 def field_docs() -> dict[str, dict[str, str | None]]:
@@ -32,7 +32,7 @@ def field_docs() -> dict[str, dict[str, str | None]]:
 def test_every_record_field_has_a_docstring():
     docs = field_docs()
     assert {"Episode", "Turn", "Generation", "Message", "ToolCall", "Action", "Segment", "Finding",
-            "TokenArrays"} <= set(docs)
+            "TokenArrays", "RunConfig", "SamplingParams", "EnvInfo", "BackendInfo", "Source"} <= set(docs)
     missing = [f"{c}.{f}" for c, fs in docs.items() for f, d in fs.items() if not d or not d.strip()]
     assert not missing, f"fields without a docstring: {missing}"
 

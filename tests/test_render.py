@@ -18,6 +18,7 @@ from engine.backends.scripted import ScriptedBackend
 from engine.factory import env_factory, load_tokenizer
 from engine.loop import run_episode
 from engine.presets import PRESETS
+from engine.provenance import BackendInfo
 from engine.records import Episode, Finding, Message, Segment, Severity, TokenArrays, ToolCall
 from tests.fakes import FixedReplyBackend
 
@@ -171,7 +172,7 @@ def test_tool_calls_findings_and_metadata_are_escaped(episode: Episode) -> None:
                           evidence={"text": bad}),),
     )
     ep = episode.evolve(
-        turns=(turn, *episode.turns[1:]), task_id=bad, reason=bad, tags=(bad,), note=bad, backend={"name": bad}
+        turns=(turn, *episode.turns[1:]), task_id=bad, reason=bad, tags=(bad,), note=bad, backend=BackendInfo(bad)
     )
     for out in (render.render_header(ep), render.render_conversation(ep)):
         assert "<script" not in out

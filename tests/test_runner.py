@@ -64,7 +64,7 @@ def test_tasks_times_samples_stored_with_groups(tmp_path, smol_tokenizer):
         eps = [e for e in res.episodes if e.task_id == task]
         assert sorted(e.sample_index for e in eps) == [0, 1]
         assert len({e.group_id for e in eps}) == 1
-        assert len({e.config["sampling"]["seed"] for e in eps}) == 2  # samples of a task draw differently
+        assert len({e.config.sampling.seed for e in eps}) == 2  # samples of a task draw differently
     row = store.db.execute("SELECT status, n_episodes FROM runs WHERE id = ?", [res.run_id]).fetchone()
     assert row == ("finished", 6)
 

@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.formats import jsonl
-from engine.records import SCHEMA_VERSION
+from engine.provenance import RunConfig
+from engine.records import SCHEMA_VERSION, Episode
 from engine.schema import episode_schema, field_docs, problems, validator
 from engine.store import Store
 from tests.conftest import ROOT
@@ -49,9 +52,10 @@ def test_the_copy_in_docs_is_what_rollscope_schema_prints():
         "docs/episode.schema.json is stale: run `rollscope schema > docs/episode.schema.json`"
 
 
-def test_schema_1_files_read_upgraded_and_export_valid_records(tmp_path):
+@pytest.mark.parametrize("name", ["schema1-episodes.jsonl", "schema2-episodes.jsonl"])
+def test_earlier_files_read_upgraded_and_export_valid_records(name):
     report = jsonl.ReadReport()
-    episodes = list(jsonl.read(GOLDEN / "schema1-episodes.jsonl", report))
+    episodes = list(jsonl.read(GOLDEN / name, report))
     assert len(episodes) == 10 and not report.errors
     linked = [f for ep in episodes for f in ep.all_findings()]
     assert linked and all(f.id.startswith("f") for f in linked)
@@ -84,9 +88,15 @@ def test_exports_from_an_upgraded_database_and_from_live_runs_conform(tmp_path, 
     assert proc.returncode == 0 and "11 of 11 records conform" in proc.stderr, proc.stdout + proc.stderr
 
 
+def _current(k: int) -> dict:
+    """Golden record ``k`` as this version writes it."""
+    old = json.loads((GOLDEN / "schema2-episodes.jsonl").read_text(encoding="utf-8").splitlines()[k])
+    return Episode.from_dict(old).to_dict()
+
+
 def test_a_record_that_does_not_conform_is_named_at_its_field(tmp_path):
-    good = json.loads((GOLDEN / "schema1-episodes.jsonl").read_text(encoding="utf-8").splitlines()[0])
-    bad = {**good, "schema_version": SCHEMA_VERSION, "status": "finished"}
+    good = _current(0)
+    bad = {**good, "status": "finished"}
     bad["turns"] = [{**bad["turns"][0], "reward": "high"}, *bad["turns"][1:]]
     del bad["loss_mask"]
     found = problems(bad)
@@ -98,3 +108,105 @@ def test_a_record_that_does_not_conform_is_named_at_its_field(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "schema", "--validate", str(path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 1 and f"{path}:1: status:" in proc.stdout and "0 of 1 records conform" in proc.stderr
+
+
+def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path):
+    """The four golden files hold the same 10 episodes: upgraded, they are equal field for field."""
+    by_file = {name: {e.id: e.to_dict() for e in jsonl.read(GOLDEN / name)}
+               for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl")}
+    for name in ("dbschema2.sqlite", "dbschema3.sqlite"):
+        shutil.copy(GOLDEN / name, tmp_path / name)
+        store = Store(tmp_path / name)
+        try:
+            by_file[name] = {e.id: e.to_dict() for e in store.iter_episodes()}
+        finally:
+            store.close()
+    first = by_file["schema2-episodes.jsonl"]
+    assert len(first) == 10
+    for name, eps in by_file.items():
+        assert eps.keys() == first.keys(), name
+        for eid, d in eps.items():
+            assert d == first[eid], f"{name}: episode {eid} differs"
+    # What the typed parts hold after the upgrade.
+    eps = {e.id: e for e in jsonl.read(GOLDEN / "schema1-episodes.jsonl")}
+    live = [e for e in eps.values() if e.source.live]
+    imported = [e for e in eps.values() if not e.source.live]
+    assert len(live) == 8 and len(imported) == 2
+    assert all(e.config.loop is not None and e.config.sampling is not None and e.config.env is not None for e in live)
+    assert all(e.backend is not None and e.backend.name == "scripted" and e.backend.settings["mistake_rate"] == 0.2
+               for e in live)
+    assert all(e.config == RunConfig() and e.backend is None and e.source.kind == "messages" for e in imported)
+    fork = next(e for e in live if e.parent_id)
+    assert fork.source.by_hand and fork.config.loop.max_turns == 4
+    retail = [e for e in live if e.env == "retail"]
+    assert retail and all(e.config.env.user == "scripted" and e.config.env.details["data_seed"] for e in retail)
+
+
+def _broken(change) -> str:
+    d = _current(4)  # a slime-tau retail episode: tools, turns, generations
+    change(d)
+    return json.dumps(d)
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d.pop("status"), "status"),
+    (lambda d: d.update(status="finished"), "status"),
+    (lambda d: d.pop("reward"), "reward"),
+    (lambda d: d.update(reward="1"), "reward"),
+    (lambda d: d["config"]["loop"].update(max_turns="5"), "config.loop.max_turns"),
+    (lambda d: d["config"]["loop"].update(max_turns=0), "config.loop"),
+    (lambda d: d["config"]["loop"].update(warp_speed=True), "config.loop.warp_speed"),
+    (lambda d: d["config"]["loop"].pop("token_mode"), "config.loop.token_mode"),
+    (lambda d: d["config"]["sampling"].update(temperature=None), "config.sampling.temperature"),
+    (lambda d: d["config"]["env"].update(user="robot"), "config.env.user"),
+    (lambda d: d["backend"].update(timeout="soon"), "backend.timeout"),
+    (lambda d: d["backend"].pop("name"), "backend.name"),
+    (lambda d: d["source"].update(kind="ftp"), "source.kind"),
+    (lambda d: d.update(source=None), "source"),
+    (lambda d: d["messages"][1].update(role="bot"), "messages.1.role"),
+    (lambda d: d["messages"][1].pop("content"), "messages.1.content"),
+    (lambda d: d["turns"][0]["generation"].update(finish_reason="eos"), "turns.0.generation.finish_reason"),
+    (lambda d: d["turns"][0]["generation"]["token_ids"].__setitem__(0, "7"), "turns.0.generation.token_ids.0"),
+    (lambda d: d["turns"][1].pop("prompt_len"), "turns.1.prompt_len"),
+    (lambda d: d["segments"][0].update(kind="padding"), "segments.0.kind"),
+    (lambda d: d["findings"].insert(0, {"kind": "mask_misaligned"}), "findings.0.severity"),
+    (lambda d: d["tokens"].__setitem__(3, -2), "tokens"),
+    (lambda d: d["loss_mask"].__setitem__(3, 2), "loss_mask"),
+    (lambda d: d["versions"].pop(), "versions"),
+    (lambda d: d.update(schema_version=99), "schema_version"),
+])
+def test_a_malformed_record_is_refused_with_the_field_named(change, field):
+    from engine.errors import FormatError
+
+    line = _broken(change)
+    with pytest.raises(FormatError) as e:
+        jsonl.parse_line(line, "run.jsonl:7")
+    assert e.value.field == field and e.value.where == "run.jsonl:7", str(e.value)
+    assert str(e.value).startswith(f"run.jsonl:7: field '{field}': ")
+
+
+def test_the_untouched_record_reads_back_equal():
+    d = _current(4)
+    ep = jsonl.parse_line(json.dumps(d), "x")
+    assert ep.to_dict() == d and ep.backend is not None and ep.config.loop is not None
+
+
+def test_a_parquet_export_holds_records_that_conform(tmp_path):
+    """Parquet is the other lossless export: its record column plus its token columns are a schema record."""
+    import math
+
+    import pyarrow.parquet as pq
+
+    from engine.formats import export
+
+    episodes = list(jsonl.read(GOLDEN / "schema1-episodes.jsonl"))
+    out = tmp_path / "all.parquet"
+    assert export(episodes, "parquet", out) == 10
+    table = pq.read_table(out)
+    v = validator()
+    for row in table.to_pylist():
+        record = json.loads(row["record"])
+        record.update(tokens=row["tokens"], loss_mask=row["loss_mask"], versions=row["versions"],
+                      logprobs=[None if math.isnan(x) else x for x in row["logprobs"]])
+        assert not list(v.iter_errors(record)), problems(record)
+        assert Episode.from_dict(record).to_dict() == record

@@ -70,7 +70,7 @@ FILTERS = [
     ("starred", EpisodeFilter(starred=True), lambda e: e.starred),
     ("not starred", EpisodeFilter(starred=False), lambda e: not e.starred),
     ("run", EpisodeFilter(run_id="run1"), lambda e: e.run_id == "run1"),
-    ("source", EpisodeFilter(source="jsonl"), lambda e: e.source["kind"] == "jsonl"),
+    ("source", EpisodeFilter(source="messages"), lambda e: e.source.kind == "messages"),
     ("has findings", EpisodeFilter(has_findings=True), lambda e: bool(e.all_findings())),
     ("no findings", EpisodeFilter(has_findings=False), lambda e: not e.all_findings()),
     ("finding kind", EpisodeFilter(finding_kind="mask_misaligned"),

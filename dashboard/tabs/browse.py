@@ -14,9 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine.errors import RollscopeError
-from engine.records import Status
-from engine.store import SORTABLE, EpisodeFilter, Store
+from engine import SORTABLE, EpisodeFilter, RollscopeError, Status, Store
 
 from .. import charts
 from ..render import render_message

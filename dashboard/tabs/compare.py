@@ -12,9 +12,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine.compare import compare
-from engine.errors import RollscopeError
-from engine.store import Store
+from engine import RollscopeError, Store, compare_episodes
 
 from .. import render_compare as rc
 from ..render_step import OPEN_JS
@@ -44,7 +42,7 @@ def view(store: Store, a: Any, b: Any) -> list[Any]:
         ep_b = store.get_episode(store.resolve_id(b_id))
     except RollscopeError as e:
         return [gr.skip(), gr.skip(), rc.empty(str(e), "error")]
-    return [ep_a.id, ep_b.id, rc.render_comparison(compare(ep_a, ep_b))]
+    return [ep_a.id, ep_b.id, rc.render_comparison(compare_episodes(ep_a, ep_b))]
 
 
 def from_request(store: Store, request: Any) -> list[Any]:

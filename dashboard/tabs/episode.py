@@ -8,7 +8,6 @@ request to the Step tab; see ``EpisodeTab.wire_fork``).
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,10 +15,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine.errors import RollscopeError, StoreError
-from engine.factory import load_tokenizer
-from engine.records import Episode
-from engine.store import Store
+from engine import Episode, Store, StoreError, tokenizers
 
 from .. import charts, render
 
@@ -63,34 +59,18 @@ element.addEventListener("click", (event) => {
 });
 """
 
-_tokenizers: dict[str | None, tuple[Any, str | None]] = {}
-_tokenizers_lock = threading.Lock()
+def episode_tokenizer(ep: Episode) -> tuple[Any, str | None]:
+    """(the tokenizer an episode's ids are shown with, None), or (None, why); loaded once per process.
 
-
-def tokenizer_spec(ep: Episode) -> str | None:
-    """The ``load_tokenizer`` spec of the tokenizer an episode was made with (None = embedded)."""
-    spec = ep.tokenizer.strip()
-    return None if spec.lower() in ("", "smollm2") else spec
-
-
-def get_tokenizer(spec: str | None) -> tuple[Any, str | None]:
-    """(tokenizer, None), or (None, why) when it cannot be loaded; cached per spec, failures too.
-
-    Failures are cached because a missing tokenizer stays missing while the
-    server runs, and each attempt can take seconds.
+    An import that names no tokenizer is shown with the embedded one, and the views say so; the checks
+    (``tokenizers.for_episode``) do not judge such ids.
     """
-    with _tokenizers_lock:
-        if spec not in _tokenizers:
-            try:
-                _tokenizers[spec] = (load_tokenizer(spec), None)
-            except RollscopeError as e:
-                _tokenizers[spec] = (None, str(e))
-        return _tokenizers[spec]
+    return tokenizers.get(tokenizers.spec_of(ep))
 
 
 def token_view(ep: Episode) -> str:
     """The token view of an episode, with texts from its own tokenizer when it loads."""
-    tok, error = get_tokenizer(tokenizer_spec(ep))
+    tok, error = episode_tokenizer(ep)
     if tok is None:
         return render.render_tokens(ep, None, set(), tokenizer_error=error)
     texts = render.decode_token_texts(tok, ep.tokens.ids.tolist())

@@ -18,9 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import formats
-from engine.errors import ConfigError, RollscopeError
-from engine.store import EpisodeFilter, Store
+from engine import ConfigError, EpisodeFilter, RollscopeError, Store, formats
 
 from .. import render_step as rs
 

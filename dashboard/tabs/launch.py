@@ -16,15 +16,12 @@ from typing import Any
 
 import gradio as gr
 
-from engine.errors import RollscopeError
-from engine.factory import ENVS
-from engine.store import Store
+from engine import AUTO, ENVS, PRESET_CHOICES, RollscopeError, Store, plan_run
 
 from .. import render_step as rs
 from ..controls import BackendControls, LoopControls, backend_controls, loop_controls, loop_table
 from ..controls import parse as parse_backend
 from ..jobs import JobManager, JobStatus
-from ..settings import AUTO, PRESET_CHOICES, plan_launch
 
 POLL_S = 1.0
 
@@ -113,7 +110,7 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
     def on_start(env_v: Any, tasks_v: Any, samples_v: Any, preset_v: Any, settings_v: Any, conc_v: Any,
                  *backend_v: Any) -> list[Any]:
         try:
-            plan = plan_launch(env_v, tasks_v, samples_v, preset_v, settings_v, conc_v, parse_backend(*backend_v))
+            plan = plan_run(env_v, tasks_v, samples_v, preset_v, settings_v, conc_v, parse_backend(*backend_v))
         except RollscopeError as e:
             return [gr.skip(), *([gr.skip()] * (len(tab.poll_outputs) - 1)), rs.note(str(e), "error")]
         job = jobs.start(plan, store)

@@ -22,11 +22,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine.chat import decode
-from engine.errors import StoreError
-from engine.records import Episode
-from engine.replay import ReplayResult, replay_stored
-from engine.store import Store
+from engine import Episode, ReplayResult, Store, StoreError, decode, replay_stored
 
 from .. import render_playback as rp
 from ..render import TOKEN_JS
@@ -231,7 +227,7 @@ class Episodes:
 
     def get(self, episode_id: str, refresh: bool = False) -> Loaded:
         """The loaded episode; raises ``StoreError`` when the store has no such episode."""
-        from .episode import get_tokenizer, tokenizer_spec  # episode imports this module to mount it
+        from .episode import episode_tokenizer  # episode imports this module to mount it
 
         with self._lock:
             hit = self._items.get(episode_id)
@@ -239,7 +235,7 @@ class Episodes:
                 self._items.move_to_end(episode_id)
                 return hit
         ep = self.store.get_episode(episode_id)
-        tok, error = get_tokenizer(tokenizer_spec(ep))
+        tok, error = episode_tokenizer(ep)
         stored = self.store.replays(ep.id)
         loaded = Loaded(ep, tok, error, ReplayResult.from_dict(stored[0]) if stored else None)
         with self._lock:

@@ -19,15 +19,12 @@ from typing import Any
 
 import gradio as gr
 
-from engine.errors import RollscopeError
-from engine.factory import ENVS, env_factory
-from engine.records import Generation
+from engine import AUTO, ENVS, PRESET_CHOICES, Generation, RollscopeError, env_factory
 
 from .. import render_step as rs
 from ..controls import BackendControls, LoopControls, backend_controls, fork_table, loop_controls, loop_table
 from ..controls import parse as parse_backend
 from ..render_tokens import decode_token_texts, special_token_ids
-from ..settings import AUTO, PRESET_CHOICES
 from ..stepping import Sessions, StepSession
 
 NEW, FORK = "new conversation", "fork a stored episode"

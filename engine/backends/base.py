@@ -5,25 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..provenance import SamplingParams as SamplingParams  # where the request types are imported from
 from ..records import Generation, Message
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_new_tokens": self.max_new_tokens,
-            "stop": list(self.stop),
-            "seed": self.seed,
-        }
 
 
 @dataclass(frozen=True)

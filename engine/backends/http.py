@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from ..errors import BackendError, ConfigError
+from ..records import FinishReason
 
 MAX_BACKOFF_S = 30.0
 EXCERPT_CHARS = 200
@@ -287,7 +288,7 @@ _STOP = {"stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls", 
 _LENGTH = {"length", "max_tokens", "max_length"}
 
 
-def finish_reason(value: Any, n_tokens: int, max_new_tokens: int) -> str:
+def finish_reason(value: Any, n_tokens: int, max_new_tokens: int) -> FinishReason:
     """``stop``, ``length`` or ``abort`` from what a server says, leniently.
 
     Takes sglang's ``{"type": ...}`` objects or OpenAI-style strings. A null

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..chat import end_of_turn_ids
 from ..errors import BackendError, ModelNotFound, TokenizerNotFound
-from ..records import Generation
+from ..records import FinishReason, Generation
 from .base import GenerationRequest
 
 if TYPE_CHECKING:
@@ -146,8 +146,13 @@ def _save_converted(obj: Any, dest: Path, check: Any) -> None:
         return
 
 
-@functools.lru_cache(maxsize=8)
-def _load_tokenizer_cached(key: str | None) -> PreTrainedTokenizerBase:
+def load_tokenizer_uncached(key: str | None) -> PreTrainedTokenizerBase:
+    """Load the tokenizer named by ``key`` (None: the embedded one) afresh; ``engine.tokenizers`` caches it."""
+    with _LOAD_LOCK:
+        return _load_tokenizer(key)
+
+
+def _load_tokenizer(key: str | None) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     cached = _embedded_cache("tokenizer") if _is_embedded(key) else None
@@ -188,9 +193,10 @@ def load_tokenizer(spec: str | None) -> PreTrainedTokenizerBase:
 
     Raises TokenizerNotFound with what was tried when it cannot be loaded.
     """
-    key = None if _is_embedded(spec) else spec
-    with _LOAD_LOCK:
-        return _load_tokenizer_cached(key)
+    from .. import tokenizers
+
+    tok: PreTrainedTokenizerBase = tokenizers.load(spec)
+    return tok
 
 
 @dataclass
@@ -378,7 +384,7 @@ class LocalBackend:
 
     def _sample_loop(
         self, prompt: list[int], max_new: int, temperature: float, top_p: float, stop: tuple[str, ...], seed: int
-    ) -> tuple[list[int], list[float], str]:
+    ) -> tuple[list[int], list[float], FinishReason]:
         # A hand-written loop over the KV cache rather than model.generate():
         # ~10% faster on CPU for this model, and it gives exact per-token
         # logprobs, seeding and stop strings without generate()'s processors.

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..chat import encode, end_of_turn_texts
 from ..errors import ConfigError
-from ..records import Generation, Message
+from ..records import FinishReason, Generation, Message
 from .base import GenerationRequest
 
 # (task id, the conversation so far, a seeded random stream, mistake rate) -> the reply text
@@ -54,7 +54,7 @@ class ScriptedBackend:
         t0 = time.perf_counter()
         reply = self._reference(request.task_id, request.messages, self._rng(request), self.mistake_rate)
         ids = encode(self._tok, reply)
-        finish = "stop"
+        finish: FinishReason = "stop"
         if len(ids) >= request.sampling.max_new_tokens:
             ids = ids[: request.sampling.max_new_tokens]
             finish = "length"

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..diagnosis import link
-from ..errors import RollscopeError
 from ..records import Episode, Finding
 from .arrays import (
     assistant_spans,
@@ -60,28 +59,19 @@ def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
 
 
 class TokenizerCache:
-    """Loads each episode's tokenizer once; remembers why one could not be loaded."""
+    """Each episode's tokenizer (``engine.tokenizers``, loaded once per process); remembers why one could not load."""
 
     def __init__(self, override: str | None = None) -> None:
         self.override = override
-        self._cache: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
 
     def get(self, ep: Episode) -> Any:
-        from ..factory import load_tokenizer
+        from .. import tokenizers
 
-        spec = self.override or ep.tokenizer
-        if not spec:
-            if ep.source.get("kind", "live") != "live":
-                return None  # an imported episode's ids are in a vocabulary we do not know
-            spec = "smollm2"
-        if spec not in self._cache:
-            try:
-                self._cache[spec] = load_tokenizer(None if spec == "smollm2" else spec)
-            except RollscopeError as e:
-                self._cache[spec] = None
-                self.errors[spec] = str(e)
-        return self._cache[spec]
+        tok, why = tokenizers.for_episode(ep, self.override)
+        if tok is None and why is not None and (self.override or ep.tokenizer):
+            self.errors[tokenizers.name(self.override or ep.tokenizer)] = why
+        return tok
 
 
 __all__ = [

@@ -139,7 +139,7 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
     mask = ep.tokens.loss_mask
     n = len(mask)
     out: list[Finding] = []
-    src = ep.source
+    src = ep.source.details
     if "loss_mask_length" in src and "response_length" in src and src["loss_mask_length"] != src["response_length"]:
         out.append(Finding("mask_misaligned", ERROR,
                            f"loss mask has {src['loss_mask_length']} entries for a response of {src['response_length']} tokens",
@@ -178,7 +178,7 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
             continue
         # A reply that did not end on an end-of-turn token (cut by the length limit, or the model wrote the
         # marker as plain text): the end-of-turn token after it was written by the template, not generated.
-        if g.finish_reason != "length" and ep.source.get("kind", "live") != "live":
+        if g.finish_reason != "length" and not ep.source.live:
             continue  # an imported record's replies are read off its mask, not generated
         if not gen or int(gen[-1]) in eot_ids or ep.tokens.ids[a.start : a.start + len(gen)].tolist() != gen:
             continue
@@ -254,7 +254,7 @@ def _no_logprobs_at_all(ep: Episode) -> bool:
     if not bool(np.all(np.isnan(ep.tokens.logprobs) | (ep.tokens.loss_mask == 0))):
         return False
     gens = [t.generation for t in ep.turns if t.generation is not None and t.generation.model != "manual"]
-    return bool(gens or ep.source.get("kind", "live") != "live") and all(g.logprobs is None for g in gens)
+    return bool(gens or not ep.source.live) and all(g.logprobs is None for g in gens)
 
 
 def _generated_logprobs(ep: Episode) -> np.ndarray:
@@ -309,12 +309,12 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
     missing = np.flatnonzero((mask == 1) & np.isnan(lp))
     if missing.size and _no_logprobs_at_all(ep):
         # Nothing was lost: the source (or the backend) has none. Said once, and nothing else to check here.
-        live = ep.source.get("kind", "live") == "live"
+        live = ep.source.live
         return [Finding(
             "logprobs_absent", WARNING if live else INFO,
             "no token has a rollout logprob: the backend returned none" if live else
-            f"the source ({ep.source.get('kind')}) holds no logprobs: logprobs not checked",
-            evidence={"source": str(ep.source.get("kind", "live")), "trainable": int(np.count_nonzero(mask))})]
+            f"the source ({ep.source.kind}) holds no logprobs: logprobs not checked",
+            evidence={"source": ep.source.kind, "trainable": int(np.count_nonzero(mask))})]
     spans = assistant_spans(ep, o.tokenizer) or []
     template_nl = set(closing_newlines(ep, o.tokenizer, spans)) & set(missing.tolist())
     if template_nl:
@@ -396,7 +396,7 @@ def check_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
 
 
 def check_response_length(ep: Episode, o: CheckOptions) -> list[Finding]:
-    src = ep.source
+    src = ep.source.details
     if "response_length" not in src:
         return []
     got = int(src["response_length"])
@@ -418,16 +418,16 @@ def check_logprob_mismatch(ep: Episode, o: CheckOptions) -> list[Finding]:
         return []
     spec = o.model
     if spec is None:
-        if ep.backend.get("name") != "local":
+        if ep.backend is None or ep.backend.name != "local":
             return [skip("logprob_mismatch", "the rollout did not come from a local model; pass a model to recompute with")]
-        spec = ep.backend.get("model_spec") or "smollm2"
+        spec = ep.backend.model_spec or "smollm2"
     mask = ep.tokens.loss_mask
     rollout = ep.tokens.logprobs
     if not mask.any() or np.isnan(rollout[mask == 1]).all():
         return [skip("logprob_mismatch", "no rollout logprobs on trainable tokens")]
     from ..backends.local import context_length, teacher_forced_logprobs
 
-    temp = float((ep.config.get("sampling") or {}).get("temperature", 1.0))
+    temp = ep.config.sampling.temperature if ep.config.sampling is not None else 1.0
     ids = ep.tokens.ids.tolist()
     try:
         limit = context_length(None if spec == "smollm2" else spec)

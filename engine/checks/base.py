@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import chat
-from ..errors import RollscopeError
 from ..presets import ONE_OR_MORE, LoopConfig
-from ..records import Episode, Finding, Severity
+from ..records import FINDING_KINDS, Episode, Finding, Severity
 from ..tokenmodes import prompt_text
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -19,13 +18,7 @@ LOOP_KINDS = frozenset(
     {"template_not_prefix_stable", "tool_call_parse_error", "env_error", "backend_error", "internal_error",
      "truncated_turn", "truncated_episode"}
 )
-KINDS = (
-    "template_not_prefix_stable", "tokens_not_rendering", "retokenization_drift", "mask_misaligned",
-    "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
-    "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
-    "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
-    "answer_extraction_failed", "logprobs_absent",
-)
+KINDS = FINDING_KINDS  # every kind a finding can have, the loop's and the checks' (records.FindingKind)
 # Token modes whose arrays hold the very ids the model was given and generated.
 KEEPS_IDS = frozenset({"tito", "areal", "areal-seed"})
 
@@ -97,7 +90,7 @@ def turn_at(ep: Episode, pos: int) -> int | None:
 
 
 def token_mode(ep: Episode) -> str:
-    return str(ep.config.get("token_mode", "unknown"))
+    return ep.config.token_mode
 
 
 def keeps_ids(ep: Episode) -> bool:
@@ -113,10 +106,7 @@ def render_for(ep: Episode, tok: Any, messages: Sequence[Any], gp: bool) -> str:
 
 
 def loop_config(ep: Episode) -> LoopConfig:
-    try:
-        return LoopConfig.from_dict(ep.config)
-    except RollscopeError:
-        return LoopConfig()
+    return ep.config.loop or LoopConfig()
 
 
 def assistant_seg(ep: Episode, turn: int) -> Any:

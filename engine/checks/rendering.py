@@ -155,7 +155,7 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     at = first_diff(ids, want)
     if at is None:
         return []
-    if at < ep.prompt_len and ep.source.get("kind", "live") != "live":
+    if at < ep.prompt_len and not ep.source.live:
         # An imported record's prompt was rendered from inputs it does not hold (tools, a system prompt):
         # what its messages render to says nothing about its ids.
         return [skip("tokens_not_rendering", f"the record's prompt is not what its messages render to (from token "

@@ -129,8 +129,8 @@ class TauBenchEnv:
             res = self._env.step(self._TauAction(name=name, kwargs=kwargs))
         except Exception as e:  # tau-bench is third-party code: its failures are the env's, mapped here
             raise EnvError(f"tau-bench step({name}) raised {type(e).__name__}: {e}") from e
-        role = "user" if action.is_respond else "tool"
-        msg = Message(role, str(res.observation), name=None if action.is_respond else action.name)
+        msg = (Message("user", str(res.observation)) if action.is_respond
+               else Message("tool", str(res.observation), name=action.name))
         info = _dump(res.info) if res.info is not None else {}
         info = info if isinstance(info, dict) else {"info": info}
         if res.done:

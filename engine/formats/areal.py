@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import chat
 from ..errors import FormatError
+from ..provenance import Source
 from ..records import Episode, Generation, Status, TokenArrays, Turn
 from ..rewards import discounted_returns
 from .base import (
@@ -56,7 +57,7 @@ from .base import (
 
 REQUIRED = ("task_id", "sample_idx", "reward", "prompt", "completion")
 NO_TOKENIZER_NOTE = "no tokenizer given (--tokenizer PATH_OR_ID): AReaL dumps hold text, so episodes have no token ids"
-DRIFT_NOTE = ("some AReaL samples re-encode to other token counts than the dump records (see source['token_counts']); "
+DRIFT_NOTE = ("some AReaL samples re-encode to other token counts than the dump records (see the source's token_counts); "
               "their ids are a re-encoding of the dumped text")
 
 
@@ -94,7 +95,8 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
         tokenizer=ctx.tokenizer_name, status=Status.COMPLETED, reason="imported from areal", reward=reward,
         turn_rewards=tuple(t.reward for t in turns), returns=tuple(t.reward for t in turns), turns=turns,
         tokens=TokenArrays(ids, mask, lps, vers), prompt_len=prompt_len, segments=segments,
-        source={"kind": "areal", "file": str(path), "line": line, "episode_id": d.get("episode_id"), "turn": d.get("turn")},
+        source=Source.imported("areal", str(path), line=line, episode_id=jsonable(d.get("episode_id")),
+                               turn=jsonable(d.get("turn"))),
         created_at=time.time(),
     )
 
@@ -117,12 +119,12 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         raise FormatError("must be a list of {role, len, text}", where, "segments")
     pieces = segs or [{"role": "prompt", "text": d["prompt"]}, {"role": "gen", "text": d["completion"]}]
     gen_texts = [s["text"] for s in pieces if s.get("role") == "gen"]
-    source: dict[str, Any] = {
-        "kind": "areal", "file": str(path), "line": line, "task_id": jsonable(d["task_id"]), "index": sample_idx,
-        **dump_counts, "head_version": d.get("head_version"), "tail_version": d.get("tail_version"),
+    details: dict[str, Any] = {
+        "task_id": jsonable(d["task_id"]), **dump_counts, "head_version": jsonable(d.get("head_version")),
+        "tail_version": jsonable(d.get("tail_version")),
     }
     if "original_reward" in d:
-        source["original_reward"] = jsonable(d["original_reward"])
+        details["original_reward"] = jsonable(d["original_reward"])
     tok = ctx.tokenizer
     if tok is not None:
         enc = [chat.encode(tok, s["text"]) for s in pieces]
@@ -137,7 +139,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         if any(dumped[k] is not None and dumped[k] != counts[k] for k in ("seqlen", "prompt_len")) or (
             segs and dumped["segment_lens"] != counts["segment_lens"]
         ):
-            source["token_counts"] = {"dump": dumped, "encoded": counts}
+            details["token_counts"] = {"dump": dumped, "encoded": counts}
             ctx.note(DRIFT_NOTE)
         versions = np.full(len(ids), -1, dtype=np.int32)
         expanded = _expand_rle(d.get("version_rle"))
@@ -165,7 +167,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         template_hash=chat.template_hash(tok) if tok is not None else "", status=Status.COMPLETED,
         reason="imported from areal", reward=reward, turn_rewards=turn_rewards,
         returns=tuple(discounted_returns(turn_rewards, 1.0)), turns=turns, tokens=tokens, prompt_len=prompt_len,
-        segments=segments, source=source, created_at=time.time(),
+        segments=segments, source=Source.imported("areal", str(path), line=line, index=sample_idx, **details),
+        created_at=time.time(),
     )
 
 

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
-from ..records import Episode, Finding, Generation, Segment, Severity, Turn
+from ..records import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
 
-STATUS_FINISH = {"truncated": "length", "aborted": "abort"}
+STATUS_FINISH: dict[str, FinishReason] = {"truncated": "length", "aborted": "abort"}
 
 
 class UnsafeFileError(FormatError):

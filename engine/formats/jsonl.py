@@ -74,6 +74,8 @@ def parse_dict(d: dict[str, Any], where: str) -> Episode:
         raise FormatError(f"must be an integer between 0 and {n}", where, "prompt_len")
     try:
         return Episode.from_dict(d)
+    except FormatError as e:
+        raise e.at(where) from None
     except (KeyError, TypeError, ValueError) as e:
         field_name = e.args[0] if isinstance(e, KeyError) else ""
         raise FormatError(f"malformed record ({type(e).__name__}: {e})", where, str(field_name)) from None

@@ -28,7 +28,8 @@ from typing import IO, Any
 
 from .. import chat
 from ..errors import FormatError, RollscopeError
-from ..records import Episode, Finding, Generation, Message, Segment, Status, TokenArrays, ToolCall, Turn
+from ..provenance import Source
+from ..records import ROLES, Episode, Finding, Generation, Message, Segment, Status, TokenArrays, ToolCall, Turn
 from ..rewards import discounted_returns
 from ..toolcalls import parse as parse_tool_calls
 from .base import ImportContext, jsonable, read_jsonl_records, reward_value, stable_id, unstable_finding
@@ -73,6 +74,8 @@ def parse_messages(raw: Any, where: str) -> tuple[Message, ...]:
         field = f"messages[{k}]"
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise FormatError("must be an object with a 'role'", where, field)
+        if m["role"] not in ROLES:
+            raise FormatError(f"role must be one of {', '.join(ROLES)}, got {m['role']!r:.40}", where, f"{field}.role")
         calls = tuple(_tool_call(c, where, f"{field}.tool_calls[{j}]") for j, c in enumerate(m.get("tool_calls") or ()))
         names.update({c.id: c.name for c in calls if c.id})
         name = m.get("name") or (names.get(m.get("tool_call_id", "")) if m["role"] == "tool" else None)
@@ -127,7 +130,7 @@ def tokenize_conversation(
 
 def conversation_episode(
     *, fmt: str, eid: str, env: str, task_id: str, messages: tuple[Message, ...], tools: tuple[dict[str, Any], ...],
-    reward: float, status: Status, source: dict[str, Any], ctx: ImportContext, where: str, sample_index: int = 0,
+    reward: float, status: Status, source: Source, ctx: ImportContext, where: str, sample_index: int = 0,
 ) -> Episode:
     """An episode from a finished conversation, tokenized when the import has a tokenizer."""
     tok = ctx.tokenizer
@@ -175,9 +178,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         raise FormatError(f"unknown status {status_raw!r}", where, "status")
     prompt = [m.to_dict() for m in messages if m.role != "assistant"][:2]
     task = d.get("task_id", d.get("id"))
-    source: dict[str, Any] = {"kind": "messages", "file": str(path), "line": line, "index": line - 1}
-    if isinstance(d.get("reward"), dict):
-        source["reward"] = jsonable(d["reward"])
+    source = Source.imported("messages", str(path), line=line, index=line - 1,
+                             **({"reward": jsonable(d["reward"])} if isinstance(d.get("reward"), dict) else {}))
     return conversation_episode(
         fmt="messages", eid=stable_id("messages", line, d), env=str(d.get("env") or "messages"),
         task_id=str(task) if task is not None else "p-" + stable_id("prompt", prompt)[:10],
@@ -197,7 +199,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
 
 def to_openai(ep: Episode) -> list[dict[str, Any]]:
     """The episode's conversation as chat-completions messages, tool calls structured."""
-    parser = str(ep.config.get("tool_parser") or "hermes")
+    parser = ep.config.loop.tool_parser if ep.config.loop is not None else "hermes"
     out: list[dict[str, Any]] = []
     pending: list[str] = []  # ids of the last assistant's calls, answered in order by tool messages
     turn = 0

@@ -64,7 +64,7 @@ def _batch(eps: list[Episode]) -> Any:
     cols["n_turns"] = [e.n_turns for e in eps]
     cols["n_tokens"] = [e.n_tokens for e in eps]
     cols["n_trainable"] = [e.tokens.n_trainable for e in eps]
-    cols["source"] = [str(e.source.get("kind", "live")) for e in eps]
+    cols["source"] = [e.source.kind for e in eps]
     cols["tags"] = [list(e.tags) for e in eps]
     records = []
     for e in eps:
@@ -131,7 +131,10 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                 row += 1
                 try:
                     d = json.loads(rec)
-                    ep = Episode.from_dict(d).evolve(tokens=TokenArrays(*(_row_arrays(batch, k, i) for k in _TOKEN_KEYS)))
+                    ep = Episode.from_dict(d, tokens=TokenArrays(*(_row_arrays(batch, k, i) for k in _TOKEN_KEYS)))
+                except FormatError as e:
+                    ctx.skip(e.at(where))
+                    continue
                 except (TypeError, ValueError, KeyError, AttributeError) as e:
                     ctx.skip(FormatError(f"malformed record ({type(e).__name__}: {e})", where))
                     continue

@@ -61,6 +61,7 @@ import numpy as np
 
 from .. import chat
 from ..errors import FormatError, RollscopeError
+from ..provenance import Source
 from ..records import Episode, Message, Status, TokenArrays
 from ..rewards import discounted_returns
 from .base import (
@@ -320,19 +321,19 @@ def sample_to_episode(
     task = ours.get("task_id") or next((metadata[k] for k in TASK_KEYS if metadata.get(k) is not None), None)
     if task is None:
         task = group_index if group_index is not None else (label if isinstance(label, str) and label else index)
-    source: dict[str, Any] = {
-        "kind": "slime", "file": str(f), "rollout_id": jsonable(rollout_id), "index": index, "position": position,
-        "group_index": group_index, "label": label, "status": status, "response_length": rl,
-        "loss_mask_length": len(resp_mask), "metadata": jsonable(metadata),
+    details: dict[str, Any] = {
+        "rollout_id": jsonable(rollout_id), "position": position, "group_index": group_index, "label": label,
+        "status": status, "response_length": rl, "loss_mask_length": len(resp_mask), "metadata": jsonable(metadata),
     }
     if isinstance(s.get("reward"), dict):
-        source["reward"] = jsonable(s["reward"])
+        details["reward"] = jsonable(s["reward"])
     if s.get("weight_versions"):
-        source["weight_versions"] = jsonable(s["weight_versions"])
+        details["weight_versions"] = jsonable(s["weight_versions"])
     if ours.get("episode_id"):
-        source["original_id"] = ours["episode_id"]
+        details["original_id"] = ours["episode_id"]
     if train and index is not None and index in train:
-        source["train"] = train[index]
+        details["train"] = train[index]
+    source = Source.imported("slime", str(f), index=index, **details)
     turn_rewards = tuple(t.reward for t in turns)
     return Episode(
         id=stable_id("slime", jsonable(rollout_id), index if index is not None else f"#{position}", tokens=ids),
@@ -385,7 +386,7 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
             parts.append(t.generation.text)
         if t.index < ep.n_turns - 1:  # the last turn's observation is not in the token array
             parts.extend(m.content for m in t.observation)
-    src = ep.source if ep.source.get("kind") == "slime" else {}
+    src = ep.source.details if ep.source.kind == "slime" else {}
     metadata = dict(src.get("metadata") or {})
     resp_ver = ep.tokens.versions[start:]
     cuts = [0, *(np.flatnonzero(np.diff(resp_ver)) + 1).tolist(), len(resp_ver)]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError
+from ..provenance import Source
 from ..records import Episode, Message, Status
 from .base import ImportContext, jsonable, read_jsonl_records, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode
@@ -49,10 +50,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     elif isinstance(step, bool) or not isinstance(step, int):
         raise FormatError(f"must be an integer, got {step!r}", where, "step")
     extra = {k: jsonable(v) for k, v in d.items() if k not in ("input", "output", "gts", "score", "step")}
-    source: dict[str, Any] = {"kind": "verl", "file": str(path), "step": step, "index": line - 1,
-                              "gts": jsonable(d.get("gts")), "reward_extra": extra}
-    if ctx.tokenizer is not None:
-        source["tokens_reconstructed"] = True
+    source = Source.imported("verl", str(path), line=line, index=line - 1, step=step, gts=jsonable(d.get("gts")),
+                             reward_extra=extra, **({"tokens_reconstructed": True} if ctx.tokenizer is not None else {}))
     group = d.get("uid")
     task = str(group) if group is not None else "p-" + stable_id("prompt", d["input"])[:10]
     return conversation_episode(

@@ -78,7 +78,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     sample = slime_sample(math.tokens.ids.tolist(), math.n_tokens - p, prompt="",
                           loss_mask=math.tokens.loss_mask[p:].tolist(), reward=1.0)
     import_path(write_slime_dump(root / "dump.pt", [sample]), "slime", store)
-    imported = next(e for e in store.iter_episodes() if e.source.get("kind") == "slime")
+    imported = next(e for e in store.iter_episodes() if e.source.kind == "slime")
     prompts = {
         retail.id: [t.prompt_text for t in retail.turns],
         math.id: [decode(tok, math.tokens.ids[: t.prompt_len].tolist()) for t in math.turns],

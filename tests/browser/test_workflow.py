@@ -130,12 +130,12 @@ def test_launch_a_batch_see_it_finish_and_cancel_another(page: Any, app: Workflo
     first_run = page.locator("#rs-launch-progress .rs-job-head code").inner_text()
     store = Store(app.db)
     try:
-        configs = [store.get_episode(r.id).config for r in store.list_episodes(EpisodeFilter(run_id=first_run))]
+        configs = [store.get_episode(r.id).config.loop for r in store.list_episodes(EpisodeFilter(run_id=first_run))]
     finally:
         store.close()
     # The effective config is stored on each episode: the changed knobs and the preset's others.
-    assert len(configs) == 6 and all(c["max_turns"] == 1 and c["turn_discount"] == 0.5 for c in configs)
-    assert all(c["feedback_wrong"] == PRESETS["areal-math"].feedback_wrong for c in configs)
+    assert len(configs) == 6 and all(c.max_turns == 1 and c.turn_discount == 0.5 for c in configs)
+    assert all(c.feedback_wrong == PRESETS["areal-math"].feedback_wrong for c in configs)
     _fill(page, "rs-launch-settings", "")
 
     # A batch big enough to still be running when Cancel is pressed: retail
