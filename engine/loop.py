@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import chat, rewards, tokenmodes
+from . import chat, rewards, textsafe, tokenmodes
 from .actions import ENV_FAILURES, actions_for, conversation_observation, execute, parse_reply
 from .backends.base import Backend, GenerationRequest, SamplingParams
 from .envs.base import Env, StepResult
@@ -211,6 +211,7 @@ class Stepper:
         findings: list[Finding] = []
         seg_start = len(self._ctx.builder.segments)
         cfg = self.config
+        generation = _safe_generation(generation, t, findings)
 
         content = self.mode.content(self._ctx, generation)
         parsed = ParseResult((), None, content)
@@ -264,6 +265,7 @@ class Stepper:
                 timings["env_s"] = time.perf_counter() - t_env
 
             if result is not None:
+                result = _safe_result(result, t, findings)
                 observation = conversation_observation(cfg, result) if parsed.error is None else result.observation
                 info = result.info
                 if result.done and cfg.stop_on_done:
@@ -388,3 +390,33 @@ async def drive(stepper: Stepper) -> Episode:
             return stepper.backend_failed(e)
         await stepper.commit()
     return stepper.snapshot()
+
+
+def _replaced(where: str, n: int, turn: int) -> Finding:
+    return Finding("text_replaced", Severity.WARNING,
+                   f"the {where} held {n} character{'s' if n != 1 else ''} UTF-8 cannot hold (lone surrogates): "
+                   "replaced with U+FFFD", turn=turn, evidence={"where": where, "replaced": n})
+
+
+def _safe_generation(gen: Generation, turn: int, findings: list[Finding]) -> Generation:
+    """The generation with text nobody can store made safe; a finding says where."""
+    text, n = textsafe.clean(gen.text)
+    detail, m = textsafe.clean(gen.finish_detail)
+    if not n and not m:
+        return gen
+    findings.append(_replaced("generation", n + m, turn))
+    return dataclasses.replace(gen, text=text, finish_detail=detail)
+
+
+def _safe_result(result: StepResult, turn: int, findings: list[Finding]) -> StepResult:
+    """The env's answer with text nobody can store made safe; a finding says where."""
+    n = 0
+    msgs = []
+    for m in result.observation:
+        content, k = textsafe.clean(m.content)
+        n += k
+        msgs.append(dataclasses.replace(m, content=content) if k else m)
+    if not n:
+        return result
+    findings.append(_replaced("env's observation", n, turn))
+    return dataclasses.replace(result, observation=tuple(msgs))

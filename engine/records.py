@@ -37,7 +37,7 @@ FindingKind = Literal[
     "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
     "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
     "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
-    "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged",
+    "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged", "text_replaced",
 ]
 FINDING_KINDS: tuple[str, ...] = typing.get_args(FindingKind)
 Role = Literal["system", "user", "assistant", "tool"]

@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import textsafe
 from .backends.base import Backend, SamplingParams
 from .checks import CheckOptions, with_checks
 from .envs.base import Env
 from .loop import Stepper, drive, new_id
 from .presets import LoopConfig
-from .records import Episode, Status
+from .records import Episode, Finding, Severity, Status
 from .store import Store
 
 
@@ -113,7 +115,7 @@ async def run_batch(
             episode = with_checks(await _drive(stepper), CheckOptions(tokenizer=tokenizer))
             del started[stepper.episode.id]
             if store is not None:
-                store.finish_episode(episode)
+                episode = _store_or_fail(store, episode)
             done.append(episode)
             if bar is not None:
                 bar.update(1)
@@ -123,8 +125,10 @@ async def run_batch(
 
     tasks = [asyncio.create_task(one(t, s)) for t, s in jobs]
     cancelled = False
+    finished = False
     try:
         await asyncio.gather(*tasks)
+        finished = True
     except asyncio.CancelledError:
         cancelled = True
         for t in tasks:
@@ -139,11 +143,32 @@ async def run_batch(
         if bar is not None:
             bar.close()
         if store is not None:
-            store.finish_run(run_id, "cancelled" if cancelled else "finished")
+            # The run row tells the truth: a batch that stopped on an error did not finish.
+            store.finish_run(run_id, "cancelled" if cancelled else "finished" if finished else "failed")
     result = BatchResult(run_id, done, time.perf_counter() - t0, cancelled)
     if cancelled:
         raise asyncio.CancelledError
     return result
+
+
+def _store_or_fail(store: Store, episode: Episode) -> Episode:
+    """Store a finished episode; when that fails, store it ``failed`` with the reason and no more, and go on.
+
+    One episode the store cannot take (a bug in writing or indexing it) must not end the batch.
+    """
+    try:
+        store.finish_episode(episode)
+        return episode
+    except Exception as e:  # a bug in storing this one episode: record it, keep the batch going
+        reason = textsafe.clean_text(f"could not be stored: {type(e).__name__}: {e}")
+        stub = Episode(id=episode.id, env=episode.env, task_id=episode.task_id, run_id=episode.run_id,
+                       group_id=episode.group_id, sample_index=episode.sample_index, preset=episode.preset,
+                       config=episode.config, backend=episode.backend, tokenizer=episode.tokenizer,
+                       status=Status.FAILED, reason=reason, created_at=episode.created_at,
+                       findings=(Finding("internal_error", Severity.ERROR, reason,
+                                         evidence={"traceback": traceback.format_exc()}),))
+        store.finish_episode(stub)
+        return stub
 
 
 async def _drive(stepper: Stepper) -> Episode:

@@ -25,6 +25,7 @@ from typing import Any
 
 import sqlite_utils
 
+from . import textsafe
 from .diagnosis import diagnosis_parts, linked
 from .errors import ConfigError, FormatError, StoreError
 
@@ -381,6 +382,7 @@ class Store(BrowseQueries):
             self.db.execute("UPDATE episodes SET starred = ? WHERE id = ?", [int(starred), episode_id])
 
     def set_note(self, episode_id: str, note: str) -> None:
+        note = textsafe.clean_text(note)  # a person's text, pasted from anywhere
         self._require(episode_id)
         with self._lock, self.db.conn:
             self.db.execute("UPDATE episodes SET note = ? WHERE id = ?", [note, episode_id])

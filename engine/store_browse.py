@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlite_utils
 
+from . import textsafe
 from .records import Episode, Turn
 
 
@@ -252,7 +253,8 @@ class BrowseQueries:
         for part, texts in search_texts(ep, turn):
             if turn is not None:
                 conn.execute("DELETE FROM search_refs WHERE episode_id = ? AND part = ?", [ep.id, part])
-            ids = {self._text_id(x) for x in texts if x and x.strip()}
+            # Text that reached the store unmade-safe (an import, an old record) is indexed as U+FFFD, not refused.
+            ids = {self._text_id(textsafe.clean_text(x)) for x in texts if x and x.strip()}
             conn.executemany(
                 "INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)",
                 [(ep.id, part, i) for i in ids],
