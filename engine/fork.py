@@ -317,13 +317,6 @@ def start(
     return HandStepper(stepper, tokenizer, human)
 
 
-def tokenizer_spec(ep: Episode) -> str | None:
-    """The ``load_tokenizer`` spec an episode was made with (None: the embedded one)."""
-    from . import tokenizers
-
-    return tokenizers.spec_of(ep)
-
-
 def user_played_by(parent: Episode) -> str | None:
     """Who played the parent's user when it was not the env's scripted user: ``llm`` or ``human``."""
     user = parent.config.user
@@ -451,5 +444,5 @@ def _compare_turn(stored: Turn, now: Turn) -> list[TurnVerdict]:
 
 __all__ = [
     "ActionPreview", "ForkReport", "HandStepper", "HumanUser", "STOP", "USER_MODES", "can_play_user", "fork",
-    "parent_env", "play_user", "preview_action", "start", "tokenizer_spec", "user_played_by",
+    "parent_env", "play_user", "preview_action", "start", "user_played_by",
 ]

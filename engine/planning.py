@@ -5,8 +5,9 @@ None for an empty box) and get back checked engine values, or a
 ``ConfigError`` whose sentence says what to fix. The rules live here once:
 the default preset of an env, the bounds of the sampling parameters, which
 tokenizer a policy uses, who plays the user, how a fork continues its
-parent. Nothing slow happens while planning; ``open()`` does the slow part
-(the tokenizer, a local model).
+parent. Planning a run is quick (except for a user played by a model,
+whose model loads then); ``BackendSettings.open()`` does the slow part
+(the tokenizer, a local policy model).
 """
 
 from __future__ import annotations

@@ -189,13 +189,16 @@ class BackendInfo:
             timeout=float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None,
             retries=retries if isinstance(retries, int) else None,
             weight_version=wv if isinstance(wv, (int, str)) else None,
-            settings={k: v for k, v in described.items()
-                      if k not in (*keys, "name", "model", "timeout", "retries", "weight_version")})
+            settings={k: v for k, v in described.items() if k not in BACKEND_FIELDS})
 
     @property
     def label(self) -> str:
         """The model, or the backend's name when it has no model."""
         return self.model or self.name
+
+
+BACKEND_FIELDS = frozenset(f.name for f in fields(BackendInfo)) - {"settings"}
+"""The keys of a backend's ``describe()`` that are typed fields; the rest are its settings."""
 
 
 @dataclass(frozen=True)
@@ -236,5 +239,3 @@ class Source:
                  **details: Any) -> Source:
         return cls(kind=kind, file=file, line=line, index=index, details=details)
 
-
-LIVE = Source()

@@ -535,8 +535,7 @@ class Episode:
             from .upgrade import upgrade
 
             f = Fields(upgrade(d, SCHEMA_VERSION))
-        backend = f.sub_or_none("backend")
-        return cls(
+        return cls(  # fields read in record order, so the first bad one is the one named
             id=f.text("id"),
             env=f.text("env"),
             task_id=f.text("task_id"),
@@ -545,7 +544,7 @@ class Episode:
             sample_index=f.integer("sample_index"),
             preset=f.text("preset"),
             config=RunConfig.from_fields(f.sub("config")),
-            backend=None if backend is None else BackendInfo.from_fields(backend),
+            backend=_backend(f.sub_or_none("backend")),
             tokenizer=f.text("tokenizer"),
             template_hash=f.text("template_hash"),
             status=Status(f.choice("status", [s.value for s in Status])),
@@ -569,6 +568,10 @@ class Episode:
             created_at=f.number("created_at"),
             schema_version=SCHEMA_VERSION,
         )
+
+
+def _backend(f: Fields | None) -> BackendInfo | None:
+    return None if f is None else BackendInfo.from_fields(f)
 
 
 def _int_array(f: Fields, key: str, low: int, high: int, what: str) -> np.ndarray:

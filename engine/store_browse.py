@@ -238,7 +238,12 @@ class BrowseQueries:
                 self._write_search(ep)
 
     def _text_id(self, text: str) -> int:
-        digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError:  # text that reached the store unmade-safe (an import, an old record)
+            text = textsafe.clean_text(text)
+            raw = text.encode("utf-8")
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
         row = self.db.conn.execute("SELECT id FROM search_texts WHERE hash = ?", [digest]).fetchone()
         if row is not None:
             return int(row[0])
@@ -253,8 +258,7 @@ class BrowseQueries:
         for part, texts in search_texts(ep, turn):
             if turn is not None:
                 conn.execute("DELETE FROM search_refs WHERE episode_id = ? AND part = ?", [ep.id, part])
-            # Text that reached the store unmade-safe (an import, an old record) is indexed as U+FFFD, not refused.
-            ids = {self._text_id(textsafe.clean_text(x)) for x in texts if x and x.strip()}
+            ids = {self._text_id(x) for x in texts if x and x.strip()}
             conn.executemany(
                 "INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)",
                 [(ep.id, part, i) for i in ids],

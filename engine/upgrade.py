@@ -50,7 +50,6 @@ def _v1_finding(f: dict[str, Any]) -> Any:
                               "id": "", "caused_by": None})
 
 
-_BACKEND_KEYS = ("name", "model", "model_spec", "url", "mode", "tokenizer", "timeout", "retries", "weight_version")
 _SOURCE_KEYS = ("kind", "file", "line", "index")
 
 
@@ -76,13 +75,15 @@ def _v2_config(c: Any) -> Any:
 
 
 def _v2_backend(b: Any) -> Any:
+    from .provenance import BACKEND_FIELDS
+
     if not isinstance(b, dict):
         return b
     if not b:
         return None
-    out: dict[str, Any] = {k: b.get(k) for k in _BACKEND_KEYS}
+    out: dict[str, Any] = {k: b.get(k) for k in sorted(BACKEND_FIELDS)}
     out["model"] = b.get("model") or ""
-    out["settings"] = {k: v for k, v in b.items() if k not in _BACKEND_KEYS}
+    out["settings"] = {k: v for k, v in b.items() if k not in BACKEND_FIELDS}
     return out
 
 
