@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import html
 import os
+import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ import gradio as gr  # noqa: E402
 
 from engine import Store, tokenizers  # noqa: E402
 
-from . import workflow  # noqa: E402
+from . import server, workflow  # noqa: E402
 from .tabs import browse as browse_tab  # noqa: E402
 from .tabs import compare as compare_tab  # noqa: E402
 from .tabs import episode as episode_tab  # noqa: E402
@@ -40,14 +42,17 @@ def _css() -> str:
         return ""  # unstyled beats not starting
 
 
-def _title_bar(db_path: str) -> str:
+def _title_bar(db_path: str, read_only: bool = False) -> str:
     # The stylesheet rides in the title bar rather than launch(css=...), so
     # any caller of build_app(...).launch() gets the same look.
     return (
         f"<style>{_css()}</style>"
         '<div class="rs-titlebar"><h1>Rollscope</h1>'
         '<span class="rs-sub">a debugger for multi-turn RL rollouts</span>'
-        f'<span class="rs-sub">database <code>{html.escape(db_path)}</code></span></div>'
+        f'<span class="rs-sub">database <code>{html.escape(db_path)}</code></span>'
+        + ('<span class="rs-sub rs-readonly" title="no write permission on the file or its folder: episodes can '
+           'be read and exported, not run, imported, starred or noted">read-only</span>' if read_only else "")
+        + "</div>"
     )
 
 
@@ -55,7 +60,7 @@ def build_app(db_path: str) -> gr.Blocks:
     """The dashboard over the Rollscope database at ``db_path`` (created if missing)."""
     store = Store(db_path)
     with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
-        gr.HTML(_title_bar(str(db_path)), elem_id="rs-titlebar", apply_default_css=False, js_on_load=None)
+        gr.HTML(_title_bar(str(db_path), store.read_only), elem_id="rs-titlebar", apply_default_css=False, js_on_load=None)
         gr.HTML(workflow.stylesheet(), elem_id="rs-workflow-style", apply_default_css=False, js_on_load=None)
         with gr.Tabs(selected="browse", elem_id="rs-tabs") as tabs:
             with gr.Tab("Browse", id="browse", elem_id="rs-tab-browse"):
@@ -125,7 +130,26 @@ def _warm_tokenizer() -> None:
 
 
 def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None) -> None:
-    """Serve the dashboard over ``db`` until interrupted; ``auth`` (user, password) guards every page."""
-    demo = build_app(db)
-    threading.Thread(target=_warm_tokenizer, name="rollscope-warm-tokenizer", daemon=True).start()
-    demo.launch(server_name=host, server_port=port, show_error=True, auth=auth)
+    """Serve the dashboard over ``db`` until interrupted (Ctrl-C or SIGTERM).
+
+    ``auth`` (user, password) guards every page, with failed logins throttled (``server.LoginGuard``).
+    ``host`` may be an IPv4 or IPv6 address or a name. Every file the server writes (exports for
+    download, Gradio's cache) lives in a folder only this user can enter, removed when the server stops.
+    """
+    import uvicorn
+    from fastapi import FastAPI
+
+    with server.private_files():
+        demo = build_app(db)
+        guard = server.LoginGuard(*auth).auth() if auth else None
+        app = gr.mount_gradio_app(FastAPI(), demo, path="", auth=guard)
+        threading.Thread(target=_warm_tokenizer, name="rollscope-warm-tokenizer", daemon=True).start()
+        print(f"Rollscope dashboard: http://{server.url_host(host)}:{port}/ (database {db}); Ctrl-C stops it",
+              flush=True)
+        # uvicorn restores the handlers it found and raises the signal again once it has shut down:
+        # a SIGTERM then ends the process through this block, so the folder goes too.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        try:
+            uvicorn.run(app, host=host.strip().strip("[]"), port=port, log_level="warning")
+        except KeyboardInterrupt:
+            pass

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from . import jsonbounds
 from .errors import ConfigError, RollscopeError, StoreError
 from .records import Finding
 
@@ -294,6 +295,9 @@ def cmd_check(a: argparse.Namespace) -> int:
     report = None
     if _is_sqlite(src):
         store = _open_store(str(src), must_exist=True)
+        if store.read_only and not a.no_store:
+            raise StoreError(f"{src} is read-only (no write permission), so findings cannot be saved in it: "
+                             "add --no-store to check without saving")
         ids = [store.resolve_id(e) for e in a.episode]
         flt = EpisodeFilter.from_where(a.where)
         if ids:
@@ -499,10 +503,10 @@ def cmd_schema(a: argparse.Namespace) -> int:
             continue
         n += 1
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
+            record = jsonbounds.loads(line, limit=None)
+        except ValueError as e:
             bad += 1
-            print(f"{path}:{lineno}: not valid JSON ({e.msg})")
+            print(f"{path}:{lineno}: not valid JSON ({jsonbounds.describe(e)})")
             continue
         if isinstance(record, dict) and record.get("schema_version") in READABLE_VERSIONS \
                 and record["schema_version"] < SCHEMA_VERSION:

@@ -47,7 +47,15 @@ class TemplateError(RollscopeError):
 
 
 class BackendError(RollscopeError):
-    pass
+    """A backend could not answer; the loop ends the episode ``aborted`` with a finding of kind ``kind``."""
+
+    kind = "backend_error"
+
+
+class InvalidAnswer(BackendError):
+    """A server answered, but outside its contract: token ids past the vocabulary, more tokens than asked for."""
+
+    kind = "server_answer_invalid"
 
 
 class EnvError(RollscopeError):

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import time
 import traceback
+import typing
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from .records import (
     Action,
     Episode,
     Finding,
+    FindingKind,
     Generation,
     Message,
     Segment,
@@ -173,8 +175,10 @@ class Stepper:
 
     def backend_failed(self, error: BackendError) -> Episode:
         """End the episode because the backend could not answer."""
-        self.findings.append(Finding("backend_error", Severity.ERROR, str(error), turn=len(self.turns)))
-        return self._end(Status.ABORTED, f"backend error: {error}")
+        kind = typing.cast(FindingKind, error.kind)
+        message = textsafe.clean_text(str(error))  # a server's error page may hold anything
+        self.findings.append(Finding(kind, Severity.ERROR, message, turn=len(self.turns)))
+        return self._end(Status.ABORTED, f"backend error: {message}")
 
     def edited(self, text: str) -> Generation:
         """A generation written or edited by a person: re-encoded, no logprobs."""
@@ -288,6 +292,7 @@ class Stepper:
                 self._ctx.messages.extend(observation)
 
         timings["total_s"] = timings["generate_s"] + timings.get("env_s", 0.0)
+        calls, action, info = _safe_calls(calls, action, dict(result.info) if result else {}, t, findings)
         turn = Turn(
             index=t,
             prompt_text=prompt_text,
@@ -299,10 +304,10 @@ class Stepper:
             observation=observation,
             reward=result.reward if result else 0.0,
             done=result.done if result else False,
-            info=dict(result.info) if result else {},
+            info=info,
             segments=tuple(self._ctx.builder.segments[seg_start:]),
             timings=timings,
-            findings=tuple(findings),
+            findings=tuple(_safe_finding(f) for f in findings),
         )
         self.turns.append(turn)
         if end is not None:
@@ -315,14 +320,14 @@ class Stepper:
 
     def _end(self, status: Status, reason: str) -> Episode:
         self.status = status
-        self.reason = reason
+        self.reason = textsafe.clean_text(reason)
         return self.snapshot()
 
     def fail(self, error: BaseException) -> Episode:
         """End the episode as ``failed`` because of a bug (ours or the env's), keeping the traceback."""
-        self.findings.append(Finding("internal_error", Severity.ERROR, f"{type(error).__name__}: {error}",
-                                     turn=len(self.turns),
-                                     evidence={"traceback": "".join(traceback.format_exception(error))}))
+        self.findings.append(_safe_finding(Finding(
+            "internal_error", Severity.ERROR, f"{type(error).__name__}: {error}", turn=len(self.turns),
+            evidence={"traceback": "".join(traceback.format_exception(error))})))
         return self._end(Status.FAILED, f"{type(error).__name__}: {error}")
 
     def interrupt(self, reason: str) -> Episode:
@@ -400,12 +405,41 @@ def _replaced(where: str, n: int, turn: int) -> Finding:
 
 def _safe_generation(gen: Generation, turn: int, findings: list[Finding]) -> Generation:
     """The generation with text nobody can store made safe; a finding says where."""
-    text, n = textsafe.clean(gen.text)
-    detail, m = textsafe.clean(gen.finish_detail)
-    if not n and not m:
+    (text, detail, model), n = textsafe.clean_value([gen.text, gen.finish_detail, gen.model])
+    if not n:
         return gen
-    findings.append(_replaced("generation", n + m, turn))
-    return dataclasses.replace(gen, text=text, finish_detail=detail)
+    findings.append(_replaced("generation", n, turn))
+    return dataclasses.replace(gen, text=text, finish_detail=detail, model=model)
+
+
+def _safe_finding(f: Finding) -> Finding:
+    """A finding whose message or evidence quotes outside text (an env's exception) made safe to store."""
+    (message, evidence), n = textsafe.clean_value([f.message, f.evidence])
+    return dataclasses.replace(f, message=message, evidence=evidence) if n else f
+
+
+def _safe_calls(calls: tuple[ToolCall, ...], action: Action | None, info: dict[str, Any], turn: int,
+                findings: list[Finding]) -> tuple[tuple[ToolCall, ...], Action | None, dict[str, Any]]:
+    """The parsed calls, the action and the env's info as the record keeps them: the env got them as they
+    were, but a model can write ``"\\ud800"`` inside its JSON, which parses to text nobody can store."""
+    n = 0
+    out = []
+    for c in calls:
+        (name, args), k = textsafe.clean_value([c.name, c.arguments])
+        n += k
+        out.append(dataclasses.replace(c, name=name, arguments=args) if k else c)
+    if action is not None:
+        (name, args), k = textsafe.clean_value([action.name, action.arguments])
+        text, m = textsafe.clean(action.text)
+        n += m + (0 if calls else k)  # an action made from a call is counted with the call
+        if k or m:
+            action = dataclasses.replace(action, name=name, arguments=args, text=text)
+    if n:
+        findings.append(_replaced("tool call", n, turn))
+    info, k = textsafe.clean_value(info)
+    if k:
+        findings.append(_replaced("env's info", k, turn))
+    return tuple(out), action, info
 
 
 def _safe_result(result: StepResult, turn: int, findings: list[Finding]) -> StepResult:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from .errors import ConfigError, FormatError
 from .presets import LoopConfig
 from .reading import Fields
+from .textsafe import json_safe
 
 SourceKind = Literal["live", "messages", "slime", "areal", "verl"]
 SOURCE_KINDS: tuple[str, ...] = typing.get_args(SourceKind)
@@ -61,7 +62,7 @@ class EnvInfo:
     """What else the env said of itself (its problem source, its data seed)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "user": self.user, "n_tasks": self.n_tasks, "details": self.details}
+        return {"name": self.name, "user": self.user, "n_tasks": self.n_tasks, "details": json_safe(self.details)}
 
     @classmethod
     def from_fields(cls, f: Fields) -> EnvInfo:
@@ -166,7 +167,7 @@ class BackendInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.model, "model_spec": self.model_spec, "url": self.url,
                 "mode": self.mode, "tokenizer": self.tokenizer, "timeout": self.timeout, "retries": self.retries,
-                "weight_version": self.weight_version, "settings": self.settings}
+                "weight_version": self.weight_version, "settings": json_safe(self.settings)}
 
     @classmethod
     def from_fields(cls, f: Fields) -> BackendInfo:
@@ -226,7 +227,7 @@ class Source:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "file": self.file, "line": self.line, "index": self.index,
-                "by_hand": self.by_hand, "user_by_hand": self.user_by_hand, "details": self.details}
+                "by_hand": self.by_hand, "user_by_hand": self.user_by_hand, "details": json_safe(self.details)}
 
     @classmethod
     def from_fields(cls, f: Fields) -> Source:

@@ -13,6 +13,8 @@ from collections.abc import Collection
 from typing import Any
 
 from .errors import FormatError
+from .jsonbounds import depth_over, too_deep
+from .textsafe import from_json_safe
 
 
 def _type_name(v: Any) -> str:
@@ -78,7 +80,11 @@ class Fields:
         return bool(self._typed(key, False, lambda v: isinstance(v, bool), "true or false"))
 
     def obj(self, key: str) -> dict[str, Any]:
-        return dict(self._typed(key, False, lambda v: isinstance(v, dict), "an object"))
+        """A free-form object; numbers stored as ``$nonfinite`` (see ``textsafe.json_safe``) read back as floats."""
+        value = self._typed(key, False, lambda v: isinstance(v, dict), "an object")
+        if depth_over(value):
+            raise self.fail(key, too_deep())
+        return dict(from_json_safe(value))
 
     def items(self, key: str) -> list[Any]:
         return list(self._typed(key, False, lambda v: isinstance(v, list), "a list"))

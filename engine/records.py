@@ -22,6 +22,7 @@ import numpy as np
 from .errors import FormatError
 from .provenance import BackendInfo, RunConfig, Source
 from .reading import Fields
+from .textsafe import json_safe
 from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; imported from here too
 
 # 2: findings carry id and caused_by; 3: typed config, backend and source, every field required
@@ -38,6 +39,7 @@ FindingKind = Literal[
     "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
     "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
     "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged", "text_replaced",
+    "server_answer_invalid",
 ]
 FINDING_KINDS: tuple[str, ...] = typing.get_args(FindingKind)
 Role = Literal["system", "user", "assistant", "tool"]
@@ -77,7 +79,7 @@ class ToolCall:
     """The call id an OpenAI-style API gave it, if any."""
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "arguments": self.arguments}
+        d: dict[str, Any] = {"name": self.name, "arguments": json_safe(self.arguments)}
         if self.id is not None:
             d["id"] = self.id
         return d
@@ -157,7 +159,7 @@ class Action:
         return self.name == RESPOND
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "arguments": self.arguments, "text": self.text}
+        return {"name": self.name, "arguments": json_safe(self.arguments), "text": self.text}
 
     @classmethod
     def from_fields(cls, f: Fields) -> Action:
@@ -309,7 +311,7 @@ class Finding:
             "token_start": self.token_start,
             "token_end": self.token_end,
             "caused_by": self.caused_by,
-            "evidence": self.evidence,
+            "evidence": json_safe(self.evidence),
         }
 
     @classmethod
@@ -376,7 +378,7 @@ class Turn:
             "observation": [m.to_dict() for m in self.observation],
             "reward": self.reward,
             "done": self.done,
-            "info": self.info,
+            "info": json_safe(self.info),
             "segments": [s.to_dict() for s in self.segments],
             "timings": self.timings,
             "findings": [f.to_dict() for f in self.findings],

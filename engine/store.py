@@ -35,7 +35,7 @@ from .queries import EpisodeFilter as EpisodeFilter
 from .queries import EpisodeSummary as EpisodeSummary
 from .records import Episode, Finding, Severity, Status, TokenArrays, Turn
 from .store_browse import Bins as Bins
-from .store_browse import BrowseQueries
+from .store_browse import BrowseQueries, connect_read_only
 from .store_browse import BrowseStats as BrowseStats
 from .store_browse import RewardStats as RewardStats
 
@@ -48,6 +48,32 @@ _COLUMN_FIELDS = {
 }
 
 
+class _Writing:
+    """``with self._lock, self.db.conn`` as one context manager."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store._lock.acquire()
+        try:
+            self.store.db.conn.__enter__()
+        except BaseException:
+            self.store._lock.release()
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.store.db.conn.__exit__(*exc)
+        finally:
+            self.store._lock.release()
+
+
+def _gone(pid: int | None) -> bool:
+    """Whether the process that wrote a ``running`` row is gone (None: unknown, so gone)."""
+    return pid is None or (pid != os.getpid() and not _pid_alive(int(pid)))
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -58,17 +84,39 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class Store(BrowseQueries):
-    """A Rollscope database file. Safe to share between threads."""
+def _can_write(path: Path) -> bool:
+    """Whether this process may change the file and create its WAL companions next to it."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+
+class Store(BrowseQueries):
+    """A Rollscope database file. Safe to share between threads.
+
+    ``read_only``: None (the default) opens the file for writing when this process may, and read-only
+    when it may not (a file or folder without write permission); True never writes. A read-only store
+    reads everything and refuses every change with a StoreError that says why. It cannot upgrade an
+    older database, so it refuses one.
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = True, read_only: bool | None = None) -> None:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StoreError(f"database {self.path} does not exist")
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a directory, not a database file")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if read_only is None:
+            read_only = self.path.exists() and not _can_write(self.path)
+        self.read_only = read_only
         self._lock = threading.RLock()
+        if read_only:
+            if not self.path.exists():
+                raise StoreError(f"database {self.path} does not exist")
+            self._open_read_only()
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the folder for {self.path}: {e.strerror or e}") from None
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -78,6 +126,29 @@ class Store(BrowseQueries):
         except sqlite3.DatabaseError as e:
             raise StoreError(f"cannot open {self.path} as a Rollscope database: {e}") from e
         self.recover_interrupted()
+
+    def _open_read_only(self) -> None:
+        try:
+            conn = connect_read_only(self.path)
+            self.db = sqlite_utils.Database(conn)
+            names = set(self.db.table_names())
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'db_schema'").fetchone() \
+                if "meta" in names else None
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot open {self.path} as a Rollscope database: {e}") from e
+        if row is None:
+            raise StoreError(f"{self.path} is not a Rollscope database")
+        if int(row[0]) != DB_SCHEMA:
+            raise StoreError(
+                f"{self.path} has database schema {row[0]} and this Rollscope reads {DB_SCHEMA}; it cannot be "
+                "upgraded because it is read-only: copy it somewhere writable, or open it once with write access"
+            )
+
+    def _writing(self, what: str) -> Any:
+        """The lock and a transaction for a change; a StoreError when the store is read-only."""
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only (no write permission): cannot {what}")
+        return _Writing(self)
 
     # -- schema ----------------------------------------------------------
 
@@ -98,7 +169,7 @@ class Store(BrowseQueries):
                 db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
                 db.table("meta").upsert({"key": "db_schema", "value": str(DB_SCHEMA)}, pk="key")
                 db.table("runs").create(
-                    {"id": str, "created_at": float, "config": str, "status": str, "n_episodes": int},
+                    {"id": str, "created_at": float, "config": str, "status": str, "n_episodes": int, "pid": int},
                     pk="id",
                     if_not_exists=True,
                 )
@@ -148,6 +219,8 @@ class Store(BrowseQueries):
                 ):
                     db.table(table).create_index(cols, if_not_exists=True)
                 self._migrate_diagnosis_columns()
+                if "pid" not in {c.name for c in db.table("runs").columns}:
+                    db.execute("ALTER TABLE runs ADD COLUMN pid INTEGER")  # which process runs it, while it runs
                 created = self._migrate_search()
                 self._migrate_index()
             # Outside that transaction (the index's statistics commit inside it): a flag written with the
@@ -191,17 +264,24 @@ class Store(BrowseQueries):
             self.db.execute("UPDATE episodes SET diagnosis = ?, root_kinds = ? WHERE id = ?", [diag, kinds, eid])
 
     def recover_interrupted(self) -> int:
-        """Mark episodes whose writing process is gone as ``interrupted``."""
+        """Mark episodes and runs whose writing process is gone (killed, crashed) as ``interrupted``."""
         with self._lock:
             rows = self.db.execute("SELECT id, pid FROM episodes WHERE status = 'running'").fetchall()
-            dead = [r[0] for r in rows if r[1] is None or (r[1] != os.getpid() and not _pid_alive(int(r[1])))]
-            if dead:
+            dead = [r[0] for r in rows if _gone(r[1])]
+            runs = self.db.execute("SELECT id, pid FROM runs WHERE status = 'running'").fetchall()
+            # A run row from before runs had a pid is over once none of its episodes runs.
+            dead_runs = [r[0] for r in runs if _gone(r[1]) and (r[1] is not None or not self.db.execute(
+                "SELECT 1 FROM episodes WHERE run_id = ? AND status = 'running' AND id NOT IN "
+                f"({', '.join('?' * len(dead))}) LIMIT 1", [r[0], *dead]).fetchone())]
+            if dead or dead_runs:
                 with self.db.conn:
                     for eid in dead:
                         self.db.execute(
                             "UPDATE episodes SET status = 'interrupted', reason = 'the process running it ended' WHERE id = ?",
                             [eid],
                         )
+                    for rid in dead_runs:
+                        self.db.execute("UPDATE runs SET status = 'interrupted', pid = NULL WHERE id = ?", [rid])
             return len(dead)
 
     def close(self) -> None:
@@ -212,15 +292,16 @@ class Store(BrowseQueries):
     # -- writing ---------------------------------------------------------
 
     def save_run(self, run_id: str, config: dict[str, Any], status: str = "running", n_episodes: int = 0) -> None:
-        with self._lock, self.db.conn:
+        with self._writing("save a run"):
             self.db.table("runs").upsert(
-                {"id": run_id, "created_at": time.time(), "config": json.dumps(config), "status": status, "n_episodes": n_episodes},
+                {"id": run_id, "created_at": time.time(), "config": json.dumps(config), "status": status,
+                 "n_episodes": n_episodes, "pid": os.getpid() if status == "running" else None},
                 pk="id",
             )
 
     def finish_run(self, run_id: str, status: str) -> None:
-        with self._lock, self.db.conn:
-            self.db.execute("UPDATE runs SET status = ? WHERE id = ?", [status, run_id])
+        with self._writing("mark a run finished"):
+            self.db.execute("UPDATE runs SET status = ?, pid = NULL WHERE id = ?", [status, run_id])
 
     def _episode_row(self, ep: Episode) -> dict[str, Any]:
         d = ep.to_dict(include_tokens=False)
@@ -312,7 +393,7 @@ class Store(BrowseQueries):
         Tags, star and note are left as they are: a person may set them
         while the episode runs.
         """
-        with self._lock, self.db.conn:
+        with self._writing("save a turn"):
             self._upsert("episodes", self._episode_row(ep), ("id",), keep=("starred", "note"))
             self._write_turn(ep.id, turn)
             self._write_tokens(ep)
@@ -321,7 +402,7 @@ class Store(BrowseQueries):
 
     def finish_episode(self, ep: Episode) -> None:
         """Commit an episode's final state after its turns were saved one by one."""
-        with self._lock, self.db.conn:
+        with self._writing("save an episode"):
             self._upsert("episodes", self._episode_row(ep), ("id",), keep=("starred", "note"))
             self._write_tokens(ep)
             self._write_findings(ep)
@@ -329,7 +410,7 @@ class Store(BrowseQueries):
 
     def save_episode(self, ep: Episode) -> None:
         """Write a whole episode (new, finished or imported), replacing any old copy."""
-        with self._lock, self.db.conn:
+        with self._writing("save an episode"):
             self._save_whole(ep)
 
     def save_episodes(self, episodes: Iterable[Episode], batch: int = 500) -> int:
@@ -344,7 +425,7 @@ class Store(BrowseQueries):
         return n + (self._save_chunk(chunk) if chunk else 0)
 
     def _save_chunk(self, chunk: list[Episode]) -> int:
-        with self._lock, self.db.conn:
+        with self._writing("save episodes"):
             for ep in chunk:
                 self._save_whole(ep)
         return len(chunk)
@@ -364,27 +445,27 @@ class Store(BrowseQueries):
             )
 
     def set_status(self, ids: Sequence[str], status: Status, reason: str) -> None:
-        with self._lock, self.db.conn:
+        with self._writing("change episode statuses"):
             for eid in ids:
                 self.db.execute("UPDATE episodes SET status = ?, reason = ?, pid = NULL WHERE id = ?", [status.value, reason, eid])
 
     def set_tags(self, episode_id: str, tags: Sequence[str]) -> None:
         self._require(episode_id)
         clean = sorted({t.strip() for t in tags if t.strip()})
-        with self._lock, self.db.conn:
+        with self._writing("change tags"):
             self.db.execute("DELETE FROM tags WHERE episode_id = ?", [episode_id])
             if clean:
                 self.db.table("tags").insert_all([{"episode_id": episode_id, "tag": t} for t in clean], ignore=True)
 
     def set_starred(self, episode_id: str, starred: bool) -> None:
         self._require(episode_id)
-        with self._lock, self.db.conn:
+        with self._writing("star an episode"):
             self.db.execute("UPDATE episodes SET starred = ? WHERE id = ?", [int(starred), episode_id])
 
     def set_note(self, episode_id: str, note: str) -> None:
         note = textsafe.clean_text(note)  # a person's text, pasted from anywhere
         self._require(episode_id)
-        with self._lock, self.db.conn:
+        with self._writing("save a note"):
             self.db.execute("UPDATE episodes SET note = ? WHERE id = ?", [note, episode_id])
 
     # -- reading ---------------------------------------------------------
@@ -497,7 +578,7 @@ class Store(BrowseQueries):
 
         self._require(result.episode_id)
         rid = uuid.uuid4().hex[:16]
-        with self._lock, self.db.conn:
+        with self._writing("save a replay"):
             self.db.conn.execute(
                 "INSERT INTO replays (id, episode_id, created_at, kind, reproduced, data) VALUES (?, ?, ?, ?, ?, ?)",
                 [rid, result.episode_id, result.created_at, result.kind, int(result.reproduced),

@@ -128,12 +128,34 @@ INDEX_COLUMNS = (
 )
 
 
+def _uri(path: Path, immutable: bool) -> str:
+    from urllib.parse import quote
+
+    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that never writes. A WAL database whose folder cannot take the ``-shm`` file opens as
+    immutable (nothing else can be writing a file nobody may write)."""
+    for immutable in (False, True):
+        conn = sqlite3.connect(_uri(path, immutable), uri=True, check_same_thread=False, timeout=30)
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            if immutable:
+                raise
+    raise AssertionError("unreachable")
+
+
 class BrowseQueries:
     """Search-index upkeep and Browse's aggregate queries, mixed into ``Store``."""
 
     db: sqlite_utils.Database
     path: Path
     _lock: threading.RLock
+    read_only: bool = False
     _read_conn: sqlite3.Connection | None = None
     _read_lock: threading.Lock
     _analyzed_rows: int = 0
@@ -274,7 +296,10 @@ class BrowseQueries:
         """
         with self._lock:
             if getattr(self, "_read_conn", None) is None:
-                conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+                if self.read_only:
+                    conn = connect_read_only(self.path)
+                else:
+                    conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
                 conn.execute("PRAGMA temp_store=MEMORY")
                 self._read_conn = conn
                 self._read_lock = threading.Lock()

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import jsonbounds
 from .records import ToolCall
 
 _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
@@ -31,6 +32,10 @@ class ParseResult:
     dropped: tuple[str, ...] = ()  # calls the parser dropped without an error, and why
 
 
+def _msg(e: ValueError) -> str:
+    return f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+
+
 def _call_from_obj(obj: object, where: str) -> ToolCall:
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -40,9 +45,9 @@ def _call_from_obj(obj: object, where: str) -> ToolCall:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: \"arguments\" is a string that is not JSON ({e.msg})") from e
+            args = jsonbounds.loads(args)
+        except ValueError as e:
+            raise ValueError(f"{where}: \"arguments\" is a string that is not JSON ({_msg(e)})") from e
     if not isinstance(args, dict):
         raise ValueError(f"{where}: \"arguments\" must be an object")
     return ToolCall(name=name, arguments=args)
@@ -57,9 +62,9 @@ def parse_hermes(text: str) -> ParseResult:
             return ParseResult((), f"{where}: <tool_call> is never closed", content)
         body = m.group(1).strip()
         try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as e:
-            return ParseResult((), f"{where}: invalid JSON ({e.msg} at column {e.colno})", content)
+            obj = jsonbounds.loads(body)
+        except ValueError as e:
+            return ParseResult((), f"{where}: invalid JSON ({_msg(e)})", content)
         try:
             calls.append(_call_from_obj(obj, where))
         except ValueError as e:
@@ -74,9 +79,9 @@ def parse_llama3(text: str) -> ParseResult:
     if not body.startswith("{"):
         return ParseResult((), None, text.strip())
     try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        return ParseResult((), f"tool call: invalid JSON ({e.msg} at column {e.colno})", "")
+        obj = jsonbounds.loads(body)
+    except ValueError as e:
+        return ParseResult((), f"tool call: invalid JSON ({_msg(e)})", "")
     try:
         return ParseResult((_call_from_obj(obj, "tool call"),), None, "")
     except ValueError as e:
@@ -104,8 +109,8 @@ def parse_sglang_qwen25(text: str, tool_names: frozenset[str] | None = None) -> 
     for i, body in enumerate(_SGLANG_BLOCK.findall(text)):
         where = f"tool call {i + 1}"
         try:
-            obj = json.loads(body)
-        except (json.JSONDecodeError, ValueError) as e:
+            obj = jsonbounds.loads(body)
+        except ValueError as e:
             msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
             return ParseResult((), f"{where}: invalid JSON ({msg})", text)
         for act in obj if isinstance(obj, list) else [obj]:

@@ -93,7 +93,64 @@ class Sampled:
     cached: int
 
 
-class ProtocolServer:
+class ThreadedServer:
+    """An ASGI app (``self._asgi``) served by uvicorn on 127.0.0.1, a free port, in a background thread;
+    ``with Server(...) as s: s.url``."""
+
+    log_level = "critical"
+    port = 0
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+
+    async def _asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> Any:
+        # proto must say TCP: asyncio sets TCP_NODELAY only on sockets that do,
+        # and without it every reused connection waits out a delayed ACK (~40 ms).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._asgi,
+            log_config=None,
+            log_level=self.log_level,
+            access_log=False,
+            interface="asgi3",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name=f"{type(self).__name__}:{self.port}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the test server on port {self.port} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = self._thread = None
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ProtocolServer(ThreadedServer):
     """One HTTP server in a background thread; ``with ProtocolServer(...) as s: s.url``.
 
     ``backend``: the LocalBackend answering (needed for ``none`` and
@@ -139,56 +196,7 @@ class ProtocolServer:
         self._seen: list[list[int]] = []  # recent sequences, for cached_tokens
         self._fixed = self._scripted(FIXED_REPLY, end=True)
         self._aborted = self._scripted(ABORTED_REPLY, end=False)
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
         self.app = self._build_app()
-
-    # -- lifecycle -------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 10.0) -> ProtocolServer:
-        # proto must say TCP: asyncio sets TCP_NODELAY only on sockets that do,
-        # and without it every reused connection waits out a delayed ACK (~40 ms).
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self._asgi,
-            log_config=None,
-            log_level=self.log_level,
-            access_log=False,
-            interface="asgi3",
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name=f"ProtocolServer:{self.port}", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the test server on port {self.port} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
-
-    def __enter__(self) -> ProtocolServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- ASGI ----------------------------------------------------------------
 

@@ -9,6 +9,7 @@ writes the file with the engine's exporters and offers it for download.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -38,11 +39,15 @@ _OUT_DIR: Path | None = None
 
 
 def _out_dir() -> Path:
-    # Under the system temp dir: Gradio serves files from there, and nothing
-    # else of the machine's is exposed by a download link.
+    # In the server's private folder (GRADIO_TEMP_DIR, see dashboard.server.private_files) when it has one,
+    # else the system temp dir: Gradio serves files from there, and nothing else of the machine's is
+    # exposed by a download link. mkdtemp makes it enterable by this user alone.
     global _OUT_DIR
     if _OUT_DIR is None or not _OUT_DIR.exists():
-        _OUT_DIR = Path(tempfile.mkdtemp(prefix="rollscope-export-"))
+        base = os.environ.get("GRADIO_TEMP_DIR") or None
+        if base:
+            Path(base).mkdir(parents=True, exist_ok=True)
+        _OUT_DIR = Path(tempfile.mkdtemp(prefix="rollscope-export-", dir=base))
     return _OUT_DIR
 
 

@@ -36,7 +36,8 @@ from typing import Any
 
 import httpx
 
-from ..errors import BackendError, ConfigError
+from .. import jsonbounds
+from ..errors import BackendError, ConfigError, InvalidAnswer
 from ..records import FinishReason
 
 MAX_BACKOFF_S = 30.0
@@ -44,13 +45,21 @@ EXCERPT_CHARS = 200
 RETRY_STATUSES = frozenset({408, 429})
 
 
+MAX_ANSWER_BYTES = 64 * 2**20
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Timeout per try (seconds), retries after the first try, base backoff (seconds)."""
+    """Deadline per try (seconds), retries after the first try, base backoff (seconds), answer size limit (bytes).
+
+    ``timeout`` bounds a whole try, from sending the request to the answer's last byte: a server that
+    trickles its answer a byte at a time cannot hold a request longer than that.
+    """
 
     timeout: float = 60.0
     retries: int = 3
     backoff: float = 0.5
+    max_bytes: int = MAX_ANSWER_BYTES
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
@@ -59,6 +68,8 @@ class RetryPolicy:
             raise ConfigError(f"retries must be 0 or more, not {self.retries}")
         if self.backoff < 0:
             raise ConfigError(f"backoff must be 0 or more seconds, not {self.backoff}")
+        if self.max_bytes < 1:
+            raise ConfigError(f"max_bytes must be 1 or more, not {self.max_bytes}")
 
     @property
     def tries(self) -> int:
@@ -93,7 +104,7 @@ def _error_message(text: str) -> str | None:
     # OpenAI, vLLM and sglang wrap errors as {"error": {"message": ...}} or
     # {"error": "..."}; FastAPI as {"detail": ...}; some as {"message": ...}.
     try:
-        obj = json.loads(text)
+        obj = jsonbounds.loads(text, limit=None)
     except ValueError:
         return None
     if not isinstance(obj, dict):
@@ -107,9 +118,24 @@ def _error_message(text: str) -> str | None:
     return None
 
 
-def _cause(e: httpx.HTTPError, timeout: float) -> str:
-    if isinstance(e, httpx.TimeoutException):
-        return f"no answer within {timeout:g}s ({type(e).__name__})"
+class TooLarge(Exception):
+    """An answer past the size limit (not retried: the same request would get the same answer)."""
+
+
+@dataclass
+class _Reply:
+    status: int
+    headers: httpx.Headers
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+
+def _cause(e: Exception, timeout: float) -> str:
+    if isinstance(e, (httpx.TimeoutException, TimeoutError)):
+        return f"no complete answer within {timeout:g}s"
     if isinstance(e, httpx.ConnectError):
         return f"cannot connect ({e or type(e).__name__})"
     if isinstance(e, httpx.RemoteProtocolError):
@@ -117,7 +143,7 @@ def _cause(e: httpx.HTTPError, timeout: float) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-def _retry_after(response: httpx.Response) -> float:
+def _retry_after(response: _Reply) -> float:
     # A 429 or 503 may say when to come back; honour it, within MAX_BACKOFF_S.
     value = response.headers.get("retry-after", "")
     try:
@@ -192,14 +218,14 @@ class JSONClient:
             t0 = time.perf_counter()
             wait = 0.0
             try:
-                response = await self._client().request(
-                    method, url, json=payload, headers=self._headers, timeout=policy.timeout
-                )
-            except httpx.HTTPError as e:  # transport failures: refused, reset, dropped, timed out
+                response = await asyncio.wait_for(self._once(method, url, payload), policy.timeout)
+            except (httpx.HTTPError, TimeoutError) as e:  # refused, reset, dropped, past the deadline
                 cause, body = _cause(e, policy.timeout), ""
+            except TooLarge as e:
+                raise BackendError(f"{where}: {e}") from None
             else:
                 elapsed = time.perf_counter() - t0
-                status = response.status_code
+                status = response.status
                 if status < 400:
                     return self._json(where, response), elapsed
                 if status < 500 and status not in RETRY_STATUSES:
@@ -211,10 +237,27 @@ class JSONClient:
         message = f"{where}: {cause} after {_tries(policy.tries)}"
         raise BackendError(f"{message}: {body}" if body else message)
 
+    async def _once(self, method: str, url: str, payload: Any) -> _Reply:
+        """One try: the whole answer, read in chunks so that its size is known before it is all in memory."""
+        limit = self.policy.max_bytes
+        async with self._client().stream(
+            method, url, json=payload, headers=self._headers, timeout=self.policy.timeout
+        ) as response:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise TooLarge(f"the answer is {int(declared):,} bytes, over the {limit:,}-byte limit")
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"the answer is over the {limit:,}-byte limit (it was still coming)")
+                chunks.append(chunk)
+            return _Reply(response.status_code, response.headers, b"".join(chunks))
+
     @staticmethod
-    def _json(where: str, response: httpx.Response) -> dict[str, Any]:
+    def _json(where: str, response: _Reply) -> dict[str, Any]:
         try:
-            data = json.loads(response.content)
+            data = jsonbounds.loads(response.content)
         except ValueError as e:
             detail = f"{e.msg} at character {e.pos}" if isinstance(e, json.JSONDecodeError) else str(e)
             raise BackendError(
@@ -309,6 +352,29 @@ def finish_reason(value: Any, n_tokens: int, max_new_tokens: int) -> FinishReaso
     return "abort"
 
 
+ID_LIMIT = 2**31
+"""Token ids are stored as int32: without a tokenizer to say the vocabulary size, this bounds them."""
+
+
+def vocab_size(tokenizer: Any) -> int:
+    """How many ids the tokenizer knows (added tokens included), or ``ID_LIMIT`` without one."""
+    return ID_LIMIT if tokenizer is None else min(ID_LIMIT, len(tokenizer))
+
+
+def check_ids(where: str, ids: Sequence[int], vocab: int, max_new_tokens: int) -> None:
+    """InvalidAnswer when a server's ids are outside ``[0, vocab)`` or more than ``max_new_tokens`` were returned.
+
+    Checked before anything decodes them: a negative or huge id makes a tokenizer raise, and an id past
+    the vocabulary decodes to nothing while the trainer would index past its embedding table.
+    """
+    if max_new_tokens > 0 and len(ids) > max_new_tokens:
+        raise InvalidAnswer(f"{where}: the server returned {len(ids):,} tokens for max_new_tokens={max_new_tokens}")
+    for i, t in enumerate(ids):
+        if not 0 <= t < vocab:
+            known = f"the tokenizer's vocabulary (0..{vocab - 1})" if vocab < ID_LIMIT else "any vocabulary"
+            raise InvalidAnswer(f"{where}: generated token {i} has id {t}, outside {known}")
+
+
 def as_logprob(value: Any) -> float:
     """A logprob from JSON: null (unknown) and non-numbers become NaN."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -320,8 +386,8 @@ def as_version(value: Any) -> int | None:
     """An integer weight version from what a server reports (sglang sends a string, "default" at start)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
+        value = int(value.strip())
+    if isinstance(value, int) and 0 <= value < ID_LIMIT:  # stored per token as int32
+        return value
     return None

@@ -63,12 +63,23 @@ from typing import Any
 
 import httpx
 
+from .. import jsonbounds
 from ..chat import decode
 from ..errors import BackendError, ConfigError
 from ..records import Generation, Message
 from ..toolcalls import parse_hermes
 from .base import GenerationRequest
-from .http import Answer, JSONClient, RetryPolicy, as_logprob, check_url, finish_reason
+from .http import (
+    MAX_ANSWER_BYTES,
+    Answer,
+    JSONClient,
+    RetryPolicy,
+    as_logprob,
+    check_ids,
+    check_url,
+    finish_reason,
+    vocab_size,
+)
 
 MODES = ("completions", "chat")
 TOKEN_ID_PREFIX = "token_id:"
@@ -80,7 +91,7 @@ class OpenAIBackend:
     ``url``: the server (``http://host:8000`` or ``.../v1``). ``model``: the
     served model name sent with every request. ``mode``: ``completions`` or
     ``chat``. ``api_key``: defaults to ``$OPENAI_API_KEY`` (none if unset).
-    ``client``, ``timeout``, ``retries``, ``backoff``: see
+    ``client``, ``timeout``, ``retries``, ``backoff``, ``max_bytes``: see
     :mod:`engine.backends.http`. ``tokenizer``: makes text the decoding of
     the ids and lets token strings be mapped to ids. ``return_token_ids``:
     ask vLLM for the sampled ids. ``extra_body``: more request fields, merged
@@ -99,6 +110,7 @@ class OpenAIBackend:
         timeout: float = 60.0,
         retries: int = 3,
         backoff: float = 0.5,
+        max_bytes: int = MAX_ANSWER_BYTES,
         tokenizer: Any = None,
         return_token_ids: bool = True,
         extra_body: Mapping[str, Any] | None = None,
@@ -112,9 +124,10 @@ class OpenAIBackend:
         self.model = model
         self.mode = mode
         self.tokenizer = tokenizer
+        self._vocab = vocab_size(tokenizer)
         self.return_token_ids = return_token_ids
         self.extra_body = dict(extra_body or {})
-        self.policy = RetryPolicy(timeout=timeout, retries=retries, backoff=backoff)
+        self.policy = RetryPolicy(timeout=timeout, retries=retries, backoff=backoff, max_bytes=max_bytes)
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         # The key lives only in the client's headers, never on this object.
@@ -192,6 +205,7 @@ class OpenAIBackend:
         found = self._ids(a, choice, tokens, raw_bytes)
         logprobs = tuple(lps) if found is not None and lps is not None and len(lps) == len(found) else None
         ids: list[int] = list(found or ())
+        check_ids(a.where, ids, self._vocab, request.sampling.max_new_tokens)
         if self.tokenizer is not None and ids:
             text = decode(self.tokenizer, ids)
         else:
@@ -329,7 +343,7 @@ def hermes_text(content: str, tool_calls: Sequence[Any], where: str = "openai") 
             args_json = "{}"
         elif isinstance(args, str):
             try:
-                json.loads(args)
+                jsonbounds.loads(args)
                 args_json = args.strip()
             except ValueError:
                 args_json = json.dumps(args)

@@ -41,6 +41,7 @@ round trip.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import httpx
@@ -49,7 +50,18 @@ from ..chat import decode
 from ..errors import BackendError
 from ..records import Generation
 from .base import GenerationRequest
-from .http import Answer, JSONClient, RetryPolicy, as_logprob, as_version, check_url, finish_reason
+from .http import (
+    MAX_ANSWER_BYTES,
+    Answer,
+    JSONClient,
+    RetryPolicy,
+    as_logprob,
+    as_version,
+    check_ids,
+    check_url,
+    finish_reason,
+    vocab_size,
+)
 
 
 class SGLangBackend:
@@ -58,9 +70,10 @@ class SGLangBackend:
     ``url``: the server's base URL (``http://host:30000``). ``tokenizer``: the
     model's tokenizer, used to make ``text`` the decoding of the ids (see the
     module docs); optional. ``client``: an ``httpx.AsyncClient`` to use
-    instead of one per event loop. ``timeout`` (seconds per try),
-    ``retries`` (after the first try) and ``backoff`` (seconds, doubled per
-    retry) are described in :mod:`engine.backends.http`. ``model`` labels
+    instead of one per event loop. ``timeout`` (seconds per try, the
+    whole answer included), ``retries`` (after the first try), ``backoff``
+    (seconds, doubled per retry) and ``max_bytes`` (the largest answer taken)
+    are described in :mod:`engine.backends.http`. ``model`` labels
     the episodes until :meth:`model_info` has asked the server.
     """
 
@@ -74,12 +87,14 @@ class SGLangBackend:
         timeout: float = 60.0,
         retries: int = 3,
         backoff: float = 0.5,
+        max_bytes: int = MAX_ANSWER_BYTES,
         model: str = "",
     ) -> None:
         self.url = check_url(url, "sglang")
         self.tokenizer = tokenizer
+        self._vocab = vocab_size(tokenizer)
         self.model = model
-        self.policy = RetryPolicy(timeout=timeout, retries=retries, backoff=backoff)
+        self.policy = RetryPolicy(timeout=timeout, retries=retries, backoff=backoff, max_bytes=max_bytes)
         self._http = JSONClient(self.name, self.policy, client)
         self._info: dict[str, Any] = {}
 
@@ -134,6 +149,7 @@ class SGLangBackend:
                 )
             ids = tuple(self._int(a, x, "output_ids") for x in out)
             logprobs, texts = None, ()
+        check_ids(a.where, ids, self._vocab, request.sampling.max_new_tokens)
         raw_finish = meta.get("finish_reason")
         finish = finish_reason(raw_finish, len(ids), request.sampling.max_new_tokens)
         if self.tokenizer is not None and ids:
@@ -147,7 +163,7 @@ class SGLangBackend:
             token_ids=ids,
             logprobs=logprobs,
             finish_reason=finish,
-            latency_s=float(latency) if latency is not None else elapsed,
+            latency_s=float(latency) if latency is not None and 0 <= latency < math.inf else elapsed,
             prompt_tokens=int(a.get("prompt_tokens", int, n_prompt, obj=meta)),
             cached_tokens=int(a.get("cached_tokens", int, 0, obj=meta)),
             weight_version=as_version(meta.get("weight_version")),

@@ -16,7 +16,7 @@ ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 # Kinds the loop records while it runs; the checks do not report them again.
 LOOP_KINDS = frozenset(
     {"template_not_prefix_stable", "tool_call_parse_error", "env_error", "backend_error", "internal_error",
-     "truncated_turn", "truncated_episode"}
+     "truncated_turn", "truncated_episode", "text_replaced", "server_answer_invalid"}
 )
 KINDS = FINDING_KINDS  # every kind a finding can have, the loop's and the checks' (records.FindingKind)
 # Token modes whose arrays hold the very ids the model was given and generated.

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .. import textsafe
 from ..errors import ConfigError, FormatError
 from ..records import Episode
 from . import areal, jsonl, messages, parquet, slime, verl
@@ -142,13 +143,20 @@ def import_path(
     replace = fmt in LOSSLESS
     try:
         for ep in IMPORTERS[fmt](p, ctx):
-            if store.has_episode(ep.id):
-                report.already_present += 1
-                if replace:
+            present = store.has_episode(ep.id)
+            try:
+                if replace or not present:
                     store.save_episode(ep)
+            except Exception as e:  # a bug in storing this one record: list it, import the rest
+                if getattr(store, "read_only", False):
+                    raise
+                where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
+                ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {type(e).__name__}: {e}"), where))
+                continue
+            if present:
+                report.already_present += 1
             else:
                 report.new += 1
-                store.save_episode(ep)
             if bar is not None:
                 bar.update(1)
     finally:

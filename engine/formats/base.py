@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import jsonbounds, textsafe
 from ..errors import FormatError
 from ..records import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
 
@@ -51,6 +52,8 @@ class ImportContext:
     files: list[str] = field(default_factory=list)
     on_progress: Callable[[int], None] | None = None
     on_total: Callable[[int], None] | None = None
+    replaced: dict[str, int] = field(default_factory=dict)
+    """Characters UTF-8 cannot hold (lone surrogates) replaced per record, by position."""
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""
@@ -69,6 +72,16 @@ class ImportContext:
 
     def opened(self, path: Path) -> None:
         self.files.append(str(path))
+
+    def mark_replaced(self, ep: Episode, where: str) -> Episode:
+        """``ep`` with a ``text_replaced`` finding when its record held text UTF-8 cannot hold."""
+        n = self.replaced.pop(where, 0)
+        if not n:
+            return ep
+        found = Finding("text_replaced", Severity.WARNING,
+                        f"the record at {where} held {n} character{'s' if n != 1 else ''} UTF-8 cannot hold "
+                        "(lone surrogates): replaced with U+FFFD", evidence={"where": where, "replaced": n})
+        return ep.evolve(findings=(*ep.findings, found))
 
 
 def stable_id(fmt: str, *parts: Any, tokens: Any = None) -> str:
@@ -101,25 +114,42 @@ def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, 
     except OSError as e:
         raise FormatError(f"cannot read: {e.strerror}", str(path)) from None
     with f:
-        # Bytes, decoded per line: a file cut mid-character loses one line, not the import.
         for lineno, raw in enumerate(f, 1):
             where = f"{path}:{lineno}"
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                ctx.skip(FormatError(f"not UTF-8 text (byte {e.start})", where))
+                obj, n = json_object(raw, where)
+            except FormatError as e:
+                ctx.skip(e)
                 continue
-            if not line.strip():
+            if obj is None:
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                ctx.skip(FormatError(f"not valid JSON ({e.msg} at column {e.colno})", where))
-                continue
-            if not isinstance(obj, dict):
-                ctx.skip(FormatError(f"expected a JSON object, got {type(obj).__name__}", where))
-                continue
+            if n:
+                ctx.replaced[where] = n
             yield where, obj
+
+
+def json_object(raw: bytes, where: str) -> tuple[dict[str, Any] | None, int]:
+    """One line of a JSONL file: (its object, or None for a blank line; characters UTF-8 cannot hold, replaced).
+
+    Bytes, decoded per line: a file cut mid-character loses one line, not the read. A line that is not
+    UTF-8, not JSON, nested past what the reader can follow or not an object is a FormatError.
+    """
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"not UTF-8 text (byte {e.start})", where) from None
+    if not line.strip():
+        return None, 0
+    try:
+        obj = jsonbounds.loads(line, limit=None)
+    except ValueError as e:
+        raise FormatError(f"not valid JSON ({jsonbounds.describe(e)})", where) from None
+    if not isinstance(obj, dict):
+        raise FormatError(f"expected a JSON object, got {type(obj).__name__}", where)
+    if textsafe.may_hold_surrogates(raw):
+        obj, n = textsafe.clean_value(obj)
+        return obj, n
+    return obj, 0
 
 
 # -- field checks ---------------------------------------------------------------
@@ -427,4 +457,4 @@ def read_jsonl_records(
             except FormatError as e:
                 ctx.skip(e)
                 continue
-            yield ep
+            yield ctx.mark_replaced(ep, where)

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .. import jsonbounds
 from ..errors import FormatError
 from ..records import Episode
-from .base import ImportContext, discover, json_lines
+from .base import ImportContext, discover, json_lines, json_object
 
 # What trainers read from every line (the schema requires every field of the record).
 REQUIRED = ("id", "env", "task_id", "status", "reward", "turn_rewards", "messages", "tokens", "loss_mask",
@@ -39,9 +40,9 @@ def write(episodes: Iterable[Episode], out: IO[str]) -> int:
 def parse_line(line: str, where: str) -> Episode:
     """One line to an Episode, or a FormatError naming the field at fault."""
     try:
-        d = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise FormatError(f"not valid JSON ({e.msg} at column {e.colno})", where) from None
+        d = jsonbounds.loads(line, limit=None)
+    except ValueError as e:
+        raise FormatError(f"not valid JSON ({jsonbounds.describe(e)})", where) from None
     if not isinstance(d, dict):
         raise FormatError(f"expected a JSON object, got {type(d).__name__}", where)
     return parse_dict(d, where)
@@ -75,12 +76,16 @@ def read(path: str | Path, report: ReadReport | None = None) -> Iterator[Episode
     if not p.is_file():
         raise FormatError("no such file", str(p))
     rep = report if report is not None else ReadReport()
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    ctx = ImportContext("jsonl")
+    with p.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{p}:{lineno}"
             try:
-                ep = parse_line(line, f"{p}:{lineno}")
+                d, n = json_object(raw, where)
+                if d is None:
+                    continue
+                ctx.replaced[where] = n
+                ep = ctx.mark_replaced(parse_dict(d, where), where)
             except FormatError as e:
                 rep.errors.append(e)
                 continue
@@ -98,4 +103,4 @@ def import_episodes(path: Path, ctx: ImportContext) -> Iterator[Episode]:
             except FormatError as e:
                 ctx.skip(e)
                 continue
-            yield ep
+            yield ctx.mark_replaced(ep, where)

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from .. import chat
+from .. import chat, jsonbounds
 from ..errors import FormatError, RollscopeError
 from ..provenance import Source
 from ..records import ROLES, Episode, Finding, Generation, Message, Segment, Status, TokenArrays, ToolCall, Turn
@@ -56,9 +56,9 @@ def _tool_call(c: Any, where: str, field: str) -> ToolCall:
     args = fn.get("arguments", {})
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            raise FormatError(f"arguments are a string that is not JSON ({e.msg})", where, field) from None
+            args = jsonbounds.loads(args) if args.strip() else {}
+        except ValueError as e:
+            raise FormatError(f"arguments are a string that is not JSON ({jsonbounds.describe(e)})", where, field) from None
     if not isinstance(args, dict):
         raise FormatError("arguments must be an object", where, field)
     return ToolCall(name=name, arguments=args, id=c.get("id"))

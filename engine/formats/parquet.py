@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import jsonbounds
 from ..errors import FormatError
 from ..records import Episode, TokenArrays
 from .base import ImportContext, discover
@@ -130,7 +131,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                 where = f"{f}: row {row}"
                 row += 1
                 try:
-                    d = json.loads(rec)
+                    d = jsonbounds.loads(rec, limit=None)
                     ep = Episode.from_dict(d, tokens=TokenArrays(*(_row_arrays(batch, k, i) for k in _TOKEN_KEYS)))
                 except FormatError as e:
                     ctx.skip(e.at(where))

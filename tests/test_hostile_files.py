@@ -1,0 +1,223 @@
+"""Hostile files and places: imports with text UTF-8 cannot hold or numbers JSON cannot, deep nesting,
+non-UTF-8 files, read-only databases, paths that cannot be created, a run killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine import Store, formats
+from engine.jsonbounds import TooDeep, loads
+from engine.records import ToolCall
+from engine.schema import problems
+from engine.textsafe import NONFINITE_KEY, json_safe
+
+from .hostile import HostileServer
+from .test_cli import rollscope
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _conversation(content: str, args: str) -> str:
+    """One OpenAI-messages record as a line of JSON text (escapes written by hand)."""
+    return ('{"messages": [{"role": "user", "content": "' + content + '"}, {"role": "assistant", "content": "", '
+            '"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "calc", "arguments": "' + args
+            + '"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}], "reward": 1.0}\n')
+
+
+def test_an_import_with_lone_surrogates_and_nan_arguments_is_stored_whole_and_exports(tmp_path):
+    src = tmp_path / "msgs.jsonl"
+    src.write_text(_conversation("2+2? \\ud800 and \\udfff", "{\\\"x\\\": NaN, \\\"y\\\": -Infinity}")
+                   + _conversation("fine", "{}") + "[" * 5000 + "\n", encoding="utf-8")
+    store = Store(tmp_path / "x.db")
+    report = formats.import_path(src, "messages", store)
+    assert report.new == 2 and [str(e) for e in report.errors] == [f"{src}:3: not valid JSON (nested too deeply to read)"]
+    eps = sorted(store.iter_episodes(), key=lambda e: e.source.line)
+    first, second = eps
+    assert first.messages[0].content == "2+2? \ufffd and \ufffd"
+    replaced = [f for f in first.findings if f.kind == "text_replaced"]
+    assert [f.evidence for f in replaced] == [{"where": f"{src}:1", "replaced": 2}]
+    assert not [f for f in second.findings if f.kind == "text_replaced"]
+    args = first.messages[1].tool_calls[0].arguments
+    assert math.isnan(args["x"]) and args["y"] == -math.inf  # read back as the numbers they were
+    for fmt, name in (("jsonl", "x.jsonl"), ("parquet", "x.parquet"), ("messages", "m.jsonl"), ("areal", "a.jsonl")):
+        assert formats.export(store.iter_episodes(), fmt, tmp_path / name) == 2, fmt
+    record = json.loads((tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert problems(record) == []
+    # Re-importing the export keeps the finding and the numbers (the lossless round trip).
+    back = Store(tmp_path / "back.db")
+    formats.import_path(tmp_path / "x.jsonl", "jsonl", back)
+    again = back.get_episode(first.id)
+    assert math.isnan(again.messages[1].tool_calls[0].arguments["x"])
+    assert [f.kind for f in again.findings if f.kind == "text_replaced"] == ["text_replaced"]
+    store.close()
+    back.close()
+
+
+def test_numbers_json_cannot_hold_are_spelled_so_they_round_trip():
+    call = ToolCall("f", {"a": math.nan, "b": [1.5, math.inf], "c": {"d": -math.inf}, "e": "NaN"})
+    d = call.to_dict()
+    text = json.dumps(d, allow_nan=False)
+    assert d["arguments"]["a"] == {NONFINITE_KEY: "NaN"} and d["arguments"]["e"] == "NaN"
+    back = ToolCall.from_dict(json.loads(text))
+    assert math.isnan(back.arguments["a"]) and back.arguments["b"] == [1.5, math.inf]
+    assert back.arguments["c"] == {"d": -math.inf} and back.arguments["e"] == "NaN"
+    plain = {"a": [1, {"b": 2.0}]}
+    assert json_safe(plain) is plain  # nothing to spell: the same object, no copy
+
+
+def test_bounded_json_refuses_deep_nesting_with_a_sentence():
+    assert loads("[[1]]") == [[1]]
+    with pytest.raises(TooDeep, match="nested more than 100 levels deep"):
+        loads("[" * 101 + "]" * 101)
+    with pytest.raises(TooDeep, match="nested too deeply to read"):
+        loads("[" * 100_000 + "]" * 100_000, limit=None)
+    from engine.toolcalls import parse
+
+    deep = '<tool_call>{"name": "f", "arguments": {"a": ' + "[" * 3000 + "]" * 3000 + "}}</tool_call>"
+    for parser in ("hermes", "sglang-qwen25", "llama3"):
+        text = deep if parser != "llama3" else deep.removeprefix("<tool_call>").removesuffix("</tool_call>")
+        result = parse(text, parser, frozenset({"f"}))
+        assert result.calls == () and "nested" in (result.error or ""), parser
+
+
+def test_check_on_a_file_that_is_not_utf8_names_each_bad_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'\xff\xfe{"a": 1}\n' + b"[" * 5000 + b"\n")
+    proc = rollscope("check", str(bad), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{bad}:1: not UTF-8 text (byte 0)" in proc.stderr
+    assert f"{bad}:2: not valid JSON (nested too deeply to read)" in proc.stderr
+
+
+def test_a_db_path_that_cannot_be_created_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = rollscope("run", "--env", "math", "--tasks", "0:1", "--db", str(blocker / "sub" / "x.db"), "--quiet",
+                     check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"rollscope: error: cannot create the folder for {blocker / 'sub' / 'x.db'}: Not a directory"]
+
+
+def _unprivileged() -> list[str]:
+    """A command prefix under which file permissions hold (root ignores them unless it drops the capability)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: file permissions cannot be made to hold")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
+
+
+def _as_unprivileged(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([*_unprivileged(), sys.executable, "-m", "engine.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=ROOT)
+
+
+def test_a_read_only_database_is_read_listed_checked_and_exported_and_never_written(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    db = folder / "x.db"
+    rollscope("run", "--env", "math", "--tasks", "0:2", "--db", str(db), "--quiet")
+    Store(db).close()  # a clean close checkpoints the WAL: only the .db file is left
+    for extra in folder.glob("x.db-*"):
+        extra.unlink()
+    db.chmod(0o444)
+    folder.chmod(0o555)
+    before = db.read_bytes()
+    out = tmp_path / "out.jsonl"
+    try:
+        ls = _as_unprivileged("ls", "--db", str(db))
+        assert ls.returncode == 0 and "(2 of 2 episodes)" in ls.stdout, ls.stderr
+        first = ls.stdout.splitlines()[1].split()[0]
+        show = _as_unprivileged("show", first, "--db", str(db))
+        assert show.returncode == 0 and first in show.stdout, show.stderr
+        export = _as_unprivileged("export", "--db", str(db), "--format", "jsonl", "--out", str(out))
+        assert export.returncode == 0 and len(out.read_text().splitlines()) == 2, export.stderr
+        check = _as_unprivileged("check", str(db), "--no-store")
+        assert check.returncode in (0, 1) and "checked 2 episodes" in check.stderr, check.stderr
+        refused = _as_unprivileged("check", str(db))
+        assert refused.returncode == 2 and "add --no-store" in refused.stderr and "Traceback" not in refused.stderr
+        run = _as_unprivileged("run", "--env", "math", "--tasks", "0:1", "--db", str(db), "--quiet")
+        assert run.returncode == 2 and "open read-only (no write permission): cannot save a run" in run.stderr
+        assert db.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["x.db"]
+    finally:
+        folder.chmod(0o755)
+        db.chmod(0o644)
+
+
+def test_a_store_opened_read_only_refuses_changes_with_a_sentence(tmp_path):
+    from engine import StoreError
+
+    rollscope("run", "--env", "math", "--tasks", "0:1", "--db", str(tmp_path / "x.db"), "--quiet")
+    store = Store(tmp_path / "x.db", read_only=True)
+    (row,) = store.list_episodes()
+    assert store.read_only and store.get_episode(row.id).id == row.id
+    assert store.browse_query("SELECT COUNT(*) FROM episode_index") == [(1,)]
+    with pytest.raises(StoreError, match="open read-only .*cannot save a note"):
+        store.set_note(row.id, "x")
+    store.close()
+
+
+def test_a_run_killed_with_sigkill_is_marked_interrupted_when_the_database_is_next_opened(tmp_path, smol_tokenizer):
+    db = tmp_path / "x.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with HostileServer(smol_tokenizer) as server:  # "hang" never answers: the run sits in its first turn
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "run", "--env", "math", "--tasks", "0:2", "--policy", "sglang",
+             "--url", f"{server.url}/hang", "--db", str(db), "--quiet"], env=env, cwd=ROOT,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if server.calls.get("hang", 0) >= 1:
+                    break
+                time.sleep(0.2)
+            assert server.calls.get("hang", 0) >= 1, "the run never reached the server"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    store = Store(db)
+    runs = store.db.execute("SELECT status, pid FROM runs").fetchall()
+    assert runs == [("interrupted", None)]
+    # An episode is stored from its first turn on; none got that far, and none is left "running".
+    assert store.db.execute("SELECT COUNT(*) FROM episodes WHERE status = 'running'").fetchone() == (0,)
+    store.close()
+
+
+class OneBadSave(Store):
+    """Cannot store the second episode it is given (a bug in writing or indexing it)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.seen = 0
+
+    def save_episode(self, ep):
+        self.seen += 1
+        if self.seen == 2:
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        super().save_episode(ep)
+
+
+def test_an_import_goes_on_past_a_record_the_store_cannot_take(tmp_path):
+    src = tmp_path / "msgs.jsonl"
+    src.write_text("".join(_conversation(f"q{i}", "{}") for i in range(4)), encoding="utf-8")
+    store = OneBadSave(tmp_path / "x.db")
+    report = formats.import_path(src, "messages", store)
+    assert report.new == 3 and store.count() == 3
+    assert [str(e) for e in report.errors] == [
+        f"{src}:2: could not be stored: OverflowError: Python int too large to convert to SQLite INTEGER"]
+    store.close()

@@ -1,0 +1,144 @@
+"""Nothing a server or a model sends takes down a batch, loses an episode or blocks an export.
+
+Every mode of the hostile server (``tests/hostile.py``), through each HTTP
+backend, and the hostile model corpus under every preset: each batch
+finishes, each episode is stored with a terminal status (never ``failed``,
+which means a bug of ours) and a reason when it did not complete, and the
+database exports in every format, readable back and valid against the
+record schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import pytest
+
+from engine import BackendSettings, EpisodeFilter, Store, formats, plan_run, run_batch
+from engine.backends.openai import OpenAIBackend
+from engine.backends.sglang import SGLangBackend
+from engine.schema import problems
+
+from .hostile import MODEL_CORPUS, SERVER_MODES, HostileServer
+
+TIMEOUT_S = 1.0
+MAX_BYTES = 4 * 2**20
+BACKENDS = ("sglang", "completions", "chat")
+PRESET_ENVS = (("tito", "math"), ("tito", "retail"), ("slime-tau", "retail"), ("slime-tau-seed", "retail"),
+               ("areal-math", "math"), ("areal-multiturn", "math"))
+EXPORTS = (("jsonl", "x.jsonl"), ("parquet", "x.parquet"), ("messages", "m.jsonl"), ("areal", "a.jsonl"),
+           ("slime", "s.pt"))
+
+
+@pytest.fixture(scope="module")
+def hostile(smol_tokenizer):
+    with HostileServer(smol_tokenizer) as server:
+        yield server
+
+
+def _backend(kind: str, base: str, tok, timeout: float = TIMEOUT_S):
+    common = {"timeout": timeout, "retries": 1, "backoff": 0.01, "max_bytes": MAX_BYTES}
+    if kind == "sglang":
+        return SGLangBackend(base, tokenizer=tok, **common)
+    return OpenAIBackend(base, model="hostile", mode=kind, tokenizer=tok, **common)
+
+
+def _plan(env: str, preset: str, tasks: str, settings: str, max_new: int = 256, conc: int = 4):
+    return plan_run(env, tasks, 1, preset, settings, conc, BackendSettings(max_new_tokens=max_new), preflight=False)
+
+
+def _exports_whole(store: Store, tmp_path, n: int) -> None:
+    for fmt, name in EXPORTS:
+        assert formats.export(store.iter_episodes(), fmt, tmp_path / name) == n, fmt
+    lines = (tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        record = json.loads(line)  # strict JSON: no NaN, no lone surrogates
+        assert problems(record) == []
+    back = Store(tmp_path / "back.db")
+    report = formats.import_path(tmp_path / "x.jsonl", "jsonl", back)
+    assert report.new == n and not report.errors
+    back.close()
+
+
+def test_every_server_mode_ends_each_episode_with_a_status_and_a_reason(hostile, smol_tokenizer, tmp_path):
+    store = Store(tmp_path / "modes.db")
+    plan = _plan("math", "tito", "0:2", "max_turns = 2")
+
+    async def one(mode, kind):
+        # The deadline is short where it is what is tested; elsewhere it leaves room for a busy machine.
+        timeout = TIMEOUT_S if mode.name in ("trickle", "hang") else 20.0
+        backend = _backend(kind, f"{hostile.url}/{mode.name}", smol_tokenizer, timeout)
+        return mode, kind, await run_batch(plan.spec(), plan.make_env, backend, smol_tokenizer, store)
+
+    async def every():
+        return await asyncio.gather(*(one(m, k) for m in SERVER_MODES for k in BACKENDS))
+
+    results = asyncio.run(every())
+    assert len(results) == len(SERVER_MODES) * len(BACKENDS)
+    for mode, kind, result in results:
+        rows = store.list_episodes(EpisodeFilter(run_id=result.run_id))
+        assert len(rows) == 2, (mode.name, kind)
+        assert store.db.execute("SELECT status FROM runs WHERE id = ?", [result.run_id]).fetchone() == ("finished",)
+        for row in rows:
+            ep = store.get_episode(row.id)
+            kinds = {f.kind for f in ep.all_findings()}
+            where = (mode.name, kind, ep.status.value, ep.reason)
+            assert ep.status.value != "failed", where
+            if mode.outcome == "aborts":
+                assert ep.status.value == "aborted" and mode.reason in ep.reason, where
+                assert mode.finding in kinds, where
+            elif mode.outcome == "answers":
+                assert ep.status.value in ("completed", "truncated"), where
+            if mode.finding and mode.outcome != "aborts":
+                assert mode.finding in kinds, where
+    n = len(results) * 2
+    _exports_whole(store, tmp_path, n)
+    store.close()
+
+
+def test_the_total_deadline_bounds_a_trickling_server(hostile, smol_tokenizer):
+    # One byte every 0.3 s never trips a per-read timeout of 1 s; the whole try is bounded instead.
+    import time
+
+    from engine.backends.base import GenerationRequest, SamplingParams
+    from engine.errors import BackendError
+
+    backend = _backend("sglang", f"{hostile.url}/trickle", smol_tokenizer)
+    t0 = time.perf_counter()
+    with pytest.raises(BackendError, match=r"no complete answer within 1s after 2 tries"):
+        asyncio.run(backend.generate(GenerationRequest(prompt_text=None, prompt_ids=(1, 2, 3),
+                                                       sampling=SamplingParams(max_new_tokens=8))))
+    assert time.perf_counter() - t0 < 2 * TIMEOUT_S + 1.5
+
+
+@pytest.mark.parametrize("preset,env", PRESET_ENVS, ids=[f"{p}-{e}" for p, e in PRESET_ENVS])
+def test_the_hostile_model_corpus_runs_under_every_preset(hostile, smol_tokenizer, tmp_path, preset, env):
+    store = Store(tmp_path / "corpus.db")
+    plan = _plan(env, preset, "0:12", "max_turns = 4", max_new=40_000, conc=1)
+    hostile._next = 0
+    backend = _backend("sglang", f"{hostile.url}/corpus", smol_tokenizer)
+    result = asyncio.run(run_batch(plan.spec(), plan.make_env, backend, smol_tokenizer, store))
+    assert hostile._next >= len(MODEL_CORPUS), "every reply of the corpus was served"
+    eps = list(store.iter_episodes(EpisodeFilter(run_id=result.run_id)))
+    assert len(eps) == 12
+    for ep in eps:
+        assert ep.status.value in ("completed", "truncated", "aborted"), (ep.status, ep.reason)
+        assert ep.status.value == "completed" or ep.reason
+        for t in ep.turns:
+            json.dumps(t.to_dict(), allow_nan=False)
+    kinds = {f.kind for ep in eps for f in ep.all_findings()}
+    assert "server_answer_invalid" not in kinds and "backend_error" not in kinds  # the corpus is well-formed
+    if env == "retail":  # tool calls are parsed: what each hostile one became
+        turns = {label: t for ep in eps for t in ep.turns for label, text in MODEL_CORPUS
+                 if text and t.generation.text.startswith(text)}
+        nan_args = turns["nan arguments"].tool_calls[0].arguments
+        assert math.isnan(nan_args["expression"]) and nan_args["scale"] == math.inf and nan_args["floor"] == -math.inf
+        assert "nested more than 100 levels deep" in turns["tool call nested 5,000 deep"].parse_error
+        surrogate = turns["escaped lone surrogate in arguments"]
+        assert surrogate.tool_calls[0].arguments == {"expression": "1+1 \ufffd"}
+        assert [f.evidence for f in surrogate.findings if f.kind == "text_replaced"] == [
+            {"where": "tool call", "replaced": 1}]
+    _exports_whole(store, tmp_path, 12)
+    store.close()

@@ -1,0 +1,87 @@
+"""``rollscope serve`` as a process: an IPv6 host, throttled logins, a private folder removed on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from dashboard.server import FREE_FAILURES, LOCKOUT_FAILURES, LOCKOUT_S, PREFIX, LoginGuard
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port_v6() -> int:
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+        s.bind(("::1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_logins_slow_down_then_lock_out_and_a_right_one_resets():
+    now = [0.0]
+    waited: list[float] = []
+
+    async def sleep(s):
+        waited.append(s)
+        now[0] += s
+
+    guard = LoginGuard("ann", "pw", clock=lambda: now[0], sleep=sleep)
+
+    async def attempts():
+        results = [await guard.check("ann", "wrong") for _ in range(LOCKOUT_FAILURES - 1)]
+        assert await guard.check("ann", "pw") is True and guard.failures == 0  # a right login resets the count
+        results += [await guard.check("eve", "guess") for _ in range(LOCKOUT_FAILURES)]
+        locked = await guard.check("ann", "pw")  # locked out: even the right password is refused
+        now[0] += LOCKOUT_S
+        after = await guard.check("ann", "pw")
+        return results, locked, after
+
+    results, locked, after = asyncio.run(attempts())
+    assert not any(results) and locked is False and after is True
+    assert waited[: LOCKOUT_FAILURES - 1 - FREE_FAILURES] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0][: LOCKOUT_FAILURES - 1 - FREE_FAILURES]
+
+
+def test_serve_on_ipv6_with_a_login_and_a_private_folder_removed_on_sigterm(tmp_path):
+    port = _free_port_v6()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "serve", "--db", str(tmp_path / "x.db"), "--host", "::1", "--port",
+         str(port), "--auth", "ann:pw"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://[::1]:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/", timeout=2).status_code in (200, 401):
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.5)
+        folders = list(Path(tempfile.gettempdir()).glob(f"{PREFIX}{proc.pid}-*"))
+        assert len(folders) == 1 and stat.S_IMODE(folders[0].stat().st_mode) == 0o700
+        times = []
+        for _ in range(FREE_FAILURES + 2):
+            t0 = time.perf_counter()
+            r = httpx.post(f"{base}/login", data={"username": "ann", "password": "wrong"}, timeout=30)
+            times.append(time.perf_counter() - t0)
+            assert r.status_code == 400
+        assert max(times[:FREE_FAILURES]) < 1.0 and times[FREE_FAILURES] >= 1.0 and times[FREE_FAILURES + 1] >= 2.0
+        ok = httpx.post(f"{base}/login", data={"username": "ann", "password": "pw"}, timeout=30)
+        assert ok.status_code == 200 and ok.json() == {"success": True}
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert not folders[0].exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
