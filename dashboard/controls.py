@@ -34,12 +34,14 @@ class BackendControls:
     max_new_tokens: gr.Number
     mistake_rate: gr.Number
     seed: gr.Number
+    timeout: gr.Number
+    retries: gr.Number
     help: gr.Markdown
 
     @property
     def inputs(self) -> list[Any]:
         return [self.policy, self.model, self.url, self.api_mode, self.tokenizer, self.temperature, self.top_p,
-                self.max_new_tokens, self.mistake_rate, self.seed]
+                self.max_new_tokens, self.mistake_rate, self.seed, self.timeout, self.retries]
 
 
 def parse(*values: Any) -> BackendSettings:
@@ -54,6 +56,8 @@ def _visibility(policy: str) -> list[Any]:
         gr.Textbox(visible=http),  # url
         gr.Dropdown(visible=policy == "openai"),  # api mode
         gr.Number(visible=policy == "scripted"),  # mistake rate
+        gr.Number(visible=http),  # timeout
+        gr.Number(visible=http),  # retries
         gr.Markdown(POLICY_HELP.get(policy, "")),
     ]
 
@@ -81,9 +85,15 @@ def backend_controls(prefix: str, policy: str = "scripted", mistake_rate: float 
         mistakes = gr.Number(mistake_rate, label="mistake rate (scripted)", step=0.05,
                              min_width=130, visible=policy == "scripted", elem_id=f"{prefix}-mistake-rate")
         seed = gr.Number(0, label="seed", precision=0, min_width=90, elem_id=f"{prefix}-seed")
+        http = policy in ("sglang", "openai")
+        timeout = gr.Number(60, label="timeout per try (s)", minimum=0.1, min_width=110, visible=http,
+                            elem_id=f"{prefix}-timeout", info="the whole answer included")
+        retries = gr.Number(3, label="retries", precision=0, minimum=0, min_width=90, visible=http,
+                            elem_id=f"{prefix}-retries")
     help_md = gr.Markdown(POLICY_HELP.get(policy, ""), elem_classes="rs-help")
-    controls = BackendControls(pol, model, url, api, tok, temperature, top_p, max_new, mistakes, seed, help_md)
-    pol.change(_visibility, inputs=[pol], outputs=[model, url, api, mistakes, help_md])
+    controls = BackendControls(pol, model, url, api, tok, temperature, top_p, max_new, mistakes, seed, timeout,
+                               retries, help_md)
+    pol.change(_visibility, inputs=[pol], outputs=[model, url, api, mistakes, timeout, retries, help_md])
     return controls
 
 

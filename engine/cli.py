@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--config", help="a preset file (JSON, as `rollscope presets --json` prints) instead of --preset")
     r.add_argument("--url", help="sglang / openai policy: the server's base URL, e.g. http://127.0.0.1:30000")
     r.add_argument("--api", default="completions", choices=["completions", "chat"], help="openai policy: which endpoint")
+    r.add_argument("--timeout", type=float, default=60.0,
+                   help="sglang / openai policy: seconds one try may take, the whole answer included (default 60)")
+    r.add_argument("--retries", type=int, default=3,
+                   help="sglang / openai policy: tries after the first when the server fails (default 3); a server "
+                        "that stops answering, its health check included, is not retried")
     r.add_argument("--user", default="scripted", help="who plays the user in tool envs: scripted or llm")
     r.add_argument("--user-url", help="--user llm: an sglang server for the user model (default: the local model)")
     r.add_argument("--user-model", help="--user llm: a local model for the user (default: the embedded SmolLM2)")
@@ -161,7 +166,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     settings = _knob_settings(a.set) | ({"max_turns": str(a.max_turns)} if a.max_turns is not None else {})
     backend_settings = BackendSettings.parse(a.policy, a.model, a.url, a.api, a.tokenizer, a.temperature, a.top_p,
-                                             a.max_new_tokens, a.mistake_rate, a.seed)
+                                             a.max_new_tokens, a.mistake_rate, a.seed, a.timeout, a.retries)
     plan = plan_run(a.env, a.tasks, a.samples, a.preset, settings, a.concurrency, backend_settings,
                     config_file=a.config, problems=a.problems, user=UserSettings(a.user, a.user_model, a.user_url),
                     max_episodes=None, preflight=False)

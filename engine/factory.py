@@ -71,6 +71,8 @@ def make_backend(
     tokenizer_name: str = "",
     mistake_rate: float = 0.0,
     seed: int = 0,
+    timeout: float = 60.0,
+    retries: int = 3,
 ) -> Backend:
     """The policy backend named by ``--policy``."""
     if policy == "scripted":
@@ -91,12 +93,12 @@ def make_backend(
         if policy == "sglang":
             from .backends.sglang import SGLangBackend
 
-            return SGLangBackend(url, tokenizer=tokenizer, model=model or "")
+            return SGLangBackend(url, tokenizer=tokenizer, model=model or "", timeout=timeout, retries=retries)
         from .backends.openai import OpenAIBackend
 
         if not model:
             raise ConfigError("--policy openai needs --model (the served model's name)")
-        return OpenAIBackend(url, model, mode=api_mode, tokenizer=tokenizer)
+        return OpenAIBackend(url, model, mode=api_mode, tokenizer=tokenizer, timeout=timeout, retries=retries)
     raise ConfigError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
 
 

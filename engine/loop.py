@@ -20,7 +20,7 @@ from typing import Any
 
 from . import chat, rewards, textsafe, tokenmodes
 from .actions import ENV_FAILURES, actions_for, conversation_observation, execute, parse_reply
-from .backends.base import Backend, GenerationRequest, SamplingParams
+from .backends.base import PROMPT_IDS, Backend, GenerationRequest, SamplingParams
 from .envs.base import Env, StepResult
 from .errors import BackendError, RollscopeError
 from .presets import LoopConfig
@@ -57,6 +57,8 @@ class Pending:
     prompt_len: int
     generation: Generation
     generate_s: float
+    found: tuple[Finding, ...] = ()
+    """What asking for it showed (a server that took the prompt's ids only as text)."""
 
 
 class Stepper:
@@ -170,7 +172,18 @@ class Stepper:
         )
         t0 = time.perf_counter()
         gen = await self.backend.generate(request)
-        self.pending = Pending(t, prompt_text, len(self._ctx.builder), gen, time.perf_counter() - t0)
+        # What a backend learns about its server (a field it refuses) shows from this turn on.
+        info = BackendInfo.of(self.backend.describe())
+        self.episode = self.episode.evolve(backend=info)
+        found: tuple[Finding, ...] = ()
+        refused = info.settings.get("refused") if info is not None else None
+        if prompt_ids is not None and isinstance(refused, dict) and PROMPT_IDS in refused:
+            found = (Finding(
+                "ids_reencoded", Severity.WARNING,
+                f"the server takes no token ids ({refused[PROMPT_IDS]}): turn {t}'s prompt was sent as text and "
+                "tokenized again by the server, so what the model saw need not be these ids",
+                turn=t, token_start=0, token_end=len(prompt_ids), evidence={"what": "prompt"}),)
+        self.pending = Pending(t, prompt_text, len(self._ctx.builder), gen, time.perf_counter() - t0, found)
         return gen
 
     def backend_failed(self, error: BackendError) -> Episode:
@@ -212,7 +225,7 @@ class Stepper:
         prompt_len = len(self._ctx.builder)
         self.pending = None
         timings: dict[str, float] = {"generate_s": pend.generate_s if pend else 0.0}
-        findings: list[Finding] = []
+        findings: list[Finding] = list(pend.found) if pend else []
         seg_start = len(self._ctx.builder.segments)
         cfg = self.config
         generation = _safe_generation(generation, t, findings)

@@ -94,10 +94,15 @@ class BackendSettings:
     max_new_tokens: int = 256
     mistake_rate: float = 0.2
     seed: int = 0
+    timeout: float = 60.0
+    """HTTP policies: seconds one try may take, the whole answer included."""
+    retries: int = 3
+    """HTTP policies: tries after the first when the server does not answer or answers 5xx."""
 
     @classmethod
     def parse(cls, policy: Any, model: Any, url: Any, api_mode: Any, tokenizer: Any, temperature: Any, top_p: Any,
-              max_new_tokens: Any, mistake_rate: Any, seed: Any) -> BackendSettings:
+              max_new_tokens: Any, mistake_rate: Any, seed: Any, timeout: Any = None,
+              retries: Any = None) -> BackendSettings:
         """Settings from what a person gave; ConfigError names the value that is wrong."""
         policy = str(policy or "").strip()
         if policy not in POLICIES:
@@ -118,6 +123,8 @@ class BackendSettings:
             max_new_tokens=int(number(max_new_tokens, "max new tokens", lo=1, hi=65536, whole=True, default=256)),
             mistake_rate=number(mistake_rate, "mistake rate", lo=0.0, hi=1.0, default=0.0),
             seed=int(number(seed, "seed", whole=True, default=0)),
+            timeout=number(timeout, "timeout (seconds)", lo=0.0, lo_open=True, hi=3600.0, default=60.0),
+            retries=int(number(retries, "retries", lo=0, hi=20, whole=True, default=3)),
         )
 
     @property
@@ -147,6 +154,7 @@ class BackendSettings:
         return make_backend(
             self.policy, make_env, tokenizer, model=self.model or None, url=self.url or None, api_mode=self.api_mode,
             tokenizer_name=self.tokenizer_name, mistake_rate=self.mistake_rate, seed=self.seed,
+            timeout=self.timeout, retries=self.retries,
         )
 
     def open(self, make_env: Callable[[], Env] | None) -> tuple[Any, Backend]:
@@ -158,6 +166,8 @@ class BackendSettings:
         where = f" {self.model}" if self.model else ""
         where += f" @ {self.url}" if self.url else ""
         extra = f", mistake rate {self.mistake_rate:g}" if self.policy == "scripted" else ""
+        if self.policy in ("sglang", "openai"):
+            extra += f", timeout {self.timeout:g}s, {self.retries} retries"
         return (f"{self.policy}{where} (T={self.temperature:g}, top_p={self.top_p:g}, "
                 f"max {self.max_new_tokens} new tokens{extra})")
 

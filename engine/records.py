@@ -39,7 +39,7 @@ FindingKind = Literal[
     "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
     "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
     "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged", "text_replaced",
-    "server_answer_invalid",
+    "server_answer_invalid", "ids_reencoded",
 ]
 FINDING_KINDS: tuple[str, ...] = typing.get_args(FindingKind)
 Role = Literal["system", "user", "assistant", "tool"]

@@ -100,9 +100,19 @@ class TokenMode:
         raise NotImplementedError
 
 
-def _generated(c: Context, t: int, gen: Generation) -> None:
-    """The generated ids as they are, with their logprobs and weight version."""
+def _generated(c: Context, t: int, gen: Generation, findings: list[Finding]) -> None:
+    """The generated ids as they are, with their logprobs and weight version.
+
+    A backend that returned no ids (a strict OpenAI-compatible server) leaves only the text: it is
+    re-encoded, and an ``ids_reencoded`` finding says that these are not ids the server vouched for.
+    """
     ids = list(gen.token_ids) or chat.encode(c.tok, gen.text)
+    if not gen.token_ids and ids:
+        findings.append(Finding(
+            "ids_reencoded", Severity.WARNING,
+            f"the backend returned no token ids for turn {t}: its {len(ids)} trained ids are the reply's text "
+            "re-encoded, which need not be the ids the model sampled, and carry no logprobs",
+            turn=t, token_start=len(c.builder), token_end=len(c.builder) + len(ids)))
     lps = list(gen.logprobs) if gen.logprobs is not None and len(gen.logprobs) == len(ids) else None
     versions = [gen.weight_version] * len(ids) if gen.weight_version is not None else None
     c.builder.add(ids, "assistant", t, True, lps, versions)
@@ -140,7 +150,7 @@ class Tito(TokenMode):
     sends_ids = True
 
     def assistant(self, c: Context, t: int, gen: Generation, findings: list[Finding]) -> None:
-        _generated(c, t, gen)
+        _generated(c, t, gen, findings)
 
     def observation(self, c: Context, t: int, gen: Generation, obs: tuple[Message, ...],
                     findings: list[Finding]) -> None:
@@ -275,7 +285,7 @@ class ArealSeed(TokenMode):
             ) from None
 
     def assistant(self, c: Context, t: int, gen: Generation, findings: list[Finding]) -> None:
-        _generated(c, t, gen)
+        _generated(c, t, gen, findings)
 
     def observation(self, c: Context, t: int, gen: Generation, obs: tuple[Message, ...],
                     findings: list[Finding]) -> None:
@@ -323,7 +333,7 @@ class Areal(TokenMode):
         return chat.decode(c.tok, gen.token_ids) if gen.token_ids else gen.text
 
     def assistant(self, c: Context, t: int, gen: Generation, findings: list[Finding]) -> None:
-        _generated(c, t, gen)
+        _generated(c, t, gen, findings)
 
     def observation(self, c: Context, t: int, gen: Generation, obs: tuple[Message, ...],
                     findings: list[Finding]) -> None:

@@ -189,6 +189,8 @@ class HostileServer(ThreadedServer):
         self.calls[mode] = self.calls.get(mode, 0) + 1
         protocol = {"generate": "generate", "v1/completions": "completions", "v1/chat/completions": "chat"}.get(rest)
         if scope["method"] == "GET":
+            if mode == "hang":  # a hung server answers nothing, its health check included
+                await asyncio.sleep(60)
             info = {"model_path": "hostile", "weight_version": "default", "data": [{"id": "hostile"}]}
             return await _reply(send, 200, json.dumps(info).encode())
         if protocol is None or (mode not in MODES and mode != "corpus"):

@@ -166,7 +166,8 @@ def test_every_kind_is_planted():
     # answer_extraction_failed: realhf's split cannot fail on byte-level BPE tokenizers.
     # edited_by_hand and fork_replay_diverged are what Step and fork record, not bugs to plant.
     assert set(KINDS) - kinds <= {"backend_error", "internal_error", "not_checked", "answer_extraction_failed",
-                                  "edited_by_hand", "fork_replay_diverged", "text_replaced", "server_answer_invalid"}
+                                  "edited_by_hand", "fork_replay_diverged", "text_replaced", "server_answer_invalid",
+                                  "ids_reencoded"}
 
 
 # -- clean episodes from every preset ----------------------------------------------------

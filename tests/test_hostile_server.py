@@ -142,3 +142,28 @@ def test_the_hostile_model_corpus_runs_under_every_preset(hostile, smol_tokenize
             {"where": "tool call", "replaced": 1}]
     _exports_whole(store, tmp_path, 12)
     store.close()
+
+
+def test_a_hung_server_ends_a_batch_in_about_one_timeout(hostile, smol_tokenizer, tmp_path):
+    # 8 episodes at concurrency 4, 2 s a try and 3 retries: without the health check this would take two
+    # waves of 4 tries each (16 s and more); with it, one timeout, one health check and a backoff.
+    import time
+
+    settings = BackendSettings.parse("sglang", "", f"{hostile.url}/hang", "completions", "", 1.0, 1.0, 64, 0, 0,
+                                     "2", "3")
+    assert (settings.timeout, settings.retries) == (2.0, 3)
+    plan = plan_run("math", "0:8", 1, "tito", "", 4, settings, preflight=False)
+    tok, backend = plan.backend.open(plan.make_env)
+    store = Store(tmp_path / "x.db")
+    t0 = time.perf_counter()
+    result = asyncio.run(run_batch(plan.spec(), plan.make_env, backend, tok, store))
+    elapsed = time.perf_counter() - t0
+    eps = list(store.iter_episodes(EpisodeFilter(run_id=result.run_id)))
+    assert len(eps) == 8 and {e.status.value for e in eps} == {"aborted"}
+    first = [e for e in eps if "not retried" in e.reason]
+    rest = [e for e in eps if "not sent: the server is taken for down" in e.reason]
+    assert len(first) == 4 and len(rest) == 4, [e.reason for e in eps]
+    assert "after 1 try; its health check (GET " in first[0].reason
+    assert elapsed < 2.0 + 2.0 + 0.5 + 3.0, elapsed
+    assert eps[0].backend.timeout == 2.0 and eps[0].backend.retries == 3
+    store.close()

@@ -231,10 +231,14 @@ def test_malformed_json_is_not_retried(smol_tokenizer):
         assert s.calls["/v1/chat/completions"] == 1
 
 
-def test_connection_refused():
+def test_connection_refused_is_not_retried_when_the_health_check_fails_too():
     url = f"http://127.0.0.1:{free_port()}"
-    backend = SGLangBackend(url, retries=1, backoff=0.01)
-    with pytest.raises(BackendError, match=rf"sglang at {url}/generate: cannot connect .* after 2 tries"):
+    backend = SGLangBackend(url, retries=3, backoff=0.01)
+    with pytest.raises(BackendError, match=rf"sglang at {url}/generate: cannot connect .* after 1 try; its health "
+                                           rf"check \(GET {url}/health\) failed too: cannot connect .*: not retried"):
+        asyncio.run(backend.generate(GenerationRequest(None, (1, 2), GREEDY)))
+    # Taken for down: the next request is not sent at all.
+    with pytest.raises(BackendError, match=r"not sent: the server is taken for down"):
         asyncio.run(backend.generate(GenerationRequest(None, (1, 2), GREEDY)))
 
 

@@ -8,6 +8,9 @@ from typing import Any, Protocol, runtime_checkable
 from ..provenance import SamplingParams as SamplingParams  # where the request types are imported from
 from ..records import Generation, Message
 
+PROMPT_IDS = "prompt as token ids"
+"""The key under ``describe()["refused"]`` of a backend whose server takes no token-id prompts."""
+
 
 @dataclass(frozen=True)
 class GenerationRequest:

@@ -9,6 +9,15 @@ usual case), after ``backoff * 2**(n - 1)`` seconds, or the server's
 ``Retry-After`` if longer, capped at ``MAX_BACKOFF_S``. Any other 4xx is the
 request's fault and is not retried.
 
+A dead or hung server ends a batch in about one timeout. When a try gets
+no answer and the backend knows the server's health URL (``/health`` on sglang, vLLM and
+``transformers serve``; any answer below 500 counts), that URL is asked (within ``HEALTH_TIMEOUT_S``); a server
+that does not answer it either is marked down: the request is not retried,
+and every later request of the batch fails at once, without being sent,
+until a health check (at most every ``HEALTH_TTL_S``) passes again.
+``MAX_CONSECUTIVE`` requests in a row that fail after all their tries mark it
+down the same way, even when its health check passes.
+
 Every failure becomes a :class:`~engine.errors.BackendError` whose message
 names the server and URL, the HTTP status or the cause, how many tries were
 made, and a short excerpt of the body, e.g.::
@@ -46,6 +55,9 @@ RETRY_STATUSES = frozenset({408, 429})
 
 
 MAX_ANSWER_BYTES = 64 * 2**20
+HEALTH_TIMEOUT_S = 5.0
+HEALTH_TTL_S = 10.0
+MAX_CONSECUTIVE = 3
 
 
 @dataclass(frozen=True)
@@ -169,12 +181,19 @@ class JSONClient:
         policy: RetryPolicy,
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
+        health_url: str | None = None,
     ) -> None:
         self.name = name
         self.policy = policy
         self._injected = client
         self._headers = dict(headers or {})
         self._owned: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self.health_url = health_url
+        self.down: tuple[float, str] | None = None
+        """(when it was found down, why) while the server is taken for down."""
+        self.consecutive = 0
+        self._probed: tuple[float, str | None] | None = None  # (when, why it is down or None)
+        self._probe_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     def __repr__(self) -> str:  # headers may hold an API key: never show them
         return f"JSONClient({self.name!r}, {self.policy})"
@@ -210,13 +229,58 @@ class JSONClient:
         """GET a JSON object, with the same retries and errors as :meth:`post`."""
         return await self._request("GET", url, None)
 
+    # -- health ------------------------------------------------------------------
+
+    async def probe(self) -> str | None:
+        """Ask the health URL once (shared by concurrent callers); None when the server answers, else why not."""
+        if self.health_url is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._probe_lock is None or self._probe_lock[0] is not loop:
+            self._probe_lock = (loop, asyncio.Lock())
+        async with self._probe_lock[1]:
+            now = time.monotonic()
+            if self._probed is not None and now - self._probed[0] < 1.0:
+                return self._probed[1]  # a caller that waited for the lock takes the answer just got
+            limit = min(self.policy.timeout, HEALTH_TIMEOUT_S)
+            why: str | None = None
+            try:
+                response = await asyncio.wait_for(
+                    self._client().get(self.health_url, headers=self._headers, timeout=limit), limit)
+                if response.status_code >= 500:
+                    why = f"HTTP {response.status_code}"
+            except (httpx.HTTPError, TimeoutError) as e:
+                why = _cause(e, limit)
+            self._probed = (time.monotonic(), why)
+            if why is not None:
+                self.down = (time.monotonic(), f"its health check (GET {self.health_url}) failed too: {why}")
+            return why
+
+    async def _check_up(self, where: str) -> None:
+        """BackendError, without sending, while the server is taken for down; a health check when that is old."""
+        if self.down is None:
+            return
+        since, why = self.down
+        if time.monotonic() - since < HEALTH_TTL_S or self.health_url is None or await self.probe() is not None:
+            reason = self.down[1] if self.down is not None else why
+            raise BackendError(f"{where}: not sent: the server is taken for down ({reason}); it is asked again "
+                               f"every {HEALTH_TTL_S:g}s")
+        self.down = None  # it answers again: let the request through
+
+    def _failed(self, cause: str) -> None:
+        self.consecutive += 1
+        if self.consecutive >= MAX_CONSECUTIVE and self.down is None:
+            self.down = (time.monotonic(), f"{self.consecutive} requests in a row failed, the last: {cause}")
+
     async def _request(self, method: str, url: str, payload: Any) -> tuple[dict[str, Any], float]:
         policy = self.policy
         where = f"{self.name} at {url}"
+        await self._check_up(where)
         cause, body = "", ""
         for attempt in range(1, policy.tries + 1):
             t0 = time.perf_counter()
             wait = 0.0
+            answered = False
             try:
                 response = await asyncio.wait_for(self._once(method, url, payload), policy.timeout)
             except (httpx.HTTPError, TimeoutError) as e:  # refused, reset, dropped, past the deadline
@@ -224,9 +288,11 @@ class JSONClient:
             except TooLarge as e:
                 raise BackendError(f"{where}: {e}") from None
             else:
+                answered = True
                 elapsed = time.perf_counter() - t0
                 status = response.status
                 if status < 400:
+                    self.consecutive = 0
                     return self._json(where, response), elapsed
                 if status < 500 and status not in RETRY_STATUSES:
                     raise BackendError(f"{where}: HTTP {status}: {excerpt(response.text)}")
@@ -234,6 +300,12 @@ class JSONClient:
                 wait = _retry_after(response)
             if attempt < policy.tries:
                 await asyncio.sleep(max(policy.delay(attempt), wait))
+                # No answer at all (refused, dropped, past the deadline): is the server there?
+                if not answered and await self.probe() is not None and self.down is not None:
+                    self._failed(cause)
+                    message = f"{where}: {cause} after {_tries(attempt)}; {self.down[1]}: not retried"
+                    raise BackendError(f"{message}: {body}" if body else message)
+        self._failed(cause)
         message = f"{where}: {cause} after {_tries(policy.tries)}"
         raise BackendError(f"{message}: {body}" if body else message)
 

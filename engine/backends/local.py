@@ -254,6 +254,18 @@ def _load_model_cached(key: str | None, device: str) -> _LoadedModel:
     return _LoadedModel(model=model, name=name, device=device, lock=threading.Lock())
 
 
+def embedded_model_folder() -> Path:
+    """The embedded model as a plain Hugging Face folder (config.json, model.safetensors), converted from its
+    GGUF once and cached: what a server such as ``transformers serve`` can load."""
+    folder = _embedded_cache("model")
+    if not (folder / "READY").is_file():
+        model = _load_model(None).model
+        _save_converted(_DequantizedCopy(model), folder, lambda d: (d / "model.safetensors").is_file())
+    if not (folder / "READY").is_file():
+        raise ModelNotFound(f"could not write the converted embedded model to {folder} (is {cache_root()} writable?)")
+    return folder
+
+
 def _load_model(spec: str | None, device: str = "cpu") -> _LoadedModel:
     key = None if _is_embedded(spec) else spec
     with _LOAD_LOCK:

@@ -68,7 +68,7 @@ from ..chat import decode
 from ..errors import BackendError, ConfigError
 from ..records import Generation, Message
 from ..toolcalls import parse_hermes
-from .base import GenerationRequest
+from .base import PROMPT_IDS, GenerationRequest
 from .http import (
     MAX_ANSWER_BYTES,
     Answer,
@@ -82,6 +82,14 @@ from .http import (
 )
 
 MODES = ("completions", "chat")
+EXTENSIONS = ("return_token_ids",)
+"""Request fields outside OpenAI's API reference that vLLM and sglang understand."""
+
+
+def _refuses(message: str, field: str) -> bool:
+    """Whether a 4xx answer refuses ``field`` (FastAPI's "Unexpected fields", OpenAI's "Unrecognized request
+    argument", pydantic's "extra fields not permitted" all name it)."""
+    return " HTTP 4" in f" {message}" and field in message
 TOKEN_ID_PREFIX = "token_id:"
 
 
@@ -126,12 +134,14 @@ class OpenAIBackend:
         self.tokenizer = tokenizer
         self._vocab = vocab_size(tokenizer)
         self.return_token_ids = return_token_ids
+        self.refused: dict[str, str] = {}
+        """Extension fields this server refused, with its answer: not sent again."""
         self.extra_body = dict(extra_body or {})
         self.policy = RetryPolicy(timeout=timeout, retries=retries, backoff=backoff, max_bytes=max_bytes)
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         # The key lives only in the client's headers, never on this object.
-        self._http = JSONClient(self.name, self.policy, client, headers)
+        self._http = JSONClient(self.name, self.policy, client, headers, health_url=f"{self.base_url[: -len('/v1')]}/health")
 
     @property
     def endpoint(self) -> str:
@@ -156,8 +166,11 @@ class OpenAIBackend:
                 body["tools"] = [_as_openai_tool(t) for t in request.tools]
             body["logprobs"] = True
         else:
-            if request.prompt_ids is not None:
+            if request.prompt_ids is not None and PROMPT_IDS not in self.refused:
                 body["prompt"] = [int(x) for x in request.prompt_ids]
+            elif request.prompt_ids is not None and request.prompt_text is None and self.tokenizer is not None:
+                # A server that takes only text gets the ids' text, and tokenizes it again itself.
+                body["prompt"] = decode(self.tokenizer, request.prompt_ids)
             elif request.prompt_text is not None:
                 body["prompt"] = request.prompt_text
             else:
@@ -173,10 +186,40 @@ class OpenAIBackend:
         return body
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        """POST the request and read the first choice (BackendError on any failure)."""
-        body = self.payload(request)
-        data, elapsed = await self._http.post(self.endpoint, body)
+        """POST the request and read the first choice (BackendError on any failure).
+
+        A strict server (OpenAI's API, ``transformers serve``) refuses fields its API reference does not
+        define, and some take a prompt only as text. When it refuses one of the extensions sent here
+        (vLLM's and sglang's ``return_token_ids``) or a prompt of token ids, this backend remembers it for
+        this server (``refused`` says what and why; ``describe()`` records it on each episode) and sends
+        the request again: without the field, or with the prompt's text. Ids then come from the token
+        strings, or not at all, and the loop says so (``ids_reencoded``).
+        """
+        for _ in range(1 + len(EXTENSIONS) + 1):  # each refusal is learned once, then the request goes again
+            body = self.payload(request)
+            try:
+                data, elapsed = await self._http.post(self.endpoint, body)
+                break
+            except BackendError as e:
+                if not self._learn(str(e), body):
+                    raise
         return self.parse(data, request, elapsed)
+
+    def _learn(self, error: str, body: dict[str, Any]) -> bool:
+        """Remember what a 4xx answer refuses (an extension field, a prompt of token ids); False if nothing."""
+        why = error.split(": ", 1)[-1][:200]
+        learned = False
+        for f in EXTENSIONS:
+            if f in body and _refuses(error, f):
+                self.refused[f] = why
+                learned = True
+                if f == "return_token_ids":
+                    self.return_token_ids = False
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and self.tokenizer is not None and _refuses(error, "prompt"):
+            self.refused[PROMPT_IDS] = why
+            learned = True
+        return learned
 
     # -- answer --------------------------------------------------------------
 
@@ -261,6 +304,8 @@ class OpenAIBackend:
             "timeout": self.policy.timeout,
             "retries": self.policy.retries,
         }
+        if self.refused:
+            d["refused"] = dict(self.refused)
         if self.tokenizer is not None:
             d["tokenizer"] = str(getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__)
         return d

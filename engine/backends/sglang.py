@@ -95,7 +95,7 @@ class SGLangBackend:
         self._vocab = vocab_size(tokenizer)
         self.model = model
         self.policy = RetryPolicy(timeout=timeout, retries=retries, backoff=backoff, max_bytes=max_bytes)
-        self._http = JSONClient(self.name, self.policy, client)
+        self._http = JSONClient(self.name, self.policy, client, health_url=f"{self.url}/health")
         self._info: dict[str, Any] = {}
 
     @property
