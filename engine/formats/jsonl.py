@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .. import jsonbounds
 from ..errors import FormatError
 from ..records import Episode
 from .base import ImportContext, discover, json_lines, json_object
@@ -39,12 +38,9 @@ def write(episodes: Iterable[Episode], out: IO[str]) -> int:
 
 def parse_line(line: str, where: str) -> Episode:
     """One line to an Episode, or a FormatError naming the field at fault."""
-    try:
-        d = jsonbounds.loads(line, limit=None)
-    except ValueError as e:
-        raise FormatError(f"not valid JSON ({jsonbounds.describe(e)})", where) from None
-    if not isinstance(d, dict):
-        raise FormatError(f"expected a JSON object, got {type(d).__name__}", where)
+    d, _ = json_object(line.encode("utf-8", "surrogatepass"), where)
+    if d is None:
+        raise FormatError("blank line", where)
     return parse_dict(d, where)
 
 
