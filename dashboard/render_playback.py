@@ -425,10 +425,13 @@ def headline(res: ReplayResult) -> str:
     """One line saying what a re-execution found (the values are in the table)."""
     if not res.reproducible:
         return "cannot be re-executed exactly"
+    by = "; the user was replayed from the record" if res.user == "recorded" else ""
     if res.reproduced:
-        return f"reproduced: {len(res.turns)} turns, every observation, reward and done flag as stored"
+        what = ("every tool output and the final reward as recorded" if res.user == "recorded"
+                else "every observation, reward and done flag as stored")
+        return f"reproduced: {len(res.turns)} turns, {what}{by}"
     d = res.divergence
-    return f"diverged at turn {d.turn} on {d.field}" if d is not None else "diverged"
+    return (f"diverged at turn {d.turn} on {d.field}" if d is not None else "diverged") + by
 
 
 def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:

@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--db", default=DEFAULT_DB)
     im.add_argument("--tokenizer", help="tokenizer folder or hub id to tokenize and check foreign dumps with "
                     "(slime --dump-details folders bring their own)")
+    im.add_argument("--env", help="the env the records ran in, when they do not say (taubench: recognized from "
+                    "the policy text; messages: a record's own env comes first), e.g. taubench:airline")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
 
     ck = sub.add_parser("check", help="run the fidelity checks on stored or exported episodes")
@@ -269,7 +271,8 @@ def cmd_import(a: argparse.Namespace) -> int:
     if not Path(a.file).exists():  # before the database is created for nothing
         raise FormatError("no such file", a.file)
     store = _open_store(a.db, must_exist=False)
-    report = import_path(a.file, a.format, store, tokenizer=a.tokenizer, progress=not a.quiet and sys.stderr.isatty())
+    report = import_path(a.file, a.format, store, tokenizer=a.tokenizer, progress=not a.quiet and sys.stderr.isatty(),
+                         env=a.env)
     for err in report.errors:
         print(f"rollscope: skipped {err}", file=sys.stderr)
     for note in report.notes:

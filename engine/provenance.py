@@ -17,7 +17,7 @@ from .presets import LoopConfig
 from .reading import Fields
 from .textsafe import json_safe
 
-SourceKind = Literal["live", "messages", "slime", "areal", "verl"]
+SourceKind = Literal["live", "messages", "slime", "areal", "verl", "taubench"]
 SOURCE_KINDS: tuple[str, ...] = typing.get_args(SourceKind)
 UserKind = Literal["scripted", "llm", "human"]
 USER_KINDS: tuple[str, ...] = typing.get_args(UserKind)

@@ -53,6 +53,8 @@ class ReplayResult:
     reason: str = ""
     until: int | None = None
     created_at: float = field(default_factory=time.time)
+    user: str = "env"
+    """Who answered as the user: ``env`` (the env's own user) or ``recorded`` (the record's messages)."""
 
     @property
     def kind(self) -> str:
@@ -67,7 +69,7 @@ class ReplayResult:
             "episode_id": self.episode_id, "reproducible": self.reproducible, "reproduced": self.reproduced,
             "kind": self.kind, "turns": [t.to_dict() for t in self.turns],
             "divergence": None if self.divergence is None else self.divergence.to_dict(),
-            "reason": self.reason, "until": self.until, "created_at": self.created_at,
+            "reason": self.reason, "until": self.until, "created_at": self.created_at, "user": self.user,
         }
 
     @classmethod
@@ -77,17 +79,19 @@ class ReplayResult:
             episode_id=str(d["episode_id"]), reproducible=bool(d["reproducible"]), reproduced=bool(d["reproduced"]),
             turns=tuple(TurnVerdict.from_dict(t) for t in d.get("turns") or ()),
             divergence=None if div is None else TurnVerdict.from_dict(div), reason=str(d.get("reason", "")),
-            until=d.get("until"), created_at=float(d.get("created_at", 0.0)),
+            until=d.get("until"), created_at=float(d.get("created_at", 0.0)), user=str(d.get("user", "env")),
         )
 
     def summary(self) -> str:
         if not self.reproducible:
             return f"{self.episode_id}: cannot be re-executed exactly: {self.reason}"
+        by = "; the user was replayed from the record" if self.user == "recorded" else ""
         if self.reproduced:
-            return f"{self.episode_id}: reproduced ({len(self.turns)} turns)"
+            return f"{self.episode_id}: reproduced ({len(self.turns)} turns{by})"
         d = self.divergence
         assert d is not None
-        return f"{self.episode_id}: diverged at turn {d.turn} on {d.field}: stored {d.stored!r}, now {d.now!r}"
+        return (f"{self.episode_id}: diverged at turn {d.turn} on {d.field}: stored {d.stored!r}, now {d.now!r}"
+                + (f" ({d.note})" if d.note and d.field in ("observation", "reward", "done") else "") + by)
 
 
 def _msgs(ms: tuple[Message, ...] | list[Message]) -> list[dict[str, Any]]:
@@ -188,8 +192,29 @@ def env_for(ep: Episode) -> Callable[[], Env] | str:
         return f"cannot rebuild env {ep.env!r}: {e}"
 
 
+USER_ENVS = ("retail", "taubench:retail", "taubench:airline")
+"""Envs with a user, whose episodes can be re-executed with the user replayed from the record."""
+
+
+def needs_recorded_user(ep: Episode) -> bool:
+    """Whether ``ep`` is re-executed with its user replayed from the record: a tool env's episode whose user
+    was a model or a person, or one imported (its turns hold no actions to re-execute)."""
+    return ep.env in USER_ENVS and (ep.config.user in ("llm", "human") or not ep.source.live)
+
+
 async def replay_stored(ep: Episode, until: int | None = None) -> ReplayResult:
-    """Re-execute a stored episode in the env its record names."""
+    """Re-execute a stored episode in the env its record names; with its user replayed from the record
+    where the env's own user would say something else (see :func:`needs_recorded_user`)."""
+    if needs_recorded_user(ep):
+        from .errors import RollscopeError
+        from .factory import env_factory
+        from .replay_recorded import replay_recorded
+
+        try:
+            make_env = env_factory(ep.env, user="scripted")
+        except RollscopeError as e:
+            return ReplayResult(ep.id, False, False, reason=f"cannot rebuild env {ep.env!r}: {e}", until=until)
+        return await replay_recorded(ep, make_env, until)
     make = env_for(ep)
     if isinstance(make, str):
         return ReplayResult(ep.id, False, False, reason=make, until=until)

@@ -292,3 +292,16 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
     assert 'data-sort="reward" aria-sort="ascending"' in out and "reward ▲" in out
     assert "1,200" in out and "rs-bad-text" in out and "★" in out
     assert "No episode matches" in render_table([], "reward", True, "No episode matches these filters.")
+
+
+def test_a_verdict_says_when_the_user_was_replayed_from_the_record():
+    from dashboard.render_playback import headline, render_verdict
+    from engine.replay import ReplayResult, TurnVerdict
+
+    ok = ReplayResult("e1", True, True, (TurnVerdict(0, True), TurnVerdict(1, True)), user="recorded")
+    assert headline(ok) == ("reproduced: 2 turns, every tool output and the final reward as recorded; "
+                            "the user was replayed from the record")
+    bad = TurnVerdict(1, False, "observation", "a", "b", "the output of f (call 1 of this turn)")
+    diverged = ReplayResult("e1", True, False, (TurnVerdict(0, True), bad), bad, user="recorded")
+    assert "diverged at turn 1 on observation; the user was replayed from the record" in render_verdict(diverged)
+    assert ReplayResult.from_dict(diverged.to_dict()).user == "recorded"

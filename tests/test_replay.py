@@ -161,3 +161,30 @@ def test_replay_cli_single_and_batch(tmp_path):
     assert f"diverged at turn {flips} on observation" in one.stdout and "DIFF" in one.stdout
     assert store.get_episode(first) == before  # stored ids and records do not change
     assert len(store.replays(first)) == 2
+
+
+@pytest.mark.parametrize("preset", ["slime-tau", "tito"])
+def test_the_recorded_user_replays_live_retail_episodes_as_the_env_user_does(smol_tokenizer, preset):
+    # On episodes whose user was the env's own (deterministic) one, replaying the user from the record must
+    # agree with the plain replay: every episode reproduces, tool output for tool output and reward.
+    from engine.envs.retail import RetailEnv
+    from engine.replay_recorded import replay_recorded
+
+    for i, task in enumerate(RetailEnv().tasks[:6]):
+        ep = run(RetailEnv, smol_tokenizer, preset, task, mistake_rate=0.3, seed=i)
+        res = asyncio.run(replay_recorded(ep, RetailEnv))
+        assert res.reproduced and res.user == "recorded", res.summary()
+        assert res.turns, "at least one turn reached the env"
+
+
+def test_a_model_played_user_is_replayed_from_the_record_by_replay_stored(smol_tokenizer):
+    from dataclasses import replace
+
+    from engine.envs.retail import RetailEnv
+    from engine.replay import replay_stored
+
+    ep = run(RetailEnv, smol_tokenizer, "slime-tau", RetailEnv().tasks[1])
+    llm = ep.evolve(config=replace(ep.config, env=replace(ep.config.env, user="llm")))
+    res = asyncio.run(replay_stored(llm))
+    assert res.reproducible and res.reproduced and res.user == "recorded", res.summary()
+    assert "the user was replayed from the record" in res.summary()

@@ -12,6 +12,7 @@ areal      yes    yes    AReaL trajectory dump JSONL in; per-turn packed sequenc
 areal-realhf no   yes    realhf ``MathMultiTurnAgent`` SequenceSample fields, one line per episode
 verl       yes    no     verl ``trainer.rollout_data_dir`` JSONL
 messages   yes    yes    OpenAI chat JSONL with tools and tool calls (SFT)
+taubench   yes    no     tau-bench's ``run.py`` results: a JSON list of ``{task_id, reward, info, traj, trial}``
 parquet    yes    yes    one row per episode, token arrays as list columns, lossless
 ========== ====== ====== ==========================================================
 
@@ -35,7 +36,7 @@ from typing import IO, Any
 from .. import textsafe
 from ..errors import ConfigError, FormatError
 from ..records import Episode
-from . import areal, jsonl, messages, parquet, slime, verl
+from . import areal, jsonl, messages, parquet, slime, taubench, verl
 from .base import ImportContext, atomic_path
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
@@ -59,6 +60,7 @@ IMPORTERS: dict[str, Importer] = {
     "verl": verl.read,
     "messages": messages.read,
     "parquet": parquet.read,
+    "taubench": taubench.read,
 }
 # Formats that can also go to stdout (``-o -``).
 STREAM_WRITERS: dict[str, StreamWriter] = {
@@ -114,12 +116,13 @@ def _resolve_tokenizer(tokenizer: Any) -> tuple[Any, str]:
 
 
 def import_path(
-    path: str | Path, fmt: str, store: Any, *, tokenizer: Any = None, progress: bool = False
+    path: str | Path, fmt: str, store: Any, *, tokenizer: Any = None, progress: bool = False, env: str | None = None
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
 
     ``tokenizer`` is a loaded tokenizer or a folder / hub id (``--tokenizer``);
-    it lets foreign dumps be tokenized and checked. Malformed records are
+    it lets foreign dumps be tokenized and checked. ``env`` names the env the records ran in when they
+    do not (``taubench:retail``; a messages record's own ``env`` comes first). Malformed records are
     skipped and listed in the report; a missing, unreadable or unsafe file
     (a pickle that would run code) raises ``FormatError``.
     """
@@ -135,8 +138,13 @@ def import_path(
         from tqdm import tqdm
 
         bar = tqdm(total=0, unit="rec", desc=f"import {fmt}", dynamic_ncols=True, file=sys.stderr)
+    if env:
+        from ..factory import ENVS
+
+        if env not in ENVS:
+            raise ConfigError(f"unknown env {env!r}; choose one of: {', '.join(ENVS)}")
     ctx = ImportContext(
-        fmt, tok, name, errors=report.errors, notes=report.notes, files=report.files,
+        fmt, tok, name, env=env or "", errors=report.errors, notes=report.notes, files=report.files,
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
     )

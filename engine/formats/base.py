@@ -52,6 +52,8 @@ class ImportContext:
     files: list[str] = field(default_factory=list)
     on_progress: Callable[[int], None] | None = None
     on_total: Callable[[int], None] | None = None
+    env: str = ""
+    """The env the records ran in, when the format does not say (``import --env``)."""
     replaced: dict[str, int] = field(default_factory=dict)
     """Characters UTF-8 cannot hold (lone surrogates) replaced per record, by position."""
 

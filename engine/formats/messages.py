@@ -181,7 +181,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     source = Source.imported("messages", str(path), line=line, index=line - 1,
                              **({"reward": jsonable(d["reward"])} if isinstance(d.get("reward"), dict) else {}))
     return conversation_episode(
-        fmt="messages", eid=stable_id("messages", line, d), env=str(d.get("env") or "messages"),
+        fmt="messages", eid=stable_id("messages", line, d), env=str(d.get("env") or ctx.env or "messages"),
         task_id=str(task) if task is not None else "p-" + stable_id("prompt", prompt)[:10],
         messages=messages, tools=tools, reward=reward, status=Status(status_raw), source=source, ctx=ctx, where=where,
     )

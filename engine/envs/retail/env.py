@@ -84,6 +84,10 @@ class RetailEnv:
     def tasks(self) -> list[str]:
         return [t.id for t in all_tasks()]
 
+    def use_user(self, user: Any) -> None:
+        """Put ``user`` (``reset(task) -> str``, ``step(said) -> str``) in the user's place."""
+        self.user = user
+
     def system_prompt(self, task_id: str) -> str | None:
         return POLICY
 

@@ -1,0 +1,129 @@
+"""tau-bench's own results imported and re-executed with the user replayed from the record.
+
+The results files are written here in the shape tau-bench's ``run.py``
+writes (a JSON list of ``{task_id, reward, info, traj, trial}``, ``traj``
+being OpenAI messages), and re-executed against the ``tau_bench`` package
+in ``tests/fake_taubench`` (Sierra's when it is installed instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import Store, formats
+from engine.replay import replay_stored
+
+FAKE = Path(__file__).parent / "fake_taubench"
+WIKI = "# Fake retail policy\nAuthenticate the user before acting. Confirm before cancelling."
+
+
+@pytest.fixture
+def tau(monkeypatch):
+    monkeypatch.syspath_prepend(str(FAKE))
+    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
+        monkeypatch.delitem(sys.modules, mod)
+
+
+def _call(cid: str, name: str, args: dict) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def _cancel_a1(reward: float = 1.0, trial: int = 0) -> dict:
+    """Task 0 (cancel #A1) as GPT-4o might have run it, with a user that speaks its own words."""
+    traj = [
+        {"role": "system", "content": WIKI},
+        {"role": "user", "content": "Hi, I'm Ana Ito (zip 10001) and I want to cancel an order."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            _call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
+        {"role": "tool", "tool_call_id": "c1", "name": "find_user_id_by_name_zip", "content": "ana_1"},
+        {"role": "assistant", "content": "Which order, and shall I proceed with cancelling it? (yes/no)"},
+        {"role": "user", "content": "Order #A1, I no longer need it. Yes."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            _call("c2", "cancel_pending_order", {"order_id": "#A1", "reason": "no longer needed"})]},
+        {"role": "tool", "tool_call_id": "c2", "name": "cancel_pending_order",
+         "content": json.dumps({"status": "cancelled", "total": 30.5, "reason": "no longer needed"})},
+        {"role": "assistant", "content": "Done: #A1 is cancelled. Anything else?"},
+        {"role": "user", "content": "No, thanks! ###STOP###"},
+    ]
+    return {"task_id": 0, "reward": reward, "info": {"reward_info": {"db_match": reward == 1.0}}, "traj": traj,
+            "trial": trial}
+
+
+def _import(tmp_path, results, env=None):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    store = Store(tmp_path / "x.db")
+    report = formats.import_path(path, "taubench", store, env=env)
+    return store, report
+
+
+def test_tau_bench_results_import_with_env_task_and_reward(tmp_path, tau):
+    other = _cancel_a1(trial=1)
+    other["traj"][0]["content"] = "# Policy\nNo domain named here."
+    store, report = _import(tmp_path, [_cancel_a1(), other, {"task_id": 1}])
+    assert report.new == 1 and [str(e) for e in report.errors] == [
+        f"{tmp_path / 'results.json'}: result 1: field 'traj': cannot tell the tau-bench domain from the policy "
+        "text (the system message): give --env taubench:retail or --env taubench:airline",
+        f"{tmp_path / 'results.json'}: result 2: field 'reward': missing"]
+    (ep,) = store.iter_episodes()
+    assert (ep.env, ep.task_id, ep.reward, ep.sample_index, ep.source.kind) == ("taubench:retail", "0", 1.0, 0, "taubench")
+    assert ep.source.details["info"] == {"reward_info": {"db_match": True}}
+    assert [m.role for m in ep.messages][:4] == ["system", "user", "assistant", "tool"]
+    assert ep.messages[2].tool_calls[0].arguments == {"name": "Ana Ito", "zip": "10001"}
+    assert ep.tokens.ids.size == 0  # no tokenizer: messages only
+    # --env names it when the policy text does not; importing again adds nothing.
+    again = tmp_path / "again"
+    again.mkdir()
+    store2, report2 = _import(again, [other], env="taubench:airline")
+    assert report2.new == 1 and next(store2.iter_episodes()).env == "taubench:airline"
+    report3 = formats.import_path(tmp_path / "results.json", "taubench", store)
+    assert report3.new == 0 and report3.already_present == 1
+    store.close()
+    store2.close()
+
+
+def test_an_imported_trajectory_is_re_executed_with_the_recorded_user(tmp_path, tau):
+    store, _ = _import(tmp_path, [_cancel_a1()])
+    ep = next(store.iter_episodes())
+    res = asyncio.run(replay_stored(ep))
+    assert res.reproducible and res.reproduced and res.user == "recorded", res.summary()
+    assert len(res.turns) == 4 and res.summary().endswith("reproduced (4 turns; the user was replayed from the record)")
+    store.close()
+
+
+def test_a_changed_tool_output_is_the_first_divergence(tmp_path, tau):
+    changed = _cancel_a1()
+    changed["traj"][7]["content"] = json.dumps({"status": "cancelled", "total": 31.0, "reason": "no longer needed"})
+    store, _ = _import(tmp_path, [changed])
+    res = asyncio.run(replay_stored(next(store.iter_episodes())))
+    assert res.reproducible and not res.reproduced and res.kind == "diverged:observation"
+    d = res.divergence
+    assert d.turn == 2 and '"total": 31.0' in d.stored and '"total": 30.5' in d.now
+    assert "the output of cancel_pending_order (call 1 of this turn)" in res.summary()
+    assert "the user was replayed from the record" in res.summary()
+    store.close()
+
+
+def test_a_changed_final_reward_is_a_divergence_on_the_reward(tmp_path, tau):
+    store, _ = _import(tmp_path, [_cancel_a1(reward=0.0)])
+    res = asyncio.run(replay_stored(next(store.iter_episodes())))
+    assert res.kind == "diverged:reward" and (res.divergence.stored, res.divergence.now) == (0.0, 1.0)
+    store.close()
+
+
+def test_the_cli_imports_and_replays_tau_bench_results(tmp_path, tau, monkeypatch):
+    from engine.cli import main
+
+    path = tmp_path / "results.json"
+    bad = copy.deepcopy(_cancel_a1(trial=1))
+    bad["traj"][3]["content"] = "someone_else"
+    path.write_text(json.dumps([_cancel_a1(), bad]), encoding="utf-8")
+    db = str(tmp_path / "x.db")
+    assert main(["import", str(path), "--format", "taubench", "--db", db, "--quiet"]) == 0
+    assert main(["replay", "--db", db, "--where", "env=taubench:retail"]) == 1
