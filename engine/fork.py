@@ -21,6 +21,7 @@ handed over before the agent message that prompts it is committed.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -40,6 +41,9 @@ from .replay import TurnVerdict, env_for
 # Envs whose simulated user hands over its turn with this marker end the conversation.
 STOP = "###STOP###"
 USER_MODES = ("scripted", "human")
+FORK_USERS = ("scripted", "human", "recorded")
+"""Who answers as the user after a fork's turn: the env's simulated user, a person, or the recorded user
+while the conversation still matches the record, then a person."""
 
 
 # -- the user, played by a person ----------------------------------------------
@@ -74,6 +78,74 @@ class HumanUser:
             # Raised inside env.step, this ends the episode as aborted: callers check first.
             raise EnvError("no user reply was written for this agent message")
         return self.replies.popleft()
+
+    def needs_person(self, agent_text: str) -> bool:
+        return True
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+class ForkUser:
+    """The user of a fork: the record's replies for the replayed turns, then the chosen user.
+
+    ``prefix``: the recorded replies to the agent's messages before the fork's turn (what a model or a
+    person said, or an imported record's user). ``later``: (agent message, recorded reply) pairs after it,
+    used while the agent says what the record says ("recorded"). ``after``: ``scripted`` (the env's
+    simulated user ``inner``, which hears every agent message of the replay so that its state follows the
+    conversation) or ``human`` (a person writes each reply with ``say``). ``opening``: the recorded opening,
+    when the env's user would not say it.
+    """
+
+    def __init__(self, inner: Any, after: str, prefix: list[str], later: list[tuple[str, str]],
+                 opening: str | None) -> None:
+        self.inner = inner
+        self.after = after
+        self.kind = "human" if after == "human" else "scripted"
+        self.prefix: deque[str] = deque(prefix)
+        self.later: deque[tuple[str, str]] = deque(later)
+        self.opening = opening
+        self.replies: deque[str] = deque()  # what the person wrote, as HumanUser keeps it
+
+    def reset(self, *args: Any, **kwargs: Any) -> str:
+        said = self.inner.reset(*args, **kwargs) if self.after == "scripted" else ""
+        if self.opening is None and self.after == "human":
+            return str(args[0].opening) if args and hasattr(args[0], "opening") else ""
+        return self.opening if self.opening is not None else str(said)
+
+    def say(self, reply: str) -> None:
+        self.replies.append(reply)
+
+    def recorded_reply(self, agent_text: str) -> str | None:
+        """The recorded reply to ``agent_text`` if the conversation still matches the record."""
+        if self.later and _norm(self.later[0][0]) == _norm(agent_text):
+            return self.later[0][1]
+        return None
+
+    def needs_person(self, agent_text: str) -> bool:
+        return self.after == "human" and not self.prefix and self.recorded_reply(agent_text) is None
+
+    def step(self, agent_text: str) -> str:
+        if self.prefix:
+            if self.after == "scripted":
+                self.inner.step(agent_text)  # its state follows the conversation; the record says the words
+            return self.prefix.popleft()
+        recorded = self.recorded_reply(agent_text)
+        if recorded is not None:
+            self.later.popleft()
+            if self.after == "scripted":
+                self.inner.step(agent_text)
+            return recorded
+        self.later.clear()  # the conversation left the record: the chosen user answers from here on
+        if self.after == "scripted":
+            return str(self.inner.step(agent_text))
+        if not self.replies:
+            raise EnvError("no user reply was written for this agent message")
+        return self.replies.popleft()
+
+    def get_total_cost(self) -> float:  # tau-bench's user interface
+        return 0.0
 
 
 def can_play_user(env: Env) -> bool:
@@ -188,13 +260,6 @@ def _prefix_end(ep: Episode, turn: int) -> int:
     return min(starts) if starts else len(ep.tokens)
 
 
-def _user_reply(turn: Turn) -> str | None:
-    for m in turn.observation:
-        if m.role == "user":
-            return m.content
-    return None
-
-
 # -- the hand-driven stepper -------------------------------------------------------
 
 
@@ -207,7 +272,7 @@ class HandStepper:
     (``Stepper.edited``: re-encoded, no logprobs).
     """
 
-    def __init__(self, stepper: Stepper, tokenizer: Any, user: HumanUser | None = None,
+    def __init__(self, stepper: Stepper, tokenizer: Any, user: HumanUser | ForkUser | None = None,
                  report: ForkReport | None = None) -> None:
         self.stepper = stepper
         self.tok = tokenizer
@@ -227,7 +292,8 @@ class HandStepper:
 
     @property
     def plays_user(self) -> bool:
-        return self.user is not None
+        """Whether a person may have to write the user's replies."""
+        return self.user is not None and self.user.kind == "human"
 
     def episode(self) -> Episode:
         return self.stepper.snapshot()
@@ -245,8 +311,12 @@ class HandStepper:
         return preview_action(self.tok, self.stepper.config, self.stepper.tools, text)
 
     def needs_user_reply(self, text: str) -> bool:
-        """True when committing ``text`` sends a message to a user the person plays."""
-        return self.user is not None and self.preview(text).respond
+        """True when committing ``text`` sends a message to a user the person plays (and no recorded reply
+        of a fork answers it)."""
+        if self.user is None or self.user.kind != "human":
+            return False
+        preview = self.preview(text)
+        return preview.respond and self.user.needs_person(preview.content)
 
     def generation_for(self, text: str) -> Generation:
         """The generation to commit for ``text``: the generated one if unchanged, else the person's."""
@@ -289,7 +359,7 @@ class HandStepper:
             extra.append(Finding("edited_by_hand", Severity.INFO,
                                  f"turn{'s' if len(self.edited_turns) > 1 else ''} {turns} written or edited by a person "
                                  "(re-encoded, no logprobs)", evidence={"turns": list(self.edited_turns)}))
-        source = replace(ep.source, by_hand=True, user_by_hand=ep.source.user_by_hand or self.user is not None)
+        source = replace(ep.source, by_hand=True, user_by_hand=ep.source.user_by_hand or self.plays_user)
         return ep.evolve(findings=ep.findings + tuple(extra), source=source)
 
 
@@ -306,6 +376,8 @@ def start(
     tokenizer_name: str = "",
 ) -> HandStepper:
     """A fresh conversation on ``task_id``, started (the first prompt laid down)."""
+    if user == "recorded":
+        raise ConfigError("the recorded user is for forks: a new conversation has no record to replay")
     if user not in USER_MODES:
         raise ConfigError(f"user must be one of {', '.join(USER_MODES)}, not {user!r}")
     if task_id not in env.tasks:
@@ -326,21 +398,41 @@ def user_played_by(parent: Episode) -> str | None:
 def parent_env(parent: Episode) -> tuple[Callable[[], Env], str | None]:
     """(constructor of the env the parent ran in, who played its user if not the scripted user).
 
-    A parent whose user was a model or a person can still be forked: its
-    stored user replies are replayed, and a person plays the user after.
+    A parent whose user was a model or a person, or one imported with an env it names, can still be
+    forked: its recorded user replies are replayed, and the chosen user answers after.
     """
     played_by = user_played_by(parent)
-    if played_by is not None:
-        from .factory import env_factory
+    if played_by is not None or (not parent.source.live and parent.config.env is None):
+        from .factory import ENVS, env_factory
 
+        if parent.env not in ENVS:
+            raise ConfigError(f"cannot fork {parent.id}: it names env {parent.env!r}, which is not one of "
+                              f"{', '.join(ENVS)} (import it with --env)")
         try:
-            return env_factory(parent.env), played_by
+            return env_factory(parent.env), played_by or "record"
         except RollscopeError as e:
             raise ConfigError(f"cannot rebuild env {parent.env!r} to fork {parent.id}: {e}") from None
     make = env_for(parent)
     if isinstance(make, str):
         raise ConfigError(f"cannot fork {parent.id}: {make}")
     return make, None
+
+
+def _record_text(message: Message, actions: tuple[Any, ...]) -> str:
+    """An imported assistant message as the text a model would have written: its words, then its tool
+    calls as ``<tool_call>`` blocks (the ones the record shows executed)."""
+    blocks = [f'<tool_call>\n{json.dumps({"name": a.name, "arguments": a.arguments}, ensure_ascii=False)}\n</tool_call>'
+              for a in actions if not a.is_respond]
+    return "\n".join(([message.content] if message.content else []) + blocks)
+
+
+def _install_user(env: Env, user: ForkUser) -> None:
+    use = getattr(env, "use_user", None)
+    if use is None:
+        raise ConfigError(f"the {env.name} env has no user to replay or play")
+    use(user)
+    if hasattr(env, "user_kind"):
+        env.user_kind = user.kind  # so the episode records who played the user after the fork
 
 
 async def fork(
@@ -357,15 +449,17 @@ async def fork(
 ) -> HandStepper:
     """A new conversation that replays ``parent``'s turns ``0..turn-1``, then goes on by hand.
 
-    ``make_env`` defaults to the env the parent's record names. ``user``:
-    ``human`` lets the person play the user from turn ``turn`` on (it is
-    forced when the parent's user was a model or a person, whose replies
-    only the record knows). ``config`` defaults to the parent's loop
-    config, ``sampling`` to its sampling parameters. The returned stepper's
-    ``report`` says whether the replay matched the record.
+    ``make_env`` defaults to the env the parent's record names. ``user`` (``FORK_USERS``) says who
+    answers as the user from turn ``turn`` on: the env's simulated user, a person, or the recorded user
+    while the conversation still matches the record, then a person. Where the parent's user was a model
+    or a person, or the parent was imported, the replayed turns get the recorded replies. ``config``
+    defaults to the parent's loop config, ``sampling`` to its sampling parameters. The returned
+    stepper's ``report`` says whether the replay matched the record.
     """
-    if user not in USER_MODES:
-        raise ConfigError(f"user must be one of {', '.join(USER_MODES)}, not {user!r}")
+    from .replay_recorded import plan as record_plan
+
+    if user not in FORK_USERS:
+        raise ConfigError(f"user must be one of {', '.join(FORK_USERS)}, not {user!r}")
     if not 0 <= turn <= parent.n_turns:
         raise ConfigError(f"episode {parent.id} has turns 0 to {parent.n_turns - 1}; cannot fork at turn {turn}")
     notes: list[str] = []
@@ -373,12 +467,33 @@ async def fork(
         make_env, _ = parent_env(parent)
     # Decided from the record whatever env the caller built: only the record knows that user's replies.
     played_by = user_played_by(parent)
-    if played_by is not None and user != "human":
-        user = "human"
-        notes.append(f"the parent's user was played by {'a model' if played_by == 'llm' else 'a person'}: "
-                     "its replies are replayed from the record, and you play the user from here on")
+    imported = not parent.source.live
+    opening, steps = record_plan(parent)
+    by_turn = {s.turn: s for s in steps}
+
+    def respond(step: Any) -> bool:
+        return len(step.actions) == 1 and step.actions[0].is_respond
+
     env = make_env()
-    replay_user = play_user(env) if user == "human" else None
+    fork_user: ForkUser | None = None
+    if played_by is not None or imported or user != "scripted":
+        inner = getattr(env, "user", None)
+        after = "scripted" if user == "scripted" else "human"
+        if after == "human" and not can_play_user(env):
+            raise ConfigError(f"the {env.name} env has no user a person can play (only envs with a simulated user do)")
+        prefix = [s.reply or STOP for s in steps if s.turn < turn and respond(s)]
+        later = [(s.actions[0].text, s.reply) for s in steps
+                 if s.turn >= turn and respond(s) and s.reply is not None] if user == "recorded" else []
+        recorded_opening = opening if (played_by is not None or imported) else None
+        fork_user = ForkUser(inner, after, prefix, later, recorded_opening)
+        _install_user(env, fork_user)
+        who = {"llm": "a model", "human": "a person"}.get(played_by or "", "the record")
+        if played_by is not None or imported:
+            notes.append(f"the parent's user was {'imported with it' if imported else 'played by ' + who}: its "
+                         "replies are replayed from the record up to the fork")
+        notes.append({"scripted": "the env's simulated user answers from the fork on",
+                      "human": "you play the user from the fork on",
+                      "recorded": "the recorded user answers while the conversation matches the record, then you"}[user])
     if config is None:
         config = parent.config.loop or LoopConfig()
     if sampling is None:
@@ -399,39 +514,48 @@ async def fork(
 
     replayed = 0
     ended = ""
-    for stored in parent.turns[:turn]:
+    said = [m for m in parent.messages if m.role == "assistant"]
+    for k in range(min(turn, parent.n_turns)):
         if stepper.done:
             ended = f"{stepper.status}: {stepper.reason}"
             break
-        if stored.generation is None:
-            ended = f"turn {stored.index} of the parent has no generation to replay"
-            break
-        if replay_user is not None and stored.action is not None and stored.action.is_respond:
-            reply = _user_reply(stored)
-            if reply is not None:
-                replay_user.say(reply)
-        now = await stepper.commit(stored.generation)
+        if imported:
+            step = by_turn.get(k)
+            if step is None or k >= len(said):
+                ended = f"turn {k} of the parent has no message to replay"
+                break
+            generation = replace(stepper.edited(_record_text(said[k], step.actions)), model="imported")
+            now = await stepper.commit(generation)
+            got = [m.content for m in now.observation if m.role == "tool"]
+            if step.outputs and got[: len(step.outputs)] != list(step.outputs):
+                divergences.append(TurnVerdict(k, False, "observation", list(step.outputs), got))
+        else:
+            stored = parent.turns[k]
+            if stored.generation is None:
+                ended = f"turn {stored.index} of the parent has no generation to replay"
+                break
+            now = await stepper.commit(stored.generation)
+            divergences.extend(_compare_turn(stored, now))
         replayed += 1
-        divergences.extend(_compare_turn(stored, now))
     if stepper.done and not ended:
         ended = f"{stepper.status}: {stepper.reason}"
-    if replay_user is not None:
-        replay_user.replies.clear()  # a stored reply the replay did not use must not answer the person's turn
+    if fork_user is not None:
+        fork_user.prefix.clear()  # a recorded reply the replay did not use must not answer a later turn
 
-    # Loops that add a turn's generation prompt with its reply (slime) have not laid it down yet.
-    ours = stepper.token_ids
-    end = min(_prefix_end(parent, turn), len(ours))
-    ours = ours[:end]
-    theirs = parent.tokens.ids[:end].tolist()
-    if ours != theirs:
-        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-        divergences.append(TurnVerdict(
-            -1, False, "tokens", theirs[at:at + 8], ours[at:at + 8],
-            f"the token prefix differs at position {at} (a different tokenizer or chat template?)"))
+    if not imported:
+        # Loops that add a turn's generation prompt with its reply (slime) have not laid it down yet.
+        ours = stepper.token_ids
+        end = min(_prefix_end(parent, turn), len(ours))
+        ours = ours[:end]
+        theirs = parent.tokens.ids[:end].tolist()
+        if ours != theirs:
+            at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            divergences.append(TurnVerdict(
+                -1, False, "tokens", theirs[at:at + 8], ours[at:at + 8],
+                f"the token prefix differs at position {at} (a different tokenizer or chat template?)"))
 
-    # replay_user is set exactly when the person plays the user from here on.
     report = ForkReport(parent.id, turn, replayed, tuple(divergences), tuple(notes), ended)
-    return HandStepper(stepper, tokenizer, replay_user, report)
+    return HandStepper(stepper, tokenizer, fork_user, report)
 
 
 def _compare_turn(stored: Turn, now: Turn) -> list[TurnVerdict]:
@@ -443,6 +567,7 @@ def _compare_turn(stored: Turn, now: Turn) -> list[TurnVerdict]:
 
 
 __all__ = [
-    "ActionPreview", "ForkReport", "HandStepper", "HumanUser", "STOP", "USER_MODES", "can_play_user", "fork",
+    "FORK_USERS", "ActionPreview", "ForkReport", "ForkUser", "HandStepper", "HumanUser", "STOP", "USER_MODES",
+    "can_play_user", "fork",
     "parent_env", "play_user", "preview_action", "start", "user_played_by",
 ]

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import chat, rewards, textsafe, tokenmodes
 from .actions import ENV_FAILURES, actions_for, conversation_observation, execute, parse_reply
-from .backends.base import PROMPT_IDS, Backend, GenerationRequest, SamplingParams
+from .backends.base import PROMPT_AS_TEXT, Backend, GenerationRequest, SamplingParams
 from .envs.base import Env, StepResult
 from .errors import BackendError, RollscopeError
 from .presets import LoopConfig
@@ -176,11 +176,11 @@ class Stepper:
         info = BackendInfo.of(self.backend.describe())
         self.episode = self.episode.evolve(backend=info)
         found: tuple[Finding, ...] = ()
-        refused = info.settings.get("refused") if info is not None else None
-        if prompt_ids is not None and isinstance(refused, dict) and PROMPT_IDS in refused:
+        as_text = info.settings.get(PROMPT_AS_TEXT) if info is not None else None
+        if prompt_ids is not None and as_text:
             found = (Finding(
                 "ids_reencoded", Severity.WARNING,
-                f"the server takes no token ids ({refused[PROMPT_IDS]}): turn {t}'s prompt was sent as text and "
+                f"the server takes no token ids ({as_text}): turn {t}'s prompt was sent as text and "
                 "tokenized again by the server, so what the model saw need not be these ids",
                 turn=t, token_start=0, token_end=len(prompt_ids), evidence={"what": "prompt"}),)
         self.pending = Pending(t, prompt_text, len(self._ctx.builder), gen, time.perf_counter() - t0, found)

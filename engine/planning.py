@@ -316,9 +316,9 @@ def plan_step(env: Any, task: Any, preset: Any, settings: Any, user: str, backen
 
 def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any,
               backend: BackendSettings) -> HandStart:
-    """A fork of a stored episode at ``turn``: its turns before it replayed, the rest by hand, under the
-    parent's loop config with the knob changes of ``settings``. Who plays the user ``fork()`` decides from
-    the parent's record."""
+    """A fork of a stored or imported episode at ``turn``: its turns before it replayed (with the user's
+    recorded replies where only the record knows them), the rest by hand, under the parent's loop config
+    with the knob changes of ``settings``; ``user`` (``fork.FORK_USERS``) answers after the fork."""
     eid = str(episode_id or "").strip()
     if not eid:
         raise ConfigError("give the id of the episode to fork")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .actions import ENV_FAILURES, execute, stored_actions
@@ -99,7 +99,10 @@ def plan(ep: Episode) -> tuple[str, list[Step]]:
         elif m.role == "user" and steps and steps[-1].reply is None:
             last = steps[-1]
             steps[-1] = Step(last.turn, last.actions, last.outputs, m.content)
-    return opening, steps
+    # An agent that executes only its first call (tau-bench's tool-calling agent) records one output for a
+    # message with several calls: the calls without an output never reached the env.
+    return opening, [replace(s, actions=s.actions[: len(s.outputs)])
+                     if s.outputs and len(s.outputs) < len(s.actions) else s for s in steps]
 
 
 def recorded_user(ep: Episode) -> RecordedUser:

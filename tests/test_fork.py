@@ -159,9 +159,13 @@ def test_a_fork_of_a_model_played_user_replays_its_replies(retail_parent, smol_t
     info = replace(retail_parent.config.env, user="llm")
     parent = retail_parent.evolve(config=replace(retail_parent.config, env=info))
     backend = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer)
-    hand = asyncio.run(forking.fork(parent, 4, backend, smol_tokenizer))
+    hand = asyncio.run(forking.fork(parent, 4, backend, smol_tokenizer, user="human"))
     assert hand.plays_user and hand.report.ok
     assert any("replayed from the record" in n for n in hand.report.notes)
+    # By choice, the env's simulated user answers after the fork instead: it heard the replayed turns.
+    hand = asyncio.run(forking.fork(parent, 4, backend, smol_tokenizer, user="scripted"))
+    assert not hand.plays_user and hand.report.ok
+    assert "the env's simulated user answers from the fork on" in hand.report.notes
 
 
 def test_the_scripted_user_replays_too(retail_parent, smol_tokenizer):

@@ -274,17 +274,42 @@ def test_a_fork_table_starts_from_the_parent_config(tmp_path):
     assert "Give the episode to fork" in fork_table(store, "", "")
 
 
-def test_a_dashboard_fork_of_an_episode_whose_user_was_a_model_hands_the_user_to_the_person(tmp_path):
-    store = Store(tmp_path / "r.db")
-    sessions = Sessions(limit=2)
+def _stepped_retail(sessions, store, turns):
+    """A retail conversation stepped ``turns`` turns through the Step tab's sessions, saved."""
     s = sessions.start_new("retail", "0", "tito", "", "scripted", BackendSettings(policy="scripted"))
-    for _ in range(2):
+    for _ in range(turns):
         _, gen = sessions.generate(s.key)
         sessions.commit(s.key, s.hand.text_of(gen), None)
-    _, saved = sessions.save(s.key, store)
+    return sessions.save(s.key, store)[1]
+
+
+def test_a_dashboard_fork_of_an_episode_whose_user_was_a_model_replays_it_then_gives_the_chosen_user(tmp_path):
+    store = Store(tmp_path / "r.db")
+    sessions = Sessions(limit=2)
+    saved = _stepped_retail(sessions, store, 2)
     # As if a model had played the user: its replies exist only in the record.
     config = replace(saved.config, env=replace(saved.config.env, user="llm"))
     store.save_episode(store.get_episode(saved.id).evolve(config=config))
-    f = sessions.start_fork(store, saved.id, 1, "scripted", "", BackendSettings(policy="scripted"))
-    assert f.hand.plays_user
+    f = sessions.start_fork(store, saved.id, 1, "human", "", BackendSettings(policy="scripted"))
+    assert f.hand.plays_user and f.hand.report.ok
     assert any("played by a model" in n for n in f.hand.report.notes)
+    f = sessions.start_fork(store, saved.id, 1, "scripted", "", BackendSettings(policy="scripted"))
+    assert not f.hand.plays_user and f.hand.report.ok
+    assert "the env's simulated user answers from the fork on" in f.hand.report.notes
+
+
+def test_the_step_tab_forks_an_imported_episode_with_the_recorded_user(tmp_path):
+    from engine import formats
+
+    store = Store(tmp_path / "r.db")
+    sessions = Sessions(limit=2)
+    saved = _stepped_retail(sessions, store, 3)
+    formats.export([store.get_episode(saved.id)], "messages", tmp_path / "m.jsonl")
+    imported = Store(tmp_path / "i.db")
+    formats.import_path(tmp_path / "m.jsonl", "messages", imported, env="retail")
+    parent = next(imported.iter_episodes())
+    f = sessions.start_fork(imported, parent.id, 2, "recorded", "", BackendSettings(policy="scripted"))
+    assert f.hand.report.ok and f.hand.plays_user and f.hand.turn == 2, f.hand.report.summary()
+    assert any("imported with it" in n for n in f.hand.report.notes)
+    with pytest.raises(ConfigError, match="the recorded user is for forks"):
+        sessions.start_new("retail", "0", "tito", "", "recorded", BackendSettings(policy="scripted"))

@@ -127,3 +127,86 @@ def test_the_cli_imports_and_replays_tau_bench_results(tmp_path, tau, monkeypatc
     db = str(tmp_path / "x.db")
     assert main(["import", str(path), "--format", "taubench", "--db", db, "--quiet"]) == 0
     assert main(["replay", "--db", db, "--where", "env=taubench:retail"]) == 1
+
+
+def test_calls_without_a_recorded_output_were_never_executed(tmp_path, tau):
+    # tau-bench's tool-calling agent executes a message's first call only; the record has one output.
+    two = _cancel_a1()
+    two["traj"][2]["tool_calls"].append(_call("c9", "cancel_pending_order", {"order_id": "#A2", "reason": "x"}))
+    store, _ = _import(tmp_path, [two])
+    res = asyncio.run(replay_stored(next(store.iter_episodes())))
+    assert res.reproduced, res.summary()
+    store.close()
+
+
+def test_an_imported_trajectory_forks_at_any_turn_with_the_user_of_choice(tmp_path, tau, smol_tokenizer):
+    from engine import fork as forking
+    from engine.backends.scripted import ScriptedBackend
+    from engine.envs.taubench import TauBenchEnv
+
+    store, _ = _import(tmp_path, [_cancel_a1()])
+    parent = next(store.iter_episodes())
+    backend = ScriptedBackend(TauBenchEnv("retail").reference_reply, smol_tokenizer)
+
+    async def go(k, user):
+        return await forking.fork(parent, k, backend, smol_tokenizer, user=user)
+
+    # At turn 3: the two tool calls and the question to the user are replayed from the record, the
+    # user's recorded answer included; the env's outputs match the record's.
+    hand = asyncio.run(go(3, "scripted"))
+    assert hand.report.ok and hand.report.replayed == 3 and hand.turn == 3, hand.report.summary()
+    assert any("imported with it" in n for n in hand.report.notes)
+    msgs = [m for m in hand.episode().messages if m.role == "user"]
+    assert [m.content for m in msgs] == ["Hi, I'm Ana Ito (zip 10001) and I want to cancel an order.",
+                                         "Order #A1, I no longer need it. Yes."]
+    assert hand.episode().turns[2].generation.model == "imported"
+    # From there on the env's own user answers: the agent closes, it stops, and the db matches (reward 1).
+    turn = asyncio.run(hand.commit("Done: #A1 is cancelled. Is there anything else I can help you with?"))
+    assert turn.done and turn.reward == 1.0 and "###STOP###" in turn.observation[0].content
+    # A record whose tool output differs from the env's now is a divergence of the fork, at its turn.
+    changed = _cancel_a1()
+    changed["traj"][3]["content"] = "someone_else"
+    (tmp_path / "c").mkdir()
+    store2, _ = _import(tmp_path / "c", [changed])
+    hand = asyncio.run(forking.fork(next(store2.iter_episodes()), 2, backend, smol_tokenizer))
+    assert not hand.report.ok and hand.report.divergences[0].turn == 0
+    assert hand.report.divergences[0].field == "observation"
+    store.close()
+    store2.close()
+
+
+def test_the_recorded_user_answers_while_the_conversation_matches_then_the_person(tmp_path, smol_tokenizer):
+    from engine import fork as forking
+    from engine.backends.scripted import ScriptedBackend
+    from engine.envs.retail import RetailEnv
+    from engine.loop import run_episode
+    from engine.presets import PRESETS
+
+    env = RetailEnv()
+    backend = ScriptedBackend(env.reference_reply, smol_tokenizer)
+    live = asyncio.run(run_episode(RetailEnv(), backend, smol_tokenizer, PRESETS["tito"], env.tasks[0],
+                                   preset="tito", tokenizer_name="smollm2"))
+    responds = [t for t in live.turns if t.action is not None and t.action.is_respond and t.observation]
+    assert len(responds) >= 2, "the task talks to the user at least twice"
+    # The same episode as an import: messages only, its env named.
+    out = tmp_path / "m.jsonl"
+    from engine import formats
+
+    formats.export([live], "messages", out)
+    store = Store(tmp_path / "x.db")
+    formats.import_path(out, "messages", store, env="retail")
+    parent = next(store.iter_episodes())
+    assert not parent.source.live and parent.env == "retail"
+    k = responds[0].index
+    hand = asyncio.run(forking.fork(parent, k, backend, smol_tokenizer, user="recorded"))
+    assert hand.report.ok, hand.report.summary()
+    first = responds[0].action.text
+    # Saying what the record says gets the recorded reply, no person needed.
+    assert hand.plays_user and not hand.needs_user_reply(first)
+    turn = asyncio.run(hand.commit(first))
+    assert turn.observation[0].content == responds[0].observation[0].content
+    # Saying something else leaves the record: the person writes the reply.
+    assert hand.needs_user_reply("Something the record never said.")
+    turn = asyncio.run(hand.commit("Something the record never said.", "A reply of my own."))
+    assert turn.observation[0].content == "A reply of my own."
+    store.close()

@@ -28,7 +28,8 @@ from ..render_tokens import decode_token_texts, special_token_ids
 from ..stepping import Sessions, StepSession
 
 NEW, FORK = "new conversation", "fork a stored episode"
-USER_CHOICES = [("the env's simulated user", "scripted"), ("you play the user", "human")]
+USER_CHOICES = [("the env's simulated user", "scripted"), ("you play the user", "human"),
+                ("forks: the recorded user while the conversation matches, then you", "recorded")]
 USER_HELP = "You play the user: write the user's reply to each message the assistant sends to the user " \
             "(write ###STOP### to end the conversation)."
 
@@ -172,7 +173,7 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
             fork_turn = gr.Number(0, label="fork at turn (turns before it are replayed)", precision=0,
                                   min_width=200, elem_id="rs-step-fork-turn")
         with gr.Row(equal_height=True):
-            user = gr.Dropdown(USER_CHOICES, value="scripted", label="user (envs with a user: retail)",
+            user = gr.Dropdown(USER_CHOICES, value="scripted", label="user (envs with a user: retail, tau-bench)",
                                min_width=220, elem_id="rs-step-user")
         loop = loop_controls("rs-step", "math", AUTO)
         backend = backend_controls("rs-step", mistake_rate=0.0)

@@ -10,6 +10,8 @@ from ..records import Generation, Message
 
 PROMPT_IDS = "prompt as token ids"
 """The key under ``describe()["refused"]`` of a backend whose server takes no token-id prompts."""
+PROMPT_AS_TEXT = "prompt_as_text"
+"""A key of ``describe()`` that says why a backend sends a prompt of token ids as its text."""
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ from ..chat import decode
 from ..errors import BackendError, ConfigError
 from ..records import Generation, Message
 from ..toolcalls import parse_hermes
-from .base import PROMPT_IDS, GenerationRequest
+from .base import PROMPT_AS_TEXT, PROMPT_IDS, GenerationRequest
 from .http import (
     MAX_ANSWER_BYTES,
     Answer,
@@ -83,6 +83,7 @@ from .http import (
 
 MODES = ("completions", "chat")
 EXTENSIONS = ("return_token_ids",)
+_LEARNED: dict[tuple[str, str], dict[str, str]] = {}  # (base URL, model) -> what that server refused
 """Request fields outside OpenAI's API reference that vLLM and sglang understand."""
 
 
@@ -133,9 +134,10 @@ class OpenAIBackend:
         self.mode = mode
         self.tokenizer = tokenizer
         self._vocab = vocab_size(tokenizer)
-        self.return_token_ids = return_token_ids
-        self.refused: dict[str, str] = {}
-        """Extension fields this server refused, with its answer: not sent again."""
+        self.refused: dict[str, str] = _LEARNED.setdefault((self.base_url, model), {})
+        """What this server refused (extension fields, a prompt of ids), with its answer: not sent again.
+        Shared by every backend of this process that talks to the same server and model."""
+        self.return_token_ids = return_token_ids and "return_token_ids" not in self.refused
         self.extra_body = dict(extra_body or {})
         self.policy = RetryPolicy(timeout=timeout, retries=retries, backoff=backoff, max_bytes=max_bytes)
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -305,7 +307,9 @@ class OpenAIBackend:
             "retries": self.policy.retries,
         }
         if self.refused:
-            d["refused"] = dict(self.refused)
+            d["refused"] = dict(self.refused)  # a copy: what the episode says must not change after it
+        if self.mode == "completions" and PROMPT_IDS in self.refused:
+            d[PROMPT_AS_TEXT] = self.refused[PROMPT_IDS]
         if self.tokenizer is not None:
             d["tokenizer"] = str(getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__)
         return d

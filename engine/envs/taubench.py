@@ -103,6 +103,11 @@ class TauBenchEnv:
     def tasks(self) -> list[str]:
         return [str(i) for i in range(len(self._env.tasks))]
 
+    @property
+    def user(self) -> Any:
+        """The object answering as the user (tau-bench's interface)."""
+        return self._user
+
     def use_user(self, user: Any) -> None:
         """Put ``user`` (tau-bench's user interface: reset, step, get_total_cost) in the user's place."""
         self._user = user
