@@ -174,7 +174,8 @@ class Stepper:
         gen = await self.backend.generate(request)
         # What a backend learns about its server (a field it refuses) shows from this turn on.
         info = BackendInfo.of(self.backend.describe())
-        self.episode = self.episode.evolve(backend=info)
+        if info != self.episode.backend:
+            self.episode = self.episode.evolve(backend=info)
         found: tuple[Finding, ...] = ()
         as_text = info.settings.get(PROMPT_AS_TEXT) if info is not None else None
         if prompt_ids is not None and as_text:

@@ -1,4 +1,4 @@
-"""SQLite storage of runs and episodes; the only module that writes SQL.
+"""SQLite storage of runs and episodes; with ``store_schema`` and ``store_browse``, all the SQL there is.
 
 One file, WAL mode. Every turn is committed as it completes, so a crash
 loses at most the turn in flight. Episodes left ``running`` by a process
@@ -26,20 +26,19 @@ from typing import Any
 import sqlite_utils
 
 from . import textsafe
-from .diagnosis import diagnosis_parts, linked
 from .errors import ConfigError, FormatError, StoreError
 
 # Bins, BrowseStats, RewardStats and search_texts are re-exported for callers of the store.
 from .queries import SORTABLE as SORTABLE  # re-exported: the public home is here
 from .queries import EpisodeFilter as EpisodeFilter
 from .queries import EpisodeSummary as EpisodeSummary
-from .records import Episode, Finding, Severity, Status, TokenArrays, Turn
+from .records import Episode, Finding, Status, TokenArrays, Turn
 from .store_browse import Bins as Bins
 from .store_browse import BrowseQueries, connect_read_only
 from .store_browse import BrowseStats as BrowseStats
 from .store_browse import RewardStats as RewardStats
-
-DB_SCHEMA = 3  # 2: the full-text search index (search_texts, search_refs, search_fts); 3: diagnosis, root_kinds
+from .store_schema import DB_SCHEMA as DB_SCHEMA  # re-exported: callers read the version here
+from .store_schema import backfill_diagnosis, create_tables, diagnosis_columns
 
 # Episode fields that live in their own columns rather than in the JSON blob.
 _COLUMN_FIELDS = {
@@ -166,61 +165,7 @@ class Store(BrowseQueries):
             elif names:
                 raise StoreError(f"{self.path} is a SQLite file but not a Rollscope database (tables: {', '.join(sorted(names))})")
             with db.conn:
-                db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
-                db.table("meta").upsert({"key": "db_schema", "value": str(DB_SCHEMA)}, pk="key")
-                db.table("runs").create(
-                    {"id": str, "created_at": float, "config": str, "status": str, "n_episodes": int, "pid": int},
-                    pk="id",
-                    if_not_exists=True,
-                )
-                db.table("episodes").create(
-                    {
-                        "id": str, "run_id": str, "env": str, "task_id": str, "group_id": str,
-                        "sample_index": int, "preset": str, "model": str, "status": str, "reason": str,
-                        "reward": float, "n_turns": int, "n_tokens": int, "n_trainable": int, "prompt_len": int,
-                        "created_at": float, "updated_at": float, "parent_id": str, "fork_turn": int,
-                        "starred": int, "note": str, "source": str, "n_findings": int, "n_errors": int,
-                        "diagnosis": str, "root_kinds": str, "pid": int, "schema_version": int, "data": str,
-                    },
-                    pk="id",
-                    not_null={"env", "task_id", "status"},
-                    defaults={"starred": 0, "note": "", "n_findings": 0, "n_errors": 0},
-                    if_not_exists=True,
-                )
-                db.table("turns").create(
-                    {"episode_id": str, "idx": int, "reward": float, "done": int, "data": str},
-                    pk=("episode_id", "idx"),
-                    if_not_exists=True,
-                )
-                db.table("tokens").create(
-                    {"episode_id": str, "ids": bytes, "loss_mask": bytes, "logprobs": bytes, "versions": bytes},
-                    pk="episode_id",
-                    if_not_exists=True,
-                )
-                db.table("findings").create(
-                    {
-                        "episode_id": str, "turn": int, "kind": str, "severity": str,
-                        "token_start": int, "token_end": int, "message": str, "evidence": str,
-                    },
-                    if_not_exists=True,
-                )
-                db.table("tags").create({"episode_id": str, "tag": str}, pk=("episode_id", "tag"), if_not_exists=True)
-                # Re-executions are records of their own, linked to the episode they replayed.
-                db.table("replays").create(
-                    {"id": str, "episode_id": str, "created_at": float, "kind": str, "reproduced": int, "data": str},
-                    pk="id",
-                    if_not_exists=True,
-                )
-                for table, cols in (
-                    ("episodes", ["env"]), ("episodes", ["status"]), ("episodes", ["reward"]),
-                    ("episodes", ["created_at"]), ("episodes", ["run_id"]), ("episodes", ["task_id"]),
-                    ("episodes", ["parent_id"]), ("findings", ["episode_id"]), ("findings", ["kind"]),
-                    ("tags", ["tag"]), ("replays", ["episode_id"]),
-                ):
-                    db.table(table).create_index(cols, if_not_exists=True)
-                self._migrate_diagnosis_columns()
-                if "pid" not in {c.name for c in db.table("runs").columns}:
-                    db.execute("ALTER TABLE runs ADD COLUMN pid INTEGER")  # which process runs it, while it runs
+                create_tables(db)
                 created = self._migrate_search()
                 self._migrate_index()
             # Outside that transaction (the index's statistics commit inside it): a flag written with the
@@ -228,40 +173,10 @@ class Store(BrowseQueries):
             filled = db.execute("SELECT value FROM meta WHERE key = 'diagnosis_filled'").fetchone()
             if filled is None:
                 with db.conn:
-                    self._backfill_diagnosis()
+                    backfill_diagnosis(db)
                     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('diagnosis_filled', '1')")
             if created and db.execute("SELECT 1 FROM episodes LIMIT 1").fetchone():
                 self._reindex_search()
-
-    def _migrate_diagnosis_columns(self) -> None:
-        """Database schema 3: ``diagnosis`` and ``root_kinds`` on episodes and Browse's index."""
-        for table in ("episodes", "episode_index"):
-            if table not in self.db.table_names():
-                continue
-            have = {c.name for c in self.db.table(table).columns}
-            for col in ("diagnosis", "root_kinds"):
-                if col not in have:
-                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {col} TEXT")
-
-    def _backfill_diagnosis(self) -> None:
-        """Fill ``diagnosis``/``root_kinds`` of episodes stored before they existed, from their findings,
-        one episode at a time (evidence can be long)."""
-        ids = [r[0] for r in self.db.execute(
-            "SELECT id FROM episodes WHERE diagnosis IS NULL AND n_findings > 0").fetchall()]
-        for eid in ids:
-            found = []
-            for turn, kind, sev, start, end, message, evidence in self.db.execute(
-                    "SELECT turn, kind, severity, token_start, token_end, message, evidence FROM findings "
-                    "WHERE episode_id = ? ORDER BY rowid", [eid]):
-                try:
-                    ev = json.loads(evidence) if evidence else {}
-                except json.JSONDecodeError:
-                    ev = {}
-                ev = {k: v for k, v in ev.items() if k != "diff"} if isinstance(ev, dict) else {}
-                # Read as stored: a kind this version no longer has still counts toward the diagnosis.
-                found.append(Finding(kind, Severity(sev), message, turn, start, end, ev))
-            diag, kinds = _diagnosis_columns(found)
-            self.db.execute("UPDATE episodes SET diagnosis = ?, root_kinds = ? WHERE id = ?", [diag, kinds, eid])
 
     def recover_interrupted(self) -> int:
         """Mark episodes and runs whose writing process is gone (killed, crashed) as ``interrupted``."""
@@ -307,7 +222,7 @@ class Store(BrowseQueries):
         d = ep.to_dict(include_tokens=False)
         data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS}
         all_findings = ep.all_findings()
-        diag, root_kinds = _diagnosis_columns(all_findings)
+        diag, root_kinds = diagnosis_columns(all_findings)
         return {
             "id": ep.id,
             "run_id": ep.run_id,
@@ -593,10 +508,3 @@ class Store(BrowseQueries):
                 "SELECT id, data FROM replays WHERE episode_id = ? ORDER BY created_at DESC", [episode_id]
             ).fetchall()
         return [{"id": r[0], **json.loads(r[1])} for r in rows]
-
-
-def _diagnosis_columns(found: Sequence[Finding]) -> tuple[str, str]:
-    """(diagnosis, root kinds) columns: the parts of the diagnosis joined by "; ", and their kinds in the same
-    order as ",kind,kind," (so a filter is one LIKE and a part can be left out by its kind)."""
-    parts = diagnosis_parts(linked(found))
-    return "; ".join(text for _, text in parts), ("," + ",".join(k for k, _ in parts) + ",") if parts else ""

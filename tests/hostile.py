@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -126,7 +127,7 @@ class HostileServer(ThreadedServer):
                 finish = {"type": "abort", "message": detail}
             return {"text": text, "output_ids": ids, "meta_info": {
                 "id": uuid.uuid4().hex, "finish_reason": finish, "prompt_tokens": 10, "completion_tokens": len(ids),
-                "cached_tokens": 0, "e2e_latency": lp if isinstance(lp, float) and lp != lp else 0.01,
+                "cached_tokens": 0, "e2e_latency": lp if isinstance(lp, float) and math.isnan(lp) else 0.01,
                 "output_token_logprobs": [[lp, t, text[:1]] for t in ids]}}
         choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "token_ids": ids}
         if protocol == "completions":

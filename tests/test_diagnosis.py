@@ -212,10 +212,10 @@ def test_an_interrupted_diagnosis_fill_is_done_again_on_the_next_open(tmp_path, 
     db = tmp_path / "old.sqlite"
     shutil.copy(GOLDEN, db)
 
-    def boom(self):
+    def boom(db):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr(Store, "_backfill_diagnosis", boom)
+    monkeypatch.setattr("engine.store.backfill_diagnosis", boom)
     with pytest.raises(RuntimeError):
         Store(db)
     monkeypatch.undo()

@@ -258,14 +258,14 @@ class JSONClient:
 
     async def _check_up(self, where: str) -> None:
         """BackendError, without sending, while the server is taken for down; a health check when that is old."""
-        if self.down is None:
+        down = self.down
+        if down is None:
             return
-        since, why = self.down
-        if time.monotonic() - since < HEALTH_TTL_S or self.health_url is None or await self.probe() is not None:
-            reason = self.down[1] if self.down is not None else why
-            raise BackendError(f"{where}: not sent: the server is taken for down ({reason}); it is asked again "
-                               f"every {HEALTH_TTL_S:g}s")
-        self.down = None  # it answers again: let the request through
+        if time.monotonic() - down[0] >= HEALTH_TTL_S and self.health_url is not None and await self.probe() is None:
+            self.down = None  # it answers again: let the request through
+            return
+        raise BackendError(f"{where}: not sent: the server is taken for down ({(self.down or down)[1]}); it is "
+                           f"asked again every {HEALTH_TTL_S:g}s")
 
     def _failed(self, cause: str) -> None:
         self.consecutive += 1

@@ -90,7 +90,7 @@ _LEARNED: dict[tuple[str, str], dict[str, str]] = {}  # (base URL, model) -> wha
 def _refuses(message: str, field: str) -> bool:
     """Whether a 4xx answer refuses ``field`` (FastAPI's "Unexpected fields", OpenAI's "Unrecognized request
     argument", pydantic's "extra fields not permitted" all name it)."""
-    return " HTTP 4" in f" {message}" and field in message
+    return "HTTP 4" in message and field in message
 TOKEN_ID_PREFIX = "token_id:"
 
 
