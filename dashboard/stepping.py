@@ -26,6 +26,7 @@ from engine import (
     HandStepper,
     Store,
     Turn,
+    UserSettings,
     plan_fork,
     plan_step,
 )
@@ -95,14 +96,14 @@ class Sessions:
     # -- starting -------------------------------------------------------------
 
     def start_new(self, env: Any, task: Any, preset: Any, settings: Any, user: str,
-                  backend: BackendSettings) -> StepSession:
+                  backend: BackendSettings, user_model: UserSettings | None = None) -> StepSession:
         """A fresh conversation on one task of an env; ``settings`` changes the preset's knobs."""
-        return self._start(plan_step(env, task, preset, settings, user, backend))
+        return self._start(plan_step(env, task, preset, settings, user, backend, user_model))
 
     def start_fork(self, store: Store, episode_id: Any, turn: Any, user: str, settings: Any,
-                   backend: BackendSettings) -> StepSession:
+                   backend: BackendSettings, user_model: UserSettings | None = None) -> StepSession:
         """A fork of a stored episode at ``turn`` (``engine.plan_fork``)."""
-        return self._start(plan_fork(store, episode_id, turn, user, settings, backend))
+        return self._start(plan_fork(store, episode_id, turn, user, settings, backend, user_model))
 
     def _start(self, start: HandStart) -> StepSession:
         hand = self.loop.run(start.start(), GENERATE_TIMEOUT_S)

@@ -14,15 +14,13 @@ Where the replay differs, the fork says so (``ForkReport``) and the saved
 fork carries the divergences as findings: a continuation from a state the
 parent never was in is not the experiment the researcher meant.
 
-``HumanUser`` lets a person play the user of an env that has one (the
-retail env): it stands in for the env's simulated user, and each reply is
-handed over before the agent message that prompts it is committed.
+Who answers as the user (the env's simulated user, a model, a person, the
+record) lives in ``engine.users``.
 """
 
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,137 +30,12 @@ from .actions import compare_result, parse_reply
 from .backends.base import Backend, SamplingParams
 from .checks import CheckOptions, with_checks
 from .envs.base import Env, StepResult
-from .errors import ConfigError, EnvError, RollscopeError
+from .errors import ConfigError, RollscopeError
 from .loop import Stepper
 from .presets import LoopConfig
 from .records import Episode, Finding, Generation, Message, Severity, Status, ToolCall, Turn
 from .replay import TurnVerdict, env_for
-
-# Envs whose simulated user hands over its turn with this marker end the conversation.
-STOP = "###STOP###"
-USER_MODES = ("scripted", "human")
-FORK_USERS = ("scripted", "human", "recorded")
-"""Who answers as the user after a fork's turn: the env's simulated user, a person, or the recorded user
-while the conversation still matches the record, then a person."""
-
-
-# -- the user, played by a person ----------------------------------------------
-
-
-class HumanUser:
-    """Stands in for an env's simulated user; a person writes each reply.
-
-    The env asks ``step(agent_text)`` for the reply to an agent message; the
-    reply must have been handed over with ``say`` first (the dashboard asks
-    for it before committing a message to the user).
-    """
-
-    kind = "human"
-
-    def __init__(self) -> None:
-        self.replies: deque[str] = deque()
-        self.task: Any = None
-
-    def reset(self, task: Any) -> str:
-        """Start the conversation with the task's own opening, so forks and replays line up."""
-        self.task = task
-        self.replies.clear()
-        return str(task.opening)
-
-    def say(self, reply: str) -> None:
-        """Hand over the user's reply to the next agent message."""
-        self.replies.append(reply)
-
-    def step(self, agent_text: str) -> str:
-        if not self.replies:
-            # Raised inside env.step, this ends the episode as aborted: callers check first.
-            raise EnvError("no user reply was written for this agent message")
-        return self.replies.popleft()
-
-    def needs_person(self, agent_text: str) -> bool:
-        return True
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-class ForkUser:
-    """The user of a fork: the record's replies for the replayed turns, then the chosen user.
-
-    ``prefix``: the recorded replies to the agent's messages before the fork's turn (what a model or a
-    person said, or an imported record's user). ``later``: (agent message, recorded reply) pairs after it,
-    used while the agent says what the record says ("recorded"). ``after``: ``scripted`` (the env's
-    simulated user ``inner``, which hears every agent message of the replay so that its state follows the
-    conversation) or ``human`` (a person writes each reply with ``say``). ``opening``: the recorded opening,
-    when the env's user would not say it.
-    """
-
-    def __init__(self, inner: Any, after: str, prefix: list[str], later: list[tuple[str, str]],
-                 opening: str | None) -> None:
-        self.inner = inner
-        self.after = after
-        self.kind = "human" if after == "human" else "scripted"
-        self.prefix: deque[str] = deque(prefix)
-        self.later: deque[tuple[str, str]] = deque(later)
-        self.opening = opening
-        self.replies: deque[str] = deque()  # what the person wrote, as HumanUser keeps it
-
-    def reset(self, *args: Any, **kwargs: Any) -> str:
-        said = self.inner.reset(*args, **kwargs) if self.after == "scripted" else ""
-        if self.opening is None and self.after == "human":
-            return str(args[0].opening) if args and hasattr(args[0], "opening") else ""
-        return self.opening if self.opening is not None else str(said)
-
-    def say(self, reply: str) -> None:
-        self.replies.append(reply)
-
-    def recorded_reply(self, agent_text: str) -> str | None:
-        """The recorded reply to ``agent_text`` if the conversation still matches the record."""
-        if self.later and _norm(self.later[0][0]) == _norm(agent_text):
-            return self.later[0][1]
-        return None
-
-    def needs_person(self, agent_text: str) -> bool:
-        return self.after == "human" and not self.prefix and self.recorded_reply(agent_text) is None
-
-    def step(self, agent_text: str) -> str:
-        if self.prefix:
-            if self.after == "scripted":
-                self.inner.step(agent_text)  # its state follows the conversation; the record says the words
-            return self.prefix.popleft()
-        recorded = self.recorded_reply(agent_text)
-        if recorded is not None:
-            self.later.popleft()
-            if self.after == "scripted":
-                self.inner.step(agent_text)
-            return recorded
-        self.later.clear()  # the conversation left the record: the chosen user answers from here on
-        if self.after == "scripted":
-            return str(self.inner.step(agent_text))
-        if not self.replies:
-            raise EnvError("no user reply was written for this agent message")
-        return self.replies.popleft()
-
-    def get_total_cost(self) -> float:  # tau-bench's user interface
-        return 0.0
-
-
-def can_play_user(env: Env) -> bool:
-    """Whether a person can play this env's user (it has a swappable simulated user)."""
-    user = getattr(env, "user", None)
-    return hasattr(env, "user_kind") and callable(getattr(user, "reset", None)) and callable(getattr(user, "step", None))
-
-
-def play_user(env: Env) -> HumanUser:
-    """Replace the env's simulated user with a ``HumanUser``; returns it (call before ``reset``)."""
-    if not can_play_user(env):
-        raise ConfigError(f"the {env.name} env has no user a person can play (only envs with a simulated user do)")
-    human = HumanUser()
-    env.user = human  # type: ignore[attr-defined]
-    env.user_kind = human.kind  # type: ignore[attr-defined]  # so the episode records who played the user
-    return human
-
+from .users import FORK_USERS, STOP, USER_MODES, ForkUser, HumanUser, can_play_user, model_user, play_user
 
 # -- what a text would do ------------------------------------------------------
 
@@ -371,11 +244,15 @@ def start(
     task_id: str,
     *,
     user: str = "scripted",
+    user_backend: Backend | None = None,
+    user_tokenizer: Any = None,
     sampling: SamplingParams | None = None,
     preset: str = "",
     tokenizer_name: str = "",
 ) -> HandStepper:
-    """A fresh conversation on ``task_id``, started (the first prompt laid down)."""
+    """A fresh conversation on ``task_id``, started (the first prompt laid down). ``user`` (``USER_MODES``)
+    plays the env's user; a model user is ``user_backend``, rendering with ``user_tokenizer`` (by default
+    the policy's tokenizer)."""
     if user == "recorded":
         raise ConfigError("the recorded user is for forks: a new conversation has no record to replay")
     if user not in USER_MODES:
@@ -383,6 +260,11 @@ def start(
     if task_id not in env.tasks:
         raise ConfigError(f"the {env.name} env has no task {task_id!r}")
     human = play_user(env) if user == "human" else None
+    if user == "llm":
+        if not can_play_user(env) or not hasattr(env, "use_user"):
+            raise ConfigError(f"the {env.name} env has no user a model can play (only envs with a simulated user do)")
+        env.use_user(model_user(env.name, user_backend, user_tokenizer or tokenizer))
+        env.user_kind = "llm"  # type: ignore[attr-defined]
     stepper = Stepper(env, backend, tokenizer, config, task_id, sampling=sampling, preset=preset,
                       tokenizer_name=tokenizer_name)
     stepper.start()
@@ -443,6 +325,9 @@ async def fork(
     *,
     make_env: Callable[[], Env] | None = None,
     user: str = "scripted",
+    then: str = "human",
+    user_backend: Backend | None = None,
+    user_tokenizer: Any = None,
     config: LoopConfig | None = None,
     sampling: SamplingParams | None = None,
     tokenizer_name: str | None = None,
@@ -450,8 +335,9 @@ async def fork(
     """A new conversation that replays ``parent``'s turns ``0..turn-1``, then goes on by hand.
 
     ``make_env`` defaults to the env the parent's record names. ``user`` (``FORK_USERS``) says who
-    answers as the user from turn ``turn`` on: the env's simulated user, a person, or the recorded user
-    while the conversation still matches the record, then a person. Where the parent's user was a model
+    answers as the user from turn ``turn`` on: the env's simulated user, a model (``user_backend`` with
+    ``user_tokenizer``, by default the policy's tokenizer), a person, or the recorded user while the
+    conversation still matches the record, then ``then`` (``USER_MODES``). Where the parent's user was a model
     or a person, or the parent was imported, the replayed turns get the recorded replies. ``config``
     defaults to the parent's loop config, ``sampling`` to its sampling parameters. The returned
     stepper's ``report`` says whether the replay matched the record.
@@ -460,6 +346,11 @@ async def fork(
 
     if user not in FORK_USERS:
         raise ConfigError(f"user must be one of {', '.join(FORK_USERS)}, not {user!r}")
+    if then not in USER_MODES:
+        raise ConfigError(f"after the recorded user, the user must be one of {', '.join(USER_MODES)}, not {then!r}")
+    after = then if user == "recorded" else user
+    if after == "llm" and user_backend is None:
+        raise ConfigError("a model plays the user: choose the user model (its server, or the embedded model)")
     if not 0 <= turn <= parent.n_turns:
         raise ConfigError(f"episode {parent.id} has turns 0 to {parent.n_turns - 1}; cannot fork at turn {turn}")
     notes: list[str] = []
@@ -477,8 +368,8 @@ async def fork(
     env = make_env()
     fork_user: ForkUser | None = None
     if played_by is not None or imported or user != "scripted":
-        inner = getattr(env, "user", None)
-        after = "scripted" if user == "scripted" else "human"
+        inner = (model_user(env.name, user_backend, user_tokenizer or tokenizer) if after == "llm"
+                 else getattr(env, "user", None))
         if after == "human" and not can_play_user(env):
             raise ConfigError(f"the {env.name} env has no user a person can play (only envs with a simulated user do)")
         prefix = [s.reply or STOP for s in steps if s.turn < turn and respond(s)]
@@ -491,9 +382,12 @@ async def fork(
         if played_by is not None or imported:
             notes.append(f"the parent's user was {'imported with it' if imported else 'played by ' + who}: its "
                          "replies are replayed from the record up to the fork")
-        notes.append({"scripted": "the env's simulated user answers from the fork on",
-                      "human": "you play the user from the fork on",
-                      "recorded": "the recorded user answers while the conversation matches the record, then you"}[user])
+        who_after = {"scripted": "the env's simulated user", "llm": "a model", "human": "you"}[after]
+        notes.append(f"the recorded user answers while the conversation matches the record, then {who_after}"
+                     if user == "recorded" else
+                     {"scripted": "the env's simulated user answers from the fork on",
+                      "llm": "a model plays the user from the fork on",
+                      "human": "you play the user from the fork on"}[after])
     if config is None:
         config = parent.config.loop or LoopConfig()
     if sampling is None:
@@ -568,6 +462,6 @@ def _compare_turn(stored: Turn, now: Turn) -> list[TurnVerdict]:
 
 __all__ = [
     "FORK_USERS", "ActionPreview", "ForkReport", "ForkUser", "HandStepper", "HumanUser", "STOP", "USER_MODES",
-    "can_play_user", "fork",
+    "can_play_user", "fork", "model_user",
     "parent_env", "play_user", "preview_action", "start", "user_played_by",
 ]

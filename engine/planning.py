@@ -186,12 +186,17 @@ class UserSettings:
         if self.kind != "llm" and (self.model or self.url):
             raise ConfigError("a user model or URL is for --user llm")
 
+    def open_model(self) -> tuple[Backend, Any]:
+        """(backend, tokenizer) of the model that plays the user: an sglang server at ``url``, or a local
+        model (``model``; by default the embedded one), loaded here (slow)."""
+        tok = tokenizers.load(self.model)
+        return make_backend("sglang" if self.url else "local", None, tok, model=self.model, url=self.url), tok
+
     def env_factory(self, env: str, problems: str | None = None) -> Callable[[], Env]:
         """The env's constructor with this user; a model-played user loads its model here (slow)."""
         if self.kind != "llm":
             return env_factory(env, problems, user=self.kind)
-        tok = tokenizers.load(self.model)
-        backend = make_backend("sglang" if self.url else "local", None, tok, model=self.model, url=self.url)
+        backend, tok = self.open_model()
         return env_factory(env, problems, user="llm", user_backend=backend, user_tokenizer=tok)
 
 
@@ -296,8 +301,22 @@ class HandStart:
     start: Callable[[], Coroutine[Any, Any, HandStepper]]
 
 
-def plan_step(env: Any, task: Any, preset: Any, settings: Any, user: str, backend: BackendSettings) -> HandStart:
-    """A fresh conversation on one task of an env; ``settings`` changes the preset's knobs."""
+def _user_model(user: str, user_model: UserSettings | None) -> tuple[Backend | None, Any]:
+    """(backend, tokenizer) of the model that plays the user when ``user`` is ``llm``; (None, None) else."""
+    if user != "llm":
+        return None, None
+    settings = user_model or UserSettings("llm")
+    if settings.kind != "llm":
+        settings = UserSettings("llm", settings.model, settings.url)
+    if settings.url:
+        check_reachable(settings.url)
+    return settings.open_model()
+
+
+def plan_step(env: Any, task: Any, preset: Any, settings: Any, user: str, backend: BackendSettings,
+              user_model: UserSettings | None = None) -> HandStart:
+    """A fresh conversation on one task of an env; ``settings`` changes the preset's knobs; ``user_model``
+    says which model plays the user when ``user`` is ``llm``."""
     name, make_env = check_env(env)
     tasks = parse_tasks(str(task or ""), make_env().tasks) if str(task or "").strip() else []
     if len(tasks) != 1:
@@ -305,23 +324,30 @@ def plan_step(env: Any, task: Any, preset: Any, settings: Any, user: str, backen
     chosen, config = loop_config(preset, name, settings)
     backend.preflight()
     tokenizer, policy = backend.open(make_env)
+    user_backend, user_tokenizer = _user_model(user, user_model)
 
     async def start() -> HandStepper:
-        return start_by_hand(make_env(), policy, tokenizer, config, tasks[0], user=user,
-                             sampling=backend.sampling(seed=backend.seed), preset=chosen,
-                             tokenizer_name=backend.tokenizer_name)
+        return start_by_hand(make_env(), policy, tokenizer, config, tasks[0], user=user, user_backend=user_backend,
+                             user_tokenizer=user_tokenizer, sampling=backend.sampling(seed=backend.seed),
+                             preset=chosen, tokenizer_name=backend.tokenizer_name)
 
     return HandStart(tokenizer, backend.describe(), start)
 
 
 def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any,
-              backend: BackendSettings) -> HandStart:
+              backend: BackendSettings, user_model: UserSettings | None = None) -> HandStart:
     """A fork of a stored or imported episode at ``turn``: its turns before it replayed (with the user's
     recorded replies where only the record knows them), the rest by hand, under the parent's loop config
-    with the knob changes of ``settings``; ``user`` (``fork.FORK_USERS``) answers after the fork."""
+    with the knob changes of ``settings``. ``user`` (``fork.FORK_USERS``) answers after the fork; written
+    ``recorded>scripted`` or ``recorded>llm``, the recorded user hands over to that user instead of the
+    person. ``user_model`` says which model plays the user where one does."""
     eid = str(episode_id or "").strip()
     if not eid:
         raise ConfigError("give the id of the episode to fork")
+    who, _, then = str(user or "scripted").partition(">")
+    then = then or "human"
+    if then != "human" and who != "recorded":
+        raise ConfigError(f"user {user!r}: only the recorded user hands over to another (recorded>{then})")
     parent: Episode = store.get_episode(store.resolve_id(eid))
     try:
         k = int(turn)
@@ -333,8 +359,10 @@ def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any
     # The fork continues the parent's token sequence: it must use the parent's tokenizer.
     tokenizer = tokenizers.load(tokenizers.spec_of(parent))
     policy = backend.build(make_env, tokenizer)
+    user_backend, user_tokenizer = _user_model(then if who == "recorded" else who, user_model)
 
     async def start() -> HandStepper:
-        return await fork(parent, k, policy, tokenizer, make_env=make_env, user=user, config=config)
+        return await fork(parent, k, policy, tokenizer, make_env=make_env, user=who, then=then,
+                          user_backend=user_backend, user_tokenizer=user_tokenizer, config=config)
 
     return HandStart(tokenizer, backend.describe(), start)

@@ -4,7 +4,8 @@ Generate asks the backend for the next assistant turn and shows it (raw
 text, what it parses to, its tokens) without committing anything; the
 text can be edited or written from scratch; Commit executes it in the env
 and shows the observation, reward and done. Where the env has a user
-(retail), the person may play it and writes each user reply. Save stores
+(retail, tau-bench), the env's simulated user, a model or the person plays
+it (a fork may first replay the recorded user). Save stores
 the conversation (checks run) with its parent and fork turn.
 
 The conversation lives on the server (``dashboard.stepping``); the page
@@ -19,7 +20,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import AUTO, ENVS, PRESET_CHOICES, Generation, RollscopeError, env_factory
+from engine import AUTO, ENVS, PRESET_CHOICES, ConfigError, Generation, RollscopeError, UserSettings, env_factory
 
 from .. import render_step as rs
 from ..controls import BackendControls, LoopControls, backend_controls, fork_table, loop_controls, loop_table
@@ -28,8 +29,11 @@ from ..render_tokens import decode_token_texts, special_token_ids
 from ..stepping import Sessions, StepSession
 
 NEW, FORK = "new conversation", "fork a stored episode"
-USER_CHOICES = [("the env's simulated user", "scripted"), ("you play the user", "human"),
-                ("forks: the recorded user while the conversation matches, then you", "recorded")]
+USER_CHOICES = [("the env's simulated user", "scripted"), ("a model plays the user", "llm"),
+                ("you play the user", "human"),
+                ("forks: the recorded user while the conversation matches, then you", "recorded"),
+                ("forks: the recorded user, then the env's simulated user", "recorded>scripted"),
+                ("forks: the recorded user, then a model", "recorded>llm")]
 USER_HELP = "You play the user: write the user's reply to each message the assistant sends to the user " \
             "(write ###STOP### to end the conversation)."
 
@@ -53,6 +57,7 @@ class StepTab:
     user: gr.Dropdown
     parent_id: gr.Textbox
     fork_turn: gr.Number
+    user_url: gr.Textbox
     backend: BackendControls
     start: gr.Button
     header: gr.HTML
@@ -75,7 +80,7 @@ class StepTab:
     @property
     def start_inputs(self) -> list[Any]:
         return [self.mode, self.env, self.task, self.preset, self.loop.settings, self.user, self.parent_id,
-                self.fork_turn, *self.backend.inputs]
+                self.fork_turn, self.user_url, *self.backend.inputs]
 
     @property
     def outputs(self) -> list[Any]:
@@ -100,14 +105,17 @@ class StepTab:
     # -- handlers -------------------------------------------------------------
 
     def _start(self, mode: str, env: Any, task: Any, preset: Any, settings: Any, user: Any, parent_id: Any,
-               fork_turn: Any, *backend_values: Any) -> list[Any]:
+               fork_turn: Any, user_url: Any, *backend_values: Any) -> list[Any]:
         try:
             backend = parse_backend(*backend_values)
+            who = str(user or "scripted")
+            if mode != FORK and who.startswith("recorded"):
+                raise ConfigError("the recorded user is for forks: a new conversation has no record to replay")
+            model = UserSettings("llm", url=str(user_url or "").strip() or None) if who.endswith("llm") else None
             if mode == FORK:
-                session = self.sessions.start_fork(self.store, parent_id, fork_turn, str(user or "scripted"),
-                                                   settings, backend)
+                session = self.sessions.start_fork(self.store, parent_id, fork_turn, who, settings, backend, model)
             else:
-                session = self.sessions.start_new(env, task, preset, settings, str(user or "scripted"), backend)
+                session = self.sessions.start_new(env, task, preset, settings, who, backend, model)
         except RollscopeError as e:
             return self.error(str(e))
         what = (f"Forked {session.hand.report.parent_id} at turn {session.hand.report.turn}." if session.hand.report
@@ -175,6 +183,9 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
         with gr.Row(equal_height=True):
             user = gr.Dropdown(USER_CHOICES, value="scripted", label="user (envs with a user: retail, tau-bench)",
                                min_width=220, elem_id="rs-step-user")
+            user_url = gr.Textbox(label="user model: sglang server URL (empty: the embedded SmolLM2)",
+                                  placeholder="http://host:30000", max_lines=1, min_width=220, visible=False,
+                                  elem_id="rs-step-user-url")
         loop = loop_controls("rs-step", "math", AUTO)
         backend = backend_controls("rs-step", mistake_rate=0.0)
         start = gr.Button("Start", variant="primary", scale=0, min_width=140, elem_id="rs-step-start")
@@ -203,10 +214,11 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
                                     elem_id="rs-step-compare")
             committed = gr.HTML("", elem_id="rs-step-committed", apply_default_css=False, js_on_load=None)
     key = gr.State(None)
-    tab = StepTab(mode, env, task, preset, loop, user, parent_id, fork_turn, backend, start, header,
+    tab = StepTab(mode, env, task, preset, loop, user, parent_id, fork_turn, user_url, backend, start, header,
                   conversation, generate, pending, text, parsed, user_reply, commit, save, compare, committed,
                   message, key, start_box, sessions, store)
 
+    user.change(lambda u: gr.Textbox(visible=str(u or "").endswith("llm")), inputs=[user], outputs=[user_url])
     mode.change(lambda m: [gr.Row(visible=m == NEW), gr.Row(visible=m == FORK), gr.Button("Fork" if m == FORK else "Start")],
                 inputs=[mode], outputs=[new_row, fork_row, start])
 

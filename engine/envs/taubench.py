@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, EnvError
@@ -51,6 +51,20 @@ class ScriptedTauUser:
 
     def get_total_cost(self) -> float:
         return 0.0
+
+
+class _Answered:
+    """tau-bench's user for one step: the reply already asked of ``user``."""
+
+    def __init__(self, reply: str, user: Any) -> None:
+        self.reply = reply
+        self.user = user
+
+    def step(self, content: str) -> str:
+        return self.reply
+
+    def get_total_cost(self) -> float:
+        return float(self.user.get_total_cost())
 
 
 def _dump(obj: Any) -> Any:
@@ -97,6 +111,7 @@ class TauBenchEnv:
         self.domain = domain
         self.name = f"taubench:{domain}"
         self.tools = tuple(self._env.tools_info)
+        self.user_kind = user
         self._task_index: int | None = None
 
     @property
@@ -130,15 +145,32 @@ class TauBenchEnv:
         res = self._env.reset(task_index=self._task_index)
         return (Message("user", str(res.observation)),)
 
-    def step(self, action: Action) -> StepResult:
+    def step(self, action: Action) -> StepResult | Awaitable[StepResult]:
+        """One action. The user's reply to a message is asked here, before tau-bench's step, which then
+        hears it: so a user that answers later (a model) can stand in for tau-bench's synchronous one."""
         if self._task_index is None:
             raise EnvError("step() before reset()")
+        if not action.is_respond:
+            return self._step(action, None)
+        reply = self._user.step(action.text)
+        if inspect.isawaitable(reply):
+            return self._replied_later(action, reply)
+        return self._step(action, str(reply))
+
+    async def _replied_later(self, action: Action, reply: Awaitable[str]) -> StepResult:
+        return self._step(action, str(await reply))
+
+    def _step(self, action: Action, reply: str | None) -> StepResult:
         kwargs = {"content": action.text} if action.is_respond else dict(action.arguments)
         name = self._respond if action.is_respond else action.name
+        if reply is not None:
+            self._env.user = _Answered(reply, self._user)
         try:
             res = self._env.step(self._TauAction(name=name, kwargs=kwargs))
         except Exception as e:  # tau-bench is third-party code: its failures are the env's, mapped here
             raise EnvError(f"tau-bench step({name}) raised {type(e).__name__}: {e}") from e
+        finally:
+            self._env.user = self._user
         msg = (Message("user", str(res.observation)) if action.is_respond
                else Message("tool", str(res.observation), name=action.name))
         info = _dump(res.info) if res.info is not None else {}
@@ -170,4 +202,4 @@ class TauBenchEnv:
         return reply
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "user": "scripted", "n_tasks": len(self._env.tasks)}
+        return {"name": self.name, "user": self.user_kind, "n_tasks": len(self._env.tasks)}

@@ -30,7 +30,7 @@ XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
 class WorkflowApp:
     url: str
     db: Path
-    parents: tuple[str, ...]
+    parents: tuple[str, ...]  # three areal-math episodes, then a retail one
 
 
 def _free_port() -> int:
@@ -51,6 +51,14 @@ def _seed(path: Path) -> tuple[str, ...]:
                                      tokenizer_name="smollm2"))
         store.save_episode(ep)
         ids.append(ep.id)
+    # A retail episode (its env has a user), for forks with the user of choice.
+    retail = env_factory("retail")
+    env = retail()
+    backend = ScriptedBackend(env.reference_reply, tok, tokenizer_name="smollm2")
+    ep = asyncio.run(run_episode(env, backend, tok, PRESETS["slime-tau"], env.tasks[0], preset="slime-tau",
+                                 tokenizer_name="smollm2"))
+    store.save_episode(ep)
+    ids.append(ep.id)
     store.close()
     return tuple(ids)
 
@@ -254,6 +262,43 @@ def test_fork_from_the_episode_tab_then_compare_with_the_parent(page: Any, app: 
     assert page.locator("#rs-compare-view #cmp-turn-0").get_attribute("open") is None  # same turns fold away
     assert page.locator("#rs-compare-a input, #rs-compare-a textarea").first.input_value() == parent
     page.screenshot(path=str(screenshots / "compare.png"), full_page=True)
+    _no_xss(page)
+
+
+@pytest.mark.browser
+def test_fork_with_a_model_playing_the_user(page: Any, app: WorkflowApp, screenshots: Path) -> None:
+    from tests.servers import FIXED_REPLY, ProtocolServer
+
+    parent = app.parents[3]
+    store = Store(app.db)
+    try:
+        ep = store.get_episode(parent)
+    finally:
+        store.close()
+    k = next(t.index for t in ep.turns if t.action is not None and t.action.is_respond) + 1  # one exchange replayed
+    page.goto(app.url + "/")
+    _tab(page, "step")
+    page.locator("#rs-step-mode label").filter(has_text="fork a stored episode").click()
+    _fill(page, "rs-step-parent", parent)
+    _fill(page, "rs-step-fork-turn", str(k))
+    url_box = page.locator("#rs-step-user-url")
+    assert not url_box.is_visible()
+    page.locator("#rs-step-user input").click()
+    page.get_by_role("option", name="a model plays the user").click()
+    url_box.wait_for(state="visible")  # the user model's server is asked for only when a model plays the user
+    with ProtocolServer(tokenizer=load_tokenizer(None), fault="fixed") as server:
+        _fill(page, "rs-step-user-url", server.url)
+        page.locator("#rs-step-start").click()
+        header = page.locator("#rs-step-header")
+        header.get_by_text(f"forked {parent} at turn {k}").wait_for()
+        assert "a model plays the user from the fork on" in header.inner_text()
+        _fill(page, "rs-step-text", "Which order would you like to cancel?")
+        page.locator("#rs-step-commit").click()
+        page.locator("#rs-step-message").get_by_text(f"Committed turn {k}").wait_for()
+        page.locator("#rs-step-conversation").get_by_text(FIXED_REPLY).wait_for()
+        assert server.calls["/generate"] == 1
+    assert not page.locator("#rs-step-user-reply").is_visible()  # no person was asked for the reply
+    page.screenshot(path=str(screenshots / "fork_model_user.png"), full_page=True)
     _no_xss(page)
 
 

@@ -10,6 +10,7 @@ from a fresh store and every required output was said by the agent
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from functools import cache
@@ -58,7 +59,7 @@ def score(db: Db, task: RetailTask, agent_replies: list[str]) -> tuple[float, di
 class RetailEnv:
     """The built-in retail env; ``user`` is ``scripted`` (deterministic) or ``llm`` (a backend plays it).
 
-    With an ``llm`` user, ``step`` returns an awaitable (the loop awaits it).
+    Where the user answers with an awaitable (the ``llm`` user), ``step`` returns one (the loop awaits it).
     ``tool_functions`` is per instance so a test can swap in a failing tool.
     """
 
@@ -71,7 +72,7 @@ class RetailEnv:
         if user == "llm" and (user_backend is None or user_tokenizer is None):
             raise ConfigError("the retail env's llm user needs a backend and a tokenizer")
         self.user_kind = user
-        self.user: ScriptedUser | LLMUser = (
+        self.user: Any = (  # ScriptedUser, LLMUser, or one a fork or a person puts in its place
             ScriptedUser() if user == "scripted" else LLMUser(user_backend, user_tokenizer)
         )
         self.tool_functions: dict[str, Callable[..., str]] = dict(TOOL_FUNCTIONS)
@@ -103,16 +104,15 @@ class RetailEnv:
             raise EnvError("step() before reset()")
         if self.done:
             raise EnvError("the retail episode is over; reset() to start another")
-        if isinstance(self.user, LLMUser):
-            return self._step_async(self.user, action)
         if action.is_respond:
-            return self._user_replied(self.user.step(self._said(action)))
+            reply = self.user.step(self._said(action))
+            if inspect.isawaitable(reply):
+                return self._replied_later(reply)
+            return self._user_replied(str(reply))
         return self._tool(action)
 
-    async def _step_async(self, user: LLMUser, action: Action) -> StepResult:
-        if action.is_respond:
-            return self._user_replied(await user.step(self._said(action)))
-        return self._tool(action)
+    async def _replied_later(self, reply: Awaitable[str]) -> StepResult:
+        return self._user_replied(await reply)
 
     def _said(self, action: Action) -> str:
         text = action.text or str(action.arguments.get("content", ""))

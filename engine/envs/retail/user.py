@@ -89,7 +89,7 @@ class ScriptedUser:
         return f"Sorry, let me say it again: {task.opening[0].lower()}{task.opening[1:]}"
 
 
-USER_SYSTEM = """You play a customer who writes to the support agent of an online store.
+CUSTOMER_SYSTEM = """You play a customer who writes to the support agent of {business}.
 
 Your situation and what you want:
 {instruction}
@@ -100,6 +100,9 @@ Rules:
 - Never make up ids or details that your situation does not mention.
 - When your request is done, or the agent transfers you to a human agent, reply with ###STOP### only."""
 
+USER_SYSTEM = CUSTOMER_SYSTEM.replace("{business}", "an online store")
+"""The retail user's system prompt (``{instruction}`` is the task's)."""
+
 AGENT_GREETING = "Hi! How can I help you today?"
 
 
@@ -108,30 +111,56 @@ class LLMUser:
 
     The roles are mirrored: the agent's messages are the model's ``user``
     turns and the customer's lines its ``assistant`` turns. The opening line
-    is the task's scripted one, so ``reset`` stays synchronous as the Env
-    protocol wants; every reply after it is generated.
+    is the task's scripted one (or the one ``begin`` is given), so ``reset``
+    stays synchronous as the Env protocol wants; every reply after it is
+    generated. ``follow`` adds a turn someone else said (a recorded reply
+    replayed before a fork), so that the model carries on that conversation.
+
+    ``reset`` takes a retail task, or, as tau-bench's user interface does, an
+    ``instruction`` (which is then also the opening line).
     """
 
-    def __init__(self, backend: Backend, tokenizer: Any, sampling: SamplingParams | None = None) -> None:
+    def __init__(self, backend: Backend, tokenizer: Any, sampling: SamplingParams | None = None,
+                 system: str = USER_SYSTEM) -> None:
         self.backend = backend
         self.tok = tokenizer
         self.sampling = sampling or SamplingParams(temperature=0.7, max_new_tokens=200)
-        self.task: RetailTask | None = None
+        self.system = system
+        self.task_id: str | None = None
         self.messages: list[Message] = []
 
-    def reset(self, task: RetailTask) -> str:
-        """Start the conversation; returns the user's opening message."""
-        self.task = task
+    def begin(self, instruction: str, opening: str, task_id: str = "") -> str:
+        """Start a conversation whose first user line is ``opening``; returns it."""
+        self.task_id = task_id
         self.messages = [
-            Message("system", USER_SYSTEM.format(instruction=task.instruction)),
+            Message("system", self.system.format(instruction=instruction)),
             Message("user", AGENT_GREETING),
-            Message("assistant", task.opening),
+            Message("assistant", opening),
         ]
-        return task.opening
+        return opening
+
+    def reset(self, task: RetailTask | None = None, instruction: str | None = None) -> str:
+        """Start the conversation; returns the user's opening message."""
+        if task is not None:
+            return self.begin(task.instruction, task.opening, task.id)
+        text = str(instruction or "")
+        return self.begin(text, text)
+
+    def reopen(self, opening: str) -> None:
+        """Make ``opening`` the first user line (a recorded one the task's differs from)."""
+        if self.task_id is None:
+            raise RuntimeError("LLMUser.reopen() before reset()")
+        self.messages[2] = Message("assistant", opening)
+
+    def follow(self, agent_text: str, reply: str) -> None:
+        """Add a turn of the conversation that was not generated here."""
+        if self.task_id is None:
+            raise RuntimeError("LLMUser.follow() before reset()")
+        self.messages += [Message("user", agent_text), Message("assistant", reply)]
 
     async def step(self, agent_text: str) -> str:
         """Generate the user's reply to one agent message."""
-        if self.task is None:
+        if self.task_id is None:
             raise RuntimeError("LLMUser.step() before reset()")
         self.messages.append(Message("user", agent_text))
         prompt = chat.render(self.tok, self.messages, add_generation_prompt=True)
@@ -140,11 +169,14 @@ class LLMUser:
             prompt_ids=tuple(chat.encode(self.tok, prompt)),
             sampling=self.sampling,
             messages=tuple(self.messages),
-            task_id=self.task.id,
+            task_id=self.task_id,
             turn=sum(m.role == "assistant" for m in self.messages),
-            extra={"role": "retail_user"},
+            extra={"role": "env_user"},
         )
         generation = await self.backend.generate(request)
         reply = chat.strip_end_of_turn(self.tok, generation.text).strip() or "Sorry, could you say that again?"
         self.messages.append(Message("assistant", reply))
         return reply
+
+    def get_total_cost(self) -> float:  # tau-bench's user interface
+        return 0.0

@@ -1,0 +1,211 @@
+"""Who plays the user after a fork or in a new conversation: a model, or the record then another user."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import fork as forking
+from engine import formats
+from engine.backends.scripted import ScriptedBackend
+from engine.envs.retail import RetailEnv
+from engine.envs.retail.user import USER_SYSTEM
+from engine.errors import ConfigError
+from engine.loop import run_episode
+from engine.planning import BackendSettings, UserSettings, plan_fork, plan_step
+from engine.presets import PRESETS
+from engine.records import Generation, Message, Status
+from engine.store import Store
+from tests.servers import FIXED_REPLY, ProtocolServer
+
+FAKE = Path(__file__).parent / "fake_taubench"
+
+
+class RecordingUserModel:
+    """A backend for the user's part: answers each request with the next line and keeps the requests."""
+
+    name = "user-model"
+
+    def __init__(self, *replies: str) -> None:
+        self.replies = list(replies)
+        self.requests: list[Any] = []
+
+    async def generate(self, request: Any) -> Generation:
+        self.requests.append(request)
+        return Generation(text=self.replies.pop(0) if self.replies else "Okay.")
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+@pytest.fixture(scope="module")
+def retail_parent(smol_tokenizer):
+    env = RetailEnv()
+    backend = ScriptedBackend(env.reference_reply, smol_tokenizer)
+    ep = asyncio.run(run_episode(RetailEnv(), backend, smol_tokenizer, PRESETS["slime-tau"], env.tasks[0],
+                                 preset="slime-tau", tokenizer_name="smollm2"))
+    assert ep.status is Status.COMPLETED and ep.reward == 1.0
+    return ep
+
+
+def _responds(ep):
+    return [t for t in ep.turns if t.action is not None and t.action.is_respond and t.observation]
+
+
+def test_a_model_plays_the_user_after_a_fork_and_carries_on_the_replayed_conversation(retail_parent, smol_tokenizer):
+    policy = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer)
+    said = _responds(retail_parent)
+    k = said[0].index + 1  # the first exchange with the user is replayed
+    model = RecordingUserModel("Actually, I changed my mind. ###STOP###")
+
+    async def go():
+        hand = await forking.fork(retail_parent, k, policy, smol_tokenizer, user="llm", user_backend=model)
+        assert hand.report.ok, hand.report.summary()
+        assert not hand.plays_user and not hand.needs_user_reply("Anything else?")
+        assert model.requests == []  # the replayed turns took the recorded replies
+        turn = await hand.commit("Could you tell me which order you mean?")
+        return hand, turn
+
+    hand, turn = asyncio.run(go())
+    assert "a model plays the user from the fork on" in hand.report.notes
+    assert turn.observation == (Message("user", "Actually, I changed my mind. ###STOP###"),) and turn.done
+    (request,) = model.requests
+    msgs = list(request.messages)
+    # The model's conversation is the one the episode had: the customer's prompt for this task, the recorded
+    # opening, the replayed exchange (agent -> the model's user turns, the customer -> its assistant turns).
+    assert msgs[0].role == "system" and msgs[0].content.startswith(USER_SYSTEM.split("{")[0])
+    assert msgs[2] == Message("assistant", retail_parent.messages[1].content)
+    assert Message("user", said[0].action.text) in msgs
+    assert Message("assistant", said[0].observation[0].content) in msgs
+    assert msgs[-1] == Message("user", "Could you tell me which order you mean?")
+    ep = hand.to_save()
+    assert ep.config.user == "llm" and not ep.source.user_by_hand and ep.parent_id == retail_parent.id
+
+
+def test_the_recorded_user_hands_over_to_the_simulated_user_or_a_model(retail_parent, smol_tokenizer):
+    policy = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer)
+    said = _responds(retail_parent)
+    k = said[0].index
+
+    # Then the simulated user: no person is asked, even off the record.
+    hand = asyncio.run(forking.fork(retail_parent, k, policy, smol_tokenizer, user="recorded", then="scripted"))
+    assert not hand.plays_user
+    assert "the recorded user answers while the conversation matches the record, then the env's simulated user" \
+        in hand.report.notes
+    turn = asyncio.run(hand.commit(said[0].action.text))
+    assert turn.observation[0].content == said[0].observation[0].content
+    turn = asyncio.run(hand.commit("Is there anything else I can help you with?"))
+    assert turn.done and "###STOP###" in turn.observation[0].content  # the scripted user's own words
+
+    # Then a model: the model is asked only once the conversation leaves the record.
+    model = RecordingUserModel("Hm, that is not what I asked.")
+    hand = asyncio.run(forking.fork(retail_parent, k, policy, smol_tokenizer, user="recorded", then="llm",
+                                    user_backend=model))
+    turn = asyncio.run(hand.commit(said[0].action.text))
+    assert turn.observation[0].content == said[0].observation[0].content and model.requests == []
+    turn = asyncio.run(hand.commit("Something the record never said."))
+    assert turn.observation[0].content == "Hm, that is not what I asked." and len(model.requests) == 1
+    assert Message("assistant", said[0].observation[0].content) in model.requests[0].messages
+    assert hand.to_save().config.user == "llm"
+
+
+def test_a_model_user_needs_a_model_and_only_the_recorded_user_hands_over(retail_parent, smol_tokenizer, tmp_path):
+    policy = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer)
+    with pytest.raises(ConfigError, match="choose the user model"):
+        asyncio.run(forking.fork(retail_parent, 1, policy, smol_tokenizer, user="llm"))
+    with pytest.raises(ConfigError, match="one of scripted, llm, human"):
+        asyncio.run(forking.fork(retail_parent, 1, policy, smol_tokenizer, user="recorded", then="recorded"))
+    store = Store(tmp_path / "x.db")
+    store.save_episode(retail_parent)
+    with pytest.raises(ConfigError, match="only the recorded user hands over"):
+        plan_fork(store, retail_parent.id, 1, "scripted>llm", "", BackendSettings("scripted"))
+    store.close()
+
+
+def test_the_dashboard_plan_forks_with_a_model_user_on_an_sglang_server(retail_parent, smol_tokenizer, tmp_path):
+    """The production path: the user model is an sglang server (here one speaking its protocol)."""
+    store = Store(tmp_path / "x.db")
+    store.save_episode(retail_parent)
+    k = _responds(retail_parent)[0].index
+    with ProtocolServer(tokenizer=smol_tokenizer, fault="fixed") as server:
+        start = plan_fork(store, retail_parent.id, k, "llm", "", BackendSettings("scripted"),
+                          UserSettings("llm", url=server.url))
+        hand = asyncio.run(start.start())
+        turn = asyncio.run(hand.commit("Which order would you like to cancel?"))
+        assert turn.observation == (Message("user", FIXED_REPLY),)
+        assert server.calls["/generate"] == 1
+        path, body = server.bodies[-1]
+        sent = smol_tokenizer.decode(body["input_ids"]) if "input_ids" in body else body["text"]
+        assert path == "/generate" and "Which order would you like to cancel?" in sent
+        # A new conversation, too, may have its user played by the model.
+        start = plan_step("retail", "0", "tito", "", "llm", BackendSettings("scripted"),
+                          UserSettings("llm", url=server.url))
+        hand = asyncio.run(start.start())
+        turn = asyncio.run(hand.commit("Hello! What can I do for you?"))
+        assert turn.observation == (Message("user", FIXED_REPLY),) and hand.episode().config.user == "llm"
+    with pytest.raises(ConfigError, match="cannot reach|refused|not reachable|connect"):
+        plan_fork(store, retail_parent.id, k, "llm", "", BackendSettings("scripted"),
+                  UserSettings("llm", url=server.url))
+    store.close()
+
+
+# -- tau-bench's envs -----------------------------------------------------------
+
+
+@pytest.fixture
+def tau(monkeypatch):
+    monkeypatch.syspath_prepend(str(FAKE))
+    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
+        monkeypatch.delitem(sys.modules, mod)
+
+
+def _call(cid: str, name: str, args: dict) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def test_a_model_plays_a_tau_bench_user_after_a_fork_and_tau_bench_scores_the_end(tau, tmp_path, smol_tokenizer):
+    from engine.envs.taubench import TauBenchEnv
+
+    traj = [
+        {"role": "system", "content": TauBenchEnv("retail").system_prompt("0")},
+        {"role": "user", "content": "Hi, I'm Ana Ito (zip 10001) and I want to cancel an order."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            _call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
+        {"role": "tool", "tool_call_id": "c1", "name": "find_user_id_by_name_zip", "content": "ana_1"},
+        {"role": "assistant", "content": "Which order, and shall I proceed with cancelling it? (yes/no)"},
+        {"role": "user", "content": "Order #A1, I no longer need it. Yes."},
+    ]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([{"task_id": 0, "reward": 0.0, "info": {}, "traj": traj, "trial": 0}]))
+    store = Store(tmp_path / "x.db")
+    formats.import_path(path, "taubench", store, env="taubench:retail")
+    parent = next(store.iter_episodes())
+    policy = ScriptedBackend(TauBenchEnv("retail").reference_reply, smol_tokenizer)
+    model = RecordingUserModel("No, that's all. ###STOP###")
+    hand = asyncio.run(forking.fork(parent, 2, policy, smol_tokenizer, user="llm", user_backend=model))
+    assert hand.report.ok and hand.report.replayed == 2, hand.report.summary()
+    turn = asyncio.run(hand.commit("Is there anything else I can help you with?"))
+    # tau-bench's own step heard the model's reply: it ended the episode and scored it (nothing cancelled).
+    assert turn.observation == (Message("user", "No, that's all. ###STOP###"),) and turn.done and turn.reward == 0.0
+    msgs = model.requests[0].messages
+    assert msgs[2] == Message("assistant", traj[1]["content"])
+    assert Message("assistant", traj[5]["content"]) in msgs
+    assert hand.to_save().config.user == "llm"
+    store.close()
+
+
+def test_a_person_plays_a_tau_bench_user_in_a_new_conversation(tau, smol_tokenizer):
+    from engine.envs.taubench import TauBenchEnv
+
+    env = TauBenchEnv("retail")
+    policy = ScriptedBackend(env.reference_reply, smol_tokenizer)
+    hand = forking.start(env, policy, smol_tokenizer, PRESETS["tito"], "0", user="human")
+    assert hand.plays_user and hand.episode().messages[1].content == env._env.tasks[0].instruction
+    turn = asyncio.run(hand.commit("Anything else?", "No, bye. ###STOP###"))
+    assert turn.done and turn.observation[0].content == "No, bye. ###STOP###"
+    assert hand.to_save().config.user == "human"
