@@ -61,6 +61,18 @@ def write_dump(path: Path, samples: int, tokens: int, prompt: int = 256, turns: 
     torch.save({"rollout_id": 0, "samples": out}, path)
 
 
+def time_load(dump: Path) -> float:
+    """In a child: seconds to read the dump alone (the importer's own safe torch.load), the floor of any
+    import of it."""
+    from engine.formats import slime as slime_fmt
+
+    t0 = time.perf_counter()
+    pack = slime_fmt.safe_torch_load(dump)
+    elapsed = time.perf_counter() - t0
+    del pack
+    return elapsed
+
+
 def run_import(dump: Path, db: Path) -> dict[str, float]:
     """In the child: import the dump and report time and memory."""
     from engine.formats import import_path
@@ -100,9 +112,13 @@ def main() -> None:
     ap.add_argument("--dir", help="work folder (default: a temporary one, removed afterwards)")
     ap.add_argument("--write", metavar="DUMP", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, metavar=("DUMP", "DB"), help=argparse.SUPPRESS)
+    ap.add_argument("--load", metavar="DUMP", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.write:
         write_dump(Path(a.write), a.samples, a.tokens)
+        return
+    if a.load:
+        print(json.dumps(time_load(Path(a.load))))
         return
     if a.child:
         print(json.dumps(run_import(Path(a.child[0]), Path(a.child[1]))))
@@ -119,9 +135,14 @@ def main() -> None:
         proc = subprocess.run([sys.executable, __file__, "--child", str(dump), str(db)],
                               capture_output=True, text=True, check=True)
         r = json.loads(proc.stdout.strip().splitlines()[-1])
+        loads = [json.loads(subprocess.run([sys.executable, __file__, "--load", str(dump)], capture_output=True,
+                                           text=True, check=True).stdout.strip().splitlines()[-1]) for _ in range(3)]
+        load_s = sorted(loads)[1]
         print(f"imported {r['episodes']} episodes ({r['skipped']} skipped) in {r['seconds']:.1f}s "
               f"({r['cpu_seconds']:.1f}s CPU): {r['episodes'] / r['seconds']:.1f} samples/s "
               f"({r['episodes'] / r['cpu_seconds']:.1f} per CPU second), {r['tokens'] / r['seconds'] / 1e6:.2f} M tokens/s")
+        print(f"reading the dump alone (torch.load, median of 3): {load_s:.1f}s; the import takes "
+              f"{r['seconds'] / load_s:.2f}x that")
         print(f"RSS: {r['rss_before_mb']:.0f} MB before, {r['rss_after_load_mb']:.0f} MB after torch.load, "
               f"peak {r['peak_rss_mb']:.0f} MB (dump file {dump.stat().st_size / 2**20:.0f} MB)")
         print(f"database: {r['db_bytes'] / 2**20:.0f} MB for {r['tokens']:,} tokens = "

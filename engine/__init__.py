@@ -87,8 +87,7 @@ from .replay import ReplayResult, TurnVerdict, replay_stored
 from .replay import replay as replay_episode
 from .runner import BatchResult, BatchSpec, run_batch
 from .schema import episode_schema
-from .store import SORTABLE, EpisodeFilter, EpisodeSummary, Store
-from .store_browse import Bins, BrowseStats, RewardStats
+from .store import SORTABLE, Bins, BrowseStats, EpisodeFilter, EpisodeSummary, RewardStats, Store
 
 __all__ = [
     "AUTO", "ENVS", "MAX_EPISODES", "POLICIES", "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION",

@@ -169,7 +169,12 @@ class Action:
 def _nan_to_none(xs: Any) -> list[float | None] | None:
     if xs is None:
         return None
-    return [None if (x is None or math.isnan(x)) else float(x) for x in xs]
+    try:
+        if not np.isnan(np.asarray(xs, dtype=np.float64)).any():
+            return [float(x) for x in xs]
+    except (TypeError, ValueError):  # a None among them
+        pass
+    return [None if (x is None or x != x) else float(x) for x in xs]
 
 
 @dataclass(frozen=True)
@@ -181,7 +186,8 @@ class Generation:
     token_ids: tuple[int, ...] = ()
     """The generated ids, as the backend reported them (empty when it gave text only)."""
     logprobs: tuple[float, ...] | None = None
-    """One rollout logprob per generated id (None when the backend gave none; NaN where unknown)."""
+    """One rollout logprob per generated id (None when the backend gave none; NaN where unknown), at float32
+    precision: that of the episode's arrays and of the trainers' tensors (a server's float64 is rounded)."""
     finish_reason: FinishReason = "stop"
     """stop, length (cut by max_new_tokens) or abort."""
     latency_s: float = 0.0
@@ -196,6 +202,14 @@ class Generation:
     """The model that answered (``manual`` for text a person wrote, ``imported`` for an import)."""
     finish_detail: str = ""
     """What the server said beyond the reason (an abort's message)."""
+
+    def __post_init__(self) -> None:
+        if self.logprobs:
+            try:
+                arr = np.asarray(self.logprobs, dtype=np.float32)
+            except (TypeError, ValueError):  # a None among them
+                arr = np.asarray([math.nan if x is None else x for x in self.logprobs], dtype=np.float32)
+            object.__setattr__(self, "logprobs", tuple(arr.tolist()))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Generation):
@@ -501,10 +515,10 @@ class Episode:
             out.extend(t.findings)
         return tuple(out)
 
-    def to_dict(self, include_tokens: bool = True) -> dict[str, Any]:
+    def to_dict(self, include_tokens: bool = True, include_turns: bool = True) -> dict[str, Any]:
         d: dict[str, Any] = {"schema_version": self.schema_version}
         for f in fields(self):
-            if f.name in ("schema_version", "tokens"):
+            if f.name in ("schema_version", "tokens") or (f.name == "turns" and not include_turns):
                 continue
             v = getattr(self, f.name)
             if f.name == "status":

@@ -30,11 +30,13 @@ class TokenArrays:
         ids_a = np.asarray(ids, dtype=np.int32).reshape(-1)
         n = ids_a.shape[0]
         mask_a = np.asarray(loss_mask, dtype=np.uint8).reshape(-1)
-        lp_a = (
-            np.full(n, np.nan, dtype=np.float32)
-            if logprobs is None
-            else np.asarray([np.nan if x is None else x for x in logprobs], dtype=np.float32).reshape(-1)
-        )
+        if logprobs is None:
+            lp_a = np.full(n, np.nan, dtype=np.float32)
+        else:
+            try:
+                lp_a = np.asarray(logprobs, dtype=np.float32).reshape(-1)
+            except (TypeError, ValueError):  # None where a logprob is unknown
+                lp_a = np.asarray([np.nan if x is None else x for x in logprobs], dtype=np.float32).reshape(-1)
         ver_a = np.full(n, -1, dtype=np.int32) if versions is None else np.asarray(versions, dtype=np.int32).reshape(-1)
         for name, arr in (("loss_mask", mask_a), ("logprobs", lp_a), ("versions", ver_a)):
             if arr.shape[0] != n:

@@ -10,7 +10,7 @@ from dashboard.render import render_findings
 from dashboard.tabs.browse import ROOT, episode_filter, page
 from engine.diagnosis import consequences, diagnosis, link_findings, root_of, roots
 from engine.records import Finding, Severity
-from engine.store import EpisodeFilter, Store
+from engine.store import DB_SCHEMA, EpisodeFilter, Store
 
 E, INFO = Severity.ERROR, Severity.INFO
 GOLDEN = Path(__file__).parent / "golden" / "dbschema2.sqlite"
@@ -76,7 +76,8 @@ def test_a_schema_2_database_gets_its_diagnoses_on_open(tmp_path):
     raw.close()
     store = Store(db)
     try:
-        assert store.db.execute("SELECT value FROM meta WHERE key = 'db_schema'").fetchone()[0] == "3"
+        assert store.db.execute("SELECT value FROM meta WHERE key = 'db_schema'").fetchone()[0] == str(DB_SCHEMA)
+        assert store.applied[0] == "0003_diagnosis"
         rows = {r.id: r for r in store.list_episodes()}
         assert len(rows) == 10
         assert rows["f3acbca0961a4057"].diagnosis == "a system block is injected mid-trajectory at turn 0"
@@ -215,7 +216,7 @@ def test_an_interrupted_diagnosis_fill_is_done_again_on_the_next_open(tmp_path, 
     def boom(db):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr("engine.store.backfill_diagnosis", boom)
+    monkeypatch.setattr("engine.store.schema.backfill_diagnosis", boom)
     with pytest.raises(RuntimeError):
         Store(db)
     monkeypatch.undo()

@@ -45,11 +45,18 @@ def test_round_trip_is_exact(tmp_path, episodes):
         back = again.get_episode(ep.id)
         assert back == ep
         assert back.tokens.ids.dtype.name == "int32" and back.tokens.loss_mask.dtype.name == "uint8"
-    # WAL mode, token arrays as blobs
+    # WAL mode; the token arrays packed in one compressed blob, the turns compressed and referring to them
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    blob = conn.execute("SELECT ids FROM tokens WHERE episode_id = ?", [episodes[0].id]).fetchone()[0]
-    assert isinstance(blob, bytes) and len(blob) == 4 * len(episodes[0].tokens)
+    raw, packed = conn.execute("SELECT ids, packed FROM tokens WHERE episode_id = ?", [episodes[0].id]).fetchone()
+    assert raw is None and packed[:4] == b"RSTK" and len(packed) < 4 * len(episodes[0].tokens)
+    import json
+
+    import zstandard
+
+    turn = json.loads(zstandard.ZstdDecompressor().decompress(
+        conn.execute("SELECT data FROM turns WHERE episode_id = ? AND idx = 0", [episodes[0].id]).fetchone()[0]))
+    assert "$span" in turn["generation"]["token_ids"]  # tito: the generation is the episode's span
 
 
 def test_filters_sort_and_page(tmp_path, episodes):

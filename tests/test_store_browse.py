@@ -221,11 +221,13 @@ def test_a_database_from_before_the_index_is_migrated(tmp_path: Path) -> None:
     s.close()
     conn = sqlite3.connect(path)
     for sql in ("DROP TABLE search_fts", "DROP TABLE search_texts", "DROP TABLE search_refs",
-                "DROP TABLE episode_index", "UPDATE meta SET value = '1' WHERE key = 'db_schema'"):
+                "DROP TABLE episode_index", "DROP TABLE migrations",  # a file from before the migrations
+                "UPDATE meta SET value = '1' WHERE key = 'db_schema'"):
         conn.execute(sql)
     conn.commit()
     conn.close()
     again = Store(path)
+    assert again.applied[:3] == ["0002_search_index", "0003_diagnosis", "0004_browse_index"]
     assert again.count() == 60
     assert again.count(EpisodeFilter(text=needle(57))) == 1
     assert again.list_episodes(order_by="reward", limit=1)[0].reward == max(e.reward for e in synthetic_episodes(60))

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
-from . import textsafe
-from .records import Episode, Turn
+from .. import textsafe
+from ..records import Episode, Turn
+from .base import StoreBase
 
 
 @dataclass(frozen=True)
@@ -120,14 +119,6 @@ def search_texts(ep: Episode, turn: int | None = None) -> list[tuple[int, list[s
     return [(0, opening), *((t.index + 1, _turn_texts(t)) for t in turns)]
 
 
-# The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
-INDEX_COLUMNS = (
-    "id", "env", "task_id", "status", "reward", "n_turns", "n_tokens", "n_trainable", "preset", "model", "run_id",
-    "group_id", "sample_index", "created_at", "starred", "n_findings", "n_errors", "source", "parent_id",
-    "diagnosis", "root_kinds",
-)
-
-
 def _uri(path: Path, immutable: bool) -> str:
     from urllib.parse import quote
 
@@ -149,89 +140,8 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     raise AssertionError("unreachable")
 
 
-class BrowseQueries:
+class BrowseQueries(StoreBase):
     """Search-index upkeep and Browse's aggregate queries, mixed into ``Store``."""
-
-    db: sqlite_utils.Database
-    path: Path
-    _lock: threading.RLock
-    read_only: bool = False
-    _read_conn: sqlite3.Connection | None = None
-    _read_lock: threading.Lock
-    _analyzed_rows: int = 0
-
-    def get_episode(self, episode_id: str) -> Episode:  # provided by Store
-        raise NotImplementedError
-
-    def _migrate_search(self) -> bool:
-        """Create the full-text index if missing; True when it is new."""
-        db = self.db
-        created = "search_texts" not in db.table_names()
-        for sql in (
-            "CREATE TABLE IF NOT EXISTS search_texts (id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, body TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS search_refs (episode_id TEXT NOT NULL, part INTEGER NOT NULL, "
-            "text_id INTEGER NOT NULL, PRIMARY KEY (episode_id, part, text_id)) WITHOUT ROWID",
-            "CREATE INDEX IF NOT EXISTS search_refs_text ON search_refs (text_id)",
-            "CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(body, content='search_texts', "
-            "content_rowid='id', tokenize='trigram')",
-            # SQLite's documented pattern for an external-content index; texts
-            # are never updated, only added.
-            "CREATE TRIGGER IF NOT EXISTS search_texts_ai AFTER INSERT ON search_texts BEGIN "
-            "INSERT INTO search_fts(rowid, body) VALUES (new.id, new.body); END",
-            "CREATE TRIGGER IF NOT EXISTS search_texts_ad AFTER DELETE ON search_texts BEGIN "
-            "INSERT INTO search_fts(search_fts, rowid, body) VALUES ('delete', old.id, old.body); END",
-        ):
-            db.execute(sql)
-        return created
-
-    def _migrate_index(self) -> None:
-        """Create (and on first use fill) ``episode_index``, the slim copy of ``episodes`` that Browse reads.
-
-        An ``episodes`` row carries the episode's JSON (often several KB), so
-        a query that visits many rows (a count, a sort, an aggregate) reads
-        hundreds of MB at 100,000 episodes. ``episode_index`` holds only the
-        summary columns (about 150 bytes a row) with an index per sortable
-        column. Triggers keep it equal to ``episodes`` whatever writes there,
-        including code that knows nothing of it.
-        """
-        db = self.db
-        cols = ", ".join(INDEX_COLUMNS)
-        new = ", ".join(f"new.{c}" for c in INDEX_COLUMNS)
-        created = "episode_index" not in db.table_names()
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS episode_index (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
-            "env TEXT, task_id TEXT, status TEXT, reward REAL, n_turns INTEGER, n_tokens INTEGER, n_trainable INTEGER, "
-            "preset TEXT, model TEXT, run_id TEXT, group_id TEXT, sample_index INTEGER, created_at REAL, "
-            "starred INTEGER, n_findings INTEGER, n_errors INTEGER, source TEXT, parent_id TEXT, diagnosis TEXT, "
-            "root_kinds TEXT)"
-        )
-        # rid is the episodes rowid: the tie-breaker of every sort, so a page
-        # of a sorted column is a walk along that column's index.
-        # Delete then insert, not INSERT OR REPLACE: a trigger's conflict
-        # clause yields to the outer statement's (the store's upserts).
-        copy = (f"DELETE FROM episode_index WHERE rid = new.rowid OR id = new.id; "
-                f"INSERT INTO episode_index (rid, {cols}) VALUES (new.rowid, {new});")
-        for event, body in (
-            ("INSERT", copy),
-            ("UPDATE", "DELETE FROM episode_index WHERE rid = old.rowid; " + copy),
-            ("DELETE", "DELETE FROM episode_index WHERE rid = old.rowid;"),
-        ):
-            # Recreated on every open, so a database always has this version's triggers.
-            db.execute(f"DROP TRIGGER IF EXISTS episodes_index_{event.lower()}")
-            db.execute(f"CREATE TRIGGER episodes_index_{event.lower()} AFTER {event} ON episodes BEGIN {body} END")
-        for col in INDEX_COLUMNS:
-            if col not in ("id", "diagnosis"):
-                db.execute(f"CREATE INDEX IF NOT EXISTS episode_index_{col} ON episode_index ({col})")
-        # Per-task and per-group reward aggregates read these and nothing else.
-        db.execute("CREATE INDEX IF NOT EXISTS episode_index_task_reward ON episode_index (task_id, reward)")
-        db.execute("CREATE INDEX IF NOT EXISTS episode_index_group_reward ON episode_index (group_id, reward, task_id)")
-        # Browse's first question, "these statuses, newest first (or by
-        # reward)", answered from one index range without a sort.
-        db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_created ON episode_index (status, created_at)")
-        db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_reward ON episode_index (status, reward)")
-        if created:
-            db.execute(f"INSERT INTO episode_index (rid, {cols}) SELECT rowid, {cols} FROM episodes")
-        self._analyze(db.conn)
 
     def _analyze(self, conn: sqlite3.Connection) -> None:
         """Refresh the planner's statistics of ``episode_index`` (a sample: milliseconds at 100,000 rows).
@@ -336,7 +246,7 @@ class BrowseQueries:
     def run_level_kinds(self, run_ids: Sequence[str]) -> dict[str, tuple[int, list[str]]]:
         """For each run: (its episode count, the kinds that every one of its episodes has, among the kinds that
         describe a preset, template or source). Runs of one episode have none."""
-        from .diagnosis import RUN_KINDS
+        from ..diagnosis import RUN_KINDS
 
         runs = sorted({r for r in run_ids if r})
         if not runs:

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .errors import ConfigError
-from .records import Status
-from .store_browse import text_clause
+from ..errors import ConfigError
+from ..records import Status
+from .browse import text_clause
 
 
 @dataclass(frozen=True)

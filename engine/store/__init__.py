@@ -1,0 +1,26 @@
+"""SQLite storage of runs and episodes: all the SQL there is.
+
+- ``core``: the ``Store`` (opening, read-only too; bringing a file up to date; recovering; closing);
+- ``schema``: the tables; ``migrations``: the ordered, named steps from each earlier database schema;
+- ``writes`` and ``reads``: episodes, turns, runs, tags, stars, notes and replays in and out;
+- ``codec``: the compact form of token arrays and turns;
+- ``browse``: Browse's slim index, full-text search and aggregates; ``filter``: ``EpisodeFilter``
+  (also ``--where``) and ``EpisodeSummary``.
+
+Tables: ``meta`` (schema version), ``migrations`` (the steps applied), ``runs``, ``episodes`` (one row per
+episode: filterable columns plus the rest of the record as JSON), ``turns`` (one row per turn),
+``tokens`` (the token arrays), ``findings`` (an index of every finding, for filtering), ``tags`` and
+``replays``.
+"""
+
+from __future__ import annotations
+
+from .browse import Bins, BrowseStats, RewardStats, connect_read_only, search_texts
+from .core import Store
+from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
+from .schema import DB_SCHEMA
+
+__all__ = [
+    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardStats", "Store",
+    "connect_read_only", "search_texts",
+]

@@ -1,0 +1,71 @@
+"""What the ``Store``'s parts share: the connection, the lock, and the guard around every change."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ..errors import StoreError
+from ..records import Episode
+
+
+class _Writing:
+    """``with self._lock, self.db.conn`` as one context manager."""
+
+    def __init__(self, store: StoreBase) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store._lock.acquire()
+        try:
+            self.store.db.conn.__enter__()
+        except BaseException:
+            self.store._lock.release()
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.store.db.conn.__exit__(*exc)
+        finally:
+            self.store._lock.release()
+
+
+class StoreBase:
+    """The state every part of the ``Store`` works on."""
+
+    db: sqlite_utils.Database
+    path: Path
+    _lock: threading.RLock
+    read_only: bool = False
+    _read_conn: sqlite3.Connection | None = None
+    _read_lock: threading.Lock
+    _analyzed_rows: int = 0
+
+    def _writing(self, what: str) -> Any:
+        """The lock and a transaction for a change; a StoreError when the store is read-only."""
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only (no write permission): cannot {what}")
+        return _Writing(self)
+
+    def _require(self, episode_id: str) -> dict[str, Any]:
+        """The episode's row; a StoreError naming the file when there is none."""
+        with self._lock:
+            rows = list(self.db.query("SELECT * FROM episodes WHERE id = ?", [episode_id]))
+        if not rows:
+            raise StoreError(f"no episode {episode_id!r} in {self.path}")
+        return rows[0]
+
+    # Provided by the parts (reads, browse); declared here for the others.
+    def get_episode(self, episode_id: str) -> Episode:
+        raise NotImplementedError
+
+    def _write_search(self, ep: Episode, turn: int | None = None) -> None:
+        raise NotImplementedError
+
+    def browse_query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError

@@ -1,0 +1,190 @@
+"""The compact stored form of an episode's token arrays and of its turns.
+
+Token arrays (``tokens.packed``): one zstd frame over
+- the ids, byte-shuffled (the four byte planes of the int32s one after the other: the high planes of
+  token ids are nearly constant and compress to almost nothing);
+- the loss mask and the policy versions, run-length encoded (they change a few times an episode);
+- where the logprobs are NaN, run-length encoded, then the other logprobs, byte-shuffled float32s.
+
+A 16-byte header before the frame says the format and the length. The round trip is exact: every id,
+mask value, version and logprob bit comes back (NaN comes back as NaN).
+
+Turns (``turns.data``): the turn's JSON without what the episode's arrays already hold. A generation
+whose ids (and logprobs) are the episode's ids (and logprobs) at the turn's assistant span says
+``{"$span": [start, end]}`` instead; a prompt text that extends the previous turn's says how much of it
+it keeps and adds the rest. The JSON is then zstd-compressed. Rows written before hold JSON text and
+read as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from ..errors import StoreError
+from ..records import Turn
+from ..token_arrays import TokenArrays
+
+MAGIC = b"RSTK"
+VERSION = 1
+_HEADER = struct.Struct("<4sHHII")  # magic, format version, flags, n tokens, n sections
+_LEVEL = 3
+_SMALL = 200  # JSON shorter than this stays text: compressing it saves nothing
+
+_compressor = zstandard.ZstdCompressor(level=_LEVEL)
+_decompressor = zstandard.ZstdDecompressor()
+
+
+def _shuffle(a: np.ndarray) -> bytes:
+    """The byte planes of a 4-byte little-endian array, one after the other."""
+    return np.ascontiguousarray(a.view(np.uint8).reshape(-1, 4).T).tobytes()
+
+
+def _unshuffle(raw: bytes, dtype: str) -> np.ndarray:
+    planes = np.frombuffer(raw, dtype=np.uint8).reshape(4, -1)
+    return np.ascontiguousarray(planes.T).view(dtype).reshape(-1)
+
+
+def _runs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, lengths) of the runs of equal values in ``a``."""
+    if a.size == 0:
+        return np.zeros(0, dtype=a.dtype), np.zeros(0, dtype="<u4")
+    starts = np.concatenate(([0], np.flatnonzero(a[1:] != a[:-1]) + 1))
+    lengths = np.diff(np.concatenate((starts, [a.size])))
+    return a[starts], lengths.astype("<u4")
+
+
+def _expand(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    return np.repeat(values, lengths.astype(np.int64))
+
+
+def pack_tokens(t: TokenArrays) -> bytes:
+    """The arrays as one compressed blob."""
+    n = len(t)
+    mask_v, mask_l = _runs(t.loss_mask)
+    ver_v, ver_l = _runs(t.versions.astype("<i4"))
+    lp = t.logprobs.astype("<f4")
+    nan = np.isnan(lp)
+    nan_v, nan_l = _runs(nan.astype(np.uint8))
+    sections = [
+        _shuffle(t.ids.astype("<i4")),
+        mask_v.astype(np.uint8).tobytes(), mask_l.tobytes(),
+        ver_v.astype("<i4").tobytes(), ver_l.tobytes(),
+        nan_v.tobytes(), nan_l.tobytes(),
+        _shuffle(lp[~nan]),
+    ]
+    lengths = struct.pack(f"<{len(sections)}I", *(len(s) for s in sections))
+    body = _compressor.compress(lengths + b"".join(sections))
+    return _HEADER.pack(MAGIC, VERSION, 0, n, len(sections)) + body
+
+
+def unpack_tokens(blob: bytes) -> TokenArrays:
+    """The arrays back from ``pack_tokens``; a StoreError for a blob that is not one."""
+    if len(blob) < _HEADER.size:
+        raise StoreError("packed token arrays are cut short")
+    magic, version, _flags, n, count = _HEADER.unpack_from(blob)
+    if magic != MAGIC or version != VERSION or count != 8:
+        raise StoreError(f"packed token arrays in an unknown format ({magic!r}, version {version})")
+    try:
+        raw = _decompressor.decompress(blob[_HEADER.size:])
+    except zstandard.ZstdError as e:
+        raise StoreError(f"packed token arrays cannot be decompressed: {e}") from None
+    sizes = struct.unpack_from(f"<{count}I", raw)
+    pos = 4 * count
+    parts = []
+    for size in sizes:
+        parts.append(raw[pos:pos + size])
+        pos += size
+    ids = _unshuffle(parts[0], "<i4")
+    mask = _expand(np.frombuffer(parts[1], dtype=np.uint8), np.frombuffer(parts[2], dtype="<u4"))
+    versions = _expand(np.frombuffer(parts[3], dtype="<i4"), np.frombuffer(parts[4], dtype="<u4"))
+    nan = _expand(np.frombuffer(parts[5], dtype=np.uint8), np.frombuffer(parts[6], dtype="<u4")).astype(bool)
+    logprobs = np.full(n, np.nan, dtype="<f4")
+    logprobs[~nan] = _unshuffle(parts[7], "<f4")
+    if not (ids.size == mask.size == versions.size == nan.size == n):
+        raise StoreError("packed token arrays disagree in length")
+    return TokenArrays(ids, mask, logprobs, versions)
+
+
+# -- turns -----------------------------------------------------------------------
+
+
+def _assistant_start(turn: Turn) -> int | None:
+    return next((seg.start for seg in turn.segments if seg.kind == "assistant"), None)
+
+
+def pack_json(d: Any) -> str | bytes:
+    """A JSON value as stored: text when short, zstd-compressed JSON when it saves space."""
+    text = json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+    if len(text) < _SMALL:
+        return text
+    return _compressor.compress(text.encode("utf-8"))
+
+
+def unpack_json(data: str | bytes) -> Any:
+    """A stored JSON value (text, or compressed)."""
+    if isinstance(data, str):
+        return json.loads(data)
+    try:
+        return json.loads(_decompressor.decompress(data))
+    except zstandard.ZstdError as e:
+        raise StoreError(f"stored JSON cannot be decompressed: {e}") from None
+
+
+def pack_turn(turn: Turn, tokens: TokenArrays | None, previous_prompt: str | None) -> str | bytes:
+    """A turn in its compact stored form; ``tokens``: the episode's final arrays, which the generation may
+    refer to (None: it may not)."""
+    gen = turn.generation
+    refs: dict[str, Any] = {}
+    if tokens is not None and gen is not None and gen.token_ids:
+        start = _assistant_start(turn)
+        n = len(gen.token_ids)
+        if start is not None and start + n <= len(tokens) and \
+                np.array_equal(tokens.ids[start:start + n], np.asarray(gen.token_ids, dtype=np.int64)):
+            refs["token_ids"] = {"$span": [start, start + n]}
+            if gen.logprobs is not None and len(gen.logprobs) == n and np.array_equal(
+                    np.asarray(gen.logprobs, dtype=np.float64), tokens.logprobs[start:start + n].astype(np.float64),
+                    equal_nan=True):
+                refs["logprobs"] = {"$span": [start, start + n]}
+    if refs and gen is not None:
+        # Leave the lists out before they are built: they are what the refs stand for.
+        turn = replace(turn, generation=replace(gen, token_ids=(), logprobs=None if "logprobs" in refs else gen.logprobs))
+    d = turn.to_dict()
+    if refs:
+        d["generation"].update(refs)
+    prompt = d.get("prompt_text")
+    if isinstance(prompt, str) and previous_prompt and len(previous_prompt) > 64 and prompt.startswith(previous_prompt):
+        d["prompt_text"] = {"$extends": len(previous_prompt), "rest": prompt[len(previous_prompt):]}
+    return pack_json(d)
+
+
+def unpack_turn(data: str | bytes, tokens: TokenArrays, previous_prompt: str | None) -> dict[str, Any]:
+    """A stored turn row as the turn's ``to_dict()``: JSON text as older versions wrote it, or the
+    compact form (``previous_prompt``: the prompt text of the turn before, read first)."""
+    d = unpack_json(data)
+    if not isinstance(d, dict):
+        raise StoreError("a stored turn is not a JSON object")
+    gen = d.get("generation")
+    if gen:
+        for key in ("token_ids", "logprobs"):
+            ref = gen.get(key)
+            if isinstance(ref, dict) and "$span" in ref:
+                a, b = ref["$span"]
+                if not 0 <= a <= b <= len(tokens):
+                    raise StoreError(f"a stored turn refers to tokens {a}:{b} of an episode of {len(tokens)}")
+                if key == "token_ids":
+                    gen[key] = tokens.ids[a:b].tolist()
+                else:
+                    gen[key] = [None if math.isnan(x) else x for x in tokens.logprobs[a:b].tolist()]
+    prompt = d.get("prompt_text")
+    if isinstance(prompt, dict) and "$extends" in prompt:
+        if previous_prompt is None or len(previous_prompt) < int(prompt["$extends"]):
+            raise StoreError("a stored turn's prompt extends a previous prompt that is not there")
+        d["prompt_text"] = previous_prompt[: int(prompt["$extends"])] + str(prompt.get("rest", ""))
+    return d

@@ -1,0 +1,118 @@
+"""The ordered, named steps that bring a database of any earlier schema to this version's.
+
+Each ``Migration`` is applied once, in its own transaction, and recorded in the ``migrations`` table
+(name and time) in that same transaction: a step that fails leaves the file as it was before it, and is
+tried again on the next open. A database written before the table existed says its schema in
+``meta.db_schema``; the steps up to that schema are recorded as applied (``applied_at`` NULL: by an
+earlier version) without being run again.
+
+Adding a step: append a ``Migration`` with the next name and the schema it brings the file to, raise
+``schema.DB_SCHEMA`` to match, and keep a golden database of the version before in ``tests/golden``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import sqlite_utils
+
+from ..errors import StoreError
+from . import schema
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step: ``name`` (``NNNN_what``), the schema the file has after it, and what it does."""
+
+    name: str
+    schema: int
+    apply: Callable[[sqlite_utils.Database], None]
+    doc: str
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("0001_tables", 1, schema.create_tables_v1,
+              "runs, episodes, turns, token arrays, findings, tags and replays"),
+    Migration("0002_search_index", 2, schema.create_search_index,
+              "the full-text search index (filled from the stored episodes when the store opens)"),
+    Migration("0003_diagnosis", 3, schema.add_diagnosis,
+              "each episode's diagnosis and root finding kinds, filled from its findings"),
+    Migration("0004_browse_index", 4, schema.create_browse_index,
+              "Browse's slim episode_index, kept equal to episodes by triggers"),
+    Migration("0005_run_pids", 4, schema.add_run_pids,
+              "which process runs a run, so a run whose process died is marked interrupted"),
+    Migration("0006_packed_tokens", 4, schema.add_packed_tokens,
+              "compressed token arrays (tokens.packed) and compressed turns"),
+)
+
+if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \
+        len({m.name for m in MIGRATIONS}) != len(MIGRATIONS):
+    raise AssertionError("migrations must have unique names in order")
+
+
+@contextmanager
+def _transaction(db: sqlite_utils.Database) -> Iterator[None]:
+    """One transaction around a step, schema changes included (Python's sqlite3 opens one only before
+    data changes, so ``ALTER TABLE`` would otherwise commit at once)."""
+    conn = db.conn
+    if conn.in_transaction:
+        conn.commit()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+
+
+def _schema_of(db: sqlite_utils.Database) -> int:
+    if "meta" not in db.table_names():
+        return 0
+    row = db.execute("SELECT value FROM meta WHERE key = 'db_schema'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def pending(db: sqlite_utils.Database) -> list[Migration]:
+    """The steps this file has not had (a read-only look: nothing is written)."""
+    if "migrations" in db.table_names():
+        done = {r[0] for r in db.execute("SELECT name FROM migrations")}
+        return [m for m in MIGRATIONS if m.name not in done]
+    # A file from before the table: the steps up to the schema it says were applied then.
+    version = _schema_of(db)
+    return [m for m in MIGRATIONS if m.schema > version]
+
+
+def migrate(db: sqlite_utils.Database, path: object) -> list[str]:
+    """Apply the pending steps in order, each in its own transaction; returns the names applied."""
+    version = _schema_of(db)
+    if version > schema.DB_SCHEMA:
+        raise StoreError(f"{path} was written by a newer Rollscope (database schema {version}, this one reads "
+                         f"{schema.DB_SCHEMA}); upgrade")
+    todo = pending(db)
+    with db.conn:
+        fresh = "migrations" not in db.table_names()
+        db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+        if fresh:
+            names = {m.name for m in todo}
+            db.conn.executemany("INSERT OR IGNORE INTO migrations (name, applied_at) VALUES (?, NULL)",
+                                [(m.name,) for m in MIGRATIONS if m.name not in names])
+    applied = []
+    for m in todo:
+        with _transaction(db):
+            m.apply(db)
+            db.execute("INSERT OR REPLACE INTO migrations (name, applied_at) VALUES (?, ?)", [m.name, time.time()])
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('db_schema', ?)",
+                       [str(max(m.schema, _schema_of(db)))])
+        applied.append(m.name)
+    return applied
+
+
+def history(db: sqlite_utils.Database) -> list[tuple[str, float | None]]:
+    """(name, applied_at) of every recorded step, in order (applied_at None: by an earlier version)."""
+    if "migrations" not in db.table_names():
+        return []
+    return [(r[0], r[1]) for r in db.execute("SELECT name, applied_at FROM migrations ORDER BY name")]

@@ -1,0 +1,130 @@
+"""Reading episodes back, listing and counting them: the ``Store``'s reading half."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import fields
+from typing import Any
+
+from ..errors import ConfigError, FormatError, StoreError
+from ..records import Episode, Finding, TokenArrays
+from . import codec
+from .base import StoreBase
+from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
+
+
+class Reads(StoreBase):
+    """Episodes as records, the episode table's pages and counts, and stored replays."""
+
+    def resolve_id(self, prefix: str) -> str:
+        """Accept a unique prefix of an episode id, as git does for commits."""
+        with self._lock:
+            rows = [r[0] for r in self.db.execute(
+                "SELECT id FROM episodes WHERE substr(id, 1, ?) = ? LIMIT 2", [len(prefix), prefix]
+            )]
+        if len(rows) == 1:
+            return str(rows[0])
+        if not rows:
+            raise StoreError(f"no episode {prefix!r} in {self.path}")
+        raise StoreError(f"episode id {prefix!r} is ambiguous in {self.path}; give more characters")
+
+    def has_episode(self, episode_id: str) -> bool:
+        with self._lock:
+            return self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
+
+    def get_episode(self, episode_id: str) -> Episode:
+        row = self._require(episode_id)
+        with self._lock:
+            rows = self.db.execute("SELECT idx, data FROM turns WHERE episode_id = ? ORDER BY idx", [episode_id]).fetchall()
+            tok = self.db.execute(
+                "SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?", [episode_id]
+            ).fetchone()
+            tags = [r[0] for r in self.db.execute("SELECT tag FROM tags WHERE episode_id = ? ORDER BY tag", [episode_id])]
+        try:
+            tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
+                      else TokenArrays.from_blobs(*tok[:4]))
+            turns: list[dict[str, Any]] = []
+            previous: tuple[int, str | None] = (-2, None)
+            for idx, data in rows:
+                t = codec.unpack_turn(data, tokens, previous[1] if previous[0] == idx - 1 else None)
+                turns.append(t)
+                previous = (idx, t.get("prompt_text"))
+            d = codec.unpack_json(row["data"])
+        except StoreError as e:
+            raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
+        for k in ("id", "run_id", "env", "task_id", "group_id", "sample_index", "preset", "status", "reason",
+                  "reward", "parent_id", "fork_turn", "note", "created_at", "schema_version"):
+            d[k] = row[k]
+        d["starred"] = bool(row["starred"])
+        d["tags"] = tags
+        d["turns"] = turns
+        try:
+            return Episode.from_dict(d, tokens=tokens)
+        except FormatError as e:
+            raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
+
+    def iter_episodes(self, flt: EpisodeFilter | None = None, batch: int = 200) -> Iterator[Episode]:
+        for chunk in self._id_chunks(flt or EpisodeFilter(), batch):
+            for eid in chunk:
+                yield self.get_episode(eid)
+
+    def _id_chunks(self, flt: EpisodeFilter, batch: int) -> Iterator[list[str]]:
+        where, args = flt.sql()
+        with self._lock:
+            ids = [r[0] for r in self.db.execute(f"SELECT id FROM episodes WHERE {where} ORDER BY created_at, id", args)]
+        for i in range(0, len(ids), batch):
+            yield ids[i : i + batch]
+
+    def list_episodes(
+        self,
+        flt: EpisodeFilter | None = None,
+        order_by: str = "created_at",
+        descending: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[EpisodeSummary]:
+        if order_by not in SORTABLE:
+            raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
+        where, args = (flt or EpisodeFilter()).sql()
+        direction = "DESC" if descending else "ASC"
+        # Page first, then look up the tags of that page only.
+        sql = (
+            f"SELECT {', '.join(f.name for f in fields(EpisodeSummary) if f.name != 'tags')} FROM episode_index "
+            f"WHERE {where} ORDER BY {order_by} {direction}, rid {direction} LIMIT ? OFFSET ?"
+        )
+        names = [f.name for f in fields(EpisodeSummary)][:-1]  # the SELECT's columns; tags come next
+        rows = [dict(zip(names, r, strict=True)) for r in self.browse_query(sql, [*args, limit, offset])]
+        tags: dict[str, list[str]] = {}
+        if rows:
+            ids = [r["id"] for r in rows]
+            for eid, tag in self.browse_query(
+                f"SELECT episode_id, tag FROM tags WHERE episode_id IN ({','.join('?' * len(ids))}) ORDER BY tag", ids
+            ):
+                tags.setdefault(eid, []).append(tag)
+        return [
+            EpisodeSummary.from_row({**r, "starred": bool(r["starred"]), "n_errors": r["n_errors"] or 0,
+                                     "tags": tuple(tags.get(r["id"], ()))})
+            for r in rows
+        ]
+
+    def count(self, flt: EpisodeFilter | None = None) -> int:
+        where, args = (flt or EpisodeFilter()).sql()
+        return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
+
+    def findings(self, episode_id: str) -> list[Finding]:
+        return list(self.get_episode(episode_id).all_findings())
+
+    def distinct(self, column: str) -> list[str]:
+        if column not in ("env", "status", "preset", "run_id", "source", "task_id"):
+            raise ConfigError(f"no filter on {column!r}")
+        with self._lock:
+            return [r[0] for r in self.db.execute(f"SELECT DISTINCT {column} FROM episodes WHERE {column} IS NOT NULL ORDER BY 1")]
+
+    def replays(self, episode_id: str) -> list[dict[str, Any]]:
+        """Stored re-executions of an episode, newest first, as ``ReplayResult.to_dict()`` plus ``id``."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT id, data FROM replays WHERE episode_id = ? ORDER BY created_at DESC", [episode_id]
+            ).fetchall()
+        return [{"id": r[0], **json.loads(r[1])} for r in rows]

@@ -1,0 +1,211 @@
+"""The database's tables, as each migration (``migrations``) creates or changes them, and the diagnosis
+columns' contents.
+
+``DB_SCHEMA`` is stored in ``meta.db_schema``: 1 the tables; 2 added the full-text search index
+(``search_texts``, ``search_refs``, ``search_fts``); 3 added ``diagnosis`` and ``root_kinds``; 4 added
+Browse's ``episode_index``, ``runs.pid`` and the compressed token arrays (``tokens.packed``) and turns.
+Every step is written to be safe on a file that already has what it adds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import sqlite_utils
+
+from ..diagnosis import diagnosis_parts, linked
+from ..records import Finding, Severity
+
+DB_SCHEMA = 4
+
+# The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
+INDEX_COLUMNS = (
+    "id", "env", "task_id", "status", "reward", "n_turns", "n_tokens", "n_trainable", "preset", "model", "run_id",
+    "group_id", "sample_index", "created_at", "starred", "n_findings", "n_errors", "source", "parent_id",
+    "diagnosis", "root_kinds",
+)
+
+
+def _columns(db: sqlite_utils.Database, table: str) -> set[str]:
+    return {c.name for c in db.table(table).columns} if table in db.table_names() else set()
+
+
+def create_tables_v1(db: sqlite_utils.Database) -> None:
+    """Schema 1: meta, runs, episodes, turns, tokens (raw little-endian arrays), findings, tags, replays."""
+    db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
+    db.table("runs").create(
+        {"id": str, "created_at": float, "config": str, "status": str, "n_episodes": int},
+        pk="id",
+        if_not_exists=True,
+    )
+    db.table("episodes").create(
+        {
+            "id": str, "run_id": str, "env": str, "task_id": str, "group_id": str,
+            "sample_index": int, "preset": str, "model": str, "status": str, "reason": str,
+            "reward": float, "n_turns": int, "n_tokens": int, "n_trainable": int, "prompt_len": int,
+            "created_at": float, "updated_at": float, "parent_id": str, "fork_turn": int,
+            "starred": int, "note": str, "source": str, "n_findings": int, "n_errors": int,
+            "pid": int, "schema_version": int, "data": str,
+        },
+        pk="id",
+        not_null={"env", "task_id", "status"},
+        defaults={"starred": 0, "note": "", "n_findings": 0, "n_errors": 0},
+        if_not_exists=True,
+    )
+    db.table("turns").create(
+        {"episode_id": str, "idx": int, "reward": float, "done": int, "data": str},
+        pk=("episode_id", "idx"),
+        if_not_exists=True,
+    )
+    db.table("tokens").create(
+        {"episode_id": str, "ids": bytes, "loss_mask": bytes, "logprobs": bytes, "versions": bytes},
+        pk="episode_id",
+        if_not_exists=True,
+    )
+    db.table("findings").create(
+        {
+            "episode_id": str, "turn": int, "kind": str, "severity": str,
+            "token_start": int, "token_end": int, "message": str, "evidence": str,
+        },
+        if_not_exists=True,
+    )
+    db.table("tags").create({"episode_id": str, "tag": str}, pk=("episode_id", "tag"), if_not_exists=True)
+    # Re-executions are records of their own, linked to the episode they replayed.
+    db.table("replays").create(
+        {"id": str, "episode_id": str, "created_at": float, "kind": str, "reproduced": int, "data": str},
+        pk="id",
+        if_not_exists=True,
+    )
+    for table, cols in (
+        ("episodes", ["env"]), ("episodes", ["status"]), ("episodes", ["reward"]),
+        ("episodes", ["created_at"]), ("episodes", ["run_id"]), ("episodes", ["task_id"]),
+        ("episodes", ["parent_id"]), ("findings", ["episode_id"]), ("findings", ["kind"]),
+        ("tags", ["tag"]), ("replays", ["episode_id"]),
+    ):
+        db.table(table).create_index(cols, if_not_exists=True)
+
+
+def create_search_index(db: sqlite_utils.Database) -> None:
+    """Schema 2: the full-text index over the episodes' texts (deduplicated), trigram-tokenized. The
+    stored episodes are indexed when the store opens (``meta.search_fill``), as that reads them whole."""
+    had = "search_texts" in db.table_names()
+    for sql in (
+        "CREATE TABLE IF NOT EXISTS search_texts (id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, body TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS search_refs (episode_id TEXT NOT NULL, part INTEGER NOT NULL, "
+        "text_id INTEGER NOT NULL, PRIMARY KEY (episode_id, part, text_id)) WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS search_refs_text ON search_refs (text_id)",
+        "CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(body, content='search_texts', "
+        "content_rowid='id', tokenize='trigram')",
+        # SQLite's documented pattern for an external-content index; texts
+        # are never updated, only added.
+        "CREATE TRIGGER IF NOT EXISTS search_texts_ai AFTER INSERT ON search_texts BEGIN "
+        "INSERT INTO search_fts(rowid, body) VALUES (new.id, new.body); END",
+        "CREATE TRIGGER IF NOT EXISTS search_texts_ad AFTER DELETE ON search_texts BEGIN "
+        "INSERT INTO search_fts(search_fts, rowid, body) VALUES ('delete', old.id, old.body); END",
+    ):
+        db.execute(sql)
+    if not had and db.execute("SELECT 1 FROM episodes LIMIT 1").fetchone():
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('search_fill', 'pending')")
+
+
+def add_diagnosis(db: sqlite_utils.Database) -> None:
+    """Schema 3: ``diagnosis`` and ``root_kinds`` of each episode, filled from its stored findings."""
+    for table in ("episodes", "episode_index"):
+        have = _columns(db, table)
+        if not have:
+            continue
+        for col in ("diagnosis", "root_kinds"):
+            if col not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {col} TEXT")
+    backfill_diagnosis(db)
+    if "episode_index" in db.table_names():  # its triggers, from before, do not copy these columns
+        db.execute("UPDATE episode_index SET diagnosis = e.diagnosis, root_kinds = e.root_kinds "
+                   "FROM episodes AS e WHERE e.id = episode_index.id")
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('diagnosis_filled', '1')")
+
+
+def create_browse_index(db: sqlite_utils.Database) -> None:
+    """Schema 4: ``episode_index``, the slim copy of ``episodes`` that Browse reads.
+
+    An ``episodes`` row carries the episode's JSON (often several KB), so a query that visits many rows
+    (a count, a sort, an aggregate) reads hundreds of MB at 100,000 episodes. ``episode_index`` holds
+    only the summary columns (about 150 bytes a row) with an index per sortable column. Triggers keep it
+    equal to ``episodes`` whatever writes there, including code that knows nothing of it.
+    """
+    cols = ", ".join(INDEX_COLUMNS)
+    new = ", ".join(f"new.{c}" for c in INDEX_COLUMNS)
+    created = "episode_index" not in db.table_names()
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS episode_index (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
+        "env TEXT, task_id TEXT, status TEXT, reward REAL, n_turns INTEGER, n_tokens INTEGER, n_trainable INTEGER, "
+        "preset TEXT, model TEXT, run_id TEXT, group_id TEXT, sample_index INTEGER, created_at REAL, "
+        "starred INTEGER, n_findings INTEGER, n_errors INTEGER, source TEXT, parent_id TEXT, diagnosis TEXT, "
+        "root_kinds TEXT)"
+    )
+    # rid is the episodes rowid: the tie-breaker of every sort, so a page
+    # of a sorted column is a walk along that column's index.
+    # Delete then insert, not INSERT OR REPLACE: a trigger's conflict
+    # clause yields to the outer statement's (the store's upserts).
+    copy = (f"DELETE FROM episode_index WHERE rid = new.rowid OR id = new.id; "
+            f"INSERT INTO episode_index (rid, {cols}) VALUES (new.rowid, {new});")
+    for event, body in (
+        ("INSERT", copy),
+        ("UPDATE", "DELETE FROM episode_index WHERE rid = old.rowid; " + copy),
+        ("DELETE", "DELETE FROM episode_index WHERE rid = old.rowid;"),
+    ):
+        db.execute(f"DROP TRIGGER IF EXISTS episodes_index_{event.lower()}")
+        db.execute(f"CREATE TRIGGER episodes_index_{event.lower()} AFTER {event} ON episodes BEGIN {body} END")
+    for col in INDEX_COLUMNS:
+        if col not in ("id", "diagnosis"):
+            db.execute(f"CREATE INDEX IF NOT EXISTS episode_index_{col} ON episode_index ({col})")
+    # Per-task and per-group reward aggregates read these and nothing else.
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_task_reward ON episode_index (task_id, reward)")
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_group_reward ON episode_index (group_id, reward, task_id)")
+    # Browse's first question, "these statuses, newest first (or by
+    # reward)", answered from one index range without a sort.
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_created ON episode_index (status, created_at)")
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_reward ON episode_index (status, reward)")
+    if created:
+        db.execute(f"INSERT INTO episode_index (rid, {cols}) SELECT rowid, {cols} FROM episodes")
+
+
+def add_run_pids(db: sqlite_utils.Database) -> None:
+    """Schema 4: ``runs.pid``, the process that runs a run while it runs."""
+    if "pid" not in _columns(db, "runs"):
+        db.execute("ALTER TABLE runs ADD COLUMN pid INTEGER")
+
+
+def add_packed_tokens(db: sqlite_utils.Database) -> None:
+    """Schema 4: ``tokens.packed``, the four arrays compressed in one blob (``codec``). Rows written
+    before keep their raw arrays and read as they are; turns written from now on are compressed JSON
+    (a blob in ``turns.data``, where earlier rows hold text)."""
+    if "packed" not in _columns(db, "tokens"):
+        db.execute("ALTER TABLE tokens ADD COLUMN packed BLOB")
+
+
+def backfill_diagnosis(db: sqlite_utils.Database) -> None:
+    """Fill ``diagnosis``/``root_kinds`` of episodes stored before they existed, from their findings,
+    one episode at a time (evidence can be long)."""
+    ids = [r[0] for r in db.execute("SELECT id FROM episodes WHERE diagnosis IS NULL AND n_findings > 0").fetchall()]
+    for eid in ids:
+        found = []
+        for turn, kind, sev, start, end, message, evidence in db.execute(
+                "SELECT turn, kind, severity, token_start, token_end, message, evidence FROM findings "
+                "WHERE episode_id = ? ORDER BY rowid", [eid]):
+            try:
+                ev = json.loads(evidence) if evidence else {}
+            except json.JSONDecodeError:
+                ev = {}
+            ev = {k: v for k, v in ev.items() if k != "diff"} if isinstance(ev, dict) else {}
+            # Read as stored: a kind this version no longer has still counts toward the diagnosis.
+            found.append(Finding(kind, Severity(sev), message, turn, start, end, ev))
+        diag, kinds = diagnosis_columns(found)
+        db.execute("UPDATE episodes SET diagnosis = ?, root_kinds = ? WHERE id = ?", [diag, kinds, eid])
+
+
+def diagnosis_columns(found: Sequence[Finding]) -> tuple[str, str]:
+    """(diagnosis, root kinds) columns: the parts of the diagnosis joined by "; ", and their kinds in the same
+    order as ",kind,kind," (so a filter is one LIKE and a part can be left out by its kind)."""
+    parts = diagnosis_parts(linked(found))
+    return "; ".join(text for _, text in parts), ("," + ",".join(k for k, _ in parts) + ",") if parts else ""

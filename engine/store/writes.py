@@ -1,0 +1,224 @@
+"""Writing episodes, turns, runs, tags, stars, notes and replays: the ``Store``'s writing half."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import textsafe
+from ..records import Episode, Status, Turn
+from . import codec
+from .base import StoreBase
+from .schema import diagnosis_columns
+
+# Episode fields that live in their own columns rather than in the JSON blob.
+_COLUMN_FIELDS = {
+    "id", "run_id", "env", "task_id", "group_id", "sample_index", "preset", "status", "reason", "reward",
+    "parent_id", "fork_turn", "starred", "note", "created_at", "schema_version", "tags", "turns", "tokens",
+}
+
+
+class Writes(StoreBase):
+    """Every change to the database (``_writing`` refuses them on a read-only store)."""
+
+    def save_run(self, run_id: str, config: dict[str, Any], status: str = "running", n_episodes: int = 0) -> None:
+        with self._writing("save a run"):
+            self.db.table("runs").upsert(
+                {"id": run_id, "created_at": time.time(), "config": json.dumps(config), "status": status,
+                 "n_episodes": n_episodes, "pid": os.getpid() if status == "running" else None},
+                pk="id",
+            )
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self._writing("mark a run finished"):
+            self.db.execute("UPDATE runs SET status = ?, pid = NULL WHERE id = ?", [status, run_id])
+
+    def _episode_row(self, ep: Episode) -> dict[str, Any]:
+        d = ep.to_dict(include_tokens=False, include_turns=False)
+        data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS}
+        all_findings = ep.all_findings()
+        diag, root_kinds = diagnosis_columns(all_findings)
+        return {
+            "id": ep.id,
+            "run_id": ep.run_id,
+            "env": ep.env,
+            "task_id": ep.task_id,
+            "group_id": ep.group_id,
+            "sample_index": ep.sample_index,
+            "preset": ep.preset,
+            "model": ep.backend.label if ep.backend is not None else "",
+            "status": ep.status.value,
+            "reason": ep.reason,
+            "reward": ep.reward,
+            "n_turns": ep.n_turns,
+            "n_tokens": ep.n_tokens,
+            "n_trainable": ep.tokens.n_trainable,
+            "prompt_len": ep.prompt_len,
+            "created_at": ep.created_at,
+            "updated_at": time.time(),
+            "parent_id": ep.parent_id,
+            "fork_turn": ep.fork_turn,
+            "starred": int(ep.starred),
+            "note": ep.note,
+            "source": ep.source.kind,
+            "n_findings": len(all_findings),
+            "n_errors": sum(1 for f in all_findings if f.severity.value == "error"),
+            "diagnosis": diag,
+            "root_kinds": root_kinds,
+            "pid": os.getpid() if ep.status is Status.RUNNING else None,
+            "schema_version": ep.schema_version,
+            "data": codec.pack_json(data),
+        }
+
+    def _write_findings(self, ep: Episode, turn: int | None = None) -> None:
+        """Rewrite the finding index of an episode (or of one of its turns)."""
+        if turn is None:
+            self.db.execute("DELETE FROM findings WHERE episode_id = ?", [ep.id])
+            found = [(f, f.turn) for f in ep.findings] + [(f, t.index) for t in ep.turns for f in t.findings]
+        else:
+            self.db.execute("DELETE FROM findings WHERE episode_id = ? AND turn = ?", [ep.id, turn])
+            found = [(f, turn) for f in ep.turns[turn].findings]
+        rows = [
+            {
+                "episode_id": ep.id, "turn": t, "kind": f.kind, "severity": f.severity.value,
+                "token_start": f.token_start, "token_end": f.token_end, "message": f.message,
+                "evidence": json.dumps(f.evidence, default=str),
+            }
+            for f, t in found
+        ]
+        if rows:
+            cols = list(rows[0])
+            self.db.conn.executemany(
+                f"INSERT INTO findings ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                [[r[c] for c in cols] for r in rows],
+            )
+
+    def _upsert(self, table: str, row: dict[str, Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> None:
+        # Plain prepared SQL on the per-turn path: sqlite-utils' upsert
+        # introspects the table on every call, which dominated turn commits.
+        cols = list(row)
+        update = [c for c in cols if c not in key and c not in keep]
+        sql = (
+            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in update)}"
+        )
+        self.db.conn.execute(sql, [row[c] for c in cols])
+
+    def _write_turn(self, ep: Episode, turn: Turn, spans: bool) -> None:
+        """One turn row in the compact form (``codec.pack_turn``). ``spans``: let the generation refer to
+        the episode's arrays; only where those arrays are written with it, as final (a live episode's
+        arrays may still be re-rendered by a later turn)."""
+        previous = next((t.prompt_text for t in ep.turns if t.index == turn.index - 1), None)
+        self._upsert(
+            "turns",
+            {
+                "episode_id": ep.id, "idx": turn.index, "reward": turn.reward, "done": int(turn.done),
+                "data": codec.pack_turn(turn, ep.tokens if spans else None, previous),
+            },
+            ("episode_id", "idx"),
+        )
+
+    def _write_tokens(self, ep: Episode) -> None:
+        self._upsert("tokens", {"episode_id": ep.id, "ids": None, "loss_mask": None, "logprobs": None,
+                                "versions": None, "packed": codec.pack_tokens(ep.tokens)}, ("episode_id",))
+
+    def save_turn(self, ep: Episode, turn: Turn) -> None:
+        """Commit one finished turn and the episode as it stands (one transaction).
+
+        Tags, star and note are left as they are: a person may set them
+        while the episode runs.
+        """
+        with self._writing("save a turn"):
+            self._upsert("episodes", self._episode_row(ep), ("id",), keep=("starred", "note"))
+            self._write_turn(ep, turn, spans=False)
+            self._write_tokens(ep)
+            self._write_findings(ep, turn.index)
+            self._write_search(ep, turn.index)
+
+    def finish_episode(self, ep: Episode) -> None:
+        """Commit an episode's final state after its turns were saved one by one (its turns are written
+        again, now in their final compact form; rows of turns it does not hold are left as they are)."""
+        with self._writing("save an episode"):
+            self._upsert("episodes", self._episode_row(ep), ("id",), keep=("starred", "note"))
+            for t in ep.turns:
+                self._write_turn(ep, t, spans=True)
+            self._write_tokens(ep)
+            self._write_findings(ep)
+            self._write_search(ep)
+
+    def save_episode(self, ep: Episode) -> None:
+        """Write a whole episode (new, finished or imported), replacing any old copy."""
+        with self._writing("save an episode"):
+            self._save_whole(ep)
+
+    def save_episodes(self, episodes: Iterable[Episode], batch: int = 500) -> int:
+        """Write many whole episodes, ``batch`` per transaction (imports, benchmarks); returns how many."""
+        n = 0
+        chunk: list[Episode] = []
+        for ep in episodes:
+            chunk.append(ep)
+            if len(chunk) >= batch:
+                n += self._save_chunk(chunk)
+                chunk = []
+        return n + (self._save_chunk(chunk) if chunk else 0)
+
+    def _save_chunk(self, chunk: list[Episode]) -> int:
+        with self._writing("save episodes"):
+            for ep in chunk:
+                self._save_whole(ep)
+        return len(chunk)
+
+    def _save_whole(self, ep: Episode) -> None:
+        self._upsert("episodes", self._episode_row(ep), ("id",))
+        self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
+        for t in ep.turns:
+            self._write_turn(ep, t, spans=True)
+        self._write_tokens(ep)
+        self._write_findings(ep)
+        self._write_search(ep)
+        self.db.execute("DELETE FROM tags WHERE episode_id = ?", [ep.id])
+        if ep.tags:
+            self.db.conn.executemany(
+                "INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(ep.id, t) for t in ep.tags]
+            )
+
+    def set_status(self, ids: Sequence[str], status: Status, reason: str) -> None:
+        with self._writing("change episode statuses"):
+            for eid in ids:
+                self.db.execute("UPDATE episodes SET status = ?, reason = ?, pid = NULL WHERE id = ?", [status.value, reason, eid])
+
+    def set_tags(self, episode_id: str, tags: Sequence[str]) -> None:
+        self._require(episode_id)
+        clean = sorted({t.strip() for t in tags if t.strip()})
+        with self._writing("change tags"):
+            self.db.execute("DELETE FROM tags WHERE episode_id = ?", [episode_id])
+            if clean:
+                self.db.table("tags").insert_all([{"episode_id": episode_id, "tag": t} for t in clean], ignore=True)
+
+    def set_starred(self, episode_id: str, starred: bool) -> None:
+        self._require(episode_id)
+        with self._writing("star an episode"):
+            self.db.execute("UPDATE episodes SET starred = ? WHERE id = ?", [int(starred), episode_id])
+
+    def set_note(self, episode_id: str, note: str) -> None:
+        note = textsafe.clean_text(note)  # a person's text, pasted from anywhere
+        self._require(episode_id)
+        with self._writing("save a note"):
+            self.db.execute("UPDATE episodes SET note = ? WHERE id = ?", [note, episode_id])
+
+    def save_replay(self, result: Any) -> str:
+        """Store a ``ReplayResult``; the replayed episode itself is not touched."""
+        import uuid
+
+        self._require(result.episode_id)
+        rid = uuid.uuid4().hex[:16]
+        with self._writing("save a replay"):
+            self.db.conn.execute(
+                "INSERT INTO replays (id, episode_id, created_at, kind, reproduced, data) VALUES (?, ?, ?, ?, ?, ?)",
+                [rid, result.episode_id, result.created_at, result.kind, int(result.reproduced),
+                 json.dumps(result.to_dict(), default=str)],
+            )
+        return rid
