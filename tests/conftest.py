@@ -14,6 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 ROOT = Path(__file__).resolve().parents[1]
+FAKE_TAUBENCH = Path(__file__).parent / "fake_taubench"
 QWEN3_DIR = Path(os.environ.get("ROLLSCOPE_QWEN3_TOKENIZER", ROOT / ".cache" / "tokenizers" / "qwen3"))
 
 
@@ -26,6 +27,17 @@ def _torch_one_thread() -> None:
 
 
 _torch_one_thread()
+
+
+@pytest.fixture
+def fake_tau_bench(monkeypatch):
+    """The ``tau_bench`` package of ``tests/fake_taubench`` importable, with nothing of an earlier import
+    cached (Sierra's package is not on PyPI)."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(FAKE_TAUBENCH))
+    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
+        monkeypatch.delitem(sys.modules, mod)
 
 
 @pytest.fixture(scope="session")

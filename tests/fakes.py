@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from engine.backends.base import GenerationRequest
@@ -29,3 +30,8 @@ class FixedReplyBackend:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name}
+
+
+def openai_tool_call(cid: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One entry of an OpenAI assistant message's ``tool_calls``."""
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,9 +19,8 @@ from engine.planning import BackendSettings, UserSettings, plan_fork, plan_step
 from engine.presets import PRESETS
 from engine.records import Generation, Message, Status
 from engine.store import Store
+from tests.fakes import openai_tool_call
 from tests.servers import FIXED_REPLY, ProtocolServer
-
-FAKE = Path(__file__).parent / "fake_taubench"
 
 
 class RecordingUserModel:
@@ -157,25 +154,14 @@ def test_the_dashboard_plan_forks_with_a_model_user_on_an_sglang_server(retail_p
 # -- tau-bench's envs -----------------------------------------------------------
 
 
-@pytest.fixture
-def tau(monkeypatch):
-    monkeypatch.syspath_prepend(str(FAKE))
-    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
-        monkeypatch.delitem(sys.modules, mod)
-
-
-def _call(cid: str, name: str, args: dict) -> dict:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
-
-def test_a_model_plays_a_tau_bench_user_after_a_fork_and_tau_bench_scores_the_end(tau, tmp_path, smol_tokenizer):
+def test_a_model_plays_a_tau_bench_user_after_a_fork_and_tau_bench_scores_the_end(fake_tau_bench, tmp_path, smol_tokenizer):
     from engine.envs.taubench import TauBenchEnv
 
     traj = [
         {"role": "system", "content": TauBenchEnv("retail").system_prompt("0")},
         {"role": "user", "content": "Hi, I'm Ana Ito (zip 10001) and I want to cancel an order."},
         {"role": "assistant", "content": None, "tool_calls": [
-            _call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
+            openai_tool_call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
         {"role": "tool", "tool_call_id": "c1", "name": "find_user_id_by_name_zip", "content": "ana_1"},
         {"role": "assistant", "content": "Which order, and shall I proceed with cancelling it? (yes/no)"},
         {"role": "user", "content": "Order #A1, I no longer need it. Yes."},
@@ -199,7 +185,7 @@ def test_a_model_plays_a_tau_bench_user_after_a_fork_and_tau_bench_scores_the_en
     store.close()
 
 
-def test_a_person_plays_a_tau_bench_user_in_a_new_conversation(tau, smol_tokenizer):
+def test_a_person_plays_a_tau_bench_user_in_a_new_conversation(fake_tau_bench, smol_tokenizer):
     from engine.envs.taubench import TauBenchEnv
 
     env = TauBenchEnv("retail")

@@ -16,8 +16,6 @@ from engine.presets import PRESETS
 from engine.replay import replay
 from tests.toolenv import PriceEnv
 
-FAKE = Path(__file__).parent / "fake_taubench"
-
 
 def run(make_env, tok, preset, task, mistake_rate=0.0, seed=0, **cfg):
     be = ScriptedBackend(make_env().reference_reply, tok, mistake_rate=mistake_rate, seed=seed)
@@ -67,10 +65,7 @@ def test_changed_prompt_text_diverges_before_any_turn(tmp_path, smol_tokenizer):
     assert res.divergence.field == "first_observation" and res.divergence.turn == 0
 
 
-def test_taubench_episode_reproduces(monkeypatch, smol_tokenizer):
-    monkeypatch.syspath_prepend(str(FAKE))
-    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
-        monkeypatch.delitem(sys.modules, mod)
+def test_taubench_episode_reproduces(fake_tau_bench, smol_tokenizer):
     from engine.envs.taubench import TauBenchEnv
 
     make = lambda: TauBenchEnv("retail")  # noqa: E731

@@ -15,16 +15,13 @@ from engine.errors import ConfigError
 from engine.loop import run_episode
 from engine.presets import PRESETS
 from engine.records import Status
+from tests.conftest import FAKE_TAUBENCH as FAKE
 
-FAKE = Path(__file__).parent / "fake_taubench"
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def tau(monkeypatch):
-    monkeypatch.syspath_prepend(str(FAKE))
-    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
-        monkeypatch.delitem(sys.modules, mod)
+def tau(fake_tau_bench):
     from engine.envs.taubench import TauBenchEnv
 
     return TauBenchEnv

@@ -11,27 +11,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import sys
-from pathlib import Path
-
-import pytest
 
 from engine import Store, formats
 from engine.replay import replay_stored
+from tests.fakes import openai_tool_call
 
-FAKE = Path(__file__).parent / "fake_taubench"
 WIKI = "# Fake retail policy\nAuthenticate the user before acting. Confirm before cancelling."
-
-
-@pytest.fixture
-def tau(monkeypatch):
-    monkeypatch.syspath_prepend(str(FAKE))
-    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
-        monkeypatch.delitem(sys.modules, mod)
-
-
-def _call(cid: str, name: str, args: dict) -> dict:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
 def _cancel_a1(reward: float = 1.0, trial: int = 0) -> dict:
@@ -40,12 +25,12 @@ def _cancel_a1(reward: float = 1.0, trial: int = 0) -> dict:
         {"role": "system", "content": WIKI},
         {"role": "user", "content": "Hi, I'm Ana Ito (zip 10001) and I want to cancel an order."},
         {"role": "assistant", "content": None, "tool_calls": [
-            _call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
+            openai_tool_call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
         {"role": "tool", "tool_call_id": "c1", "name": "find_user_id_by_name_zip", "content": "ana_1"},
         {"role": "assistant", "content": "Which order, and shall I proceed with cancelling it? (yes/no)"},
         {"role": "user", "content": "Order #A1, I no longer need it. Yes."},
         {"role": "assistant", "content": None, "tool_calls": [
-            _call("c2", "cancel_pending_order", {"order_id": "#A1", "reason": "no longer needed"})]},
+            openai_tool_call("c2", "cancel_pending_order", {"order_id": "#A1", "reason": "no longer needed"})]},
         {"role": "tool", "tool_call_id": "c2", "name": "cancel_pending_order",
          "content": json.dumps({"status": "cancelled", "total": 30.5, "reason": "no longer needed"})},
         {"role": "assistant", "content": "Done: #A1 is cancelled. Anything else?"},
@@ -63,7 +48,7 @@ def _import(tmp_path, results, env=None):
     return store, report
 
 
-def test_tau_bench_results_import_with_env_task_and_reward(tmp_path, tau):
+def test_tau_bench_results_import_with_env_task_and_reward(tmp_path, fake_tau_bench):
     other = _cancel_a1(trial=1)
     other["traj"][0]["content"] = "# Policy\nNo domain named here."
     store, report = _import(tmp_path, [_cancel_a1(), other, {"task_id": 1}])
@@ -88,7 +73,7 @@ def test_tau_bench_results_import_with_env_task_and_reward(tmp_path, tau):
     store2.close()
 
 
-def test_an_imported_trajectory_is_re_executed_with_the_recorded_user(tmp_path, tau):
+def test_an_imported_trajectory_is_re_executed_with_the_recorded_user(tmp_path, fake_tau_bench):
     store, _ = _import(tmp_path, [_cancel_a1()])
     ep = next(store.iter_episodes())
     res = asyncio.run(replay_stored(ep))
@@ -97,7 +82,7 @@ def test_an_imported_trajectory_is_re_executed_with_the_recorded_user(tmp_path, 
     store.close()
 
 
-def test_a_changed_tool_output_is_the_first_divergence(tmp_path, tau):
+def test_a_changed_tool_output_is_the_first_divergence(tmp_path, fake_tau_bench):
     changed = _cancel_a1()
     changed["traj"][7]["content"] = json.dumps({"status": "cancelled", "total": 31.0, "reason": "no longer needed"})
     store, _ = _import(tmp_path, [changed])
@@ -110,14 +95,14 @@ def test_a_changed_tool_output_is_the_first_divergence(tmp_path, tau):
     store.close()
 
 
-def test_a_changed_final_reward_is_a_divergence_on_the_reward(tmp_path, tau):
+def test_a_changed_final_reward_is_a_divergence_on_the_reward(tmp_path, fake_tau_bench):
     store, _ = _import(tmp_path, [_cancel_a1(reward=0.0)])
     res = asyncio.run(replay_stored(next(store.iter_episodes())))
     assert res.kind == "diverged:reward" and (res.divergence.stored, res.divergence.now) == (0.0, 1.0)
     store.close()
 
 
-def test_the_cli_imports_and_replays_tau_bench_results(tmp_path, tau, monkeypatch):
+def test_the_cli_imports_and_replays_tau_bench_results(tmp_path, fake_tau_bench, monkeypatch):
     from engine.cli import main
 
     path = tmp_path / "results.json"
@@ -129,17 +114,17 @@ def test_the_cli_imports_and_replays_tau_bench_results(tmp_path, tau, monkeypatc
     assert main(["replay", "--db", db, "--where", "env=taubench:retail"]) == 1
 
 
-def test_calls_without_a_recorded_output_were_never_executed(tmp_path, tau):
+def test_calls_without_a_recorded_output_were_never_executed(tmp_path, fake_tau_bench):
     # tau-bench's tool-calling agent executes a message's first call only; the record has one output.
     two = _cancel_a1()
-    two["traj"][2]["tool_calls"].append(_call("c9", "cancel_pending_order", {"order_id": "#A2", "reason": "x"}))
+    two["traj"][2]["tool_calls"].append(openai_tool_call("c9", "cancel_pending_order", {"order_id": "#A2", "reason": "x"}))
     store, _ = _import(tmp_path, [two])
     res = asyncio.run(replay_stored(next(store.iter_episodes())))
     assert res.reproduced, res.summary()
     store.close()
 
 
-def test_an_imported_trajectory_forks_at_any_turn_with_the_user_of_choice(tmp_path, tau, smol_tokenizer):
+def test_an_imported_trajectory_forks_at_any_turn_with_the_user_of_choice(tmp_path, fake_tau_bench, smol_tokenizer):
     from engine import fork as forking
     from engine.backends.scripted import ScriptedBackend
     from engine.envs.taubench import TauBenchEnv
