@@ -35,7 +35,17 @@ from .loop import Stepper
 from .presets import LoopConfig
 from .records import Episode, Finding, Generation, Message, Severity, Status, ToolCall, Turn
 from .replay import TurnVerdict, env_for
-from .users import FORK_USERS, STOP, USER_MODES, ForkUser, HumanUser, can_play_user, model_user, play_user
+from .users import (
+    FORK_USERS,
+    STOP,
+    USER_MODES,
+    ForkUser,
+    HumanUser,
+    can_play_user,
+    check_new_user,
+    model_user,
+    play_user,
+)
 
 # -- what a text would do ------------------------------------------------------
 
@@ -253,10 +263,7 @@ def start(
     """A fresh conversation on ``task_id``, started (the first prompt laid down). ``user`` (``USER_MODES``)
     plays the env's user; a model user is ``user_backend``, rendering with ``user_tokenizer`` (by default
     the policy's tokenizer)."""
-    if user == "recorded":
-        raise ConfigError("the recorded user is for forks: a new conversation has no record to replay")
-    if user not in USER_MODES:
-        raise ConfigError(f"user must be one of {', '.join(USER_MODES)}, not {user!r}")
+    check_new_user(user)
     if task_id not in env.tasks:
         raise ConfigError(f"the {env.name} env has no task {task_id!r}")
     human = play_user(env) if user == "human" else None

@@ -31,6 +31,7 @@ from .presets import PRESETS, LoopConfig, apply_settings, get_preset, load_confi
 from .records import Episode
 from .runner import BatchSpec
 from .store import Store
+from .users import check_new_user
 
 AUTO = "auto"  # the preset an env is usually run with
 PRESET_CHOICES = (AUTO, *PRESETS)
@@ -306,8 +307,6 @@ def _user_model(user: str, user_model: UserSettings | None) -> tuple[Backend | N
     if user != "llm":
         return None, None
     settings = user_model or UserSettings("llm")
-    if settings.kind != "llm":
-        settings = UserSettings("llm", settings.model, settings.url)
     if settings.url:
         check_reachable(settings.url)
     return settings.open_model()
@@ -317,6 +316,7 @@ def plan_step(env: Any, task: Any, preset: Any, settings: Any, user: str, backen
               user_model: UserSettings | None = None) -> HandStart:
     """A fresh conversation on one task of an env; ``settings`` changes the preset's knobs; ``user_model``
     says which model plays the user when ``user`` is ``llm``."""
+    check_new_user(user)
     name, make_env = check_env(env)
     tasks = parse_tasks(str(task or ""), make_env().tasks) if str(task or "").strip() else []
     if len(tasks) != 1:

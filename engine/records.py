@@ -571,7 +571,7 @@ class Episode:
             messages=tuple(Message.from_fields(m) for m in f.subs("messages")),
             tools=tuple(t.d for t in f.subs("tools")),
             turns=tuple(Turn.from_fields(t) for t in f.subs("turns")),
-            tokens=_read_tokens(f) if tokens is None else tokens,
+            tokens=TokenArrays.from_fields(f) if tokens is None else tokens,
             prompt_len=f.integer("prompt_len"),
             segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
             findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
@@ -588,25 +588,3 @@ class Episode:
 
 def _backend(f: Fields | None) -> BackendInfo | None:
     return None if f is None else BackendInfo.from_fields(f)
-
-
-def _int_array(f: Fields, key: str, low: int, high: int, what: str) -> np.ndarray:
-    arr = np.asarray(f.items(key))
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if arr.dtype.kind not in "iu" or arr.min() < low or arr.max() > high:
-        raise f.fail(key, f"must be a list of {what}")
-    return arr
-
-
-def _read_tokens(f: Fields) -> TokenArrays:
-    ids = _int_array(f, "tokens", 0, 2**31 - 1, "token ids (integers from 0 to 2^31 - 1)")
-    n = len(ids)
-    mask = _int_array(f, "loss_mask", 0, 1, "0s and 1s")
-    versions = _int_array(f, "versions", -1, 2**31 - 1, "policy versions (integers, -1 where none)")
-    logprobs = f.logprobs_or_none("logprobs")
-    for key, length in (("loss_mask", len(mask)), ("logprobs", n if logprobs is None else len(logprobs)),
-                        ("versions", len(versions))):
-        if length != n:
-            raise f.fail(key, f"has {length} entries for {n} tokens")
-    return TokenArrays(ids, mask, logprobs, versions)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .reading import Fields
 
 
 class TokenArrays:
@@ -85,6 +88,21 @@ class TokenArrays:
     def from_dict(cls, d: dict[str, Any]) -> TokenArrays:
         return cls(d.get("tokens") or (), d.get("loss_mask") or (), d.get("logprobs"), d.get("versions"))
 
+    @classmethod
+    def from_fields(cls, f: Fields) -> TokenArrays:
+        """The four token lists of a record (``tokens``, ``loss_mask``, ``logprobs``, ``versions``), checked:
+        a FormatError names the list at fault."""
+        ids = _int_array(f, "tokens", 0, 2**31 - 1, "token ids (integers from 0 to 2^31 - 1)")
+        n = len(ids)
+        mask = _int_array(f, "loss_mask", 0, 1, "0s and 1s")
+        versions = _int_array(f, "versions", -1, 2**31 - 1, "policy versions (integers, -1 where none)")
+        logprobs = f.logprobs_or_none("logprobs")
+        for key, length in (("loss_mask", len(mask)), ("logprobs", n if logprobs is None else len(logprobs)),
+                            ("versions", len(versions))):
+            if length != n:
+                raise f.fail(key, f"has {length} entries for {n} tokens")
+        return cls(ids, mask, logprobs, versions)
+
     def to_blobs(self) -> dict[str, bytes]:
         return {
             "ids": self.ids.astype("<i4").tobytes(),
@@ -101,3 +119,12 @@ class TokenArrays:
             np.frombuffer(logprobs, dtype="<f4"),
             np.frombuffer(versions, dtype="<i4"),
         )
+
+
+def _int_array(f: Fields, key: str, low: int, high: int, what: str) -> np.ndarray:
+    arr = np.asarray(f.items(key))
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu" or arr.min() < low or arr.max() > high:
+        raise f.fail(key, f"must be a list of {what}")
+    return arr

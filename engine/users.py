@@ -144,6 +144,16 @@ class ForkUser:
         return 0.0
 
 
+def check_new_user(user: str) -> str:
+    """``user`` if it can play the user of a new conversation (``USER_MODES``); a ConfigError that says why
+    it cannot."""
+    if user.partition(">")[0] == "recorded":
+        raise ConfigError("the recorded user is for forks: a new conversation has no record to replay")
+    if user not in USER_MODES:
+        raise ConfigError(f"user must be one of {', '.join(USER_MODES)}, not {user!r}")
+    return user
+
+
 def can_play_user(env: Env) -> bool:
     """Whether a person can play this env's user (it has a swappable simulated user)."""
     user = getattr(env, "user", None)
@@ -175,4 +185,4 @@ def model_user(env_name: str, backend: Backend | None, tokenizer: Any) -> Any:
     return LLMUser(backend, tokenizer, system=system)
 
 
-__all__ = ["FORK_USERS", "STOP", "USER_MODES", "ForkUser", "HumanUser", "can_play_user", "model_user", "play_user"]
+__all__ = ["FORK_USERS", "STOP", "USER_MODES", "ForkUser", "HumanUser", "can_play_user", "check_new_user", "model_user", "play_user"]

@@ -1,4 +1,4 @@
-"""Small backends for tests that need a model-shaped answer without a model."""
+"""Small backends for tests that need a model-shaped answer without a model, and records in foreign shapes."""
 
 from __future__ import annotations
 
@@ -35,3 +35,28 @@ class FixedReplyBackend:
 def openai_tool_call(cid: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """One entry of an OpenAI assistant message's ``tool_calls``."""
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+TAU_WIKI = "# Fake retail policy\nAuthenticate the user before acting. Confirm before cancelling."
+
+
+def tau_cancel_result(reward: float = 1.0, trial: int = 0) -> dict:
+    """A tau-bench ``run.py`` result: task 0 of the fake ``tau_bench`` (cancel #A1) as GPT-4o might have run
+    it, with a user that speaks its own words."""
+    traj = [
+        {"role": "system", "content": TAU_WIKI},
+        {"role": "user", "content": "Hi, I'm Ana Ito (zip 10001) and I want to cancel an order."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            openai_tool_call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
+        {"role": "tool", "tool_call_id": "c1", "name": "find_user_id_by_name_zip", "content": "ana_1"},
+        {"role": "assistant", "content": "Which order, and shall I proceed with cancelling it? (yes/no)"},
+        {"role": "user", "content": "Order #A1, I no longer need it. Yes."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            openai_tool_call("c2", "cancel_pending_order", {"order_id": "#A1", "reason": "no longer needed"})]},
+        {"role": "tool", "tool_call_id": "c2", "name": "cancel_pending_order",
+         "content": json.dumps({"status": "cancelled", "total": 30.5, "reason": "no longer needed"})},
+        {"role": "assistant", "content": "Done: #A1 is cancelled. Anything else?"},
+        {"role": "user", "content": "No, thanks! ###STOP###"},
+    ]
+    return {"task_id": 0, "reward": reward, "info": {"reward_info": {"db_match": reward == 1.0}}, "traj": traj,
+            "trial": trial}

@@ -19,7 +19,7 @@ from engine.planning import BackendSettings, UserSettings, plan_fork, plan_step
 from engine.presets import PRESETS
 from engine.records import Generation, Message, Status
 from engine.store import Store
-from tests.fakes import openai_tool_call
+from tests.fakes import tau_cancel_result
 from tests.servers import FIXED_REPLY, ProtocolServer
 
 
@@ -157,15 +157,7 @@ def test_the_dashboard_plan_forks_with_a_model_user_on_an_sglang_server(retail_p
 def test_a_model_plays_a_tau_bench_user_after_a_fork_and_tau_bench_scores_the_end(fake_tau_bench, tmp_path, smol_tokenizer):
     from engine.envs.taubench import TauBenchEnv
 
-    traj = [
-        {"role": "system", "content": TauBenchEnv("retail").system_prompt("0")},
-        {"role": "user", "content": "Hi, I'm Ana Ito (zip 10001) and I want to cancel an order."},
-        {"role": "assistant", "content": None, "tool_calls": [
-            openai_tool_call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
-        {"role": "tool", "tool_call_id": "c1", "name": "find_user_id_by_name_zip", "content": "ana_1"},
-        {"role": "assistant", "content": "Which order, and shall I proceed with cancelling it? (yes/no)"},
-        {"role": "user", "content": "Order #A1, I no longer need it. Yes."},
-    ]
+    traj = tau_cancel_result()["traj"][:6]  # up to the user's answer to the question before cancelling
     path = tmp_path / "results.json"
     path.write_text(json.dumps([{"task_id": 0, "reward": 0.0, "info": {}, "traj": traj, "trial": 0}]))
     store = Store(tmp_path / "x.db")

@@ -14,30 +14,7 @@ import json
 
 from engine import Store, formats
 from engine.replay import replay_stored
-from tests.fakes import openai_tool_call
-
-WIKI = "# Fake retail policy\nAuthenticate the user before acting. Confirm before cancelling."
-
-
-def _cancel_a1(reward: float = 1.0, trial: int = 0) -> dict:
-    """Task 0 (cancel #A1) as GPT-4o might have run it, with a user that speaks its own words."""
-    traj = [
-        {"role": "system", "content": WIKI},
-        {"role": "user", "content": "Hi, I'm Ana Ito (zip 10001) and I want to cancel an order."},
-        {"role": "assistant", "content": None, "tool_calls": [
-            openai_tool_call("c1", "find_user_id_by_name_zip", {"name": "Ana Ito", "zip": "10001"})]},
-        {"role": "tool", "tool_call_id": "c1", "name": "find_user_id_by_name_zip", "content": "ana_1"},
-        {"role": "assistant", "content": "Which order, and shall I proceed with cancelling it? (yes/no)"},
-        {"role": "user", "content": "Order #A1, I no longer need it. Yes."},
-        {"role": "assistant", "content": None, "tool_calls": [
-            openai_tool_call("c2", "cancel_pending_order", {"order_id": "#A1", "reason": "no longer needed"})]},
-        {"role": "tool", "tool_call_id": "c2", "name": "cancel_pending_order",
-         "content": json.dumps({"status": "cancelled", "total": 30.5, "reason": "no longer needed"})},
-        {"role": "assistant", "content": "Done: #A1 is cancelled. Anything else?"},
-        {"role": "user", "content": "No, thanks! ###STOP###"},
-    ]
-    return {"task_id": 0, "reward": reward, "info": {"reward_info": {"db_match": reward == 1.0}}, "traj": traj,
-            "trial": trial}
+from tests.fakes import openai_tool_call, tau_cancel_result
 
 
 def _import(tmp_path, results, env=None):
@@ -49,9 +26,9 @@ def _import(tmp_path, results, env=None):
 
 
 def test_tau_bench_results_import_with_env_task_and_reward(tmp_path, fake_tau_bench):
-    other = _cancel_a1(trial=1)
+    other = tau_cancel_result(trial=1)
     other["traj"][0]["content"] = "# Policy\nNo domain named here."
-    store, report = _import(tmp_path, [_cancel_a1(), other, {"task_id": 1}])
+    store, report = _import(tmp_path, [tau_cancel_result(), other, {"task_id": 1}])
     assert report.new == 1 and [str(e) for e in report.errors] == [
         f"{tmp_path / 'results.json'}: result 1: field 'traj': cannot tell the tau-bench domain from the policy "
         "text (the system message): give --env taubench:retail or --env taubench:airline",
@@ -74,7 +51,7 @@ def test_tau_bench_results_import_with_env_task_and_reward(tmp_path, fake_tau_be
 
 
 def test_an_imported_trajectory_is_re_executed_with_the_recorded_user(tmp_path, fake_tau_bench):
-    store, _ = _import(tmp_path, [_cancel_a1()])
+    store, _ = _import(tmp_path, [tau_cancel_result()])
     ep = next(store.iter_episodes())
     res = asyncio.run(replay_stored(ep))
     assert res.reproducible and res.reproduced and res.user == "recorded", res.summary()
@@ -83,7 +60,7 @@ def test_an_imported_trajectory_is_re_executed_with_the_recorded_user(tmp_path, 
 
 
 def test_a_changed_tool_output_is_the_first_divergence(tmp_path, fake_tau_bench):
-    changed = _cancel_a1()
+    changed = tau_cancel_result()
     changed["traj"][7]["content"] = json.dumps({"status": "cancelled", "total": 31.0, "reason": "no longer needed"})
     store, _ = _import(tmp_path, [changed])
     res = asyncio.run(replay_stored(next(store.iter_episodes())))
@@ -96,7 +73,7 @@ def test_a_changed_tool_output_is_the_first_divergence(tmp_path, fake_tau_bench)
 
 
 def test_a_changed_final_reward_is_a_divergence_on_the_reward(tmp_path, fake_tau_bench):
-    store, _ = _import(tmp_path, [_cancel_a1(reward=0.0)])
+    store, _ = _import(tmp_path, [tau_cancel_result(reward=0.0)])
     res = asyncio.run(replay_stored(next(store.iter_episodes())))
     assert res.kind == "diverged:reward" and (res.divergence.stored, res.divergence.now) == (0.0, 1.0)
     store.close()
@@ -106,9 +83,9 @@ def test_the_cli_imports_and_replays_tau_bench_results(tmp_path, fake_tau_bench,
     from engine.cli import main
 
     path = tmp_path / "results.json"
-    bad = copy.deepcopy(_cancel_a1(trial=1))
+    bad = copy.deepcopy(tau_cancel_result(trial=1))
     bad["traj"][3]["content"] = "someone_else"
-    path.write_text(json.dumps([_cancel_a1(), bad]), encoding="utf-8")
+    path.write_text(json.dumps([tau_cancel_result(), bad]), encoding="utf-8")
     db = str(tmp_path / "x.db")
     assert main(["import", str(path), "--format", "taubench", "--db", db, "--quiet"]) == 0
     assert main(["replay", "--db", db, "--where", "env=taubench:retail"]) == 1
@@ -116,7 +93,7 @@ def test_the_cli_imports_and_replays_tau_bench_results(tmp_path, fake_tau_bench,
 
 def test_calls_without_a_recorded_output_were_never_executed(tmp_path, fake_tau_bench):
     # tau-bench's tool-calling agent executes a message's first call only; the record has one output.
-    two = _cancel_a1()
+    two = tau_cancel_result()
     two["traj"][2]["tool_calls"].append(openai_tool_call("c9", "cancel_pending_order", {"order_id": "#A2", "reason": "x"}))
     store, _ = _import(tmp_path, [two])
     res = asyncio.run(replay_stored(next(store.iter_episodes())))
@@ -129,7 +106,7 @@ def test_an_imported_trajectory_forks_at_any_turn_with_the_user_of_choice(tmp_pa
     from engine.backends.scripted import ScriptedBackend
     from engine.envs.taubench import TauBenchEnv
 
-    store, _ = _import(tmp_path, [_cancel_a1()])
+    store, _ = _import(tmp_path, [tau_cancel_result()])
     parent = next(store.iter_episodes())
     backend = ScriptedBackend(TauBenchEnv("retail").reference_reply, smol_tokenizer)
 
@@ -149,7 +126,7 @@ def test_an_imported_trajectory_forks_at_any_turn_with_the_user_of_choice(tmp_pa
     turn = asyncio.run(hand.commit("Done: #A1 is cancelled. Is there anything else I can help you with?"))
     assert turn.done and turn.reward == 1.0 and "###STOP###" in turn.observation[0].content
     # A record whose tool output differs from the env's now is a divergence of the fork, at its turn.
-    changed = _cancel_a1()
+    changed = tau_cancel_result()
     changed["traj"][3]["content"] = "someone_else"
     (tmp_path / "c").mkdir()
     store2, _ = _import(tmp_path / "c", [changed])

@@ -20,7 +20,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import AUTO, ENVS, PRESET_CHOICES, ConfigError, Generation, RollscopeError, UserSettings, env_factory
+from engine import AUTO, ENVS, PRESET_CHOICES, Generation, RollscopeError, UserSettings, env_factory
 
 from .. import render_step as rs
 from ..controls import BackendControls, LoopControls, backend_controls, fork_table, loop_controls, loop_table
@@ -109,8 +109,6 @@ class StepTab:
         try:
             backend = parse_backend(*backend_values)
             who = str(user or "scripted")
-            if mode != FORK and who.startswith("recorded"):
-                raise ConfigError("the recorded user is for forks: a new conversation has no record to replay")
             model = UserSettings("llm", url=str(user_url or "").strip() or None) if who.endswith("llm") else None
             if mode == FORK:
                 session = self.sessions.start_fork(self.store, parent_id, fork_turn, who, settings, backend, model)

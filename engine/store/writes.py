@@ -111,7 +111,9 @@ class Writes(StoreBase):
         """One turn row in the compact form (``codec.pack_turn``). ``spans``: let the generation refer to
         the episode's arrays; only where those arrays are written with it, as final (a live episode's
         arrays may still be re-rendered by a later turn)."""
-        previous = next((t.prompt_text for t in ep.turns if t.index == turn.index - 1), None)
+        k = turn.index - 1
+        before = ep.turns[k] if 0 <= k < len(ep.turns) and ep.turns[k].index == k else None
+        previous = before.prompt_text if before is not None else None
         self._upsert(
             "turns",
             {
