@@ -120,7 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "(slime --dump-details folders bring their own)")
     im.add_argument("--env", help="the env the records ran in, when they do not say (taubench: recognized from "
                     "the policy text; messages: a record's own env comes first), e.g. taubench:airline")
+    im.add_argument("--run", help="put the episodes in this run (the run view plots a run by rollout step)")
+    im.add_argument("--check", action="store_true", help="run the fidelity checks on each new episode as it is "
+                    "imported (on --workers processes, or --ray)")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
+    _fanout_options(im)
 
     ck = sub.add_parser("check", help="run the fidelity checks on stored or exported episodes")
     ck.add_argument("source", metavar="FILE_OR_DB", help="a Rollscope database or a Rollscope JSONL file")
@@ -135,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--no-store", action="store_true", help="database only: do not save the findings back")
     ck.add_argument("--info", action="store_true", help="also print info findings (what was not checked, and why)")
     ck.add_argument("--all", action="store_true", help="print, under each root finding, the findings that follow from it")
+    _fanout_options(ck)
 
     rp = sub.add_parser("replay", help="re-execute stored episodes against their env and compare")
     rp.add_argument("episode_id", nargs="?", help="one episode (an id prefix is enough); or use --where / --all")
@@ -144,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="one JSON object per episode")
     rp.add_argument("--no-store", action="store_true", help="do not store the results")
 
+    from .cli_watch import add_watch_parser
+
+    add_watch_parser(sub, DEFAULT_DB, _fanout_options)
+
     sv = sub.add_parser("serve", help="start the dashboard")
     sv.add_argument("--db", default=DEFAULT_DB)
     sv.add_argument("--host", default="127.0.0.1",
@@ -152,6 +161,20 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--auth", metavar="USER:PASSWORD",
                     help="require this login (needed with a non-loopback --host; or set ROLLSCOPE_AUTH)")
     return p
+
+
+def _fanout_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=_positive_int, help="processes that run the checks (default: one per CPU; 1: "
+                   "this process alone)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="run the checks on Ray workers: a cluster address (ray://host:10001, auto), or none for a "
+                        "local Ray on this machine's CPUs (needs the rollscope[ray] extra)")
+
+
+def _fanout(a: argparse.Namespace) -> Any:
+    from .fanout import Fanout, default_workers
+
+    return Fanout(a.workers or default_workers(), a.ray)
 
 
 def _open_store(path: str, must_exist: bool) -> Any:
@@ -271,13 +294,21 @@ def cmd_import(a: argparse.Namespace) -> int:
     if not Path(a.file).exists():  # before the database is created for nothing
         raise FormatError("no such file", a.file)
     store = _open_store(a.db, must_exist=False)
-    report = import_path(a.file, a.format, store, tokenizer=a.tokenizer, progress=not a.quiet and sys.stderr.isatty(),
-                         env=a.env)
+    fanout = _fanout(a) if a.check else None
+    try:
+        report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
+                             progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,
+                             fanout=fanout)
+    finally:
+        if fanout is not None:
+            fanout.close()
+    for spec, why in report.tokenizer_errors.items():
+        print(f"rollscope: tokenizer {spec!r} unavailable, token checks skipped: {why}", file=sys.stderr)
     for err in report.errors:
         print(f"rollscope: skipped {err}", file=sys.stderr)
     for note in report.notes:
         print(f"rollscope: note: {note}", file=sys.stderr)
-    print(f"{report.summary()} -> {a.db}")
+    print(f"{report.summary()}{f'; {report.checked} checked' if a.check else ''} -> {a.db}")
     return 1 if report.errors and not report.imported else 0
 
 
@@ -290,15 +321,16 @@ def _is_sqlite(path: Path) -> bool:
 
 
 def cmd_check(a: argparse.Namespace) -> int:
-    from .checks import CheckOptions, TokenizerCache, with_checks
     from .diagnosis import RUN_KINDS, consequences, diagnosis, roots
+    from .fanout import check_episodes
     from .formats import jsonl
     from .store import EpisodeFilter
 
     src = Path(a.source)
     if not src.exists():
         raise ConfigError(f"{src} does not exist")
-    tokenizers = TokenizerCache(a.tokenizer)
+    fanout = _fanout(a)
+    tokenizer_errors: dict[str, str] = {}
     store = None
     report = None
     if _is_sqlite(src):
@@ -321,11 +353,9 @@ def cmd_check(a: argparse.Namespace) -> int:
     # its id, its run, its findings without the per-token difference lists.
     shown: list[tuple[str, str, list[Finding]]] = []
     runs: dict[str, list[set[str]]] = {}  # run id -> kinds of run-level candidates, one set per episode
-    for ep in episodes:
+    for checked in check_episodes(fanout, episodes, tokenizer=a.tokenizer, recompute_logprobs=a.recompute_logprobs,
+                                  model=a.model, threshold=a.threshold, errors=tokenizer_errors):
         n_eps += 1
-        opts = CheckOptions(tokenizer=tokenizers.get(ep), recompute_logprobs=a.recompute_logprobs, model=a.model,
-                            logprob_threshold=a.threshold)
-        checked = with_checks(ep, opts)
         if store is not None and not a.no_store:
             store.finish_episode(checked)
         found = [replace(f, evidence={k: v for k, v in f.evidence.items() if k != "diff"})
@@ -381,7 +411,8 @@ def cmd_check(a: argparse.Namespace) -> int:
     skipped = list(report.errors) if report is not None else []
     for err in skipped:
         print(f"rollscope: skipped {err}", file=sys.stderr)
-    for spec, why in tokenizers.errors.items():
+    fanout.close()
+    for spec, why in tokenizer_errors.items():
         print(f"rollscope: tokenizer {spec!r} unavailable, token checks skipped: {why}", file=sys.stderr)
     if n_eps == 0:
         why = (f"all {len(skipped)} records in {src} are malformed" if skipped else
@@ -530,11 +561,20 @@ def cmd_schema(a: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def cmd_watch(a: argparse.Namespace) -> int:
+    from .cli_watch import cmd_watch
+
+    if not Path(a.folder).is_dir():  # before the database is created for nothing
+        raise ConfigError(f"{a.folder} is not a folder: watch a training run's dump folder")
+    return cmd_watch(a, _open_store(a.db, must_exist=False), _fanout(a))
+
+
 COMMANDS = {
     "presets": cmd_presets, "schema": cmd_schema,
     "run": cmd_run, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "import": cmd_import,
-    "check": cmd_check, "replay": cmd_replay, "serve": cmd_serve,
+    "check": cmd_check, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch,
 }
+
 
 
 def main(argv: Sequence[str] | None = None) -> int:

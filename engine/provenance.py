@@ -225,6 +225,12 @@ class Source:
     def live(self) -> bool:
         return self.kind == "live"
 
+    @property
+    def rollout_step(self) -> int | None:
+        """The trainer's rollout step the record came from (``details["rollout_step"]``), when a dump says."""
+        value = self.details.get("rollout_step")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "file": self.file, "line": self.line, "index": self.index,
                 "by_hand": self.by_hand, "user_by_hand": self.user_by_hand, "details": json_safe(self.details)}

@@ -54,6 +54,9 @@ class TokenArrays:
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("TokenArrays is immutable")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled (to worker processes) through the constructor
+        return (TokenArrays, (self.ids, self.loss_mask, self.logprobs, self.versions))
+
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 

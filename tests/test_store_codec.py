@@ -17,7 +17,7 @@ from engine.errors import StoreError
 from engine.loop import run_episode
 from engine.presets import PRESETS
 from engine.records import Generation, Turn
-from engine.store import DB_SCHEMA, Store, codec, migrations
+from engine.store import DB_SCHEMA, EpisodeFilter, Store, codec, migrations
 from engine.token_arrays import TokenArrays
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -145,23 +145,28 @@ def test_every_migration_is_applied_once_and_recorded(tmp_path):
     again.close()
 
 
-@pytest.mark.parametrize("golden, first", [("dbschema2.sqlite", "0003_diagnosis"), ("dbschema3.sqlite", "0004_browse_index")])
+@pytest.mark.parametrize("golden, first", [("dbschema2.sqlite", "0003_diagnosis"), ("dbschema3.sqlite", "0004_browse_index"),
+                                           ("dbschema4.sqlite", "0007_rollout_steps")])
 def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golden, first):
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
     before = sqlite3.connect(path)
     n = before.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
-    raw = {r[0]: r[1:] for r in before.execute("SELECT episode_id, ids, loss_mask, logprobs, versions FROM tokens")}
+    packed = golden == "dbschema4.sqlite"
+    raw = {r[0]: r[1:] for r in before.execute(
+        f"SELECT episode_id, {'packed' if packed else 'ids, loss_mask, logprobs, versions'} FROM tokens")}
     before.close()
     store = Store(path)
     names = [m.name for m in migrations.MIGRATIONS]
     assert store.applied == names[names.index(first):]
-    # The steps the file had are recorded as applied by the earlier version.
+    # The steps the file had are recorded as applied by the earlier version (before the table existed: no time).
+    had_table = golden == "dbschema4.sqlite"
     assert [(n, t is None) for n, t in migrations.history(store.db)][: names.index(first)] == \
-        [(n, True) for n in names[: names.index(first)]]
+        [(n, not had_table or n < "0004") for n in names[: names.index(first)]]
     assert store.count() == n
-    for eid, blobs in raw.items():  # rows written before keep their raw arrays, and read as they are
-        assert store.get_episode(eid).tokens == TokenArrays.from_blobs(*blobs)
+    for eid, blobs in raw.items():  # rows written before keep their arrays as they were, and read as they are
+        want = codec.unpack_tokens(blobs[0]) if packed else TokenArrays.from_blobs(*blobs)
+        assert store.get_episode(eid).tokens == want
     store.close()
 
 
@@ -174,7 +179,8 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
         raise RuntimeError("disk pulled")
 
     steps = list(migrations.MIGRATIONS)
-    steps[-1] = migrations.Migration(steps[-1].name, steps[-1].schema, boom, steps[-1].doc)
+    k = next(i for i, m in enumerate(steps) if m.name == "0006_packed_tokens")
+    steps[k] = migrations.Migration(steps[k].name, steps[k].schema, boom, steps[k].doc)
     monkeypatch.setattr(migrations, "MIGRATIONS", tuple(steps))
     with pytest.raises(RuntimeError, match="disk pulled"):
         Store(path)
@@ -186,18 +192,39 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
     assert "0005_run_pids" in done and "0006_packed_tokens" not in done  # the steps before it stay done
     monkeypatch.undo()
     store = Store(path)
-    assert store.applied == ["0006_packed_tokens"] and store.count() == 10
+    assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files"]
+    assert store.count() == 10
     store.close()
 
 
 def test_a_database_of_this_schema_opens_with_nothing_to_apply(tmp_path):
     path = tmp_path / "now.sqlite"
-    shutil.copy(GOLDEN / "dbschema4.sqlite", path)
+    shutil.copy(GOLDEN / "dbschema5.sqlite", path)
     store = Store(path, read_only=True)  # nothing pending: a read-only copy opens
     assert store.count() == 10 and migrations.pending(store.db) == []
     store.close()
     store = Store(path)
     assert store.applied == []
+    store.close()
+
+
+def test_rollout_steps_are_filled_from_the_stored_sources_of_a_schema_4_file(tmp_path):
+    path = tmp_path / "old.sqlite"
+    shutil.copy(GOLDEN / "dbschema4.sqlite", path)
+    conn = sqlite3.connect(path)
+    eid, data = conn.execute("SELECT id, data FROM episodes ORDER BY id LIMIT 1").fetchone()
+    d = codec.unpack_json(data)
+    d["source"] = {**d["source"], "kind": "slime", "details": {"rollout_id": 7, "rollout_step": 7}}
+    with conn:
+        conn.execute("UPDATE episodes SET source = 'slime', data = ? WHERE id = ?", [codec.pack_json(d), eid])
+    conn.close()
+    store = Store(path)
+    assert "0007_rollout_steps" in store.applied
+    assert store.db.execute("SELECT id, rollout_step FROM episodes WHERE rollout_step IS NOT NULL").fetchall() == [(eid, 7)]
+    assert [s.id for s in store.list_episodes(EpisodeFilter(rollout_step=7))] == [eid]  # the browse index has it too
+    ep = store.get_episode(eid)
+    store.save_episode(ep.evolve(source=replace(ep.source, details={"rollout_step": 8})))  # the triggers copy it
+    assert store.list_episodes(EpisodeFilter(rollout_step=8))[0].rollout_step == 8
     store.close()
 
 

@@ -37,7 +37,7 @@ from .. import textsafe
 from ..errors import ConfigError, FormatError
 from ..records import Episode
 from . import areal, jsonl, messages, parquet, slime, taubench, verl
-from .base import ImportContext, atomic_path
+from .base import ImportContext, LineRange, atomic_path
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
 Exporter = Callable[[Iterable[Episode], Path], int]
@@ -90,6 +90,8 @@ class ImportReport:
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     tokenizer: str = ""
+    checked: int = 0
+    tokenizer_errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def skipped(self) -> int:
@@ -116,15 +118,20 @@ def _resolve_tokenizer(tokenizer: Any) -> tuple[Any, str]:
 
 
 def import_path(
-    path: str | Path, fmt: str, store: Any, *, tokenizer: Any = None, progress: bool = False, env: str | None = None
+    path: str | Path, fmt: str, store: Any, *, tokenizer: Any = None, progress: bool = False, env: str | None = None,
+    run_id: str | None = None, check: bool = False, fanout: Any = None, lines: LineRange | None = None,
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
 
     ``tokenizer`` is a loaded tokenizer or a folder / hub id (``--tokenizer``);
     it lets foreign dumps be tokenized and checked. ``env`` names the env the records ran in when they
-    do not (``taubench:retail``; a messages record's own ``env`` comes first). Malformed records are
-    skipped and listed in the report; a missing, unreadable or unsafe file
-    (a pickle that would run code) raises ``FormatError``.
+    do not (``taubench:retail``; a messages record's own ``env`` comes first). ``run_id`` puts the new
+    episodes in that run (with the rollout step each dump names: the run view's points). ``check`` runs
+    the fidelity checks on each new episode before it is stored, on ``fanout``'s workers (an
+    ``engine.fanout.Fanout``; default: this process). ``lines`` reads only part of a JSONL file (``watch``
+    on a growing file). Malformed records are skipped and listed in the report; a missing, unreadable or
+    unsafe file (a pickle that would run code) raises ``FormatError``. Episodes are written a batch per
+    transaction, each in a savepoint of its own: one that cannot be stored is listed, the rest kept.
     """
     if fmt not in IMPORTERS:
         raise ConfigError(f"unknown import format {fmt!r}; one of {', '.join(IMPORTERS)}")
@@ -147,29 +154,46 @@ def import_path(
         fmt, tok, name, env=env or "", errors=report.errors, notes=report.notes, files=report.files,
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
+        lines=lines,
     )
     replace = fmt in LOSSLESS
-    try:
+
+    def new_ones() -> Iterator[Episode]:
         for ep in IMPORTERS[fmt](p, ctx):
-            present = store.has_episode(ep.id)
-            try:
-                if replace or not present:
-                    store.save_episode(ep)
-            except Exception as e:  # a bug in storing this one record: list it, import the rest
-                if getattr(store, "read_only", False):
-                    raise
+            if run_id and not ep.run_id:
+                ep = ep.evolve(run_id=run_id)
+            if not replace and store.has_episode(ep.id):
+                report.already_present += 1  # left as it is: not checked or written again
+                if bar is not None:
+                    bar.update(1)
+                continue
+            yield ep
+
+    episodes: Iterator[Episode] = new_ones()
+    if check:
+        from ..fanout import Fanout, check_episodes
+
+        own = fanout is None
+        fanout = fanout or Fanout(1)
+        episodes = check_episodes(fanout, episodes, errors=report.tokenizer_errors)
+    try:
+        for ep, present, error in store.save_batches(episodes):
+            if error is not None:  # a bug in storing this one record: list it, import the rest
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
-                ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {type(e).__name__}: {e}"), where))
+                ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
                 continue
             if present:
                 report.already_present += 1
             else:
                 report.new += 1
+            report.checked += int(check)
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
+        if check and own:
+            fanout.close()
     report.tokenizer = ctx.tokenizer_name
     if ctx.tokenizer is None and fmt not in SELF_DESCRIBED and not any("tokenizer" in n for n in report.notes):
         report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
@@ -200,5 +224,6 @@ def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:
 
 __all__ = [
     "EXPORTERS", "IMPORTERS", "LOSSLESS", "STREAM_WRITERS", "Exporter", "ImportContext", "ImportReport", "Importer",
+    "LineRange",
     "export", "import_path",
 ]

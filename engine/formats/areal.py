@@ -101,6 +101,15 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     )
 
 
+def rollout_step(path: Path, d: dict[str, Any]) -> int | None:
+    """The policy version a dump line was generated at: its folder (``rollout/{version}/``), else the line's
+    ``head_version``."""
+    if path.parent.name.isdigit():
+        return int(path.parent.name)
+    head = d.get("head_version")
+    return head if isinstance(head, int) and not isinstance(head, bool) else None
+
+
 def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
     if "input_ids" in d and "loss_mask" in d:
         return _packed_episode(d, where, path, line, ctx)
@@ -125,6 +134,9 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     }
     if "original_reward" in d:
         details["original_reward"] = jsonable(d["original_reward"])
+    step = rollout_step(path, d)
+    if step is not None:
+        details["rollout_step"] = step
     tok = ctx.tokenizer
     if tok is not None:
         enc = [chat.encode(tok, s["text"]) for s in pieces]

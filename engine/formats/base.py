@@ -40,6 +40,15 @@ class UnsafeFileError(FormatError):
     """A file that would run code if loaded: always refused, never skipped past."""
 
 
+@dataclass(frozen=True)
+class LineRange:
+    """Part of a JSONL file: the lines from byte ``start`` (line number ``first_line``, 1-based) up to byte ``end``."""
+
+    start: int = 0
+    first_line: int = 1
+    end: int | None = None
+
+
 @dataclass
 class ImportContext:
     """State one import shares with its reader: tokenizer, errors, notes, progress."""
@@ -56,6 +65,8 @@ class ImportContext:
     """The env the records ran in, when the format does not say (``import --env``)."""
     replaced: dict[str, int] = field(default_factory=dict)
     """Characters UTF-8 cannot hold (lone surrogates) replaced per record, by position."""
+    lines: LineRange | None = None
+    """Only these lines of a JSONL file (``watch`` reading a file still being written)."""
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""
@@ -115,8 +126,15 @@ def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, 
         f = path.open("rb")
     except OSError as e:
         raise FormatError(f"cannot read: {e.strerror}", str(path)) from None
+    part = ctx.lines or LineRange()
+    pos = part.start
     with f:
-        for lineno, raw in enumerate(f, 1):
+        if part.start:
+            f.seek(part.start)
+        for lineno, raw in enumerate(f, part.first_line):
+            if part.end is not None and pos >= part.end:
+                break
+            pos += len(raw)
             where = f"{path}:{lineno}"
             try:
                 obj, n = json_object(raw, where)

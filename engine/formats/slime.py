@@ -322,7 +322,10 @@ def sample_to_episode(
     if task is None:
         task = group_index if group_index is not None else (label if isinstance(label, str) and label else index)
     details: dict[str, Any] = {
-        "rollout_id": jsonable(rollout_id), "position": position, "group_index": group_index, "label": label,
+        "rollout_id": jsonable(rollout_id),
+        "rollout_step": int(rollout_id) if isinstance(rollout_id, (int, np.integer)) and not isinstance(rollout_id, bool)
+        else None,
+        "position": position, "group_index": group_index, "label": label,
         "status": status, "response_length": rl, "loss_mask_length": len(resp_mask), "metadata": jsonable(metadata),
     }
     if isinstance(s.get("reward"), dict):

@@ -50,7 +50,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     elif isinstance(step, bool) or not isinstance(step, int):
         raise FormatError(f"must be an integer, got {step!r}", where, "step")
     extra = {k: jsonable(v) for k, v in d.items() if k not in ("input", "output", "gts", "score", "step")}
-    source = Source.imported("verl", str(path), line=line, index=line - 1, step=step, gts=jsonable(d.get("gts")),
+    source = Source.imported("verl", str(path), line=line, index=line - 1, step=step, rollout_step=step, gts=jsonable(d.get("gts")),
                              reward_extra=extra, **({"tokens_reconstructed": True} if ctx.tokenizer is not None else {}))
     group = d.get("uid")
     task = str(group) if group is not None else "p-" + stable_id("prompt", d["input"])[:10]

@@ -4,13 +4,14 @@
 - ``schema``: the tables; ``migrations``: the ordered, named steps from each earlier database schema;
 - ``writes`` and ``reads``: episodes, turns, runs, tags, stars, notes and replays in and out;
 - ``codec``: the compact form of token arrays and turns;
+- ``runs``: per rollout step aggregates of training runs, and the files ``watch`` has read;
 - ``browse``: Browse's slim index, full-text search and aggregates; ``filter``: ``EpisodeFilter``
   (also ``--where``) and ``EpisodeSummary``.
 
 Tables: ``meta`` (schema version), ``migrations`` (the steps applied), ``runs``, ``episodes`` (one row per
 episode: filterable columns plus the rest of the record as JSON), ``turns`` (one row per turn),
-``tokens`` (the token arrays), ``findings`` (an index of every finding, for filtering), ``tags`` and
-``replays``.
+``tokens`` (the token arrays), ``findings`` (an index of every finding, for filtering), ``tags``,
+``replays`` and ``watched_files``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from __future__ import annotations
 from .browse import Bins, BrowseStats, RewardStats, connect_read_only, search_texts
 from .core import Store
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
+from .runs import RunSummary, StepStats, WatchedFile
 from .schema import DB_SCHEMA
 
 __all__ = [
-    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardStats", "Store",
+    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardStats", "RunSummary", "StepStats", "Store", "WatchedFile",
     "connect_read_only", "search_texts",
 ]

@@ -21,6 +21,7 @@ from ..errors import StoreError
 from . import migrations
 from .browse import BrowseQueries, connect_read_only
 from .reads import Reads
+from .runs import RunQueries
 from .schema import DB_SCHEMA, backfill_diagnosis
 from .writes import Writes
 
@@ -44,7 +45,7 @@ def _can_write(path: Path) -> bool:
     """Whether this process may change the file and create its WAL companions next to it."""
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
-class Store(Writes, Reads, BrowseQueries):
+class Store(Writes, Reads, BrowseQueries, RunQueries):
     """A Rollscope database file. Safe to share between threads.
 
     ``read_only``: None (the default) opens the file for writing when this process may, and read-only

@@ -38,6 +38,7 @@ class EpisodeSummary:
     n_errors: int = 0
     diagnosis: str | None = None  # the root findings in one line ("; " between roots)
     root_kinds: str | None = None  # their kinds, in the same order, as ",kind,kind,"
+    rollout_step: int | None = None  # the trainer's rollout step an imported episode came from
     tags: tuple[str, ...] = ()
 
     def diagnosis_parts(self) -> list[tuple[str, str]]:
@@ -74,6 +75,7 @@ class EpisodeFilter:
     has_findings: bool | None = None  # any finding at all (True) or none (False)
     group_id: str | None = None
     family: str | None = None  # this episode and its forks
+    rollout_step: int | None = None
 
     @classmethod
     def from_where(cls, clauses: Sequence[str]) -> EpisodeFilter:
@@ -109,6 +111,8 @@ class EpisodeFilter:
                         kw["max_turns"] = int(value)
                 elif key in ("turns", "max_turns") and op == "<=":
                     kw["max_turns"] = int(value)
+                elif key in ("step", "rollout_step") and op == "=":
+                    kw["rollout_step"] = int(value)
                 elif key in ("family", "forks_of"):
                     kw["family"] = value
                 elif key in ("finding", "finding_kind"):
@@ -120,7 +124,7 @@ class EpisodeFilter:
                 else:
                     raise ConfigError(
                         f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
-                        "source, tag, starred, turns, finding, root, family, id or text"
+                        "source, tag, starred, turns, step, finding, root, family, id or text"
                     )
             except ValueError:
                 raise ConfigError(f"--where {clause!r}: {value!r} is not a number") from None
@@ -168,6 +172,8 @@ class EpisodeFilter:
             add("n_findings > 0" if self.has_findings else "n_findings = 0")
         if self.group_id:
             add("group_id = ?", self.group_id)
+        if self.rollout_step is not None:
+            add("rollout_step = ?", self.rollout_step)
         if self.family:
             # an episode and every fork of it, so they list together
             add("id = ? OR id IN (SELECT id FROM episodes WHERE parent_id = ?)", self.family, self.family)
@@ -179,4 +185,5 @@ class EpisodeFilter:
 SORTABLE = (
     "created_at", "reward", "n_turns", "n_tokens", "env", "task_id", "status", "n_findings", "id",
     "n_trainable", "preset", "model", "run_id", "group_id", "sample_index", "starred", "source", "n_errors",
+    "rollout_step",
 )

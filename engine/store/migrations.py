@@ -46,6 +46,10 @@ MIGRATIONS: tuple[Migration, ...] = (
               "which process runs a run, so a run whose process died is marked interrupted"),
     Migration("0006_packed_tokens", 4, schema.add_packed_tokens,
               "compressed token arrays (tokens.packed) and compressed turns"),
+    Migration("0007_rollout_steps", 5, schema.add_rollout_steps,
+              "the trainer's rollout step of each imported episode, in episodes and the browse index"),
+    Migration("0008_watched_files", 5, schema.create_watched_files,
+              "the dump files `rollscope watch` has read, so a restart reads nothing twice"),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

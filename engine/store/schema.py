@@ -3,8 +3,9 @@ columns' contents.
 
 ``DB_SCHEMA`` is stored in ``meta.db_schema``: 1 the tables; 2 added the full-text search index
 (``search_texts``, ``search_refs``, ``search_fts``); 3 added ``diagnosis`` and ``root_kinds``; 4 added
-Browse's ``episode_index``, ``runs.pid`` and the compressed token arrays (``tokens.packed``) and turns.
-Every step is written to be safe on a file that already has what it adds.
+Browse's ``episode_index``, ``runs.pid`` and the compressed token arrays (``tokens.packed``) and turns; 5
+added ``rollout_step`` (the trainer's step an imported episode came from) and ``watched_files`` (what
+``rollscope watch`` has imported). Every step is written to be safe on a file that already has what it adds.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ import sqlite_utils
 from ..diagnosis import diagnosis_parts, linked
 from ..records import Finding, Severity
 
-DB_SCHEMA = 4
+DB_SCHEMA = 5
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
     "id", "env", "task_id", "status", "reward", "n_turns", "n_tokens", "n_trainable", "preset", "model", "run_id",
     "group_id", "sample_index", "created_at", "starred", "n_findings", "n_errors", "source", "parent_id",
-    "diagnosis", "root_kinds",
+    "diagnosis", "root_kinds", "rollout_step",
 )
+# The index columns the browse index had before ``rollout_step`` (its triggers were made from these).
+INDEX_COLUMNS_4 = INDEX_COLUMNS[:-1]
 
 
 def _columns(db: sqlite_utils.Database, table: str) -> set[str]:
@@ -125,7 +128,7 @@ def add_diagnosis(db: sqlite_utils.Database) -> None:
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('diagnosis_filled', '1')")
 
 
-def create_browse_index(db: sqlite_utils.Database) -> None:
+def create_browse_index(db: sqlite_utils.Database, columns: Sequence[str] = INDEX_COLUMNS_4) -> None:
     """Schema 4: ``episode_index``, the slim copy of ``episodes`` that Browse reads.
 
     An ``episodes`` row carries the episode's JSON (often several KB), so a query that visits many rows
@@ -133,8 +136,8 @@ def create_browse_index(db: sqlite_utils.Database) -> None:
     only the summary columns (about 150 bytes a row) with an index per sortable column. Triggers keep it
     equal to ``episodes`` whatever writes there, including code that knows nothing of it.
     """
-    cols = ", ".join(INDEX_COLUMNS)
-    new = ", ".join(f"new.{c}" for c in INDEX_COLUMNS)
+    cols = ", ".join(columns)
+    new = ", ".join(f"new.{c}" for c in columns)
     created = "episode_index" not in db.table_names()
     db.execute(
         "CREATE TABLE IF NOT EXISTS episode_index (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
@@ -156,7 +159,7 @@ def create_browse_index(db: sqlite_utils.Database) -> None:
     ):
         db.execute(f"DROP TRIGGER IF EXISTS episodes_index_{event.lower()}")
         db.execute(f"CREATE TRIGGER episodes_index_{event.lower()} AFTER {event} ON episodes BEGIN {body} END")
-    for col in INDEX_COLUMNS:
+    for col in columns:
         if col not in ("id", "diagnosis"):
             db.execute(f"CREATE INDEX IF NOT EXISTS episode_index_{col} ON episode_index ({col})")
     # Per-task and per-group reward aggregates read these and nothing else.
@@ -182,6 +185,46 @@ def add_packed_tokens(db: sqlite_utils.Database) -> None:
     (a blob in ``turns.data``, where earlier rows hold text)."""
     if "packed" not in _columns(db, "tokens"):
         db.execute("ALTER TABLE tokens ADD COLUMN packed BLOB")
+
+
+def add_rollout_steps(db: sqlite_utils.Database) -> None:
+    """Schema 5: ``rollout_step`` of ``episodes`` and ``episode_index``, the trainer's rollout step an imported
+    episode came from (its source's ``rollout_step``), filled for the episodes stored before; the browse
+    index's triggers now copy it."""
+    from .codec import unpack_json
+
+    for table in ("episodes", "episode_index"):
+        if "rollout_step" not in _columns(db, table):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN rollout_step INTEGER")
+    rows = db.execute("SELECT id, data FROM episodes WHERE source IN ('slime', 'areal', 'verl')").fetchall()
+    for eid, data in rows:
+        try:
+            step = rollout_step((unpack_json(data) or {}).get("source") or {})
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if step is not None:
+            db.execute("UPDATE episodes SET rollout_step = ? WHERE id = ?", [step, eid])
+    create_browse_index(db, INDEX_COLUMNS)  # the triggers again, with the new column
+    db.execute("UPDATE episode_index SET rollout_step = e.rollout_step FROM episodes AS e "
+               "WHERE e.id = episode_index.id AND e.rollout_step IS NOT NULL")
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_step ON episode_index (run_id, rollout_step)")
+
+
+def rollout_step(source: dict[str, object]) -> int | None:
+    """The rollout step a source (as a record's ``source`` dict) names, if it names one."""
+    details = source.get("details")
+    value = details.get("rollout_step") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def create_watched_files(db: sqlite_utils.Database) -> None:
+    """Schema 5: ``watched_files``, one row per dump file ``rollscope watch`` has read: its size and
+    modification time when read, how far (bytes, for a JSONL file still growing), and what it held."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS watched_files (path TEXT PRIMARY KEY, run_id TEXT, fmt TEXT, size INTEGER, "
+        "mtime REAL, offset INTEGER, lines INTEGER, state TEXT, n_episodes INTEGER, n_skipped INTEGER, message TEXT, "
+        "updated_at REAL)"
+    )
 
 
 def backfill_diagnosis(db: sqlite_utils.Database) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import textsafe
@@ -68,6 +68,7 @@ class Writes(StoreBase):
             "n_errors": sum(1 for f in all_findings if f.severity.value == "error"),
             "diagnosis": diag,
             "root_kinds": root_kinds,
+            "rollout_step": ep.source.rollout_step,
             "pid": os.getpid() if ep.status is Status.RUNNING else None,
             "schema_version": ep.schema_version,
             "data": codec.pack_json(data),
@@ -166,6 +167,36 @@ class Writes(StoreBase):
                 n += self._save_chunk(chunk)
                 chunk = []
         return n + (self._save_chunk(chunk) if chunk else 0)
+
+    def save_batches(self, episodes: Iterable[Episode], batch: int = 64
+                     ) -> Iterator[tuple[Episode, bool, str | None]]:
+        """Write whole episodes, ``batch`` per transaction and each in a savepoint: yields (episode, whether it
+        was already stored, why it could not be stored or None) once its batch is committed. One episode
+        that fails is rolled back alone; the others of its batch are kept."""
+        chunk: list[Episode] = []
+        for ep in episodes:
+            chunk.append(ep)
+            if len(chunk) >= batch:
+                yield from self._save_savepoints(chunk)
+                chunk = []
+        if chunk:
+            yield from self._save_savepoints(chunk)
+
+    def _save_savepoints(self, chunk: list[Episode]) -> list[tuple[Episode, bool, str | None]]:
+        out: list[tuple[Episode, bool, str | None]] = []
+        with self._writing("save episodes"):
+            for ep in chunk:
+                present = self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
+                self.db.execute("SAVEPOINT episode")
+                try:
+                    self._save_whole(ep)
+                except Exception as e:  # noqa: BLE001 - reported per episode, the batch goes on
+                    self.db.execute("ROLLBACK TO episode")
+                    out.append((ep, present, f"{type(e).__name__}: {e}"))
+                else:
+                    out.append((ep, present, None))
+                self.db.execute("RELEASE episode")
+        return out
 
     def _save_chunk(self, chunk: list[Episode]) -> int:
         with self._writing("save episodes"):

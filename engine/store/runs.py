@@ -1,0 +1,151 @@
+"""Training runs as the store sees them: per rollout step aggregates, and what ``rollscope watch`` has read.
+
+Part of the ``Store`` (it inherits ``RunQueries``). A run here is a ``run_id`` whose episodes carry a
+``rollout_step`` (imported from a trainer's dumps, or read by ``watch``); the run view plots these
+aggregates, one point per step, to show when the data went wrong.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import StoreBase
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One rollout step of a run: its episodes' reward, how they ended, their length and root findings."""
+
+    step: int
+    n: int
+    reward_mean: float
+    reward_min: float
+    reward_max: float
+    truncated: int
+    """Episodes that ended truncated (a length limit)."""
+    aborted: int
+    """Episodes that ended aborted or failed."""
+    response_tokens: float
+    """Mean trainable (generated) tokens per episode."""
+    with_errors: int
+    """Episodes with at least one root error finding."""
+    root_kinds: dict[str, int] = field(default_factory=dict)
+    """Episodes per root finding kind."""
+
+    @property
+    def truncated_rate(self) -> float:
+        return self.truncated / self.n if self.n else 0.0
+
+    @property
+    def aborted_rate(self) -> float:
+        return self.aborted / self.n if self.n else 0.0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run with rollout steps: how many episodes and steps, the newest step, when it last grew."""
+
+    run_id: str
+    n_episodes: int
+    n_steps: int
+    first_step: int
+    last_step: int
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class WatchedFile:
+    """What ``watch`` knows of one dump file: its size and time when read, how far it got, what it held."""
+
+    path: str
+    run_id: str
+    fmt: str
+    size: int
+    mtime: float
+    offset: int
+    """Bytes read (a JSONL file is read up to its last complete line)."""
+    lines: int
+    """Lines read (JSONL)."""
+    state: str
+    """``done`` (read whole), ``partial`` (a JSONL file read up to ``offset``), ``waiting`` (still being
+    written) or ``failed`` (``message`` says why)."""
+    n_episodes: int = 0
+    n_skipped: int = 0
+    message: str = ""
+    updated_at: float = 0.0
+
+
+class RunQueries(StoreBase):
+    """Per-step aggregates of runs, and the ``watched_files`` table."""
+
+    def runs_with_steps(self) -> list[RunSummary]:
+        """Every run whose episodes carry rollout steps, the most recently grown first."""
+        rows = self.browse_query(
+            "SELECT run_id, COUNT(*), COUNT(DISTINCT rollout_step), MIN(rollout_step), MAX(rollout_step), "
+            "MAX(created_at) FROM episode_index WHERE rollout_step IS NOT NULL AND run_id IS NOT NULL "
+            "GROUP BY run_id ORDER BY MAX(created_at) DESC")
+        return [RunSummary(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5] or 0)) for r in rows]
+
+    def step_stats(self, run_id: str) -> list[StepStats]:
+        """One ``StepStats`` per rollout step of ``run_id``, in step order."""
+        rows = self.browse_query(
+            "SELECT rollout_step, COUNT(*), AVG(reward), MIN(reward), MAX(reward), "
+            "SUM(status = 'truncated'), SUM(status IN ('aborted', 'failed')), AVG(n_trainable) "
+            "FROM episode_index WHERE run_id = ? AND rollout_step IS NOT NULL GROUP BY rollout_step "
+            "ORDER BY rollout_step", [run_id])
+        kinds: dict[int, Counter[str]] = {}
+        errors: Counter[int] = Counter()
+        for step, root_kinds in self.browse_query(
+                "SELECT rollout_step, root_kinds FROM episode_index WHERE run_id = ? AND rollout_step IS NOT NULL "
+                "AND n_errors > 0 AND root_kinds IS NOT NULL AND root_kinds != ''", [run_id]):
+            errors[int(step)] += 1
+            kinds.setdefault(int(step), Counter()).update(k for k in str(root_kinds).split(",") if k)
+        return [
+            StepStats(step=int(r[0]), n=int(r[1]), reward_mean=float(r[2] or 0), reward_min=float(r[3] or 0),
+                      reward_max=float(r[4] or 0), truncated=int(r[5] or 0), aborted=int(r[6] or 0),
+                      response_tokens=float(r[7] or 0), with_errors=errors[int(r[0])],
+                      root_kinds=dict(kinds.get(int(r[0]), Counter()).most_common()))
+            for r in rows
+        ]
+
+    def episodes_stamp(self) -> tuple[int, int, float, int]:
+        """(episodes, newest row, newest ``created_at``, episodes running): it changes when episodes are
+        added or removed and when a running one ends, so a page that polls it knows when to refresh.
+        Answered from indexes: cheap at any size."""
+        row = self.browse_query(
+            "SELECT COUNT(*), MAX(rid), MAX(created_at), "
+            "(SELECT COUNT(*) FROM episode_index WHERE status = 'running') FROM episode_index")[0]
+        return int(row[0]), int(row[1] or 0), float(row[2] or 0), int(row[3] or 0)
+
+    def watched_file(self, path: str) -> WatchedFile | None:
+        with self._lock:
+            row = self.db.execute(
+                "SELECT path, run_id, fmt, size, mtime, offset, lines, state, n_episodes, n_skipped, message, updated_at "
+                "FROM watched_files WHERE path = ?", [path]).fetchone()
+        return None if row is None else _watched(row)
+
+    def watched_files(self, run_id: str | None = None) -> list[WatchedFile]:
+        """The files ``watch`` has seen (of one run, or all), in the order they were last read."""
+        where, args = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT path, run_id, fmt, size, mtime, offset, lines, state, n_episodes, n_skipped, message, updated_at "
+                f"FROM watched_files {where} ORDER BY updated_at", args).fetchall()
+        return [_watched(r) for r in rows]
+
+    def record_watched(self, f: WatchedFile) -> None:
+        row: dict[str, Any] = {**f.__dict__, "updated_at": time.time()}
+        with self._writing("record a watched file"):
+            cols = list(row)
+            self.db.execute(
+                f"INSERT OR REPLACE INTO watched_files ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                [row[c] for c in cols])
+
+
+def _watched(row: Any) -> WatchedFile:
+    return WatchedFile(str(row[0]), str(row[1] or ""), str(row[2] or ""), int(row[3] or 0), float(row[4] or 0),
+                       int(row[5] or 0), int(row[6] or 0), str(row[7] or ""), int(row[8] or 0), int(row[9] or 0),
+                       str(row[10] or ""), float(row[11] or 0))
