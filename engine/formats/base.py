@@ -14,7 +14,9 @@ the token view and the checks work on imported data as on live data.
 
 from __future__ import annotations
 
+import array
 import hashlib
+import io
 import json
 import math
 import os
@@ -191,8 +193,24 @@ def _array(value: Any, where: str, name: str) -> np.ndarray:
     return arr
 
 
+def _fast(value: Any, code: str, first: tuple[type, ...]) -> np.ndarray | None:
+    """A list of plain numbers as an array at C speed (``array.array``); None when it holds anything else
+    (the slow path then says what is wrong)."""
+    if type(value) is not list or not value or type(value[0]) not in first:
+        return None
+    try:
+        return np.frombuffer(array.array(code, value), dtype=np.int64 if code == "q" else np.float64)
+    except (TypeError, OverflowError):
+        return None
+
+
 def int_array(value: Any, where: str, name: str, *, lo: int = 0) -> np.ndarray:
     """Integers in int32 range (token ids by default: ``lo=0``); floats, bools and strings are rejected."""
+    arr = _fast(value, "q", (int,))
+    if arr is not None and (arr.min() < lo or arr.max() > np.iinfo(np.int32).max):
+        arr = None  # out of range: said by the slow path
+    if arr is not None:
+        return arr.astype(np.int32)
     arr = _array(value, where, name)
     what = "integer token ids" if lo == 0 else "integers"
     if arr.size and arr.dtype.kind not in "iu":
@@ -203,6 +221,9 @@ def int_array(value: Any, where: str, name: str, *, lo: int = 0) -> np.ndarray:
 
 
 def mask_array(value: Any, where: str, name: str) -> np.ndarray:
+    arr = _fast(value, "q", (int,))
+    if arr is not None and ((arr == 0) | (arr == 1)).all():
+        return arr.astype(np.uint8)
     arr = _array(value, where, name)
     if arr.size and arr.dtype.kind not in "iub":
         raise FormatError(f"must be a list of 0 and 1, got {_kind_name(arr)}", where, name)
@@ -213,6 +234,9 @@ def mask_array(value: Any, where: str, name: str) -> np.ndarray:
 
 def float_array(value: Any, where: str, name: str) -> np.ndarray:
     """Logprobs: numbers (``None`` is unknown, NaN)."""
+    arr = _fast(value, "d", (float, int))
+    if arr is not None:
+        return arr.astype(np.float32)
     arr = _array(value, where, name)
     if arr.dtype.kind == "O" and isinstance(value, (list, tuple)):  # None among numbers: unknown logprobs
         arr = _array([math.nan if x is None else x for x in value], where, name)
@@ -419,8 +443,8 @@ def _plain_load(path: Path) -> Any:
             names = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
             if len(names) != 1:
                 return _NOTHING
-            with z.open(names[0]) as f:
-                return _PlainUnpickler(f).load()
+            with z.open(names[0]) as f:  # buffered: the unpickler reads ahead, not per opcode
+                return _PlainUnpickler(io.BufferedReader(f, buffer_size=1 << 20)).load()  # type: ignore[type-var]
     except (_NeedsTorch, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError):
         return _NOTHING  # let torch's own loader accept it (tensors) or say what is wrong
 

@@ -51,8 +51,10 @@ slime trains on ``tokens``.
 
 from __future__ import annotations
 
+import pickle
 import re
 import time
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,7 @@ from ..errors import FormatError, RollscopeError
 from ..provenance import Source
 from ..records import Episode, Message, Status, TokenArrays
 from ..rewards import discounted_returns
+from . import torchstream
 from .base import (
     ImportContext,
     UnsafeFileError,
@@ -169,27 +172,62 @@ def _train_index(f: Path, rollout_id: Any, ctx: ImportContext) -> dict[int, dict
 
 
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
-    """Stream episodes from slime rollout dumps, one sample at a time."""
+    """Stream episodes from slime rollout dumps, one sample at a time.
+
+    A dump of the shape slime writes is read sample by sample (``torchstream``): memory holds one
+    sample, not the file's. Any other (tensors inside, another pickle protocol) is loaded whole, safely.
+    """
     files = rollout_files(path)
     _use_saved_tokenizer(files, ctx)
     for f in files:
-        pack = safe_torch_load(f)
+        try:
+            stream = torchstream.open_dump(f)
+        except torchstream.NotStreamable:
+            yield from _read_whole(f, ctx, 0)
+            continue
         ctx.opened(f)
-        if not isinstance(pack, dict) or not isinstance(pack.get("samples"), list):
-            raise FormatError("not a slime rollout dump: expected a dict with a 'samples' list", str(f))
-        samples: list[Any] = pack["samples"]
-        rollout_id = pack.get("rollout_id")
+        rollout_id = stream.header.get("rollout_id")
         train = _train_index(f, rollout_id, ctx)
-        ctx.expect(len(samples))
-        for i in range(len(samples)):
-            s, samples[i] = samples[i], None  # drop each converted sample: memory stays one sample above the load
-            try:
-                ep = sample_to_episode(s, f, rollout_id, i, ctx, train)
-            except FormatError as e:
-                ctx.skip(e)
-                continue
-            yield ep
-        del pack, samples
+        position = 0
+        try:
+            for s in stream.samples():
+                ctx.expect(1)
+                yield from _convert(s, f, rollout_id, position, ctx, train)
+                position += 1
+        except torchstream.NotStreamable:
+            yield from _read_whole(f, ctx, position, train)
+        except (pickle.UnpicklingError, zipfile.BadZipFile, OSError, EOFError, ValueError, IndexError, KeyError,
+                TypeError) as e:
+            raise FormatError(f"cannot read past sample {position} (truncated or corrupt?): {type(e).__name__}: "
+                              f"{str(e)[:200]}", str(f)) from None
+
+
+def _convert(s: Any, f: Path, rollout_id: Any, position: int, ctx: ImportContext,
+             train: dict[int, dict[str, Any]]) -> Iterator[Episode]:
+    try:
+        yield sample_to_episode(s, f, rollout_id, position, ctx, train)
+    except FormatError as e:
+        ctx.skip(e)
+
+
+def _read_whole(f: Path, ctx: ImportContext, start: int,
+                train: dict[int, dict[str, Any]] | None = None) -> Iterator[Episode]:
+    """The samples of ``f`` from ``start`` on, the file loaded whole (``train``: its train-side values, when
+    already read)."""
+    pack = safe_torch_load(f)
+    if start == 0:
+        ctx.opened(f)
+    if not isinstance(pack, dict) or not isinstance(pack.get("samples"), list):
+        raise FormatError("not a slime rollout dump: expected a dict with a 'samples' list", str(f))
+    samples: list[Any] = pack["samples"]
+    rollout_id = pack.get("rollout_id")
+    if train is None:
+        train = _train_index(f, rollout_id, ctx)
+    ctx.expect(len(samples) - start)
+    for i in range(start, len(samples)):
+        s, samples[i] = samples[i], None  # drop each converted sample: memory stays one sample above the load
+        yield from _convert(s, f, rollout_id, i, ctx, train)
+    del pack, samples
 
 
 def _strip_eot(text: str) -> str:

@@ -168,25 +168,29 @@ class Writes(StoreBase):
                 chunk = []
         return n + (self._save_chunk(chunk) if chunk else 0)
 
-    def save_batches(self, episodes: Iterable[Episode], batch: int = 64
+    def save_batches(self, episodes: Iterable[Episode], batch: int = 64, replace: bool = True
                      ) -> Iterator[tuple[Episode, bool, str | None]]:
         """Write whole episodes, ``batch`` per transaction and each in a savepoint: yields (episode, whether it
         was already stored, why it could not be stored or None) once its batch is committed. One episode
-        that fails is rolled back alone; the others of its batch are kept."""
+        that fails is rolled back alone; the others of its batch are kept. ``replace=False`` leaves an
+        episode already stored as it is (its tags, star and note too)."""
         chunk: list[Episode] = []
         for ep in episodes:
             chunk.append(ep)
             if len(chunk) >= batch:
-                yield from self._save_savepoints(chunk)
+                yield from self._save_savepoints(chunk, replace)
                 chunk = []
         if chunk:
-            yield from self._save_savepoints(chunk)
+            yield from self._save_savepoints(chunk, replace)
 
-    def _save_savepoints(self, chunk: list[Episode]) -> list[tuple[Episode, bool, str | None]]:
+    def _save_savepoints(self, chunk: list[Episode], replace: bool) -> list[tuple[Episode, bool, str | None]]:
         out: list[tuple[Episode, bool, str | None]] = []
         with self._writing("save episodes"):
             for ep in chunk:
                 present = self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
+                if present and not replace:
+                    out.append((ep, True, None))
+                    continue
                 self.db.execute("SAVEPOINT episode")
                 try:
                     self._save_whole(ep)
