@@ -23,8 +23,8 @@ def add_watch_parser(sub: Any, default_db: str, fanout_options: Callable[[argpar
     w.add_argument("--env", help="the env the records ran in, when they do not say")
     w.add_argument("--interval", type=float, default=2.0, help="seconds between looks at the folder")
     w.add_argument("--settle", type=float, default=2.0,
-                   help="seconds a file must stay unchanged before its last, unterminated line (or a whole .pt "
-                        "dump) is read")
+                   help="seconds a JSONL dump must stay unchanged before its last line, without its newline, is "
+                        "read (a .pt dump is read as soon as it is whole)")
     w.add_argument("--no-check", action="store_true", help="import only; run `rollscope check` later")
     w.add_argument("--once", action="store_true", help="look once, import what is ready, and exit")
     fanout_options(w)

@@ -5,7 +5,7 @@ verl's ``.jsonl``) and imports what is new into the store, checked (on a ``Fanou
 (``run_id``) with each episode's rollout step, so the run view can plot the run step by step.
 
 - A ``.pt`` dump is read once it is whole: a complete zip (``torch.save`` writes the zip's directory
-  last) whose size and time did not change since the poll before. A half-written one is ``waiting``.
+  last). A half-written one is ``waiting``.
 - A ``.jsonl`` dump is read up to its last complete line, and again from there when it grows. A last
   line without its newline is read once the file has not changed for ``settle`` seconds.
 - What was read is recorded in the store's ``watched_files`` (size, time, bytes and lines read), in the
@@ -155,8 +155,7 @@ class Watcher:
             if known is not None and (known.size, known.mtime) == (st.st_size, st.st_mtime) and known.state in (
                     "done", "failed"):
                 return None
-            settled = self._settled(key, st.st_size, st.st_mtime)
-            if not settled or not zip_complete(path):
+            if not zip_complete(path):
                 if known is None or known.state != "waiting":
                     self._record(key, path, st, 0, 0, "waiting", message="not yet written whole")
                     return WatchEvent(key, "waiting", message="not yet written whole")
