@@ -5,9 +5,10 @@ The dump is our own synthetic data in slime's ``Sample.to_dict()`` shape
 them): a 256-token prompt and three generated turns separated by 40-token
 tool results. One child process writes it, another imports it into a fresh
 database, so the peak RSS printed is the import's own:
-interpreter and libraries, the ``torch.load`` of the dump, and the
-conversion on top of it. Prints samples/s, peak RSS (and RSS right after the
-load, to show what the conversion adds), and the database size per token.
+interpreter and libraries, the reading of the dump, and the
+conversion on top of it. Prints samples/s, the ratio to reading the dump
+alone (three ways: ``READS``), peak RSS against the file size, and the
+database size per token.
 
     python bench/import_speed.py [--samples 1000] [--tokens 8000] [--dir DIR]
 """
@@ -61,33 +62,34 @@ def write_dump(path: Path, samples: int, tokens: int, prompt: int = 256, turns: 
     torch.save({"rollout_id": 0, "samples": out}, path)
 
 
-def time_load(dump: Path) -> float:
-    """In a child: seconds to read the dump alone (the importer's own safe torch.load), the floor of any
-    import of it."""
-    from engine.formats import slime as slime_fmt
+READS = {
+    "torch": "torch.load(path), as a trainer's user reads it (weights_only, torch's default)",
+    "unsafe": "torch.load(path, weights_only=False) (runs any code the file holds)",
+    "stream": "the importer's own reading alone: every sample unpickled, one at a time, nothing converted",
+}
+
+
+def time_load(dump: Path, how: str) -> float:
+    """In a child: seconds to read the dump alone, one of ``READS``."""
+    import torch
+
+    from engine.formats import torchstream
 
     t0 = time.perf_counter()
-    pack = slime_fmt.safe_torch_load(dump)
-    elapsed = time.perf_counter() - t0
-    del pack
-    return elapsed
+    if how == "stream":
+        for s in torchstream.open_dump(dump).samples():
+            del s
+    else:
+        pack = torch.load(dump, weights_only=how == "torch")
+        del pack
+    return time.perf_counter() - t0
 
 
 def run_import(dump: Path, db: Path) -> dict[str, float]:
     """In the child: import the dump and report time and memory."""
     from engine.formats import import_path
-    from engine.formats import slime as slime_fmt
     from engine.store import Store
 
-    after_load: list[float] = []
-    load = slime_fmt.safe_torch_load
-
-    def timed_load(path: Path):  # record RSS once the dump is in memory, before conversion starts
-        pack = load(path)
-        after_load.append(_rss_mb())
-        return pack
-
-    slime_fmt.safe_torch_load = timed_load
     base = _rss_mb()
     store = Store(db)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -99,8 +101,7 @@ def run_import(dump: Path, db: Path) -> dict[str, float]:
     store.close()
     return {
         "episodes": report.new, "skipped": report.skipped, "seconds": elapsed, "cpu_seconds": cpu, "tokens": n_tokens,
-        "rss_before_mb": base, "rss_after_load_mb": after_load[0] if after_load else 0.0,
-        "peak_rss_mb": peak_import,
+        "rss_before_mb": base, "peak_rss_mb": peak_import,
         "db_bytes": db.stat().st_size,
     }
 
@@ -112,13 +113,13 @@ def main() -> None:
     ap.add_argument("--dir", help="work folder (default: a temporary one, removed afterwards)")
     ap.add_argument("--write", metavar="DUMP", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, metavar=("DUMP", "DB"), help=argparse.SUPPRESS)
-    ap.add_argument("--load", metavar="DUMP", help=argparse.SUPPRESS)
+    ap.add_argument("--load", nargs=2, metavar=("DUMP", "HOW"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.write:
         write_dump(Path(a.write), a.samples, a.tokens)
         return
     if a.load:
-        print(json.dumps(time_load(Path(a.load))))
+        print(json.dumps(time_load(Path(a.load[0]), a.load[1])))
         return
     if a.child:
         print(json.dumps(run_import(Path(a.child[0]), Path(a.child[1]))))
@@ -135,16 +136,18 @@ def main() -> None:
         proc = subprocess.run([sys.executable, __file__, "--child", str(dump), str(db)],
                               capture_output=True, text=True, check=True)
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        loads = [json.loads(subprocess.run([sys.executable, __file__, "--load", str(dump)], capture_output=True,
-                                           text=True, check=True).stdout.strip().splitlines()[-1]) for _ in range(3)]
-        load_s = sorted(loads)[1]
         print(f"imported {r['episodes']} episodes ({r['skipped']} skipped) in {r['seconds']:.1f}s "
-              f"({r['cpu_seconds']:.1f}s CPU): {r['episodes'] / r['seconds']:.1f} samples/s "
-              f"({r['episodes'] / r['cpu_seconds']:.1f} per CPU second), {r['tokens'] / r['seconds'] / 1e6:.2f} M tokens/s")
-        print(f"reading the dump alone (torch.load, median of 3): {load_s:.1f}s; the import takes "
-              f"{r['seconds'] / load_s:.2f}x that")
-        print(f"RSS: {r['rss_before_mb']:.0f} MB before, {r['rss_after_load_mb']:.0f} MB after torch.load, "
-              f"peak {r['peak_rss_mb']:.0f} MB (dump file {dump.stat().st_size / 2**20:.0f} MB)")
+              f"({r['cpu_seconds']:.1f}s CPU): {r['episodes'] / r['seconds']:.1f} samples/s, "
+              f"{r['tokens'] / r['seconds'] / 1e6:.2f} M tokens/s")
+        for how, what in READS.items():
+            times = [json.loads(subprocess.run([sys.executable, __file__, "--load", str(dump), how],
+                                               capture_output=True, text=True, check=True).stdout.strip()
+                                .splitlines()[-1]) for _ in range(1 if how == "torch" else 3)]
+            secs = sorted(times)[len(times) // 2]
+            print(f"reading the dump with {what}: {secs:.1f}s; the import takes {r['seconds'] / secs:.2f}x that")
+        size = dump.stat().st_size / 2**20
+        print(f"RSS: {r['rss_before_mb']:.0f} MB before, peak {r['peak_rss_mb']:.0f} MB for a {size:.0f} MB dump "
+              f"({r['peak_rss_mb'] / size:.2f}x the file)")
         print(f"database: {r['db_bytes'] / 2**20:.0f} MB for {r['tokens']:,} tokens = "
               f"{r['db_bytes'] / max(1, r['tokens']):.1f} bytes per token")
 
