@@ -30,7 +30,9 @@ from .tabs import compare as compare_tab  # noqa: E402
 from .tabs import episode as episode_tab  # noqa: E402
 from .tabs import export as export_tab  # noqa: E402
 from .tabs import launch as launch_tab  # noqa: E402
+from .tabs import runs as runs_tab  # noqa: E402
 from .tabs import step as step_tab  # noqa: E402
+from .watching import WatchManager  # noqa: E402
 
 CSS_PATH = Path(__file__).resolve().parents[1] / "assets" / "dashboard.css"
 
@@ -56,8 +58,11 @@ def _title_bar(db_path: str, read_only: bool = False) -> str:
     )
 
 
-def build_app(db_path: str) -> gr.Blocks:
-    """The dashboard over the Rollscope database at ``db_path`` (created if missing)."""
+def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
+    """The dashboard over the Rollscope database at ``db_path`` (created if missing).
+
+    ``watches`` runs the Runs tab's folder watches (how often they look; tests make it quick).
+    """
     store = Store(db_path)
     with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
         gr.HTML(_title_bar(str(db_path), store.read_only), elem_id="rs-titlebar", apply_default_css=False, js_on_load=None)
@@ -65,6 +70,8 @@ def build_app(db_path: str) -> gr.Blocks:
         with gr.Tabs(selected="browse", elem_id="rs-tabs") as tabs:
             with gr.Tab("Browse", id="browse", elem_id="rs-tab-browse"):
                 browse = browse_tab.build(store)
+            with gr.Tab("Runs", id="runs", elem_id="rs-tab-runs"):
+                runs_view = runs_tab.build(store, watches)
             with gr.Tab("Episode", id="episode", elem_id="rs-tab-episode"):
                 episode = episode_tab.build(store)
             with gr.Tab("Launch", id="launch", elem_id="rs-tab-launch"):
@@ -116,6 +123,7 @@ def build_app(db_path: str) -> gr.Blocks:
         )
         workflow.wire(demo, store, tabs, episode_request, fork_request, launch_view, step_view, compare_view,
                       export_view)
+        workflow.wire_runs(demo, store, tabs, runs_view, browse)
 
         # On every page load, so a reload shows episodes written since.
         browse.wire_load(demo, store)

@@ -34,9 +34,10 @@ MAX_GROUP_BARS = 60
 MAX_TASK_LABEL = 28
 
 
-def _layout(fig: go.Figure, title: str, height: int = 260, **kw: object) -> go.Figure:
+def layout(fig: go.Figure, title: str, height: int = 260, **kw: object) -> go.Figure:
+    """The dashboard's look on ``fig``: its title, height, small fonts, faint grids; ``kw`` overrides."""
     # Transparent backgrounds so the figures sit on Gradio's light or dark page.
-    layout: dict[str, object] = {
+    base: dict[str, object] = {
         "title": {"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
         "height": height,
         "margin": {"l": 48, "r": 12, "t": 36, "b": 36},
@@ -46,7 +47,7 @@ def _layout(fig: go.Figure, title: str, height: int = 260, **kw: object) -> go.F
         "bargap": 0.08,
         "font": {"size": 11},
     }
-    fig.update_layout(**(layout | kw))
+    fig.update_layout(**(base | kw))
     fig.update_xaxes(gridcolor="rgba(128,128,128,.2)", zerolinecolor="rgba(128,128,128,.35)")
     fig.update_yaxes(gridcolor="rgba(128,128,128,.2)", zerolinecolor="rgba(128,128,128,.35)")
     return fig
@@ -58,7 +59,7 @@ def empty(title: str, why: str = "no episodes match the filters") -> go.Figure:
     fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 12})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return _layout(fig, title)
+    return layout(fig, title)
 
 
 def _short(label: str) -> str:
@@ -77,7 +78,7 @@ def reward_distribution(bins: Bins) -> go.Figure:
         x=list(bins.centers), y=list(bins.counts), width=bins.width, marker_color=ACCENT, name="episodes",
         hovertemplate="reward %{x:.4g}<br>%{y} episodes<extra></extra>",
     ))
-    return _layout(fig, title, xaxis_title="reward", yaxis_title="episodes")
+    return layout(fig, title, xaxis_title="reward", yaxis_title="episodes")
 
 
 def status_breakdown(status: Sequence[tuple[str, int]]) -> go.Figure:
@@ -94,7 +95,7 @@ def status_breakdown(status: Sequence[tuple[str, int]]) -> go.Figure:
         hovertemplate="%{y}: %{x} episodes<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, xaxis_title="episodes")
+    return layout(fig, title, xaxis_title="episodes")
 
 
 def turns_distribution(turns: Sequence[tuple[int, int]]) -> go.Figure:
@@ -107,7 +108,7 @@ def turns_distribution(turns: Sequence[tuple[int, int]]) -> go.Figure:
         hovertemplate="%{x} turns<br>%{y} episodes<extra></extra>",
     ))
     fig.update_xaxes(dtick=1 if max(t for t, _ in turns) <= 20 else None)
-    return _layout(fig, title, xaxis_title="turns", yaxis_title="episodes")
+    return layout(fig, title, xaxis_title="turns", yaxis_title="episodes")
 
 
 def token_distribution(tokens: Bins, trainable: Bins) -> go.Figure:
@@ -122,7 +123,7 @@ def token_distribution(tokens: Bins, trainable: Bins) -> go.Figure:
         fig.add_bar(x=list(trainable.centers), y=list(trainable.counts), width=trainable.width * 0.5,
                     name="trainable", marker_color=TRAIN,
                     hovertemplate="~%{x:.0f} trainable<br>%{y} episodes<extra></extra>")
-    _layout(fig, title, xaxis_title="tokens per episode", yaxis_title="episodes", barmode="overlay", showlegend=True)
+    layout(fig, title, xaxis_title="tokens per episode", yaxis_title="episodes", barmode="overlay", showlegend=True)
     fig.update_layout(legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right", "font": {"size": 10}})
     return fig
 
@@ -141,7 +142,7 @@ def reward_by_task(tasks: Sequence[RewardStats], n_tasks: int) -> go.Figure:
                       "<br>range %{customdata[2]:.4g} … %{customdata[3]:.4g}<extra></extra>",
     ))
     fig.update_xaxes(tickangle=-35 if len(ordered) > 6 else 0, automargin=True)
-    return _layout(fig, title, yaxis_title="mean reward")
+    return layout(fig, title, yaxis_title="mean reward")
 
 
 def group_spread(groups: Sequence[RewardStats], n_groups: int, n_flat: int) -> go.Figure:
@@ -170,7 +171,7 @@ def group_spread(groups: Sequence[RewardStats], n_groups: int, n_flat: int) -> g
                           "%{customdata[5]:.3g}<br>range %{customdata[3]:.4g} … %{customdata[4]:.4g}<extra></extra>",
         )
         fig.update_xaxes(tickangle=-35 if len(groups) > 6 else 0, automargin=True, showticklabels=len(groups) <= 30)
-        return _layout(fig, "Groups: mean and spread" + flat, yaxis_title="reward")
+        return layout(fig, "Groups: mean and spread" + flat, yaxis_title="reward")
     shown = "" if len(groups) == n_groups else f" ({len(groups):,} shown)"
     fig = go.Figure(go.Scattergl(
         x=[g.mean for g in groups], y=[g.std for g in groups], mode="markers",
@@ -179,7 +180,7 @@ def group_spread(groups: Sequence[RewardStats], n_groups: int, n_flat: int) -> g
         hovertemplate="group %{customdata[0]} (%{customdata[1]})<br>n %{customdata[2]}<br>mean %{x:.4g}"
                       "<br>std %{y:.3g}<extra></extra>",
     ))
-    return _layout(fig, "Groups: mean vs spread" + shown + flat, xaxis_title="group mean reward",
+    return layout(fig, "Groups: mean vs spread" + shown + flat, xaxis_title="group mean reward",
                    yaxis_title="group reward std")
 
 
@@ -263,7 +264,7 @@ def turn_chart(ep: Episode) -> go.Figure:
                     hovertemplate="turn %{x}<br>mean logprob %{y:.4f}<extra></extra>")
     fig.update_xaxes(title_text="turn", row=3, col=1, dtick=1 if len(x) <= 30 else None)
     fig.update_annotations(font_size=11)
-    _layout(fig, title, height=440, showlegend=True, margin={"l": 48, "r": 12, "t": 64, "b": 36})
+    layout(fig, title, height=440, showlegend=True, margin={"l": 48, "r": 12, "t": 64, "b": 36})
     # On the title's line, right-aligned, clear of the subplot titles.
     fig.update_layout(legend={"orientation": "h", "yref": "container", "y": 0.99, "yanchor": "top", "x": 1,
                               "xanchor": "right", "font": {"size": 10}})

@@ -46,6 +46,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("preset", "preset", "c-preset"),
     Column("model", "model", "c-model"),
     Column("run", "run_id", "c-run"),
+    Column("step", "rollout_step", "c-step c-num", "the trainer's rollout step an imported episode came from"),
     Column("group", "group_id", "c-group", "GRPO group and sample index"),
     Column("created", "created_at", "c-time"),
 )
@@ -70,7 +71,7 @@ def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
     return cell
 
 
-def _row(s: EpisodeSummary, run_level: Sequence[str] = ()) -> str:
+def _row(s: EpisodeSummary, run_level: Sequence[str] = (), selected: bool = False) -> str:
     findings = ""
     if s.n_findings:
         cls = "rs-bad-text" if s.n_errors else "rs-dim"
@@ -93,17 +94,20 @@ def _row(s: EpisodeSummary, run_level: Sequence[str] = ()) -> str:
         _e(s.preset),
         _e(s.model),
         _e(s.run_id or ""),
+        "" if s.rollout_step is None else str(s.rollout_step),
         group,
         _e(_created(s.created_at)),
     )
     tds = "".join(f'<td class="{c.cls}">{v}</td>' for c, v in zip(COLUMNS, cells, strict=True))
-    return f'<tr data-id="{_e(s.id)}" tabindex="0">{tds}</tr>'
+    mark = ' class="rs-selected"' if selected else ""
+    return f'<tr data-id="{_e(s.id)}" tabindex="0"{mark}>{tds}</tr>'
 
 
 def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool, empty: str = "",
-                 run_level: dict[str, tuple[int, list[str]]] | None = None) -> str:
+                 run_level: dict[str, tuple[int, list[str]]] | None = None, selected: str | None = None) -> str:
     """The table of one page of episodes; the header of the sort column shows its direction. Kinds every
-    episode of a run has (``run_level``) are left out of the rows' diagnosis: the run's note says them once."""
+    episode of a run has (``run_level``) are left out of the rows' diagnosis: the run's note says them once.
+    The row of ``selected`` (the episode last opened) is marked."""
     run_level = run_level or {}
     heads = []
     for c in COLUMNS:
@@ -118,7 +122,7 @@ def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool
             f'<th class="{c.cls} rs-sortable{" rs-sorted" if active else ""}" data-sort="{_e(c.sort)}" '
             f'aria-sort="{aria}" title="{_e(tip)}">{_e(c.label)}{arrow}</th>'
         )
-    body = "".join(_row(s, run_level.get(s.run_id or "", (0, []))[1]) for s in rows)
+    body = "".join(_row(s, run_level.get(s.run_id or "", (0, []))[1], s.id == selected) for s in rows)
     if not rows:
         body = f'<tr class="rs-empty-row"><td colspan="{len(COLUMNS)}">{_e(empty or "No episodes.")}</td></tr>'
     return (

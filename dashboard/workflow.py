@@ -1,10 +1,11 @@
-"""What crosses the Launch, Step, Compare and Export tabs and the rest of the app.
+"""What crosses the Runs, Launch, Step, Compare and Export tabs and the rest of the app.
 
 - a Launch or Export row, a Step or Compare episode link opens that episode in
   the Episode tab (through the app's ``episode_request``);
 - the Episode tab's "Fork from this turn" (the app's ``fork_request``)
   selects Step and starts the fork;
-- Step's "Compare with parent" selects Compare with parent and fork filled in.
+- Step's "Compare with parent" selects Compare with parent and fork filled in;
+- a step of the Runs tab's run view selects Browse filtered to that run and step.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from engine import Store
 
 from .tabs import compare as compare_tab
 from .tabs import launch as launch_tab
+from .tabs import runs as runs_tab
 from .tabs import step as step_tab
+from .tabs.browse import BrowseTab
 from .tabs.compare import CompareTab
 from .tabs.export import ExportTab
 from .tabs.launch import LaunchTab
+from .tabs.runs import RunsTab
 from .tabs.step import StepTab
 
 CSS_PATH = Path(__file__).resolve().parents[1] / "assets" / "workflow.css"
@@ -60,3 +64,11 @@ def wire(demo: gr.Blocks, store: Store, tabs: gr.Tabs, episode_request: gr.State
         return [gr.Tabs(selected="compare"), *compare_tab.from_request(store, request)]
 
     compare_request.change(open_compare, inputs=[compare_request], outputs=[tabs, *compare.outputs])
+
+
+def wire_runs(demo: gr.Blocks, store: Store, tabs: gr.Tabs, runs: RunsTab, browse: BrowseTab) -> None:
+    """The Runs tab on page load, and a step of its table showing that step's episodes in Browse."""
+    runs.wire_load(demo, store)
+    browse_request = gr.State(None)
+    runs.steps.click(runs_tab.browse_request, inputs=[runs.run], outputs=[browse_request])
+    browse.wire_request(store, browse_request, tabs)

@@ -87,22 +87,22 @@ from .replay import ReplayResult, TurnVerdict, replay_stored
 from .replay import replay as replay_episode
 from .runner import BatchResult, BatchSpec, run_batch
 from .schema import episode_schema
-from .store import SORTABLE, Bins, BrowseStats, EpisodeFilter, EpisodeSummary, RewardStats, Store
+from .store import SORTABLE, Bins, BrowseStats, EpisodeFilter, EpisodeSummary, RewardStats, RunSummary, StepStats, Store
+from .watch import Watcher, WatchEvent
 
 __all__ = [
-    "AUTO", "ENVS", "MAX_EPISODES", "POLICIES", "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION",
-    "SORTABLE",
-    "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
-    "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "Env", "EnvError", "EnvInfo",
-    "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport", "FormatError", "Generation",
-    "GenerationRequest", "HandStart", "HandStepper", "LoopConfig", "Message", "ModelNotFound", "ReplayResult",
-    "RewardStats", "RollscopeError", "RunConfig", "RunPlan", "SamplingParams", "Segment", "Severity", "Source",
-    "Status", "StepResult", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays", "TokenizerCache",
-    "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff", "TurnVerdict", "UserSettings",
-    "apply_settings", "calls_text", "check_env", "check_reachable", "compare_episodes", "consequences", "decode",
-    "default_preset", "diagnosis_line", "env_factory", "episode_schema", "fork_episode", "format_knob", "formats", "get_preset",
-    "knobs", "link_findings", "linked", "load_config_file", "load_tokenizer", "loop_config", "make_backend",
-    "new_id", "observation_text", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run",
-    "plan_step", "preset_name", "replay_episode", "replay_stored", "roots", "run_batch", "run_checks", "run_episode",
-    "tokenizers", "user_played_by", "with_checks", "word_diff",
+    "AUTO", "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
+    "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "ENVS", "Env", "EnvError",
+    "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport", "FormatError", "Generation",
+    "GenerationRequest", "HandStart", "HandStepper", "LoopConfig", "MAX_EPISODES", "Message", "ModelNotFound",
+    "POLICIES", "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "ReplayResult", "RewardStats", "RollscopeError",
+    "RunConfig", "RunPlan", "RunSummary", "SCHEMA_VERSION", "SORTABLE", "SamplingParams", "Segment", "Severity",
+    "Source", "Status", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
+    "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff", "TurnVerdict", "UserSettings",
+    "WatchEvent", "Watcher", "apply_settings", "calls_text", "check_env", "check_reachable", "compare_episodes",
+    "consequences", "decode", "default_preset", "diagnosis_line", "env_factory", "episode_schema", "fork_episode",
+    "format_knob", "formats", "get_preset", "knobs", "link_findings", "linked", "load_config_file", "load_tokenizer",
+    "loop_config", "make_backend", "new_id", "observation_text", "parent_env", "parse_settings", "parse_tasks",
+    "plan_fork", "plan_run", "plan_step", "preset_name", "replay_episode", "replay_stored", "roots", "run_batch",
+    "run_checks", "run_episode", "tokenizers", "user_played_by", "with_checks", "word_diff",
 ]

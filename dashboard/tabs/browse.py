@@ -2,7 +2,10 @@
 
 Filters go to ``EpisodeFilter`` and the store does the work (indexes, the
 full-text index, aggregates in SQL), so a page comes back fast at 100,000
-episodes. The table shows first; the charts follow in a second step.
+episodes. The table shows first; the charts follow in a second step. A
+``gr.Timer`` asks the store for a cheap stamp every few seconds and, when
+episodes were added (a watch, a batch, an import elsewhere), shows the same
+filters, sort and page again in place.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ ROOT = "root:"  # findings filter values that select a root kind
 STARRED = {"any": None, "starred": True, "not starred": False}
 DEFAULT_SORT = {"by": "created_at", "desc": True}
 MAX_TASK_CHOICES = 500  # beyond this, type a task id (the dropdown accepts any value)
+REFRESH_S = 3.0
 
 
 def _opt(value: Any) -> str | None:
@@ -48,11 +52,11 @@ def episode_filter(
     text: str | None = None, env: str | None = None, task: str | None = None, status: list[str] | None = None,
     run: str | None = None, reward_min: Any = None, reward_max: Any = None, turns_min: Any = None,
     turns_max: Any = None, tags: list[str] | None = None, starred: str | None = None, source: str | None = None,
-    findings: str | None = None,
+    findings: str | None = None, step: Any = None,
 ) -> EpisodeFilter:
     """The store filter for the filter controls' values (``all``/empty means no filter)."""
     kind = _opt(findings)
-    t_min, t_max = _num(turns_min), _num(turns_max)
+    t_min, t_max, step_no = _num(turns_min), _num(turns_max), _num(step)
     return EpisodeFilter(
         text=(text or "").strip() or None,
         env=_opt(env),
@@ -69,6 +73,7 @@ def episode_filter(
         has_findings=True if kind == ANY_FINDING else False if kind == NO_FINDING else None,
         finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING) or kind.startswith(ROOT) else kind,
         root_kind=kind[len(ROOT):] if kind and kind.startswith(ROOT) else None,
+        rollout_step=int(step_no) if step_no is not None and step_no.is_integer() else None,
     )
 
 
@@ -78,8 +83,10 @@ def _sort(sort: Any) -> tuple[str, bool]:
     return str(by), bool(sort.get("desc", True))
 
 
-def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: Any = PAGE_SIZE) -> list[Any]:
-    """(table HTML, info HTML, clamped 1-based page number) for one page of the filtered, sorted episodes."""
+def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: Any = PAGE_SIZE,
+         selected: str | None = None) -> list[Any]:
+    """(table HTML, info HTML, clamped 1-based page number) for one page of the filtered, sorted episodes;
+    the row of ``selected`` (the episode last opened) stays marked."""
     by, desc = _sort(sort)
     size = int(page_size) if page_size in PAGE_SIZES else PAGE_SIZE
     start = time.perf_counter()
@@ -107,7 +114,7 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
     else:
         empty = "No episode matches these filters."
         info = render_message(empty)
-    return [render_table(rows, by, desc, empty, run_level), info + render_run_notes(run_level), number]
+    return [render_table(rows, by, desc, empty, run_level, selected), info + render_run_notes(run_level), number]
 
 
 def figures(store: Store, flt: EpisodeFilter) -> list[Any]:
@@ -140,7 +147,9 @@ class BrowseTab:
 
     ``table`` is a ``gr.HTML`` whose ``click`` event carries ``{"open": id}``
     when a row is chosen (the app wires that to the Episode tab) or
-    ``{"sort": column}`` for a header (handled here).
+    ``{"sort": column}`` for a header (handled here). ``shown`` holds the
+    values the table was last drawn with (filters, sort, page, page size), so
+    a refresh redraws what the user asked for, not a half-typed filter.
     """
 
     filters: list[Any]  # in ``episode_filter``'s argument order
@@ -155,14 +164,18 @@ class BrowseTab:
     page_size: gr.Dropdown
     sort: gr.State
     plots: list[gr.Plot]
+    shown: gr.State
+    selected: gr.State  # the id of the row last opened
+    stamp: gr.State  # the store's episodes_stamp() when the table was last drawn
+    timer: gr.Timer
 
     @property
     def inputs(self) -> list[Any]:
-        return [*self.filters, self.sort, self.page_box, self.page_size]
+        return [*self.filters, self.sort, self.page_box, self.page_size, self.selected]
 
     @property
     def outputs(self) -> list[Any]:
-        return [self.table, self.info, self.page_box]
+        return [self.table, self.info, self.page_box, self.shown]
 
     @property
     def choice_outputs(self) -> list[Any]:
@@ -171,25 +184,56 @@ class BrowseTab:
 
     def wire_load(self, demo: gr.Blocks, store: Store) -> None:
         """On every page load (so a reload shows episodes written since): choices, first page, charts."""
-        demo.load(lambda: choices(store), outputs=self.choice_outputs).then(
+        loaded = demo.load(lambda: [*choices(store), store.episodes_stamp()], outputs=[*self.choice_outputs, self.stamp])
+        loaded.then(_show(store), inputs=self.inputs, outputs=self.outputs).then(
+            _charts(store), inputs=self.filters, outputs=self.plots)
+
+    def wire_request(self, store: Store, request: gr.State, tabs: gr.Tabs) -> None:
+        """Show Browse when ``request`` is set to ``{"run", "step"}``: that run's episodes of that rollout step,
+        every other filter cleared."""
+
+        def apply(req: Any) -> list[Any]:
+            if not isinstance(req, dict) or not req.get("run"):
+                return [gr.skip()] * (3 + len(self.filters))
+            return [gr.Tabs(selected="browse"), *step_filters(store, str(req["run"]), req.get("step")),
+                    dict(DEFAULT_SORT), 1]
+
+        request.change(apply, inputs=[request], outputs=[tabs, *self.filters, self.sort, self.page_box]).then(
             _show(store), inputs=self.inputs, outputs=self.outputs
         ).then(_charts(store), inputs=self.filters, outputs=self.plots)
 
 
+def step_filters(store: Store, run: str, step: Any) -> list[Any]:
+    """Values for every filter control: ``run`` and rollout ``step``, the rest cleared (the run dropdown
+    also gets the runs there are now, so it can hold ``run``)."""
+    runs = [ALL, *store.distinct("run_id")]
+    return ["", ALL, ALL, [], gr.Dropdown(choices=runs if run in runs else [*runs, run], value=run), "", "", "", "",
+            [], "any", ALL, ALL, "" if step is None else str(step)]
+
+
 def _bad_bounds(filter_values: list[Any]) -> str:
-    """A warning for reward/turn bounds that are not numbers (they are ignored), or ''."""
+    """A warning for reward/turn bounds and a step that are not numbers (they are ignored), or ''."""
     labels = ("reward ≥", "reward ≤", "turns ≥", "turns ≤")
     bad = [f"{label} {str(v).strip()!r}" for label, v in zip(labels, filter_values[5:9], strict=True)
            if str(v or "").strip() and _num(v) is None]
-    return render_message(f"Not a number, ignored: {', '.join(bad)}", "warn") if bad else ""
+    out = render_message(f"Not a number, ignored: {', '.join(bad)}", "warn") if bad else ""
+    step = str(filter_values[13] or "").strip() if len(filter_values) > 13 else ""
+    if step and (_num(step) is None or not float(step).is_integer()):
+        out += render_message(f"Not a whole number, ignored: step {step!r}", "warn")
+    return out
+
+
+def _drawn(store: Store, filter_values: list[Any], sort: Any, number: Any, size: Any, selected: Any) -> list[Any]:
+    """[table, info, page number, shown] for these values."""
+    table, info, number = page(store, episode_filter(*filter_values), sort, number, size, selected)
+    return [table, _bad_bounds(filter_values) + info, number, [*filter_values, sort, number, size]]
 
 
 def _show(store: Store, delta: int = 0, first: bool = False) -> Any:
     def show(*values: Any) -> list[Any]:
-        *filter_values, sort, page_no, size = values
+        *filter_values, sort, page_no, size, selected = values
         number = 1 if first else int(_num(page_no) or 1) + delta
-        table, info, number = page(store, episode_filter(*filter_values), sort, number, size)
-        return [table, _bad_bounds(filter_values) + info, number]
+        return _drawn(store, filter_values, sort, number, size, selected)
     return show
 
 
@@ -236,6 +280,7 @@ def build(store: Store) -> BrowseTab:
             source = gr.Dropdown([ALL], value=ALL, label="source", min_width=100, elem_id="rs-filter-source")
             findings = gr.Dropdown([("any", ALL)], value=ALL, label="findings", scale=2, min_width=160,
                                    elem_id="rs-filter-findings")
+            step = _bound("rollout step", "rs-filter-step")
         with gr.Row(elem_classes="rs-actions"):
             apply = gr.Button("Apply filters", variant="primary", scale=0, min_width=140, elem_id="rs-apply")
             reset = gr.Button("Reset", scale=0, min_width=90, elem_id="rs-reset")
@@ -258,8 +303,9 @@ def build(store: Store) -> BrowseTab:
                 for col in range(3):
                     plots.append(gr.Plot(show_label=False, elem_id=f"rs-chart-{row * 3 + col}", min_width=300))
     filters = [text, env, task, status, run, reward_min, reward_max, turns_min, turns_max, tags, starred, source,
-               findings]
-    tab = BrowseTab(filters, apply, reset, refresh, info, table, prev, nxt, page_box, page_size, sort, plots)
+               findings, step]
+    tab = BrowseTab(filters, apply, reset, refresh, info, table, prev, nxt, page_box, page_size, sort, plots,
+                    gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S))
 
     def refilter(trigger: Any) -> None:
         trigger(_show(store, first=True), inputs=tab.inputs, outputs=tab.outputs).then(
@@ -267,8 +313,8 @@ def build(store: Store) -> BrowseTab:
         )
 
     for control in (apply.click, text.submit, reward_min.submit, reward_max.submit, turns_min.submit,
-                    turns_max.submit, env.input, task.input, status.input, run.input, tags.input, starred.input,
-                    source.input, findings.input):
+                    turns_max.submit, step.submit, env.input, task.input, status.input, run.input, tags.input,
+                    starred.input, source.input, findings.input):
         refilter(control)
     prev.click(_show(store, -1), inputs=tab.inputs, outputs=tab.outputs)
     nxt.click(_show(store, +1), inputs=tab.inputs, outputs=tab.outputs)
@@ -276,7 +322,7 @@ def build(store: Store) -> BrowseTab:
     page_size.input(_show(store, first=True), inputs=tab.inputs, outputs=tab.outputs)
 
     def defaults() -> list[Any]:
-        return ["", ALL, ALL, [], ALL, "", "", "", "", [], "any", ALL, ALL, dict(DEFAULT_SORT), 1]
+        return ["", ALL, ALL, [], ALL, "", "", "", "", [], "any", ALL, ALL, "", dict(DEFAULT_SORT), 1]
 
     reset.click(defaults, outputs=[*filters, sort, page_box]).then(
         _show(store), inputs=tab.inputs, outputs=tab.outputs
@@ -285,21 +331,31 @@ def build(store: Store) -> BrowseTab:
         _show(store), inputs=tab.inputs, outputs=tab.outputs
     ).then(_charts(store), inputs=filters, outputs=plots)
 
-    def on_table_click(
-        text_v: str, env_v: str, task_v: str, status_v: list[str], run_v: str, rmin: Any, rmax: Any, tmin: Any,
-        tmax: Any, tags_v: list[str], starred_v: str, source_v: str, findings_v: str, sort_v: Any, page_v: Any,
-        size: Any, evt: gr.EventData,
-    ) -> list[Any]:
-        column = _event_data(evt).get("sort")
+    def on_table_click(evt: gr.EventData, *values: Any) -> list[Any]:
+        *filter_values, sort_v, _page, size, selected = values
+        data = _event_data(evt)
+        column = data.get("sort")
         if column not in SORTABLE:
-            return [gr.skip()] * (len(tab.outputs) + 1)  # a row click: the app opens it
-        flt = episode_filter(text_v, env_v, task_v, status_v, run_v, rmin, rmax, tmin, tmax, tags_v, starred_v,
-                             source_v, findings_v)
+            # A row click: the app opens it; the row stays marked when the table is drawn again.
+            opened = str(data["open"]) if data.get("open") else gr.skip()
+            return [*([gr.skip()] * (len(tab.outputs) + 1)), opened]
         by, desc = _sort(sort_v)
         # A second click on the sorted column flips it; a new column starts
         # with the order usually wanted (highest, newest first; names A to Z).
         new = {"by": column, "desc": (not desc) if column == by else column not in ("id", "env", "task_id")}
-        return [*page(store, flt, new, 1, size), new]
+        return [*_drawn(store, filter_values, new, 1, size, selected), new, gr.skip()]
 
-    table.click(on_table_click, inputs=tab.inputs, outputs=[*tab.outputs, sort])
+    table.click(on_table_click, inputs=tab.inputs, outputs=[*tab.outputs, sort, tab.selected])
+
+    def on_tick(stamp: Any, shown: Any, selected: Any) -> list[Any]:
+        now = store.episodes_stamp()
+        if now == stamp or not shown:
+            return [gr.skip()] * (1 + len(tab.choice_outputs) + len(tab.outputs) + len(plots))
+        *filter_values, sort_v, number, size = shown
+        table_v, info_v, number_v, shown_v = _drawn(store, filter_values, sort_v, number, size, selected)
+        return [now, *choices(store), table_v, info_v, gr.skip() if number_v == number else number_v, shown_v,
+                *figures(store, episode_filter(*filter_values))]
+
+    tab.timer.tick(on_tick, inputs=[tab.stamp, tab.shown, tab.selected],
+                   outputs=[tab.stamp, *tab.choice_outputs, *tab.outputs, *plots], show_progress="hidden")
     return tab

@@ -1,0 +1,149 @@
+"""The run view's figure and its alerts: one point per rollout step of a training run.
+
+Pure functions of the store's per-step aggregates (``Store.step_stats``): no Gradio, no store.
+``alerts`` finds the steps where the data changed for the worse (the share of episodes with a root
+error, or of aborted or truncated ones, jumps from one step to the next); ``run_figure`` draws four
+panels sharing the step axis (reward with its min-max band, truncation and abort rates, response
+tokens, root findings by kind) and marks those steps on every panel.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine import StepStats
+
+from .charts import ACCENT, STATUS_COLORS, TRAIN, empty, layout
+
+JUMP = 0.2
+"""A share that rises by this much (20 points) from one step to the next marks the step."""
+MAX_KINDS = 6
+"""Root kinds drawn one by one; the rest are summed as ``other``."""
+KIND_COLORS = ("#dc2626", "#7c3aed", "#d97706", "#0891b2", "#db2777", "#65a30d")
+OTHER_COLOR = "#6b7280"
+ALERT_COLOR = "#dc2626"
+
+
+def error_share(s: StepStats) -> float:
+    """The share of a step's episodes with at least one root error finding."""
+    return s.with_errors / s.n if s.n else 0.0
+
+
+MEASURES: tuple[tuple[str, Callable[[StepStats], float]], ...] = (
+    ("root errors", error_share),
+    ("aborted", lambda s: s.aborted_rate),
+    ("truncated", lambda s: s.truncated_rate),
+)
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A step where a share of episodes jumped: which, from the step before (None: the first step) to this one."""
+
+    step: int
+    what: str
+    before: float | None
+    after: float
+    kinds: tuple[str, ...] = ()
+    """For root errors: the kinds whose share grew most at this step."""
+
+    def text(self) -> str:
+        change = f"{self.before:.0%} → {self.after:.0%}" if self.before is not None else (
+            f"{self.after:.0%} from the first step")
+        return f"step {self.step}: {self.what} {change}" + (f" ({', '.join(self.kinds)})" if self.kinds else "")
+
+
+def _grown_kinds(before: StepStats | None, s: StepStats, n: int = 3) -> tuple[str, ...]:
+    def share(st: StepStats | None, kind: str) -> float:
+        return st.root_kinds.get(kind, 0) / st.n if st is not None and st.n else 0.0
+
+    growth = sorted(((share(s, k) - share(before, k), k) for k in s.root_kinds), key=lambda g: (-g[0], g[1]))
+    return tuple(k for g, k in growth[:n] if g > 0)
+
+
+def alerts(stats: Sequence[StepStats], jump: float = JUMP) -> list[Alert]:
+    """The steps where a share of episodes (with root errors, aborted, truncated) rose by ``jump`` or more
+    over the step before; the first step counts from nothing. In step order."""
+    out: list[Alert] = []
+    before: StepStats | None = None
+    for s in stats:
+        for what, share in MEASURES:
+            was = share(before) if before is not None else None
+            if share(s) - (was or 0.0) >= jump:
+                kinds = _grown_kinds(before, s) if what == "root errors" else ()
+                out.append(Alert(s.step, what, was, share(s), kinds))
+        before = s
+    return out
+
+
+def kind_series(stats: Sequence[StepStats], max_kinds: int = MAX_KINDS) -> list[tuple[str, list[int]]]:
+    """(kind, episodes per step) for the run's most frequent root kinds, then ``other`` for the rest."""
+    totals: Counter[str] = Counter()
+    for s in stats:
+        totals.update(s.root_kinds)
+    ranked = sorted(totals, key=lambda k: (-totals[k], k))
+    top, rest = ranked[:max_kinds], set(ranked[max_kinds:])
+    series = [(k, [s.root_kinds.get(k, 0) for s in stats]) for k in top]
+    if rest:
+        series.append(("other", [sum(n for k, n in s.root_kinds.items() if k in rest) for s in stats]))
+    return series
+
+
+def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[Alert] = ()) -> go.Figure:
+    """Four panels over the rollout steps: reward, truncated and aborted %, response tokens, root errors
+    by kind; the steps in ``marked`` are dashed red lines on every panel."""
+    title = f"Run {run_id} by rollout step" if run_id else "Run by rollout step"
+    if not stats:
+        return empty(title, "no episodes with a rollout step in this run yet")
+    x = [s.step for s in stats]
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        row_heights=[0.3, 0.22, 0.22, 0.26],
+                        subplot_titles=("reward: mean and min–max", "truncated and aborted (% of episodes)",
+                                        "mean response tokens (trainable)", "episodes with root errors, by kind"))
+    fig.add_scatter(x=x, y=[s.reward_max for s in stats], mode="lines", line={"width": 0}, name="reward max",
+                    hoverinfo="skip", showlegend=False, row=1, col=1)
+    fig.add_scatter(x=x, y=[s.reward_min for s in stats], mode="lines", line={"width": 0}, fill="tonexty",
+                    fillcolor="rgba(37,99,235,.15)", name="reward min–max", hoverinfo="skip", showlegend=False,
+                    row=1, col=1)
+    fig.add_scatter(
+        x=x, y=[s.reward_mean for s in stats], mode="lines+markers", name="mean reward", showlegend=False,
+        line={"color": ACCENT}, customdata=[[s.n, s.reward_min, s.reward_max] for s in stats], row=1, col=1,
+        hovertemplate="step %{x}<br>mean reward %{y:.4g}<br>range %{customdata[1]:.4g} … %{customdata[2]:.4g}"
+                      "<br>%{customdata[0]} episodes<extra></extra>")
+    for name in ("truncated", "aborted"):  # StepStats.truncated, .truncated_rate, .aborted, .aborted_rate
+        fig.add_scatter(
+            x=x, y=[100 * getattr(s, f"{name}_rate") for s in stats], mode="lines+markers", name=name,
+            line={"color": STATUS_COLORS[name]}, customdata=[[getattr(s, name), s.n] for s in stats], row=2, col=1,
+            hovertemplate=f"step %{{x}}<br>{name} %{{y:.0f}}% (%{{customdata[0]}} of %{{customdata[1]}})"
+                          "<extra></extra>")
+    fig.add_scatter(x=x, y=[s.response_tokens for s in stats], mode="lines+markers", name="response tokens",
+                    line={"color": TRAIN}, showlegend=False, row=3, col=1,
+                    hovertemplate="step %{x}<br>%{y:,.0f} trainable tokens per episode<extra></extra>")
+    for i, (kind, counts) in enumerate(kind_series(stats)):
+        color = OTHER_COLOR if kind == "other" else KIND_COLORS[i % len(KIND_COLORS)]
+        fig.add_bar(x=x, y=counts, name=kind, marker_color=color, row=4, col=1,
+                    hovertemplate=f"step %{{x}}<br>root {kind}: %{{y}} episodes<extra></extra>")
+    fig.add_scatter(
+        x=x, y=[s.with_errors for s in stats], mode="markers", name="any root error",
+        marker={"symbol": "diamond-open", "color": "#111827", "size": 8},
+        customdata=[[s.n, 100 * error_share(s)] for s in stats], row=4, col=1,
+        hovertemplate="step %{x}<br>%{y} of %{customdata[0]} episodes have a root error (%{customdata[1]:.0f}%)"
+                      "<extra></extra>")
+    for step in sorted({a.step for a in marked}):
+        fig.add_vline(x=step, line={"color": ALERT_COLOR, "dash": "dash", "width": 1.5}, row="all", col=1)
+        fig.add_annotation(x=step, y=1, xref="x", yref="y domain", text=f"⚠ {step}", showarrow=False,
+                           yanchor="bottom", font={"color": ALERT_COLOR, "size": 11})
+    fig.update_xaxes(title_text="rollout step", row=4, col=1, dtick=1 if x[-1] - x[0] <= 30 else None)
+    fig.update_yaxes(ticksuffix="%", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(rangemode="tozero", row=4, col=1)
+    fig.update_annotations(font_size=11, selector={"showarrow": False, "xref": "paper"})
+    layout(fig, title, height=660, showlegend=True, barmode="stack", uirevision=run_id or "run",
+           margin={"l": 52, "r": 12, "t": 64, "b": 40})
+    fig.update_layout(legend={"orientation": "h", "yref": "container", "y": 0.99, "yanchor": "top", "x": 1,
+                              "xanchor": "right", "font": {"size": 10}})
+    return fig

@@ -1,0 +1,208 @@
+"""Runs: watch a training run's dump folder, and see the run step by step.
+
+Start checks the form at once (folder, format, tokenizer) and runs the watch in a thread of the
+server (``dashboard.watching``): new dumps are imported and checked into this database as the
+trainer writes them. Below, the run view plots the chosen run one point per rollout step, marks the
+steps where the data changed for the worse, and lists the steps; a step opens its episodes in
+Browse. One ``gr.Timer`` polls the watch and a cheap stamp of the store, so the view grows while a
+run is written (by this server or a ``rollscope watch`` elsewhere) and stays still otherwise; a
+reloaded page finds a running watch again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from engine import RollscopeError, Store
+
+from .. import charts_runs
+from ..render_runs import STEPS_JS, alerts_note, run_label, step_table, watch_status
+from ..render_step import note
+from ..watching import FORMATS, WatchJob, WatchManager, WatchStatus
+
+POLL_S = 1.5
+
+
+@dataclass
+class RunsTab:
+    """The Runs tab's components. ``steps`` click events carry ``{"step": N}`` (the app opens Browse)."""
+
+    folder: gr.Textbox
+    fmt: gr.Dropdown
+    tokenizer: gr.Textbox
+    run_name: gr.Textbox
+    start: gr.Button
+    stop: gr.Button
+    message: gr.HTML
+    status: gr.HTML
+    run: gr.Dropdown
+    alerts: gr.HTML
+    plot: gr.Plot
+    steps: gr.HTML
+    timer: gr.Timer
+    watch_id: gr.State
+    shown: gr.State  # the watch's state, looks and events last rendered, so a tick with nothing new sends nothing
+    view_key: gr.State  # (run, its steps) last drawn
+    stamp: gr.State  # the store's episodes_stamp() when the run list was last read
+    watches: WatchManager
+
+    @property
+    def status_outputs(self) -> list[Any]:
+        return [self.status, self.shown, self.stop, self.message]
+
+    @property
+    def view_outputs(self) -> list[Any]:
+        return [self.alerts, self.plot, self.steps, self.view_key]
+
+    @property
+    def tick_outputs(self) -> list[Any]:
+        return [*self.status_outputs, self.run, *self.view_outputs, self.stamp]
+
+    def wire_load(self, demo: gr.Blocks, store: Store) -> None:
+        """On page load: the newest running watch (else the newest), the run list and the view."""
+
+        def attach() -> list[Any]:
+            job = self.watches.latest()
+            follow = job.watcher.run_id if job is not None else None
+            choices, value = _run_choices(store, None, follow)
+            return [job.watch_id if job else None, *_status_values(self.watches, job, None),
+                    gr.Dropdown(choices=choices, value=value), *view_values(store, value), store.episodes_stamp()]
+
+        demo.load(attach, outputs=[self.watch_id, *self.tick_outputs])
+
+
+def _others(watches: WatchManager, shown: WatchJob | None) -> list[WatchStatus]:
+    return [w.status() for w in watches.active() if w is not shown]
+
+
+def _status_values(watches: WatchManager, job: WatchJob | None, shown: Any, message: Any = None) -> list[Any]:
+    """[status HTML, shown key, Stop button, message] for ``job``; skips when nothing changed since ``shown``.
+
+    ``message`` replaces the note under the buttons; without one, a watch that ended clears it (an old
+    "Watching…" or "Stopping…" would only mislead).
+    """
+    status = job.status() if job is not None else None
+    others = _others(watches, job)
+    ids = [o.watch_id for o in others]
+    key = [status.state, status.looks, len(status.events), status.new, ids] if status else [None, ids]
+    if key == shown:
+        return [gr.skip(), gr.skip(), gr.skip(), gr.skip() if message is None else message]
+    if message is None:
+        message = gr.skip() if status is None or status.active else ""
+    return [watch_status(status, others), key, gr.Button(interactive=bool(status and status.active)),
+            message]
+
+
+def view_values(store: Store, run: str | None, key: Any = None) -> list[Any]:
+    """[alerts, figure, step table, key] of ``run``; skips when its steps are what ``key`` says was drawn."""
+    try:
+        stats = store.step_stats(run) if run else []
+    except RollscopeError as e:
+        return [note(str(e), "error"), gr.skip(), gr.skip(), None]
+    new_key = [run, hash(repr(stats))]
+    if new_key == key:
+        return [gr.skip()] * 4
+    marked = charts_runs.alerts(stats)
+    return [alerts_note(stats, marked), charts_runs.run_figure(stats, run or "", marked), step_table(stats, marked),
+            new_key]
+
+
+def _run_choices(store: Store, current: str | None, follow: str | None) -> tuple[list[tuple[str, str]], str | None]:
+    """The run dropdown's (label, run) choices and the run to show: ``current`` if set, else the watched
+    run (``follow``), else the run that grew last."""
+    choices = [(run_label(r), r.run_id) for r in store.runs_with_steps()]
+    ids = {value for _, value in choices}
+    for extra in (current, follow):
+        if extra and extra not in ids:
+            choices.append((f"{extra} · no steps yet", extra))
+            ids.add(extra)
+    value = current or follow or (choices[0][1] if choices else None)
+    return choices, value
+
+
+def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
+    """Lay out the Runs tab in the current Blocks context and wire Start, Stop, the run view and the poll."""
+    watches = watches or WatchManager()
+    gr.HTML('<p class="rs-lead">Watch a training run\'s dump folder: each new dump is imported and checked into '
+            "this database as the trainer writes it, and the run view below grows a point per rollout step.</p>",
+            apply_default_css=False, js_on_load=None)
+    with gr.Group(elem_classes="rs-form"):
+        with gr.Row(equal_height=True):
+            folder = gr.Textbox(label="dump folder (on this server)", placeholder="/path/to/run/dumps", scale=3,
+                                max_lines=1, elem_id="rs-watch-folder")
+            fmt = gr.Dropdown(list(FORMATS), value=FORMATS[0], label="format", min_width=110, scale=1,
+                              elem_id="rs-watch-format")
+            tokenizer = gr.Textbox(label="tokenizer (optional)", placeholder="folder or hub id; slime: its tokenizer/ "
+                                   "folder if there is one", scale=2, max_lines=1, elem_id="rs-watch-tokenizer")
+            run_name = gr.Textbox(label="run name (optional)", placeholder="default: folder name and a hash",
+                                  scale=2, max_lines=1, elem_id="rs-watch-run")
+    with gr.Row(elem_classes="rs-actions"):
+        start = gr.Button("▶ Start watching", variant="primary", scale=0, min_width=210, elem_id="rs-watch-start")
+        stop = gr.Button("■ Stop", variant="stop", scale=0, min_width=110, interactive=False,
+                         elem_id="rs-watch-stop")
+    message = gr.HTML("", elem_id="rs-watch-message", apply_default_css=False, js_on_load=None)
+    status = gr.HTML(watch_status(None), elem_id="rs-watch-status", apply_default_css=False, js_on_load=None)
+    gr.HTML('<h4 class="rs-h">Run view <span class="rs-dim">(one point per rollout step)</span></h4>',
+            apply_default_css=False, js_on_load=None)
+    run = gr.Dropdown([], value=None, label="run", elem_id="rs-run-select")
+    alerts = gr.HTML("", elem_id="rs-run-alerts", apply_default_css=False, js_on_load=None)
+    plot = gr.Plot(show_label=False, elem_id="rs-run-chart")
+    gr.HTML('<h4 class="rs-h">Steps <span class="rs-dim">(newest first; click a step to see its episodes in '
+            "Browse)</span></h4>", apply_default_css=False, js_on_load=None)
+    steps = gr.HTML("", elem_id="rs-run-steps", apply_default_css=False, js_on_load=STEPS_JS)
+    timer = gr.Timer(POLL_S)
+    tab = RunsTab(folder, fmt, tokenizer, run_name, start, stop, message, status, run, alerts, plot, steps, timer,
+                  gr.State(None), gr.State(None), gr.State(None), gr.State(None), watches)
+
+    def on_tick(watch_id: str | None, shown: Any, run_v: str | None, key: Any, stamp: Any) -> list[Any]:
+        # The watch, then (only when the store changed) the run list and the view.
+        job = watches.get(watch_id)
+        out = _status_values(watches, job, shown)
+        now = store.episodes_stamp()
+        if now == stamp:
+            return [*out, gr.skip(), *([gr.skip()] * len(tab.view_outputs)), gr.skip()]
+        follow = job.watcher.run_id if job is not None and job.status().active else None
+        choices, value = _run_choices(store, run_v, follow)
+        return [*out, gr.Dropdown(choices=choices, value=value), *view_values(store, value, key), now]
+
+    timer.tick(on_tick, inputs=[tab.watch_id, tab.shown, run, tab.view_key, tab.stamp], outputs=tab.tick_outputs,
+               show_progress="hidden", concurrency_limit=None)
+
+    def on_start(folder_v: str, fmt_v: str, tok_v: str, name_v: str) -> list[Any]:
+        running = watches.running(folder_v) if (folder_v or "").strip() else None
+        try:
+            job = running or watches.start(store, folder_v, fmt_v, tok_v, name_v)
+        except RollscopeError as e:
+            skips = [gr.skip()] * (len(tab.tick_outputs) - len(tab.status_outputs))
+            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), note(str(e), "error"), *skips]
+        said = (f"Already watching {job.folder}: showing that watch." if running else
+                f"Watching {job.folder} into run {job.watcher.run_id}: it looks every {watches.interval:g} s.")
+        choices, value = _run_choices(store, job.watcher.run_id, None)
+        return [job.watch_id, *_status_values(watches, job, None, note(said, "info")),
+                gr.Dropdown(choices=choices, value=value), *view_values(store, value), gr.skip()]
+
+    start.click(on_start, inputs=[folder, fmt, tokenizer, run_name], outputs=[tab.watch_id, *tab.tick_outputs],
+                concurrency_limit=None)
+
+    def on_stop(watch_id: str | None) -> list[Any]:
+        job = watches.get(watch_id)
+        if job is None or not job.stop():
+            return [gr.skip(), gr.skip(), gr.skip(), note("No watch is running here.", "warn")]
+        return _status_values(watches, job, None, note(f"Stopping the watch of {job.folder}…", "warn"))
+
+    stop.click(on_stop, inputs=[tab.watch_id], outputs=tab.status_outputs, concurrency_limit=None)
+    run.input(lambda run_v: view_values(store, run_v), inputs=[run], outputs=tab.view_outputs)
+    return tab
+
+
+def browse_request(run: str | None, evt: gr.EventData) -> Any:
+    """``{"run", "step", "at"}`` for the app's browse request when a step row was chosen, else skip."""
+    data = getattr(evt, "_data", None)
+    step = data.get("step") if isinstance(data, dict) else None
+    if not run or not isinstance(step, int | float):
+        return gr.skip()
+    return {"run": run, "step": int(step), "at": time.time()}

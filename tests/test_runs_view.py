@@ -1,0 +1,214 @@
+"""The Runs tab without a browser: per-step figures, alerts and table from imported dumps, the watches, and
+Browse's step filter and refresh stamp, on a real SQLite store."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pytest
+
+from dashboard import charts_runs
+from dashboard.render_runs import alerts_note, event_line, run_label, step_table, watch_status
+from dashboard.tabs import browse as browse_tab
+from dashboard.tabs import runs as runs_tab
+from dashboard.watching import FAILED, STOPPED, WATCHING, WatchManager
+from engine.errors import ConfigError, StoreError
+from engine.store import StepStats, Store
+from engine.watch import Watcher, WatchEvent
+from tests.fixtures_formats import synthetic_slime_samples, write_slime_dump
+
+N = 8
+
+
+def _first_dump() -> list[dict[str, Any]]:
+    return synthetic_slime_samples(N, 600, seed=0)  # rewards 0, 1, 0, 1, ...: mean 0.5
+
+
+def _second_dump() -> list[dict[str, Any]]:
+    """Rollout 1 went wrong: 6 of 8 loss masks longer than the response, one truncated, one aborted, reward 1."""
+    samples = synthetic_slime_samples(N, 600, seed=1)
+    for s in samples:
+        s["reward"] = 1.0
+    for s in samples[:6]:
+        s["loss_mask"] = s["loss_mask"] + [1] * 10
+    samples[6]["status"] = "truncated"
+    samples[7]["status"] = "aborted"
+    return samples
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> tuple[Store, str]:
+    """A store holding a run imported (and checked) from two slime dumps, rollout ids 0 and 1."""
+    folder = tmp_path / "dumps"
+    write_slime_dump(folder / "0.pt", _first_dump(), 0)
+    write_slime_dump(folder / "1.pt", _second_dump(), 1)
+    store = Store(tmp_path / "r.db")
+    watcher = Watcher(store, folder, "slime", settle=0.0)
+    assert [e.new for e in watcher.poll()] == [N, N]
+    return store, watcher.run_id
+
+
+def _trace(fig: Any, name: str) -> Any:
+    [trace] = [t for t in fig.data if t.name == name]
+    return trace
+
+
+def test_two_rollout_ids_make_two_points_with_their_means_and_rates(run: tuple[Store, str]) -> None:
+    store, run_id = run
+    stats = store.step_stats(run_id)
+    assert [s.step for s in stats] == [0, 1] and [s.n for s in stats] == [N, N]
+    marked = charts_runs.alerts(stats)
+    fig = charts_runs.run_figure(stats, run_id, marked)
+    mean = _trace(fig, "mean reward")
+    assert list(mean.x) == [0, 1] and list(mean.y) == pytest.approx([0.5, 1.0])
+    assert list(_trace(fig, "reward max").y) == [1.0, 1.0] and list(_trace(fig, "reward min–max").y) == [0.0, 1.0]
+    assert list(_trace(fig, "truncated").y) == pytest.approx([0.0, 12.5])
+    assert list(_trace(fig, "aborted").y) == pytest.approx([0.0, 12.5])
+    assert list(_trace(fig, "response tokens").y) == pytest.approx([s.response_tokens for s in stats])
+    assert list(_trace(fig, "mask_misaligned").y) == [0, 6] and list(_trace(fig, "any root error").y) == [0, 6]
+    assert fig.layout.barmode == "stack" and fig.layout.uirevision == run_id
+
+    # The jump in root errors at step 1 is the alert, drawn as a line on the panels and said in words.
+    [alert] = marked
+    assert (alert.step, alert.what, alert.before, alert.after, alert.kinds) == (
+        1, "root errors", 0.0, 0.75, ("mask_misaligned",))
+    assert [s.x0 for s in fig.layout.shapes] == [1] * 4
+    note = alerts_note(stats, marked)
+    assert "The data changed at step 1" in note and "root errors 0% → 75% (mask_misaligned)" in note
+
+    table = step_table(stats, marked)
+    assert table.index('data-step="1"') < table.index('data-step="0"')  # newest first
+    assert table.count("rs-step-alert") == 1 and "⚠ 1" in table and "6</span> <span class=\"rs-dim\">(75%)" in table
+    assert "12% <span" in table  # 1 of 8 truncated
+
+    [summary] = store.runs_with_steps()
+    assert run_label(summary) == f"{run_id} · steps 0–1 · 16 episodes"
+
+
+def test_alerts_mark_jumps_not_levels() -> None:
+    def step(k: int, errors: int, aborted: int = 0, n: int = 10) -> StepStats:
+        return StepStats(k, n, 0.5, 0.0, 1.0, 0, aborted, 100.0, errors, {"env_error": errors} if errors else {})
+
+    calm = [step(0, 0), step(1, 1), step(2, 2), step(3, 3)]  # creeping up by 10 points a step
+    assert charts_runs.alerts(calm) == []
+    assert "No jumps" in alerts_note(calm, [])
+    jumps = [step(0, 0), step(1, 1), step(2, 6, aborted=5), step(3, 6)]
+    assert [(a.step, a.what) for a in charts_runs.alerts(jumps)] == [(2, "root errors"), (2, "aborted")]
+    broken = [step(5, 10), step(6, 10)]
+    [first] = charts_runs.alerts(broken)
+    assert first.step == 5 and first.before is None and first.text() == (
+        "step 5: root errors 100% from the first step (env_error)")
+
+
+def test_root_kinds_past_the_most_frequent_are_summed_as_other() -> None:
+    kinds = {f"k{i}": i + 1 for i in range(8)}
+    stats = [StepStats(0, 40, 0.0, 0.0, 0.0, 0, 0, 1.0, 20, kinds)]
+    series = charts_runs.kind_series(stats, max_kinds=3)
+    assert series == [("k7", [8]), ("k6", [7]), ("k5", [6]), ("other", [1 + 2 + 3 + 4 + 5])]
+
+
+def test_an_empty_run_says_why() -> None:
+    fig = charts_runs.run_figure([], "r")
+    assert not fig.data and "no episodes with a rollout step" in fig.layout.annotations[0].text
+    assert step_table([]) == "" and "No steps yet" in alerts_note([], [])
+
+
+def test_the_view_is_drawn_once_per_change(run: tuple[Store, str]) -> None:
+    store, run_id = run
+    alerts, fig, table, key = runs_tab.view_values(store, run_id)
+    assert "step 1" in alerts and len(fig.data) > 4 and 'data-step="0"' in table
+    assert runs_tab.view_values(store, run_id, key) == [gr.skip()] * 4  # nothing new: nothing sent
+
+
+def test_browse_filters_a_run_by_step_and_keeps_the_opened_row(run: tuple[Store, str]) -> None:
+    store, run_id = run
+    flt = browse_tab.episode_filter(run=run_id, step="1")
+    assert flt.rollout_step == 1 and store.count(flt) == N
+    assert browse_tab.episode_filter(step="1.5").rollout_step is None
+    assert "Not a whole number, ignored: step &#x27;1.5&#x27;" in browse_tab._bad_bounds([""] * 13 + ["1.5"])
+    [one] = store.list_episodes(flt, limit=1)
+    table, info, number = browse_tab.page(store, flt, None, 1, 25, selected=one.id)
+    assert number == 1 and f"of {N} matching" in info
+    assert table.count('class="rs-selected"') == 1 and f'data-id="{one.id}" tabindex="0" class="rs-selected"' in table
+    assert table.count('<td class="c-step c-num">1</td>') == N
+    values = browse_tab.step_filters(store, run_id, 1)
+    assert len(values) == 14 and values[4].value == run_id and values[13] == "1"
+
+
+def test_the_store_stamp_changes_when_episodes_arrive(tmp_path: Path) -> None:
+    folder = tmp_path / "dumps"
+    write_slime_dump(folder / "0.pt", _first_dump(), 0)
+    store = Store(tmp_path / "r.db")
+    empty = store.episodes_stamp()
+    assert empty[0] == 0 and store.episodes_stamp() == empty
+    Watcher(store, folder, "slime", settle=0.0).poll()
+    assert store.episodes_stamp()[0] == N and store.episodes_stamp() != empty
+
+
+def _until(what: Any, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_watch_imports_new_dumps_until_stopped(tmp_path: Path) -> None:
+    folder = tmp_path / "run-a"
+    write_slime_dump(folder / "0.pt", _first_dump(), 0)
+    store = Store(tmp_path / "r.db")
+    watches = WatchManager(interval=0.1, settle=0.0)
+    job = watches.start(store, f" {folder} ", "slime", "", "my-run")
+    assert job.status().state == WATCHING and job.watcher.run_id == "my-run" and job.watcher.check
+    _until(lambda: job.status().new == N)
+    with pytest.raises(ConfigError, match="already watched"):
+        watches.start(store, str(folder / "."), "slime")
+    assert watches.running(str(folder)) is job and watches.latest() is job
+
+    write_slime_dump(folder / "1.pt", _second_dump(), 1)
+    _until(lambda: job.status().new == 2 * N)
+    assert [s.step for s in store.step_stats("my-run")] == [0, 1]
+    status = job.status()
+    assert status.reads == 2 and status.looks >= 2 and status.last_look is not None
+    html = watch_status(status)
+    assert 'data-state="watching"' in html and "0.pt: read: 8 new" in html and str(folder) in html
+
+    assert job.stop() and job.wait(10) and job.status().state == STOPPED and not job.stop()
+    assert watches.running(str(folder)) is None and "Stopped." in watch_status(job.status())
+    watches.stop_all()
+
+
+def test_a_wrong_form_is_a_sentence(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    watches = WatchManager()
+    with pytest.raises(ConfigError, match="Type the path"):
+        watches.start(store, "  ", "slime")
+    with pytest.raises(ConfigError, match="is not a folder on this server"):
+        watches.start(store, str(tmp_path / "nowhere"), "slime")
+    with pytest.raises(ConfigError, match="Choose the dumps' format"):
+        watches.start(store, str(tmp_path), "parquet")
+    with pytest.raises(ConfigError, match="leave it empty to import without token checks"):
+        watches.start(store, str(tmp_path), "slime", str(tmp_path / "no-tokenizer"))
+    assert watches.latest() is None
+
+
+def test_a_watch_that_breaks_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store(tmp_path / "r.db")
+    watches = WatchManager(interval=0.05, settle=0.0)
+    job = watches.start(store, str(tmp_path), "slime")
+
+    def broken() -> list[WatchEvent]:
+        raise StoreError("the disk is full")
+
+    monkeypatch.setattr(job.watcher, "poll", broken)
+    _until(lambda: job.status().state == FAILED)
+    assert job.status().error == "the disk is full"
+    assert "The watch stopped on an error: the disk is full" in watch_status(job.status())
+
+
+def test_event_lines_are_short_and_escaped(tmp_path: Path) -> None:
+    event = WatchEvent(str(tmp_path / "<b>.pt"), "failed", message="bad <zip>")
+    line = event_line(event, str(tmp_path))
+    assert "<b>" not in line and "&lt;b&gt;.pt: failed (bad &lt;zip&gt;)" in line and str(tmp_path) not in line
