@@ -205,12 +205,12 @@ class OneBadSave(Store):
         super().__init__(path)
         self.seen = 0
 
-    def _save_whole(self, ep):
+    def _save_whole(self, ep, **kw):
         self.seen += 1
         if self.seen == 2:
-            super()._save_whole(ep)  # half written when it fails: the savepoint takes it back
+            super()._save_whole(ep, **kw)  # half written when it fails: the savepoint takes it back
             raise OverflowError("Python int too large to convert to SQLite INTEGER")
-        super()._save_whole(ep)
+        super()._save_whole(ep, **kw)
 
 
 def test_an_import_goes_on_past_a_record_the_store_cannot_take(tmp_path):

@@ -131,8 +131,9 @@ def import_path(
     the fidelity checks on each new episode before it is stored, on ``fanout``'s workers (an
     ``engine.fanout.Fanout``; default: this process). ``lines`` reads only part of a JSONL file (``watch``
     on a growing file). Malformed records are skipped and listed in the report; a missing, unreadable or
-    unsafe file (a pickle that would run code) raises ``FormatError``. Episodes are written a batch per
-    transaction, each in a savepoint of its own: one that cannot be stored is listed, the rest kept.
+    unsafe file (a pickle that would run code) raises ``FormatError``; what was read before it is stored.
+    Episodes are written a batch per transaction, each in a savepoint of its own: one that cannot be
+    stored is listed, the rest kept.
     """
     if fmt not in IMPORTERS:
         raise ConfigError(f"unknown import format {fmt!r}; one of {', '.join(IMPORTERS)}")
@@ -163,7 +164,7 @@ def import_path(
         for ep in IMPORTERS[fmt](p, ctx):
             if run_id and not ep.run_id:
                 ep = ep.evolve(run_id=run_id)
-            if not replace and store.browse_query("SELECT 1 FROM episodes WHERE id = ?", [ep.id]):
+            if not replace and store.has_episode(ep.id):
                 report.already_present += 1  # left as it is: not checked or written again
                 if bar is not None:
                     bar.update(1)
@@ -179,7 +180,7 @@ def import_path(
         episodes = check_episodes(fanout, episodes, errors=report.tokenizer_errors)
     try:
         save = functools.partial(store.save_batches, replace=replace)
-        for ep, present, error in _write_behind(save, episodes):
+        for ep, present, error in save(episodes):
             if error is not None:  # a bug in storing this one record: list it, import the rest
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
@@ -201,60 +202,6 @@ def import_path(
         report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
                             "token-level checks are skipped")
     return report
-
-
-_DONE = object()
-
-
-def _write_behind(save: Callable[[Iterable[Episode]], Iterator[Any]], episodes: Iterator[Episode],
-                  depth: int = 128) -> Iterator[Any]:
-    """``save(episodes)``'s results, ``save`` run in a thread of its own while this one reads and converts the
-    next episodes (SQLite and the compressor release the GIL: the two overlap on two cores). What was read
-    before an error is still written; then the error is raised here."""
-    import queue
-    import threading
-
-    todo: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    done: queue.Queue[Any] = queue.Queue()
-
-    def writer() -> None:
-        try:
-            for r in save(iter(todo.get, _DONE)):
-                done.put(r)
-        except BaseException as e:  # noqa: BLE001 - handed to the reading thread, which raises it
-            done.put(e)
-            while todo.get() is not _DONE:  # unblock the reader
-                pass
-        done.put(_DONE)
-
-    thread = threading.Thread(target=writer, name="rollscope-import-writer", daemon=True)
-    thread.start()
-    failed: BaseException | None = None
-    try:
-        for ep in episodes:
-            todo.put(ep)
-            while not done.empty():
-                r = done.get()
-                if isinstance(r, BaseException) or r is _DONE:
-                    failed = r if isinstance(r, BaseException) else None
-                    break
-                yield r
-            if failed is not None:
-                break
-    finally:
-        todo.put(_DONE)
-        while True:
-            r = done.get()
-            if r is _DONE:
-                break
-            if isinstance(r, BaseException):
-                failed = failed or r
-                continue
-            if failed is None:
-                yield r
-        thread.join()
-    if failed is not None:
-        raise failed
 
 
 def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:

@@ -74,10 +74,11 @@ class Writes(StoreBase):
             "data": codec.pack_json(data),
         }
 
-    def _write_findings(self, ep: Episode, turn: int | None = None) -> None:
-        """Rewrite the finding index of an episode (or of one of its turns)."""
+    def _write_findings(self, ep: Episode, turn: int | None = None, fresh: bool = False) -> None:
+        """Rewrite the finding index of an episode (or of one of its turns); ``fresh``: none is stored yet."""
         if turn is None:
-            self.db.execute("DELETE FROM findings WHERE episode_id = ?", [ep.id])
+            if not fresh:
+                self.db.execute("DELETE FROM findings WHERE episode_id = ?", [ep.id])
             found = [(f, f.turn) for f in ep.findings] + [(f, t.index) for t in ep.turns for f in t.findings]
         else:
             self.db.execute("DELETE FROM findings WHERE episode_id = ? AND turn = ?", [ep.id, turn])
@@ -173,13 +174,19 @@ class Writes(StoreBase):
         """Write whole episodes, ``batch`` per transaction and each in a savepoint: yields (episode, whether it
         was already stored, why it could not be stored or None) once its batch is committed. One episode
         that fails is rolled back alone; the others of its batch are kept. ``replace=False`` leaves an
-        episode already stored as it is (its tags, star and note too)."""
+        episode already stored as it is (its tags, star and note too). When ``episodes`` raises, those read
+        before are written, then the error goes on."""
         chunk: list[Episode] = []
-        for ep in episodes:
-            chunk.append(ep)
-            if len(chunk) >= batch:
+        try:
+            for ep in episodes:
+                chunk.append(ep)
+                if len(chunk) >= batch:
+                    yield from self._save_savepoints(chunk, replace)
+                    chunk = []
+        except Exception:  # the reading failed (a damaged file): what was read before is kept, then the error
+            if chunk:
                 yield from self._save_savepoints(chunk, replace)
-                chunk = []
+            raise
         if chunk:
             yield from self._save_savepoints(chunk, replace)
 
@@ -193,7 +200,7 @@ class Writes(StoreBase):
                     continue
                 self.db.execute("SAVEPOINT episode")
                 try:
-                    self._save_whole(ep)
+                    self._save_whole(ep, fresh=not present)
                 except Exception as e:  # noqa: BLE001 - reported per episode, the batch goes on
                     self.db.execute("ROLLBACK TO episode")
                     out.append((ep, present, f"{type(e).__name__}: {e}"))
@@ -208,15 +215,18 @@ class Writes(StoreBase):
                 self._save_whole(ep)
         return len(chunk)
 
-    def _save_whole(self, ep: Episode) -> None:
+    def _save_whole(self, ep: Episode, fresh: bool = False) -> None:
+        """Write every row of ``ep``; ``fresh``: it is not stored yet, so there are no old rows to delete."""
         self._upsert("episodes", self._episode_row(ep), ("id",))
-        self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
+        if not fresh:
+            self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
         for t in ep.turns:
             self._write_turn(ep, t, spans=True)
         self._write_tokens(ep)
-        self._write_findings(ep)
+        self._write_findings(ep, fresh=fresh)
         self._write_search(ep)
-        self.db.execute("DELETE FROM tags WHERE episode_id = ?", [ep.id])
+        if not fresh:
+            self.db.execute("DELETE FROM tags WHERE episode_id = ?", [ep.id])
         if ep.tags:
             self.db.conn.executemany(
                 "INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(ep.id, t) for t in ep.tags]
