@@ -71,7 +71,7 @@ def main() -> None:
                 print(f"rollout step {step}: {a.samples} samples x {a.tokens} tokens shown after {latencies[-1]:.2f}s")
             med = sorted(latencies)[len(latencies) // 2]
             print(f"median {med:.2f}s from the dump being written to its episodes, checked, in the store "
-                  f"(polling every {a.interval:g}s, a whole .pt read once unchanged for {a.interval:g}s)")
+                  f"(watch polling every {a.interval:g}s)")
         finally:
             watch.terminate()
             watch.wait(10)
