@@ -29,13 +29,8 @@ OTHER_COLOR = "#6b7280"
 ALERT_COLOR = "#dc2626"
 
 
-def error_share(s: StepStats) -> float:
-    """The share of a step's episodes with at least one root error finding."""
-    return s.with_errors / s.n if s.n else 0.0
-
-
 MEASURES: tuple[tuple[str, Callable[[StepStats], float]], ...] = (
-    ("root errors", error_share),
+    ("root errors", lambda s: s.error_rate),
     ("aborted", lambda s: s.aborted_rate),
     ("truncated", lambda s: s.truncated_rate),
 )
@@ -131,7 +126,7 @@ def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[Al
     fig.add_scatter(
         x=x, y=[s.with_errors for s in stats], mode="markers", name="any root error",
         marker={"symbol": "diamond-open", "color": "#111827", "size": 8},
-        customdata=[[s.n, 100 * error_share(s)] for s in stats], row=4, col=1,
+        customdata=[[s.n, 100 * s.error_rate] for s in stats], row=4, col=1,
         hovertemplate="step %{x}<br>%{y} of %{customdata[0]} episodes have a root error (%{customdata[1]:.0f}%)"
                       "<extra></extra>")
     for step in sorted({a.step for a in marked}):

@@ -7,15 +7,14 @@ carry ``data-step``; ``STEPS_JS`` sends ``{"step": N}`` to the server when one i
 
 from __future__ import annotations
 
-import html
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from engine import RunSummary, StepStats, WatchEvent
 
-from .charts_runs import Alert, error_share
+from .charts_runs import Alert
+from .render import _e
 from .render_step import chip, note
 from .watching import FAILED, STOPPED, STOPPING, WATCHING, WatchStatus
 
@@ -24,10 +23,6 @@ LOG_LINES = 40
 
 _STATE_CLASS = {WATCHING: "info", STOPPING: "warn", STOPPED: "muted", FAILED: "bad"}
 _EVENT_CLASS = {"done": "ok", "partial": "ok", "waiting": "muted", "failed": "bad"}
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
 
 
 def _clock(ts: float | None) -> str:
@@ -115,7 +110,7 @@ def _root_cell(s: StepStats) -> str:
     if not s.with_errors:
         return ""
     kinds = ", ".join(f"{k} {n}" for k, n in list(s.root_kinds.items())[:3])
-    return (f'<span class="rs-bad-text">{s.with_errors:,}</span> <span class="rs-dim">({error_share(s):.0%})'
+    return (f'<span class="rs-bad-text">{s.with_errors:,}</span> <span class="rs-dim">({s.error_rate:.0%})'
             f"{' · ' + _e(kinds) if kinds else ''}</span>")
 
 

@@ -18,11 +18,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import ConfigError, RollscopeError, Store, TokenizerNotFound, Watcher, WatchEvent
+from engine import WATCH_FORMATS, ConfigError, RollscopeError, Store, TokenizerNotFound, Watcher, WatchEvent
 
 WATCHING, STOPPING, STOPPED, FAILED = "watching", "stopping", "stopped", "failed"
 ACTIVE = frozenset({WATCHING, STOPPING})
-FORMATS = ("slime", "areal", "verl")
+FORMATS = tuple(WATCH_FORMATS)
 MAX_EVENTS = 200
 
 
@@ -105,15 +105,19 @@ class WatchJob:
             self._reads += event.state in ("done", "partial")
             self._failed += event.state == "failed"
 
+    def _on_look(self) -> None:
+        with self._lock:
+            self._looks += 1
+            self._last_look = time.time()
+
+    @property
+    def active(self) -> bool:
+        with self._lock:
+            return self._state in ACTIVE
+
     def _main(self) -> None:
         try:
-            while not self._stop.is_set():
-                for event in self.watcher.poll():
-                    self._on_event(event)
-                with self._lock:
-                    self._looks += 1
-                    self._last_look = time.time()
-                self._stop.wait(self.interval)
+            self.watcher.run(self._stop, self._on_event, self.interval, on_look=self._on_look)
             end, error = STOPPED, ""
         except RollscopeError as e:
             end, error = FAILED, str(e)
@@ -184,19 +188,18 @@ class WatchManager:
         """The active watch of ``folder`` (the same folder however it is written), if any."""
         key = Path(folder).expanduser().resolve()
         with self._lock:
-            return next((w for w in self._watches.values()
-                         if w.status().active and Path(w.folder).resolve() == key), None)
+            return next((w for w in self._watches.values() if w.active and Path(w.folder).resolve() == key), None)
 
     def active(self) -> list[WatchJob]:
         """The watches still running, oldest first."""
         with self._lock:
-            return [w for w in self._watches.values() if w.status().active]
+            return [w for w in self._watches.values() if w.active]
 
     def latest(self) -> WatchJob | None:
         """What a reloaded page shows: the newest running watch, else the newest watch."""
         with self._lock:
             watches = list(self._watches.values())
-        running = [w for w in watches if w.status().active]
+        running = [w for w in watches if w.active]
         chosen = running or watches
         return chosen[-1] if chosen else None
 

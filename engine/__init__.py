@@ -88,6 +88,7 @@ from .replay import replay as replay_episode
 from .runner import BatchResult, BatchSpec, run_batch
 from .schema import episode_schema
 from .store import SORTABLE, Bins, BrowseStats, EpisodeFilter, EpisodeSummary, RewardStats, RunSummary, StepStats, Store
+from .watch import FORMATS as WATCH_FORMATS
 from .watch import Watcher, WatchEvent
 
 __all__ = [
@@ -99,8 +100,8 @@ __all__ = [
     "RunConfig", "RunPlan", "RunSummary", "SCHEMA_VERSION", "SORTABLE", "SamplingParams", "Segment", "Severity",
     "Source", "Status", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
     "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff", "TurnVerdict", "UserSettings",
-    "WatchEvent", "Watcher", "apply_settings", "calls_text", "check_env", "check_reachable", "compare_episodes",
-    "consequences", "decode", "default_preset", "diagnosis_line", "env_factory", "episode_schema", "fork_episode",
+    "WATCH_FORMATS", "WatchEvent", "Watcher", "apply_settings", "calls_text", "check_env", "check_reachable",
+    "compare_episodes", "consequences", "decode", "default_preset", "diagnosis_line", "env_factory", "episode_schema", "fork_episode",
     "format_knob", "formats", "get_preset", "knobs", "link_findings", "linked", "load_config_file", "load_tokenizer",
     "loop_config", "make_backend", "new_id", "observation_text", "parent_env", "parse_settings", "parse_tasks",
     "plan_fork", "plan_run", "plan_step", "preset_name", "replay_episode", "replay_stored", "roots", "run_batch",

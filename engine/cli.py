@@ -576,7 +576,6 @@ COMMANDS = {
 }
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

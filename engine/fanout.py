@@ -95,15 +95,12 @@ class Fanout:
         """``fn`` over ``items`` in chunks of ``chunk``; results in item order. ``fn`` takes a list and returns
         one result per item; it must be a module-level function (it is sent to the workers by name)."""
         it: Iterator[T] = iter(items)
-        if self.ray_address is None and not self.inline:
+        here = self.inline
+        if self.ray_address is None and not here:
             head = list(itertools.islice(it, chunk * self.workers + 1))
-            if len(head) <= chunk * self.workers:  # one round's worth: not worth starting processes for
-                it = iter(head)
-                for c in _chunks(it, chunk):
-                    yield from fn(c)
-                return
+            here = len(head) <= chunk * self.workers  # one round's worth: not worth starting processes for
             it = itertools.chain(head, it)
-        if self.inline:
+        if here:
             for c in _chunks(it, chunk):
                 yield from fn(c)
             return
@@ -151,14 +148,9 @@ class Fanout:
 
 
 def _worker_init() -> None:
-    """A worker is one CPU's worth: one torch thread, no tokenizer thread pool of its own."""
+    """A worker is one CPU's worth: no tokenizer thread pool of its own (the local model, when a check
+    recomputes logprobs, keeps torch to one thread itself)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
 
 
 # -- the checks, fanned out -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import hashlib
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,10 +157,10 @@ class Watcher:
                 return None
             if not zip_complete(path):
                 if known is None or known.state != "waiting":
-                    self._record(key, path, st, 0, 0, "waiting", message="not yet written whole")
+                    self._record(key, path, st, known, 0, 0, "waiting", message="not yet written whole")
                     return WatchEvent(key, "waiting", message="not yet written whole")
                 return None
-            return self._import(key, path, st, None, 0, "done")
+            return self._import(key, path, st, known, None, 0, "done")
         start, line = 0, 1
         if known is not None and known.state in ("partial", "done") and st.st_size >= known.offset:
             start, line = known.offset, known.lines + 1
@@ -173,9 +173,9 @@ class Watcher:
             return None
         from .formats import LineRange
 
-        return self._import(key, path, st, LineRange(start, line, end), line - 1 + n, "partial", end)
+        return self._import(key, path, st, known, LineRange(start, line, end), line - 1 + n, "partial", end)
 
-    def _import(self, key: str, path: Path, st: Any, lines: Any, n_lines: int, state: str,
+    def _import(self, key: str, path: Path, st: Any, known: WatchedFile | None, lines: Any, n_lines: int, state: str,
                 offset: int | None = None) -> WatchEvent:
         from .formats import import_path
 
@@ -184,33 +184,29 @@ class Watcher:
             report = import_path(path, self.fmt, self.store, tokenizer=self.tokenizer, env=self.env,
                                  run_id=self._run_of(path), check=self.check, fanout=self.fanout, lines=lines)
         except RollscopeError as e:
-            self._record(key, path, st, 0, 0, "failed", message=str(e))
+            self._record(key, path, st, known, 0, 0, "failed", message=str(e))
             return WatchEvent(key, "failed", message=str(e), seconds=time.perf_counter() - t0)
         self.tokenizer_errors.update(report.tokenizer_errors)
-        self._record(key, path, st, st.st_size if offset is None else offset, n_lines, state, report.new,
+        self._record(key, path, st, known, st.st_size if offset is None else offset, n_lines, state, report.new,
                      report.skipped, "; ".join(str(e) for e in report.errors[:3]))
         return WatchEvent(key, state, report.new, report.already_present, report.skipped,
                           seconds=time.perf_counter() - t0)
 
-    def _record(self, key: str, path: Path, st: Any, offset: int, lines: int, state: str, n: int = 0,
-                skipped: int = 0, message: str = "") -> None:
-        known = self.store.watched_file(key)
+    def _record(self, key: str, path: Path, st: Any, known: WatchedFile | None, offset: int, lines: int, state: str,
+                n: int = 0, skipped: int = 0, message: str = "") -> None:
         total = (known.n_episodes if known is not None and state == "partial" else 0) + n
         self.store.record_watched(WatchedFile(key, self._run_of(path), self.fmt, st.st_size, st.st_mtime, offset,
                                               lines, state, total, skipped, message[:500]))
 
     def run(self, stop: threading.Event | None = None, on_event: Callable[[WatchEvent], None] | None = None,
-            interval: float = 2.0) -> None:
-        """Poll every ``interval`` seconds until ``stop`` is set (or forever)."""
+            interval: float = 2.0, on_look: Callable[[], None] | None = None) -> None:
+        """Poll every ``interval`` seconds until ``stop`` is set (or forever); ``on_event`` hears each event,
+        ``on_look`` each finished pass."""
         stop = stop or threading.Event()
         while not stop.is_set():
             for event in self.poll():
                 if on_event is not None:
                     on_event(event)
-            stop.wait(interval)
-
-    def events(self, stop: threading.Event, interval: float = 2.0) -> Iterator[WatchEvent]:
-        """The events of every poll, as they come, until ``stop`` is set."""
-        while not stop.is_set():
-            yield from self.poll()
+            if on_look is not None:
+                on_look()
             stop.wait(interval)

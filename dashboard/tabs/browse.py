@@ -203,12 +203,19 @@ class BrowseTab:
         ).then(_charts(store), inputs=self.filters, outputs=self.plots)
 
 
+def cleared_filters() -> list[Any]:
+    """Every filter control's value for "no filter", in ``episode_filter``'s order."""
+    return ["", ALL, ALL, [], ALL, "", "", "", "", [], "any", ALL, ALL, ""]
+
+
 def step_filters(store: Store, run: str, step: Any) -> list[Any]:
     """Values for every filter control: ``run`` and rollout ``step``, the rest cleared (the run dropdown
     also gets the runs there are now, so it can hold ``run``)."""
     runs = [ALL, *store.distinct("run_id")]
-    return ["", ALL, ALL, [], gr.Dropdown(choices=runs if run in runs else [*runs, run], value=run), "", "", "", "",
-            [], "any", ALL, ALL, "" if step is None else str(step)]
+    values = cleared_filters()
+    values[4] = gr.Dropdown(choices=runs if run in runs else [*runs, run], value=run)
+    values[13] = "" if step is None else str(step)
+    return values
 
 
 def _bad_bounds(filter_values: list[Any]) -> str:
@@ -322,7 +329,7 @@ def build(store: Store) -> BrowseTab:
     page_size.input(_show(store, first=True), inputs=tab.inputs, outputs=tab.outputs)
 
     def defaults() -> list[Any]:
-        return ["", ALL, ALL, [], ALL, "", "", "", "", [], "any", ALL, ALL, "", dict(DEFAULT_SORT), 1]
+        return [*cleared_filters(), dict(DEFAULT_SORT), 1]
 
     reset.click(defaults, outputs=[*filters, sort, page_box]).then(
         _show(store), inputs=tab.inputs, outputs=tab.outputs

@@ -27,7 +27,6 @@ authority and replace the stored copy. :func:`export` writes atomically.
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -172,15 +171,14 @@ def import_path(
             yield ep
 
     episodes: Iterator[Episode] = new_ones()
+    own = check and fanout is None  # a fan-out made here is closed here
     if check:
         from ..fanout import Fanout, check_episodes
 
-        own = fanout is None
         fanout = fanout or Fanout(1)
         episodes = check_episodes(fanout, episodes, errors=report.tokenizer_errors)
     try:
-        save = functools.partial(store.save_batches, replace=replace)
-        for ep, present, error in save(episodes):
+        for ep, present, error in store.save_batches(episodes, replace=replace):
             if error is not None:  # a bug in storing this one record: list it, import the rest
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
@@ -195,7 +193,7 @@ def import_path(
     finally:
         if bar is not None:
             bar.close()
-        if check and own:
+        if own:
             fanout.close()
     report.tokenizer = ctx.tokenizer_name
     if ctx.tokenizer is None and fmt not in SELF_DESCRIBED and not any("tokenizer" in n for n in report.notes):

@@ -415,11 +415,11 @@ def atomic_path(out: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-class _NeedsTorch(Exception):
-    pass
+class NeedsTorch(Exception):
+    """A pickle that holds more than plain values: a global (what it names) or a tensor storage."""
 
 
-class _PlainUnpickler(pickle.Unpickler):
+class PlainUnpickler(pickle.Unpickler):
     """Admits plain containers, strings and numbers only: every global or storage is refused.
 
     Pickles run code only through objects ``find_class`` returns (and
@@ -427,10 +427,10 @@ class _PlainUnpickler(pickle.Unpickler):
     """
 
     def find_class(self, module: str, name: str) -> Any:
-        raise _NeedsTorch(f"{module}.{name}")
+        raise NeedsTorch(f"{module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise _NeedsTorch("a tensor storage")
+        raise NeedsTorch("a tensor storage")
 
 
 _NOTHING = object()
@@ -444,8 +444,8 @@ def _plain_load(path: Path) -> Any:
             if len(names) != 1:
                 return _NOTHING
             with z.open(names[0]) as f:  # buffered: the unpickler reads ahead, not per opcode
-                return _PlainUnpickler(io.BufferedReader(f, buffer_size=1 << 20)).load()  # type: ignore[type-var]
-    except (_NeedsTorch, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError):
+                return PlainUnpickler(io.BufferedReader(f, buffer_size=1 << 20)).load()  # type: ignore[type-var]
+    except (NeedsTorch, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError):
         return _NOTHING  # let torch's own loader accept it (tensors) or say what is wrong
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .base import NeedsTorch, PlainUnpickler
+
 BLOCK = 1 << 20
 WINDOW = 4096
 MAX_JOIN = 64
@@ -62,16 +64,6 @@ class NotStreamable(Exception):
     """The file is not a dump this reader can cut into samples (read it whole instead)."""
 
 
-class _Plain(pickle.Unpickler):
-    """Plain containers, strings and numbers only (as ``base._PlainUnpickler``)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise NotStreamable(f"needs {module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise NotStreamable("holds a tensor storage")
-
-
 def _memo_ops(memo: dict[int, Any]) -> bytes:
     """Pickle opcodes that put each value of ``memo`` at its index (and leave the stack as it was).
 
@@ -90,8 +82,11 @@ def _memo_ops(memo: dict[int, Any]) -> bytes:
 
 
 def _unpickle(data: bytes) -> tuple[Any, dict[int, Any]]:
-    u = _Plain(io.BufferedReader(io.BytesIO(data)))  # buffered: the unpickler reads ahead, not per opcode
-    obj = u.load()
+    u = PlainUnpickler(io.BufferedReader(io.BytesIO(data)))  # buffered: the unpickler reads ahead, not per opcode
+    try:
+        obj = u.load()
+    except NeedsTorch as e:
+        raise NotStreamable(f"holds {e}") from None
     return obj, u.memo.copy()
 
 
@@ -149,7 +144,6 @@ class DumpStream:
                     raise
                 idx = int(m.group(1))
                 if idx in self._short:  # needed once, needed again (a status): from now on always there
-                    self._memo[idx] = self._short[idx]
                     self._memo_ops += _memo_ops({idx: self._short[idx]})
                 elif idx in self._recent:
                     self._hot[idx] = (self._recent[idx], self.read)
@@ -254,38 +248,41 @@ def open_dump(path: Path) -> DumpStream:
         z = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as e:
         raise NotStreamable(str(e)) from None
-    names = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
-    if len(names) != 1 or any("/data/" in n for n in z.namelist()):
-        z.close()
-        raise NotStreamable("holds tensor storages")
-    f = z.open(names[0])
+    f: IO[bytes] | None = None
     try:
-        first = f.read(BLOCK)
-    except (zipfile.BadZipFile, OSError, EOFError) as e:  # damaged (a checksum that does not match)
-        f.close()
+        names = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+        if len(names) != 1 or any("/data/" in n for n in z.namelist()):
+            raise NotStreamable("holds tensor storages")
+        f = z.open(names[0])
+        try:
+            first = f.read(BLOCK)
+        except (zipfile.BadZipFile, OSError, EOFError) as e:  # damaged (a checksum that does not match)
+            raise NotStreamable(str(e)) from None
+        m = _HEADER.search(first, 0, 4096)
+        if not first.startswith(b"\x80\x02") or m is None:
+            raise NotStreamable("not a protocol-2 pickle of a dict with a samples list")
+        prefix = first[: m.end()]
+        header, memo = _outer(prefix)
+        memo = {i: v for i, v in memo.items() if isinstance(v, _SCALARS)}
+        return DumpStream(header, f, z, prefix, bytearray(first[m.end() :]), memo, _top=max(memo, default=0),
+                          _memo_ops=_memo_ops(memo))
+    except BaseException:
+        if f is not None:
+            f.close()
         z.close()
-        raise NotStreamable(str(e)) from None
-    m = _HEADER.search(first, 0, 4096)
-    if not first.startswith(b"\x80\x02") or m is None:
-        f.close()
-        z.close()
-        raise NotStreamable("not a protocol-2 pickle of a dict with a samples list")
-    prefix = first[: m.end()]
-    for close in (b"eu.", b"es."):
+        raise
+
+
+def _outer(prefix: bytes) -> tuple[dict[str, Any], dict[int, Any]]:
+    """The outer dict's keys before ``samples`` (the pickle up to the samples list, closed), and its memo."""
+    for close in (b"eu.", b"es."):  # the outer dict's items set together, or ``samples`` alone
         try:
             header, memo = _unpickle(prefix + close)
-            break
+        except NotStreamable:
+            raise
         except Exception:  # noqa: BLE001 - the other way the outer dict can end
             continue
-    else:
-        f.close()
-        z.close()
-        raise NotStreamable("the outer dict could not be read")
-    if not isinstance(header, dict):
-        f.close()
-        z.close()
-        raise NotStreamable("not a dict at the top")
-    header = {k: v for k, v in header.items() if k != "samples"}
-    memo = {i: v for i, v in memo.items() if isinstance(v, _SCALARS)}
-    return DumpStream(header, f, z, prefix, bytearray(first[m.end() :]), memo, _top=max(memo, default=0),
-                      _memo_ops=_memo_ops(memo))
+        if not isinstance(header, dict):
+            raise NotStreamable("not a dict at the top")
+        return {k: v for k, v in header.items() if k != "samples"}, memo
+    raise NotStreamable("the outer dict could not be read")

@@ -43,6 +43,11 @@ class StepStats:
     def aborted_rate(self) -> float:
         return self.aborted / self.n if self.n else 0.0
 
+    @property
+    def error_rate(self) -> float:
+        """The share of episodes with at least one root error finding."""
+        return self.with_errors / self.n if self.n else 0.0
+
 
 @dataclass(frozen=True)
 class RunSummary:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import sqlite_utils
 
 from ..diagnosis import diagnosis_parts, linked
+from ..provenance import Source
 from ..records import Finding, Severity
 
 DB_SCHEMA = 5
@@ -199,7 +200,8 @@ def add_rollout_steps(db: sqlite_utils.Database) -> None:
     rows = db.execute("SELECT id, data FROM episodes WHERE source IN ('slime', 'areal', 'verl')").fetchall()
     for eid, data in rows:
         try:
-            step = rollout_step((unpack_json(data) or {}).get("source") or {})
+            details = ((unpack_json(data) or {}).get("source") or {}).get("details")
+            step = Source(details=details).rollout_step if isinstance(details, dict) else None
         except (ValueError, TypeError, AttributeError):
             continue
         if step is not None:
@@ -208,13 +210,6 @@ def add_rollout_steps(db: sqlite_utils.Database) -> None:
     db.execute("UPDATE episode_index SET rollout_step = e.rollout_step FROM episodes AS e "
                "WHERE e.id = episode_index.id AND e.rollout_step IS NOT NULL")
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_step ON episode_index (run_id, rollout_step)")
-
-
-def rollout_step(source: dict[str, object]) -> int | None:
-    """The rollout step a source (as a record's ``source`` dict) names, if it names one."""
-    details = source.get("details")
-    value = details.get("rollout_step") if isinstance(details, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def create_watched_files(db: sqlite_utils.Database) -> None:
