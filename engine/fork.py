@@ -181,9 +181,9 @@ class HandStepper:
     def episode(self) -> Episode:
         return self.stepper.snapshot()
 
-    async def generate(self) -> Generation:
-        """Ask the backend for the next assistant turn; nothing is committed."""
-        self.generated = await self.stepper.generate()
+    async def generate(self, on_progress: Callable[[int, str], None] | None = None) -> Generation:
+        """Ask the backend for the next assistant turn; nothing is committed. ``on_progress`` as in ``Stepper``."""
+        self.generated = await self.stepper.generate(on_progress)
         return self.generated
 
     def text_of(self, generation: Generation) -> str:

@@ -150,8 +150,11 @@ class Stepper:
         self.episode = self.episode.evolve(prompt_len=len(self._ctx.builder))
         return self.snapshot()
 
-    async def generate(self) -> Generation:
-        """Ask the backend for the next assistant turn; nothing is committed."""
+    async def generate(self, on_progress: Callable[[int, str], None] | None = None) -> Generation:
+        """Ask the backend for the next assistant turn; nothing is committed.
+
+        ``on_progress`` is told (tokens so far, text so far) as the reply arrives, by a backend that streams it.
+        """
         if self.done:
             raise RollscopeError(f"episode already ended ({self.status})")
         t = len(self.turns)
@@ -169,6 +172,7 @@ class Stepper:
             task_id=self.task_id,
             turn=t,
             sample_index=self.episode.sample_index,
+            on_progress=on_progress,
         )
         t0 = time.perf_counter()
         gen = await self.backend.generate(request)

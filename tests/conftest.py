@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ROLLSCOPE_THREADS", "1")  # the model worker's threads: tests share two cores
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,6 +34,8 @@ class GenerationRequest:
     turn: int = 0
     sample_index: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    on_progress: Callable[[int, str], None] | None = field(default=None, compare=False)
+    """Told (tokens so far, text so far) as tokens arrive, by backends that see them arrive (the local one)."""
 
 
 @runtime_checkable

