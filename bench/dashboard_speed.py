@@ -30,8 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dashboard import charts, render  # noqa: E402
 from dashboard.tabs import browse, episode  # noqa: E402
+from dashboard.views import charts  # noqa: E402
+from dashboard.views import episode as episode_html  # noqa: E402
+from dashboard.views.tokens import token_view  # noqa: E402
 from engine import tokenizers  # noqa: E402
 from engine.factory import load_tokenizer  # noqa: E402
 from engine.store import EpisodeFilter, Store  # noqa: E402
@@ -62,14 +64,15 @@ def episode_view(workdir: Path) -> str:
     store.save_episode(ep)
     tokenizers.get(None)  # loaded once per server, at start (app.launch warms it)
     first, median, out = timed(lambda: episode.view(store, ep.id))
-    sizes = {name: len(v) for name, v in zip(("header", "findings", "timeline", "tokens"), out[1:5], strict=True)}
+    sizes = {name: len(out[key]) for name, key in (("header", "header"), ("findings", "findings"),
+                                                   ("timeline", "conversation"), ("tokens", "tokens"))}
     loaded = store.get_episode(ep.id)
     parts = {
         "store read": lambda: store.get_episode(ep.id),
-        "header": lambda: render.render_header(loaded),
-        "findings": lambda: render.render_findings(loaded),
-        "timeline": lambda: render.render_conversation(loaded),
-        "token texts + view": lambda: episode.token_view(loaded),
+        "header": lambda: episode_html.render_header(loaded),
+        "findings": lambda: episode_html.render_findings(loaded),
+        "timeline": lambda: episode_html.render_conversation(loaded),
+        "token texts + view": lambda: token_view(loaded),
         "per-turn chart": lambda: charts.turn_chart(loaded).to_json(),
     }
     print(f"\n1. Episode view, server side: {ep.n_tokens:,} tokens, {ep.n_turns} turns, "

@@ -7,13 +7,11 @@ opening the Episode tab, ``/?episode=ID`` links).
 
 from __future__ import annotations
 
-import html
 import os
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 # Gradio reads this when it is imported and when Blocks are created; a
@@ -25,6 +23,8 @@ import gradio as gr  # noqa: E402
 from engine import Store, tokenizers  # noqa: E402
 
 from . import server, workflow  # noqa: E402
+from .assets import script, stylesheet  # noqa: E402
+from .gradio_glue import Outputs, event_data, html  # noqa: E402
 from .tabs import browse as browse_tab  # noqa: E402
 from .tabs import compare as compare_tab  # noqa: E402
 from .tabs import episode as episode_tab  # noqa: E402
@@ -32,26 +32,18 @@ from .tabs import export as export_tab  # noqa: E402
 from .tabs import launch as launch_tab  # noqa: E402
 from .tabs import runs as runs_tab  # noqa: E402
 from .tabs import step as step_tab  # noqa: E402
+from .views.html import esc  # noqa: E402
 from .watching import WatchManager  # noqa: E402
-
-CSS_PATH = Path(__file__).resolve().parents[1] / "assets" / "dashboard.css"
-
-
-def _css() -> str:
-    try:
-        return CSS_PATH.read_text(encoding="utf-8")
-    except OSError:
-        return ""  # unstyled beats not starting
 
 
 def _title_bar(db_path: str, read_only: bool = False) -> str:
     # The stylesheet rides in the title bar rather than launch(css=...), so
     # any caller of build_app(...).launch() gets the same look.
     return (
-        f"<style>{_css()}</style>"
-        '<div class="rs-titlebar"><h1>Rollscope</h1>'
+        stylesheet("dashboard")
+        + '<div class="rs-titlebar"><h1>Rollscope</h1>'
         '<span class="rs-sub">a debugger for multi-turn RL rollouts</span>'
-        f'<span class="rs-sub">database <code>{html.escape(db_path)}</code></span>'
+        f'<span class="rs-sub">database <code>{esc(db_path)}</code></span>'
         + ('<span class="rs-sub rs-readonly" title="no write permission on the file or its folder: episodes can '
            'be read and exported, not run, imported, starred or noted">read-only</span>' if read_only else "")
         + "</div>"
@@ -65,8 +57,8 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
     """
     store = Store(db_path)
     with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
-        gr.HTML(_title_bar(str(db_path), store.read_only), elem_id="rs-titlebar", apply_default_css=False, js_on_load=None)
-        gr.HTML(workflow.stylesheet(), elem_id="rs-workflow-style", apply_default_css=False, js_on_load=None)
+        html(_title_bar(str(db_path), store.read_only), "rs-titlebar")
+        html(stylesheet("workflow"), "rs-workflow-style")
         with gr.Tabs(selected="browse", elem_id="rs-tabs") as tabs:
             with gr.Tab("Browse", id="browse", elem_id="rs-tab-browse"):
                 browse = browse_tab.build(store)
@@ -83,30 +75,28 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
             with gr.Tab("Export", id="export", elem_id="rs-tab-export"):
                 export_view = export_tab.build(store, browse.filters, browse_tab.episode_filter)
 
+        opened = Outputs(tabs=tabs) + episode.outputs
+
+        def show(episode_id: Any) -> list[Any]:
+            # The Episode tab selected and showing episode_id; nothing changes without one.
+            if not episode_id:
+                return opened.skip()
+            return opened.values(tabs=gr.Tabs(selected="episode"), **episode_tab.view(store, str(episode_id)))
+
         def open_row(evt: gr.EventData) -> list[Any]:
             # The table's click event carries {"open": id} for a row ({"sort": ...} for a header).
-            data = getattr(evt, "_data", None)
-            episode_id = data.get("open") if isinstance(data, dict) else None
-            if not episode_id:
-                return [gr.skip()] * (1 + len(episode.outputs))
-            return [gr.Tabs(selected="episode"), *episode_tab.view(store, str(episode_id))]
+            return show(event_data(evt).get("open"))
 
         def open_requested(request: Any) -> list[Any]:
             # Any tab opens an episode by setting episode_request to its id
             # (or to {"id": ..., ...} with a nonce, to reopen the same one).
-            episode_id = request.get("id") if isinstance(request, dict) else request
-            if not episode_id:
-                return [gr.skip()] * (1 + len(episode.outputs))
-            return [gr.Tabs(selected="episode"), *episode_tab.view(store, str(episode_id))]
+            return show(request.get("id") if isinstance(request, dict) else request)
 
         def open_from_query(request: gr.Request) -> list[Any]:
-            episode_id = request.query_params.get("episode") if request else None
-            if not episode_id:
-                return [gr.skip()] * (1 + len(episode.outputs))
-            return [gr.Tabs(selected="episode"), *episode_tab.view(store, episode_id)]
+            return show(request.query_params.get("episode") if request else None)
 
-        browse.table.click(open_row, outputs=[tabs, *episode.outputs]).then(
-            None, inputs=[episode.id_box], js=episode_tab.SET_URL_JS
+        browse.table.click(open_row, outputs=opened.components).then(
+            None, inputs=[episode.id_box], js=script("set_url")
         )
         # Cross-tab hooks. episode_request: set it to an episode id to show
         # that episode in the Episode tab. fork_request: set by the Episode
@@ -114,12 +104,12 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
         # replay turns before k, continue from k; "at" makes each request new).
         episode_request = gr.State(None)
         fork_request = gr.State(None)
-        episode_request.change(open_requested, inputs=[episode_request], outputs=[tabs, *episode.outputs]).then(
-            None, inputs=[episode.id_box], js=episode_tab.SET_URL_JS
+        episode_request.change(open_requested, inputs=[episode_request], outputs=opened.components).then(
+            None, inputs=[episode.id_box], js=script("set_url")
         )
         episode.wire_fork(
-            lambda episode_id, turn: {"episode_id": episode_id, "turn": turn, "at": time.time()},
-            outputs=[fork_request],
+            lambda episode_id, turn: {"fork_request": {"episode_id": episode_id, "turn": turn, "at": time.time()}},
+            Outputs(fork_request=fork_request),
         )
         workflow.wire(demo, store, tabs, episode_request, fork_request, launch_view, step_view, compare_view,
                       export_view)
@@ -127,7 +117,7 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
 
         # On every page load, so a reload shows episodes written since.
         browse.wire_load(demo, store)
-        demo.load(open_from_query, outputs=[tabs, *episode.outputs])
+        demo.load(open_from_query, outputs=opened.components)
     return demo
 
 

@@ -9,8 +9,10 @@ import gradio as gr
 
 from engine import POLICIES, PRESET_INFO, BackendSettings, ConfigError, LoopConfig, RollscopeError, apply_settings
 
-from .render_step import knob_table, note
+from .gradio_glue import Outputs, html
 from .settings import describe_loop
+from .views.controls import knob_table
+from .views.html import note
 
 POLICY_HELP = {
     "scripted": "plays the env's reference answers, with a share of seeded mistakes (no model needed)",
@@ -49,17 +51,18 @@ def parse(*values: Any) -> BackendSettings:
     return BackendSettings.parse(*values)
 
 
-def _visibility(policy: str) -> list[Any]:
+def _visibility(policy: str) -> dict[str, Any]:
+    """Which policy fields ``policy`` uses (the others hide), and its help line."""
     http = policy in ("sglang", "openai")
-    return [
-        gr.Textbox(visible=policy != "scripted"),  # model
-        gr.Textbox(visible=http),  # url
-        gr.Dropdown(visible=policy == "openai"),  # api mode
-        gr.Number(visible=policy == "scripted"),  # mistake rate
-        gr.Number(visible=http),  # timeout
-        gr.Number(visible=http),  # retries
-        gr.Markdown(POLICY_HELP.get(policy, "")),
-    ]
+    return {
+        "model": gr.Textbox(visible=policy != "scripted"),
+        "url": gr.Textbox(visible=http),
+        "api_mode": gr.Dropdown(visible=policy == "openai"),
+        "mistake_rate": gr.Number(visible=policy == "scripted"),
+        "timeout": gr.Number(visible=http),
+        "retries": gr.Number(visible=http),
+        "help": gr.Markdown(POLICY_HELP.get(policy, "")),
+    }
 
 
 def backend_controls(prefix: str, policy: str = "scripted", mistake_rate: float = 0.2) -> BackendControls:
@@ -93,7 +96,9 @@ def backend_controls(prefix: str, policy: str = "scripted", mistake_rate: float 
     help_md = gr.Markdown(POLICY_HELP.get(policy, ""), elem_classes="rs-help")
     controls = BackendControls(pol, model, url, api, tok, temperature, top_p, max_new, mistakes, seed, timeout,
                                retries, help_md)
-    pol.change(_visibility, inputs=[pol], outputs=[model, url, api, mistakes, timeout, retries, help_md])
+    shown = Outputs(model=model, url=url, api_mode=api, mistake_rate=mistakes, timeout=timeout, retries=retries,
+                    help=help_md)
+    pol.change(lambda p: shown.values(**_visibility(p)), inputs=[pol], outputs=shown.components)
     return controls
 
 
@@ -118,8 +123,7 @@ def loop_controls(prefix: str, env: str, preset: str) -> LoopControls:
             settings = gr.Textbox(label="changes to the preset (knob = value; text with spaces or newlines as a "
                                   "JSON string)", placeholder=SETTINGS_PLACEHOLDER, lines=5, max_lines=20,
                                   scale=1, min_width=260, elem_id=f"{prefix}-settings")
-            table = gr.HTML(loop_table(preset, env, ""), elem_id=f"{prefix}-knobs", scale=2, min_width=420,
-                            apply_default_css=False, js_on_load=None)
+            table = html(loop_table(preset, env, ""), f"{prefix}-knobs", scale=2, min_width=420)
     return LoopControls(settings, table, box)
 
 

@@ -10,13 +10,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from engine import Store
 
+from .gradio_glue import Outputs
 from .tabs import compare as compare_tab
 from .tabs import launch as launch_tab
 from .tabs import runs as runs_tab
@@ -28,23 +28,13 @@ from .tabs.launch import LaunchTab
 from .tabs.runs import RunsTab
 from .tabs.step import StepTab
 
-CSS_PATH = Path(__file__).resolve().parents[1] / "assets" / "workflow.css"
-
-
-def stylesheet() -> str:
-    """A ``<style>`` element with the workflow tabs' CSS (empty when the file is missing)."""
-    try:
-        return f"<style>{CSS_PATH.read_text(encoding='utf-8')}</style>"
-    except OSError:
-        return ""  # unstyled beats not starting
-
 
 def wire(demo: gr.Blocks, store: Store, tabs: gr.Tabs, episode_request: gr.State, fork_request: gr.State,
          launch: LaunchTab, step: StepTab, compare: CompareTab, export: ExportTab) -> None:
     """Wire the workflow tabs to each other and to the app (call inside the Blocks context)."""
     launch.wire_load(demo)
-    for html in (launch.table, step.header, compare.view, export.view):
-        html.click(launch_tab.open_request, outputs=[episode_request])
+    for view in (launch.table, step.header, compare.view, export.view):
+        view.click(launch_tab.open_request, outputs=[episode_request])
 
     def open_fork(request: Any, *values: Any) -> list[Any]:
         out = step.open_fork(request, *values)
@@ -58,12 +48,14 @@ def wire(demo: gr.Blocks, store: Store, tabs: gr.Tabs, episode_request: gr.State
     step.compare.click(lambda key: step_tab.compare_request(key, step.sessions), inputs=[step.key],
                        outputs=[compare_request])
 
+    compared = Outputs(tabs=tabs) + compare.outputs
+
     def open_compare(request: Any) -> list[Any]:
         if not isinstance(request, dict):
-            return [gr.skip()] * (1 + len(compare.outputs))
-        return [gr.Tabs(selected="compare"), *compare_tab.from_request(store, request)]
+            return compared.skip()
+        return compared.values(tabs=gr.Tabs(selected="compare"), **compare_tab.from_request(store, request))
 
-    compare_request.change(open_compare, inputs=[compare_request], outputs=[tabs, *compare.outputs])
+    compare_request.change(open_compare, inputs=[compare_request], outputs=compared.components)
 
 
 def wire_runs(demo: gr.Blocks, store: Store, tabs: gr.Tabs, runs: RunsTab, browse: BrowseTab) -> None:

@@ -22,9 +22,20 @@ from .chat import decode
 from .checks import CheckOptions, TokenizerCache, run_checks, with_checks
 from .compare import Comparison, TurnDiff, calls_text, observation_text, word_diff
 from .compare import compare as compare_episodes
+from .compare import opening as opening_messages
 from .diagnosis import consequences, link_findings, linked, roots
 from .diagnosis import diagnosis as diagnosis_line
 from .envs.base import Env, StepResult
+from .episode_queries import (
+    PromptView,
+    RewardSoFar,
+    TurnSpan,
+    common_prefix,
+    findings_up_to,
+    prompt_at,
+    reward_so_far,
+    turn_span,
+)
 from .errors import (
     BackendError,
     ConfigError,
@@ -96,14 +107,16 @@ __all__ = [
     "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "ENVS", "Env", "EnvError",
     "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport", "FormatError", "Generation",
     "GenerationRequest", "HandStart", "HandStepper", "LoopConfig", "MAX_EPISODES", "Message", "ModelNotFound",
-    "POLICIES", "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "ReplayResult", "RewardStats", "RollscopeError",
-    "RunConfig", "RunPlan", "RunSummary", "SCHEMA_VERSION", "SORTABLE", "SamplingParams", "Segment", "Severity",
-    "Source", "Status", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
-    "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff", "TurnVerdict", "UserSettings",
-    "WATCH_FORMATS", "WatchEvent", "Watcher", "apply_settings", "calls_text", "check_env", "check_reachable",
-    "compare_episodes", "consequences", "decode", "default_preset", "diagnosis_line", "env_factory", "episode_schema", "fork_episode",
+    "POLICIES", "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "PromptView", "ReplayResult", "RewardSoFar",
+    "RewardStats", "RollscopeError", "RunConfig", "RunPlan", "RunSummary", "SCHEMA_VERSION", "SORTABLE",
+    "SamplingParams", "Segment", "Severity", "Source", "Status", "StepResult", "StepStats", "Stepper", "Store",
+    "StoreError", "TemplateError", "TokenArrays", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn",
+    "TurnDiff", "TurnSpan", "TurnVerdict", "UserSettings", "WATCH_FORMATS", "WatchEvent", "Watcher", "apply_settings",
+    "calls_text", "check_env", "check_reachable", "common_prefix", "compare_episodes", "consequences", "decode",
+    "default_preset", "diagnosis_line", "env_factory", "episode_schema", "findings_up_to", "fork_episode",
     "format_knob", "formats", "get_preset", "knobs", "link_findings", "linked", "load_config_file", "load_tokenizer",
-    "loop_config", "make_backend", "new_id", "observation_text", "parent_env", "parse_settings", "parse_tasks",
-    "plan_fork", "plan_run", "plan_step", "preset_name", "replay_episode", "replay_stored", "roots", "run_batch",
-    "run_checks", "run_episode", "tokenizers", "user_played_by", "with_checks", "word_diff",
+    "loop_config", "make_backend", "new_id", "observation_text", "opening_messages", "parent_env", "parse_settings",
+    "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "replay_episode",
+    "replay_stored", "reward_so_far", "roots", "run_batch", "run_checks", "run_episode", "tokenizers", "turn_span",
+    "user_played_by", "with_checks", "word_diff",
 ]

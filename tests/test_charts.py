@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dashboard import charts
+from dashboard.views import charts
 from engine.records import Finding, Generation, Segment, Severity, TokenArrays, Turn
 from engine.store import Bins, BrowseStats, EpisodeFilter, RewardStats, Store
 from tests.synthetic import synthetic_episode, synthetic_episodes

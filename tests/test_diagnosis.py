@@ -6,8 +6,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from dashboard.render import render_findings
 from dashboard.tabs.browse import ROOT, episode_filter, page
+from dashboard.views.episode import render_findings
 from engine.diagnosis import consequences, diagnosis, link_findings, root_of, roots
 from engine.records import Finding, Severity
 from engine.store import DB_SCHEMA, EpisodeFilter, Store
@@ -118,7 +118,7 @@ def test_browse_shows_the_diagnosis_and_says_run_level_kinds_once(tmp_path):
 def test_the_token_view_draws_roots_and_what_follows_from_them_apart(tmp_path):
     import re
 
-    from dashboard.render import render_tokens
+    from dashboard.views.tokens import render_tokens
 
     shutil.copy(GOLDEN, tmp_path / "g.sqlite")
     store = Store(tmp_path / "g.sqlite")

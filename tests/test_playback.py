@@ -1,8 +1,10 @@
-"""Playback and re-execution in the Episode tab: the logic and the HTML, on real episodes.
+"""Playback and re-execution in the Episode tab: the panel and the HTML, on real episodes.
 
 The central check: the prompt the card shows at turn k is exactly what the
 backend received at turn k, recorded by wrapping the backend: its ids
-(tito: decoded with the episode's tokenizer) or its text (retokenize).
+(tito: decoded with the episode's tokenizer) or its text (retokenize). The
+engine's answers the card shows (``turn_span``, ``prompt_at``, ``reward_so_far``,
+``findings_up_to``) are tested in ``test_episode_queries.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import html
 import json
-import random
 import re
 import statistics
 import time
@@ -20,8 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dashboard import render_playback as rp
 from dashboard.tabs import playback
+from dashboard.views import playback as rp
+from engine import prompt_at, turn_span
 from engine.backends.base import GenerationRequest
 from engine.backends.scripted import ScriptedBackend
 from engine.chat import decode
@@ -98,7 +100,7 @@ def test_tito_prompt_at_each_turn_is_the_ids_the_backend_received(tito: Any, tok
     for k, (t, req) in enumerate(zip(ep.turns, requests, strict=True)):
         assert req.prompt_ids is not None and req.prompt_text is None
         assert list(req.prompt_ids) == ep.tokens.ids[: t.prompt_len].tolist()
-        p = rp.prompt_at(ep, k, tok)
+        p = prompt_at(ep, k, tok)
         assert p.source == "tokens" and p.n_tokens == t.prompt_len == len(req.prompt_ids)
         assert p.text == decode(tok, list(req.prompt_ids))
         card = playback.turn_card(loaded, k)
@@ -112,7 +114,7 @@ def test_retokenize_prompt_at_each_turn_is_the_text_the_backend_received(retok: 
     loaded = _loaded(ep, tok)
     for k, req in enumerate(requests):
         assert req.prompt_text is not None and req.prompt_ids is None
-        p = rp.prompt_at(ep, k, tok)
+        p = prompt_at(ep, k, tok)
         assert p.source == "prompt_text" and p.text == req.prompt_text
         # slime's deltas re-encode to the same text here: no drift between the text sent and the trainer's ids.
         assert p.tokens_differ_at is None
@@ -128,58 +130,22 @@ def test_retokenize_ids_that_spell_another_text_are_flagged(retok: Any, tok: Any
     ep, _ = retok
     turns = list(ep.turns)
     turns[1] = turns[1].__class__(**{**turns[1].__dict__, "prompt_text": turns[1].prompt_text.replace("You", "Yuo", 1)})
-    p = rp.prompt_at(ep.evolve(turns=tuple(turns)), 1, tok)
+    p = prompt_at(ep.evolve(turns=tuple(turns)), 1, tok)
     assert p.tokens_differ_at is not None
     assert "not what the model was sent" in rp.render_turn(ep, 1, p)
 
 
-def test_turn_span_marks_the_generated_tokens_and_where_later_turns_begin(tito: Any) -> None:
-    ep, _ = tito
-    for k, t in enumerate(ep.turns):
-        s = rp.turn_span(ep, k)
-        assert s.prompt_len == t.prompt_len == s.gen_start
-        assert ep.tokens.ids[s.gen_start : s.gen_end].tolist() == list(t.generation.token_ids)
-        if k + 1 < ep.n_turns:
-            # Later turns begin with their generation prompt, before their own prompt_len.
-            assert s.gen_end <= s.cut < ep.turns[k + 1].prompt_len
-            assert all(seg.turn <= k for seg in ep.segments if seg.end <= s.cut)
-        else:
-            assert s.cut == ep.n_tokens
-
-
-def test_reward_so_far_sums_raw_rewards_and_shows_shaped_and_returns(tito: Any) -> None:
-    ep, _ = tito
-    raw = [t.reward for t in ep.turns]
-    assert ep.turn_rewards != tuple(raw)  # areal-math shapes
-    for k in range(ep.n_turns):
-        r = rp.reward_so_far(ep, k)
-        assert r.turn == raw[k] and r.total == pytest.approx(sum(raw[: k + 1]))
-        assert r.shaped_turn == ep.turn_rewards[k] and r.shaped_total == pytest.approx(sum(ep.turn_rewards[: k + 1]))
-        assert r.ret == ep.returns[k] and r.final == ep.reward
-    plain = synthetic_episode(2)  # unshaped: turn_rewards are the raw rewards
-    r = rp.reward_so_far(plain, plain.n_turns - 1)
-    assert r.shaped_turn is None and r.total == sum(t.reward for t in plain.turns)
-
-
-def test_findings_up_to_k(tok: Any) -> None:
+def test_the_card_shows_the_findings_up_to_its_turn(tok: Any) -> None:
     ep = synthetic_episode(5)  # six turns, a finding at turn 0 in its token span
-    assert ep.n_turns >= 3
     at = lambda turn, **kw: Finding("k", Severity.WARNING, f"at {turn}", turn=turn, **kw)  # noqa: E731
-    t1, t2 = rp.turn_span(ep, 1), rp.turn_span(ep, 2)
     turns = list(ep.turns)
     turns[2] = turns[2].__class__(**{**turns[2].__dict__, "findings": (at(2),)})
     ep = ep.evolve(turns=tuple(turns), findings=(
         at(1),
-        Finding("by_token", Severity.ERROR, "located by token only", token_start=t2.gen_start + 1),
+        Finding("by_token", Severity.ERROR, "located by token only", token_start=turn_span(ep, 2).gen_start + 1),
         Finding("nowhere", Severity.INFO, "episode-wide"),
     ))
-    msgs = lambda fs: [f.message for f in fs]  # noqa: E731
-    found0, nowhere = rp.findings_up_to(ep, 0)
-    assert msgs(found0) == [ep.turns[0].findings[0].message] and msgs(nowhere) == ["episode-wide"]
-    assert msgs(rp.findings_up_to(ep, 1)[0]) == [ep.turns[0].findings[0].message, "at 1"]
-    found2 = msgs(rp.findings_up_to(ep, 2)[0])
-    assert found2[1:] == ["at 1", "located by token only", "at 2"] and t1.cut <= t2.gen_start
-    card = rp.render_turn(ep, 1, rp.prompt_at(ep, 1, tok))
+    card = rp.render_turn(ep, 1, prompt_at(ep, 1, tok))
     assert "at 1" in card and "at 2" not in card and "located by token only" not in card
     assert "1 episode-wide finding" in card
 
@@ -221,18 +187,9 @@ def test_imported_episode_without_messages_plays_back_what_it_has(tmp_path: Path
 
 def test_no_tokenizer_says_where_the_ids_are(tito: Any) -> None:
     ep, _ = tito
-    p = rp.prompt_at(ep, 1, None, "no such tokenizer")
+    p = prompt_at(ep, 1, None, "no such tokenizer")
     assert p.text is None and "no such tokenizer" in p.note
     assert "no such tokenizer" in rp.render_turn(ep, 1, p)
-
-
-def test_common_prefix_matches_the_obvious_definition() -> None:
-    rng = random.Random(0)
-    for _ in range(300):
-        a = "".join(rng.choice("ab") for _ in range(rng.randint(0, 12)))
-        b = "".join(rng.choice("ab") for _ in range(rng.randint(0, 12)))
-        want = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        assert rp.common_prefix(a, b) == want
 
 
 def _panel(store: Store) -> playback.PlaybackPanel:

@@ -1,4 +1,4 @@
-"""The dashboard's HTML renderers, on episodes made by the real loop and tokenizer."""
+"""The dashboard's HTML views, on episodes made by the real loop and tokenizer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dashboard import render
+from dashboard.views import episode as episode_view
+from dashboard.views import tokens as tokens_view
+from dashboard.views.html import FOLD_LINES
 from engine.backends.scripted import ScriptedBackend
 from engine.factory import env_factory, load_tokenizer
 from engine.loop import run_episode
@@ -51,8 +53,8 @@ def hostile(tok: Any) -> Episode:
 
 
 def _token_html(ep: Episode, tok: Any) -> str:
-    texts = render.decode_token_texts(tok, ep.tokens.ids.tolist())
-    return render.render_tokens(ep, texts, render.special_token_ids(tok))
+    texts = tokens_view.decode_token_texts(tok, ep.tokens.ids.tolist())
+    return tokens_view.render_tokens(ep, texts, tokens_view.special_token_ids(tok))
 
 
 def _meta(out: str) -> dict[str, Any]:
@@ -88,7 +90,7 @@ def test_hover_data_carries_id_logprob_mask_and_turn(episode: Episode, tok: Any)
 
 def test_special_tokens_styled_and_newlines_visible(episode: Episode, tok: Any) -> None:
     out = _token_html(episode, tok)
-    special = render.special_token_ids(tok)
+    special = tokens_view.special_token_ids(tok)
     spans = TOK_SPAN.findall(out)
     ids = episode.tokens.ids.tolist()
     for i, cls in enumerate(spans):
@@ -108,7 +110,7 @@ def test_turn_anchors_blocks_and_navigation(episode: Episode, tok: Any) -> None:
 def test_logprob_heat_classes(episode: Episode) -> None:
     lps = [float("nan"), -0.01, -0.3, -0.7, -1.5, -3.0, -9.0]
     ep = episode.evolve(tokens=TokenArrays(list(range(7)), [0, 1, 1, 1, 1, 1, 1], lps), segments=(), prompt_len=1)
-    classes = TOK_SPAN.findall(render.render_tokens(ep, [str(i) for i in range(7)], set()))
+    classes = TOK_SPAN.findall(tokens_view.render_tokens(ep, [str(i) for i in range(7)], set()))
     assert [next((c for c in cls.split() if re.fullmatch(r"l\d", c)), None) for cls in classes] == [
         None, "l0", "l1", "l2", "l3", "l4", "l5"]
 
@@ -135,7 +137,7 @@ def test_logprob_mismatch_diff_in_hover_heat_and_marks(episode: Episode, tok: An
     assert "d0" in classes[trainable[0]].split() and not any(c.startswith("d") for c in classes[0].split())
     assert f'id="tok-{over[0]}"' in out
     # The findings list summarizes the per-token diff instead of printing it.
-    listing = render.render_findings(ep)
+    listing = episode_view.render_findings(ep)
     assert "per-token values" in listing and "-1.5" not in listing
     bad = ep.evolve(findings=(Finding("logprob_mismatch", Severity.ERROR, "x", evidence={"diff": [0.1]}),))
     assert f"1 values for {n} tokens" in _token_html(bad, tok)
@@ -144,14 +146,14 @@ def test_logprob_mismatch_diff_in_hover_heat_and_marks(episode: Episode, tok: An
 def test_texts_join_to_decoded_text_including_split_characters(tok: Any) -> None:
     text = "Héllo — 日本語 🎉 done\n\n  x"
     ids = tok.encode(text, add_special_tokens=False)
-    texts = render.decode_token_texts(tok, ids)
+    texts = tokens_view.decode_token_texts(tok, ids)
     assert len(texts) == len(ids)
     assert "".join(texts) == text
     assert "日" in texts and "\ufffd" not in "".join(texts)
 
 
 def test_hostile_text_is_escaped_everywhere(hostile: Episode, tok: Any) -> None:
-    outputs = [render.render_header(hostile), render.render_conversation(hostile), _token_html(hostile, tok)]
+    outputs = [episode_view.render_header(hostile), episode_view.render_conversation(hostile), _token_html(hostile, tok)]
     for out in outputs:
         assert "<script" not in out.lower()
         assert "<img" not in out.lower()
@@ -174,20 +176,20 @@ def test_tool_calls_findings_and_metadata_are_escaped(episode: Episode) -> None:
     ep = episode.evolve(
         turns=(turn, *episode.turns[1:]), task_id=bad, reason=bad, tags=(bad,), note=bad, backend=BackendInfo(bad)
     )
-    for out in (render.render_header(ep), render.render_conversation(ep)):
+    for out in (episode_view.render_header(ep), episode_view.render_conversation(ep)):
         assert "<script" not in out
-    conv = render.render_conversation(ep)
+    conv = episode_view.render_conversation(ep)
     assert "&quot;q&quot;: &quot;&lt;script&gt;x&lt;/script&gt;&quot;" in conv  # JSON-formatted arguments
     assert "parse error" in conv and 'href="#tok-3"' in conv
-    tokens = render.render_tokens(ep, None, set())
+    tokens = tokens_view.render_tokens(ep, None, set())
     assert 'id="tok-3"' in tokens and tokens.count("tok-flag") == 2
-    listing = render.render_findings(ep)
+    listing = episode_view.render_findings(ep)
     assert "<script" not in listing and "&lt;script&gt;x&lt;/script&gt;" in listing
     assert 'data-jump="tok-3"' in listing and 'data-jump="conv-turn-0"' in listing
 
 
 def test_missing_tokenizer_shows_ids_and_why(episode: Episode) -> None:
-    out = render.render_tokens(episode, None, set(), tokenizer_error="no <such> tokenizer")
+    out = tokens_view.render_tokens(episode, None, set(), tokenizer_error="no <such> tokenizer")
     assert "could not be loaded" in out and "no &lt;such&gt; tokenizer" in out
     spans = TOK_SPAN.findall(out)
     assert len(spans) == episode.n_tokens
@@ -196,9 +198,9 @@ def test_missing_tokenizer_shows_ids_and_why(episode: Episode) -> None:
 
 
 def test_long_texts_fold(episode: Episode) -> None:
-    long = "line\n" * (render.FOLD_LINES + 5)
+    long = "line\n" * (FOLD_LINES + 5)
     ep = episode.evolve(messages=(Message("system", long), *episode.messages))
-    assert "<details" in render.render_conversation(ep)
+    assert "<details" in episode_view.render_conversation(ep)
 
 
 def test_32k_token_episode_renders(episode: Episode) -> None:
@@ -209,7 +211,7 @@ def test_32k_token_episode_renders(episode: Episode) -> None:
     segs = tuple(Segment(i, min(i + 500, n), "assistant", i // 1000, True) for i in range(0, n, 500))
     big = episode.evolve(tokens=TokenArrays(ids, mask, rng.normal(size=n)), segments=segs, prompt_len=0)
     texts = [f"t{i % 97}" for i in range(n)]
-    out = render.render_tokens(big, texts, {0, 1, 2})
+    out = tokens_view.render_tokens(big, texts, {0, 1, 2})
     assert out.count('class="tok ') == n
 
 
@@ -221,7 +223,7 @@ def test_32k_token_episode_renders_fast_enough(episode: Episode) -> None:
                          segments=segs, prompt_len=0)
     texts = [f"t{i % 97}" for i in range(n)]
     start = time.perf_counter()
-    out = render.render_tokens(big, texts, set())
+    out = tokens_view.render_tokens(big, texts, set())
     # A guard, not a benchmark (bench/dashboard_speed.py): a few hundred ms is normal.
     assert time.perf_counter() - start < 3.0
     assert len(out) < 120 * n  # no per-token tooltip text: the hover reads data-meta
@@ -234,12 +236,12 @@ def test_findings_list_errors_first_with_links(episode: Episode) -> None:
         Finding("mask_misaligned", Severity.ERROR, "mask 1 on a user token", turn=0, token_start=7, token_end=9,
                 evidence={"positions": list(range(40))}),
     )
-    out = render.render_findings(episode.evolve(findings=found))
+    out = episode_view.render_findings(episode.evolve(findings=found))
     assert out.index("mask_misaligned") < out.index("truncated_turn") < out.index("not_checked")
     assert "3 findings" in out and "1 error" in out and "1 warning" in out
     assert 'data-jump="tok-7"' in out and "tokens 7–8" in out and 'data-jump="conv-turn-1"' in out
     assert "… 28 more" in out  # long evidence lists are cut
-    assert "No findings" in render.render_findings(episode.evolve(findings=(), turns=()))
+    assert "No findings" in episode_view.render_findings(episode.evolve(findings=(), turns=()))
 
 
 def test_findings_are_grouped_under_their_root(episode: Episode) -> None:
@@ -253,7 +255,7 @@ def test_findings_are_grouped_under_their_root(episode: Episode) -> None:
         Finding("logprobs_misaligned", Severity.ERROR, "untrained tokens with logprobs", turn=0, token_start=7,
                 token_end=21, evidence={"positions": [7, 20]}),
     ]))
-    out = render.render_findings(episode.evolve(findings=found))
+    out = episode_view.render_findings(episode.evolve(findings=found))
     assert "<b>Diagnosis</b>: the loss mask is wrong from token 7 (turn 0): 2 findings follow" in out
     root, folded = out.split('<details class="rs-caused">', 1)
     assert root.count('class="rs-root"') == 1 and "the loss mask is shifted" in root
@@ -263,7 +265,7 @@ def test_findings_are_grouped_under_their_root(episode: Episode) -> None:
 
 def test_timeline_marks_turns_with_findings_and_offers_fork(episode: Episode) -> None:
     f = Finding("env_error", Severity.ERROR, "boom", turn=1)
-    out = render.render_conversation(episode.evolve(findings=(f,)))
+    out = episode_view.render_conversation(episode.evolve(findings=(f,)))
     assert out.count('class="rs-turn"') + out.count('class="rs-turn rs-turn-flagged"') == episode.n_turns
     assert 'id="conv-turn-1"' in out and 'class="rs-turn rs-turn-flagged" id="conv-turn-1"' in out
     assert all(f'data-fork="{t.index}"' in out for t in episode.turns)
@@ -271,15 +273,15 @@ def test_timeline_marks_turns_with_findings_and_offers_fork(episode: Episode) ->
 
 
 def test_header_folds_long_reward_series(episode: Episode) -> None:
-    short = render.render_header(episode)
+    short = episode_view.render_header(episode)
     assert "rs-series-fold" not in short and "T0" in short
-    long = render.render_header(episode.evolve(turn_rewards=tuple([0.0] * 59 + [1.0]), returns=()))
+    long = episode_view.render_header(episode.evolve(turn_rewards=tuple([0.0] * 59 + [1.0]), returns=()))
     assert "rs-series-fold" in long and "60 values" in long and "non-zero at T59" in long
     assert "temperature" in long  # sampling params
 
 
 def test_browse_table_escapes_and_marks_the_sort() -> None:
-    from dashboard.render_browse import render_table
+    from dashboard.views.browse import render_table
     from engine.store import EpisodeSummary
 
     bad = "<img src=x onerror=alert(1)>"
@@ -295,7 +297,7 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
 
 
 def test_a_verdict_says_when_the_user_was_replayed_from_the_record():
-    from dashboard.render_playback import headline, render_verdict
+    from dashboard.views.playback import headline, render_verdict
     from engine.replay import ReplayResult, TurnVerdict
 
     ok = ReplayResult("e1", True, True, (TurnVerdict(0, True), TurnVerdict(1, True)), user="recorded")

@@ -7,13 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gradio as gr
 import pytest
 
-from dashboard import charts_runs
-from dashboard.render_runs import alerts_note, event_line, run_label, step_table, watch_status
 from dashboard.tabs import browse as browse_tab
 from dashboard.tabs import runs as runs_tab
+from dashboard.views import run_charts
+from dashboard.views.runs import alerts_note, event_line, run_label, step_table, watch_status
 from dashboard.watching import FAILED, STOPPED, WATCHING, WatchManager
 from engine.errors import ConfigError, StoreError
 from engine.store import StepStats, Store
@@ -60,8 +59,8 @@ def test_two_rollout_ids_make_two_points_with_their_means_and_rates(run: tuple[S
     store, run_id = run
     stats = store.step_stats(run_id)
     assert [s.step for s in stats] == [0, 1] and [s.n for s in stats] == [N, N]
-    marked = charts_runs.alerts(stats)
-    fig = charts_runs.run_figure(stats, run_id, marked)
+    marked = run_charts.alerts(stats)
+    fig = run_charts.run_figure(stats, run_id, marked)
     mean = _trace(fig, "mean reward")
     assert list(mean.x) == [0, 1] and list(mean.y) == pytest.approx([0.5, 1.0])
     assert list(_trace(fig, "reward max").y) == [1.0, 1.0] and list(_trace(fig, "reward min–max").y) == [0.0, 1.0]
@@ -93,12 +92,12 @@ def test_alerts_mark_jumps_not_levels() -> None:
         return StepStats(k, n, 0.5, 0.0, 1.0, 0, aborted, 100.0, errors, {"env_error": errors} if errors else {})
 
     calm = [step(0, 0), step(1, 1), step(2, 2), step(3, 3)]  # creeping up by 10 points a step
-    assert charts_runs.alerts(calm) == []
+    assert run_charts.alerts(calm) == []
     assert "No jumps" in alerts_note(calm, [])
     jumps = [step(0, 0), step(1, 1), step(2, 6, aborted=5), step(3, 6)]
-    assert [(a.step, a.what) for a in charts_runs.alerts(jumps)] == [(2, "root errors"), (2, "aborted")]
+    assert [(a.step, a.what) for a in run_charts.alerts(jumps)] == [(2, "root errors"), (2, "aborted")]
     broken = [step(5, 10), step(6, 10)]
-    [first] = charts_runs.alerts(broken)
+    [first] = run_charts.alerts(broken)
     assert first.step == 5 and first.before is None and first.text() == (
         "step 5: root errors 100% from the first step (env_error)")
 
@@ -106,21 +105,22 @@ def test_alerts_mark_jumps_not_levels() -> None:
 def test_root_kinds_past_the_most_frequent_are_summed_as_other() -> None:
     kinds = {f"k{i}": i + 1 for i in range(8)}
     stats = [StepStats(0, 40, 0.0, 0.0, 0.0, 0, 0, 1.0, 20, kinds)]
-    series = charts_runs.kind_series(stats, max_kinds=3)
+    series = run_charts.kind_series(stats, max_kinds=3)
     assert series == [("k7", [8]), ("k6", [7]), ("k5", [6]), ("other", [1 + 2 + 3 + 4 + 5])]
 
 
 def test_an_empty_run_says_why() -> None:
-    fig = charts_runs.run_figure([], "r")
+    fig = run_charts.run_figure([], "r")
     assert not fig.data and "no episodes with a rollout step" in fig.layout.annotations[0].text
     assert step_table([]) == "" and "No steps yet" in alerts_note([], [])
 
 
 def test_the_view_is_drawn_once_per_change(run: tuple[Store, str]) -> None:
     store, run_id = run
-    alerts, fig, table, key = runs_tab.view_values(store, run_id)
-    assert "step 1" in alerts and len(fig.data) > 4 and 'data-step="0"' in table
-    assert runs_tab.view_values(store, run_id, key) == [gr.skip()] * 4  # nothing new: nothing sent
+    drawn = runs_tab.view_values(store, run_id)
+    assert set(drawn) == {"alerts", "plot", "steps", "view_key"}
+    assert "step 1" in drawn["alerts"] and len(drawn["plot"].data) > 4 and 'data-step="0"' in drawn["steps"]
+    assert runs_tab.view_values(store, run_id, drawn["view_key"]) == {}  # nothing new: nothing sent
 
 
 def test_browse_filters_a_run_by_step_and_keeps_the_opened_row(run: tuple[Store, str]) -> None:
@@ -128,14 +128,15 @@ def test_browse_filters_a_run_by_step_and_keeps_the_opened_row(run: tuple[Store,
     flt = browse_tab.episode_filter(run=run_id, step="1")
     assert flt.rollout_step == 1 and store.count(flt) == N
     assert browse_tab.episode_filter(step="1.5").rollout_step is None
-    assert "Not a whole number, ignored: step &#x27;1.5&#x27;" in browse_tab._bad_bounds([""] * 13 + ["1.5"])
+    assert "Not a whole number, ignored: step &#x27;1.5&#x27;" in browse_tab._bad_bounds({"step": "1.5"})
     [one] = store.list_episodes(flt, limit=1)
     table, info, number = browse_tab.page(store, flt, None, 1, 25, selected=one.id)
     assert number == 1 and f"of {N} matching" in info
     assert table.count('class="rs-selected"') == 1 and f'data-id="{one.id}" tabindex="0" class="rs-selected"' in table
     assert table.count('<td class="c-step c-num">1</td>') == N
     values = browse_tab.step_filters(store, run_id, 1)
-    assert len(values) == 14 and values[4].value == run_id and values[13] == "1"
+    assert len(values) == 14 and values["run"].value == run_id and values["step"] == "1"
+    assert browse_tab.episode_filter(**values | {"run": run_id}) == flt
 
 
 def test_the_store_stamp_changes_when_episodes_arrive(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from engine.backends import local
 
 
 def test_every_caller_gets_the_one_loaded_tokenizer(smol_tokenizer):
-    from dashboard.tabs.episode import episode_tokenizer
+    from dashboard.views.tokens import episode_tokenizer
 
     live = Episode(id="e", env="math", task_id="0", tokenizer="smollm2")
     assert tokenizers.load(None) is tokenizers.load("smollm2") is tokenizers.load("") is local.load_tokenizer(None)
@@ -37,7 +37,7 @@ def test_a_failed_load_is_remembered_and_said(tmp_path, monkeypatch):
 
 
 def test_the_checks_do_not_judge_an_import_that_names_no_tokenizer(smol_tokenizer):
-    from dashboard.tabs.episode import episode_tokenizer
+    from dashboard.views.tokens import episode_tokenizer
 
     imported = Episode(id="i", env="slime", task_id="0", tokenizer="", source=Source.imported("slime", "dump.pt"))
     tok, why = tokenizers.for_episode(imported)

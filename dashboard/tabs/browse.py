@@ -19,9 +19,11 @@ import gradio as gr
 
 from engine import SORTABLE, EpisodeFilter, RollscopeError, Status, Store
 
-from .. import charts
-from ..render import render_message
-from ..render_browse import BROWSE_JS, render_run_notes, render_table
+from ..assets import script
+from ..gradio_glue import Outputs, event_data, html
+from ..views import charts
+from ..views.browse import render_run_notes, render_table
+from ..views.html import note
 
 PAGE_SIZES = [25, 50, 100, 200]
 PAGE_SIZE = 50
@@ -84,7 +86,7 @@ def _sort(sort: Any) -> tuple[str, bool]:
 
 
 def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: Any = PAGE_SIZE,
-         selected: str | None = None) -> list[Any]:
+         selected: str | None = None) -> tuple[str, str, int]:
     """(table HTML, info HTML, clamped 1-based page number) for one page of the filtered, sorted episodes;
     the row of ``selected`` (the episode last opened) stays marked."""
     by, desc = _sort(sort)
@@ -97,48 +99,49 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
         rows = store.list_episodes(flt, order_by=by, descending=desc, limit=size, offset=(number - 1) * size)
         run_level = store.run_level_kinds([r.run_id for r in rows if r.run_id])
     except RollscopeError as e:
-        return [render_table([], by, desc, "—"), render_message(str(e), "error"), 1]
+        return render_table([], by, desc, "—"), note(str(e), "error"), 1
     ms = (time.perf_counter() - start) * 1000
     if total:
         first = (number - 1) * size + 1
         everything = store.count()
         of_all = f" (of {everything:,})" if everything != total else ""
-        info = render_message(
+        info = note(
             f"Episodes {first:,}–{first + len(rows) - 1:,} of {total:,} matching{of_all} · page {number:,} of {last:,}"
             f" · sorted by {by} {'▼' if desc else '▲'} · {ms:.0f} ms · click a row to open it, a header to sort"
         )
         empty = ""
     elif store.count() == 0:
         empty = f"No episodes in {store.path} yet: run `rollscope run --db {store.path}` (or Launch) to make some."
-        info = render_message(empty)
+        info = note(empty)
     else:
         empty = "No episode matches these filters."
-        info = render_message(empty)
-    return [render_table(rows, by, desc, empty, run_level, selected), info + render_run_notes(run_level), number]
+        info = note(empty)
+    return render_table(rows, by, desc, empty, run_level, selected), info + render_run_notes(run_level), number
 
 
-def figures(store: Store, flt: EpisodeFilter) -> list[Any]:
-    """The Browse charts of the filtered set (see ``charts.browse_figures``)."""
-    return charts.browse_figures(store.stats(flt))
+def figures(store: Store, flt: EpisodeFilter) -> dict[str, Any]:
+    """The Browse charts of the filtered set (see ``charts.browse_figures``), as ``plot0``, ``plot1``… in layout
+    order (``BrowseTab.chart_outputs``)."""
+    return {f"plot{i}": fig for i, fig in enumerate(charts.browse_figures(store.stats(flt)))}
 
 
-def choices(store: Store) -> list[Any]:
-    """Dropdown updates with the values in the database now: env, task, run, source, tags, findings."""
+def choices(store: Store) -> dict[str, Any]:
+    """Dropdown updates with the values in the database now, by filter: env, task, run, source, tags, findings."""
     tasks = store.distinct("task_id")
     kinds = store.finding_kinds()
     root_kinds = store.root_kind_counts()
-    return [
-        gr.Dropdown(choices=[ALL, *store.distinct("env")]),
-        gr.Dropdown(choices=[ALL, *tasks[:MAX_TASK_CHOICES]]),
-        gr.Dropdown(choices=[ALL, *store.distinct("run_id")]),
-        gr.Dropdown(choices=[ALL, *store.distinct("source")]),
-        gr.Dropdown(choices=[f"{t}" for t, _ in store.tag_counts()]),
-        gr.Dropdown(choices=[
+    return {
+        "env": gr.Dropdown(choices=[ALL, *store.distinct("env")]),
+        "task": gr.Dropdown(choices=[ALL, *tasks[:MAX_TASK_CHOICES]]),
+        "run": gr.Dropdown(choices=[ALL, *store.distinct("run_id")]),
+        "source": gr.Dropdown(choices=[ALL, *store.distinct("source")]),
+        "tags": gr.Dropdown(choices=[f"{t}" for t, _ in store.tag_counts()]),
+        "findings": gr.Dropdown(choices=[
             ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings", NO_FINDING),
             *((f"root: {k} ({n:,})", ROOT + k) for k, n in root_kinds),
             *((f"{k} ({n:,})", k) for k, n in kinds),
         ]),
-    ]
+    }
 
 
 @dataclass
@@ -152,7 +155,7 @@ class BrowseTab:
     a refresh redraws what the user asked for, not a half-typed filter.
     """
 
-    filters: list[Any]  # in ``episode_filter``'s argument order
+    filters: Outputs  # named as ``episode_filter``'s arguments
     apply: gr.Button
     reset: gr.Button
     refresh: gr.Button
@@ -171,88 +174,100 @@ class BrowseTab:
 
     @property
     def inputs(self) -> list[Any]:
+        """What drawing the table reads: the filters, then sort, page, page size and the row last opened."""
         return [*self.filters, self.sort, self.page_box, self.page_size, self.selected]
 
     @property
-    def outputs(self) -> list[Any]:
-        return [self.table, self.info, self.page_box, self.shown]
+    def outputs(self) -> Outputs:
+        """What drawing the table shows (``_drawn``)."""
+        return Outputs(table=self.table, info=self.info, page_box=self.page_box, shown=self.shown)
 
     @property
-    def choice_outputs(self) -> list[Any]:
-        f = self.filters
-        return [f[1], f[2], f[4], f[11], f[9], f[12]]  # env, task, run, source, tags, findings
+    def choice_outputs(self) -> Outputs:
+        """The filters whose choices come from the database (``choices``)."""
+        return Outputs(**{name: self.filters[name] for name in ("env", "task", "run", "source", "tags", "findings")})
+
+    @property
+    def chart_outputs(self) -> Outputs:
+        """The charts, ``plot0``, ``plot1``… in the order ``figures`` draws them."""
+        return Outputs(**{f"plot{i}": plot for i, plot in enumerate(self.plots)})
 
     def wire_load(self, demo: gr.Blocks, store: Store) -> None:
         """On every page load (so a reload shows episodes written since): choices, first page, charts."""
-        loaded = demo.load(lambda: [*choices(store), store.episodes_stamp()], outputs=[*self.choice_outputs, self.stamp])
-        loaded.then(_show(store), inputs=self.inputs, outputs=self.outputs).then(
-            _charts(store), inputs=self.filters, outputs=self.plots)
+        loaded_out = self.choice_outputs + Outputs(stamp=self.stamp)
+        loaded = demo.load(lambda: loaded_out.values(**choices(store), stamp=store.episodes_stamp()),
+                           outputs=loaded_out.components)
+        loaded.then(_show(store, self), inputs=self.inputs, outputs=self.outputs.components).then(
+            _charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
 
     def wire_request(self, store: Store, request: gr.State, tabs: gr.Tabs) -> None:
         """Show Browse when ``request`` is set to ``{"run", "step"}``: that run's episodes of that rollout step,
         every other filter cleared."""
+        out = Outputs(tabs=tabs) + self.filters + Outputs(sort=self.sort, page_box=self.page_box)
 
         def apply(req: Any) -> list[Any]:
             if not isinstance(req, dict) or not req.get("run"):
-                return [gr.skip()] * (3 + len(self.filters))
-            return [gr.Tabs(selected="browse"), *step_filters(store, str(req["run"]), req.get("step")),
-                    dict(DEFAULT_SORT), 1]
+                return out.skip()
+            return out.values(tabs=gr.Tabs(selected="browse"), **step_filters(store, str(req["run"]), req.get("step")),
+                              sort=dict(DEFAULT_SORT), page_box=1)
 
-        request.change(apply, inputs=[request], outputs=[tabs, *self.filters, self.sort, self.page_box]).then(
-            _show(store), inputs=self.inputs, outputs=self.outputs
-        ).then(_charts(store), inputs=self.filters, outputs=self.plots)
-
-
-def cleared_filters() -> list[Any]:
-    """Every filter control's value for "no filter", in ``episode_filter``'s order."""
-    return ["", ALL, ALL, [], ALL, "", "", "", "", [], "any", ALL, ALL, ""]
+        request.change(apply, inputs=[request], outputs=out.components).then(
+            _show(store, self), inputs=self.inputs, outputs=self.outputs.components
+        ).then(_charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
 
 
-def step_filters(store: Store, run: str, step: Any) -> list[Any]:
-    """Values for every filter control: ``run`` and rollout ``step``, the rest cleared (the run dropdown
-    also gets the runs there are now, so it can hold ``run``)."""
+def cleared_filters() -> dict[str, Any]:
+    """Every filter control's value for "no filter", by name."""
+    return {"text": "", "env": ALL, "task": ALL, "status": [], "run": ALL, "reward_min": "", "reward_max": "",
+            "turns_min": "", "turns_max": "", "tags": [], "starred": "any", "source": ALL, "findings": ALL, "step": ""}
+
+
+def step_filters(store: Store, run: str, step: Any) -> dict[str, Any]:
+    """Values for every filter control, by name: ``run`` and rollout ``step``, the rest cleared (the run
+    dropdown also gets the runs there are now, so it can hold ``run``)."""
     runs = [ALL, *store.distinct("run_id")]
     values = cleared_filters()
-    values[4] = gr.Dropdown(choices=runs if run in runs else [*runs, run], value=run)
-    values[13] = "" if step is None else str(step)
+    values["run"] = gr.Dropdown(choices=runs if run in runs else [*runs, run], value=run)
+    values["step"] = "" if step is None else str(step)
     return values
 
 
-def _bad_bounds(filter_values: list[Any]) -> str:
+def _bad_bounds(filter_values: dict[str, Any]) -> str:
     """A warning for reward/turn bounds and a step that are not numbers (they are ignored), or ''."""
-    labels = ("reward ≥", "reward ≤", "turns ≥", "turns ≤")
-    bad = [f"{label} {str(v).strip()!r}" for label, v in zip(labels, filter_values[5:9], strict=True)
-           if str(v or "").strip() and _num(v) is None]
-    out = render_message(f"Not a number, ignored: {', '.join(bad)}", "warn") if bad else ""
-    step = str(filter_values[13] or "").strip() if len(filter_values) > 13 else ""
+    labels = {"reward_min": "reward ≥", "reward_max": "reward ≤", "turns_min": "turns ≥", "turns_max": "turns ≤"}
+    bounds = [(label, filter_values.get(name)) for name, label in labels.items()]
+    bad = [f"{label} {str(v).strip()!r}" for label, v in bounds if str(v or "").strip() and _num(v) is None]
+    out = note(f"Not a number, ignored: {', '.join(bad)}", "warn") if bad else ""
+    step = str(filter_values.get("step") or "").strip()
     if step and (_num(step) is None or not float(step).is_integer()):
-        out += render_message(f"Not a whole number, ignored: step {step!r}", "warn")
+        out += note(f"Not a whole number, ignored: step {step!r}", "warn")
     return out
 
 
-def _drawn(store: Store, filter_values: list[Any], sort: Any, number: Any, size: Any, selected: Any) -> list[Any]:
-    """[table, info, page number, shown] for these values."""
-    table, info, number = page(store, episode_filter(*filter_values), sort, number, size, selected)
-    return [table, _bad_bounds(filter_values) + info, number, [*filter_values, sort, number, size]]
+def _drawn(store: Store, filter_values: dict[str, Any], sort: Any, number: Any, size: Any,
+           selected: Any) -> dict[str, Any]:
+    """Values for ``BrowseTab.outputs``: the table drawn with these filters (by name), sort, page and page size."""
+    table, info, number = page(store, episode_filter(**filter_values), sort, number, size, selected)
+    return {"table": table, "info": _bad_bounds(filter_values) + info, "page_box": number,
+            "shown": {"filters": filter_values, "sort": sort, "page": number, "size": size}}
 
 
-def _show(store: Store, delta: int = 0, first: bool = False) -> Any:
+def _show(store: Store, tab: BrowseTab, delta: int = 0, first: bool = False) -> Any:
+    out = tab.outputs
+
     def show(*values: Any) -> list[Any]:
         *filter_values, sort, page_no, size, selected = values
         number = 1 if first else int(_num(page_no) or 1) + delta
-        return _drawn(store, filter_values, sort, number, size, selected)
+        return out.values(**_drawn(store, tab.filters.read(filter_values), sort, number, size, selected))
     return show
 
 
-def _charts(store: Store) -> Any:
+def _charts(store: Store, tab: BrowseTab) -> Any:
+    out = tab.chart_outputs
+
     def draw(*filter_values: Any) -> list[Any]:
-        return figures(store, episode_filter(*filter_values))
+        return out.values(**figures(store, episode_filter(**tab.filters.read(filter_values))))
     return draw
-
-
-def _event_data(evt: gr.EventData) -> dict[str, Any]:
-    data = getattr(evt, "_data", None)
-    return data if isinstance(data, dict) else {}
 
 
 def _bound(label: str, elem_id: str) -> gr.Textbox:
@@ -292,9 +307,8 @@ def build(store: Store) -> BrowseTab:
             apply = gr.Button("Apply filters", variant="primary", scale=0, min_width=140, elem_id="rs-apply")
             reset = gr.Button("Reset", scale=0, min_width=90, elem_id="rs-reset")
             refresh = gr.Button("Refresh", scale=0, min_width=90, elem_id="rs-refresh")
-    info = gr.HTML(render_message("Loading…"), elem_id="rs-browse-info", apply_default_css=False, js_on_load=None)
-    table = gr.HTML(render_table([], DEFAULT_SORT["by"], True, "Loading…"), elem_id="rs-episode-table",
-                    apply_default_css=False, js_on_load=BROWSE_JS)
+    info = html(note("Loading…"), "rs-browse-info")
+    table = html(render_table([], DEFAULT_SORT["by"], True, "Loading…"), "rs-episode-table", script("browse_table"))
     with gr.Row(elem_classes="rs-pager", equal_height=True):
         prev = gr.Button("◀ Prev", scale=0, min_width=100, elem_id="rs-prev")
         page_box = gr.Number(1, show_label=False, container=False, precision=0, minimum=1, scale=0, min_width=90,
@@ -309,60 +323,65 @@ def build(store: Store) -> BrowseTab:
             with gr.Row(equal_height=True):
                 for col in range(3):
                     plots.append(gr.Plot(show_label=False, elem_id=f"rs-chart-{row * 3 + col}", min_width=300))
-    filters = [text, env, task, status, run, reward_min, reward_max, turns_min, turns_max, tags, starred, source,
-               findings, step]
+    filters = Outputs(text=text, env=env, task=task, status=status, run=run, reward_min=reward_min,
+                      reward_max=reward_max, turns_min=turns_min, turns_max=turns_max, tags=tags, starred=starred,
+                      source=source, findings=findings, step=step)
     tab = BrowseTab(filters, apply, reset, refresh, info, table, prev, nxt, page_box, page_size, sort, plots,
                     gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S))
+    drawn = tab.outputs
 
     def refilter(trigger: Any) -> None:
-        trigger(_show(store, first=True), inputs=tab.inputs, outputs=tab.outputs).then(
-            _charts(store), inputs=filters, outputs=plots
+        trigger(_show(store, tab, first=True), inputs=tab.inputs, outputs=drawn.components).then(
+            _charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components
         )
 
     for control in (apply.click, text.submit, reward_min.submit, reward_max.submit, turns_min.submit,
                     turns_max.submit, step.submit, env.input, task.input, status.input, run.input, tags.input,
                     starred.input, source.input, findings.input):
         refilter(control)
-    prev.click(_show(store, -1), inputs=tab.inputs, outputs=tab.outputs)
-    nxt.click(_show(store, +1), inputs=tab.inputs, outputs=tab.outputs)
-    page_box.submit(_show(store), inputs=tab.inputs, outputs=tab.outputs)
-    page_size.input(_show(store, first=True), inputs=tab.inputs, outputs=tab.outputs)
+    prev.click(_show(store, tab, -1), inputs=tab.inputs, outputs=drawn.components)
+    nxt.click(_show(store, tab, +1), inputs=tab.inputs, outputs=drawn.components)
+    page_box.submit(_show(store, tab), inputs=tab.inputs, outputs=drawn.components)
+    page_size.input(_show(store, tab, first=True), inputs=tab.inputs, outputs=drawn.components)
+    cleared = filters + Outputs(sort=sort, page_box=page_box)
 
     def defaults() -> list[Any]:
-        return [*cleared_filters(), dict(DEFAULT_SORT), 1]
+        return cleared.values(**cleared_filters(), sort=dict(DEFAULT_SORT), page_box=1)
 
-    reset.click(defaults, outputs=[*filters, sort, page_box]).then(
-        _show(store), inputs=tab.inputs, outputs=tab.outputs
-    ).then(_charts(store), inputs=filters, outputs=plots)
-    refresh.click(lambda: choices(store), outputs=tab.choice_outputs).then(
-        _show(store), inputs=tab.inputs, outputs=tab.outputs
-    ).then(_charts(store), inputs=filters, outputs=plots)
+    reset.click(defaults, outputs=cleared.components).then(
+        _show(store, tab), inputs=tab.inputs, outputs=drawn.components
+    ).then(_charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components)
+    refresh.click(lambda: tab.choice_outputs.values(**choices(store)), outputs=tab.choice_outputs.components).then(
+        _show(store, tab), inputs=tab.inputs, outputs=drawn.components
+    ).then(_charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components)
+    clicked = drawn + Outputs(sort=sort, selected=tab.selected)
 
     def on_table_click(evt: gr.EventData, *values: Any) -> list[Any]:
         *filter_values, sort_v, _page, size, selected = values
-        data = _event_data(evt)
+        data = event_data(evt)
         column = data.get("sort")
         if column not in SORTABLE:
             # A row click: the app opens it; the row stays marked when the table is drawn again.
-            opened = str(data["open"]) if data.get("open") else gr.skip()
-            return [*([gr.skip()] * (len(tab.outputs) + 1)), opened]
+            return clicked.values(selected=str(data["open"])) if data.get("open") else clicked.skip()
         by, desc = _sort(sort_v)
         # A second click on the sorted column flips it; a new column starts
         # with the order usually wanted (highest, newest first; names A to Z).
         new = {"by": column, "desc": (not desc) if column == by else column not in ("id", "env", "task_id")}
-        return [*_drawn(store, filter_values, new, 1, size, selected), new, gr.skip()]
+        return clicked.values(**_drawn(store, filters.read(filter_values), new, 1, size, selected), sort=new)
 
-    table.click(on_table_click, inputs=tab.inputs, outputs=[*tab.outputs, sort, tab.selected])
+    table.click(on_table_click, inputs=tab.inputs, outputs=clicked.components)
+    ticked = Outputs(stamp=tab.stamp) + tab.choice_outputs + drawn + tab.chart_outputs
 
     def on_tick(stamp: Any, shown: Any, selected: Any) -> list[Any]:
         now = store.episodes_stamp()
         if now == stamp or not shown:
-            return [gr.skip()] * (1 + len(tab.choice_outputs) + len(tab.outputs) + len(plots))
-        *filter_values, sort_v, number, size = shown
-        table_v, info_v, number_v, shown_v = _drawn(store, filter_values, sort_v, number, size, selected)
-        return [now, *choices(store), table_v, info_v, gr.skip() if number_v == number else number_v, shown_v,
-                *figures(store, episode_filter(*filter_values))]
+            return ticked.skip()
+        number = shown["page"]
+        values = _drawn(store, shown["filters"], shown["sort"], number, shown["size"], selected)
+        if values["page_box"] == number:
+            del values["page_box"]
+        return ticked.values(stamp=now, **choices(store), **values, **figures(store, episode_filter(**shown["filters"])))
 
-    tab.timer.tick(on_tick, inputs=[tab.stamp, tab.shown, tab.selected],
-                   outputs=[tab.stamp, *tab.choice_outputs, *tab.outputs, *plots], show_progress="hidden")
+    tab.timer.tick(on_tick, inputs=[tab.stamp, tab.shown, tab.selected], outputs=ticked.components,
+                   show_progress="hidden")
     return tab

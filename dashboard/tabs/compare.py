@@ -14,8 +14,9 @@ import gradio as gr
 
 from engine import RollscopeError, Store, compare_episodes
 
-from .. import render_compare as rc
-from ..render_step import OPEN_JS
+from ..assets import script
+from ..gradio_glue import Outputs, html
+from ..views import compare as views
 
 
 @dataclass
@@ -28,27 +29,27 @@ class CompareTab:
     view: gr.HTML
 
     @property
-    def outputs(self) -> list[Any]:
-        return [self.a, self.b, self.view]
+    def outputs(self) -> Outputs:
+        return Outputs(a=self.a, b=self.b, view=self.view)
 
 
-def view(store: Store, a: Any, b: Any) -> list[Any]:
-    """Values for ``[a box, b box, view]``: the resolved ids and the comparison (or why there is none)."""
+def view(store: Store, a: Any, b: Any) -> dict[str, Any]:
+    """Values for ``CompareTab.outputs``, by name: the resolved ids and the comparison (or why there is none)."""
     a_id, b_id = str(a or "").strip(), str(b or "").strip()
     if not a_id or not b_id:
-        return [gr.skip(), gr.skip(), rc.empty()]
+        return {"view": views.empty()}
     try:
         ep_a = store.get_episode(store.resolve_id(a_id))
         ep_b = store.get_episode(store.resolve_id(b_id))
     except RollscopeError as e:
-        return [gr.skip(), gr.skip(), rc.empty(str(e), "error")]
-    return [ep_a.id, ep_b.id, rc.render_comparison(compare_episodes(ep_a, ep_b))]
+        return {"view": views.empty(str(e), "error")}
+    return {"a": ep_a.id, "b": ep_b.id, "view": views.render_comparison(compare_episodes(ep_a, ep_b))}
 
 
-def from_request(store: Store, request: Any) -> list[Any]:
-    """Show the pair a ``{"a", "b"}`` request names."""
+def from_request(store: Store, request: Any) -> dict[str, Any]:
+    """Show the pair a ``{"a", "b"}`` request names (nothing without both)."""
     if not isinstance(request, dict) or not request.get("a") or not request.get("b"):
-        return [gr.skip()] * 3
+        return {}
     return view(store, request["a"], request["b"])
 
 
@@ -62,25 +63,26 @@ def build(store: Store) -> CompareTab:
         run = gr.Button("Compare", variant="primary", scale=0, min_width=120, elem_id="rs-compare-run")
         swap = gr.Button("⇄ Swap", scale=0, min_width=110, elem_id="rs-compare-swap")
         parent = gr.Button("B ← A's parent", scale=0, min_width=150, elem_id="rs-compare-parent")
-    out = gr.HTML(rc.empty(), elem_id="rs-compare-view", apply_default_css=False, js_on_load=OPEN_JS)
+    out = html(views.empty(), "rs-compare-view", script("open_episode"))
     tab = CompareTab(a, b, run, swap, parent, out)
+    shown = tab.outputs
 
     for trigger in (run.click, a.submit, b.submit):
-        trigger(lambda x, y: view(store, x, y), inputs=[a, b], outputs=tab.outputs)
-    swap.click(lambda x, y: view(store, y, x), inputs=[a, b], outputs=tab.outputs)
+        trigger(lambda x, y: shown.values(**view(store, x, y)), inputs=[a, b], outputs=shown.components)
+    swap.click(lambda x, y: shown.values(**view(store, y, x)), inputs=[a, b], outputs=shown.components)
 
     def with_parent(a_v: Any) -> list[Any]:
         a_id = str(a_v or "").strip()
         if not a_id:
-            return [gr.skip(), gr.skip(), rc.empty("Type A's id first.", "warn")]
+            return shown.values(view=views.empty("Type A's id first.", "warn"))
         try:
             ep = store.get_episode(store.resolve_id(a_id))
         except RollscopeError as e:
-            return [gr.skip(), gr.skip(), rc.empty(str(e), "error")]
+            return shown.values(view=views.empty(str(e), "error"))
         if not ep.parent_id:
-            return [gr.skip(), gr.skip(), rc.empty(f"{ep.id} is not a fork: it has no parent.", "warn")]
+            return shown.values(view=views.empty(f"{ep.id} is not a fork: it has no parent.", "warn"))
         # Parent on the left: read left to right as "before, after".
-        return view(store, ep.parent_id, ep.id)
+        return shown.values(**view(store, ep.parent_id, ep.id))
 
-    parent.click(with_parent, inputs=[a], outputs=tab.outputs)
+    parent.click(with_parent, inputs=[a], outputs=shown.components)
     return tab

@@ -21,7 +21,10 @@ import gradio as gr
 
 from engine import ConfigError, EpisodeFilter, RollscopeError, Store, formats
 
-from .. import render_step as rs
+from ..assets import script
+from ..gradio_glue import Outputs, html
+from ..views.export import export_preview
+from ..views.html import note
 
 BROWSE, TAGGED, STARRED, IDS = "the Browse selection (its filters)", "episodes with these tags", "starred episodes", \
     "these episode ids"
@@ -128,13 +131,13 @@ class ExportTab:
     download: gr.DownloadButton
 
 
-def build(store: Store, browse_filters: Sequence[Any] = (),
+def build(store: Store, browse_filters: Outputs | None = None,
           episode_filter: Callable[..., EpisodeFilter] | None = None) -> ExportTab:
     """Lay out the Export tab in the current Blocks context.
 
-    ``browse_filters`` are the Browse tab's filter controls and
-    ``episode_filter`` turns their values into an ``EpisodeFilter``; without
-    them the Browse selection is not offered.
+    ``browse_filters`` are the Browse tab's filter controls, named as
+    ``episode_filter``'s arguments, which turns their values into an
+    ``EpisodeFilter``; without them the Browse selection is not offered.
     """
     has_browse = bool(browse_filters) and episode_filter is not None
     sources = ([BROWSE] if has_browse else []) + [TAGGED, STARRED, IDS]
@@ -152,10 +155,9 @@ def build(store: Store, browse_filters: Sequence[Any] = (),
         preview = gr.Button("Preview", variant="primary", scale=0, min_width=120, elem_id="rs-export-preview")
         export = gr.Button("Export", scale=0, min_width=120, elem_id="rs-export-run")
         download = gr.DownloadButton("⬇ Download", visible=False, scale=0, min_width=220, elem_id="rs-export-download")
-    message = gr.HTML("", elem_id="rs-export-message", apply_default_css=False, js_on_load=None)
-    view = gr.HTML(rs.note("Choose what to export and press Preview: you see the count and the first records "
-                           "before anything is written."), elem_id="rs-export-view", apply_default_css=False,
-                   js_on_load=rs.OPEN_JS)
+    message = html("", "rs-export-message")
+    view = html(note("Choose what to export and press Preview: you see the count and the first records before "
+                     "anything is written."), "rs-export-view", script("open_episode"))
     tab = ExportTab(source, tags, ids, fmt, preview, export, view, message, download)
 
     def on_source(src: str) -> list[Any]:
@@ -168,11 +170,14 @@ def build(store: Store, browse_filters: Sequence[Any] = (),
 
     def chosen(values: Sequence[Any]) -> tuple[EpisodeFilter, str, str]:
         src, fmt_v, tags_v, ids_v, *browse_v = values
-        browse_flt = episode_filter(*browse_v) if has_browse and episode_filter is not None else None
+        browse_flt = (episode_filter(**browse_filters.read(browse_v))
+                      if has_browse and browse_filters is not None and episode_filter is not None else None)
         flt, what = selection(src, browse_flt, tags_v, ids_v)
         return _resolve_ids(store, flt), what, str(fmt_v)
 
-    inputs = [source, fmt, tags, ids, *browse_filters]
+    inputs = [source, fmt, tags, ids, *(browse_filters or ())]
+
+    previewed = Outputs(view=view, message=message, download=download)
 
     def on_preview(*values: Any) -> list[Any]:
         try:
@@ -181,23 +186,26 @@ def build(store: Store, browse_filters: Sequence[Any] = (),
             rows = store.list_episodes(flt, order_by="created_at", descending=False, limit=PREVIEW_ROWS)
             text = sample(store, flt, fmt_v) if n else ""
         except RollscopeError as e:
-            return [gr.skip(), rs.note(str(e), "error"), gr.DownloadButton(visible=False)]
-        msg = rs.note(f"{n:,} episodes will be written as {fmt_v}: press Export." if n else "Nothing to export.",
-                      "info" if n else "warn")
-        return [rs.export_preview(n, rows, text, what, fmt_v), msg, gr.DownloadButton(visible=False)]
+            return previewed.values(message=note(str(e), "error"), download=gr.DownloadButton(visible=False))
+        msg = note(f"{n:,} episodes will be written as {fmt_v}: press Export." if n else "Nothing to export.",
+                   "info" if n else "warn")
+        return previewed.values(view=export_preview(n, rows, text, what, fmt_v), message=msg,
+                                download=gr.DownloadButton(visible=False))
 
-    preview.click(on_preview, inputs=inputs, outputs=[view, message, download])
+    preview.click(on_preview, inputs=inputs, outputs=previewed.components)
+    exported = Outputs(message=message, download=download)
 
     def on_export(*values: Any) -> list[Any]:
         try:
             flt, what, fmt_v = chosen(values)
             path, n = write(store, flt, fmt_v)
         except RollscopeError as e:
-            return [rs.note(str(e), "error"), gr.DownloadButton(visible=False)]
+            return exported.values(message=note(str(e), "error"), download=gr.DownloadButton(visible=False))
         size = path.stat().st_size
-        return [rs.note(f"Wrote {n:,} episode{'s' if n != 1 else ''} ({what}) as {fmt_v}: {path.name}, "
-                        f"{_size(size)}. Press Download to save it.", "ok"),
-                gr.DownloadButton(f"⬇ Download ({_size(size)})", value=str(path), visible=True)]
+        return exported.values(
+            message=note(f"Wrote {n:,} episode{'s' if n != 1 else ''} ({what}) as {fmt_v}: {path.name}, "
+                         f"{_size(size)}. Press Download to save it.", "ok"),
+            download=gr.DownloadButton(f"⬇ Download ({_size(size)})", value=str(path), visible=True))
 
-    export.click(on_export, inputs=inputs, outputs=[message, download])
+    export.click(on_export, inputs=inputs, outputs=exported.components)
     return tab

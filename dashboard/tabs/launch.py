@@ -18,10 +18,13 @@ import gradio as gr
 
 from engine import AUTO, ENVS, PRESET_CHOICES, RollscopeError, Store, plan_run
 
-from .. import render_step as rs
+from ..assets import script
 from ..controls import BackendControls, LoopControls, backend_controls, loop_controls, loop_table
 from ..controls import parse as parse_backend
+from ..gradio_glue import Outputs, event_data, html
 from ..jobs import JobManager, JobStatus
+from ..views import launch as views
+from ..views.html import note
 
 POLL_S = 1.0
 
@@ -48,37 +51,48 @@ class LaunchTab:
     jobs: JobManager
 
     @property
-    def poll_outputs(self) -> list[Any]:
-        return [self.progress, self.table, self.shown, self.timer, self.start, self.cancel, self.message]
+    def poll_outputs(self) -> Outputs:
+        """What a poll of the batch shows (``_poll_values``)."""
+        return Outputs(progress=self.progress, table=self.table, shown=self.shown, timer=self.timer, start=self.start,
+                       cancel=self.cancel, message=self.message)
+
+    @property
+    def job_outputs(self) -> Outputs:
+        """The batch shown, and what a poll of it shows."""
+        return Outputs(job_id=self.job_id) + self.poll_outputs
 
     def wire_load(self, demo: gr.Blocks) -> None:
         """On page load, show the latest batch (and keep polling it if it still runs)."""
+        out = self.job_outputs
 
         def attach() -> list[Any]:
             job = self.jobs.latest()
             if job is None:
-                return [None, rs.progress(None), gr.skip(), None, gr.skip(), gr.skip(), gr.skip(), gr.skip()]
-            return [job.job_id, *_poll_values(job.status(), None)]
+                return out.values(job_id=None, progress=views.progress(None), shown=None)
+            return out.values(job_id=job.job_id, **_poll_values(job.status(), None))
 
-        demo.load(attach, outputs=[self.job_id, *self.poll_outputs])
+        demo.load(attach, outputs=out.components)
 
 
-def _poll_values(status: JobStatus, shown: Any) -> list[Any]:
+def _poll_values(status: JobStatus, shown: Any) -> dict[str, Any]:
+    """Values for ``LaunchTab.poll_outputs`` showing ``status`` (the table only when it changed since ``shown``)."""
     key = [status.state, status.done]
-    table = gr.skip() if shown == key else rs.finished_table(status.rows)
     active = status.active
-    # Once the batch ends, the progress box says how; an old "Started…" or "Cancelling…" would only mislead.
-    message = gr.skip() if active else ""
-    return [rs.progress(status), table, key, gr.Timer(active=active),
-            gr.Button(interactive=not active), gr.Button(interactive=active), message]
+    values = {"progress": views.progress(status), "shown": key, "timer": gr.Timer(active=active),
+              "start": gr.Button(interactive=not active), "cancel": gr.Button(interactive=active)}
+    if shown != key:
+        values["table"] = views.finished_table(status.rows)
+    if not active:
+        # Once the batch ends, the progress box says how; an old "Started…" or "Cancelling…" would only mislead.
+        values["message"] = ""
+    return values
 
 
 def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
     """Lay out the Launch tab in the current Blocks context and wire Start, Cancel and the poll."""
     jobs = jobs or JobManager()
-    gr.HTML('<p class="rs-lead">Run a batch of episodes in the background; each is written to this database '
-            "as it finishes. Cancelling keeps finished episodes and marks those in flight <i>interrupted</i>.</p>",
-            apply_default_css=False, js_on_load=None)
+    html('<p class="rs-lead">Run a batch of episodes in the background; each is written to this database '
+         "as it finishes. Cancelling keeps finished episodes and marks those in flight <i>interrupted</i>.</p>")
     with gr.Group(elem_classes="rs-form"):
         with gr.Row(equal_height=True):
             env = gr.Dropdown(list(ENVS), value="math", label="env", min_width=140, scale=1, elem_id="rs-launch-env")
@@ -96,28 +110,29 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
         start = gr.Button("▶ Start", variant="primary", scale=0, min_width=130, elem_id="rs-launch-start")
         cancel = gr.Button("■ Cancel", variant="stop", scale=0, min_width=130, interactive=False,
                            elem_id="rs-launch-cancel")
-    message = gr.HTML("", elem_id="rs-launch-message", apply_default_css=False, js_on_load=None)
-    progress = gr.HTML(rs.progress(None), elem_id="rs-launch-progress", apply_default_css=False, js_on_load=None)
-    gr.HTML('<h4 class="rs-h">Finished episodes <span class="rs-dim">(newest first; click one to open it)</span></h4>',
-            apply_default_css=False, js_on_load=None)
-    table = gr.HTML(rs.finished_table(()), elem_id="rs-launch-table", apply_default_css=False, js_on_load=rs.OPEN_JS)
+    message = html("", "rs-launch-message")
+    progress = html(views.progress(None), "rs-launch-progress")
+    html('<h4 class="rs-h">Finished episodes <span class="rs-dim">(newest first; click one to open it)</span></h4>')
+    table = html(views.finished_table(()), "rs-launch-table", script("open_episode"))
     timer = gr.Timer(POLL_S, active=False)
     job_id = gr.State(None)
     shown = gr.State(None)
     tab = LaunchTab(env, tasks, samples, preset, loop, concurrency, backend, start, cancel, message, progress,
                     table, timer, job_id, shown, jobs)
+    polled, started = tab.poll_outputs, tab.job_outputs
 
     def on_start(env_v: Any, tasks_v: Any, samples_v: Any, preset_v: Any, settings_v: Any, conc_v: Any,
                  *backend_v: Any) -> list[Any]:
         try:
             plan = plan_run(env_v, tasks_v, samples_v, preset_v, settings_v, conc_v, parse_backend(*backend_v))
         except RollscopeError as e:
-            return [gr.skip(), *([gr.skip()] * (len(tab.poll_outputs) - 1)), rs.note(str(e), "error")]
+            return started.values(message=note(str(e), "error"))
         job = jobs.start(plan, store)
-        return [job.job_id, *_poll_values(job.status(), None)[:-1], rs.note(f"Started {job.job_id}.", "info")]
+        return started.values(job_id=job.job_id, **{**_poll_values(job.status(), None),
+                                                    "message": note(f"Started {job.job_id}.", "info")})
 
     start.click(on_start, inputs=[env, tasks, samples, preset, loop.settings, concurrency, *backend.inputs],
-                outputs=[job_id, *tab.poll_outputs], concurrency_limit=None)
+                outputs=started.components, concurrency_limit=None)
     for source in (env, preset, loop.settings):
         source.change(loop_table, inputs=[preset, env, loop.settings], outputs=[loop.table], show_progress="hidden",
                       queue=False)
@@ -125,27 +140,26 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
     def on_tick(job_id_v: str | None, shown_v: Any) -> list[Any]:
         job = jobs.get(job_id_v)
         if job is None:
-            return [gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False), gr.Button(interactive=True),
-                    gr.Button(interactive=False), gr.skip()]
-        return _poll_values(job.status(), shown_v)
+            return polled.values(timer=gr.Timer(active=False), start=gr.Button(interactive=True),
+                                 cancel=gr.Button(interactive=False))
+        return polled.values(**_poll_values(job.status(), shown_v))
 
-    timer.tick(on_tick, inputs=[job_id, shown], outputs=tab.poll_outputs, show_progress="hidden",
+    timer.tick(on_tick, inputs=[job_id, shown], outputs=polled.components, show_progress="hidden",
                concurrency_limit=None)
 
     def on_cancel(job_id_v: str | None) -> list[Any]:
         job = jobs.get(job_id_v)
         if job is None or not job.cancel():
-            return [*([gr.skip()] * (len(tab.poll_outputs) - 1)), rs.note("No batch is running.", "warn")]
-        return [*_poll_values(job.status(), None)[:-1], rs.note(f"Cancelling {job.job_id}…", "warn")]
+            return polled.values(message=note("No batch is running.", "warn"))
+        return polled.values(**{**_poll_values(job.status(), None), "message": note(f"Cancelling {job.job_id}…", "warn")})
 
-    cancel.click(on_cancel, inputs=[job_id], outputs=tab.poll_outputs, concurrency_limit=None)
+    cancel.click(on_cancel, inputs=[job_id], outputs=polled.components, concurrency_limit=None)
     return tab
 
 
 def open_request(evt: gr.EventData) -> Any:
     """``{"id", "at"}`` for the app's episode_request when a row was clicked, else skip."""
-    data = getattr(evt, "_data", None)
-    episode_id = data.get("open") if isinstance(data, dict) else None
+    episode_id = event_data(evt).get("open")
     if not episode_id:
         return gr.skip()
     return {"id": str(episode_id), "at": time.time()}

@@ -19,9 +19,11 @@ import gradio as gr
 
 from engine import RollscopeError, Store
 
-from .. import charts_runs
-from ..render_runs import STEPS_JS, alerts_note, run_label, step_table, watch_status
-from ..render_step import note
+from ..assets import script
+from ..gradio_glue import Outputs, event_data, html
+from ..views import run_charts
+from ..views.html import note
+from ..views.runs import alerts_note, run_label, step_table, watch_status
 from ..watching import FORMATS, WatchJob, WatchManager, WatchStatus
 
 POLL_S = 1.5
@@ -51,36 +53,46 @@ class RunsTab:
     watches: WatchManager
 
     @property
-    def status_outputs(self) -> list[Any]:
-        return [self.status, self.shown, self.stop, self.message]
+    def status_outputs(self) -> Outputs:
+        """A watch's state (``_status_values``)."""
+        return Outputs(status=self.status, shown=self.shown, stop=self.stop, message=self.message)
 
     @property
-    def view_outputs(self) -> list[Any]:
-        return [self.alerts, self.plot, self.steps, self.view_key]
+    def view_outputs(self) -> Outputs:
+        """The run view (``view_values``)."""
+        return Outputs(alerts=self.alerts, plot=self.plot, steps=self.steps, view_key=self.view_key)
 
     @property
-    def tick_outputs(self) -> list[Any]:
-        return [*self.status_outputs, self.run, *self.view_outputs, self.stamp]
+    def tick_outputs(self) -> Outputs:
+        """What a poll updates: the watch, the run list, the view and the store's stamp."""
+        return self.status_outputs + Outputs(run=self.run) + self.view_outputs + Outputs(stamp=self.stamp)
+
+    @property
+    def watch_outputs(self) -> Outputs:
+        """The watch shown, and what a poll updates."""
+        return Outputs(watch_id=self.watch_id) + self.tick_outputs
 
     def wire_load(self, demo: gr.Blocks, store: Store) -> None:
         """On page load: the newest running watch (else the newest), the run list and the view."""
+        out = self.watch_outputs
 
         def attach() -> list[Any]:
             job = self.watches.latest()
             follow = job.watcher.run_id if job is not None else None
             choices, value = _run_choices(store, None, follow)
-            return [job.watch_id if job else None, *_status_values(self.watches, job, None),
-                    gr.Dropdown(choices=choices, value=value), *view_values(store, value), store.episodes_stamp()]
+            return out.values(watch_id=job.watch_id if job else None, **_status_values(self.watches, job, None),
+                              run=gr.Dropdown(choices=choices, value=value), **view_values(store, value),
+                              stamp=store.episodes_stamp())
 
-        demo.load(attach, outputs=[self.watch_id, *self.tick_outputs])
+        demo.load(attach, outputs=out.components)
 
 
 def _others(watches: WatchManager, shown: WatchJob | None) -> list[WatchStatus]:
     return [w.status() for w in watches.active() if w is not shown]
 
 
-def _status_values(watches: WatchManager, job: WatchJob | None, shown: Any, message: Any = None) -> list[Any]:
-    """[status HTML, shown key, Stop button, message] for ``job``; skips when nothing changed since ``shown``.
+def _status_values(watches: WatchManager, job: WatchJob | None, shown: Any, message: Any = None) -> dict[str, Any]:
+    """Values for ``RunsTab.status_outputs`` showing ``job``; none when nothing changed since ``shown``.
 
     ``message`` replaces the note under the buttons; without one, a watch that ended clears it (an old
     "Watching…" or "Stopping…" would only mislead).
@@ -89,26 +101,28 @@ def _status_values(watches: WatchManager, job: WatchJob | None, shown: Any, mess
     others = _others(watches, job)
     ids = [o.watch_id for o in others]
     key = [status.state, status.looks, len(status.events), status.new, ids] if status else [None, ids]
+    said = {} if message is None else {"message": message}
     if key == shown:
-        return [gr.skip(), gr.skip(), gr.skip(), gr.skip() if message is None else message]
-    if message is None:
-        message = gr.skip() if status is None or status.active else ""
-    return [watch_status(status, others), key, gr.Button(interactive=bool(status and status.active)),
-            message]
+        return said
+    if message is None and status is not None and not status.active:
+        said = {"message": ""}
+    return {"status": watch_status(status, others), "shown": key,
+            "stop": gr.Button(interactive=bool(status and status.active)), **said}
 
 
-def view_values(store: Store, run: str | None, key: Any = None) -> list[Any]:
-    """[alerts, figure, step table, key] of ``run``; skips when its steps are what ``key`` says was drawn."""
+def view_values(store: Store, run: str | None, key: Any = None) -> dict[str, Any]:
+    """Values for ``RunsTab.view_outputs`` of ``run``: alerts, figure, step table and the key of what was drawn;
+    none when its steps are what ``key`` says was drawn."""
     try:
         stats = store.step_stats(run) if run else []
     except RollscopeError as e:
-        return [note(str(e), "error"), gr.skip(), gr.skip(), None]
+        return {"alerts": note(str(e), "error"), "view_key": None}
     new_key = [run, hash(repr(stats))]
     if new_key == key:
-        return [gr.skip()] * 4
-    marked = charts_runs.alerts(stats)
-    return [alerts_note(stats, marked), charts_runs.run_figure(stats, run or "", marked), step_table(stats, marked),
-            new_key]
+        return {}
+    marked = run_charts.alerts(stats)
+    return {"alerts": alerts_note(stats, marked), "plot": run_charts.run_figure(stats, run or "", marked),
+            "steps": step_table(stats, marked), "view_key": new_key}
 
 
 def _run_choices(store: Store, current: str | None, follow: str | None) -> tuple[list[tuple[str, str]], str | None]:
@@ -127,9 +141,8 @@ def _run_choices(store: Store, current: str | None, follow: str | None) -> tuple
 def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
     """Lay out the Runs tab in the current Blocks context and wire Start, Stop, the run view and the poll."""
     watches = watches or WatchManager()
-    gr.HTML('<p class="rs-lead">Watch a training run\'s dump folder: each new dump is imported and checked into '
-            "this database as the trainer writes it, and the run view below grows a point per rollout step.</p>",
-            apply_default_css=False, js_on_load=None)
+    html('<p class="rs-lead">Watch a training run\'s dump folder: each new dump is imported and checked into '
+         "this database as the trainer writes it, and the run view below grows a point per rollout step.</p>")
     with gr.Group(elem_classes="rs-form"):
         with gr.Row(equal_height=True):
             folder = gr.Textbox(label="dump folder (on this server)", placeholder="/path/to/run/dumps", scale=3,
@@ -144,19 +157,19 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
         start = gr.Button("▶ Start watching", variant="primary", scale=0, min_width=210, elem_id="rs-watch-start")
         stop = gr.Button("■ Stop", variant="stop", scale=0, min_width=110, interactive=False,
                          elem_id="rs-watch-stop")
-    message = gr.HTML("", elem_id="rs-watch-message", apply_default_css=False, js_on_load=None)
-    status = gr.HTML(watch_status(None), elem_id="rs-watch-status", apply_default_css=False, js_on_load=None)
-    gr.HTML('<h4 class="rs-h">Run view <span class="rs-dim">(one point per rollout step)</span></h4>',
-            apply_default_css=False, js_on_load=None)
+    message = html("", "rs-watch-message")
+    status = html(watch_status(None), "rs-watch-status")
+    html('<h4 class="rs-h">Run view <span class="rs-dim">(one point per rollout step)</span></h4>')
     run = gr.Dropdown([], value=None, label="run", elem_id="rs-run-select")
-    alerts = gr.HTML("", elem_id="rs-run-alerts", apply_default_css=False, js_on_load=None)
+    alerts = html("", "rs-run-alerts")
     plot = gr.Plot(show_label=False, elem_id="rs-run-chart")
-    gr.HTML('<h4 class="rs-h">Steps <span class="rs-dim">(newest first; click a step to see its episodes in '
-            "Browse)</span></h4>", apply_default_css=False, js_on_load=None)
-    steps = gr.HTML("", elem_id="rs-run-steps", apply_default_css=False, js_on_load=STEPS_JS)
+    html('<h4 class="rs-h">Steps <span class="rs-dim">(newest first; click a step to see its episodes in '
+         "Browse)</span></h4>")
+    steps = html("", "rs-run-steps", script("run_steps"))
     timer = gr.Timer(POLL_S)
     tab = RunsTab(folder, fmt, tokenizer, run_name, start, stop, message, status, run, alerts, plot, steps, timer,
                   gr.State(None), gr.State(None), gr.State(None), gr.State(None), watches)
+    ticked, watched, status_out, view_out = tab.tick_outputs, tab.watch_outputs, tab.status_outputs, tab.view_outputs
 
     def on_tick(watch_id: str | None, shown: Any, run_v: str | None, key: Any, stamp: Any) -> list[Any]:
         # The watch, then (only when the store changed) the run list and the view.
@@ -164,12 +177,13 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
         out = _status_values(watches, job, shown)
         now = store.episodes_stamp()
         if now == stamp:
-            return [*out, gr.skip(), *([gr.skip()] * len(tab.view_outputs)), gr.skip()]
+            return ticked.values(**out)
         follow = job.watcher.run_id if job is not None and job.status().active else None
         choices, value = _run_choices(store, run_v, follow)
-        return [*out, gr.Dropdown(choices=choices, value=value), *view_values(store, value, key), now]
+        return ticked.values(**out, run=gr.Dropdown(choices=choices, value=value), **view_values(store, value, key),
+                             stamp=now)
 
-    timer.tick(on_tick, inputs=[tab.watch_id, tab.shown, run, tab.view_key, tab.stamp], outputs=tab.tick_outputs,
+    timer.tick(on_tick, inputs=[tab.watch_id, tab.shown, run, tab.view_key, tab.stamp], outputs=ticked.components,
                show_progress="hidden", concurrency_limit=None)
 
     def on_start(folder_v: str, fmt_v: str, tok_v: str, name_v: str) -> list[Any]:
@@ -177,32 +191,31 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
         try:
             job = running or watches.start(store, folder_v, fmt_v, tok_v, name_v)
         except RollscopeError as e:
-            skips = [gr.skip()] * (len(tab.tick_outputs) - len(tab.status_outputs))
-            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), note(str(e), "error"), *skips]
+            return watched.values(message=note(str(e), "error"))
         said = (f"Already watching {job.folder}: showing that watch." if running else
                 f"Watching {job.folder} into run {job.watcher.run_id}: it looks every {watches.interval:g} s.")
         choices, value = _run_choices(store, job.watcher.run_id, None)
-        return [job.watch_id, *_status_values(watches, job, None, note(said, "info")),
-                gr.Dropdown(choices=choices, value=value), *view_values(store, value), gr.skip()]
+        return watched.values(watch_id=job.watch_id, **_status_values(watches, job, None, note(said, "info")),
+                              run=gr.Dropdown(choices=choices, value=value), **view_values(store, value))
 
-    start.click(on_start, inputs=[folder, fmt, tokenizer, run_name], outputs=[tab.watch_id, *tab.tick_outputs],
+    start.click(on_start, inputs=[folder, fmt, tokenizer, run_name], outputs=watched.components,
                 concurrency_limit=None)
 
     def on_stop(watch_id: str | None) -> list[Any]:
         job = watches.get(watch_id)
         if job is None or not job.stop():
-            return [gr.skip(), gr.skip(), gr.skip(), note("No watch is running here.", "warn")]
-        return _status_values(watches, job, None, note(f"Stopping the watch of {job.folder}…", "warn"))
+            return status_out.values(message=note("No watch is running here.", "warn"))
+        return status_out.values(**_status_values(watches, job, None, note(f"Stopping the watch of {job.folder}…",
+                                                                           "warn")))
 
-    stop.click(on_stop, inputs=[tab.watch_id], outputs=tab.status_outputs, concurrency_limit=None)
-    run.input(lambda run_v: view_values(store, run_v), inputs=[run], outputs=tab.view_outputs)
+    stop.click(on_stop, inputs=[tab.watch_id], outputs=status_out.components, concurrency_limit=None)
+    run.input(lambda run_v: view_out.values(**view_values(store, run_v)), inputs=[run], outputs=view_out.components)
     return tab
 
 
 def browse_request(run: str | None, evt: gr.EventData) -> Any:
     """``{"run", "step", "at"}`` for the app's browse request when a step row was chosen, else skip."""
-    data = getattr(evt, "_data", None)
-    step = data.get("step") if isinstance(data, dict) else None
+    step = event_data(evt).get("step")
     if not run or not isinstance(step, int | float):
         return gr.skip()
     return {"run": run, "step": int(step), "at": time.time()}

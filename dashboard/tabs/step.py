@@ -22,11 +22,12 @@ import gradio as gr
 
 from engine import AUTO, ENVS, PRESET_CHOICES, Generation, RollscopeError, UserSettings, env_factory
 
-from .. import render_step as rs
+from ..assets import script
 from ..controls import BackendControls, LoopControls, backend_controls, fork_table, loop_controls, loop_table
 from ..controls import parse as parse_backend
-from ..render_tokens import decode_token_texts, special_token_ids
 from ..stepping import Sessions, StepSession
+from ..views import step as rs
+from ..views.tokens import decode_token_texts, special_token_ids
 
 NEW, FORK = "new conversation", "fork a stored episode"
 USER_CHOICES = [("the env's simulated user", "scripted"), ("a model plays the user", "llm"),
@@ -189,7 +190,7 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
         start = gr.Button("Start", variant="primary", scale=0, min_width=140, elem_id="rs-step-start")
     message = gr.HTML("", elem_id="rs-step-message", apply_default_css=False, js_on_load=None)
     header = gr.HTML(rs.note("No conversation yet."), elem_id="rs-step-header", apply_default_css=False,
-                     js_on_load=rs.OPEN_JS)
+                     js_on_load=script("open_episode"))
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=420):
             gr.HTML('<h4 class="rs-h">Conversation</h4>', apply_default_css=False, js_on_load=None)
@@ -264,7 +265,7 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
         except RollscopeError as e:
             return tab.error(str(e))
         ep = session.episode()
-        msg = (f"Committed turn {turn.index}: reward {rs.fmt(turn.reward)}, done {'yes' if turn.done else 'no'}."
+        msg = (f"Committed turn {turn.index}: reward {rs.fmt_num(turn.reward)}, done {'yes' if turn.done else 'no'}."
                + (f" The episode ended ({ep.status.value}: {ep.reason}); Save keeps it." if ep.reason else ""))
         return _view(session, message=rs.note(msg, "ok"), reset_text=True)
 

@@ -8,20 +8,14 @@ fold away so the eye lands on the first divergence.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from engine import Comparison, Episode, Message, Turn, TurnDiff, calls_text, observation_text, word_diff
 
-from .render_step import chip, fmt, note, status_badge, text_block
+from .html import chip, esc, fmt_num, note, status_badge, text_block
 
 CELL_FOLD_CHARS = 2500
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
 
 
 def _diff_side(ops: Sequence[tuple[str, str]], side: str) -> str:
@@ -30,9 +24,9 @@ def _diff_side(ops: Sequence[tuple[str, str]], side: str) -> str:
     out = []
     for op, text in ops:
         if op == "same":
-            out.append(_e(text))
+            out.append(esc(text))
         elif op == keep:
-            out.append(f'<{tag} class="rs-diff-{tag}">{_e(text)}</{tag}>')
+            out.append(f'<{tag} class="rs-diff-{tag}">{esc(text)}</{tag}>')
     return "".join(out)
 
 
@@ -49,7 +43,7 @@ def _cell(label: str, a: str, b: str, side: str, differs: bool) -> str:
         if len(text) > CELL_FOLD_CHARS:
             body = f'<details class="rs-fold" open><summary>{len(text):,} chars</summary>{body}</details>'
     flag = ' <span class="rs-diff-flag">differs</span>' if differs else ""
-    return f'<div class="rs-cmp-field{" rs-cmp-differs" if differs else ""}"><div class="rs-cmp-label">{_e(label)}{flag}</div>{body}</div>'
+    return f'<div class="rs-cmp-field{" rs-cmp-differs" if differs else ""}"><div class="rs-cmp-label">{esc(label)}{flag}</div>{body}</div>'
 
 
 def _gen_text(t: Turn | None) -> str:
@@ -80,8 +74,8 @@ def _reward(ep: Episode, i: int) -> str:
     raw = ep.turns[i].reward
     shaped = ep.turn_rewards[i] if i < len(ep.turn_rewards) else None
     if shaped is not None and not math.isclose(shaped, raw):
-        return f"{fmt(raw)} (shaped {fmt(shaped)})"
-    return fmt(raw)
+        return f"{fmt_num(raw)} (shaped {fmt_num(shaped)})"
+    return fmt_num(raw)
 
 
 def _turn(cmp: Comparison, d: TurnDiff, first: int | None) -> str:
@@ -91,7 +85,7 @@ def _turn(cmp: Comparison, d: TurnDiff, first: int | None) -> str:
     if d.same:
         verdict = '<span class="rs-same">same in both</span>'
     else:
-        verdict = f'<span class="rs-diff-flag">differs: {_e(", ".join(d.differs))}</span>'
+        verdict = f'<span class="rs-diff-flag">differs: {esc(", ".join(d.differs))}</span>'
     marker = '<span class="rs-chip rs-first-div">⚑ first divergence</span>' if is_first else ""
     head = f'<span class="rs-turn-no">Turn {i}</span>{marker}{chips}{verdict}'
     body = f'<div class="rs-cmp-row">{_side(d, "a")}{_side(d, "b")}</div>'
@@ -107,16 +101,16 @@ def _messages(ms: Sequence[Message]) -> str:
 
 
 def _episode_card(ep: Episode, label: str) -> str:
-    fork = (f" · fork of <a href=\"?episode={_e(ep.parent_id)}\" data-open=\"{_e(ep.parent_id)}\"><code>"
-            f"{_e(ep.parent_id)}</code></a> at turn {_e(ep.fork_turn)}") if ep.parent_id else ""
+    fork = (f" · fork of <a href=\"?episode={esc(ep.parent_id)}\" data-open=\"{esc(ep.parent_id)}\"><code>"
+            f"{esc(ep.parent_id)}</code></a> at turn {esc(ep.fork_turn)}") if ep.parent_id else ""
     model = ep.backend.label if ep.backend is not None else ""
     return (
         f'<div class="rs-cmp-card"><div class="rs-head-line"><span class="rs-cmp-ab">{label}</span>'
-        f'<a href="?episode={_e(ep.id)}" data-open="{_e(ep.id)}"><code>{_e(ep.id)}</code></a>{status_badge(ep.status.value)}'
-        f"</div><div>{_e(ep.env)} · task <code>{_e(ep.task_id)}</code>{fork}</div>"
-        f'<div class="rs-head-line">{chip("reward", fmt(ep.reward))}{chip("turns", ep.n_turns)}'
+        f'<a href="?episode={esc(ep.id)}" data-open="{esc(ep.id)}"><code>{esc(ep.id)}</code></a>{status_badge(ep.status.value)}'
+        f"</div><div>{esc(ep.env)} · task <code>{esc(ep.task_id)}</code>{fork}</div>"
+        f'<div class="rs-head-line">{chip("reward", fmt_num(ep.reward))}{chip("turns", ep.n_turns)}'
         f'{chip("tokens", f"{ep.n_tokens:,}")}{chip("preset", ep.preset or "n/a")}{chip("model", model or "n/a")}</div>'
-        + (f'<div class="rs-reason rs-dim">{_e(ep.reason)}</div>' if ep.reason else "")
+        + (f'<div class="rs-reason rs-dim">{esc(ep.reason)}</div>' if ep.reason else "")
         + "</div>"
     )
 
@@ -128,11 +122,11 @@ def _rewards_table(cmp: Comparison) -> str:
     rows = []
     for i in range(n):
         ra, rb = _reward(cmp.a, i), _reward(cmp.b, i)
-        ret_a = fmt(cmp.a.returns[i]) if i < len(cmp.a.returns) else "—"
-        ret_b = fmt(cmp.b.returns[i]) if i < len(cmp.b.returns) else "—"
+        ret_a = fmt_num(cmp.a.returns[i]) if i < len(cmp.a.returns) else "—"
+        ret_b = fmt_num(cmp.b.returns[i]) if i < len(cmp.b.returns) else "—"
         cls = ' class="rs-cmp-rdiff"' if ra != rb else ""
-        rows.append(f'<tr{cls}><td>{i}</td><td class="rs-num">{_e(ra)}</td>'
-                    f'<td class="rs-num">{_e(rb)}</td><td class="rs-num">{_e(ret_a)}</td><td class="rs-num">{_e(ret_b)}</td></tr>')
+        rows.append(f'<tr{cls}><td>{i}</td><td class="rs-num">{esc(ra)}</td>'
+                    f'<td class="rs-num">{esc(rb)}</td><td class="rs-num">{esc(ret_a)}</td><td class="rs-num">{esc(ret_b)}</td></tr>')
     return (
         '<details class="rs-fold rs-cmp-rewards" open><summary>Rewards per turn</summary><div class="rs-table-wrap">'
         '<table class="rs-table"><thead><tr><th>turn</th><th>A reward</th><th>B reward</th><th>A return</th>'
@@ -154,7 +148,7 @@ def render_comparison(cmp: Comparison) -> str:
             else "Opening (system prompt and first observation): DIFFERS")
     parts.append(
         f'<details class="rs-cmp-turn{"" if same else " rs-cmp-turn-differs rs-cmp-first"}"{"" if same else " open"}>'
-        f'<summary class="rs-turn-head">{_e(head)}</summary><div class="rs-cmp-row">'
+        f'<summary class="rs-turn-head">{esc(head)}</summary><div class="rs-cmp-row">'
         f'<div class="rs-cmp-side">{_cell("opening", oa, ob, "a", not same)}</div>'
         f'<div class="rs-cmp-side">{_cell("opening", oa, ob, "b", not same)}</div></div></details>'
     )

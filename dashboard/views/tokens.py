@@ -3,20 +3,18 @@
 Built for long episodes (tens of thousands of tokens). Each token is one
 small ``<span>`` with classes only; what the hover shows (id, logprob, mask,
 turn, version, the logprob-mismatch difference, findings) travels once as a
-JSON ``data-meta`` attribute of the view and is read by ``TOKEN_JS`` on
+JSON ``data-meta`` attribute of the view and is read by ``assets/tokens.js`` on
 hover, instead of a ``title`` on every span (which tripled the page). The
 toggles (logprob heat map, mismatch heat map, special tokens) are classes on
 an ancestor, so switching them is a style change in the browser, not a new
 page from the server.
 
-Every token text is escaped (``html.escape`` with quotes), cached per
-distinct text.
+Every token text is escaped (``esc``), cached per distinct text.
 """
 
 from __future__ import annotations
 
 import codecs
-import html
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -24,21 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from engine import Episode, Finding, Severity, linked
+from engine import Episode, Finding, Severity, linked, tokenizers
+
+from .html import css_class, esc, note
 
 # Logprob heat buckets: class lK for -logprob below each bound, l5 beyond.
 LOGPROB_BOUNDS = (0.1, 0.5, 1.0, 2.0, 4.0)
 # Mismatch buckets: class dK for |recomputed - rollout| below each bound, d4 beyond.
 DIFF_BOUNDS = (0.05, 0.2, 0.5, 1.0)
-_CLASS_SAFE = re.compile(r"[^a-z0-9_-]")
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
-
-
-def _cls(x: str) -> str:
-    return _CLASS_SAFE.sub("-", x.lower()) or "other"
 
 
 # -- token texts ----------------------------------------------------------
@@ -216,7 +207,7 @@ def _meta(ep: Episode, runs: list[tuple[int, int, str, int | None]], marks_by_ru
         meta["ver"] = tok.versions.tolist()
     if diff is not None:
         meta["diff"] = diff
-    return _e(json.dumps(meta, separators=(",", ":"), allow_nan=False))
+    return esc(json.dumps(meta, separators=(",", ":"), allow_nan=False))
 
 
 def _legend(has_diff: bool) -> str:
@@ -305,7 +296,7 @@ def render_tokens(
             block = turn
         if kind != "tail":  # a tail is one newline; its label would be clutter
             label = f"T{turn} {kind}" if turn is not None else kind
-            push(f'<span class="seg-mark seg-{_cls(kind)}" data-label="{_e(label)}"></span>')
+            push(f'<span class="seg-mark seg-{css_class(kind)}" data-label="{esc(label)}"></span>')
         for i in range(start, end):
             tid = ids[i]
             cls = "tok tok-train" if mask[i] else "tok tok-ctx"
@@ -318,7 +309,7 @@ def render_tokens(
                 raw = token_texts[i]
                 text = esc_cache.get(raw)
                 if text is None:
-                    text = _e(raw).replace("\r", "␍").replace("\n", "↵\n") if raw else "◦"
+                    text = esc(raw).replace("\r", "␍").replace("\n", "↵\n") if raw else "◦"
                     esc_cache[raw] = text
                 if not raw:
                     cls += " tok-partial"
@@ -344,7 +335,7 @@ def render_tokens(
         + (f" · {len(findings)} finding{'s' if len(findings) != 1 else ''}" if findings else "")
         + "</div>"
     )
-    note_html = "".join(f'<div class="rs-note rs-warn">{_e(x)}</div>' for x in notes)
+    note_html = "".join(note(x, "warn") for x in notes)
     return (
         f'<div class="rs-tokview" data-meta="{_meta(ep, runs, _mark_runs(marks), diff)}">'
         f'<div class="rs-tokhead">{summary}{_legend(diff is not None)}{_turn_nav(ep)}</div>{note_html}'
@@ -364,57 +355,19 @@ def _mark_runs(marks: dict[int, list[str]]) -> list[list[Any]]:
     return out
 
 
-# Runs in the browser on the token view's (and the timeline's) Gradio HTML
-# element: hover text from data-meta, and links that scroll to a token.
-# Listeners sit on the element, which outlives each new episode's HTML.
-TOKEN_JS = r"""
-const metaOf = (view) => {
-  if (!view._rsMeta) view._rsMeta = JSON.parse(view.dataset.meta || "{}");
-  return view._rsMeta;
-};
-const indexOf = (view, tok) => {
-  if (!view._rsIndex) {
-    view._rsIndex = new Map();
-    view.querySelectorAll(".rs-tokens .tok").forEach((t, i) => view._rsIndex.set(t, i));
-  }
-  return view._rsIndex.get(tok);
-};
-const fmt = (x, digits) => (x === null || x === undefined ? "n/a" : x.toFixed(digits));
-const describe = (m, i) => {
-  let seg = null;
-  for (const s of m.seg || []) { if (s[0] <= i && i < s[1]) { seg = s; break; } }
-  let text = `#${i} · id ${m.ids[i]} · logprob ${fmt(m.lp[i], 4)} · mask ${m.mask[i]}`;
-  text += seg ? (seg[3] === null ? ` · ${seg[2]}` : ` · turn ${seg[3]} · ${seg[2]}`) : "";
-  if (m.ver && m.ver[i] >= 0) text += ` · version ${m.ver[i]}`;
-  if (m.diff && m.diff[i] !== null && m.diff[i] !== undefined) {
-    text += ` · Δ recomputed−rollout ${m.diff[i] >= 0 ? "+" : ""}${m.diff[i].toFixed(4)}`;
-  }
-  const kinds = (m.find || []).filter((f) => f[0] <= i && i < f[1]).map((f) => f[2]);
-  if (kinds.length) text += ` · finding: ${kinds.join(", ")}`;
-  return text;
-};
-element.addEventListener("mouseover", (event) => {
-  const tok = event.target.closest && event.target.closest(".rs-tokens .tok");
-  if (!tok) return;
-  const view = tok.closest(".rs-tokview");
-  const i = indexOf(view, tok);
-  if (i === undefined) return;
-  const text = describe(metaOf(view), i);
-  tok.title = text;
-  const bar = view.querySelector(".rs-hover");
-  if (bar) bar.textContent = text;
-});
-element.addEventListener("click", (event) => {
-  const link = event.target.closest && event.target.closest("a[data-jump]");
-  if (!link) return;
-  // Following the href would let Gradio's router reload the page.
-  event.preventDefault();
-  const target = document.getElementById(link.dataset.jump);
-  if (!target) return;
-  const token = target.classList.contains("tok") || target.classList.contains("rs-turn")
-    ? target : (target.nextElementSibling || target);
-  token.scrollIntoView({ block: "center" });
-  token.classList.add("rs-flash");
-  setTimeout(() => token.classList.remove("rs-flash"), 1800);
-});
-"""
+
+def episode_tokenizer(ep: Episode) -> tuple[Any, str | None]:
+    """(the tokenizer an episode's ids are shown with, None), or (None, why); loaded once per process.
+
+    An import that names no tokenizer is shown with the embedded one, and the views say so; the checks
+    (``tokenizers.for_episode``) do not judge such ids.
+    """
+    return tokenizers.get(tokenizers.spec_of(ep))
+
+
+def token_view(ep: Episode) -> str:
+    """The token view of an episode, with texts from its own tokenizer when it loads."""
+    tok, error = episode_tokenizer(ep)
+    if tok is None:
+        return render_tokens(ep, None, set(), tokenizer_error=error)
+    return render_tokens(ep, decode_token_texts(tok, ep.tokens.ids.tolist()), special_token_ids(tok))

@@ -1,8 +1,8 @@
 """Escaped HTML for the Runs tab: a watch's state and events, the run's alerts and its table of steps.
 
 Pure functions of watch status and step aggregates: no Gradio, no store. Paths, run ids, kinds and
-messages come from outside and go through ``_e`` before they touch markup. Rows of the step table
-carry ``data-step``; ``STEPS_JS`` sends ``{"step": N}`` to the server when one is chosen.
+messages come from outside and go through ``esc`` (see ``html``). Rows of the step table carry
+``data-step``; ``assets/run_steps.js`` sends ``{"step": N}`` to the server when one is chosen.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from collections.abc import Sequence
 
 from engine import RunSummary, StepStats, WatchEvent
 
-from .charts_runs import Alert
-from .render import _e
-from .render_step import chip, note
-from .watching import FAILED, STOPPED, STOPPING, WATCHING, WatchStatus
+from ..watching import FAILED, STOPPED, STOPPING, WATCHING, WatchStatus
+from .html import badge, chip, esc, heads, note
+from .run_charts import Alert
 
 LOG_LINES = 40
 """Events shown under a watch, newest last."""
 
 _STATE_CLASS = {WATCHING: "info", STOPPING: "warn", STOPPED: "muted", FAILED: "bad"}
 _EVENT_CLASS = {"done": "ok", "partial": "ok", "waiting": "muted", "failed": "bad"}
+NUMERIC = frozenset({"step", "episodes", "reward", "min … max", "truncated", "aborted", "response tokens"})
 
 
 def _clock(ts: float | None) -> str:
@@ -42,24 +42,24 @@ def event_line(e: WatchEvent, folder: str) -> str:
     """One event as a log line: time, file (relative to the folder), what happened."""
     took = f" in {e.seconds:.1f} s" if e.state in ("done", "partial") else ""
     line = e.line().replace(e.path, _relative(e.path, folder), 1)
-    return (f'<div class="rs-ev rs-ev-{_EVENT_CLASS.get(e.state, "muted")}" data-state="{_e(e.state)}">'
-            f'<span class="rs-dim">{_clock(e.at)}</span> {_e(line)}{took}</div>')
+    return (f'<div class="rs-ev rs-ev-{_EVENT_CLASS.get(e.state, "muted")}" data-state="{esc(e.state)}">'
+            f'<span class="rs-dim">{_clock(e.at)}</span> {esc(line)}{took}</div>')
 
 
 def watch_status(status: WatchStatus | None, others: Sequence[WatchStatus] = ()) -> str:
     """A watch's state, counts and recent events; ``others`` are the other watches still running."""
     also = ""
     if others:
-        items = ", ".join(f"<code>{_e(o.folder)}</code> (run <code>{_e(o.run_id)}</code>)" for o in others)
+        items = ", ".join(f"<code>{esc(o.folder)}</code> (run <code>{esc(o.run_id)}</code>)" for o in others)
         also = (f'<div class="rs-dim rs-watch-others">Also watching: {items}. Type a folder and press Start to '
                 "show its watch here.</div>")
     if status is None:
         return note("No watch yet: type a training run's dump folder above and press Start.") + also
     state = status.state
     cls = _STATE_CLASS.get(state, "muted")
-    head = (f'<div class="rs-job-head"><span class="rs-status rs-{cls}">{_e(state)}</span>'
-            f"<code>{_e(status.folder)}</code><span class=\"rs-dim\">({_e(status.fmt)}) → run</span>"
-            f"<code>{_e(status.run_id)}</code></div>")
+    head = (f'<div class="rs-job-head">{badge(state, cls)}'
+            f"<code>{esc(status.folder)}</code><span class=\"rs-dim\">({esc(status.fmt)}) → run</span>"
+            f"<code>{esc(status.run_id)}</code></div>")
     counts = (chip("new episodes", f"{status.new:,}") + chip("file reads", f"{status.reads:,}")
               + (chip("failed", f"{status.failed:,}", "rs-st-bad") if status.failed else "")
               + chip("last look", _clock(status.last_look)))
@@ -69,7 +69,7 @@ def watch_status(status: WatchStatus | None, others: Sequence[WatchStatus] = ())
            else '<div class="rs-dim">Nothing to read yet: new dump files show here as the trainer writes them.</div>')
     more = (f'<div class="rs-dim">the last {LOG_LINES} of {len(status.events)} events</div>'
             if len(status.events) > LOG_LINES else "")
-    lines = [f'<div class="rs-job rs-watch" data-state="{_e(state)}">', head,
+    lines = [f'<div class="rs-job rs-watch" data-state="{esc(state)}">', head,
              f'<div class="rs-job-counts">{counts}</div>', more, f'<div class="rs-watch-log">{log}</div>']
     for spec, why in status.tokenizer_errors.items():
         lines.append(note(f"Tokenizer {spec} unavailable, token checks skipped: {why}", "warn"))
@@ -99,7 +99,7 @@ def alerts_note(stats: Sequence[StepStats], marked: Sequence[Alert], limit: int 
         return note("No jumps: at no step did the share of episodes with root errors, aborted or truncated rise "
                     "by 20 points or more.", "ok")
     first = marked[0]
-    items = "".join(f"<li>{_e(a.text())}</li>" for a in marked[:limit])
+    items = "".join(f"<li>{esc(a.text())}</li>" for a in marked[:limit])
     more = f"<li>and {len(marked) - limit} more</li>" if len(marked) > limit else ""
     return (f'<div class="rs-note rs-error rs-run-alerts"><b>The data changed at step {first.step}</b> '
             f'<span class="rs-dim">(marked ⚠ in the plots and the table; click a step to see its episodes)</span>'
@@ -111,7 +111,7 @@ def _root_cell(s: StepStats) -> str:
         return ""
     kinds = ", ".join(f"{k} {n}" for k, n in list(s.root_kinds.items())[:3])
     return (f'<span class="rs-bad-text">{s.with_errors:,}</span> <span class="rs-dim">({s.error_rate:.0%})'
-            f"{' · ' + _e(kinds) if kinds else ''}</span>")
+            f"{' · ' + esc(kinds) if kinds else ''}</span>")
 
 
 def _pct(part: int, rate: float) -> str:
@@ -125,15 +125,14 @@ def step_table(stats: Sequence[StepStats], marked: Sequence[Alert] = ()) -> str:
     flagged: dict[int, list[str]] = {}
     for a in marked:
         flagged.setdefault(a.step, []).append(a.text())
-    head = "".join(f'<th class="rs-num">{h}</th>' if h not in ("root errors", "") else f"<th>{h}</th>"
-                   for h in ("step", "episodes", "reward", "min … max", "truncated", "aborted", "response tokens",
-                             "root errors", ""))
+    head = heads(("step", "episodes", "reward", "min … max", "truncated", "aborted", "response tokens", "root errors",
+                  ""), NUMERIC)
     rows = []
     for s in reversed(stats):
         why = flagged.get(s.step)
         title = "; ".join(why) if why else f"show step {s.step}'s episodes in Browse"
         rows.append(
-            f'<tr data-step="{s.step}" tabindex="0" class="{"rs-step-alert" if why else ""}" title="{_e(title)}">'
+            f'<tr data-step="{s.step}" tabindex="0" class="{"rs-step-alert" if why else ""}" title="{esc(title)}">'
             f'<td class="rs-num">{"⚠ " if why else ""}{s.step}</td><td class="rs-num">{s.n:,}</td>'
             f'<td class="rs-num">{s.reward_mean:.4g}</td>'
             f'<td class="rs-num rs-dim">{s.reward_min:.4g} … {s.reward_max:.4g}</td>'
@@ -144,17 +143,3 @@ def step_table(stats: Sequence[StepStats], marked: Sequence[Alert] = ()) -> str:
     return (f'<div class="rs-table-wrap"><table class="rs-table rs-live rs-steps"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
-
-# A row (click or Enter) sends {"step": N}: the app shows that step's episodes in Browse.
-STEPS_JS = r"""
-element.addEventListener("click", (event) => {
-  const row = event.target.closest && event.target.closest("tr[data-step]");
-  if (!row) return;
-  event.preventDefault();
-  trigger("click", { step: Number(row.dataset.step) });
-});
-element.addEventListener("keydown", (event) => {
-  const row = event.target.closest && event.target.closest("tr[data-step]");
-  if (row && event.key === "Enter") trigger("click", { step: Number(row.dataset.step) });
-});
-"""

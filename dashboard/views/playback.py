@@ -1,8 +1,10 @@
 """Escaped HTML for the Episode tab's playback: one turn as the model met it, and re-execution verdicts.
 
 Pure functions of records (and a tokenizer, to decode prompt ids): no
-Gradio, no store. Every string from a model, an env, a user or a file goes
-through ``_e`` before it touches markup (``gr.HTML`` sets ``innerHTML``).
+Gradio, no store; every outside string goes through ``esc`` (see ``html``).
+Where turn k lies, what its prompt was, the rewards and findings up to it are
+the engine's questions (``turn_span``, ``prompt_at``, ``reward_so_far``,
+``findings_up_to``); this module shows the answers.
 
 The card for turn k carries the token positions the playback script needs
 to mark the Episode tab's token view (``data-gs``/``data-ge``: the turn's
@@ -14,182 +16,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from engine import Episode, Finding, ReplayResult, Severity, Turn, TurnVerdict, decode
+from engine import (
+    Episode,
+    PromptView,
+    ReplayResult,
+    RewardSoFar,
+    Turn,
+    TurnSpan,
+    TurnVerdict,
+    common_prefix,
+    findings_up_to,
+    reward_so_far,
+    turn_span,
+)
 
-# The timeline's own message, finding and JSON renderers, so a turn looks
-# the same in playback as in the timeline below it.
-from .render import _finding, _json, _message, fmt_num, render_message
-from .render_step import chip, text_block
-from .render_tokens import _e
+# The timeline's own message and finding blocks, so a turn looks the same in
+# playback as in the timeline below it.
+from .episode import finding_block, message_block
+from .html import badge, call_block, chip, error_line, esc, fmt_num, json_details, note, text_block, to_json
 
-_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 VALUE_CHARS = 600  # stored/now values in a verdict longer than this fold
-
-
-def common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of ``a`` and ``b``.
-
-    Bisection over slice comparisons: each comparison is one C-level memcmp,
-    so two 150,000-character prompts cost microseconds, not a Python loop.
-    """
-    hi = min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    lo = 0  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-# -- where turn k lives in the token array ------------------------------------
-
-
-@dataclass(frozen=True)
-class TurnSpan:
-    """Token positions of turn k: its prompt ``[0, prompt_len)``, its generation ``[gen_start, gen_end)``,
-    and ``cut``, where the tokens of later turns begin."""
-
-    prompt_len: int
-    gen_start: int
-    gen_end: int
-    cut: int
-
-
-def turn_span(ep: Episode, k: int) -> TurnSpan:
-    """Where turn ``k`` of ``ep`` sits in its token array (every bound clipped to the array)."""
-    n = len(ep.tokens)
-    t = ep.turns[k]
-    prompt_len = min(max(t.prompt_len, 0), n)
-    own = [s for s in ep.segments if s.turn == k and s.kind == "assistant"]
-    if own:
-        gen_start, gen_end = min(s.start for s in own), max(s.end for s in own)
-    else:
-        # No assistant segment (an old or foreign record): the generation
-        # follows the prompt, as the loop lays it down.
-        gen_start = prompt_len
-        gen_end = prompt_len + (len(t.generation.token_ids) if t.generation is not None else 0)
-    later = [s.start for s in ep.segments if s.turn > k]
-    if later:
-        cut = min(later)
-    elif ep.segments or k + 1 >= len(ep.turns):
-        cut = n
-    else:
-        cut = ep.turns[k + 1].prompt_len
-    gen_start, gen_end = min(gen_start, n), min(max(gen_end, gen_start), n)
-    return TurnSpan(prompt_len, gen_start, gen_end, min(max(cut, gen_end), n))
-
-
-# -- the prompt the model received -------------------------------------------
-
-
-@dataclass(frozen=True)
-class PromptView:
-    """The prompt of one turn: its text (None when it cannot be had), where the text came from, its tokens."""
-
-    text: str | None
-    source: str  # "prompt_text" (sent as text), "tokens" (decoded from the ids), "none"
-    n_tokens: int  # the episode's tokens [0, n_tokens) are this prompt
-    note: str = ""
-    tokens_differ_at: int | None = None  # retokenize: where decoding the ids departs from the text sent
-
-
-def prompt_at(ep: Episode, k: int, tokenizer: Any, tokenizer_error: str | None = None,
-              decoded: str | None = None) -> PromptView:
-    """What the model received at turn ``k``.
-
-    Retokenize mode sent text, stored as ``Turn.prompt_text``. Otherwise the
-    model got ids, the episode's ``tokens[:prompt_len]``, decoded here with
-    the episode's tokenizer. ``decoded`` is that decoding when the caller
-    already has it (it caches per turn). With prompt text and a tokenizer,
-    the ids are decoded too: if they do not spell the text sent, the
-    trainer's tokens are not what the model saw.
-    """
-    t = ep.turns[k]
-    n = min(max(t.prompt_len, 0), len(ep.tokens))
-    # Loops that lay a turn's generation prompt down with its reply (slime) record it in the turn.
-    n = next((s.end for s in t.segments if s.kind == "gen_prompt" and s.start == n), n)
-    if decoded is None and tokenizer is not None and n:
-        decoded = decode(tokenizer, ep.tokens.ids[:n].tolist())
-    # An import's empty prompt field is no prompt text when the tokens hold a prompt.
-    if t.prompt_text is not None and (t.prompt_text or not n):
-        differ = None
-        if decoded is not None and decoded != t.prompt_text:
-            differ = common_prefix(decoded, t.prompt_text)
-        return PromptView(t.prompt_text, "prompt_text", n, "the text sent to the backend (Turn.prompt_text)", differ)
-    live = ep.source.live
-    if decoded is not None:
-        how = ("the ids sent to the backend (token in, token out)" if live
-               else f"the ids imported from {ep.source.kind}; the dump kept no prompt text")
-        return PromptView(decoded, "tokens", n, f"decoded from the episode's tokens [0, {n:,}): {how}")
-    if not n:
-        return PromptView(None, "none", 0, "no prompt tokens and no prompt text stored for this turn")
-    why = f": {tokenizer_error}" if tokenizer_error else ""
-    return PromptView(None, "none", n, f"no prompt text stored and the tokenizer could not be loaded{why}; "
-                                       f"the ids [0, {n:,}) are in the token view")
-
-
-# -- rewards and findings up to turn k -------------------------------------------
-
-
-@dataclass(frozen=True)
-class RewardSoFar:
-    """Rewards through turn k: the env's raw ones, the shaped ones and the return where the episode has them."""
-
-    turn: float
-    total: float
-    shaped_turn: float | None
-    shaped_total: float | None
-    ret: float | None
-    final: float
-
-
-def reward_so_far(ep: Episode, k: int) -> RewardSoFar:
-    """The env's reward at ``k`` and summed over turns ``0..k``; shaped and return values when stored."""
-    raw = [t.reward for t in ep.turns]
-    shaped = list(ep.turn_rewards)
-    # turn_rewards equal to the raw ones say nothing new (no shaping configured).
-    has_shaped = len(shaped) == len(raw) and any(abs(a - b) > 1e-12 for a, b in zip(shaped, raw, strict=True))
-    return RewardSoFar(
-        turn=raw[k], total=sum(raw[: k + 1]),
-        shaped_turn=shaped[k] if has_shaped else None, shaped_total=sum(shaped[: k + 1]) if has_shaped else None,
-        ret=ep.returns[k] if k < len(ep.returns) else None, final=ep.reward,
-    )
-
-
-def findings_up_to(ep: Episode, k: int) -> tuple[list[Finding], list[Finding]]:
-    """(findings located at turns ``<= k``, sorted by turn then severity; findings located at no turn).
-
-    A finding without a turn but with a token position counts from the turn
-    whose tokens hold it.
-    """
-    cut = turn_span(ep, k).cut if ep.turns else 0
-    located: list[tuple[int, Finding]] = []
-    nowhere: list[Finding] = []
-    for f in ep.all_findings():
-        if f.turn is not None:
-            if f.turn <= k:
-                located.append((f.turn, f))
-        elif f.token_start is not None:
-            if f.token_start < cut:
-                located.append((_turn_of_token(ep, f.token_start), f))
-        else:
-            nowhere.append(f)
-    located.sort(key=lambda tf: (tf[0], _SEVERITY_ORDER.get(tf[1].severity, 3), tf[1].kind))
-    return [f for _, f in located], nowhere
-
-
-def _turn_of_token(ep: Episode, pos: int) -> int:
-    for s in ep.segments:
-        if s.start <= pos < s.end:
-            return s.turn
-    return 0
 
 
 # -- what the record lacks ------------------------------------------------------
@@ -214,7 +62,7 @@ def missing(ep: Episode) -> list[str]:
 
 
 def _h(title: str, extra: str = "") -> str:
-    return f'<h5 class="rs-pb-h">{_e(title)}{extra}</h5>'
+    return f'<h5 class="rs-pb-h">{esc(title)}{extra}</h5>'
 
 
 def _reward_chips(r: RewardSoFar, k: int) -> str:
@@ -242,30 +90,30 @@ def _prompt_block(p: PromptView, previous: str | None, t: Turn, span: TurnSpan, 
     notes: list[str] = []
     if p.text is None:
         return (_h(f"Prompt at turn {k}") + "".join(chips)
-                + render_message(p.note or "prompt not available", "warn"))
+                + note(p.note or "prompt not available", "warn"))
     shared = 0
     if previous is not None and k > 0:
         shared = common_prefix(previous, p.text)
         if shared < len(previous):
-            notes.append(render_message(
+            notes.append(note(
                 f"this prompt rewrites the previous turn's prompt from character {shared:,} on (the chat "
                 "template is not prefix-stable): the highlighted text replaces earlier text", "warn"))
         chips.append(chip(f"new since T{k - 1}", f"{len(p.text) - shared:,} chars"))
     if p.tokens_differ_at is not None:
-        notes.append(render_message(
+        notes.append(note(
             f"the episode's tokens [0, {p.n_tokens:,}) decode to a different text from character "
             f"{p.tokens_differ_at:,}: the trainer's tokens are not what the model was sent", "warn"))
     if previous is not None and k > 0:
         # What the previous turn's prompt already held reads dimmer than what this turn added.
-        body = f'<span class="rs-pb-old">{_e(p.text[:shared])}</span><span class="rs-pb-new">{_e(p.text[shared:])}</span>'
+        body = f'<span class="rs-pb-old">{esc(p.text[:shared])}</span><span class="rs-pb-new">{esc(p.text[shared:])}</span>'
     else:
-        body = _e(p.text)  # turn 0: nothing is "new since" anything
+        body = esc(p.text)  # turn 0: nothing is "new since" anything
     jump = (f'<a class="rs-jump" href="#" data-pb-tok="{span.gen_start}">its tokens and the turn\'s generation '
             "in the token view ↓</a>")
     return (
         _h(f"Prompt the model received at turn {k}")
         + f'<div class="rs-pb-chips">{"".join(chips)} {jump}</div>'
-        + f'<div class="rs-pb-source rs-dim">{_e(p.note)}</div>{"".join(notes)}'
+        + f'<div class="rs-pb-source rs-dim">{esc(p.note)}</div>{"".join(notes)}'
         # column-reverse keeps the box scrolled to its end, where a turn's new text is.
         + f'<div class="rs-pb-promptbox"><pre class="rs-pb-prompt">{body}</pre></div>'
     )
@@ -285,7 +133,7 @@ def _generation_block(t: Turn, decoded: str | None) -> str:
         chips.append(chip("weights", str(g.weight_version)))
     if g.model:
         chips.append(chip("model", g.model))
-    detail = f'<div class="rs-dim">{_e(g.finish_detail)}</div>' if g.finish_detail else ""
+    detail = f'<div class="rs-dim">{esc(g.finish_detail)}</div>' if g.finish_detail else ""
     if g.text:
         text = text_block(g.text, "rs-text rs-pb-gen")
     elif decoded:
@@ -297,31 +145,26 @@ def _generation_block(t: Turn, decoded: str | None) -> str:
 
 
 def _action_block(t: Turn) -> str:
-    parts: list[str] = []
-    for c in t.tool_calls:
-        parts.append(f'<div class="rs-call"><span class="rs-call-k">tool call</span> '
-                     f'<span class="rs-call-name">{_e(c.name)}</span><pre class="rs-json">{_e(_json(c.arguments))}</pre></div>')
+    parts = [call_block(c.name, c.arguments) for c in t.tool_calls]
     if t.parse_error:
-        parts.append(f'<div class="rs-error"><b>parse error</b>: {_e(t.parse_error)}</div>')
+        parts.append(error_line("parse error", t.parse_error))
     a = t.action
     if a is not None and a.is_respond and not t.tool_calls:
         parts.append('<div class="rs-call"><span class="rs-call-k">respond</span> (text to the user)</div>'
                      + text_block(a.text))
     elif a is not None and not t.tool_calls:
-        parts.append(f'<div class="rs-call"><span class="rs-call-k">action</span> <span class="rs-call-name">'
-                     f'{_e(a.name)}</span><pre class="rs-json">{_e(_json(a.arguments))}</pre></div>')
+        parts.append(call_block(a.name, a.arguments, "action"))
     if not parts:
         why = ("the generation was cut off" if t.generation is not None and t.generation.finish_reason != "stop"
                else "not stored for this turn")
-        parts.append(f'<div class="rs-dim">no action reached the env ({_e(why)})</div>')
+        parts.append(f'<div class="rs-dim">no action reached the env ({esc(why)})</div>')
     return _h("Parsed action") + "".join(parts)
 
 
 def _env_block(t: Turn) -> str:
     chips = chip("reward", fmt_num(t.reward)) + chip("done", "yes" if t.done else "no")
-    body = "".join(_message(m) for m in t.observation) or '<div class="rs-dim">no observation stored</div>'
-    info = (f'<details class="rs-fold"><summary>env info</summary><pre class="rs-json">{_e(_json(t.info))}</pre>'
-            "</details>") if t.info else ""
+    body = "".join(message_block(m) for m in t.observation) or '<div class="rs-dim">no observation stored</div>'
+    info = json_details("env info", t.info) if t.info else ""
     # With no action (a parse error in feedback mode) the observation is the loop's own reply, not the env's.
     title = "Env answered" if t.action is not None or not t.observation else "Loop's feedback (the env was not called)"
     return _h(title) + f'<div class="rs-pb-chips">{chips}</div>{body}{info}'
@@ -335,7 +178,7 @@ def _findings_block(ep: Episode, k: int) -> str:
         return head + '<div class="rs-dim">none so far</div>'
     items = "".join(
         f'<div class="{"rs-pb-now" if f.turn == k else "rs-pb-earlier"}">'
-        f'<span class="rs-pb-fturn">T{_e(f.turn if f.turn is not None else "?")}</span>{_finding(f, with_evidence=False)}</div>'
+        f'<span class="rs-pb-fturn">T{esc(f.turn if f.turn is not None else "?")}</span>{finding_block(f, with_evidence=False)}</div>'
         for f in reversed(found)  # newest first: what this turn added is what the researcher stepped to see
     )
     loose = (f'<div class="rs-dim rs-pb-loose">{len(nowhere)} episode-wide finding{"s" if len(nowhere) != 1 else ""} '
@@ -368,9 +211,9 @@ def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | 
     verdict = next((v for v in latest.turns if v.turn == t.index), None) if latest is not None else None
     lacks = missing(ep)
     gaps = ('<div class="rs-note rs-info rs-pb-lacks"><b>This record does not carry everything:</b><ul>'
-            + "".join(f"<li>{_e(m)}</li>" for m in lacks) + "</ul></div>") if lacks else ""
+            + "".join(f"<li>{esc(m)}</li>" for m in lacks) + "</ul></div>") if lacks else ""
     return (
-        f'<div class="rs-pb-card" data-episode="{_e(ep.id)}" data-k="{k}" data-n="{n}" data-gs="{span.gen_start}" '
+        f'<div class="rs-pb-card" data-episode="{esc(ep.id)}" data-k="{k}" data-n="{n}" data-gs="{span.gen_start}" '
         f'data-ge="{span.gen_end}" data-cut="{span.cut}" data-p="{span.prompt_len}" data-follow="{int(follow)}">'
         f'<div class="rs-pb-head"><span class="rs-pb-turn">Turn {t.index}</span>'
         f'<span class="rs-dim">of {n} (T0–T{n - 1})</span>{_reward_chips(reward_so_far(ep, k), k)}'
@@ -386,8 +229,8 @@ def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | 
 def render_no_turns(ep: Episode | None, message: str = "") -> str:
     """The card when there is nothing to play back."""
     if ep is None:
-        return render_message(message or "Open an episode to play it back turn by turn.", "info")
-    return render_message(message or f"Episode {ep.id} has no turns to play back.", "info")
+        return note(message or "Open an episode to play it back turn by turn.", "info")
+    return note(message or f"Episode {ep.id} has no turns to play back.", "info")
 
 
 # -- re-execution -----------------------------------------------------------------
@@ -397,14 +240,14 @@ def _value(x: Any, other: Any) -> str:
     """A stored or re-executed value, with the part that differs from ``other`` marked."""
     if x is None:
         return '<span class="rs-dim">none</span>'
-    a = x if isinstance(x, str) else _json(x)
-    b = other if isinstance(other, str) else ("" if other is None else _json(other))
+    a = x if isinstance(x, str) else to_json(x)
+    b = other if isinstance(other, str) else ("" if other is None else to_json(other))
     at = common_prefix(a, b) if a != b else len(a)
     # The common tail too (closing brackets, the rest of a sentence), never overlapping the head.
     end = len(a) - min(common_prefix(a[::-1], b[::-1]), len(a) - at, len(b) - at) if a != b else len(a)
     head, mid, tail = a[:at], a[at:end], a[end:]
-    body = (f'<pre class="rs-json rs-pb-val">{_e(head)}<mark>{_e(mid)}</mark>{_e(tail)}</pre>' if a != b
-            else f'<pre class="rs-json rs-pb-val">{_e(a)}</pre>')
+    body = (f'<pre class="rs-json rs-pb-val">{esc(head)}<mark>{esc(mid)}</mark>{esc(tail)}</pre>' if a != b
+            else f'<pre class="rs-json rs-pb-val">{esc(a)}</pre>')
     if len(a) <= VALUE_CHARS:
         return body
     return (f'<details class="rs-fold"><summary>{len(a):,} chars, differs from character {at:,}</summary>'
@@ -414,7 +257,7 @@ def _value(x: Any, other: Any) -> str:
 def _kind_badge(res: ReplayResult) -> str:
     cls = {"reproduced": "ok", "not_reproducible": "muted"}.get(res.kind, "bad")
     label = {"reproduced": "reproduced", "not_reproducible": "not reproducible"}.get(res.kind, "diverged")
-    return f'<span class="rs-status rs-{cls}">{_e(label)}</span>'
+    return badge(label, cls)
 
 
 def _when(ts: float) -> str:
@@ -437,11 +280,11 @@ def headline(res: ReplayResult) -> str:
 def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
     """One re-execution: its verdict, the up-front reason when it cannot reproduce, and the per-turn table."""
     when = "just now" if fresh_run else f"at {_when(res.created_at)}"
-    head = (f'<div class="rs-pb-vhead">{_kind_badge(res)}<b>{_e(headline(res))}</b>'
-            f'<span class="rs-dim">re-executed {_e(when)}'
-            f'{_e(f" · turns 0–{res.until}") if res.until is not None else ""}</span></div>')
+    head = (f'<div class="rs-pb-vhead">{_kind_badge(res)}<b>{esc(headline(res))}</b>'
+            f'<span class="rs-dim">re-executed {esc(when)}'
+            f'{esc(f" · turns 0–{res.until}") if res.until is not None else ""}</span></div>')
     if not res.reproducible:
-        return head + render_message(f"Not reproducible, so not compared: {res.reason}", "warn")
+        return head + note(f"Not reproducible, so not compared: {res.reason}", "warn")
     first = res.divergence.turn if res.divergence is not None else None
     rows = []
     for v in res.turns:
@@ -450,9 +293,9 @@ def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
         rows.append(
             f'<tr class="{"rs-pb-div" if bad else "rs-pb-ok"}">'
             f'<td class="c-num"><a href="#" data-pb-turn="{v.turn}" title="play back turn {v.turn}">T{v.turn}</a></td>'
-            f'<td>{mark}{"diverged" if bad else "ok"}</td><td>{_e(v.field)}</td>'
+            f'<td>{mark}{"diverged" if bad else "ok"}</td><td>{esc(v.field)}</td>'
             f"<td>{_value(v.stored, v.now) if bad else ''}</td><td>{_value(v.now, v.stored) if bad else ''}</td>"
-            f'<td class="rs-pb-vnote">{_e(v.note.splitlines()[0] if v.note and bad else v.note)}</td></tr>'
+            f'<td class="rs-pb-vnote">{esc(v.note.splitlines()[0] if v.note and bad else v.note)}</td></tr>'
         )
     if not rows:
         rows.append('<tr><td colspan="6" class="rs-dim">no turns compared</td></tr>')
@@ -466,7 +309,7 @@ def render_replays(stored: Sequence[dict[str, Any]], fresh_run: bool = False, er
     """The newest re-execution in full and earlier ones listed (``stored``: ``Store.replays``, newest first)."""
     parts = ['<div class="rs-pb-replay">']
     if error:
-        parts.append(render_message(error, "error"))
+        parts.append(note(error, "error"))
     if not stored:
         parts.append('<div class="rs-dim">Not re-executed yet. "Re-execute" resets the env on the same task, '
                      "feeds it the stored actions and compares every observation, reward and done flag.</div>")
@@ -474,8 +317,8 @@ def render_replays(stored: Sequence[dict[str, Any]], fresh_run: bool = False, er
     results = [ReplayResult.from_dict(d) for d in stored]
     parts.append(render_verdict(results[0], fresh_run))
     if len(results) > 1:
-        items = "".join(f'<li>{_kind_badge(r)} <span class="rs-dim">{_e(_when(r.created_at))}</span> '
-                        f"{_e(headline(r))}</li>" for r in results[1:])
+        items = "".join(f'<li>{_kind_badge(r)} <span class="rs-dim">{esc(_when(r.created_at))}</span> '
+                        f"{esc(headline(r))}</li>" for r in results[1:])
         parts.append(f'<details class="rs-fold rs-pb-earlier-runs"><summary>{len(results) - 1} earlier '
                      f're-execution{"s" if len(results) > 2 else ""}</summary><ul>{items}</ul></details>')
     return "".join(parts) + "</div>"

@@ -3,21 +3,19 @@
 A plain HTML table rather than ``gr.Dataframe``: the Dataframe sorts only
 the rows it holds (one page), while here a header click asks the store to
 sort the whole selection, and each id is a real ``?episode=ID`` link that can
-be opened in a new tab or copied. ``BROWSE_JS`` sends header and row clicks
-to the server as events carrying ``{"sort": column}`` or ``{"open": id}``.
+be opened in a new tab or copied. ``assets/browse_table.js`` sends header and
+row clicks to the server as events carrying ``{"sort": column}`` or ``{"open": id}``.
 """
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from engine import EpisodeSummary
 
-from .render import fmt_num
+from .html import esc, fmt_num
 
 
 @dataclass(frozen=True)
@@ -52,10 +50,6 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
-
-
 def _created(ts: float) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(ts)) if ts else ""
 
@@ -63,11 +57,11 @@ def _created(ts: float) -> str:
 def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
     parts = s.diagnosis_parts()
     own = [(k, t) for k, t in parts if k not in run_level]
-    cell = "; ".join(_e(t) for _, t in own)
+    cell = "; ".join(esc(t) for _, t in own)
     if len(own) < len(parts):
         kinds = sorted({k for k, _ in parts if k in run_level})
-        cell += (" " if cell else "") + (f'<span class="rs-run-chip" title="every episode of run {_e(s.run_id)} has it: '
-                                         f'see the note above the table">run: {_e(", ".join(kinds))}</span>')
+        cell += (" " if cell else "") + (f'<span class="rs-run-chip" title="every episode of run {esc(s.run_id)} has it: '
+                                         f'see the note above the table">run: {esc(", ".join(kinds))}</span>')
     return cell
 
 
@@ -76,31 +70,31 @@ def _row(s: EpisodeSummary, run_level: Sequence[str] = (), selected: bool = Fals
     if s.n_findings:
         cls = "rs-bad-text" if s.n_errors else "rs-dim"
         findings = f'<span class="{cls}" title="{s.n_errors} error(s)">{s.n_findings}</span>'
-    tags = " ".join(f'<span class="rs-tag">{_e(t)}</span>' for t in s.tags)
-    group = f"{_e(s.group_id)} #{s.sample_index}" if s.group_id else ""
+    tags = " ".join(f'<span class="rs-tag">{esc(t)}</span>' for t in s.tags)
+    group = f"{esc(s.group_id)} #{s.sample_index}" if s.group_id else ""
     cells = (
         '<span class="rs-star">★</span>' if s.starred else "",
-        f'<a class="rs-open" href="?episode={_e(s.id)}">{_e(s.id)}</a>',
-        _e(s.env),
-        _e(s.task_id),
-        f'<span class="rs-pill rs-st-{_e(s.status)}">{_e(s.status)}</span>',
-        _e(fmt_num(s.reward)),
+        f'<a class="rs-open" href="?episode={esc(s.id)}">{esc(s.id)}</a>',
+        esc(s.env),
+        esc(s.task_id),
+        f'<span class="rs-pill rs-st-{esc(s.status)}">{esc(s.status)}</span>',
+        esc(fmt_num(s.reward)),
         str(s.n_turns),
         f"{s.n_tokens:,}",
         f"{s.n_trainable:,}",
         findings,
         _diagnosis(s, run_level),
         tags,
-        _e(s.preset),
-        _e(s.model),
-        _e(s.run_id or ""),
+        esc(s.preset),
+        esc(s.model),
+        esc(s.run_id or ""),
         "" if s.rollout_step is None else str(s.rollout_step),
         group,
-        _e(_created(s.created_at)),
+        esc(_created(s.created_at)),
     )
     tds = "".join(f'<td class="{c.cls}">{v}</td>' for c, v in zip(COLUMNS, cells, strict=True))
     mark = ' class="rs-selected"' if selected else ""
-    return f'<tr data-id="{_e(s.id)}" tabindex="0"{mark}>{tds}</tr>'
+    return f'<tr data-id="{esc(s.id)}" tabindex="0"{mark}>{tds}</tr>'
 
 
 def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool, empty: str = "",
@@ -112,45 +106,23 @@ def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool
     heads = []
     for c in COLUMNS:
         if c.sort is None:
-            heads.append(f'<th class="{c.cls}">{_e(c.label)}</th>')
+            heads.append(f'<th class="{c.cls}">{esc(c.label)}</th>')
             continue
         active = c.sort == order_by
         arrow = (" ▼" if descending else " ▲") if active else ""
         aria = ("descending" if descending else "ascending") if active else "none"
         tip = (c.title + " · " if c.title else "") + "sort by " + c.label
         heads.append(
-            f'<th class="{c.cls} rs-sortable{" rs-sorted" if active else ""}" data-sort="{_e(c.sort)}" '
-            f'aria-sort="{aria}" title="{_e(tip)}">{_e(c.label)}{arrow}</th>'
+            f'<th class="{c.cls} rs-sortable{" rs-sorted" if active else ""}" data-sort="{esc(c.sort)}" '
+            f'aria-sort="{aria}" title="{esc(tip)}">{esc(c.label)}{arrow}</th>'
         )
     body = "".join(_row(s, run_level.get(s.run_id or "", (0, []))[1], s.id == selected) for s in rows)
     if not rows:
-        body = f'<tr class="rs-empty-row"><td colspan="{len(COLUMNS)}">{_e(empty or "No episodes.")}</td></tr>'
+        body = f'<tr class="rs-empty-row"><td colspan="{len(COLUMNS)}">{esc(empty or "No episodes.")}</td></tr>'
     return (
         f'<div class="rs-table-wrap"><table class="rs-table"><thead><tr>{"".join(heads)}</tr></thead>'
         f"<tbody>{body}</tbody></table></div>"
     )
-
-
-# Header click: sort; row click or Enter: open. A click with a modifier (or
-# the middle button) on the id link is left to the browser, which opens the
-# ?episode= link in a new tab.
-BROWSE_JS = r"""
-element.addEventListener("click", (event) => {
-  const th = event.target.closest("th[data-sort]");
-  if (th) { trigger("click", { sort: th.dataset.sort }); return; }
-  const row = event.target.closest("tr[data-id]");
-  if (!row) return;
-  if (event.target.closest("a") && (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0)) return;
-  event.preventDefault();
-  element.querySelectorAll("tr.rs-selected").forEach((r) => r.classList.remove("rs-selected"));
-  row.classList.add("rs-selected");
-  trigger("click", { open: row.dataset.id });
-});
-element.addEventListener("keydown", (event) => {
-  const row = event.target.closest && event.target.closest("tr[data-id]");
-  if (row && event.key === "Enter") trigger("click", { open: row.dataset.id });
-});
-"""
 
 
 def render_run_notes(run_level: dict[str, tuple[int, list[str]]]) -> str:
@@ -158,7 +130,7 @@ def render_run_notes(run_level: dict[str, tuple[int, list[str]]]) -> str:
     if not run_level:
         return ""
     items = "".join(
-        f'<li>run <code>{_e(run)}</code>: {", ".join(f"<b>{_e(k)}</b>" for k in kinds)} in every one of its '
+        f'<li>run <code>{esc(run)}</code>: {", ".join(f"<b>{esc(k)}</b>" for k in kinds)} in every one of its '
         f"{n:,} episodes (a property of its preset, template or source; left out of the rows below)</li>"
         for run, (n, kinds) in sorted(run_level.items()))
     return f'<ul class="rs-run-notes">{items}</ul>'
