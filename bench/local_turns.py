@@ -9,11 +9,13 @@ seeds), as ``rollscope run --policy local --max-new-tokens 64`` does:
 - ``episode``: one episode of ``--turns`` turns; per turn the prompt length,
   the prompt tokens served from the model's prefix cache, the generated
   tokens, the seconds the generation took and its tokens/s.
-- ``concurrency``: four episodes of two turns, run one at a time and then
-  four at once; the wall time and the generated tokens per second of
-  each, and their ratio.
+- ``concurrency``: four episodes of ``--conc-turns`` turns, run one at a
+  time and then four at once, each from an empty prefix cache; the wall
+  time and the generated tokens per second of each, and their ratio.
 - ``step``: a hand-stepped conversation (the Step tab's engine calls); the
   seconds from asking for turn ``--turns`` to its first token.
+- ``decode``: one decoding step at a 3,300-token context for one row and
+  for four rows in a batch: the ceiling batching has on this machine.
 
 ``ROLLSCOPE_KV_CACHE_MB=0`` turns the prefix cache off, ``ROLLSCOPE_THREADS=N``
 sets the model's threads (default: the machine's cores).
@@ -60,11 +62,15 @@ def part_episode(turns: int, tokens: int) -> None:
               f"{n / g.latency_s if g.latency_s else 0:>8.1f}")
 
 
-def part_concurrency(tokens: int) -> None:
+def part_concurrency(turns: int, tokens: int) -> None:
     rates = {}
     for c in (1, 4):
-        plan = _plan("0:4", 2, tokens, c)
+        plan = _plan("0:4", turns, tokens, c)
         tokenizer, backend = plan.backend.open(plan.make_env)
+        worker = getattr(backend, "worker", None)
+        if worker is not None:  # both runs start with nothing cached
+            worker().cache.clear()
+            worker().seconds = dict.fromkeys(worker().seconds, 0.0)
         t0 = time.perf_counter()
         result = asyncio.run(run_batch(plan.spec(), plan.make_env, backend, tokenizer, None))
         wall = time.perf_counter() - t0
@@ -72,14 +78,44 @@ def part_concurrency(tokens: int) -> None:
         rates[c] = n / wall
         print(f"concurrency {c}: 4 episodes, {result.n_turns} turns, {n} tokens generated in {wall:.1f}s "
               f"= {rates[c]:.2f} tokens/s")
-        worker = getattr(backend, "worker", None)
         if worker is not None:
             w = worker()
             sizes = w.batch_sizes[-n:]
             print("  model time: " + ", ".join(f"{k} {v:.1f}s" for k, v in w.seconds.items())
                   + f"; mean decode batch {sum(sizes) / max(1, len(sizes)):.2f}")
-            w.seconds = dict.fromkeys(w.seconds, 0.0)
     print(f"aggregate tokens/s, concurrency 4 / concurrency 1: {rates[4] / rates[1]:.2f}x")
+
+
+def part_decode() -> None:
+    """One decoding step at a 3,300-token context, one row and four rows in a batch."""
+    import torch
+
+    from engine.backends.kvcache import DecodeBatch
+    from engine.backends.local import LocalBackend, _load_model
+
+    LocalBackend().load()
+    loaded = _load_model(None)
+    cfg = loaded.model.config
+    heads, dim = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
+    torch.set_num_threads(loaded.worker().threads or 1)
+    step_ms = {}
+    for rows in (1, 4):
+        batch = DecodeBatch()
+        for _ in range(rows):
+            batch.add([(torch.randn(1, heads, 3300, dim), torch.randn(1, heads, 3300, dim))
+                       for _ in range(cfg.num_hidden_layers)], 3300)
+        times = []
+        with torch.inference_mode():
+            for _ in range(10):
+                t0 = time.perf_counter()
+                cache, extra = batch.step_inputs()
+                loaded.model(input_ids=torch.tensor([[5]] * rows), past_key_values=cache, use_cache=True, **extra)
+                batch.advance()
+                times.append(time.perf_counter() - t0)
+        step_ms[rows] = sorted(times[2:])[len(times[2:]) // 2] * 1000
+        print(f"decode step, {rows} row{'s' if rows > 1 else ''} at 3,300 tokens: {step_ms[rows]:.0f} ms "
+              f"= {rows * 1000 / step_ms[rows]:.1f} tokens/s")
+    print(f"tokens/s, 4 rows / 1 row: {4 * step_ms[1] / step_ms[4]:.2f}x")
 
 
 def part_step(turns: int, tokens: int) -> None:
@@ -111,9 +147,10 @@ def part_step(turns: int, tokens: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", default="episode,concurrency,step")
+    ap.add_argument("--part", default="episode,concurrency,step,decode")
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--conc-turns", type=int, default=3, help="turns per episode in the concurrency part")
     a = ap.parse_args()
     parts = a.part.split(",")
     print(f"threads: {os.environ.get('ROLLSCOPE_THREADS', 'default')}, "
@@ -121,9 +158,11 @@ def main() -> None:
     if "episode" in parts:
         part_episode(a.turns, a.tokens)
     if "concurrency" in parts:
-        part_concurrency(a.tokens)
+        part_concurrency(a.conc_turns, a.tokens)
     if "step" in parts:
         part_step(a.turns, a.tokens)
+    if "decode" in parts:
+        part_decode()
 
 
 if __name__ == "__main__":

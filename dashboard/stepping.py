@@ -10,6 +10,7 @@ the shared stepping loop (see ``jobs.LoopThread``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 import uuid
@@ -38,6 +39,32 @@ MAX_SESSIONS = 32
 
 
 @dataclass
+class Generating:
+    """A generation in flight: what has arrived so far (from backends that stream it) and how to stop it."""
+
+    future: concurrent.futures.Future[Generation]
+    turn: int
+    started: float = field(default_factory=time.perf_counter)
+    tokens: int = 0
+    text: str = ""
+    first_token_s: float | None = None
+
+    def progress(self, tokens: int, text: str) -> None:
+        """The backend's progress hook (called from the model's thread)."""
+        if self.first_token_s is None:
+            self.first_token_s = time.perf_counter() - self.started
+        self.tokens, self.text = tokens, text
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def running(self) -> bool:
+        return not self.future.done()
+
+
+@dataclass
 class StepSession:
     """One conversation being stepped by hand, and what the page shows of it."""
 
@@ -49,6 +76,7 @@ class StepSession:
     last_turn: Turn | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     touched: float = field(default_factory=time.time)
+    generating: Generating | None = None
 
     def episode(self) -> Episode:
         return self.hand.episode()
@@ -111,16 +139,44 @@ class Sessions:
 
     # -- stepping ---------------------------------------------------------------
 
-    def generate(self, key: str | None) -> tuple[StepSession, Generation]:
+    def start_generate(self, key: str | None) -> tuple[StepSession, Generating]:
+        """Ask for the next assistant turn without waiting: the returned ``Generating`` follows it."""
         session = self.get(key)
         with session.lock:
             if session.hand.done:
                 raise ConfigError("the episode has ended: save it, or start or fork another")
-            gen = self.loop.run(session.hand.generate(), GENERATE_TIMEOUT_S)
-        return session, gen
+            if session.generating is not None and session.generating.running:
+                raise ConfigError("a generation is already running: wait for it, or Cancel it")
+            run = Generating(concurrent.futures.Future(), session.hand.turn)
+            run.future = self.loop.submit(session.hand.generate(on_progress=run.progress))
+            session.generating = run
+        return session, run
+
+    def generate(self, key: str | None, timeout: float = GENERATE_TIMEOUT_S) -> tuple[StepSession, Generation]:
+        """Ask for the next assistant turn and wait for it."""
+        session, run = self.start_generate(key)
+        try:
+            return session, run.future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            run.future.cancel()
+            raise ConfigError(f"the generation took longer than {timeout:.0f} s and was cancelled") from None
+
+    def cancel(self, key: str | None) -> Generating | None:
+        """Stop the generation in flight (the backend drops it); the one that was running, if any."""
+        try:
+            session = self.get(key)
+        except ConfigError:
+            return None
+        run = session.generating
+        if run is not None and run.running:
+            run.future.cancel()
+            return run
+        return None
 
     def commit(self, key: str | None, text: str, user_reply: str | None) -> tuple[StepSession, Turn]:
         session = self.get(key)
+        if session.generating is not None and session.generating.running:
+            raise ConfigError("a generation is running: wait for it, or Cancel it, before committing")
         with session.lock:
             turn = self.loop.run(session.hand.commit(text or "", user_reply), GENERATE_TIMEOUT_S)
             session.last_turn = turn

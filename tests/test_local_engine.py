@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from engine.backends.base import GenerationRequest, SamplingParams
+from engine.backends.kvcache import DecodeBatch, PrefixCache
 from engine.backends.local import LocalBackend, _load_model, embedded_model_path, load_tokenizer
-from engine.backends.local_engine import ModelWorker, PrefixCache, thread_count
+from engine.backends.local_engine import ModelWorker, thread_count
 from engine.errors import ModelNotFound
 from engine.loop import Stepper, drive
 from engine.planning import BackendSettings, UserSettings, plan_run
@@ -43,12 +44,12 @@ def _settings(max_new: int = 16, seed: int = 11) -> BackendSettings:
     return BackendSettings.parse("local", None, None, "completions", None, 1.0, 1.0, max_new, 0.0, seed, 60.0, 3)
 
 
-def _run(tasks: str, concurrency: int, preset: str = "tito", turns: int = 2, max_new: int = 16):
-    plan = plan_run("math", tasks, 1, preset, {"max_turns": str(turns)}, concurrency, _settings(max_new),
+def _run(tasks: str, concurrency: int, preset: str = "tito", turns: int = 2, max_new: int = 16, samples: int = 1):
+    plan = plan_run("math", tasks, samples, preset, {"max_turns": str(turns)}, concurrency, _settings(max_new),
                     user=UserSettings("scripted", None, None), max_episodes=None, preflight=False)
     tokenizer, backend = plan.backend.open(plan.make_env)
     result = asyncio.run(run_batch(plan.spec(), plan.make_env, backend, tokenizer, None))
-    return sorted(result.episodes, key=lambda e: e.task_id)
+    return sorted(result.episodes, key=lambda e: (e.task_id, e.sample_index))
 
 
 def _same_generations(a, b) -> None:
@@ -100,6 +101,47 @@ def test_prefix_cache_evicts_least_recently_used_within_its_bound():
     assert len(cache) == 2
 
 
+def _rows_of(batch: DecodeBatch) -> list[list[float]]:
+    return [batch.row(i)[0][0][0, 0, :, 0].tolist() for i in range(len(batch))]
+
+
+def test_decode_batch_keeps_each_row_right_aligned_as_rows_join_and_leave():
+    import torch
+
+    def kv(values):
+        t = torch.tensor(values, dtype=torch.float32).reshape(1, 1, -1, 1)
+        return [(t, t.clone())]
+
+    batch = DecodeBatch()
+    batch.add(kv([1, 2, 3]), 3)
+    batch.add(kv([4, 5]), 2)
+    assert batch.layouts == 1 and _rows_of(batch) == [[1, 2, 3], [4, 5]]
+    cache, extra = batch.step_inputs()
+    # Row 1 is padded: the mask hides its first column and each row gets its own position.
+    assert extra["attention_mask"].tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]]
+    assert extra["position_ids"].tolist() == [[3], [2]]
+    cache.layers[0].update(torch.tensor([7.0, 8.0]).reshape(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))
+    batch.advance()
+    assert _rows_of(batch) == [[1, 2, 3, 7], [4, 5, 8]]
+    # No free slot: the rows are laid out again, in twice the slots.
+    batch.add(kv([6]), 1)
+    assert batch.layouts == 2 and batch.slots == 6 and _rows_of(batch) == [[1, 2, 3, 7], [4, 5, 8], [6]]
+    # A longer row joins within the headroom: the window widens in place, the padding it shows is zero.
+    batch.add(kv([9, 9, 9, 9, 9, 9]), 6)
+    assert batch.layouts == 2 and _rows_of(batch)[3] == [9] * 6
+    window = batch.k[0][:4, 0, batch.start : batch.end, 0]
+    assert window[0].tolist() == [0, 0, 1, 2, 3, 7] and window[1].tolist() == [0, 0, 0, 4, 5, 8]
+    assert batch.step_inputs()[1]["attention_mask"].tolist()[2] == [0, 0, 0, 0, 0, 1, 1]
+    # Row 0 leaves with its keys; the last row takes its slot.
+    taken = batch.remove(0)
+    assert taken[0][0][0, 0, :, 0].tolist() == [1, 2, 3, 7]
+    assert _rows_of(batch) == [[9] * 6, [4, 5, 8], [6]]
+    assert batch.mask[0, batch.start : batch.end].tolist() == [1] * 6
+    for i in (2, 1, 0):
+        batch.remove(i)
+    assert len(batch) == 0 and batch.slots == 0  # memory given back
+
+
 # -- results do not change ----------------------------------------------------------
 
 
@@ -122,6 +164,18 @@ def test_tito_turn_two_is_a_cache_hit(loaded):
     # last generated token, which the model sampled and never read back.
     assert second.cached_tokens == first.prompt_tokens + len(first.token_ids) - 1
     assert second.prompt_tokens > second.cached_tokens
+
+
+def test_the_samples_of_a_group_share_their_prompt(loaded):
+    worker = loaded.worker()
+    worker.cache.clear()
+    first, second, third = _run("12", 3, turns=1, samples=3)
+    prompt = first.turns[0].generation.prompt_tokens
+    # One sample prefills the prompt; the others start from its keys and values (all but the last token,
+    # which goes through the model for its logits).
+    cached = sorted(e.turns[0].generation.cached_tokens for e in (first, second, third))
+    assert cached == [0, prompt - 1, prompt - 1]
+    assert len({e.turns[0].generation.token_ids for e in (first, second, third)}) > 1  # their own seeds
 
 
 def test_a_rewritten_history_misses_at_the_rewritten_token(loaded, tok):

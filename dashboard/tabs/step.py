@@ -1,7 +1,9 @@
 """Step: drive one conversation by hand, fresh or forked from a stored episode.
 
 Generate asks the backend for the next assistant turn and shows it (raw
-text, what it parses to, its tokens) without committing anything; the
+text, what it parses to, its tokens) without committing anything; while
+it runs, the tokens so far (from the local model, which streams them),
+and Cancel stops it, leaving the partial reply to edit. The
 text can be edited or written from scratch; Commit executes it in the env
 and shows the observation, reward and done. Where the env has a user
 (retail, tau-bench), the env's simulated user, a model or the person plays
@@ -14,7 +16,9 @@ holds its key.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +29,12 @@ from engine import AUTO, ENVS, PRESET_CHOICES, Generation, RollscopeError, UserS
 from ..assets import script
 from ..controls import BackendControls, LoopControls, backend_controls, fork_table, loop_controls, loop_table
 from ..controls import parse as parse_backend
-from ..stepping import Sessions, StepSession
+from ..stepping import GENERATE_TIMEOUT_S, Sessions, StepSession
 from ..views import step as rs
 from ..views.tokens import decode_token_texts, special_token_ids
 
 NEW, FORK = "new conversation", "fork a stored episode"
+PROGRESS_EVERY_S = 0.3
 USER_CHOICES = [("the env's simulated user", "scripted"), ("a model plays the user", "llm"),
                 ("you play the user", "human"),
                 ("forks: the recorded user while the conversation matches, then you", "recorded"),
@@ -199,6 +204,7 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
             with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
                 gr.HTML('<h4 class="rs-h">Next assistant turn</h4>', apply_default_css=False, js_on_load=None)
                 generate = gr.Button("Generate", variant="primary", scale=0, min_width=120, elem_id="rs-step-generate")
+                cancel = gr.Button("Cancel", variant="stop", scale=0, min_width=100, elem_id="rs-step-cancel")
             pending = gr.HTML(rs.pending(None, None, set()), elem_id="rs-step-pending",
                               apply_default_css=False, js_on_load=None)
             text = gr.Textbox(label="assistant turn to commit (edit it, or write it from scratch)", lines=6,
@@ -237,17 +243,48 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
                       show_progress="hidden", queue=False)
     start.click(tab._start, inputs=tab.start_inputs, outputs=tab.outputs)
 
-    def on_generate(key_v: str | None) -> list[Any]:
+    def on_generate(key_v: str | None) -> Iterator[list[Any]]:
         try:
-            session, gen = sessions.generate(key_v)
+            session, run = sessions.start_generate(key_v)
         except RollscopeError as e:
-            return [gr.skip()] * 3 + [rs.note(str(e), "error")]
+            yield [gr.skip()] * 3 + [rs.note(str(e), "error")]
+            return
+        # The reply so far, a few times a second, until it is whole or cancelled.
+        while True:
+            try:
+                gen = run.future.result(PROGRESS_EVERY_S)
+                break
+            except concurrent.futures.TimeoutError:
+                if run.elapsed > GENERATE_TIMEOUT_S:
+                    run.future.cancel()
+                    continue
+                yield [rs.generating(run.turn, run.tokens, run.text, run.elapsed, run.first_token_s),
+                       gr.skip(), gr.skip(), gr.skip()]
+            except concurrent.futures.CancelledError:
+                why = "timed out" if run.elapsed > GENERATE_TIMEOUT_S else "was cancelled"
+                kept = (" The partial reply is in the box: edit it and Commit (as text written by hand), or "
+                        "Generate again.") if run.text else " Generate again, or write the turn yourself."
+                yield [rs.pending(None, None, set()), run.text, _parsed(session, run.text),
+                       rs.note(f"The generation of turn {run.turn} {why} after {run.tokens} tokens "
+                               f"({run.elapsed:.1f} s).{kept}", "warn")]
+                return
+            except RollscopeError as e:
+                yield [rs.pending(None, None, set()), gr.skip(), gr.skip(), rs.note(str(e), "error")]
+                return
         edit = session.hand.text_of(gen)
         pending_html, parsed_html = _generation_view(session, gen, edit)
-        return [pending_html, edit, parsed_html, rs.note(f"Generated turn {session.hand.turn}: nothing is committed "
-                                                          "yet. Edit the text if you like, then Commit.", "info")]
+        first = f" First token after {run.first_token_s:.2f} s." if run.first_token_s is not None else ""
+        yield [pending_html, edit, parsed_html, rs.note(f"Generated turn {run.turn} in {run.elapsed:.1f} s.{first} "
+                                                        "Nothing is committed yet. Edit the text if you like, then "
+                                                        "Commit.", "info")]
 
     generate.click(on_generate, inputs=[key], outputs=[pending, text, parsed, message])
+
+    def on_cancel(key_v: str | None) -> Any:
+        run = sessions.cancel(key_v)
+        return gr.skip() if run is not None else rs.note("Nothing is generating.", "info")
+
+    cancel.click(on_cancel, inputs=[key], outputs=[message], queue=False)
 
     def on_edit(key_v: str | None, text_v: str) -> Any:
         try:

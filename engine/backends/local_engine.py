@@ -30,7 +30,6 @@ import concurrent.futures
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..records import FinishReason
+from .kvcache import DecodeBatch, PrefixCache, make_cache, reusable
 
 if TYPE_CHECKING:
     import torch
@@ -101,142 +101,6 @@ def sample(logprobs: torch.Tensor, temperature: float, top_p: float, generator: 
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-# -- the prefix cache ---------------------------------------------------------
-
-
-@dataclass
-class _Entry:
-    tokens: np.ndarray
-    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, each [1, heads, len(tokens), head_dim]
-    nbytes: int
-
-
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if len(diff) else n
-
-
-class PrefixCache:
-    """Keys and values of token sequences the model has seen, found by longest common prefix; LRU within a byte bound."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[int, _Entry] = OrderedDict()
-        self._next = 0
-        self.nbytes = 0
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def lookup(self, tokens: np.ndarray) -> tuple[int, _Entry | None]:
-        """(length of the longest prefix of ``tokens`` held, the entry that holds it); (0, None) on a miss."""
-        best, best_key = 0, -1
-        for key, e in self._entries.items():
-            n = _common_prefix(tokens, e.tokens)
-            if n > best:
-                best, best_key = n, key
-        if best_key < 0:
-            self.misses += 1
-            return 0, None
-        self.hits += 1
-        self._entries.move_to_end(best_key)
-        return best, self._entries[best_key]
-
-    def put(self, tokens: np.ndarray, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Hold ``kv`` for ``tokens``; entries that are a prefix of ``tokens`` are dropped (this one covers them)."""
-        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
-        if nbytes > self.max_bytes or not len(tokens):
-            return
-        for key in [k for k, e in self._entries.items()
-                    if len(e.tokens) <= len(tokens) and _common_prefix(e.tokens, tokens) == len(e.tokens)]:
-            self._drop(key)
-        self._entries[self._next] = _Entry(tokens, kv, nbytes)
-        self._next += 1
-        self.nbytes += nbytes
-        while self.nbytes > self.max_bytes and self._entries:
-            self._drop(next(iter(self._entries)))
-
-    def _drop(self, key: int) -> None:
-        self.nbytes -= self._entries.pop(key).nbytes
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self.nbytes = 0
-
-
-# -- one growing cache layer ----------------------------------------------------
-
-
-def _grow_layer_class() -> type:
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowLayer(DynamicLayer):  # type: ignore[no-untyped-call]
-        """A dynamic layer that appends into spare capacity instead of concatenating a new tensor each token."""
-
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor, spare: int) -> None:
-            import torch
-
-            super().__init__()  # type: ignore[no-untyped-call]
-            b, h, n, d = keys.shape
-            self._k = torch.empty((b, h, n + spare, d), dtype=keys.dtype, device=keys.device)
-            self._v = torch.empty((b, h, n + spare, values.shape[-1]), dtype=values.dtype, device=values.device)
-            self._k[:, :, :n] = keys
-            self._v[:, :, :n] = values
-            self._n = n
-            self.dtype, self.device = keys.dtype, keys.device
-            self.is_initialized = True
-            self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-            import torch
-
-            new = key_states.shape[-2]
-            if self._n + new > self._k.shape[-2]:
-                grow = max(new, self._k.shape[-2])
-                self._k = torch.cat([self._k[:, :, : self._n], key_states.new_empty(
-                    (*self._k.shape[:2], grow + new, self._k.shape[-1]))], dim=-2)
-                self._v = torch.cat([self._v[:, :, : self._n], value_states.new_empty(
-                    (*self._v.shape[:2], grow + new, self._v.shape[-1]))], dim=-2)
-            self._k[:, :, self._n : self._n + new] = key_states
-            self._v[:, :, self._n : self._n + new] = value_states
-            self._n += new
-            self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
-            return self.keys, self.values
-
-    return GrowLayer
-
-
-_GROW: type | None = None
-
-
-def _make_cache(kv: list[tuple[torch.Tensor, torch.Tensor]], spare: int) -> Any:
-    """A DynamicCache holding ``kv`` (per layer [batch, heads, n, dim]) with room for ``spare`` more tokens."""
-    global _GROW
-    from transformers import DynamicCache
-
-    if _GROW is None:
-        _GROW = _grow_layer_class()
-    cache = DynamicCache()
-    cache.layers = [_GROW(k, v, spare) for k, v in kv]
-    return cache
-
-
-def reusable(model: Any) -> bool:
-    """Whether the model's cache is plain per-layer key/value tensors, which can be cut and batched."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    try:
-        layers = DynamicCache(config=model.config).layers
-    except Exception:  # an exotic config: run it the plain way
-        return False
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-
-
 # -- requests -------------------------------------------------------------------
 
 
@@ -267,6 +131,7 @@ class Job:
     started: float = 0.0
     first_token_s: float | None = None
     cancelled: bool = False
+    result: JobResult | None = None  # set when it ends; handed to its caller once its keys/values are cached
 
     def cancel(self) -> None:
         """Drop this request at the worker's next step (its caller has stopped waiting)."""
@@ -274,7 +139,7 @@ class Job:
 
     @property
     def over(self) -> bool:
-        return self.cancelled or self.future.done()
+        return self.cancelled or self.result is not None or self.future.done()
 
 
 @dataclass(frozen=True)
@@ -308,8 +173,7 @@ class ModelWorker:
         self.seconds: dict[str, float] = {"prefill": 0.0, "decode": 0.0, "batching": 0.0, "cache": 0.0}
         # The decoding batch: its jobs in row order, their right-aligned keys/values and padding mask.
         self._rows: list[Job] = []
-        self._batch: Any = None
-        self._mask: torch.Tensor | None = None
+        self._batch = DecodeBatch()
 
     def submit(self, job: Job) -> concurrent.futures.Future[JobResult]:
         limit = self.limit
@@ -378,7 +242,7 @@ class ModelWorker:
             for job in list(jobs):
                 self._fail(job, e)
             if jobs is self._rows or any(j in self._rows for j in jobs):
-                self._rows, self._batch, self._mask = [], None, None
+                self._drop_all()
             return None
 
     def _fail(self, job: Job, error: BaseException) -> None:
@@ -393,6 +257,7 @@ class ModelWorker:
             return True
         if job.max_new <= 0:
             self._finish(job, "length")
+            self._resolve(job)
             return True
         if job.cache is None:
             self._start_prefill(job)
@@ -415,7 +280,8 @@ class ModelWorker:
             self.seconds["cache"] += time.perf_counter() - t0
         self._take(job, out.logits[0, -1])
         if not job.over:
-            self._set_rows([*self._rows, job])
+            self._join(job)
+        self._resolve(job)
         return True
 
     def _start_prefill(self, job: Job) -> None:
@@ -427,7 +293,7 @@ class ModelWorker:
         n = min(n, len(job.prompt) - 1)  # at least one token goes through the model, for its logits
         job.cached = max(0, n)
         if entry is not None and n > 0:
-            job.cache = _make_cache([(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv], len(job.prompt) - n + job.max_new)
+            job.cache = make_cache([(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv], len(job.prompt) - n + job.max_new)
         else:
             from transformers import DynamicCache
 
@@ -462,10 +328,15 @@ class ModelWorker:
             self._finish(job, "length")
 
     def _finish(self, job: Job, finish: FinishReason) -> None:
-        if job.future.done():
-            return
-        job.future.set_result(JobResult(list(job.ids), list(job.logprobs), finish, job.cached,
-                                        time.perf_counter() - job.started, job.first_token_s))
+        if job.result is None:
+            job.result = JobResult(list(job.ids), list(job.logprobs), finish, job.cached,
+                                   time.perf_counter() - job.started, job.first_token_s)
+
+    @staticmethod
+    def _resolve(job: Job) -> None:
+        """Hand an ended job's result to its caller (after its keys/values went to the prefix cache)."""
+        if job.result is not None and not job.future.done():
+            job.future.set_result(job.result)
 
     def _run_plain(self, job: Job) -> None:
         """A model whose cache cannot be cut or batched: prefill the whole prompt, decode to the end."""
@@ -475,6 +346,7 @@ class ModelWorker:
         job.generator = torch.Generator(device="cpu").manual_seed(int(job.seed))
         if job.max_new <= 0:
             self._finish(job, "length")
+            self._resolve(job)
             return
         with self.lock, torch.inference_mode():
             cache = DynamicCache(config=self.model.config)
@@ -483,80 +355,60 @@ class ModelWorker:
             while True:
                 self._take(job, out.logits[0, -1])
                 if job.over:
+                    self._resolve(job)
                     return
                 x = torch.tensor([[job.ids[-1]]], device=self.device)
                 out = self.model(input_ids=x, past_key_values=cache, use_cache=True)
 
     # -- the decoding batch -------------------------------------------------------
 
-    def _set_rows(self, rows: list[Job]) -> None:
-        """Rebuild the batch for ``rows``; a job leaving it takes its keys/values (when it can be cached)."""
-        import torch
-
+    def _join(self, job: Job) -> None:
         t0 = time.perf_counter()
-        old = self._rows
-        if self._batch is not None:
-            width = self._batch.layers[0].keys.shape[-2]
-            for i, job in enumerate(old):
-                job.kv = [(layer.keys[i : i + 1, :, width - job.length :], layer.values[i : i + 1, :, width - job.length :])
-                          for layer in self._batch.layers]
-        for job in old:
-            if job not in rows:
-                self._store(job)
-        self._rows, self._batch, self._mask = rows, None, None
-        if not rows:
-            return
-        width = max(j.length for j in rows)
-        spare = max(j.max_new - len(j.ids) for j in rows) + 1
-        kv = []
-        for layer in range(len(rows[0].kv)):
-            k0, v0 = rows[0].kv[layer]
-            ks = k0.new_zeros((len(rows), k0.shape[1], width, k0.shape[3]))
-            vs = v0.new_zeros((len(rows), v0.shape[1], width, v0.shape[3]))
-            for i, job in enumerate(rows):
-                ks[i, :, width - job.length :] = job.kv[layer][0][0]
-                vs[i, :, width - job.length :] = job.kv[layer][1][0]
-            kv.append((ks, vs))
-        for job in rows:
-            job.kv = []
-        self._batch = _make_cache(kv, spare)
-        if len(rows) > 1 or width != rows[0].length:
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, job in enumerate(rows):
-                mask[i, width - job.length :] = 1
-            self._mask = mask
+        self._batch.add(job.kv, job.length)
+        job.kv = []
+        self._rows.append(job)
         self.seconds["batching"] += time.perf_counter() - t0
 
-    def _store(self, job: Job) -> None:
-        """Cache what a finished job's model saw: its prompt and its generation but the last token."""
-        if not job.kv or not self.cache.max_bytes or job.cancelled:
-            job.kv = []
-            return
-        seen = np.asarray(job.prompt + job.ids[:-1], dtype=np.int64)
-        if len(seen) == job.length:
-            self.cache.put(seen, [(k.clone(), v.clone()) for k, v in job.kv])
-        job.kv = []
+    def _leave(self, i: int) -> None:
+        """Row ``i`` leaves the batch; what its model saw goes to the prefix cache."""
+        t0 = time.perf_counter()
+        job = self._rows[i]
+        kv = self._batch.remove(i)
+        self._rows[i] = self._rows[-1]
+        self._rows.pop()
+        self.seconds["batching"] += time.perf_counter() - t0
+        seen = job.prompt + job.ids[:-1]
+        if self.cache.max_bytes and not job.cancelled and len(seen) == job.length:
+            t0 = time.perf_counter()
+            self.cache.put(np.asarray(seen, dtype=np.int64), kv)
+            self.seconds["cache"] += time.perf_counter() - t0
+        self._resolve(job)
+
+    def _drop_all(self) -> None:
+        self._rows = []
+        self._batch = DecodeBatch()
 
     def _decode_step(self) -> None:
         import torch
 
-        live = [j for j in self._rows if not j.over]
-        if len(live) != len(self._rows):
-            self._set_rows(live)
+        for i in reversed(range(len(self._rows))):
+            if self._rows[i].over:
+                self._leave(i)
         if not self._rows:
             return
-        rows = self._rows
+        rows = list(self._rows)
         x = torch.tensor([[j.ids[-1]] for j in rows], device=self.device)
-        kwargs: dict[str, Any] = {}
-        if self._mask is not None:
-            self._mask = torch.cat([self._mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
-            kwargs["attention_mask"] = self._mask.to(self.device)
-            kwargs["position_ids"] = torch.tensor([[j.length] for j in rows], device=self.device)
         self.batch_sizes.append(len(rows))
         t0 = time.perf_counter()
         with self.lock, torch.inference_mode():
-            out = self.model(input_ids=x, past_key_values=self._batch, use_cache=True, **kwargs)
+            cache, kwargs = self._batch.step_inputs()
+            out = self.model(input_ids=x, past_key_values=cache, use_cache=True, **kwargs)
+        self._batch.advance()
         self.seconds["decode"] += time.perf_counter() - t0
         for i, job in enumerate(rows):
             job.length += 1
             self._take(job, out.logits[i, -1])
+        # Finished rows leave now, before any new request looks the prefix cache up.
+        for i in reversed(range(len(self._rows))):
+            if self._rows[i].over:
+                self._leave(i)

@@ -228,6 +228,39 @@ def test_generate_edit_commit_and_save_a_step(page: Any, app: WorkflowApp, scree
 
 
 @pytest.mark.browser
+def test_step_shows_the_local_models_tokens_as_they_come_and_cancels(page: Any, app: WorkflowApp,
+                                                                      screenshots: Path) -> None:
+    page.goto(app.url + "/")
+    _tab(page, "step")
+    page.locator("#rs-step-policy input").click()
+    page.get_by_role("option", name="local", exact=True).click()
+    page.locator("#rs-step-model").wait_for(state="visible")
+    _fill(page, "rs-step-max-new-tokens", "400")
+    _fill(page, "rs-step-temperature", "1.0")
+    page.locator("#rs-step-start").click()
+    page.locator("#rs-step-header .rs-step-header").wait_for(timeout=120_000)  # loads the embedded model
+    page.locator("#rs-step-generate").click()
+    # The reply grows on screen while the model writes it.
+    growing = page.locator("#rs-step-pending .rs-generating pre.rs-raw")
+    growing.wait_for(timeout=60_000)
+    page.wait_for_function(
+        "() => { const c = [...document.querySelectorAll('#rs-step-pending .rs-chip')]"
+        ".find(x => x.innerText.includes('tokens so far')); return c && parseInt(c.innerText.split(/\\s/).pop()) >= 3 }",
+        timeout=60_000)
+    page.screenshot(path=str(screenshots / "step_generating.png"))
+    page.locator("#rs-step-cancel").click()
+    message = page.locator("#rs-step-message")
+    message.get_by_text("was cancelled after").wait_for(timeout=30_000)
+    n = int(message.inner_text().split("was cancelled after ")[1].split()[0])
+    assert 3 <= n < 400
+    partial = page.locator("#rs-step-text textarea").input_value()
+    assert partial.strip()  # the partial reply is kept to edit
+    assert "edited by hand" in page.locator("#rs-step-parsed").inner_text()
+    page.screenshot(path=str(screenshots / "step_cancelled.png"))
+    _no_xss(page)
+
+
+@pytest.mark.browser
 def test_fork_from_the_episode_tab_then_compare_with_the_parent(page: Any, app: WorkflowApp,
                                                                  screenshots: Path) -> None:
     parent = app.parents[1]
