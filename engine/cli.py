@@ -149,9 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="one JSON object per episode")
     rp.add_argument("--no-store", action="store_true", help="do not store the results")
 
+    from .cli_diff import add_diff_parser
     from .cli_watch import add_watch_parser
 
     add_watch_parser(sub, DEFAULT_DB, _fanout_options)
+    add_diff_parser(sub, DEFAULT_DB)
 
     sv = sub.add_parser("serve", help="start the dashboard")
     sv.add_argument("--db", default=DEFAULT_DB)
@@ -569,10 +571,16 @@ def cmd_watch(a: argparse.Namespace) -> int:
     return cmd_watch(a, _open_store(a.db, must_exist=False), _fanout(a))
 
 
+def cmd_diff(a: argparse.Namespace) -> int:
+    from .cli_diff import cmd_diff
+
+    return cmd_diff(a, _open_store(a.db, must_exist=True))
+
+
 COMMANDS = {
     "presets": cmd_presets, "schema": cmd_schema,
     "run": cmd_run, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "import": cmd_import,
-    "check": cmd_check, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch,
+    "check": cmd_check, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch, "diff": cmd_diff,
 }
 
 

@@ -338,6 +338,7 @@ async def fork(
     config: LoopConfig | None = None,
     sampling: SamplingParams | None = None,
     tokenizer_name: str | None = None,
+    reencode: bool = False,
 ) -> HandStepper:
     """A new conversation that replays ``parent``'s turns ``0..turn-1``, then goes on by hand.
 
@@ -347,7 +348,8 @@ async def fork(
     conversation still matches the record, then ``then`` (``USER_MODES``). Where the parent's user was a model
     or a person, or the parent was imported, the replayed turns get the recorded replies. ``config``
     defaults to the parent's loop config, ``sampling`` to its sampling parameters. The returned
-    stepper's ``report`` says whether the replay matched the record.
+    stepper's ``report`` says whether the replay matched the record. ``reencode`` replays each generation
+    from its text, encoded by ``tokenizer`` (the parent's ids belong to another tokenizer).
     """
     from .replay_recorded import plan as record_plan
 
@@ -435,7 +437,11 @@ async def fork(
             if stored.generation is None:
                 ended = f"turn {stored.index} of the parent has no generation to replay"
                 break
-            now = await stepper.commit(stored.generation)
+            generation = stored.generation
+            if reencode:
+                generation = replace(stepper.edited(stepper.content_of(generation)), model=generation.model,
+                                     finish_reason=generation.finish_reason)
+            now = await stepper.commit(generation)
             divergences.extend(_compare_turn(stored, now))
         replayed += 1
     if stepper.done and not ended:
@@ -443,7 +449,7 @@ async def fork(
     if fork_user is not None:
         fork_user.prefix.clear()  # a recorded reply the replay did not use must not answer a later turn
 
-    if not imported:
+    if not imported and not reencode:
         # Loops that add a turn's generation prompt with its reply (slime) have not laid it down yet.
         ours = stepper.token_ids
         end = min(_prefix_end(parent, turn), len(ours))

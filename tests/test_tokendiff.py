@@ -1,0 +1,126 @@
+"""Token diffs (engine/tokendiff.py, `rollscope diff`) on real episodes: the embedded SmolLM2 template, the retail
+env with the scripted policy, and the real Qwen3 tokenizer for a diff across tokenizers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from engine import tokendiff as td
+from engine.backends.scripted import ScriptedBackend
+from engine.cli import main
+from engine.factory import env_factory, load_tokenizer
+from engine.loop import run_episode
+from engine.presets import PRESETS
+from engine.store import Store
+from engine.token_arrays import TokenArrays
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(None)
+
+
+def _retail(tok, preset: str, task: int = 0):
+    env = env_factory("retail")()
+    backend = ScriptedBackend(env.reference_reply, tok)
+    return asyncio.run(run_episode(env, backend, tok, PRESETS[preset], env.tasks[task], preset=preset,
+                                   tokenizer_name="smollm2"))
+
+
+def _texts(tok, d: td.TokenDiff, rows, side: str) -> str:
+    ids = td.side_ids(d, rows)[0 if side == "a" else 1]
+    return tok.decode(ids)
+
+
+def test_an_episode_against_itself_agrees_everywhere(tok):
+    ep = _retail(tok, "tito")
+    d = td.diff(ep, ep)
+    assert d.first is None and not d.hunks and d.n_differing == 0
+    assert len(d.rows) == len(ep.tokens)
+    assert sum(c.rows for c in d.counts.values()) == len(ep.tokens)
+
+
+def test_the_seed_loop_against_tito_marks_the_dropped_generation_prompts_and_the_template_newlines(tok):
+    seed = _retail(tok, "slime-tau-seed")
+    tito = asyncio.run(td.retokenized(seed, preset="tito", tokenizer=tok))
+    assert tito.preset == "tito" and tito.n_turns == seed.n_turns
+    d = td.diff(seed, tito)
+    # Every later turn's "<|im_start|>assistant\n" is in tito's array and not in the seed's.
+    dropped = [r for r in d.rows if r.op == td.ONLY_B and d.kind_of(r) == "gen_prompt"]
+    assert d.counts["gen_prompt"].only_b == len(dropped)
+    runs: list[list[int]] = []
+    for r in dropped:
+        if runs and r.b == runs[-1][-1] + 1:
+            runs[-1].append(r.b)
+        else:
+            runs.append([r.b])
+    assert len(runs) == seed.n_turns - 1  # one before each turn after the first
+    assert {tok.decode([int(tito.tokens.ids[b]) for b in run]) for run in runs} == {"<|im_start|>assistant"}
+    # The newline after each <|im_end|>: the same token, trained on by the seed (in its assistant run), not by tito.
+    newlines = [r for r in d.rows if r.op == td.SAME and r.mask_differs]
+    assert newlines and all(tok.decode([int(seed.tokens.ids[r.a])]) == "\n" for r in newlines)
+    assert all(seed.tokens.loss_mask[r.a] == 1 and tito.tokens.loss_mask[r.b] == 0 for r in newlines)
+    assert d.counts["assistant"].mask == len(newlines)
+    # Generated tokens keep their ids and logprobs.
+    assert d.counts["assistant"].ids == 0 and d.counts["assistant"].logprob == 0
+
+
+def test_slime_against_tito_differs_only_where_the_arrays_differ(tok):
+    slime = _retail(tok, "slime-tau")
+    d = td.diff(slime, asyncio.run(td.retokenized(slime, preset="tito", tokenizer=tok)))
+    # slime lays the generation prompts down too (masked 0), so they agree; the newlines after <|im_end|> do not.
+    assert d.counts["gen_prompt"].differing == 0
+    # One newline per reply: trained on by slime, not by tito; after the last reply tito has none at all.
+    stops = sum(1 for t in slime.turns if t.generation is not None and t.generation.finish_reason == "stop")
+    assert (d.counts["assistant"].mask, d.counts["assistant"].only_a) == (stops - 1, 1)
+    # slime-tau replaces the template's tool sentence: the first difference is in the first prompt.
+    first = d.first
+    assert first is not None and d.kind_of(first) == "prompt" and d.turn_of(first) == 0
+
+
+def test_one_changed_reply_is_one_run_in_its_turn(tok):
+    ep = _retail(tok, "tito")
+    ids = ep.tokens.ids.copy()
+    gen = next(s for s in ep.segments if s.kind == "assistant" and s.turn == 1)
+    ids[gen.start + 2] = ids[gen.start + 2] + 1
+    lp = ep.tokens.logprobs.copy()
+    lp[gen.start + 5] = -3.5
+    other = ep.evolve(tokens=TokenArrays(ids, ep.tokens.loss_mask, lp, ep.tokens.versions))
+    d = td.diff(ep, other)
+    assert [(r.op, r.a) for r in d.rows if r.differs] == [(td.CHANGED, gen.start + 2), (td.SAME, gen.start + 5)]
+    assert d.rows[gen.start + 5].logprob_differs and d.turn_of(d.first) == 1
+    assert d.counts["assistant"].ids == 1 and d.counts["assistant"].logprob == 1
+
+
+def test_another_tokenizer_is_aligned_by_token_text(tok, qwen3_tokenizer):
+    ep = _retail(tok, "tito")
+    other = asyncio.run(td.retokenized(ep, preset="tito", tokenizer=qwen3_tokenizer, tokenizer_name="qwen3"))
+    d = td.diff(ep, other, tok, qwen3_tokenizer)
+    assert d.by_text
+    # Most positions align: the two vocabularies spell most of this text with the same pieces.
+    same = sum(1 for r in d.rows if r.op == td.SAME)
+    assert same > 0.5 * len(ep.tokens)
+    assert d.hunks
+
+
+def test_rollscope_diff_against_a_preset_and_between_two_episodes(tok, tmp_path, capsys):
+    db = tmp_path / "r.db"
+    seed, tito = _retail(tok, "slime-tau-seed"), _retail(tok, "tito")
+    store = Store(db)
+    store.save_episode(seed)
+    store.save_episode(tito)
+    store.close()
+    assert main(["diff", seed.id[:8], "--preset", "tito", "--db", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "B: A's conversation under preset tito" in out and "first difference: A[" in out
+    assert "gen_prompt" in out and "<|im_start|>assistant'  mask 0000" in out
+    assert main(["diff", seed.id, tito.id, "--db", str(db), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["counts"]["gen_prompt"]["only_b"] > 0 and doc["runs"]
+    assert main(["diff", tito.id, tito.id, "--db", str(db)]) == 0
+    assert "agree" in capsys.readouterr().out
+    assert main(["diff", tito.id, "--db", str(db)]) == 2
+    assert "--preset" in capsys.readouterr().err
