@@ -118,6 +118,17 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
         # On every page load, so a reload shows episodes written since.
         browse.wire_load(demo, store)
         demo.load(open_from_query, outputs=opened.components)
+
+        compared = Outputs(tabs=tabs) + compare_view.outputs
+
+        def compare_from_query(request: gr.Request) -> list[Any]:
+            # /?compare=A,B opens the Compare tab on that pair.
+            pair = [x.strip() for x in (request.query_params.get("compare") or "").split(",")] if request else []
+            if len(pair) != 2 or not all(pair):
+                return compared.skip()
+            return compared.values(tabs=gr.Tabs(selected="compare"), **compare_tab.view(store, *pair))
+
+        demo.load(compare_from_query, outputs=compared.components)
     return demo
 
 

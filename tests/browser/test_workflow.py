@@ -299,6 +299,20 @@ def test_fork_from_the_episode_tab_then_compare_with_the_parent(page: Any, app: 
 
 
 @pytest.mark.browser
+def test_compare_by_link(page: Any, app: WorkflowApp, screenshots: Path) -> None:
+    a, b = app.parents[0], app.parents[1]
+    page.goto(f"{app.url}/?compare={a[:10]},{b}")
+    _selected(page, "compare")
+    verdict = page.locator("#rs-compare-view .rs-cmp-verdict")
+    verdict.wait_for()
+    assert page.locator("#rs-compare-a input, #rs-compare-a textarea").first.input_value() == a  # the prefix resolved
+    assert page.locator("#rs-compare-b input, #rs-compare-b textarea").first.input_value() == b
+    page.goto(f"{app.url}/?compare={a}")  # one id is not a pair: Browse, as without the parameter
+    page.locator("#rs-tab-browse-button[aria-selected='true']").wait_for()
+    _no_xss(page)
+
+
+@pytest.mark.browser
 def test_fork_with_a_model_playing_the_user(page: Any, app: WorkflowApp, screenshots: Path) -> None:
     from tests.servers import FIXED_REPLY, ProtocolServer
 
