@@ -29,6 +29,7 @@ from .tabs import browse as browse_tab  # noqa: E402
 from .tabs import compare as compare_tab  # noqa: E402
 from .tabs import episode as episode_tab  # noqa: E402
 from .tabs import export as export_tab  # noqa: E402
+from .tabs import group as group_tab  # noqa: E402
 from .tabs import launch as launch_tab  # noqa: E402
 from .tabs import runs as runs_tab  # noqa: E402
 from .tabs import step as step_tab  # noqa: E402
@@ -70,6 +71,8 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
                 launch_view = launch_tab.build(store)
             with gr.Tab("Step", id="step", elem_id="rs-tab-step"):
                 step_view = step_tab.build(store)
+            with gr.Tab("Group", id="group", elem_id="rs-tab-group"):
+                group_view = group_tab.build(store)
             with gr.Tab("Compare", id="compare", elem_id="rs-tab-compare"):
                 compare_view = compare_tab.build(store)
             with gr.Tab("Export", id="export", elem_id="rs-tab-export"):
@@ -129,6 +132,21 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
             return compared.values(tabs=gr.Tabs(selected="compare"), **compare_tab.view(store, *pair))
 
         demo.load(compare_from_query, outputs=compared.components)
+
+        # The Group tab: /?group=ID on load; a sample opens in Episode; two samples go to Compare.
+        grouped = Outputs(tabs=tabs) + group_view.outputs
+
+        def group_from_query(request: gr.Request) -> list[Any]:
+            gid = (request.query_params.get("group") or "").strip() if request else ""
+            if not gid:
+                return grouped.skip()
+            return grouped.values(tabs=gr.Tabs(selected="group"), **group_tab.view(store, gid))
+
+        demo.load(group_from_query, outputs=grouped.components)
+        group_view.view.click(launch_tab.open_request, outputs=[episode_request])
+        group_view.compare.click(
+            lambda x, y: compared.values(tabs=gr.Tabs(selected="compare"), **compare_tab.view(store, x, y)),
+            inputs=[group_view.pick_a, group_view.pick_b], outputs=compared.components)
     return demo
 
 

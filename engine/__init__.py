@@ -50,6 +50,8 @@ from .errors import (
 from .factory import ENVS, POLICIES, env_factory, load_tokenizer, make_backend, parse_tasks
 from .fork import ActionPreview, ForkReport, HandStepper, parent_env, user_played_by
 from .fork import fork as fork_episode
+from .groups import NORMALIZATION as GROUP_NORMALIZATION
+from .groups import GroupSample, GroupView, flat_groups, group_view, load_group
 from .loop import Stepper, new_id, run_episode
 from .planning import (
     AUTO,
@@ -99,10 +101,18 @@ from .replay import replay as replay_episode
 from .runner import BatchResult, BatchSpec, run_batch
 from .schema import episode_schema
 from .store import SORTABLE, Bins, BrowseStats, EpisodeFilter, EpisodeSummary, RewardStats, RunSummary, StepStats, Store
+from .tokendiff import CHANGED as TD_CHANGED
+from .tokendiff import ONLY_A as TD_ONLY_A
+from .tokendiff import ONLY_B as TD_ONLY_B
+from .tokendiff import Row as TokenDiffRow
+from .tokendiff import TokenDiff, retokenized
+from .tokendiff import diff as token_diff
 from .watch import FORMATS as WATCH_FORMATS
 from .watch import Watcher, WatchEvent
 
 __all__ = [
+    "GROUP_NORMALIZATION", "GroupSample", "GroupView", "flat_groups", "group_view", "load_group",
+    "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B", "TokenDiff", "TokenDiffRow", "retokenized", "token_diff",
     "AUTO", "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
     "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "ENVS", "Env", "EnvError",
     "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport", "FormatError", "Generation",

@@ -263,7 +263,7 @@ def test_scripts_load_as_the_browser_needs_them():
 def test_each_tab_gets_its_html_from_its_view_module():
     views = {p.stem for p in (DASHBOARD / "views").glob("*.py")}
     tabs = sorted(p for p in (DASHBOARD / "tabs").glob("*.py") if p.stem != "__init__")
-    assert len(tabs) == 8
+    assert len(tabs) == 9
     for tab in tabs:
         assert tab.stem in views, f"tabs/{tab.name} has no views/{tab.name}"
         assert f"dashboard.views.{tab.stem}" in _imports(tab), f"tabs/{tab.name} does not use views/{tab.name}"

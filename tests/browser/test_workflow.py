@@ -313,6 +313,40 @@ def test_compare_by_link(page: Any, app: WorkflowApp, screenshots: Path) -> None
 
 
 @pytest.mark.browser
+def test_token_diff_of_a_slime_tau_episode(page: Any, app: WorkflowApp, screenshots: Path) -> None:
+    retail = app.parents[3]  # slime-tau
+    page.goto(f"{app.url}/?compare={retail},{retail}")
+    _selected(page, "compare")
+
+    def diff_against(choice: str, shown: str | None = None) -> Any:
+        page.locator("#rs-compare-against input").click()
+        page.get_by_role("option", name=choice, exact=True).click()
+        page.locator("#rs-compare-tokens-run").click()
+        view = page.locator(f"#rs-compare-tokens .rs-tokdiff:has-text('{shown or choice}')")
+        view.wait_for()
+        return view
+
+    # Against tito: the newline after each <|im_end|> is the same token, trained on by slime-tau only.
+    view = diff_against("A under tito")
+    newlines = view.locator(".td-run .tok.td-mask")
+    assert newlines.count() >= 1 and set(newlines.all_inner_texts()) == {"↵\n"}
+    assert "mask 1" in newlines.first.get_attribute("title") and "B[" in newlines.first.get_attribute("title")
+    assert view.locator("tr[data-kind=assistant].td-differs").count() == 1
+    assert "First difference at A[" in view.locator(".td-first").inner_text()
+    page.screenshot(path=str(screenshots / "token_diff_tito.png"), full_page=True)
+    # Against slime's seed loop: the generation prompts slime-tau lays down before each later turn are A's only.
+    view = diff_against("A under slime-tau-seed")
+    dropped = view.locator("tr[data-kind=gen_prompt].td-differs")
+    assert dropped.count() == 1
+    only_a = view.locator(".td-run[data-kind=gen_prompt] .tok.td-a")
+    assert only_a.count() >= 3 and "<|im_start|>" in only_a.all_inner_texts()
+    page.screenshot(path=str(screenshots / "token_diff_seed.png"), full_page=True)
+    # The same episode against itself agrees.
+    diff_against("episode B", "The token arrays agree")
+    _no_xss(page)
+
+
+@pytest.mark.browser
 def test_fork_with_a_model_playing_the_user(page: Any, app: WorkflowApp, screenshots: Path) -> None:
     from tests.servers import FIXED_REPLY, ProtocolServer
 

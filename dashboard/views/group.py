@@ -1,0 +1,75 @@
+"""Escaped HTML for the Group tab: one task's GRPO samples side by side (``engine.GroupView``).
+
+Each sample row links to its episode (``data-open``: ``assets/open_episode.js``); the run's other groups
+with zero reward spread are plain ``?group=`` links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine import Finding, GroupView
+
+from .html import chip, esc, fmt_num, note, status_badge
+
+
+def _roots(sample_roots: Sequence[Finding]) -> str:
+    if not sample_roots:
+        return '<span class="rs-dim">none</span>'
+    return "".join(f'<span class="rs-chip rs-{esc(f.severity.value)}" title="{esc(f.message)}">{esc(f.kind)}</span>'
+                   for f in sample_roots)
+
+
+def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> str:
+    """The group: header, spread, where the samples part ways, one row per sample; ``flat``: the run's
+    groups with zero spread (group id, task, reward, samples)."""
+    if not g.samples:
+        return note("This group has no episodes.", "warn")
+    first = g.samples[0].episode
+    parts = [f'<div class="rs-group" data-group="{esc(g.group_id)}" data-samples="{len(g.samples)}">',
+             '<div class="rs-head-line">'
+             f'{chip("group", g.group_id)}{chip("task", g.task_id)}{chip("env", first.env)}{chip("preset", first.preset)}'
+             f'{chip("samples", len(g.samples))}{chip("reward spread", fmt_num(g.spread))}</div>',
+             f'<div class="rs-dim rs-group-norm">advantage = {esc(g.normalization)}</div>']
+    if g.zero_spread:
+        parts.append('<div class="rs-group-flat">' + note(
+            f"Zero reward spread: every sample got {fmt_num(g.samples[0].reward)}, so every advantage is 0 and "
+            "this group gives no learning signal.", "warn") + "</div>")
+    if g.diverge_turn is None:
+        parts.append(note("The samples took the same actions at every turn.", "info"))
+    else:
+        rows = "".join(f'<tr><td>{s.episode.sample_index}</td><td><code>{esc(a)}</code></td></tr>'
+                       for s, a in zip(g.samples, g.actions_at_divergence))
+        parts.append(f'<div class="rs-group-diverge" data-turn="{g.diverge_turn}">'
+                     + note(f"The samples first take different actions at turn {g.diverge_turn}.", "info")
+                     + f'<details><summary>What each sample did at turn {g.diverge_turn}</summary>'
+                       f'<table class="rs-table"><thead><tr><th>sample</th><th>action</th></tr></thead>'
+                       f"<tbody>{rows}</tbody></table></details></div>")
+    head = "".join(f"<th>{h}</th>" for h in ("sample", "episode", "reward", "advantage", "status", "turns",
+                                             "trainable tokens", "root findings"))
+    body = []
+    for s in g.samples:
+        ep = s.episode
+        adv = f"{s.advantage:+.3f}"
+        body.append(
+            f'<tr class="rs-group-sample" data-episode="{esc(ep.id)}" data-advantage="{adv}">'
+            f"<td>{ep.sample_index}</td>"
+            f'<td><a href="#" data-open="{esc(ep.id)}"><code>{esc(ep.id)}</code></a></td>'
+            f"<td>{fmt_num(s.reward)}</td><td>{adv}</td><td>{status_badge(ep.status.value)}</td>"
+            f"<td>{ep.n_turns}</td><td>{ep.tokens.n_trainable:,}</td><td>{_roots(s.roots)}</td></tr>")
+    parts.append(f'<table class="rs-table rs-group-table"><thead><tr>{head}</tr></thead>'
+                 f'<tbody>{"".join(body)}</tbody></table>')
+    others = [f for f in flat if f[0] != g.group_id]
+    if others:
+        links = "".join(f'<li><a href="?group={esc(gid)}" class="rs-flat-group">{esc(task)}</a> · '
+                        f'{n} samples, all {fmt_num(r)}</li>' for gid, task, r, n in others[:50])
+        more = f"<li>… and {len(others) - 50} more</li>" if len(others) > 50 else ""
+        parts.append(f'<details class="rs-fold"><summary>Groups of this run with zero reward spread '
+                     f'({len(others)})</summary><ul>{links}{more}</ul></details>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def empty(message: str = "Type a group id (Browse's group column links to it), or open /?group=GROUP_ID.",
+          kind: str = "info") -> str:
+    return note(message, kind)

@@ -1,0 +1,101 @@
+"""The Group tab in a real browser: a group whose samples part ways at a known turn, a group with zero reward
+spread, opening a sample and comparing two."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.factory import load_tokenizer
+from engine.store import Store
+from tests.groupdata import DIVERGE_AT, group
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _seed(path: Path) -> None:
+    tok = load_tokenizer(None)
+    store = Store(path)
+    for ep in group(tok, "grouprun:div", 0, 3, deviate=(1,)) + group(tok, "grouprun:flat", 1, 4) \
+            + group(tok, "grouprun:big", 2, 16, deviate=tuple(range(8, 16))):
+        store.save_episode(ep)
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from dashboard.app import build_app
+
+    db = tmp_path_factory.mktemp("group") / "rollscope.db"
+    with ThreadPoolExecutor(max_workers=1) as pool:  # Playwright may run a loop in this thread
+        pool.submit(_seed, db).result()
+    demo = build_app(str(db))
+    port = _free_port()
+    demo.launch(prevent_thread_lock=True, server_port=port, server_name="127.0.0.1", quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        demo.close()
+
+
+def _selected(page: Any, name: str) -> None:
+    page.wait_for_function(
+        f"() => document.querySelector('#rs-tab-{name}-button')?.getAttribute('aria-selected') === 'true'")
+
+
+@pytest.mark.browser
+def test_a_group_that_parts_ways_then_open_and_compare(page: Any, site: str, screenshots: Path) -> None:
+    page.goto(f"{site}/?group=grouprun:div")
+    _selected(page, "group")
+    view = page.locator("#rs-group-view .rs-group[data-group='grouprun:div']")
+    view.wait_for()
+    assert view.locator("tr.rs-group-sample").count() == 3
+    diverge = view.locator(".rs-group-diverge")
+    assert diverge.get_attribute("data-turn") == str(DIVERGE_AT)
+    assert f"first take different actions at turn {DIVERGE_AT}" in diverge.inner_text()
+    assert "std" in view.locator(".rs-group-norm").inner_text()
+    # The run's zero-spread group is listed with a link to it.
+    assert view.locator("a.rs-flat-group").count() >= 1
+    page.screenshot(path=str(screenshots / "group_diverge.png"), full_page=True)
+    # Compare two samples.
+    page.locator("#rs-group-compare").click()
+    _selected(page, "compare")
+    page.locator("#rs-compare-view .rs-cmp-verdict").wait_for()
+    # Open one sample.
+    page.goto(f"{site}/?group=grouprun:div")
+    first = page.locator("#rs-group-view tr.rs-group-sample").first
+    first.wait_for()
+    episode_id = first.get_attribute("data-episode")
+    first.locator("a[data-open]").click()
+    _selected(page, "episode")
+    box = page.locator("#rs-episode-id input, #rs-episode-id textarea").first
+    page.wait_for_function("([sel, id]) => document.querySelector(sel)?.value === id",
+                           arg=["#rs-episode-id input, #rs-episode-id textarea", episode_id])
+    assert box.input_value() == episode_id
+
+
+@pytest.mark.browser
+def test_zero_spread_and_a_sixteen_sample_group(page: Any, site: str, screenshots: Path) -> None:
+    page.goto(f"{site}/?group=grouprun:flat")
+    view = page.locator("#rs-group-view .rs-group[data-group='grouprun:flat']")
+    view.wait_for()
+    flat = view.locator(".rs-group-flat")
+    assert "no learning signal" in flat.inner_text()
+    assert set(view.locator("tr.rs-group-sample").evaluate_all("rs => rs.map(r => r.dataset.advantage)")) == {"+0.000"}
+    page.screenshot(path=str(screenshots / "group_flat.png"), full_page=True)
+    t0 = time.perf_counter()
+    page.goto(f"{site}/?group=grouprun:big")
+    page.locator("#rs-group-view .rs-group[data-samples='16']").wait_for()
+    print(f"16-sample group: link to painted {time.perf_counter() - t0:.2f} s")
+    assert page.locator("#rs-group-view tr.rs-group-sample").count() == 16
+    page.screenshot(path=str(screenshots / "group_16.png"), full_page=True)
