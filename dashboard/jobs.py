@@ -1,12 +1,13 @@
-"""Background work for the dashboard: batches for Launch, an event loop for Step.
+"""Background work for the dashboard: batches for Launch, the demo for Browse, an event loop for Step.
 
 Gradio runs handlers on a thread pool and its own event loop; a batch can
 run for hours and a local model blocks the thread it generates on, so
 neither belongs there. ``BatchJob`` runs ``run_batch`` in a thread of its
 own with its own event loop; the Launch tab polls ``status()`` (a copy
 taken under a lock, so it never sees a half-updated job) and may
-``cancel()`` from any thread. ``LoopThread`` is one long-lived event loop
-for the short async calls of manual stepping.
+``cancel()`` from any thread. ``DemoJob`` builds the demo database
+(``engine.build_demo``) the same way. ``LoopThread`` is one long-lived
+event loop for the short async calls of manual stepping.
 """
 
 from __future__ import annotations
@@ -22,7 +23,18 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from engine import Backend, Episode, RollscopeError, RunPlan, Store, new_id, run_batch, tokenizers
+from engine import (
+    Backend,
+    DemoReport,
+    Episode,
+    RollscopeError,
+    RunPlan,
+    Store,
+    build_demo,
+    new_id,
+    run_batch,
+    tokenizers,
+)
 
 T = TypeVar("T")
 
@@ -218,6 +230,87 @@ class JobManager:
         """The most recently started job (what a reloaded page shows)."""
         with self._lock:
             return next(reversed(self._jobs.values()), None)
+
+
+@dataclass(frozen=True)
+class DemoStatus:
+    """A consistent copy of a demo build's progress: a line per part built, then its report or its error."""
+
+    state: str
+    lines: tuple[str, ...]
+    report: DemoReport | None
+    error: str
+    elapsed_s: float
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+
+class DemoJob:
+    """Browse's demo build, in a thread of its own like a Launch batch, writing to ``store`` as it goes."""
+
+    def __init__(self, store: Store, qwen3: str | None = None) -> None:
+        self.store = store
+        self.qwen3 = qwen3
+        self._lock = threading.Lock()
+        self._state = RUNNING
+        self._lines: list[str] = []
+        self._report: DemoReport | None = None
+        self._error = ""
+        self._started = time.time()
+        self._ended: float | None = None
+        self._thread = threading.Thread(target=self._main, name="rollscope-demo", daemon=True)
+
+    def start(self) -> DemoJob:
+        self._thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the build ends; False when ``timeout`` ran out first."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def status(self) -> DemoStatus:
+        with self._lock:
+            end = self._ended if self._ended is not None else time.time()
+            return DemoStatus(self._state, tuple(self._lines), self._report, self._error, end - self._started)
+
+    def _line(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line)
+
+    def _main(self) -> None:
+        state, report, error = FAILED, None, ""
+        try:
+            report = build_demo(self.store, qwen3=self.qwen3, progress=self._line)
+            state = FINISHED
+        except RollscopeError as e:
+            error = str(e)
+        except BaseException as e:  # a bug: show it in the page, keep the traceback in the server log
+            traceback.print_exc(file=sys.stderr)
+            error = f"internal error: {type(e).__name__}: {e}"
+        with self._lock:
+            self._state, self._report, self._error, self._ended = state, report, error, time.time()
+
+
+class DemoJobs:
+    """The demo builds this server started, one at a time; thread-safe."""
+
+    def __init__(self) -> None:
+        self._latest: DemoJob | None = None
+        self._lock = threading.Lock()
+
+    def start(self, store: Store) -> DemoJob:
+        """A new build, or the one still running."""
+        with self._lock:
+            if self._latest is None or not self._latest.status().active:
+                self._latest = DemoJob(store).start()
+            return self._latest
+
+    def latest(self) -> DemoJob | None:
+        with self._lock:
+            return self._latest
 
 
 class LoopThread:

@@ -23,6 +23,8 @@ from .checks import CheckOptions, TokenizerCache, run_checks, with_checks
 from .compare import Comparison, TurnDiff, calls_text, observation_text, word_diff
 from .compare import compare as compare_episodes
 from .compare import opening as opening_messages
+from .demo import PARTS as DEMO_PARTS
+from .demo import DemoPart, DemoReport, DemoRun, build_demo, find_qwen3
 from .diagnosis import consequences, link_findings, linked, roots
 from .diagnosis import diagnosis as diagnosis_line
 from .envs.base import Env, StepResult
@@ -100,7 +102,18 @@ from .replay import ReplayResult, TurnVerdict, replay_stored
 from .replay import replay as replay_episode
 from .runner import BatchResult, BatchSpec, run_batch
 from .schema import episode_schema
-from .store import SORTABLE, Bins, BrowseStats, EpisodeFilter, EpisodeSummary, RewardStats, RunSummary, StepStats, Store
+from .store import (
+    SORTABLE,
+    Bins,
+    BrowseStats,
+    EpisodeFilter,
+    EpisodeSummary,
+    RewardBins,
+    RewardStats,
+    RunSummary,
+    StepStats,
+    Store,
+)
 from .tokendiff import CHANGED as TD_CHANGED
 from .tokendiff import ONLY_A as TD_ONLY_A
 from .tokendiff import ONLY_B as TD_ONLY_B
@@ -114,16 +127,17 @@ __all__ = [
     "GROUP_NORMALIZATION", "GroupSample", "GroupView", "flat_groups", "group_view", "load_group",
     "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B", "TokenDiff", "TokenDiffRow", "retokenized", "token_diff",
     "AUTO", "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
-    "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "ENVS", "Env", "EnvError",
+    "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "DEMO_PARTS", "DemoPart",
+    "DemoReport", "DemoRun", "ENVS", "Env", "EnvError",
     "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport", "FormatError", "Generation",
     "GenerationRequest", "HandStart", "HandStepper", "LoopConfig", "MAX_EPISODES", "Message", "ModelNotFound",
     "POLICIES", "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "PromptView", "ReplayResult", "RewardSoFar",
-    "RewardStats", "RollscopeError", "RunConfig", "RunPlan", "RunSummary", "SCHEMA_VERSION", "SORTABLE",
+    "RewardBins", "RewardStats", "RollscopeError", "RunConfig", "RunPlan", "RunSummary", "SCHEMA_VERSION", "SORTABLE",
     "SamplingParams", "Segment", "Severity", "Source", "Status", "StepResult", "StepStats", "Stepper", "Store",
     "StoreError", "TemplateError", "TokenArrays", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn",
     "TurnDiff", "TurnSpan", "TurnVerdict", "UserSettings", "WATCH_FORMATS", "WatchEvent", "Watcher", "apply_settings",
-    "calls_text", "check_env", "check_reachable", "common_prefix", "compare_episodes", "consequences", "decode",
-    "default_preset", "diagnosis_line", "env_factory", "episode_schema", "findings_up_to", "fork_episode",
+    "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare_episodes", "consequences", "decode",
+    "default_preset", "diagnosis_line", "env_factory", "episode_schema", "find_qwen3", "findings_up_to", "fork_episode",
     "format_knob", "formats", "get_preset", "knobs", "link_findings", "linked", "load_config_file", "load_tokenizer",
     "loop_config", "make_backend", "new_id", "observation_text", "opening_messages", "parent_env", "parse_settings",
     "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "replay_episode",

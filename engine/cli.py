@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import jsonbounds
+from .cli_demo import add_demo_parser, cmd_demo
 from .errors import ConfigError, RollscopeError, StoreError
 from .records import Finding
 
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_watch import add_watch_parser
 
     add_watch_parser(sub, DEFAULT_DB, _fanout_options)
+    add_demo_parser(sub, DEFAULT_DB)
     add_diff_parser(sub, DEFAULT_DB)
 
     sv = sub.add_parser("serve", help="start the dashboard")
@@ -581,6 +583,7 @@ COMMANDS = {
     "presets": cmd_presets, "schema": cmd_schema,
     "run": cmd_run, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "import": cmd_import,
     "check": cmd_check, "replay": cmd_replay, "serve": cmd_serve, "watch": cmd_watch, "diff": cmd_diff,
+    "demo": cmd_demo,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from dashboard.views import charts
 from engine.records import Finding, Generation, Segment, Severity, TokenArrays, Turn
-from engine.store import Bins, BrowseStats, EpisodeFilter, RewardStats, Store
+from engine.store import Bins, BrowseStats, EpisodeFilter, RewardBins, RewardStats, Store
 from tests.synthetic import synthetic_episode, synthetic_episodes
 
 
@@ -19,10 +20,28 @@ def _stats(**kw: object) -> BrowseStats:
 
 
 def test_reward_distribution_draws_the_bins() -> None:
-    fig = charts.reward_distribution(Bins((0.0, 0.5, 1.0), (3, 1, 6), 0.4))
+    fig = charts.reward_distribution([RewardBins("math", "tito", 10, Bins((0.0, 0.5, 1.0), (3, 1, 6), 0.4))])
     [bar] = fig.data
     assert bar.type == "bar" and list(bar.x) == [0.0, 0.5, 1.0] and list(bar.y) == [3, 1, 6] and bar.width == 0.4
-    assert fig.layout.title.text == "Reward distribution"
+    assert fig.layout.title.text == "Reward distribution" and bar.name == "math · tito"
+    one = charts.reward_distribution([RewardBins("math", "tito", 3, Bins((1.0,), (3,), 1.0))])
+    assert one.data[0].width < 1 and list(one.layout.xaxis.range) == [0.0, 2.0]  # room around a lone value
+    assert fig.layout.annotations[0].text == "math · tito · 10 episodes"
+
+
+def test_reward_distribution_has_a_panel_per_env_and_preset_on_its_own_axis() -> None:
+    shaped = RewardBins("math", "areal-math", 6, Bins((-5.0, 0.0, 5.0), (1, 2, 3), 4.0))
+    binary = RewardBins("retail", "slime-tau", 4, Bins((0.0, 1.0), (3, 1), 0.8))
+    fig = charts.reward_distribution([shaped, binary], n_sets=3)
+    assert [t.name for t in fig.data] == ["math · areal-math", "retail · slime-tau"]
+    assert [sum(t.y) for t in fig.data] == [6, 4]
+    assert fig.data[0].xaxis == "x" and fig.data[1].xaxis == "x2"  # separate reward axes
+    assert fig.layout.xaxis.matches is None and fig.layout.xaxis2.matches is None
+    assert fig.data[0].marker.color != fig.data[1].marker.color
+    assert "the 2 most frequent of 3" in fig.layout.title.text
+    assert [a.text for a in fig.layout.annotations] == ["math · areal-math · 6 episodes",
+                                                        "retail · slime-tau · 4 episodes"]
+    assert fig.layout.height > 260
 
 
 def test_status_breakdown_uses_status_colors_and_shares() -> None:
@@ -54,6 +73,19 @@ def test_reward_by_task_has_means_and_spread_and_says_when_cut() -> None:
     assert charts.reward_by_task(tasks, 2).layout.title.text == "Reward by task"
 
 
+def test_reward_by_task_keeps_each_preset_apart_in_the_distributions_colors() -> None:
+    tasks = (RewardStats("t1", "t1", 4, 2.5, 1.0, 1.0, 5.0, "math", "areal-math"),
+             RewardStats("t1", "t1", 2, 0.5, 0.5, 0.0, 1.0, "math", "tito"),
+             RewardStats("t2", "t2", 3, 1.0, 0.0, 1.0, 1.0, "math", "tito"))
+    sets = [("math", "tito"), ("math", "areal-math")]
+    fig = charts.reward_by_task(tasks, 3, sets)
+    assert [t.name for t in fig.data] == ["math · tito", "math · areal-math"]
+    tito, areal = fig.data
+    assert list(tito.x) == ["t1", "t2"] and list(tito.y) == [0.5, 1.0] and list(areal.y) == [2.5]
+    assert tito.marker.color == charts.set_color(0) and areal.marker.color == charts.set_color(1)
+    assert fig.layout.barmode == "group" and "env · preset" in fig.layout.title.text
+
+
 def test_group_spread_per_group_and_as_a_cloud() -> None:
     groups = (RewardStats("g0", "t0", 4, 0.25, 0.433, 0.0, 1.0), RewardStats("g1", "t0", 4, 1.0, 0.0, 1.0, 1.0))
     fig = charts.group_spread(groups, n_groups=2, n_flat=1)
@@ -78,11 +110,16 @@ def test_empty_selection_says_so() -> None:
 
 def test_browse_figures_from_a_real_store(tmp_path: Path) -> None:
     store = Store(tmp_path / "c.db")
-    store.save_episodes(synthetic_episodes(120))
+    records = [e.evolve(preset=("tito", "areal-math")[i % 2]) for i, e in enumerate(synthetic_episodes(120))]
+    store.save_episodes(records)
     stats = store.stats(EpisodeFilter(env="math"))
     figs = charts.browse_figures(stats)
-    assert sum(figs[0].data[0].y) == stats.total == 40
+    # One reward trace per (env, preset), each with that pair's episodes.
+    per_set = Counter(f"{e.env} · {e.preset}" for e in records if e.env == "math")
+    assert {t.name: sum(t.y) for t in figs[0].data} == per_set and len(per_set) == 2
+    assert sum(per_set.values()) == stats.total == 40
     assert sum(figs[1].data[0].x) == 40
+    assert {t.name for t in figs[4].data} == set(per_set)
     assert figs[5].data and "Groups" in figs[5].layout.title.text
 
 

@@ -287,9 +287,10 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
     bad = "<img src=x onerror=alert(1)>"
     row = EpisodeSummary(id='e"1', env=bad, task_id=bad, status="failed", reward=0.5, n_turns=2, n_tokens=1200,
                          n_trainable=300, preset=bad, model=bad, run_id=bad, sample_index=1, created_at=0.0,
-                         starred=True, n_findings=3, source="live", group_id=bad, n_errors=1, tags=(bad,))
+                         starred=True, n_findings=3, source="live", group_id=bad, n_errors=1, tags=(bad,),
+                         reason=bad)
     out = render_table([row], "reward", False)
-    assert "<img" not in out and out.count("&lt;img") == 7
+    assert "<img" not in out and out.count("&lt;img") == 9  # the reason twice: its text and its tooltip
     assert 'data-id="e&quot;1"' in out and 'href="?episode=e&quot;1"' in out
     assert 'data-sort="reward" aria-sort="ascending"' in out and "reward ▲" in out
     assert "1,200" in out and "rs-bad-text" in out and "★" in out

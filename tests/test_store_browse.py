@@ -17,7 +17,7 @@ import pytest
 
 from engine.errors import ConfigError
 from engine.records import Episode, Status
-from engine.store import SORTABLE, EpisodeFilter, Store
+from engine.store import SORTABLE, EpisodeFilter, Store, browse
 from tests.synthetic import ENVS, needle, synthetic_episode, synthetic_episodes
 
 N = 2000
@@ -130,13 +130,16 @@ def test_sorting_rejects_unknown_columns(store: Store) -> None:
         store.list_episodes(order_by="reward; DROP TABLE episodes")
 
 
-def test_summaries_carry_tags_group_and_errors(store: Store, records: list[Episode]) -> None:
+def test_summaries_carry_tags_group_errors_and_reason(store: Store, records: list[Episode]) -> None:
     by_id = {e.id: e for e in records}
     for row in store.list_episodes(EpisodeFilter(tags=("bug",)), limit=30):
         e = by_id[row.id]
         assert row.tags == tuple(sorted(e.tags)) and row.group_id == e.group_id
         assert row.n_errors == sum(1 for f in e.all_findings() if f.severity.value == "error")
         assert row.starred == e.starred and row.n_trainable == e.tokens.n_trainable
+        assert row.reason == e.reason
+    ended = store.list_episodes(EpisodeFilter(status=("aborted", "failed")), limit=10)
+    assert ended and {r.reason for r in ended} <= {"tool call parse error", "env error: boom"}
 
 
 def test_stats_agree_with_the_records(store: Store, records: list[Episode]) -> None:
@@ -146,13 +149,25 @@ def test_stats_agree_with_the_records(store: Store, records: list[Episode]) -> N
     assert st.total == len(sel)
     assert dict(st.status) == Counter(e.status.value for e in sel)
     assert dict(st.turns) == Counter(e.n_turns for e in sel)
-    # math rewards take 11 values: one bar per value.
-    assert dict(zip(st.reward.centers, st.reward.counts, strict=True)) == Counter(e.reward for e in sel)
+    # Rewards per (env, preset), most frequent first; math rewards take 11 values: one bar per value.
+    sets = Counter((e.env, e.preset) for e in sel)
+    assert [(r.env, r.preset, r.n) for r in st.rewards] == sorted(
+        ((env, preset, n) for (env, preset), n in sets.items()), key=lambda x: (-x[2], x[0], x[1]))
+    assert st.n_reward_sets == len(sets)
+    for r in st.rewards:
+        want = Counter(e.reward for e in sel if e.preset == r.preset)
+        assert dict(zip(r.bins.centers, r.bins.counts, strict=True)) == want
+    everything = store.stats()
+    assert {(r.env, r.preset): r.n for r in everything.rewards} == Counter((e.env, e.preset) for e in records)
+    assert everything.n_reward_sets == len(everything.rewards) > 1
     assert sum(st.tokens.counts) == sum(st.trainable.counts) == len(sel)
+    # The most frequent tasks, per (env, preset): a task under two presets is two rows.
+    triples = Counter((e.env, e.preset, e.task_id) for e in sel)
     assert st.n_tasks == len({e.task_id for e in sel})
     task = st.tasks[0]
-    rewards = [e.reward for e in sel if e.task_id == task.key]
-    assert task.n == len(rewards) == max(Counter(e.task_id for e in sel).values())
+    assert (task.env, task.preset) != ("", "")
+    rewards = [e.reward for e in sel if (e.env, e.preset, e.task_id) == (task.env, task.preset, task.key)]
+    assert task.n == len(rewards) == max(triples.values())
     assert task.mean == pytest.approx(sum(rewards) / len(rewards))
     mean = sum(rewards) / len(rewards)
     assert task.std == pytest.approx(math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)), abs=1e-9)
@@ -164,6 +179,41 @@ def test_stats_agree_with_the_records(store: Store, records: list[Episode]) -> N
     assert st.n_flat_groups == sum(1 for r in multi.values() if min(r) == max(r))
     g = st.groups[0]
     assert (g.n, g.min, g.max) == (len(multi[g.key]), min(multi[g.key]), max(multi[g.key]))
+
+
+def test_rewards_are_binned_per_env_and_preset_on_their_own_range(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preset's shaped returns (-5..5, continuous) and another's 0/1 rewards are binned apart, each over
+    its own range; the most frequent pairs come first and the rest are counted."""
+    s = Store(tmp_path / "scales.db")
+    eps = [synthetic_episode(i).evolve(env="math", preset="areal-math", reward=-5 + i / 10) for i in range(100)]
+    eps += [synthetic_episode(100 + i).evolve(env="retail", preset="tito", reward=float(i % 2)) for i in range(30)]
+    eps += [synthetic_episode(200 + i).evolve(env="retail", preset="slime-tau", reward=0.0) for i in range(3)]
+    s.save_episodes(eps)
+    st = s.stats()
+    assert [(r.label, r.n) for r in st.rewards] == [
+        ("math · areal-math", 100), ("retail · tito", 30), ("retail · slime-tau", 3)]
+    areal, tito, slime = st.rewards
+    assert len(areal.bins.counts) == 30 and sum(areal.bins.counts) == 100
+    assert areal.bins.centers[0] == pytest.approx(-5 + areal.bins.width / 2)
+    assert areal.bins.centers[-1] == pytest.approx(4.9 - areal.bins.width / 2)
+    assert dict(zip(tito.bins.centers, tito.bins.counts, strict=True)) == {0.0: 15, 1.0: 15}
+    assert slime.bins.counts == (3,)
+    few = s.stats(reward_sets=2)
+    assert len(few.rewards) == 2 and few.n_reward_sets == 3
+    assert [r.label for r in s.stats(EpisodeFilter(env="retail")).rewards] == ["retail · tito", "retail · slime-tau"]
+    # A task run under two presets: a row for each, the task counted once.
+    s.save_episodes([synthetic_episode(300 + i).evolve(env="retail", task_id="t-both", preset=("tito", "slime-tau")[i % 2],
+                                                       reward=1.0) for i in range(4)])
+    both = [t for t in s.stats(EpisodeFilter(task_id="t-both")).tasks]
+    assert sorted((t.preset, t.n) for t in both) == [("slime-tau", 2), ("tito", 2)]
+    assert s.stats(EpisodeFilter(task_id="t-both")).n_tasks == 1
+    # Selections with more distinct rewards than one pass reads are binned per pair in SQL, the same way.
+    fast = s.stats()
+    monkeypatch.setattr(browse, "_REWARD_ROWS", 10)
+    slow = s.stats()
+    assert slow.rewards == fast.rewards and slow.n_reward_sets == fast.n_reward_sets
+    s.close()
 
 
 def test_stats_bin_continuous_values_and_handle_subquery_filters(store: Store, records: list[Episode]) -> None:

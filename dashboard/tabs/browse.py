@@ -19,7 +19,9 @@ import gradio as gr
 
 from engine import SORTABLE, EpisodeFilter, RollscopeError, Status, Store
 
+from .. import demo_build
 from ..assets import script
+from ..demo_build import DemoControls
 from ..gradio_glue import Outputs, event_data, html
 from ..views import charts
 from ..views.browse import render_run_notes, render_table
@@ -111,7 +113,8 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
         )
         empty = ""
     elif store.count() == 0:
-        empty = f"No episodes in {store.path} yet: run `rollscope run --db {store.path}` (or Launch) to make some."
+        empty = (f"No episodes in {store.path} yet: run `rollscope run --db {store.path}` (or Launch) to make some, "
+                 f"or build the demo (`rollscope demo --db {store.path}`, or the button below).")
         info = note(empty)
     else:
         empty = "No episode matches these filters."
@@ -171,6 +174,7 @@ class BrowseTab:
     selected: gr.State  # the id of the row last opened
     stamp: gr.State  # the store's episodes_stamp() when the table was last drawn
     timer: gr.Timer
+    demo: DemoControls  # "Build the demo", on an empty database
 
     @property
     def inputs(self) -> list[Any]:
@@ -199,6 +203,7 @@ class BrowseTab:
                            outputs=loaded_out.components)
         loaded.then(_show(store, self), inputs=self.inputs, outputs=self.outputs.components).then(
             _charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
+        self.demo.wire_load(demo, store)
 
     def wire_request(self, store: Store, request: gr.State, tabs: gr.Tabs) -> None:
         """Show Browse when ``request`` is set to ``{"run", "step"}``: that run's episodes of that rollout step,
@@ -308,6 +313,7 @@ def build(store: Store) -> BrowseTab:
             reset = gr.Button("Reset", scale=0, min_width=90, elem_id="rs-reset")
             refresh = gr.Button("Refresh", scale=0, min_width=90, elem_id="rs-refresh")
     info = html(note("Loading…"), "rs-browse-info")
+    demo = demo_build.build(store)
     table = html(render_table([], DEFAULT_SORT["by"], True, "Loading…"), "rs-episode-table", script("browse_table"))
     with gr.Row(elem_classes="rs-pager", equal_height=True):
         prev = gr.Button("◀ Prev", scale=0, min_width=100, elem_id="rs-prev")
@@ -327,7 +333,7 @@ def build(store: Store) -> BrowseTab:
                       reward_max=reward_max, turns_min=turns_min, turns_max=turns_max, tags=tags, starred=starred,
                       source=source, findings=findings, step=step)
     tab = BrowseTab(filters, apply, reset, refresh, info, table, prev, nxt, page_box, page_size, sort, plots,
-                    gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S))
+                    gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S), demo)
     drawn = tab.outputs
 
     def refilter(trigger: Any) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine import Bins, BrowseStats, Episode, RewardStats
+from engine import Bins, BrowseStats, Episode, RewardBins, RewardStats
 
 STATUS_COLORS = {
     "completed": "#16a34a",
@@ -29,6 +29,8 @@ STATUS_COLORS = {
 }
 ACCENT = "#2563eb"
 TRAIN = "#16a34a"
+# One color per (env, preset) of a selection, in the order the store gives them (the most frequent first).
+SET_COLORS = ("#2563eb", "#d97706", "#7c3aed", "#0d9488", "#db2777", "#65a30d", "#475569", "#b45309")
 # Past this many groups one marker per group is unreadable; show mean vs spread instead.
 MAX_GROUP_BARS = 60
 MAX_TASK_LABEL = 28
@@ -69,16 +71,37 @@ def _short(label: str) -> str:
 # -- Browse -------------------------------------------------------------------
 
 
-def reward_distribution(bins: Bins) -> go.Figure:
-    """Episodes per reward value (or reward bin)."""
+def set_color(i: int) -> str:
+    """The color of the ``i``-th (env, preset) of a selection."""
+    return SET_COLORS[i % len(SET_COLORS)]
+
+
+def reward_distribution(rewards: Sequence[RewardBins], n_sets: int | None = None) -> go.Figure:
+    """Episodes per reward value (or reward bin), one panel per (env, preset), each on its own reward axis:
+    one preset's shaped returns and another's 0/1 rewards never share a scale."""
     title = "Reward distribution"
-    if not bins.counts:
+    if not rewards:
         return empty(title)
-    fig = go.Figure(go.Bar(
-        x=list(bins.centers), y=list(bins.counts), width=bins.width, marker_color=ACCENT, name="episodes",
-        hovertemplate="reward %{x:.4g}<br>%{y} episodes<extra></extra>",
-    ))
-    return layout(fig, title, xaxis_title="reward", yaxis_title="episodes")
+    n_sets = len(rewards) if n_sets is None else n_sets
+    if n_sets > len(rewards):
+        title += f" (the {len(rewards)} most frequent of {n_sets} env · preset)"
+    elif len(rewards) > 1:
+        title += " by env · preset"
+    rows = len(rewards)
+    fig = make_subplots(rows=rows, cols=1, vertical_spacing=min(0.5 / rows, 0.12),
+                        subplot_titles=[f"{r.label} · {r.n:,} episode{'s' if r.n != 1 else ''}" for r in rewards])
+    for i, r in enumerate(rewards):
+        one = len(r.bins.centers) == 1
+        fig.add_bar(
+            x=list(r.bins.centers), y=list(r.bins.counts), width=0.3 if one else r.bins.width,
+            marker_color=set_color(i), name=r.label, row=i + 1, col=1,
+            hovertemplate=f"{r.label}<br>reward %{{x:.4g}}<br>%{{y}} episodes<extra></extra>",
+        )
+        if one:  # a single value: a bar with room around it, not one filling the axis
+            fig.update_xaxes(range=[r.bins.centers[0] - 1, r.bins.centers[0] + 1], row=i + 1, col=1)
+    fig.update_xaxes(title_text="reward", row=rows, col=1)
+    fig.update_annotations(font_size=10)
+    return layout(fig, title, height=260 if rows == 1 else 80 + 95 * rows, margin={"l": 48, "r": 12, "t": 56, "b": 36})
 
 
 def status_breakdown(status: Sequence[tuple[str, int]]) -> go.Figure:
@@ -128,21 +151,36 @@ def token_distribution(tokens: Bins, trainable: Bins) -> go.Figure:
     return fig
 
 
-def reward_by_task(tasks: Sequence[RewardStats], n_tasks: int) -> go.Figure:
-    """Mean reward per task with its standard deviation; hover gives n and range."""
-    title = "Reward by task" + (f" (the {len(tasks)} most frequent of {n_tasks})" if n_tasks > len(tasks) else "")
+def reward_by_task(tasks: Sequence[RewardStats], n_tasks: int, sets: Sequence[tuple[str, str]] = ()) -> go.Figure:
+    """Mean reward per task with its standard deviation, one bar series per (env, preset) (a task run under
+    two presets has a bar for each: their rewards are not on one scale); hover gives n and range. ``sets``
+    orders the series (and their colors) as the reward distribution's panels."""
+    shown = len({t.key for t in tasks})
+    title = "Reward by task" + (f" (the {shown} most frequent of {n_tasks})" if n_tasks > shown else "")
     if not tasks:
         return empty(title)
-    ordered = sorted(tasks, key=lambda t: t.key)
-    fig = go.Figure(go.Bar(
-        x=[_short(t.key) for t in ordered], y=[t.mean for t in ordered],
-        error_y={"type": "data", "array": [t.std for t in ordered], "visible": True, "thickness": 1},
-        marker_color=ACCENT, customdata=[[t.key, t.n, t.min, t.max, t.std] for t in ordered], name="mean reward",
-        hovertemplate="%{customdata[0]}<br>mean %{y:.4g} ± %{customdata[4]:.3g}<br>n %{customdata[1]}"
-                      "<br>range %{customdata[2]:.4g} … %{customdata[3]:.4g}<extra></extra>",
-    ))
-    fig.update_xaxes(tickangle=-35 if len(ordered) > 6 else 0, automargin=True)
-    return layout(fig, title, yaxis_title="mean reward")
+    by_set: dict[tuple[str, str], list[RewardStats]] = {}
+    for t in sorted(tasks, key=lambda t: t.key):
+        by_set.setdefault((t.env, t.preset), []).append(t)
+    known = list(sets)
+    others = sorted(k for k in by_set if k not in known)
+    order = [k for k in known if k in by_set] + others
+    fig = go.Figure()
+    for key in order:
+        rows = by_set[key]
+        label = RewardBins(key[0], key[1], 0).label
+        fig.add_bar(
+            x=[_short(t.key) for t in rows], y=[t.mean for t in rows], name=label,
+            error_y={"type": "data", "array": [t.std for t in rows], "visible": True, "thickness": 1},
+            marker_color=set_color(known.index(key) if key in known else len(known) + others.index(key)),
+            customdata=[[t.key, t.n, t.min, t.max, t.std, label] for t in rows],
+            hovertemplate="%{customdata[0]} (%{customdata[5]})<br>mean %{y:.4g} ± %{customdata[4]:.3g}"
+                          "<br>n %{customdata[1]}<br>range %{customdata[2]:.4g} … %{customdata[3]:.4g}<extra></extra>",
+        )
+    fig.update_xaxes(tickangle=-35 if shown > 6 else 0, automargin=True, categoryorder="category ascending")
+    # Each series in its reward panel's color; hover names it (a legend would cover the bars at this size).
+    return layout(fig, title + (" · color: env · preset" if len(order) > 1 else ""),
+                  yaxis_title="mean reward", barmode="group")
 
 
 def group_spread(groups: Sequence[RewardStats], n_groups: int, n_flat: int) -> go.Figure:
@@ -187,11 +225,11 @@ def group_spread(groups: Sequence[RewardStats], n_groups: int, n_flat: int) -> g
 def browse_figures(stats: BrowseStats) -> list[go.Figure]:
     """Every Browse chart for one selection, in the order the tab lays them out."""
     return [
-        reward_distribution(stats.reward),
+        reward_distribution(stats.rewards, stats.n_reward_sets),
         status_breakdown(stats.status),
         turns_distribution(stats.turns),
         token_distribution(stats.tokens, stats.trainable),
-        reward_by_task(stats.tasks, stats.n_tasks),
+        reward_by_task(stats.tasks, stats.n_tasks, [(r.env, r.preset) for r in stats.rewards]),
         group_spread(stats.groups, stats.n_groups, stats.n_flat_groups),
     ]
 

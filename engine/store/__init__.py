@@ -16,13 +16,13 @@ episode: filterable columns plus the rest of the record as JSON), ``turns`` (one
 
 from __future__ import annotations
 
-from .browse import Bins, BrowseStats, RewardStats, connect_read_only, search_texts
+from .browse import Bins, BrowseStats, RewardBins, RewardStats, connect_read_only, search_texts
 from .core import Store
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
 from .runs import RunSummary, StepStats, WatchedFile
 from .schema import DB_SCHEMA
 
 __all__ = [
-    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardStats", "RunSummary", "StepStats", "Store", "WatchedFile",
+    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardBins", "RewardStats", "RunSummary", "StepStats", "Store", "WatchedFile",
     "connect_read_only", "search_texts",
 ]

@@ -32,7 +32,8 @@ class Bins:
 
 @dataclass(frozen=True)
 class RewardStats:
-    """Reward count, mean, standard deviation and range of a set of episodes (a task, a group)."""
+    """Reward count, mean, standard deviation and range of a set of episodes (a task under one env and preset, a
+    group: its env and preset are left empty)."""
 
     key: str
     task_id: str
@@ -41,6 +42,23 @@ class RewardStats:
     std: float
     min: float
     max: float
+    env: str = ""
+    preset: str = ""
+
+
+@dataclass(frozen=True)
+class RewardBins:
+    """The reward distribution of the episodes of one env and preset: rewards on one scale (a preset's shaped
+    returns and another's 0/1 rewards are not comparable, so they are never binned together)."""
+
+    env: str
+    preset: str
+    n: int
+    bins: Bins = Bins()
+
+    @property
+    def label(self) -> str:
+        return f"{self.env} · {self.preset}" if self.preset else self.env
 
 
 @dataclass(frozen=True)
@@ -48,13 +66,14 @@ class BrowseStats:
     """Aggregates of a filtered set of episodes, for Browse's charts."""
 
     total: int = 0
-    reward: Bins = Bins()
+    rewards: tuple[RewardBins, ...] = ()  # per (env, preset), the most frequent first
+    n_reward_sets: int = 0  # (env, preset) pairs in the selection; ``rewards`` may hold fewer
     status: tuple[tuple[str, int], ...] = ()
     turns: tuple[tuple[int, int], ...] = ()
     tokens: Bins = Bins()
     trainable: Bins = Bins()  # same bars as ``tokens``
-    tasks: tuple[RewardStats, ...] = ()  # the most frequent tasks first
-    n_tasks: int = 0
+    tasks: tuple[RewardStats, ...] = ()  # the most frequent tasks, per (env, preset), the most frequent first
+    n_tasks: int = 0  # tasks in the selection
     groups: tuple[RewardStats, ...] = ()  # groups of two or more samples, by id
     n_groups: int = 0
     n_flat_groups: int = 0  # groups whose samples all got the same reward: no GRPO advantage
@@ -270,12 +289,17 @@ class BrowseQueries(StoreBase):
         """Every tag in use with the number of episodes carrying it."""
         return [(r[0], int(r[1])) for r in self.browse_query("SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag")]
 
-    def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000, max_bars: int = 30) -> BrowseStats:
+    def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000, max_bars: int = 30,
+              reward_sets: int = 6) -> BrowseStats:
         """Aggregates of the episodes ``flt`` (an ``EpisodeFilter``) selects, for Browse's charts.
 
         Distributions come back binned (at most ``max_bars`` bars; one bar
-        per value when there are that few), tasks the ``task_limit`` most
-        frequent, groups (two or more samples) the first ``group_limit`` by id.
+        per value when there are that few). Rewards are binned per (env,
+        preset), the ``reward_sets`` most frequent pairs, and the
+        ``task_limit`` most frequent tasks come back per (env, preset) (at
+        most ``task_limit`` rows): a preset's rewards are on its own scale.
+        Groups (two or more samples, each of one run, so of one preset) come
+        back the first ``group_limit`` by id.
         """
         where, args = _where(flt)
         conn, lock = self._reader()
@@ -295,29 +319,70 @@ class BrowseQueries(StoreBase):
                 return BrowseStats()
             status = q(f"SELECT status, COUNT(*) {sel} GROUP BY status ORDER BY 2 DESC", args).fetchall()
             turns = q(f"SELECT n_turns, COUNT(*) {sel} GROUP BY n_turns ORDER BY 1", args).fetchall()
-            values = q(f"SELECT reward, COUNT(*) {sel} GROUP BY reward ORDER BY 1 LIMIT ?", [*args, max_bars + 1]).fetchall()
-            if len(values) <= max_bars:
-                reward = _discrete(values)
-            else:
-                lo, hi = q(f"SELECT MIN(reward), MAX(reward) {sel}", args).fetchone()
-                reward = _binned(q, sel, args, "reward", lo, hi, max_bars)
+            rewards, n_sets = _reward_sets(q, sel, args, reward_sets, max_bars)
             tokens = _binned(q, sel, args, "n_tokens", tok_lo, tok_hi, max_bars)
             trainable = _binned(q, sel, args, "n_trainable", tok_lo, tok_hi, max_bars)
             stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
-            tasks = q(f"SELECT task_id, task_id, {stat} {sel} GROUP BY task_id ORDER BY 3 DESC, 1 LIMIT ?",
-                      [*args, task_limit]).fetchall()
+            # The most frequent tasks from the (task_id, reward) index, then their rows per env and preset.
+            top = [r[0] for r in q(f"SELECT task_id, COUNT(*) {sel} GROUP BY task_id ORDER BY 2 DESC, 1 LIMIT ?",
+                                   [*args, task_limit]).fetchall()]
+            tasks = q(f"SELECT task_id, task_id, {stat}, env, preset {sel} AND task_id IN ({','.join('?' * len(top))}) "
+                      "GROUP BY env, preset, task_id ORDER BY 3 DESC, 1, 8, 9 LIMIT ?",
+                      [*args, *top, task_limit]).fetchall()
             # One pass over the groups: count them all, keep the first group_limit.
-            groups = q(f"SELECT group_id, MIN(task_id), {stat} {sel} AND group_id IS NOT NULL "
+            groups = q(f"SELECT group_id, MIN(task_id), {stat}, '', '' {sel} AND group_id IS NOT NULL "
                        "GROUP BY group_id HAVING COUNT(*) > 1 ORDER BY group_id", args).fetchall()
         n_groups = len(groups)
         n_flat = sum(1 for g in groups if g[5] == g[6])
         groups = groups[:group_limit]
         return BrowseStats(
-            total=int(total), reward=reward, status=tuple((str(s), int(c)) for s, c in status),
+            total=int(total), rewards=rewards, n_reward_sets=n_sets, status=tuple((str(s), int(c)) for s, c in status),
             turns=tuple((int(t or 0), int(c)) for t, c in turns), tokens=tokens, trainable=trainable,
             tasks=tuple(_reward_stats(r) for r in tasks), n_tasks=int(n_tasks),
             groups=tuple(_reward_stats(r) for r in groups), n_groups=int(n_groups), n_flat_groups=int(n_flat),
         )
+
+
+# Distinct (env, preset, reward) rows read in one pass; a selection with more (continuous rewards at scale)
+# is binned per pair in SQL instead.
+_REWARD_ROWS = 4096
+
+
+def _reward_sets(q: Any, sel: str, args: list[Any], limit: int, bars: int) -> tuple[tuple[RewardBins, ...], int]:
+    """The reward bars of the ``limit`` most frequent (env, preset) pairs, and how many pairs there are."""
+    rows = q(f"SELECT env, preset, reward, COUNT(*) {sel} GROUP BY env, preset, reward LIMIT ?",
+             [*args, _REWARD_ROWS + 1]).fetchall()
+    if len(rows) <= _REWARD_ROWS:
+        values: dict[tuple[Any, Any], list[tuple[float, int]]] = {}
+        for env, preset, reward, n in rows:
+            values.setdefault((env, preset), []).append((float(reward), int(n)))
+        sets = sorted(values.items(), key=lambda kv: (-sum(n for _, n in kv[1]), str(kv[0][0]), str(kv[0][1])))
+        return tuple(RewardBins(str(env or ""), str(preset or ""), sum(n for _, n in vs), _bars(vs, bars))
+                     for (env, preset), vs in sets[:limit]), len(sets)
+    sets = q(f"SELECT env, preset, COUNT(*), MIN(reward), MAX(reward) {sel} GROUP BY env, preset "
+             "ORDER BY 3 DESC, 1, 2", args).fetchall()
+    out = []
+    for env, preset, n, lo, hi in sets[:limit]:
+        one = f"{sel} AND env IS ? AND preset IS ?"
+        found = q(f"SELECT reward, COUNT(*) {one} GROUP BY reward ORDER BY 1 LIMIT ?",
+                   [*args, env, preset, bars + 1]).fetchall()
+        bins = _discrete(found) if len(found) <= bars else _binned(q, one, [*args, env, preset], "reward", lo, hi, bars)
+        out.append(RewardBins(str(env or ""), str(preset or ""), int(n), bins))
+    return tuple(out), len(sets)
+
+
+def _bars(values: Sequence[tuple[float, int]], bars: int) -> Bins:
+    """(value, count) pairs as bars: one per value when there are at most ``bars``, else ``bars`` equal bins over
+    their range (as ``_binned`` makes them in SQL)."""
+    values = sorted(values)
+    if len(values) <= bars:
+        return _discrete(values)
+    lo, hi = values[0][0], values[-1][0]
+    width = (hi - lo) / bars
+    counts = [0] * bars
+    for v, n in values:
+        counts[min(max(int((v - lo) / width), 0), bars - 1)] += n
+    return Bins(tuple(lo + (k + 0.5) * width for k in range(bars)), tuple(counts), width)
 
 
 def _discrete(rows: Sequence[tuple[Any, Any]]) -> Bins:
@@ -343,10 +408,11 @@ def _binned(q: Any, sel: str, args: list[Any], column: str, lo: float, hi: float
 
 
 def _reward_stats(row: Sequence[Any]) -> RewardStats:
-    key, task, n, mean, mean_sq, lo, hi = row
+    key, task, n, mean, mean_sq, lo, hi, env, preset = row
     # Population standard deviation, as GRPO normalizes advantages within a group.
     std = max(0.0, float(mean_sq) - float(mean) ** 2) ** 0.5
-    return RewardStats(str(key), str(task), int(n), float(mean), std, float(lo), float(hi))
+    return RewardStats(str(key), str(task), int(n), float(mean), std, float(lo), float(hi), str(env or ""),
+                       str(preset or ""))
 
 
 def _where(flt: Any) -> tuple[str, list[Any]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ConfigError
 from ..records import Status
@@ -40,12 +40,16 @@ class EpisodeSummary:
     root_kinds: str | None = None  # their kinds, in the same order, as ",kind,kind,"
     rollout_step: int | None = None  # the trainer's rollout step an imported episode came from
     tags: tuple[str, ...] = ()
+    reason: str = ""  # why the episode ended ("reached max_turns=4", "the env said done", an abort's message)
 
     def diagnosis_parts(self) -> list[tuple[str, str]]:
         """(kind, phrase) per root, as stored."""
         kinds = [k for k in (self.root_kinds or "").split(",") if k]
         texts = (self.diagnosis or "").split("; ") if self.diagnosis else []
         return list(zip(kinds, texts, strict=False)) if len(kinds) == len(texts) else [("", t) for t in texts]
+
+    # Read from the tags and episodes tables for a page's rows, not from the browse index.
+    PAGE_LOOKUPS: ClassVar[tuple[str, ...]] = ("tags", "reason")
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EpisodeSummary:

@@ -88,23 +88,28 @@ class Reads(StoreBase):
             raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
         where, args = (flt or EpisodeFilter()).sql()
         direction = "DESC" if descending else "ASC"
-        # Page first, then look up the tags of that page only.
+        # Page first, then look up the tags and the reasons of that page only (a reason is read from
+        # ``episodes`` by primary key: the browse index does not hold it).
+        names = [f.name for f in fields(EpisodeSummary) if f.name not in EpisodeSummary.PAGE_LOOKUPS]
         sql = (
-            f"SELECT {', '.join(f.name for f in fields(EpisodeSummary) if f.name != 'tags')} FROM episode_index "
+            f"SELECT {', '.join(names)} FROM episode_index "
             f"WHERE {where} ORDER BY {order_by} {direction}, rid {direction} LIMIT ? OFFSET ?"
         )
-        names = [f.name for f in fields(EpisodeSummary)][:-1]  # the SELECT's columns; tags come next
         rows = [dict(zip(names, r, strict=True)) for r in self.browse_query(sql, [*args, limit, offset])]
         tags: dict[str, list[str]] = {}
+        reasons: dict[str, str] = {}
         if rows:
             ids = [r["id"] for r in rows]
+            marks = ",".join("?" * len(ids))
             for eid, tag in self.browse_query(
-                f"SELECT episode_id, tag FROM tags WHERE episode_id IN ({','.join('?' * len(ids))}) ORDER BY tag", ids
+                f"SELECT episode_id, tag FROM tags WHERE episode_id IN ({marks}) ORDER BY tag", ids
             ):
                 tags.setdefault(eid, []).append(tag)
+            reasons = {eid: reason or "" for eid, reason in self.browse_query(
+                f"SELECT id, reason FROM episodes WHERE id IN ({marks})", ids)}
         return [
             EpisodeSummary.from_row({**r, "starred": bool(r["starred"]), "n_errors": r["n_errors"] or 0,
-                                     "tags": tuple(tags.get(r["id"], ()))})
+                                     "tags": tuple(tags.get(r["id"], ())), "reason": reasons.get(r["id"], "")})
             for r in rows
         ]
 

@@ -95,7 +95,17 @@ def test_filter_sort_and_open_an_episode(page: Any, site: BrowseDb, screenshots:
     page.goto(site.url + "/")
     _wait_info(page, f"of {N_SYNTHETIC + 3:,} matching")
     assert _row_ids(page)[:2] == [site.real_ids[1], site.real_ids[0]]  # newest first
+    # Why each episode ended, in a column of its own.
+    store = Store(site.path)
+    assert page.locator("#rs-episode-table th.c-reason").inner_text() == "reason"
+    for episode_id in site.real_ids:
+        cell = page.locator(f"#rs-episode-table tr[data-id='{episode_id}'] td.c-reason")
+        assert cell.inner_text() == store.get_episode(episode_id).reason == "reached max_turns=5"
+    # The reward distribution: one panel (a trace on its own axis) per env and preset.
     page.locator("#rs-chart-0 .js-plotly-plot").wait_for()
+    chart = page.locator("#rs-chart-0 .js-plotly-plot")
+    assert chart.evaluate("e => e.data.map(t => t.name).sort()") == sorted(r.label for r in store.stats().rewards)
+    assert chart.evaluate("e => new Set(e.data.map(t => t.xaxis)).size") == len(store.stats().rewards) > 1
     page.screenshot(path=str(screenshots / "browse_all.png"), full_page=True)
 
     # Full-text search in message contents.
@@ -109,7 +119,6 @@ def test_filter_sort_and_open_an_episode(page: Any, site: BrowseDb, screenshots:
     page.get_by_role("option", name="math", exact=True).click()
     _wait_info(page, "of 22 matching")  # 20 synthetic + 2 real math episodes
     _type(page, "rs-filter-reward-min", "0.5")
-    store = Store(site.path)
     want = store.count(EpisodeFilter(env="math", reward_min=0.5))
     _wait_info(page, f"of {want} matching")
     page.locator("#rs-episode-table th[data-sort=reward]").click()
