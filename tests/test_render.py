@@ -290,7 +290,8 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
                          starred=True, n_findings=3, source="live", group_id=bad, n_errors=1, tags=(bad,),
                          reason=bad)
     out = render_table([row], "reward", False)
-    assert "<img" not in out and out.count("&lt;img") == 9  # the reason twice: its text and its tooltip
+    # The reason twice (its text and its tooltip), the group twice (its link and its text).
+    assert "<img" not in out and out.count("&lt;img") == 10
     assert 'data-id="e&quot;1"' in out and 'href="?episode=e&quot;1"' in out
     assert 'data-sort="reward" aria-sort="ascending"' in out and "reward ▲" in out
     assert "1,200" in out and "rs-bad-text" in out and "★" in out

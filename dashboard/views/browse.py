@@ -29,6 +29,7 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
+    Column("", None, "c-pick", "tick two episodes, then Compare ticked"),
     Column("★", "starred", "c-star", "starred"),
     Column("id", "id", "c-id"),
     Column("env", "env", "c-env"),
@@ -72,8 +73,10 @@ def _row(s: EpisodeSummary, run_level: Sequence[str] = (), selected: bool = Fals
         cls = "rs-bad-text" if s.n_errors else "rs-dim"
         findings = f'<span class="{cls}" title="{s.n_errors} error(s)">{s.n_findings}</span>'
     tags = " ".join(f'<span class="rs-tag">{esc(t)}</span>' for t in s.tags)
-    group = f"{esc(s.group_id)} #{s.sample_index}" if s.group_id else ""
+    group = (f'<a class="rs-group-link" href="?group={esc(s.group_id)}" title="the group\'s samples side by side">'
+             f"{esc(s.group_id)}</a> #{s.sample_index}" if s.group_id else "")
     cells = (
+        f'<input type="checkbox" class="rs-pick" data-id="{esc(s.id)}" aria-label="tick to compare">',
         '<span class="rs-star">★</span>' if s.starred else "",
         f'<a class="rs-open" href="?episode={esc(s.id)}">{esc(s.id)}</a>',
         esc(s.env),
@@ -122,6 +125,8 @@ def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool
     if not rows:
         body = f'<tr class="rs-empty-row"><td colspan="{len(COLUMNS)}">{esc(empty or "No episodes.")}</td></tr>'
     return (
+        '<div class="rs-pickbar"><button type="button" class="rs-compare-picked" disabled>Compare ticked (0 of 2)'
+        '</button></div>'
         f'<div class="rs-table-wrap"><table class="rs-table"><thead><tr>{"".join(heads)}</tr></thead>'
         f"<tbody>{body}</tbody></table></div>"
     )

@@ -85,6 +85,17 @@ def test_a_group_that_parts_ways_then_open_and_compare(page: Any, site: str, scr
 
 
 @pytest.mark.browser
+def test_browse_group_column_opens_the_group(page: Any, site: str) -> None:
+    page.goto(site + "/")
+    link = page.locator("#rs-episode-table a.rs-group-link").first
+    link.wait_for()
+    gid = link.inner_text()
+    link.click()
+    _selected(page, "group")
+    page.locator(f"#rs-group-view .rs-group[data-group='{gid}']").wait_for()
+
+
+@pytest.mark.browser
 def test_zero_spread_and_a_sixteen_sample_group(page: Any, site: str, screenshots: Path) -> None:
     page.goto(f"{site}/?group=grouprun:flat")
     view = page.locator("#rs-group-view .rs-group[data-group='grouprun:flat']")

@@ -313,6 +313,29 @@ def test_compare_by_link(page: Any, app: WorkflowApp, screenshots: Path) -> None
 
 
 @pytest.mark.browser
+def test_compare_by_ticking_two_rows_in_browse(page: Any, app: WorkflowApp, screenshots: Path) -> None:
+    page.goto(app.url + "/")
+    button = page.locator("#rs-episode-table button.rs-compare-picked")
+    button.wait_for()
+    assert button.is_disabled()
+    page.locator("#rs-episode-table input.rs-pick").nth(1).wait_for()
+    boxes = page.locator("#rs-episode-table input.rs-pick")
+    a, b = boxes.nth(0).get_attribute("data-id"), boxes.nth(1).get_attribute("data-id")
+    page.locator(f"#rs-episode-table input.rs-pick[data-id='{a}']").check()
+    assert button.is_disabled() and "1 of 2" in button.inner_text()
+    page.locator(f"#rs-episode-table input.rs-pick[data-id='{b}']").check()
+    assert not button.is_disabled()
+    _selected(page, "browse")  # ticking does not open the row
+    page.screenshot(path=str(screenshots / "browse_ticked.png"))
+    button.click()
+    _selected(page, "compare")
+    page.locator("#rs-compare-view .rs-cmp-verdict").wait_for()
+    assert page.locator("#rs-compare-a input, #rs-compare-a textarea").first.input_value() == a
+    assert page.locator("#rs-compare-b input, #rs-compare-b textarea").first.input_value() == b
+    _no_xss(page)
+
+
+@pytest.mark.browser
 def test_token_diff_of_a_slime_tau_episode(page: Any, app: WorkflowApp, screenshots: Path) -> None:
     retail = app.parents[3]  # slime-tau
     page.goto(f"{app.url}/?compare={retail},{retail}")
