@@ -56,6 +56,10 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
 
     ``watches`` runs the Runs tab's folder watches (how often they look; tests make it quick).
     """
+    # Gradio keeps every event's inputs and outputs in the browser's localStorage (its run history),
+    # rewriting the whole list on each update: with a long episode's HTML that is most of the time an
+    # Episode opens, and it copies episode text into the browser. The store is the history here.
+    os.environ.setdefault("GRADIO_RUN_HISTORY", "False")
     store = Store(db_path)
     with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
         html(_title_bar(str(db_path), store.read_only), "rs-titlebar")
@@ -169,7 +173,7 @@ def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, 
     with server.private_files():
         demo = build_app(db)
         guard = server.LoginGuard(*auth).auth() if auth else None
-        app = gr.mount_gradio_app(FastAPI(), demo, path="", auth=guard)
+        app = gr.mount_gradio_app(FastAPI(), demo, path="", auth=guard, run_history=False)
         threading.Thread(target=_warm_tokenizer, name="rollscope-warm-tokenizer", daemon=True).start()
         print(f"Rollscope dashboard: http://{server.url_host(host)}:{port}/ (database {db}); Ctrl-C stops it",
               flush=True)
