@@ -1,8 +1,8 @@
 // Runs on the playback card's element, after tokens.js. On every new card it marks the Episode tab's
 // token view (turn k's generated tokens outlined, later turns dimmed) and timeline (later turns
 // hidden), and scrolls both to turn k. Those views are re-rendered by other events (opening an
-// episode), so it also watches them and marks a fresh view again. Dimming goes by token block (one per
-// turn, see views/tokens.py) so a step touches a few hundred spans, not 32,000.
+// episode), so it also watches them and marks a fresh view again. The token view keeps the marks and
+// draws them on the blocks it draws (tokens.js: tvMark), so a step restyles a few thousand spans at most.
 const PB_TOKVIEW = "#rs-episode-tokens .rs-tokview", PB_CONV = "#rs-episode-conversation .rs-conv";
 const pbState = () => {
   const card = element.querySelector(".rs-pb-card");
@@ -16,42 +16,21 @@ const pbOnScreen = (st) => {
   const box = document.querySelector("#rs-episode-id input, #rs-episode-id textarea");
   return !!st && !!box && box.value === st.ep;
 };
-const pbIndex = (view) => {
-  if (!view._pb) {
-    const toks = Array.from(view.querySelectorAll(".rs-tokens .tok"));
-    const blocks = [];
-    let at = 0;
-    view.querySelectorAll(".rs-tokens .rs-tblock").forEach((b) => {
-      const n = b.getElementsByClassName("tok").length;
-      blocks.push([b, at, at + n]);
-      at += n;
-    });
-    view._pb = { toks, blocks, marked: [], dimmed: [] };
-  }
-  return view._pb;
-};
 const pbScroll = (box, target, offset) => {
   const top = target.getBoundingClientRect().top - box.getBoundingClientRect().top;
   if (Math.abs(top - offset) > 2) box.scrollTop += top - offset;
 };
-// Token blocks off screen have estimated heights (content-visibility) until
-// the browser lays them out, so a scroll computed while the view is off the
-// page lands elsewhere once it is seen. Scroll when the view is on screen,
-// and correct for a few frames while the blocks around the target settle.
+// A view off the page may be in a tab not shown, with no layout to scroll; the scroll waits until the
+// view is on screen, then the token view draws the target's block and keeps it in place (tvReveal).
 const pbCancelReveal = (view) => {
   if (view && view._pbSeen) view._pbSeen.disconnect();
 };
-const pbReveal = (view, target, offset) => {
+const pbReveal = (view, i, offset) => {
   pbCancelReveal(view);
   const seen = new IntersectionObserver((entries) => {
     if (!entries.some((e) => e.isIntersecting)) return;
     seen.disconnect();
-    let frames = 0;
-    const settle = () => {
-      pbScroll(view, target, offset);
-      if (++frames < 8) requestAnimationFrame(settle);
-    };
-    settle();
+    tvReveal(view, i, offset);
   });
   view._pbSeen = seen;
   seen.observe(view);
@@ -59,27 +38,13 @@ const pbReveal = (view, target, offset) => {
 const pbMarkTokens = (st, scroll) => {
   const view = document.querySelector(PB_TOKVIEW);
   if (!view) return;
-  const ix = pbIndex(view);
-  for (const t of ix.marked) t.classList.remove("pb-gen", "pb-gen-first", "pb-after");
-  for (const b of ix.dimmed) b.classList.remove("pb-after");
-  ix.marked = [];
-  ix.dimmed = [];
   view._pbFor = st;
-  if (!pbOnScreen(st)) return;
-  const n = ix.toks.length;
-  for (const [b, a, e] of ix.blocks) {
-    if (a >= st.cut) { b.classList.add("pb-after"); ix.dimmed.push(b); }
-    else if (e > st.cut) {
-      for (let i = st.cut; i < e; i++) { ix.toks[i].classList.add("pb-after"); ix.marked.push(ix.toks[i]); }
-    }
-  }
-  const ge = Math.min(st.ge, n);
-  for (let i = st.gs; i < ge; i++) { ix.toks[i].classList.add("pb-gen"); ix.marked.push(ix.toks[i]); }
-  if (st.gs < ge) ix.toks[st.gs].classList.add("pb-gen-first");
-  const target = ix.toks[Math.min(st.gs, n - 1)];
-  if (scroll && target) {
+  const on = pbOnScreen(st);
+  tvMark(view, on ? { gs: st.gs, ge: st.ge, cut: st.cut } : null);
+  const n = on ? (tvData(view).n || 0) : 0;
+  if (scroll && n) {
     const head = view.querySelector(".rs-tokhead");
-    pbReveal(view, target, (head ? head.offsetHeight : 0) + 12);
+    pbReveal(view, Math.min(st.gs, n - 1), (head ? head.offsetHeight : 0) + 12);
   }
 };
 const pbMarkTimeline = (st, scroll) => {

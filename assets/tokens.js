@@ -1,52 +1,375 @@
-// Runs on the token view's (and the timeline's and findings') element: hover text from the view's
-// data-meta, and links (data-jump) that scroll to a token or a turn. Listeners sit on the element,
-// which outlives each new episode's HTML.
+// The token view (views/tokens.py), drawn from its data-meta: an empty block of estimated height per
+// block of tokens, the blocks near the screen filled with token spans and emptied again when they leave
+// it; long context folded behind a control; the hover text; links (data-jump) that scroll to a token or
+// a turn, drawing its block first. Runs on the token view's element and on the elements whose links lead
+// into it (findings, timeline, playback card); listeners sit on the element, which outlives each new
+// episode's HTML, and what a view holds lives on the view.
+const TV_MARGIN = "150% 0px"; // blocks within 1.5 view heights above or below the view are drawn
+const TV_SETTLE_FRAMES = 8; // frames a jump keeps its token in place while the blocks around it are drawn
 const metaOf = (view) => {
   if (!view._rsMeta) view._rsMeta = JSON.parse(view.dataset.meta || "{}");
   return view._rsMeta;
 };
-const indexOf = (view, tok) => {
-  if (!view._rsIndex) {
-    view._rsIndex = new Map();
-    view.querySelectorAll(".rs-tokens .tok").forEach((t, i) => view._rsIndex.set(t, i));
-  }
-  return view._rsIndex.get(tok);
+// Per-token arrays from the runs in data-meta, made once per view.
+const tvData = (view) => {
+  if (view._rsData) return view._rsData;
+  const m = metaOf(view), n = m.n || 0;
+  const mask = new Uint8Array(n);
+  for (const [a, b] of m.mask || []) mask.fill(1, a, b);
+  const dense = (runs) => {
+    const out = new Float64Array(n).fill(NaN);
+    for (const [a, values] of runs) out.set(values, a);
+    return out;
+  };
+  const segAt = new Map();
+  for (const s of m.seg || []) segAt.set(s[0], s);
+  view._rsData = {
+    m, n, mask, lp: dense(m.lp || []), diff: m.diff ? dense(m.diff) : null,
+    text: m.vtx ? new Map(m.vid.map((id, k) => [id, m.vtx[k]])) : null, over: new Map(m.over || []),
+    shown: new Map(), segAt, turnAt: new Map((m.turns || []).map(([t, i]) => [i, t])),
+    turnStart: new Map(m.turns || []), starts: new Set(m.starts || []),
+  };
+  return view._rsData;
 };
-const fmt = (x, digits) => (x === null || x === undefined ? "n/a" : x.toFixed(digits));
-const describe = (m, i) => {
-  let seg = null;
-  for (const s of m.seg || []) { if (s[0] <= i && i < s[1]) { seg = s; break; } }
-  let text = `#${i} · id ${m.ids[i]} · logprob ${fmt(m.lp[i], 4)} · mask ${m.mask[i]}`;
-  text += seg ? (seg[3] === null ? ` · ${seg[2]}` : ` · turn ${seg[3]} · ${seg[2]}`) : "";
-  if (m.ver && m.ver[i] >= 0) text += ` · version ${m.ver[i]}`;
-  if (m.diff && m.diff[i] !== null && m.diff[i] !== undefined) {
-    text += ` · Δ recomputed−rollout ${m.diff[i] >= 0 ? "+" : ""}${m.diff[i].toFixed(4)}`;
+// The run of `runs` ([start, end, ...], sorted, disjoint) holding token i, or null.
+const runAt = (runs, i) => {
+  let lo = 0, hi = (runs || []).length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (runs[mid][0] > i) hi = mid - 1;
+    else if (runs[mid][1] <= i) lo = mid + 1;
+    else return runs[mid];
   }
-  const kinds = (m.find || []).filter((f) => f[0] <= i && i < f[1]).map((f) => f[2]);
-  if (kinds.length) text += ` · finding: ${kinds.join(", ")}`;
+  return null;
+};
+const fmt = (x, digits) => (x === null || x === undefined || Number.isNaN(x) ? "n/a" : x.toFixed(digits));
+const describe = (d, i) => {
+  const m = d.m, seg = runAt(m.seg, i);
+  let text = `#${i} · id ${m.ids[i]} · logprob ${fmt(d.lp[i], 4)} · mask ${d.mask[i]}`;
+  text += seg ? (seg[3] === null ? ` · ${seg[2]}` : ` · turn ${seg[3]} · ${seg[2]}`) : "";
+  const ver = runAt(m.ver, i);
+  if (ver) text += ` · version ${ver[2]}`;
+  if (d.diff && !Number.isNaN(d.diff[i])) {
+    text += ` · Δ recomputed−rollout ${d.diff[i] >= 0 ? "+" : ""}${d.diff[i].toFixed(4)}`;
+  }
+  const found = runAt(m.find, i);
+  if (found) text += ` · finding: ${found[2]}`;
   return text;
 };
+// What a token shows: its text with newlines drawn (↵) and kept, "◦" for a piece of a character, or its id.
+const tvShown = (d, i) => {
+  const id = d.m.ids[i];
+  if (!d.text) return String(id);
+  const own = d.over.get(i);
+  if (own === undefined && d.shown.has(id)) return d.shown.get(id);
+  const raw = own === undefined ? d.text.get(id) : own;
+  const out = raw ? raw.replace(/\r/g, "␍").replace(/\n/g, "↵\n") : "◦";
+  if (own === undefined) d.shown.set(id, out);
+  return out;
+};
+const tvLabel = (seg) => (seg[3] === null ? seg[2] : `T${seg[3]} ${seg[2]}`);
+// Playback's marks (see playback.js): turn k's generated tokens, and dimmed what follows its cut.
+const tvClass = (d, i, pb, blockStart) => {
+  let c = d.m.cls[d.m.c[i]];
+  if (pb) {
+    if (i >= pb.cut && blockStart < pb.cut) c += " pb-after"; // a block wholly after the cut is dimmed whole
+    if (i >= pb.gs && i < pb.ge) c += i === pb.gs ? " pb-gen pb-gen-first" : " pb-gen";
+  }
+  return c;
+};
+const tvDraw = (view, st, k) => {
+  const d = st.d, [a, b] = d.m.blocks[k], div = st.divs[k], pb = view._pbMarks;
+  const frag = document.createDocumentFragment();
+  for (let i = a; i < b; i++) {
+    const seg = d.segAt.get(i);
+    if (seg && seg[2] !== "tail") { // a tail is one newline; its label would be clutter
+      const mark = document.createElement("span");
+      mark.className = `seg-mark seg-${String(seg[2]).toLowerCase().replace(/[^a-z0-9_-]/g, "-")}`;
+      mark.dataset.label = tvLabel(seg);
+      frag.append(mark);
+    }
+    if (d.starts.has(i)) { // its own element: a finding may start on a turn's first token
+      const anchor = document.createElement("a");
+      anchor.className = "tok-anchor";
+      anchor.id = `tok-${i}`;
+      frag.append(anchor);
+    }
+    const el = document.createElement("span");
+    el.className = tvClass(d, i, pb, a);
+    el.setAttribute("data-i", i);
+    const turn = d.turnAt.get(i);
+    if (turn !== undefined) el.id = `turn-${turn}`;
+    el.textContent = tvShown(d, i);
+    frag.append(el);
+  }
+  div.textContent = "";
+  div.style.height = "";
+  div.append(frag);
+  st.drawn[k] = 1;
+};
+const tvEmpty = (st, k, height) => {
+  st.h[k] = height;
+  st.divs[k].style.height = `${height}px`;
+  st.divs[k].textContent = "";
+  st.drawn[k] = 0;
+};
+// Lines the block's tokens take at `cols` characters a line. The view wraps anywhere and keeps white
+// space, so a line of L characters takes ceil(L / cols) lines; a segment's label counts as characters too.
+const tvLines = (d, a, b, cols) => {
+  let lines = 0, cur = 0;
+  const wrapped = (n) => Math.max(1, Math.ceil(n / cols));
+  for (let i = a; i < b; i++) {
+    const seg = d.segAt.get(i);
+    if (seg && seg[2] !== "tail") cur += Math.ceil(tvLabel(seg).length * 0.8) + 2;
+    const s = tvShown(d, i);
+    let nl = s.indexOf("\n");
+    if (nl < 0) {
+      cur += d.text ? s.length : s.length + 1; // ids stand apart
+      continue;
+    }
+    let from = 0;
+    while (nl >= 0) {
+      lines += wrapped(cur + nl - from);
+      cur = 0;
+      from = nl + 1;
+      nl = s.indexOf("\n", from);
+    }
+    cur = s.length - from;
+  }
+  return cur || !lines ? lines + wrapped(cur) : lines;
+};
+const tvEstimate = (st, k) => {
+  const [a, b] = st.d.m.blocks[k];
+  return Math.ceil(tvLines(st.d, a, b, st.cols) * st.lh);
+};
+// Character width and line height of the view's text, from a probe token.
+const tvMetrics = (view, box) => {
+  const probe = document.createElement("span");
+  probe.className = "tok tok-ctx";
+  probe.textContent = "0".repeat(64);
+  box.append(probe);
+  const ch = probe.getBoundingClientRect().width / 64;
+  probe.remove();
+  const style = getComputedStyle(box);
+  const lh = parseFloat(style.lineHeight) || 1.75 * parseFloat(style.fontSize) || 20;
+  return { ch: ch || 8, lh };
+};
+const tvFoldText = (st, f) => {
+  const [a, b, label] = st.d.m.fold[f];
+  const count = (b - a).toLocaleString("en-US");
+  return st.open[f] ? `▾ fold these ${count} tokens again (${label})` : `▸ unfold ${count} tokens of long context (${label})`;
+};
+const tvSetFold = (st, f, open) => {
+  st.open[f] = open;
+  st.controls[f].querySelector("button").textContent = tvFoldText(st, f);
+  st.controls[f].classList.toggle("rs-fold-open", open);
+  for (let k = 0; k < st.divs.length; k++) {
+    if (st.foldOf[k] !== f) continue;
+    if (!open && st.drawn[k]) tvEmpty(st, k, st.divs[k].offsetHeight);
+    st.divs[k].classList.toggle("rs-folded", !open);
+  }
+};
+// The empty blocks, each as tall as its tokens are estimated to be, and the folds' controls; once the
+// view has a width (a view in a hidden tab has none until it is shown).
+const tvLayout = (view, st) => {
+  const box = view.querySelector(".rs-tokens");
+  const width = box ? box.clientWidth : 0;
+  if (!width || Math.abs(width - st.width) < 2) return;
+  const first = !st.width;
+  st.width = width;
+  if (first) Object.assign(st, tvMetrics(view, box));
+  st.cols = Math.max(8, Math.floor(width / st.ch));
+  if (!first) { // a new width: every empty block's height is estimated again
+    for (let k = 0; k < st.divs.length; k++) if (!st.drawn[k]) tvEmpty(st, k, tvEstimate(st, k));
+    return;
+  }
+  const m = st.d.m, nb = m.blocks.length;
+  st.drawn = new Uint8Array(nb);
+  st.h = new Float64Array(nb);
+  st.foldOf = new Int32Array(nb).fill(-1);
+  st.open = m.fold.map(() => false);
+  st.controls = [];
+  const frag = document.createDocumentFragment();
+  let f = 0;
+  for (let k = 0; k < nb; k++) {
+    const [a, b, cont] = m.blocks[k];
+    while (f < m.fold.length && m.fold[f][1] <= a) f++;
+    if (f < m.fold.length && m.fold[f][0] <= a && b <= m.fold[f][1]) {
+      st.foldOf[k] = f;
+      if (m.fold[f][0] === a) {
+        const control = document.createElement("div");
+        control.className = "rs-fold";
+        const button = document.createElement("button");
+        button.type = "button";
+        button.dataset.fold = f;
+        control.append(button);
+        st.controls[f] = control;
+        frag.append(control);
+      }
+    }
+    const div = document.createElement("div");
+    div.className = `rs-tblock${cont ? " rs-cont" : ""}${st.foldOf[k] >= 0 ? " rs-folded" : ""}`;
+    if (view._pbMarks && a >= view._pbMarks.cut) div.classList.add("pb-after");
+    div.dataset.a = a;
+    div.dataset.b = b;
+    div._k = k;
+    st.h[k] = tvEstimate(st, k);
+    div.style.height = `${st.h[k]}px`;
+    st.divs.push(div);
+    frag.append(div);
+  }
+  st.controls.forEach((_, g) => { st.controls[g].querySelector("button").textContent = tvFoldText(st, g); });
+  box.append(frag);
+  st.io = new IntersectionObserver((entries) => tvSeen(view, st, entries), { root: view, rootMargin: TV_MARGIN });
+  st.divs.forEach((div) => st.io.observe(div));
+};
+// Blocks come near the view (drawn) or leave it (emptied, keeping their height). A block drawn wholly
+// above the view's top moves what is on screen by the change in its height; the scroll takes it back.
+const tvSeen = (view, st, entries) => {
+  if (view._rs !== st) return;
+  const show = [], hide = [];
+  for (const e of entries) {
+    const k = e.target._k;
+    if (e.isIntersecting && !st.drawn[k] && (st.foldOf[k] < 0 || st.open[st.foldOf[k]])) show.push(k);
+    else if (!e.isIntersecting && st.drawn[k]) hide.push(k);
+  }
+  const heights = hide.map((k) => st.divs[k].offsetHeight);
+  hide.forEach((k, j) => tvEmpty(st, k, heights[j]));
+  const top = view.getBoundingClientRect().top;
+  const above = show.map((k) => st.divs[k].getBoundingClientRect().bottom <= top + 1);
+  show.forEach((k) => tvDraw(view, st, k));
+  let shift = 0;
+  show.forEach((k, j) => { if (above[j]) shift += st.divs[k].offsetHeight - st.h[k]; });
+  if (shift) view.scrollTop += shift;
+};
+// The view's drawing state, made (and laid out, once it has a width) the first time anything asks.
+const tvState = (view) => {
+  if (!view || !view.dataset.meta) return null;
+  if (view._rs) return view._rs;
+  const st = { d: tvData(view), divs: [], drawn: new Uint8Array(0), width: 0, settling: 0 };
+  view._rs = st;
+  tvLayout(view, st);
+  const box = view.querySelector(".rs-tokens");
+  if (box) {
+    st.ro = new ResizeObserver(() => { if (view._rs === st) tvLayout(view, st); });
+    st.ro.observe(box);
+  }
+  return st;
+};
+const tvForget = (view) => {
+  const st = view && view._rs;
+  if (!st) return;
+  if (st.io) st.io.disconnect();
+  if (st.ro) st.ro.disconnect();
+  view._rs = null;
+};
+const tvBlockOf = (st, i) => {
+  const blocks = st.d.m.blocks;
+  let lo = 0, hi = blocks.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (blocks[mid][0] <= i) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+};
+// Scroll the view so token i sits `top` px below its top edge (centered without `top`), drawing its
+// block (unfolding it) first; for a few frames, while the blocks around it are drawn, keep it there.
+// Returns the token's element, or null.
+const tvReveal = (view, i, top) => {
+  const st = tvState(view);
+  if (st && !st.divs.length) tvLayout(view, st);
+  if (!st || !st.divs.length || !(i >= 0 && i < st.d.n)) return null;
+  const k = tvBlockOf(st, i);
+  if (st.foldOf[k] >= 0 && !st.open[st.foldOf[k]]) tvSetFold(st, st.foldOf[k], true);
+  for (const j of [k - 1, k, k + 1]) {
+    if (j >= 0 && j < st.divs.length && !st.drawn[j] && (st.foldOf[j] < 0 || st.open[st.foldOf[j]])) tvDraw(view, st, j);
+  }
+  const place = () => {
+    const tok = st.divs[k].querySelector(`[data-i="${i}"]`);
+    if (!tok) return null;
+    const v = view.getBoundingClientRect(), r = tok.getBoundingClientRect();
+    const want = top === undefined ? (v.height - r.height) / 2 : top;
+    const delta = r.top - v.top - want;
+    if (Math.abs(delta) > 2) view.scrollTop += delta;
+    return tok;
+  };
+  const settle = ++st.settling;
+  const stop = () => { st.settling++; };
+  view.addEventListener("wheel", stop, { once: true, passive: true });
+  let frames = 0;
+  const again = () => {
+    if (view._rs !== st || st.settling !== settle) return;
+    place();
+    if (++frames < TV_SETTLE_FRAMES) requestAnimationFrame(again);
+    else view.removeEventListener("wheel", stop);
+  };
+  requestAnimationFrame(again);
+  return place();
+};
+// Playback's marks on the view: {gs, ge, cut} or null. Blocks after the cut are dimmed whole; tokens
+// drawn now are restyled, tokens drawn later get the marks as they are drawn.
+const tvMark = (view, marks) => {
+  view._pbMarks = marks;
+  const st = tvState(view);
+  if (!st) return;
+  st.divs.forEach((div, k) => {
+    const a = st.d.m.blocks[k][0];
+    div.classList.toggle("pb-after", !!marks && a >= marks.cut);
+    if (!st.drawn[k]) return;
+    for (const el of div.getElementsByClassName("tok")) el.className = tvClass(st.d, Number(el.dataset.i), marks, a);
+  });
+};
+const tvViewIn = (root) => root.querySelector(".rs-tokview[data-meta]");
+// A new episode's view: the previous one's observers go, the new one is laid out.
+const tvAdopt = () => {
+  const view = tvViewIn(element);
+  if (view === element._rsView) return;
+  tvForget(element._rsView);
+  element._rsView = view;
+  if (view) tvState(view);
+};
+new MutationObserver(tvAdopt).observe(element, { childList: true });
+tvAdopt();
 element.addEventListener("mouseover", (event) => {
-  const tok = event.target.closest && event.target.closest(".rs-tokens .tok");
+  const tok = event.target.closest && event.target.closest(".rs-tokens .tok[data-i]");
   if (!tok) return;
   const view = tok.closest(".rs-tokview");
-  const i = indexOf(view, tok);
-  if (i === undefined) return;
-  const text = describe(metaOf(view), i);
+  if (!view) return;
+  const text = describe(tvData(view), Number(tok.dataset.i));
   tok.title = text;
   const bar = view.querySelector(".rs-hover");
   if (bar) bar.textContent = text;
 });
+const tvFlash = (el) => {
+  el.classList.add("rs-flash");
+  setTimeout(() => el.classList.remove("rs-flash"), 1800);
+};
 element.addEventListener("click", (event) => {
+  const fold = event.target.closest && event.target.closest(".rs-fold button[data-fold]");
+  if (fold) {
+    const st = tvState(fold.closest(".rs-tokview"));
+    const f = Number(fold.dataset.fold);
+    if (st) tvSetFold(st, f, !st.open[f]);
+    return;
+  }
   const link = event.target.closest && event.target.closest("a[data-jump]");
   if (!link) return;
   // Following the href would let Gradio's router reload the page.
   event.preventDefault();
-  const target = document.getElementById(link.dataset.jump);
+  const jump = link.dataset.jump;
+  const token = /^(turn|tok)-(\d+)$/.exec(jump);
+  const view = link.closest(".rs-tokview") || tvViewIn(document);
+  if (token && view) { // a token, or a turn's first: its block may not be drawn
+    const st = tvState(view);
+    const i = st && (token[1] === "turn" ? st.d.turnStart.get(Number(token[2])) : Number(token[2]));
+    if (i !== undefined && i !== null) {
+      view.scrollIntoView({ block: "nearest" });
+      const tok = tvReveal(view, i);
+      if (tok) { tvFlash(tok); return; }
+    }
+  }
+  const target = document.getElementById(jump);
   if (!target) return;
-  const token = target.classList.contains("tok") || target.classList.contains("rs-turn")
-    ? target : (target.nextElementSibling || target);
-  token.scrollIntoView({ block: "center" });
-  token.classList.add("rs-flash");
-  setTimeout(() => token.classList.remove("rs-flash"), 1800);
+  target.scrollIntoView({ block: "center" });
+  tvFlash(target);
 });

@@ -1,17 +1,24 @@
-"""Dashboard figures: Episode view of a 32,000-token episode, Browse at 100,000 episodes, the browser.
+"""Dashboard figures: the Episode view of long episodes, Browse at 100,000 episodes, the browser.
 
     python bench/dashboard_speed.py                      # all three
     python bench/dashboard_speed.py --episodes 100000 --db /tmp/rs-bench.db --no-browser
+    python bench/dashboard_speed.py --no-browse          # the Episode view only (server and browser)
 
 1. Server: time for ``episode.view`` (store read, header, findings, timeline,
-   token view with real token texts, per-turn chart) on a 32,000-token,
-   60-turn episode; the first call and the median of the next ones.
+   token view with real token texts, per-turn chart) on a 33,000-token,
+   61-turn episode and a 128,000-token, 120-turn one whose system prompt
+   holds 40 tool schemas; the first call and the median of the next ones,
+   and the HTML each part sends.
 2. Server: a database of ``--episodes`` synthetic episodes (built once and
    reused from ``--db``); time for Browse to filter by status and reward and
    produce the first page (count + page query + table HTML), and the same
    for a deep page, a sort, a text search and the charts' aggregates.
-3. Browser (Playwright + chromium): time from clicking Open to the token
-   view of the long episode being shown.
+3. Browser (Playwright + chromium): link to painted, median of 3: from
+   loading ``/?episode=ID`` in a new tab to the frame that paints the
+   episode's last token (the end of its last tool output) in the token
+   view, scrolled to its end, on the page's own clock; and the same from
+   clicking Open in a loaded page. A small episode alongside gives the
+   app's own start-up time, which every link pays.
 """
 
 from __future__ import annotations
@@ -57,13 +64,17 @@ def ms(s: float) -> str:
     return f"{s * 1000:,.1f} ms"
 
 
-def episode_view(workdir: Path) -> str:
+# The long episodes: the issue's 33k-token, 61-turn episode and a 128k-token one with tool schemas to fold.
+LONG = {"33k": {"n_tokens": 33_000, "n_turns": 61}, "128k": {"n_tokens": 128_000, "n_turns": 120, "tools": 40}}
+
+
+def episode_view(workdir: Path, size: str) -> str:
     tok = load_tokenizer(None)
-    ep = long_episode(tok, n_tokens=32_000, n_turns=60)
+    ep = long_episode(tok, **LONG[size])
     store = Store(workdir / "long.db")
     store.save_episode(ep)
     tokenizers.get(None)  # loaded once per server, at start (app.launch warms it)
-    first, median, out = timed(lambda: episode.view(store, ep.id))
+    first, median, out = timed(lambda: episode.view(store, ep.id), 3)
     sizes = {name: len(out[key]) for name, key in (("header", "header"), ("findings", "findings"),
                                                    ("timeline", "conversation"), ("tokens", "tokens"))}
     loaded = store.get_episode(ep.id)
@@ -120,7 +131,31 @@ def browse_figures(db: Path, n: int) -> None:
     store.close()
 
 
-def browser_figure(workdir: Path, long_id: str) -> None:
+PAINTED_JS = """(id) => {
+    // The episode's last token (the end of its last tool output) on screen: the view scrolled to its end
+    // and into the window, and the last block's last token inside both. Checked in a requestAnimationFrame
+    // callback, so the frame that passes is the one that paints it; its time is kept on the window.
+    const c = document.querySelector('#rs-episode-header .rs-id code');
+    const view = document.querySelector('#rs-episode-tokens .rs-tokview');
+    if (!c || c.textContent !== id || !view) return false;
+    view.scrollIntoView({block: 'nearest'});
+    view.scrollTop = view.scrollHeight;
+    const blocks = view.querySelectorAll('.rs-tokens .rs-tblock');
+    const toks = blocks.length ? blocks[blocks.length - 1].getElementsByClassName('tok') : [];
+    const last = toks[toks.length - 1];
+    if (!last) return false;
+    const a = last.getBoundingClientRect(), b = view.getBoundingClientRect();
+    const ok = a.height > 0 && a.top >= b.top - 1 && a.bottom <= b.bottom + 1 && a.bottom <= innerHeight + 1;
+    if (ok) window.__rsPainted = performance.now();
+    return ok;
+}"""
+# The time of Open's click, on the page's clock (a listener that runs before Gradio's).
+CLICK_JS = """() => { window.__rsPainted = 0; document.querySelector('#rs-episode-open').addEventListener(
+    'click', () => { window.__rsClicked = performance.now(); }, {capture: true, once: true}); }"""
+SPANS_JS = "() => document.querySelectorAll('#rs-episode-tokens .rs-tokens .tok').length"
+
+
+def browser_figure(workdir: Path, long_ids: dict[str, str], runs: int = 3) -> None:
     from playwright.sync_api import sync_playwright
 
     from dashboard.app import build_app
@@ -128,35 +163,66 @@ def browser_figure(workdir: Path, long_id: str) -> None:
 
     store = Store(workdir / "long.db")
     store.save_episodes(synthetic_episodes(20))
+    small = store.get_episode("ep0000002")
     store.close()
+    ids = {f"{small.n_tokens}": "ep0000002", **long_ids}
     demo = build_app(str(workdir / "long.db"))
     port = _free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, server_name="127.0.0.1", quiet=True)
     url = f"http://127.0.0.1:{port}"
-    wait_js = """(id) => { const c = document.querySelector('#rs-episode-header .rs-id code');
-        return c && c.textContent === id && document.querySelectorAll('#rs-episode-tokens .rs-tokens .tok').length > 0; }"""
+    link: dict[str, list[float]] = {size: [] for size in ids}
+    opened: dict[str, list[float]] = {size: [] for size in ids}
+    spans: dict[str, int] = {}
+    html_mb: dict[str, float] = {}
+
+    def painted(page: Any, episode_id: str) -> None:
+        page.wait_for_function(PAINTED_JS, arg=episode_id, timeout=120_000, polling="raf")
+
     try:
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            page = b.new_page(viewport={"width": 1440, "height": 900})
+            context = b.new_context(viewport={"width": 1440, "height": 900})
+            page = context.new_page()
+            page.goto(f"{url}/?episode=ep0000001")  # the app's files in the browser's cache, as for a second link
+            painted(page, "ep0000001")
+            page.close()
+            for _ in range(runs):
+                for size, episode_id in ids.items():
+                    page = context.new_page()
+                    page.goto(f"{url}/?episode={episode_id}")
+                    painted(page, episode_id)
+                    link[size].append(page.evaluate("() => window.__rsPainted") / 1000)  # from navigation start
+                    spans[size] = page.evaluate(SPANS_JS)
+                    html_mb[size] = page.evaluate(
+                        "() => document.querySelector('#rs-episode-tokens').innerHTML.length") / 1e6
+                    page.close()
+            page = context.new_page()
             page.goto(f"{url}/?episode=ep0000001")
-            page.wait_for_function(wait_js, arg="ep0000001", timeout=60_000)
+            painted(page, "ep0000001")
             box = page.locator("#rs-episode-id").locator("input, textarea").first
-            runs = []
-            for target in [long_id, "ep0000002"] * 3:
-                box.fill(target)
-                start = time.perf_counter()
-                page.locator("#rs-episode-open").click()
-                page.wait_for_function(wait_js, arg=target, timeout=60_000)
-                page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-                if target == long_id:
-                    runs.append(time.perf_counter() - start)
+            for _ in range(runs):
+                for size, episode_id in ids.items():
+                    box.fill(episode_id)
+                    page.evaluate(CLICK_JS)
+                    page.locator("#rs-episode-open").click()
+                    painted(page, episode_id)
+                    opened[size].append(page.evaluate("() => window.__rsPainted - window.__rsClicked") / 1000)
             b.close()
     finally:
         demo.close()
-    print("\n3. Browser (Playwright, chromium, headless): click Open -> 32,000-token view painted")
-    print(f"   runs: {', '.join(f'{r:.2f} s' for r in runs)}; median {statistics.median(runs):.2f} s "
-          "(includes the server's view, the transfer and Gradio's update)")
+
+    def row(size: str, times: list[float]) -> str:
+        return f"   {size:>7} tokens: {', '.join(f'{t:.2f}' for t in times)} s; median {statistics.median(times):.2f} s"
+
+    print(f"\n3. Browser (Playwright, chromium, headless, 1440x900), median of {runs}: until the frame that paints the")
+    print("   episode's last token (the end of its last tool output) in the token view scrolled to its end")
+    print("   a) link: a new tab loads /?episode=ID (the app's files cached); seconds from navigation start.")
+    print("      The small episode's time is the app's own start (Gradio's scripts, first render, load events).")
+    for size, times in link.items():
+        print(row(size, times) + f"; {spans[size]:,} token spans drawn, {html_mb[size]:.2f} MB of token view")
+    print("   b) Open in the Episode tab of a loaded page: seconds from the click")
+    for size, times in opened.items():
+        print(row(size, times))
 
 
 def main() -> None:
@@ -164,13 +230,15 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=100_000)
     ap.add_argument("--db", type=Path, default=Path(tempfile.gettempdir()) / "rollscope-bench-100k.db")
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--no-browse", action="store_true", help="leave out the Browse figures (and their database)")
     a = ap.parse_args()
     print(f"cpus {os.cpu_count()}, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
-        long_id = episode_view(Path(tmp))
-        browse_figures(a.db, a.episodes)
+        long_ids = {size: episode_view(Path(tmp), size) for size in LONG}
+        if not a.no_browse:
+            browse_figures(a.db, a.episodes)
         if not a.no_browser:
-            browser_figure(Path(tmp), long_id)
+            browser_figure(Path(tmp), long_ids)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,22 @@ from engine.chat import encode, end_of_turn_ids
 from engine.records import Generation
 
 
+class Recording:
+    """A backend wrapper that keeps every request, so a test knows what the model received."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", "recording")
+        self.requests: list[GenerationRequest] = []
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        self.requests.append(request)
+        return await self.inner.generate(request)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+
 class FixedReplyBackend:
     """A backend that always says the same text, tokenized like a model's output."""
 

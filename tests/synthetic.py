@@ -14,6 +14,7 @@ speed figures.
 from __future__ import annotations
 
 import functools
+import json
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -149,12 +150,13 @@ def synthetic_episodes(n: int, start: int = 0, **kw: Any) -> Iterator[Episode]:
 # -- one long episode ----------------------------------------------------------
 
 
-def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed: int = 0) -> Episode:
+def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed: int = 0, tools: int = 0) -> Episode:
     """A ``n_tokens``-token, ``n_turns``-turn tool-use episode with real ids of ``tokenizer``.
 
     Every turn: a user or tool delta (mask 0), then an assistant reply with a
     tool call (mask 1, logprobs); one turn has a parse error, several carry
     findings, and a ``logprob_mismatch`` finding carries a per-token diff.
+    ``tools`` JSON tool schemas (about 100 tokens each) follow the system prompt's policy text.
     """
     rng = random.Random(seed)
     im_start, im_end = tokenizer.convert_tokens_to_ids("<|im_start|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -169,6 +171,15 @@ def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed
         return "\n".join(lines)
 
     system = "You are a retail agent. Follow the policy.\n" + chunk(300)
+    if tools:
+        schemas = []
+        for k in range(tools):
+            params = rng.sample(WORDS, 3)
+            schemas.append({"type": "function", "function": {
+                "name": f"tool_{k}_{params[0]}", "description": _sentence(rng, 14) + ".",
+                "parameters": {"type": "object", "required": params[:1], "properties": {
+                    w: {"type": "string", "description": _sentence(rng, 6)} for w in params}}}})
+        system += "\n\n# Tools\n<tools>\n" + "\n".join(json.dumps(s) for s in schemas) + "\n</tools>"
     user0 = "I want to return my order #W123. " + chunk(40)
     ids: list[int] = []
     mask: list[int] = []

@@ -11,6 +11,7 @@ from dashboard.views.episode import render_findings
 from engine.diagnosis import consequences, diagnosis, link_findings, root_of, roots
 from engine.records import Finding, Severity
 from engine.store import DB_SCHEMA, EpisodeFilter, Store
+from tests import tokenview as tv
 
 E, INFO = Severity.ERROR, Severity.INFO
 GOLDEN = Path(__file__).parent / "golden" / "dbschema2.sqlite"
@@ -116,8 +117,6 @@ def test_browse_shows_the_diagnosis_and_says_run_level_kinds_once(tmp_path):
 
 
 def test_the_token_view_draws_roots_and_what_follows_from_them_apart(tmp_path):
-    import re
-
     from dashboard.views.tokens import render_tokens
 
     shutil.copy(GOLDEN, tmp_path / "g.sqlite")
@@ -133,10 +132,10 @@ def test_the_token_view_draws_roots_and_what_follows_from_them_apart(tmp_path):
         Finding("logprobs_misaligned", E, "lp", turn=0, token_start=5, token_end=6),
     )
     out = render_tokens(ep.evolve(findings=found), None, set())
-    classes = re.findall(r'<span class="(tok [^"]*)"', out)
+    classes = tv.classes(tv.payload(out))
     assert len(classes) == n
-    roots_at = [i for i, c in enumerate(classes) if "tok-root" in c.split()]
-    caused_at = [i for i, c in enumerate(classes) if "tok-caused" in c.split()]
+    roots_at = [i for i, c in enumerate(classes) if "tok-root" in c]
+    caused_at = [i for i, c in enumerate(classes) if "tok-caused" in c]
     # The mask finding after the missing header follows from it: drawn faint; the stray logprob before the
     # header is a root of its own.
     assert roots_at == [5, 10] and caused_at == [20, 23]

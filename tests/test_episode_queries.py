@@ -17,7 +17,6 @@ from engine import (
     CheckOptions,
     Episode,
     Finding,
-    Generation,
     GenerationRequest,
     Severity,
     common_prefix,
@@ -33,23 +32,8 @@ from engine.backends.scripted import ScriptedBackend
 from engine.factory import env_factory, load_tokenizer
 from engine.loop import run_episode
 from engine.presets import PRESETS
+from tests.fakes import Recording
 from tests.synthetic import synthetic_episode
-
-
-class Recording:
-    """A backend wrapper that keeps every request, so a test knows what the model received."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = getattr(inner, "name", "recording")
-        self.requests: list[GenerationRequest] = []
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        self.requests.append(request)
-        return await self.inner.generate(request)
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
 
 
 @pytest.fixture(scope="module")

@@ -31,30 +31,15 @@ from engine.factory import env_factory, load_tokenizer
 from engine.formats import import_path
 from engine.loop import run_episode
 from engine.presets import PRESETS
-from engine.records import Episode, Finding, Generation, Severity
+from engine.records import Episode, Finding, Severity
 from engine.replay import ReplayResult, TurnVerdict
 from engine.store import Store
+from tests.fakes import Recording
 from tests.fixtures_formats import slime_sample, write_slime_dump
 from tests.synthetic import long_episode, synthetic_episode
 
 HOSTILE = '<img src=x onerror="window.__xss=1"> and <script>window.__xss=2</script>'
 PROMPT = re.compile(r'<pre class="rs-pb-prompt">(.*?)</pre>', re.S)
-
-
-class Recording:
-    """A backend wrapper that keeps every request, so a test knows what the model received."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = getattr(inner, "name", "recording")
-        self.requests: list[GenerationRequest] = []
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        self.requests.append(request)
-        return await self.inner.generate(request)
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
 
 
 @pytest.fixture(scope="module")

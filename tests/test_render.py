@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import json
 import re
 import time
 from dataclasses import replace
@@ -22,11 +21,10 @@ from engine.loop import run_episode
 from engine.presets import PRESETS
 from engine.provenance import BackendInfo
 from engine.records import Episode, Finding, Message, Segment, Severity, TokenArrays, ToolCall
+from tests import tokenview as tv
 from tests.fakes import FixedReplyBackend
 
 HOSTILE = '<img src=x onerror="window.__xss=1"> and <script>window.__xss=2</script>'
-TOK_SPAN = re.compile(r'<span class="(tok [^"]*)"(?: id="[^"]*")?>')
-META = re.compile(r'data-meta="([^"]*)"')
 
 
 @pytest.fixture(scope="module")
@@ -57,61 +55,114 @@ def _token_html(ep: Episode, tok: Any) -> str:
     return tokens_view.render_tokens(ep, texts, tokens_view.special_token_ids(tok))
 
 
-def _meta(out: str) -> dict[str, Any]:
-    return json.loads(html.unescape(META.search(out).group(1)))
-
-
-def test_one_span_per_token_with_mask_classes(episode: Episode, tok: Any) -> None:
+def test_one_class_per_token_with_mask_classes(episode: Episode, tok: Any) -> None:
     out = _token_html(episode, tok)
-    spans = TOK_SPAN.findall(out)
-    assert len(spans) == episode.n_tokens
-    assert out.count('class="tok ') == episode.n_tokens
-    train = [c for c in spans if "tok-train" in c.split()]
-    ctx = [c for c in spans if "tok-ctx" in c.split()]
+    meta = tv.payload(out)
+    cls = tv.classes(meta)
+    assert meta["n"] == len(cls) == episode.n_tokens
+    assert "<span class=\"tok" not in out  # the script draws the tokens; the server sends data
+    train = [c for c in cls if "tok-train" in c]
+    ctx = [c for c in cls if "tok-ctx" in c]
     assert len(train) == int(episode.tokens.loss_mask.sum()) > 0
     assert len(ctx) == episode.n_tokens - len(train) > 0
+    assert all(("tok-train" in c) == bool(m) for c, m in zip(cls, episode.tokens.loss_mask.tolist(), strict=True))
 
 
 def test_hover_data_carries_id_logprob_mask_and_turn(episode: Episode, tok: Any) -> None:
-    meta = _meta(_token_html(episode, tok))
+    meta = tv.payload(_token_html(episode, tok))
+    n = episode.n_tokens
     assert meta["ids"] == episode.tokens.ids.tolist()
-    assert meta["mask"] == episode.tokens.loss_mask.tolist()
+    assert tv.mask(meta) == episode.tokens.loss_mask.tolist()
+    lp = tv.dense(meta["lp"], n)
     lps = episode.tokens.logprobs.tolist()
-    assert [x is None for x in meta["lp"]] == [x != x for x in lps]
+    assert [x is None for x in lp] == [x != x for x in lps]
     # The prompt has no logprobs; the scripted policy's tokens have logprob 0.
-    assert meta["lp"][0] is None and meta["lp"][episode.prompt_len] == 0.0
+    assert lp[0] is None and lp[episode.prompt_len] == 0.0
     segs = meta["seg"]
-    assert segs[0][0] == 0 and segs[-1][1] == episode.n_tokens
+    assert segs[0][0] == 0 and segs[-1][1] == n
     assert all(a[1] == b[0] for a, b in zip(segs, segs[1:]))  # every token in exactly one run
     first_gen = next(s for s in segs if s[0] <= episode.prompt_len < s[1])
     assert first_gen[2] == "assistant" and first_gen[3] == 0
     assert "diff" not in meta and "ver" not in meta
+    assert meta["turns"] == [[t.index, next(s[0] for s in segs if s[3] == t.index)] for t in episode.turns]
 
 
-def test_special_tokens_styled_and_newlines_visible(episode: Episode, tok: Any) -> None:
+def test_versions_travel_as_runs(episode: Episode, tok: Any) -> None:
+    n = episode.n_tokens
+    versions = np.full(n, -1)
+    versions[episode.prompt_len : n // 2] = 3
+    versions[n // 2 :] = 4
+    t = episode.tokens
+    ep = episode.evolve(tokens=TokenArrays(t.ids, t.loss_mask, t.logprobs, versions))
+    assert tv.payload(_token_html(ep, tok))["ver"] == [[episode.prompt_len, n // 2, 3], [n // 2, n, 4]]
+
+
+def test_special_tokens_styled_and_texts_kept_with_newlines(episode: Episode, tok: Any) -> None:
     out = _token_html(episode, tok)
+    meta = tv.payload(out)
     special = tokens_view.special_token_ids(tok)
-    spans = TOK_SPAN.findall(out)
     ids = episode.tokens.ids.tolist()
-    for i, cls in enumerate(spans):
-        assert ("tok-special" in cls.split()) == (ids[i] in special)
-    assert ">&lt;|im_start|&gt;</span>" in out
-    assert "↵\n</span>" in out
+    for i, cls in enumerate(tv.classes(meta)):
+        assert ("tok-special" in cls) == (ids[i] in special)
+    texts = tv.texts(meta)
+    assert texts == tokens_view.decode_token_texts(tok, ids)
+    assert "<|im_start|>" in texts and any("\n" in t for t in texts)
+    assert "&lt;|im_start|&gt;" in out and "<|im_start|>" not in out  # escaped in the attribute
+    assert len(meta["vid"]) == len(set(ids))  # each distinct text once
 
 
-def test_turn_anchors_blocks_and_navigation(episode: Episode, tok: Any) -> None:
+def test_blocks_start_at_turns_and_tile_the_tokens(episode: Episode, tok: Any) -> None:
     out = _token_html(episode, tok)
-    for t in episode.turns:
-        assert out.count(f'id="turn-{t.index}"') == 1
-    assert out.count('<div class="rs-tblock">') == len({s.turn for s in episode.segments})
+    meta = tv.payload(out)
+    blocks = meta["blocks"]
+    assert blocks[0][0] == 0 and blocks[-1][1] == episode.n_tokens
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    starts = {b[0] for b in blocks}
+    assert all(i in starts for _, i in meta["turns"])
     assert out.count('data-jump="turn-') == episode.n_turns  # the turn navigation
+    assert meta["fold"] == []  # a short prompt: nothing folded
+
+
+def test_blocks_cut_long_runs_at_line_ends() -> None:
+    n = 5_000
+    line_ends = np.zeros(n, dtype=bool)
+    line_ends[99::100] = True  # a newline every 100 tokens
+    line_ends[3_000:] = False  # then one line of 2,000 tokens
+    blocks = tokens_view.blocks(n, [1_000], line_ends)
+    assert blocks[0][0] == 0 and blocks[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    assert any(b[0] == 1_000 for b in blocks)  # a cut is a block boundary
+    for b in blocks:
+        assert b[1] - b[0] <= tokens_view.BLOCK_MAX
+        if b[1] <= 3_000 and b[1] not in (1_000, n):
+            assert line_ends[b[1] - 1]  # ends with its line
+    # A block that starts inside a line says so; one that starts after a line end does not.
+    assert all((len(b) == 3) == (not line_ends[b[0] - 1] and b[0] != 1_000) for b in blocks[1:])
+    assert [b for b in blocks if b[0] >= 3_000 and len(b) == 3]
+
+
+def test_long_context_folds_in_prompt_segments_only(episode: Episode) -> None:
+    n_sys = 1_000
+    ids = [1] + list(range(100, 100 + n_sys)) + [2] + list(range(200, 700)) + [2]
+    n = len(ids)
+    mask = [0] * (n_sys + 2) + [1] * 501
+    segs = (Segment(0, n_sys + 2, "prompt", None, False), Segment(n_sys + 2, n, "assistant", 0, True))
+    ep = episode.evolve(tokens=TokenArrays(ids, mask, [float("nan")] * n), segments=segs, prompt_len=n_sys + 2)
+    out = tokens_view.render_tokens(ep, [f"w{i} " for i in ids], {1, 2})
+    meta = tv.payload(out)
+    keep = tokens_view.FOLD_KEEP
+    # The system prompt between its special tokens, less a few tokens at each end; not the long reply.
+    assert meta["fold"] == [[1 + keep, 1 + n_sys - keep, "prompt"]]
+    assert f"{n_sys - 2 * keep:,} tokens of long context folded" in out
+    a, b = meta["fold"][0][:2]
+    assert not any(x[0] < a < x[1] or x[0] < b < x[1] for x in meta["blocks"])  # folds hold whole blocks
 
 
 def test_logprob_heat_classes(episode: Episode) -> None:
     lps = [float("nan"), -0.01, -0.3, -0.7, -1.5, -3.0, -9.0]
     ep = episode.evolve(tokens=TokenArrays(list(range(7)), [0, 1, 1, 1, 1, 1, 1], lps), segments=(), prompt_len=1)
-    classes = TOK_SPAN.findall(tokens_view.render_tokens(ep, [str(i) for i in range(7)], set()))
-    assert [next((c for c in cls.split() if re.fullmatch(r"l\d", c)), None) for cls in classes] == [
+    classes = tv.classes(tv.payload(tokens_view.render_tokens(ep, [str(i) for i in range(7)], set())))
+    assert [next((c for c in cls if re.fullmatch(r"l\d", c)), None) for cls in classes] == [
         None, "l0", "l1", "l2", "l3", "l4", "l5"]
 
 
@@ -127,15 +178,15 @@ def test_logprob_mismatch_diff_in_hover_heat_and_marks(episode: Episode, tok: An
                 token_end=over[-1] + 1, evidence={"over": over, "diff": diff, "threshold": 0.5})
     ep = episode.evolve(findings=(f,))
     out = _token_html(ep, tok)
-    meta = _meta(out)
-    assert meta["diff"] == diff
+    meta = tv.payload(out)
+    assert tv.dense(meta["diff"], n) == diff
     assert meta["find"] == [[over[0], over[0] + 1, "logprob_mismatch"], [over[1], over[1] + 1, "logprob_mismatch"]]
-    classes = TOK_SPAN.findall(out)
+    classes = tv.classes(meta)
     # Only the tokens over the threshold are flagged, not every token between them.
-    assert [i for i, c in enumerate(classes) if "tok-flag" in c.split()] == over
-    assert all("d4" in classes[i].split() for i in over)
-    assert "d0" in classes[trainable[0]].split() and not any(c.startswith("d") for c in classes[0].split())
-    assert f'id="tok-{over[0]}"' in out
+    assert [i for i, c in enumerate(classes) if "tok-flag" in c] == over
+    assert all("d4" in classes[i] for i in over)
+    assert "d0" in classes[trainable[0]] and not any(c.startswith("d") for c in classes[0])
+    assert meta["starts"] == [over[0]]  # the anchor the findings list links to
     # The findings list summarizes the per-token diff instead of printing it.
     listing = episode_view.render_findings(ep)
     assert "per-token values" in listing and "-1.5" not in listing
@@ -160,8 +211,9 @@ def test_hostile_text_is_escaped_everywhere(hostile: Episode, tok: Any) -> None:
     conv = outputs[1]
     assert html.escape(HOSTILE, quote=True) in conv
     assert "&lt;script&gt;" in conv
-    assert "&lt;script&gt;" in outputs[2] or "&lt;/" in outputs[2]
     assert "onerror=&quot;" in conv
+    # The tokens' texts travel as data and are set as text by the script.
+    assert "<script>window.__xss=2</script>" in "".join(tv.texts(tv.payload(outputs[2])))
 
 
 def test_tool_calls_findings_and_metadata_are_escaped(episode: Episode) -> None:
@@ -181,8 +233,8 @@ def test_tool_calls_findings_and_metadata_are_escaped(episode: Episode) -> None:
     conv = episode_view.render_conversation(ep)
     assert "&quot;q&quot;: &quot;&lt;script&gt;x&lt;/script&gt;&quot;" in conv  # JSON-formatted arguments
     assert "parse error" in conv and 'href="#tok-3"' in conv
-    tokens = tokens_view.render_tokens(ep, None, set())
-    assert 'id="tok-3"' in tokens and tokens.count("tok-flag") == 2
+    meta = tv.payload(tokens_view.render_tokens(ep, None, set()))
+    assert meta["starts"] == [3] and [i for i, c in enumerate(tv.classes(meta)) if "tok-flag" in c] == [3, 4]
     listing = episode_view.render_findings(ep)
     assert "<script" not in listing and "&lt;script&gt;x&lt;/script&gt;" in listing
     assert 'data-jump="tok-3"' in listing and 'data-jump="conv-turn-0"' in listing
@@ -191,10 +243,9 @@ def test_tool_calls_findings_and_metadata_are_escaped(episode: Episode) -> None:
 def test_missing_tokenizer_shows_ids_and_why(episode: Episode) -> None:
     out = tokens_view.render_tokens(episode, None, set(), tokenizer_error="no <such> tokenizer")
     assert "could not be loaded" in out and "no &lt;such&gt; tokenizer" in out
-    spans = TOK_SPAN.findall(out)
-    assert len(spans) == episode.n_tokens
-    first_id = int(episode.tokens.ids[0])
-    assert f">{first_id}</span>" in out
+    meta = tv.payload(out)
+    assert tv.texts(meta) is None and meta["ids"] == episode.tokens.ids.tolist()
+    assert all("tok-id" in c for c in tv.classes(meta))
 
 
 def test_long_texts_fold(episode: Episode) -> None:
@@ -211,8 +262,9 @@ def test_32k_token_episode_renders(episode: Episode) -> None:
     segs = tuple(Segment(i, min(i + 500, n), "assistant", i // 1000, True) for i in range(0, n, 500))
     big = episode.evolve(tokens=TokenArrays(ids, mask, rng.normal(size=n)), segments=segs, prompt_len=0)
     texts = [f"t{i % 97}" for i in range(n)]
-    out = tokens_view.render_tokens(big, texts, {0, 1, 2})
-    assert out.count('class="tok ') == n
+    meta = tv.payload(tokens_view.render_tokens(big, texts, {0, 1, 2}))
+    assert tv.texts(meta) == texts and tv.mask(meta) == mask.tolist()
+    assert len(tv.classes(meta)) == n and max(b[1] - b[0] for b in meta["blocks"]) <= tokens_view.BLOCK_MAX
 
 
 def test_32k_token_episode_renders_fast_enough(episode: Episode) -> None:
@@ -226,7 +278,7 @@ def test_32k_token_episode_renders_fast_enough(episode: Episode) -> None:
     out = tokens_view.render_tokens(big, texts, set())
     # A guard, not a benchmark (bench/dashboard_speed.py): a few hundred ms is normal.
     assert time.perf_counter() - start < 3.0
-    assert len(out) < 120 * n  # no per-token tooltip text: the hover reads data-meta
+    assert len(out) < 40 * n  # no element per token: the script draws them from the data
 
 
 def test_findings_list_errors_first_with_links(episode: Episode) -> None:

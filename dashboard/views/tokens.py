@@ -1,15 +1,23 @@
-"""The token view: every token of an episode, colored by loss mask, as escaped HTML.
+"""The token view: every token of an episode, colored by loss mask, drawn in the browser from compact data.
 
-Built for long episodes (tens of thousands of tokens). Each token is one
-small ``<span>`` with classes only; what the hover shows (id, logprob, mask,
-turn, version, the logprob-mismatch difference, findings) travels once as a
-JSON ``data-meta`` attribute of the view and is read by ``assets/tokens.js`` on
-hover, instead of a ``title`` on every span (which tripled the page). The
-toggles (logprob heat map, mismatch heat map, special tokens) are classes on
-an ancestor, so switching them is a style change in the browser, not a new
-page from the server.
+Built for long episodes (a hundred thousand tokens and more). The server
+sends no span per token: the view is a header (counts, legend, turn links)
+and one JSON ``data-meta`` attribute holding the tokens compactly (ids, each
+distinct text once, an index per token into the few distinct class strings,
+runs of loss mask and of known logprobs, segments, turn starts, finding
+marks, and the blocks the tokens are drawn in). ``assets/tokens.js`` lays out
+an empty block of the right estimated height for each, draws the tokens of
+the blocks near the screen as ``<span>`` elements and empties those that
+leave it, so the page holds a few thousand spans whatever the episode's
+length. Long context (a run of ordinary tokens in a ``prompt`` or ``system``
+segment: the system prompt, tool schemas) is folded behind one control that
+unfolds it. The hover reads the same data; the toggles (logprob heat map,
+mismatch heat map, special tokens) are classes on an ancestor, so switching
+them is a style change in the browser, not a new page from the server.
 
-Every token text is escaped (``esc``), cached per distinct text.
+Which class each token gets is decided here (``token_classes``); the
+browser only looks it up. Token texts reach the page inside the escaped
+attribute and are set as text by the script, never parsed as markup.
 """
 
 from __future__ import annotations
@@ -24,12 +32,21 @@ import numpy as np
 
 from engine import Episode, Finding, Severity, linked, tokenizers
 
-from .html import css_class, esc, note
+from .html import esc, note
 
 # Logprob heat buckets: class lK for -logprob below each bound, l5 beyond.
 LOGPROB_BOUNDS = (0.1, 0.5, 1.0, 2.0, 4.0)
 # Mismatch buckets: class dK for |recomputed - rollout| below each bound, d4 beyond.
 DIFF_BOUNDS = (0.05, 0.2, 0.5, 1.0)
+# Blocks: the browser draws and drops tokens a block at a time. A block ends at a turn's start, at a fold's
+# edges, and at the first line end after BLOCK_TOKENS tokens (mid-line only in a line past BLOCK_MAX).
+BLOCK_TOKENS = 256
+BLOCK_MAX = 1024
+# Folds: in a segment of these kinds, a run of this many tokens between special tokens folds, all but
+# FOLD_KEEP tokens at each end of it.
+FOLD_KINDS = ("prompt", "system")
+FOLD_MIN = 256
+FOLD_KEEP = 24
 
 
 # -- token texts ----------------------------------------------------------
@@ -92,19 +109,22 @@ def decode_token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
         return [plain[i] for i in ids]
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     out: list[str] = []
+    dangling = False  # bytes of an unfinished character in the decoder
     for i in ids:
         if i in broken:
             out.append(decoder.decode(read(i)))
+            dangling = bool(decoder.getstate()[0])
             continue
-        if decoder.getstate()[0]:
+        if dangling:
             # Bytes left dangling by a cut-off character: show them as U+FFFD
             # on the token that left them, as a full decode would.
             tail = decoder.decode(b"", final=True)
             if out:
                 out[-1] += tail
             decoder.reset()
+            dangling = False
         out.append(plain[i])
-    if decoder.getstate()[0] and out:
+    if dangling and out:
         out[-1] += decoder.decode(b"", final=True)
     return out
 
@@ -186,28 +206,172 @@ def logprob_diff(ep: Episode) -> tuple[list[float | None] | None, str | None]:
     return [None if d is None else float(d) for d in diff], None
 
 
-def _buckets(values: np.ndarray, bounds: Sequence[float]) -> list[int]:
+def _buckets(values: np.ndarray, bounds: Sequence[float]) -> np.ndarray:
     """Bucket index per value (``len(bounds)`` beyond the last bound), -1 for NaN."""
     b = np.digitize(values, bounds)
-    return np.where(np.isnan(values), -1, b).tolist()
+    return np.where(np.isnan(values), -1, b)
 
 
-def _meta(ep: Episode, runs: list[tuple[int, int, str, int | None]], marks_by_run: list[list[Any]],
-          diff: list[float | None] | None) -> str:
+def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """The [start, end) runs where ``flags`` is true."""
+    edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True))
+
+
+def _sparse(values: np.ndarray) -> list[list[Any]]:
+    """[start, [values]] for each run of known (finite) values, rounded to 4 decimals."""
+    return [[a, np.round(values[a:b], 4).tolist()] for a, b in _runs(np.isfinite(values))]
+
+
+def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[int],
+                  diff: list[float | None] | None = None,
+                  found: tuple[dict[int, list[str]], set[int], set[int]] | None = None) -> tuple[list[str], list[int]]:
+    """(the distinct class strings, each token's index into them).
+
+    Classes: ``tok-train`` (loss mask 1) or ``tok-ctx`` (mask 0), plus ``tok-special`` for special ids,
+    ``tok-flag`` where a finding marks the token (with ``tok-root`` where a root finding marks it,
+    ``tok-caused`` where only findings that follow from one do), ``tok-partial`` for a piece of a
+    multi-token character, ``tok-id`` when ids are shown instead of texts, ``l0``..``l5`` (logprob
+    bucket, see ``LOGPROB_BOUNDS``) and ``d0``..``d4`` (mismatch bucket, ``DIFF_BOUNDS``).
+    ``found`` is ``finding_marks`` of the episode's findings, when the caller has it.
+    """
     tok = ep.tokens
-    lp = np.round(tok.logprobs.astype(np.float64), 4).tolist()
-    meta: dict[str, Any] = {
-        "ids": tok.ids.tolist(),
-        "lp": [None if x != x else x for x in lp],  # x != x: NaN, unknown
-        "mask": tok.loss_mask.tolist(),
+    n = len(tok)
+    ids = tok.ids.astype(np.int64)
+    mask = (tok.loss_mask != 0).astype(np.int64)
+    special = np.isin(ids, np.fromiter(special_ids, dtype=np.int64, count=len(special_ids))).astype(np.int64)
+    if token_texts is None:
+        text = np.full(n, 2, dtype=np.int64)
+    else:
+        text = np.fromiter((t == "" for t in token_texts), dtype=np.int64, count=n)
+    heat = _buckets(-tok.logprobs.astype(np.float64), LOGPROB_BOUNDS) + 1  # by surprise, -logprob
+    dheat = np.zeros(n, dtype=np.int64)
+    if diff is not None:
+        dheat = _buckets(np.abs(np.array([np.nan if d is None else d for d in diff], dtype=np.float64)),
+                         DIFF_BOUNDS) + 1
+    marks, _, rooted = found or finding_marks(linked(ep.all_findings()), n)
+    flag = np.zeros(n, dtype=np.int64)
+    if marks:
+        flag[list(marks)] = 2
+        if rooted:
+            flag[list(rooted)] = 1
+    key = mask + 2 * special + 4 * text + 12 * heat + 84 * dheat + 588 * flag
+    codes, index = np.unique(key, return_inverse=True)
+    names = []
+    for k in codes.tolist():
+        cls = "tok tok-train" if k % 2 else "tok tok-ctx"
+        cls += " tok-special" if k // 2 % 2 else ""
+        cls += ("", " tok-partial", " tok-id")[k // 4 % 3]
+        cls += f" l{k // 12 % 7 - 1}" if k // 12 % 7 else ""
+        cls += f" d{k // 84 % 7 - 1}" if k // 84 % 7 else ""
+        cls += ("", " tok-flag tok-root", " tok-flag tok-caused")[k // 588]
+        names.append(cls)
+    return names, index.reshape(-1).tolist()
+
+
+def folds(ep: Episode, runs: list[tuple[int, int, str, int | None]], special_ids: set[int]) -> list[list[Any]]:
+    """[start, end, label] of the long context folded by default: in ``FOLD_KINDS`` segments, each run of
+    at least ``FOLD_MIN`` tokens between special tokens (a system prompt, a block of tool schemas), less
+    ``FOLD_KEEP`` tokens at each end, so where it starts and ends stays in view."""
+    ids = ep.tokens.ids
+    specials = np.fromiter(special_ids, dtype=np.int64, count=len(special_ids))
+    out: list[list[Any]] = []
+    for start, end, kind, turn in runs:
+        if kind not in FOLD_KINDS or end - start < FOLD_MIN:
+            continue
+        ordinary = ~np.isin(ids[start:end].astype(np.int64), specials)
+        for a, b in _runs(ordinary):
+            if b - a >= FOLD_MIN:
+                label = f"T{turn} {kind}" if turn is not None else kind
+                out.append([start + a + FOLD_KEEP, start + b - FOLD_KEEP, label])
+    return out
+
+
+def blocks(n: int, cuts: Iterable[int], line_ends: np.ndarray) -> list[list[int]]:
+    """[start, end] (and a third item, 1, for a block that goes on with the line of the one before) of the
+    blocks the view draws: every token in one, a block boundary at each of ``cuts``, the rest cut at the
+    first line end (``line_ends``: tokens whose text holds a newline) after ``BLOCK_TOKENS`` tokens."""
+    ends = np.flatnonzero(line_ends)
+    out: list[list[int]] = []
+    bounds = sorted({0, n, *(c for c in cuts if 0 < c < n)})
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        pos, cont = a, False
+        while pos < b:
+            stop = b
+            if b - pos > BLOCK_TOKENS:
+                k = int(np.searchsorted(ends, pos + BLOCK_TOKENS - 1))
+                line_end = int(ends[k]) + 1 if k < len(ends) else b
+                stop = line_end if line_end - pos <= BLOCK_MAX else pos + BLOCK_MAX
+                if b - stop < BLOCK_TOKENS // 8:
+                    stop = b  # no sliver of a block at the end
+            out.append([pos, stop, 1] if cont else [pos, stop])
+            cont = stop < b and not line_ends[stop - 1]
+            pos = stop
+    return out
+
+
+def token_payload(ep: Episode, token_texts: list[str] | None, special_ids: set[int],
+                  diff: list[float | None] | None = None) -> dict[str, Any]:
+    """What the browser draws the view from and the hover reads (see the module's docstring):
+
+    ``n`` tokens; ``ids``; ``vid``/``vtx`` the distinct ids and their texts and ``over`` [position, text]
+    where a token's text is not its id's (absent when ids are shown); ``cls``/``c`` the class strings and
+    each token's index into them (``token_classes``); ``mask`` runs of loss mask 1; ``lp`` (and ``diff``)
+    [start, values] runs of known values; ``ver`` [start, end, version] runs; ``seg`` [start, end, kind,
+    turn] runs covering every token once; ``turns`` [turn, first token]; ``find`` [start, end, kinds]
+    runs of finding marks and ``starts`` where findings start; ``blocks`` and ``fold`` as ``blocks`` and
+    ``folds`` say.
+    """
+    tok = ep.tokens
+    n = len(tok)
+    ids = tok.ids.tolist()
+    runs = spans(ep)
+    found = finding_marks(linked(ep.all_findings()), n)
+    marks, starts, _ = found
+    names, index = token_classes(ep, token_texts, special_ids, diff, found)
+    meta: dict[str, Any] = {"n": n, "ids": ids}
+    line_ends = np.zeros(n, dtype=bool)
+    if token_texts is not None:
+        vocab: dict[int, str] = {}
+        over: list[list[Any]] = []
+        for i, (tid, text) in enumerate(zip(ids, token_texts, strict=True)):
+            if vocab.setdefault(tid, text) != text:
+                over.append([i, text])
+        meta |= {"vid": list(vocab), "vtx": list(vocab.values()), "over": over}
+        broken = {tid for tid, text in vocab.items() if "\n" in text}
+        line_ends = np.isin(tok.ids, np.fromiter(broken, dtype=np.int64, count=len(broken)))
+        for i, text in over:
+            line_ends[i] = "\n" in text
+    turns: dict[int, int] = {}
+    for start, _, _, turn in runs:
+        if turn is not None:
+            turns.setdefault(turn, start)
+    fold = folds(ep, runs, special_ids)
+    cuts = [*turns.values(), *(x for f in fold for x in f[:2])]
+    meta |= {
+        "cls": names, "c": index,
+        "mask": [list(r) for r in _runs(tok.loss_mask != 0)],
+        "lp": _sparse(tok.logprobs.astype(np.float64)),
         "seg": [[s, e, k, t] for s, e, k, t in runs],
-        "find": marks_by_run,
+        "turns": [[t, i] for t, i in turns.items()],
+        "find": _mark_runs(marks),
+        "starts": sorted(starts),
+        "blocks": blocks(n, cuts, line_ends),
+        "fold": fold,
     }
     if (tok.versions >= 0).any():
-        meta["ver"] = tok.versions.tolist()
+        v = tok.versions
+        meta["ver"] = [[a, b, int(v[a])] for known in _runs(v >= 0) for a, b in _same(v, *known)]
     if diff is not None:
-        meta["diff"] = diff
-    return esc(json.dumps(meta, separators=(",", ":"), allow_nan=False))
+        meta["diff"] = _sparse(np.array([np.nan if d is None else d for d in diff], dtype=np.float64))
+    return meta
+
+
+def _same(values: np.ndarray, start: int, end: int) -> list[tuple[int, int]]:
+    """The runs of equal values in values[start:end]."""
+    cuts = (np.flatnonzero(np.diff(values[start:end])) + start + 1).tolist()
+    edges = [start, *cuts, end]
+    return list(zip(edges, edges[1:], strict=False))
 
 
 def _legend(has_diff: bool) -> str:
@@ -250,23 +414,16 @@ def render_tokens(
     *,
     tokenizer_error: str | None = None,
 ) -> str:
-    """Every token of the episode as a ``<span class="tok ...">``; hover data in ``data-meta``.
+    """The token view of ``ep``: its header and, in ``data-meta``, the tokens (``token_payload``).
 
-    Classes: ``tok-train`` (loss mask 1) or ``tok-ctx`` (mask 0), plus
-    ``tok-special`` for special ids, ``tok-flag`` inside a finding's span (with ``tok-root`` where a root
-    finding marks it, ``tok-caused`` where only findings that follow from one do),
-    ``tok-partial`` for a piece of a multi-token character, ``l0``..``l5``
-    (logprob bucket, see ``LOGPROB_BOUNDS``) and ``d0``..``d4`` (mismatch
-    bucket, ``DIFF_BOUNDS``). The first token of each turn carries
-    ``id="turn-N"``, and an anchor ``id="tok-I"`` precedes the first token of
-    each finding, so other views can link and scroll to them. Without texts
-    (``token_texts`` None, e.g. the tokenizer did not load) the ids are
+    The browser draws each token as a ``<span class="tok ...">`` (``token_classes``); the first token of
+    each turn carries ``id="turn-N"`` and an anchor ``id="tok-I"`` precedes the first token of each
+    finding, so other views can link to them (``data-jump``); the script draws a target's block before
+    scrolling to it. Without texts (``token_texts`` None, e.g. the tokenizer did not load) the ids are
     shown instead, with a note saying why.
     """
     tok = ep.tokens
     n = len(tok)
-    ids = tok.ids.tolist()
-    mask = tok.loss_mask.tolist()
     notes: list[str] = []
     if token_texts is not None and len(token_texts) != n:
         notes.append(f"token texts ({len(token_texts)}) do not match the episode's {n} tokens; showing ids")
@@ -277,69 +434,22 @@ def render_tokens(
     diff, diff_note = logprob_diff(ep)
     if diff_note:
         notes.append(diff_note)
-    heat = _buckets(-tok.logprobs.astype(np.float64), LOGPROB_BOUNDS)  # by surprise, -logprob
-    dheat = _buckets(np.array([np.nan if d is None else abs(d) for d in diff], dtype=np.float64), DIFF_BOUNDS) if diff else None
     findings = linked(ep.all_findings())
-    marks, finding_starts, rooted = finding_marks(findings, n)
-    runs = spans(ep)
-    esc_cache: dict[str, str] = {}
-    turn_seen: set[int] = set()
-    out: list[str] = []
-    push = out.append
-    block: int | None | str = "none yet"
-    for start, end, kind, turn in runs:
-        if turn != block:
-            # One block per turn: the browser lays out and styles only the
-            # blocks near the screen (content-visibility), which is most of
-            # what a 32,000-token view costs.
-            push(("</div>" if block != "none yet" else "") + '<div class="rs-tblock">')
-            block = turn
-        if kind != "tail":  # a tail is one newline; its label would be clutter
-            label = f"T{turn} {kind}" if turn is not None else kind
-            push(f'<span class="seg-mark seg-{css_class(kind)}" data-label="{esc(label)}"></span>')
-        for i in range(start, end):
-            tid = ids[i]
-            cls = "tok tok-train" if mask[i] else "tok tok-ctx"
-            if tid in special_ids:
-                cls += " tok-special"
-            if token_texts is None:
-                text = str(tid)
-                cls += " tok-id"
-            else:
-                raw = token_texts[i]
-                text = esc_cache.get(raw)
-                if text is None:
-                    text = esc(raw).replace("\r", "␍").replace("\n", "↵\n") if raw else "◦"
-                    esc_cache[raw] = text
-                if not raw:
-                    cls += " tok-partial"
-            if heat[i] >= 0:
-                cls += f" l{heat[i]}"
-            if dheat is not None and dheat[i] >= 0:
-                cls += f" d{dheat[i]}"
-            if i in marks:
-                cls += " tok-flag tok-root" if i in rooted else " tok-flag tok-caused"
-            anchor = ""
-            if turn is not None and turn not in turn_seen:
-                turn_seen.add(turn)
-                anchor = f' id="turn-{turn}"'
-            if i in finding_starts:
-                # Its own element: a finding may start on a turn's first token.
-                push(f'<a class="tok-anchor" id="tok-{i}"></a>')
-            push(f'<span class="{cls}"{anchor}>{text}</span>')
-    if block != "none yet":
-        push("</div>")
+    meta = token_payload(ep, token_texts, special_ids, diff)
+    folded = sum(b - a for a, b, _ in meta["fold"])
     summary = (
         f'<div class="rs-tok-summary">{n:,} tokens · prompt {ep.prompt_len:,} · response {ep.response_len:,} · '
         f'<span class="rs-train-text">trainable {tok.n_trainable:,}</span>'
         + (f" · {len(findings)} finding{'s' if len(findings) != 1 else ''}" if findings else "")
+        + (f' · <span class="rs-dim">{folded:,} tokens of long context folded</span>' if folded else "")
         + "</div>"
     )
     note_html = "".join(note(x, "warn") for x in notes)
+    data = esc(json.dumps(meta, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
     return (
-        f'<div class="rs-tokview" data-meta="{_meta(ep, runs, _mark_runs(marks), diff)}">'
+        f'<div class="rs-tokview" data-meta="{data}">'
         f'<div class="rs-tokhead">{summary}{_legend(diff is not None)}{_turn_nav(ep)}</div>{note_html}'
-        f'<div class="rs-tokens">{"".join(out)}</div></div>'
+        '<div class="rs-tokens"></div></div>'
     )
 
 
@@ -353,7 +463,6 @@ def _mark_runs(marks: dict[int, list[str]]) -> list[list[Any]]:
         else:
             out.append([i, i + 1, kinds])
     return out
-
 
 
 def episode_tokenizer(ep: Episode) -> tuple[Any, str | None]:

@@ -7,6 +7,7 @@ loading the tokenizer are the slow parts, and every test only reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -83,9 +84,16 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def dashboard_url(dashboard_db: DashboardDb) -> Iterator[str]:
     """The base URL of the real app, served from a background thread."""
+    with serve(dashboard_db.path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve(db: Path) -> Iterator[str]:
+    """The real app over ``db``, served from a background thread while the block runs: its base URL."""
     from dashboard.app import build_app
 
-    demo = build_app(str(dashboard_db.path))
+    demo = build_app(str(db))
     port = _free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, server_name="127.0.0.1", quiet=True)
     try:

@@ -275,21 +275,24 @@ def test_long_episode_token_view_is_responsive(page: Any, site: BrowseDb, screen
         page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
         if target == site.long_id:
             timings.append(time.perf_counter() - start)
-    n = page.locator(f"{TOKENS} .rs-tokens .tok").count()
-    assert n >= 32_000
+    drawn = page.locator(f"{TOKENS} .rs-tokens .tok").count()
+    assert 0 < drawn < 8_000  # the blocks near the screen, not all 32,000 tokens
     start = time.perf_counter()
-    tok = page.locator(f"{TOKENS} .rs-tokens .tok").nth(25_000)
-    tok.scroll_into_view_if_needed()
+    page.locator(f'{TOKENS} .rs-turnnav a[data-jump="turn-50"]').click()
+    tok = page.locator("#turn-50")
+    tok.wait_for(state="visible")
     tok.hover()
-    page.wait_for_function(f"() => document.querySelector('{TOKENS} .rs-hover').textContent.startsWith('#25000 ')")
+    i = int(tok.get_attribute("data-i"))
+    page.wait_for_function(f"() => document.querySelector('{TOKENS} .rs-hover').textContent.startsWith('#{i} ')")
     hover_s = time.perf_counter() - start
+    assert i > 25_000
     start = time.perf_counter()
     page.locator("#rs-token-toggles label", has_text="logprob heat map").click()
     page.wait_for_function(f"() => document.querySelector('{TOKENS}').classList.contains('rs-heat')")
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     toggle_s = time.perf_counter() - start
-    print(f"\n[figure] browser: {n:,}-token episode view shown {min(timings):.2f} s after Open "
-          f"(runs: {', '.join(f'{t:.2f}' for t in timings)}); hover far down {hover_s:.2f} s; heat toggle {toggle_s:.2f} s")
+    print(f"\n[figure] browser: 32,000-token episode view shown {min(timings):.2f} s after Open "
+          f"(runs: {', '.join(f'{t:.2f}' for t in timings)}); jump to turn 50 and hover {hover_s:.2f} s; heat toggle {toggle_s:.2f} s")
     page.screenshot(path=str(screenshots / "episode_32k.png"))
     assert min(timings) < 15 and hover_s < 5 and toggle_s < 5
     assert not page.errors

@@ -3,7 +3,6 @@ spread, opening a sample and comparing two."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,13 +13,8 @@ import pytest
 
 from engine.factory import load_tokenizer
 from engine.store import Store
+from tests.browser.conftest import serve
 from tests.groupdata import DIVERGE_AT, group
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _seed(path: Path) -> None:
@@ -34,18 +28,11 @@ def _seed(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from dashboard.app import build_app
-
     db = tmp_path_factory.mktemp("group") / "rollscope.db"
     with ThreadPoolExecutor(max_workers=1) as pool:  # Playwright may run a loop in this thread
         pool.submit(_seed, db).result()
-    demo = build_app(str(db))
-    port = _free_port()
-    demo.launch(prevent_thread_lock=True, server_port=port, server_name="127.0.0.1", quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        demo.close()
+    with serve(db) as url:
+        yield url
 
 
 def _selected(page: Any, name: str) -> None:
