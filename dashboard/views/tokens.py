@@ -224,7 +224,7 @@ def _sparse(values: np.ndarray) -> list[list[Any]]:
 
 
 def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[int],
-                  diff: list[float | None] | None = None,
+                  diff: np.ndarray | None = None,
                   found: tuple[dict[int, list[str]], set[int], set[int]] | None = None) -> tuple[list[str], list[int]]:
     """(the distinct class strings, each token's index into them).
 
@@ -233,7 +233,8 @@ def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     ``tok-caused`` where only findings that follow from one do), ``tok-partial`` for a piece of a
     multi-token character, ``tok-id`` when ids are shown instead of texts, ``l0``..``l5`` (logprob
     bucket, see ``LOGPROB_BOUNDS``) and ``d0``..``d4`` (mismatch bucket, ``DIFF_BOUNDS``).
-    ``found`` is ``finding_marks`` of the episode's findings, when the caller has it.
+    ``diff`` is the per-token logprob mismatch (NaN where unknown); ``found`` is ``finding_marks`` of the
+    episode's findings, when the caller has it.
     """
     tok = ep.tokens
     n = len(tok)
@@ -247,8 +248,7 @@ def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     heat = _buckets(-tok.logprobs.astype(np.float64), LOGPROB_BOUNDS) + 1  # by surprise, -logprob
     dheat = np.zeros(n, dtype=np.int64)
     if diff is not None:
-        dheat = _buckets(np.abs(np.array([np.nan if d is None else d for d in diff], dtype=np.float64)),
-                         DIFF_BOUNDS) + 1
+        dheat = _buckets(np.abs(diff), DIFF_BOUNDS) + 1
     marks, _, rooted = found or finding_marks(linked(ep.all_findings()), n)
     flag = np.zeros(n, dtype=np.int64)
     if marks:
@@ -328,7 +328,8 @@ def token_payload(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     runs = spans(ep)
     found = finding_marks(linked(ep.all_findings()), n)
     marks, starts, _ = found
-    names, index = token_classes(ep, token_texts, special_ids, diff, found)
+    diffs = None if diff is None else np.array([np.nan if d is None else d for d in diff], dtype=np.float64)
+    names, index = token_classes(ep, token_texts, special_ids, diffs, found)
     meta: dict[str, Any] = {"n": n, "ids": ids}
     line_ends = np.zeros(n, dtype=bool)
     if token_texts is not None:
@@ -362,8 +363,8 @@ def token_payload(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     if (tok.versions >= 0).any():
         v = tok.versions
         meta["ver"] = [[a, b, int(v[a])] for known in _runs(v >= 0) for a, b in _same(v, *known)]
-    if diff is not None:
-        meta["diff"] = _sparse(np.array([np.nan if d is None else d for d in diff], dtype=np.float64))
+    if diffs is not None:
+        meta["diff"] = _sparse(diffs)
     return meta
 
 
@@ -434,13 +435,13 @@ def render_tokens(
     diff, diff_note = logprob_diff(ep)
     if diff_note:
         notes.append(diff_note)
-    findings = linked(ep.all_findings())
+    n_found = len(ep.all_findings())
     meta = token_payload(ep, token_texts, special_ids, diff)
     folded = sum(b - a for a, b, _ in meta["fold"])
     summary = (
         f'<div class="rs-tok-summary">{n:,} tokens · prompt {ep.prompt_len:,} · response {ep.response_len:,} · '
         f'<span class="rs-train-text">trainable {tok.n_trainable:,}</span>'
-        + (f" · {len(findings)} finding{'s' if len(findings) != 1 else ''}" if findings else "")
+        + (f" · {n_found} finding{'s' if n_found != 1 else ''}" if n_found else "")
         + (f' · <span class="rs-dim">{folded:,} tokens of long context folded</span>' if folded else "")
         + "</div>"
     )
