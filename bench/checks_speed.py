@@ -21,15 +21,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-from engine import chat  # noqa: E402
 from engine.backends.base import GenerationRequest, SamplingParams  # noqa: E402
 from engine.backends.scripted import ScriptedBackend  # noqa: E402
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 from engine.checks import CheckOptions, run_checks  # noqa: E402
+from engine.envs import env_factory  # noqa: E402
 from engine.envs.math import MathEnv  # noqa: E402
-from engine.factory import env_factory, load_tokenizer  # noqa: E402
-from engine.loop import run_episode  # noqa: E402
+from engine.loop.stepper import run_episode  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
-from engine.records import Generation  # noqa: E402
+from engine.records.episode import Generation  # noqa: E402
+from engine.tokens import chat  # noqa: E402
 
 WORDS = ("we", "add", "the", "numbers", "carry", "one", "so", "sum", "is", "check", "again", "digits", "then",
          "because", "total", "step", "first", "next", "value", "equals")

@@ -41,8 +41,8 @@ from dashboard.tabs import browse, episode  # noqa: E402
 from dashboard.views import charts  # noqa: E402
 from dashboard.views import episode as episode_html  # noqa: E402
 from dashboard.views.tokens import token_view  # noqa: E402
-from engine import tokenizers  # noqa: E402
-from engine.factory import load_tokenizer  # noqa: E402
+from engine.backends import tokenizers  # noqa: E402
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 from engine.store import EpisodeFilter, Store  # noqa: E402
 from tests.synthetic import long_episode, needle, synthetic_episodes  # noqa: E402
 
@@ -73,7 +73,7 @@ def episode_view(workdir: Path, size: str) -> str:
     ep = long_episode(tok, **LONG[size])
     store = Store(workdir / "long.db")
     store.save_episode(ep)
-    tokenizers.get(None)  # loaded once per server, at start (app.launch warms it)
+    tokenizers.try_tokenizer(None)  # loaded once per server, at start (app.launch warms it)
     first, median, out = timed(lambda: episode.view(store, ep.id), 3)
     sizes = {name: len(out[key]) for name, key in (("header", "header"), ("findings", "findings"),
                                                    ("timeline", "conversation"), ("tokens", "tokens"))}

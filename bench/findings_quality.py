@@ -37,14 +37,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 from engine.checks import CheckOptions, with_checks  # noqa: E402
-from engine.diagnosis import roots  # noqa: E402
+from engine.checks.diagnosis import roots  # noqa: E402
 from engine.envs.math import MathEnv  # noqa: E402
-from engine.factory import load_tokenizer  # noqa: E402
 from engine.formats import jsonl, slime  # noqa: E402
 from engine.formats.base import ImportContext  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
-from engine.records import Episode, Severity  # noqa: E402
+from engine.records.episode import Episode, Severity  # noqa: E402
 from tests import planted  # noqa: E402
 from tests.planted import ANY, BASES, LOOP_PLANTS, VARIANTS, Planted, play  # noqa: E402
 from tests.toolenv import PriceEnv  # noqa: E402

@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.backends.base import SamplingParams  # noqa: E402
-from engine.backends.local import load_tokenizer  # noqa: E402
 from engine.backends.sglang import SGLangBackend  # noqa: E402
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 from engine.envs.math import MathEnv  # noqa: E402
+from engine.launch.batch import BatchSpec, run_batch  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
-from engine.runner import BatchSpec, run_batch  # noqa: E402
 
 DELAY_S = 0.05
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.backends.local import load_tokenizer  # noqa: E402
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 from tests.hostile import HostileServer  # noqa: E402
 
 

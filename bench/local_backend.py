@@ -19,7 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backends.base import GenerationRequest, SamplingParams  # noqa: E402
-from engine.backends.local import LocalBackend, load_tokenizer  # noqa: E402
+from engine.backends.local import LocalBackend
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 
 
 def main() -> None:

@@ -33,8 +33,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.planning import BackendSettings, UserSettings, plan_run, plan_step  # noqa: E402
-from engine.runner import run_batch  # noqa: E402
+from engine.launch.batch import run_batch  # noqa: E402
+from engine.launch.plan import BackendSettings, UserSettings, plan_run, plan_step  # noqa: E402
 
 
 def _backend(tokens: int) -> BackendSettings:

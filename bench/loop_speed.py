@@ -21,15 +21,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-from engine import chat  # noqa: E402
 from engine.backends.base import GenerationRequest, SamplingParams  # noqa: E402
 from engine.backends.scripted import ScriptedBackend  # noqa: E402
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 from engine.envs.math import MathEnv  # noqa: E402
-from engine.factory import load_tokenizer  # noqa: E402
+from engine.launch.batch import BatchSpec, run_batch  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
-from engine.records import RESPOND, Action, Message  # noqa: E402
-from engine.runner import BatchSpec, run_batch  # noqa: E402
+from engine.records.episode import RESPOND, Action, Message  # noqa: E402
 from engine.store import Store  # noqa: E402
+from engine.tokens import chat  # noqa: E402
 
 TASKS, SAMPLES, REPEATS = 40, 2, 3
 

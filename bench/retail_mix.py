@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backends.base import SamplingParams  # noqa: E402
 from engine.backends.scripted import ScriptedBackend  # noqa: E402
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 from engine.envs.retail import RetailEnv  # noqa: E402
-from engine.factory import load_tokenizer  # noqa: E402
+from engine.launch.batch import BatchResult, BatchSpec, run_batch  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
-from engine.runner import BatchResult, BatchSpec, run_batch  # noqa: E402
 
 N_TASKS = 100
 DEFAULT_MISTAKE_RATE = 0.2  # the CLI's --mistake-rate default

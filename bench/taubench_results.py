@@ -24,7 +24,7 @@ except ImportError:
     sys.path.insert(0, str(ROOT / "tests" / "fake_taubench"))
 
 from engine import Store, formats  # noqa: E402
-from engine.replay import replay_stored  # noqa: E402
+from engine.loop.replay import replay_stored  # noqa: E402
 
 N = 1000
 WIKI = "# Fake retail policy\nAuthenticate the user before acting. Confirm before cancelling."

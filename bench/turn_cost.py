@@ -23,11 +23,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.backends.scripted import ScriptedBackend  # noqa: E402
+from engine.backends.tokenizers import load_tokenizer  # noqa: E402
 from engine.envs.base import StepResult  # noqa: E402
-from engine.factory import load_tokenizer  # noqa: E402
-from engine.loop import Stepper  # noqa: E402
+from engine.loop.stepper import Stepper  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
-from engine.records import Action, Message  # noqa: E402
+from engine.records.episode import Action, Message  # noqa: E402
 from tests import reference_loops as ref  # noqa: E402
 
 TURNS = 60

@@ -1,8 +1,14 @@
 """The Rollscope dashboard: ``build_app(db)`` and ``launch(db, host, port)``.
 
 Each tab lives in ``dashboard/tabs/<name>.py`` and exposes ``build(store)``;
-this module lays the tabs out and wires what crosses tabs (a Browse row
-opening the Episode tab, ``/?episode=ID`` links).
+this module lays the tabs out and wires what crosses tabs:
+
+- a Browse row, a Launch or Export row, a Step or Compare episode link opens
+  that episode in the Episode tab (``episode_request``; ``/?episode=ID``);
+- the Episode tab's "Fork from this turn" (``fork_request``) selects Step and
+  starts the fork;
+- Step's "Compare with parent" selects Compare with parent and fork filled in;
+- a step of the Runs tab's run view selects Browse filtered to that run and step.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 
 import gradio as gr  # noqa: E402
 
-from engine import Store, tokenizers  # noqa: E402
+from engine import Store, try_tokenizer  # noqa: E402
 
-from . import server, workflow  # noqa: E402
+from . import server  # noqa: E402
 from .assets import script, stylesheet  # noqa: E402
+from .background.watching import WatchManager  # noqa: E402
 from .gradio_glue import Outputs, event_data, html  # noqa: E402
 from .tabs import browse as browse_tab  # noqa: E402
 from .tabs import compare as compare_tab  # noqa: E402
@@ -33,8 +40,13 @@ from .tabs import group as group_tab  # noqa: E402
 from .tabs import launch as launch_tab  # noqa: E402
 from .tabs import runs as runs_tab  # noqa: E402
 from .tabs import step as step_tab  # noqa: E402
+from .tabs.browse import BrowseTab  # noqa: E402
+from .tabs.compare import CompareTab  # noqa: E402
+from .tabs.export import ExportTab  # noqa: E402
+from .tabs.launch import LaunchTab  # noqa: E402
+from .tabs.runs import RunsTab  # noqa: E402
+from .tabs.step import StepTab  # noqa: E402
 from .views.html import esc  # noqa: E402
-from .watching import WatchManager  # noqa: E402
 
 
 def _title_bar(db_path: str, read_only: bool = False) -> str:
@@ -118,9 +130,9 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
             lambda episode_id, turn: {"fork_request": {"episode_id": episode_id, "turn": turn, "at": time.time()}},
             Outputs(fork_request=fork_request),
         )
-        workflow.wire(demo, store, tabs, episode_request, fork_request, launch_view, step_view, compare_view,
+        wire_workflow(demo, store, tabs, episode_request, fork_request, launch_view, step_view, compare_view,
                       export_view)
-        workflow.wire_runs(demo, store, tabs, runs_view, browse)
+        wire_runs(demo, store, tabs, runs_view, browse)
 
         # On every page load, so a reload shows episodes written since.
         browse.wire_load(demo, store)
@@ -157,7 +169,7 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
 def _warm_tokenizer() -> None:
     # The embedded tokenizer takes seconds to load from its GGUF file; load
     # it while the researcher is still looking at the table.
-    tokenizers.get(None)
+    try_tokenizer(None)
 
 
 def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None) -> None:
@@ -184,3 +196,40 @@ def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, 
             uvicorn.run(app, host=host.strip().strip("[]"), port=port, log_level="warning")
         except KeyboardInterrupt:
             pass
+
+
+def wire_workflow(demo: gr.Blocks, store: Store, tabs: gr.Tabs, episode_request: gr.State, fork_request: gr.State,
+         launch: LaunchTab, step: StepTab, compare: CompareTab, export: ExportTab) -> None:
+    """Wire the workflow tabs to each other and to the app (call inside the Blocks context)."""
+    launch.wire_load(demo)
+    for view in (launch.table, step.header, compare.view, export.view):
+        view.click(launch_tab.open_request, outputs=[episode_request])
+
+    def open_fork(request: Any, *values: Any) -> list[Any]:
+        out = step.open_fork(request, *values)
+        selected = gr.Tabs(selected="step") if isinstance(request, dict) and request.get("episode_id") else gr.skip()
+        return [selected, *out]
+
+    fork_request.change(open_fork, inputs=[fork_request, *step.start_inputs],
+                        outputs=[tabs, step.mode, step.parent_id, step.fork_turn, *step.outputs])
+
+    compare_request = gr.State(None)
+    step.compare.click(lambda key: step_tab.compare_request(key, step.sessions), inputs=[step.key],
+                       outputs=[compare_request])
+
+    compared = Outputs(tabs=tabs) + compare.outputs
+
+    def open_compare(request: Any) -> list[Any]:
+        if not isinstance(request, dict):
+            return compared.skip()
+        return compared.values(tabs=gr.Tabs(selected="compare"), **compare_tab.from_request(store, request))
+
+    compare_request.change(open_compare, inputs=[compare_request], outputs=compared.components)
+
+
+def wire_runs(demo: gr.Blocks, store: Store, tabs: gr.Tabs, runs: RunsTab, browse: BrowseTab) -> None:
+    """The Runs tab on page load, and a step of its table showing that step's episodes in Browse."""
+    runs.wire_load(demo, store)
+    browse_request = gr.State(None)
+    runs.steps.click(runs_tab.browse_request, inputs=[runs.run], outputs=[browse_request])
+    browse.wire_request(store, browse_request, tabs)

@@ -1,6 +1,7 @@
 """The dashboard's files in ``assets/``: its stylesheets and the scripts that run in the browser.
 
-Each file is read once per process. Scripts are for ``gr.HTML(js_on_load=...)`` (statements run on
+They are read from the installed package ``rollscope_assets`` (``assets/`` itself in a checkout), each once
+per process. Scripts are for ``gr.HTML(js_on_load=...)`` (statements run on
 the component's element) or an event's ``js=`` (a function of the event's inputs); no script lives
 in a Python string.
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from pathlib import Path
+from importlib.resources import files
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ASSETS = files("rollscope_assets")
 _OPENING_COMMENT = re.compile(r"\A(?:[ \t]*//[^\n]*\n)+")
 
 

@@ -10,9 +10,8 @@ import gradio as gr
 from engine import POLICIES, PRESET_INFO, BackendSettings, ConfigError, LoopConfig, RollscopeError, apply_settings
 
 from .gradio_glue import Outputs, html
-from .settings import describe_loop
-from .views.controls import knob_table
 from .views.html import note
+from .views.settings import describe_loop, knob_table
 
 POLICY_HELP = {
     "scripted": "plays the env's reference answers, with a share of seeded mistakes (no model needed)",

@@ -1,10 +1,12 @@
 """Rollscope engine: the traced multi-turn agent loop, its store and formats.
 
 This package's names (``__all__``) are the one face the CLI, the dashboard
-and a researcher's scripts use; the modules behind it are free to move.
-Functions are exported under names no module has (``fork_episode``,
-``replay_episode``, ``compare_episodes``, ``diagnosis_line``), so
-``engine.fork`` and its siblings stay the modules.
+and a researcher's scripts use; the modules behind it are free to move. It
+exports names, not modules. The layers below it, bottom up, each a package
+whose docstring says what it may import (``tests/test_layers.py`` holds the
+order): ``errors`` and ``presets``; ``records``; ``tokens``; ``backends``;
+``envs``; ``checks``; ``store``; ``loop``; ``analysis``; ``formats``;
+``launch``; ``cli``.
 Heavy dependencies (torch, transformers) load only when a local model or a
 tokenizer is used.
 
@@ -16,19 +18,7 @@ tokenizer is used.
 (the README's "From Python" runs it).
 """
 
-from . import formats, tokenizers
-from .backends.base import Backend, GenerationRequest, SamplingParams
-from .chat import decode
-from .checks import CheckOptions, TokenizerCache, run_checks, with_checks
-from .compare import Comparison, TurnDiff, calls_text, observation_text, word_diff
-from .compare import compare as compare_episodes
-from .compare import opening as opening_messages
-from .demo import PARTS as DEMO_PARTS
-from .demo import DemoPart, DemoReport, DemoRun, build_demo, find_qwen3
-from .diagnosis import consequences, link_findings, linked, roots
-from .diagnosis import diagnosis as diagnosis_line
-from .envs.base import Env, StepResult
-from .episode_queries import (
+from .analysis.at_turn import (
     PromptView,
     RewardSoFar,
     TurnSpan,
@@ -38,6 +28,22 @@ from .episode_queries import (
     reward_so_far,
     turn_span,
 )
+from .analysis.compare import Comparison, TurnDiff, calls_text, compare, observation_text, opening_messages, word_diff
+from .analysis.groups import GROUP_NORMALIZATION, GroupSample, GroupView, flat_groups, group_view, load_group
+from .analysis.tokendiff import TD_CHANGED, TD_ONLY_A, TD_ONLY_B, TokenDiff, TokenDiffRow, retokenized, token_diff
+from .backends.base import Backend, GenerationRequest, SamplingParams
+from .backends.tokenizers import (
+    TokenizerCache,
+    episode_tokenizer,
+    forget_tokenizers,
+    load_tokenizer,
+    tokenizer_spec,
+    try_tokenizer,
+)
+from .checks import CheckOptions, run_checks, with_checks
+from .checks.diagnosis import consequences, diagnosis, link_findings, linked, read_episode, roots
+from .envs import ENVS, env_factory, parse_tasks
+from .envs.base import Env, StepResult
 from .errors import (
     BackendError,
     ConfigError,
@@ -49,13 +55,11 @@ from .errors import (
     TemplateError,
     TokenizerNotFound,
 )
-from .factory import ENVS, POLICIES, env_factory, load_tokenizer, make_backend, parse_tasks
-from .fork import ActionPreview, ForkReport, HandStepper, parent_env, user_played_by
-from .fork import fork as fork_episode
-from .groups import NORMALIZATION as GROUP_NORMALIZATION
-from .groups import GroupSample, GroupView, flat_groups, group_view, load_group
-from .loop import Stepper, new_id, run_episode
-from .planning import (
+from .formats import EXPORTERS, IMPORTERS, export, import_path
+from .formats.watch import WATCH_FORMATS, Watcher, WatchEvent
+from .launch.batch import BatchResult, BatchSpec, run_batch
+from .launch.demo import DEMO_PARTS, DemoPart, DemoReport, DemoRun, build_demo, find_qwen3
+from .launch.plan import (
     AUTO,
     MAX_EPISODES,
     PRESET_CHOICES,
@@ -72,6 +76,10 @@ from .planning import (
     plan_step,
     preset_name,
 )
+from .launch.policies import POLICIES, make_backend
+from .loop.fork import ActionPreview, ForkReport, HandStepper, fork, parent_env, user_played_by
+from .loop.replay import ReplayResult, TurnVerdict, replay, replay_stored
+from .loop.stepper import Stepper, new_id, run_episode
 from .presets import (
     PRESET_INFO,
     PRESETS,
@@ -83,8 +91,7 @@ from .presets import (
     load_config_file,
     parse_settings,
 )
-from .provenance import BackendInfo, EnvInfo, RunConfig, Source
-from .records import (
+from .records.episode import (
     SCHEMA_VERSION,
     Action,
     Episode,
@@ -98,10 +105,8 @@ from .records import (
     ToolCall,
     Turn,
 )
-from .replay import ReplayResult, TurnVerdict, replay_stored
-from .replay import replay as replay_episode
-from .runner import BatchResult, BatchSpec, run_batch
-from .schema import episode_schema
+from .records.provenance import BackendInfo, EnvInfo, RunConfig, Source
+from .records.schema import episode_schema
 from .store import (
     SORTABLE,
     Bins,
@@ -114,33 +119,29 @@ from .store import (
     StepStats,
     Store,
 )
-from .tokendiff import CHANGED as TD_CHANGED
-from .tokendiff import ONLY_A as TD_ONLY_A
-from .tokendiff import ONLY_B as TD_ONLY_B
-from .tokendiff import Row as TokenDiffRow
-from .tokendiff import TokenDiff, retokenized
-from .tokendiff import diff as token_diff
-from .watch import FORMATS as WATCH_FORMATS
-from .watch import Watcher, WatchEvent
+from .tokens.chat import decode
+from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "GROUP_NORMALIZATION", "GroupSample", "GroupView", "flat_groups", "group_view", "load_group",
-    "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B", "TokenDiff", "TokenDiffRow", "retokenized", "token_diff",
-    "AUTO", "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
-    "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "DEMO_PARTS", "DemoPart",
-    "DemoReport", "DemoRun", "ENVS", "Env", "EnvError",
-    "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport", "FormatError", "Generation",
-    "GenerationRequest", "HandStart", "HandStepper", "LoopConfig", "MAX_EPISODES", "Message", "ModelNotFound",
-    "POLICIES", "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "PromptView", "ReplayResult", "RewardSoFar",
-    "RewardBins", "RewardStats", "RollscopeError", "RunConfig", "RunPlan", "RunSummary", "SCHEMA_VERSION", "SORTABLE",
-    "SamplingParams", "Segment", "Severity", "Source", "Status", "StepResult", "StepStats", "Stepper", "Store",
-    "StoreError", "TemplateError", "TokenArrays", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn",
-    "TurnDiff", "TurnSpan", "TurnVerdict", "UserSettings", "WATCH_FORMATS", "WatchEvent", "Watcher", "apply_settings",
-    "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare_episodes", "consequences", "decode",
-    "default_preset", "diagnosis_line", "env_factory", "episode_schema", "find_qwen3", "findings_up_to", "fork_episode",
-    "format_knob", "formats", "get_preset", "knobs", "link_findings", "linked", "load_config_file", "load_tokenizer",
-    "loop_config", "make_backend", "new_id", "observation_text", "opening_messages", "parent_env", "parse_settings",
-    "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "replay_episode",
-    "replay_stored", "reward_so_far", "roots", "run_batch", "run_checks", "run_episode", "tokenizers", "turn_span",
-    "user_played_by", "with_checks", "word_diff",
+    "AUTO", "DEMO_PARTS", "ENVS", "EXPORTERS", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "POLICIES",
+    "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
+    "WATCH_FORMATS",
+    "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
+    "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "DemoPart", "DemoReport",
+    "DemoRun", "Env", "EnvError", "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport",
+    "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart", "HandStepper",
+    "LoopConfig", "Message", "ModelNotFound", "PromptView", "ReplayResult", "RewardBins", "RewardSoFar",
+    "RewardStats", "RollscopeError", "RunConfig", "RunPlan", "RunSummary", "SamplingParams", "Segment", "Severity",
+    "Source", "Status", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
+    "TokenDiff", "TokenDiffRow", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
+    "TurnSpan", "TurnVerdict", "UserSettings", "WatchEvent", "Watcher",
+    "apply_settings", "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare",
+    "consequences", "decode", "default_preset", "diagnosis", "env_factory", "episode_schema", "episode_tokenizer",
+    "export", "find_qwen3", "findings_up_to", "flat_groups", "forget_tokenizers", "fork", "format_knob",
+    "get_preset", "group_view", "import_path", "knobs", "link_findings", "linked", "load_config_file", "load_group",
+    "load_tokenizer", "loop_config", "make_backend", "new_id", "observation_text", "opening_messages",
+    "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
+    "read_episode", "replay", "replay_stored", "retokenized", "reward_so_far", "roots", "run_batch", "run_checks",
+    "run_episode", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
+    "word_diff",
 ]

@@ -54,7 +54,7 @@ def qwen3_tokenizer():
 @pytest.fixture(scope="session")
 def smol_tokenizer():
     """The embedded SmolLM2 tokenizer with Rollscope's tool template."""
-    from engine.factory import load_tokenizer
+    from engine.backends.tokenizers import load_tokenizer
 
     return load_tokenizer(None)
 

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from engine.backends.base import GenerationRequest
-from engine.chat import encode, end_of_turn_ids
-from engine.records import Generation
+from engine.records.episode import Generation
+from engine.tokens.chat import encode, end_of_turn_ids
 
 
 class Recording:

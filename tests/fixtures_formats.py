@@ -193,7 +193,7 @@ def loop_episodes(tok: Any) -> list[Any]:
     import asyncio
 
     from engine.envs.math import MathEnv
-    from engine.loop import run_episode
+    from engine.loop.stepper import run_episode
     from engine.presets import PRESETS
     from tests.planted import SampledScripted
     from tests.toolenv import PriceEnv

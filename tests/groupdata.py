@@ -8,10 +8,10 @@ from typing import Any
 
 from engine.backends.base import GenerationRequest
 from engine.backends.scripted import ScriptedBackend
-from engine.factory import env_factory
-from engine.loop import Stepper, drive
+from engine.envs import env_factory
+from engine.loop.stepper import Stepper, drive
 from engine.presets import PRESETS
-from engine.records import Episode, Generation
+from engine.records.episode import Episode, Generation
 
 RUN = "grouprun"
 DIVERGE_AT = 2

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from engine.chat import end_of_turn_texts
+from engine.tokens.chat import end_of_turn_texts
 
 from .servers import ThreadedServer
 
@@ -250,9 +250,9 @@ def table() -> str:
     from pathlib import Path
 
     from engine import BackendSettings, EpisodeFilter, Store, formats, plan_run, run_batch
-    from engine.backends.local import load_tokenizer
     from engine.backends.openai import OpenAIBackend
     from engine.backends.sglang import SGLangBackend
+    from engine.backends.tokenizers import load_tokenizer
 
     tok = load_tokenizer(None)
     rows = ["| input | backend or preset | episodes | statuses | findings | exports |", "|---|---|---|---|---|---|"]

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from engine import chat
 from engine.backends.base import SamplingParams
 from engine.envs.math import MathEnv
-from engine.provenance import Source
-from engine.records import Episode, Segment, Severity, Status
+from engine.records.episode import Episode, Segment, Severity, Status
+from engine.records.provenance import Source
+from engine.tokens import chat
 from tests.planted_base import (  # noqa: F401  (re-exported for the tests)
     ANY,
     BASES,

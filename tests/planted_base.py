@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from engine import chat
 from engine.backends.base import GenerationRequest, SamplingParams
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Episode, Generation, Segment, Severity, TokenArrays
+from engine.records.episode import Episode, Generation, Segment, Severity, TokenArrays
+from engine.tokens import chat
 from tests.toolenv import PriceEnv
 
 ANY = object()  # "not asserted" for a Planted field

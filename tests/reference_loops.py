@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.records import Action as RAction
-from engine.records import Message
+from engine.records.episode import Action as RAction
+from engine.records.episode import Message
 
 RESPOND_ACTION_NAME = "respond"
 TOOL_INSTRUCTION = (

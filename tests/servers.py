@@ -51,8 +51,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from engine.backends.base import GenerationRequest, SamplingParams
-from engine.chat import end_of_turn_ids, end_of_turn_texts
-from engine.toolcalls import parse_hermes
+from engine.tokens.chat import end_of_turn_ids, end_of_turn_texts
+from engine.tokens.toolcalls import parse_hermes
 
 FAULTS = ("none", "error500", "flaky500", "slow", "malformed", "abort", "drop", "fixed")
 NEEDS_MODEL = ("none", "flaky500")
@@ -496,7 +496,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fault", choices=FAULTS, default="fixed")
     ap.add_argument("--delay", type=float, default=0.05, help="seconds before a fixed reply")
     args = ap.parse_args(argv)
-    from engine.backends.local import LocalBackend, load_tokenizer
+    from engine.backends.local import LocalBackend
+    from engine.backends.tokenizers import load_tokenizer
 
     tok = load_tokenizer(None)
     backend = LocalBackend(tokenizer=tok) if args.fault in NEEDS_MODEL else None
@@ -538,7 +539,8 @@ class TransformersServe:
         return str(self.folder)
 
     def _build(self) -> None:
-        from engine.backends.local import embedded_model_folder, load_tokenizer
+        from engine.backends.local import embedded_model_folder
+        from engine.backends.tokenizers import load_tokenizer
 
         tok = load_tokenizer(None)
         src = embedded_model_folder()

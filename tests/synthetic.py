@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from engine.presets import PRESETS
-from engine.provenance import BackendInfo, RunConfig, SamplingParams, Source
-from engine.records import (
+from engine.records.episode import (
     Action,
     Episode,
     Finding,
@@ -36,6 +35,7 @@ from engine.records import (
     ToolCall,
     Turn,
 )
+from engine.records.provenance import BackendInfo, RunConfig, SamplingParams, Source
 
 ENVS = ("math", "retail", "price")
 STATUSES = (Status.COMPLETED, Status.COMPLETED, Status.COMPLETED, Status.TRUNCATED, Status.ABORTED, Status.FAILED)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dashboard.views import charts
-from engine.records import Finding, Generation, Segment, Severity, TokenArrays, Turn
+from engine.records.episode import Finding, Generation, Segment, Severity, TokenArrays, Turn
 from engine.store import Bins, BrowseStats, EpisodeFilter, RewardBins, RewardStats, Store
 from tests.synthetic import synthetic_episode, synthetic_episodes
 

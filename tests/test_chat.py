@@ -7,12 +7,12 @@ import asyncio
 import numpy as np
 import pytest
 
-from engine import chat
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import ONE_CALL, PRESETS
-from engine.records import Message
+from engine.records.episode import Message
+from engine.tokens import chat
 from tests.toolenv import PriceEnv
 
 

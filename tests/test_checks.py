@@ -18,7 +18,7 @@ import pytest
 from engine.backends.base import SamplingParams
 from engine.checks import CheckOptions, run_checks, with_checks
 from engine.envs.math import MathEnv
-from engine.records import Episode, Finding, Severity
+from engine.records.episode import Episode, Finding, Severity
 from engine.store import Store
 from tests import planted
 from tests.conftest import QWEN3_DIR, ROOT
@@ -119,7 +119,7 @@ def test_planted_bug_is_found(bases, tname, bname, vname):
 
 
 def _root_errors(ep: Episode, tok) -> tuple[list[Finding], list[Finding]]:
-    from engine.diagnosis import roots
+    from engine.checks.diagnosis import roots
 
     linked = with_checks(ep, CheckOptions(tokenizer=tok)).all_findings()
     rs = roots(linked)
@@ -253,7 +253,8 @@ def test_qwen3_retokenize_is_flagged_and_tito_is_clean(qwen3_tokenizer, thinking
 
 @pytest.mark.slow
 def test_logprob_mismatch_with_local_model(smol_tokenizer):
-    from engine.backends.local import LocalBackend, embedded_model_path
+    from engine.backends.embedded import embedded_model_path
+    from engine.backends.local import LocalBackend
     from engine.errors import ModelNotFound
 
     try:

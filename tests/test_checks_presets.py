@@ -8,9 +8,9 @@ from engine.backends.base import GenerationRequest
 from engine.checks import CheckOptions, run_checks
 from engine.envs.math import MathEnv
 from engine.envs.retail import RetailEnv
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Generation, Severity, Status
+from engine.records.episode import Generation, Severity, Status
 from tests.test_presets_fidelity import run
 from tests.toolenv import PriceEnv
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import demo
 from engine.errors import ConfigError
-from engine.records import Episode, Severity, Status
+from engine.launch import demo
+from engine.records.episode import Episode, Severity, Status
 from engine.store import EpisodeFilter, Store
 from tests.conftest import QWEN3_DIR
 
@@ -27,7 +27,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, dem
     store = Store(tmp_path_factory.mktemp("demo") / "demo.db")
     lines: list[str] = []
     report = demo.build_demo(store, qwen3=QWEN3_DIR, progress=lines.append)
-    assert len(lines) == len(demo.PARTS) and all(" episodes (" in line for line in lines)
+    assert len(lines) == len(demo.DEMO_PARTS) and all(" episodes (" in line for line in lines)
     yield store, report
     store.close()
 
@@ -48,10 +48,10 @@ def test_every_part_is_built_as_one_tagged_run(built: tuple[Store, demo.DemoRepo
         assert len(eps) == run.n_episodes and all(e.tags == (run.part.tag,) for e in eps)
         assert {e.preset for e in eps} == {run.part.preset} and {e.env for e in eps} == {run.part.env}
     assert dict(store.tag_counts()) == {r.part.tag: r.n_episodes for r in report.runs}
-    assert {tag for tag, _, _ in demo.notes(report)} == {p.tag for p in demo.PARTS}
+    assert {tag for tag, _, _ in demo.notes(report)} == {p.tag for p in demo.DEMO_PARTS}
 
 
-@pytest.mark.parametrize("part", [p for p in demo.PARTS if p.shows], ids=lambda p: p.name)
+@pytest.mark.parametrize("part", [p for p in demo.DEMO_PARTS if p.shows], ids=lambda p: p.name)
 def test_each_tags_episodes_carry_the_finding_they_show(built: tuple[Store, demo.DemoReport],
                                                        part: demo.DemoPart) -> None:
     store, _ = built
@@ -65,7 +65,7 @@ def test_each_tags_episodes_carry_the_finding_they_show(built: tuple[Store, demo
 
 def test_what_each_part_shows_beyond_its_finding(built: tuple[Store, demo.DemoReport]) -> None:
     store, _ = built
-    parts = {p.name: p for p in demo.PARTS}
+    parts = {p.name: p for p in demo.DEMO_PARTS}
     clean = _tagged(store, parts["clean-tito"])
     assert all(e.status is Status.COMPLETED and e.reward == 1.0 for e in clean)
     assert not [f for e in clean for f in e.all_findings() if f.severity is Severity.ERROR]
@@ -86,7 +86,7 @@ def test_what_each_part_shows_beyond_its_finding(built: tuple[Store, demo.DemoRe
 
 def test_the_grpo_group_has_zero_spread(built: tuple[Store, demo.DemoReport]) -> None:
     store, _ = built
-    part = next(p for p in demo.PARTS if p.name == "zero-spread")
+    part = next(p for p in demo.DEMO_PARTS if p.name == "zero-spread")
     eps = _tagged(store, part)
     assert len(eps) == 4 and len({e.group_id for e in eps}) == 1 and len({e.reward for e in eps}) == 1
     stats = store.stats(EpisodeFilter(tags=(part.tag,)))
@@ -154,8 +154,8 @@ def test_the_command_prints_each_run_what_to_look_at_and_the_time(tmp_path: Path
 
 
 def test_the_dashboards_job_and_what_it_shows(built: tuple[Store, demo.DemoReport]) -> None:
-    from dashboard.jobs import FAILED, DemoJob
-    from dashboard.views import demo_build as views
+    from dashboard.background.jobs import FAILED, DemoJob
+    from dashboard.views import browse as views
 
     store, report = built
     job = DemoJob(store).start()
@@ -165,7 +165,7 @@ def test_the_dashboards_job_and_what_it_shows(built: tuple[Store, demo.DemoRepor
     assert 'data-state="failed"' in views.progress(status) and "The demo was not built" in views.progress(status)
     shown = views.built(report)
     assert "28 episodes in 7 runs" in shown and "tags filter" in shown
-    assert all(f'data-tag="{p.tag}"' in shown for p in demo.PARTS)
+    assert all(f'data-tag="{p.tag}"' in shown for p in demo.DEMO_PARTS)
     assert "&lt;think&gt;" in shown and "<think>" not in shown  # what to look at is escaped text
     assert "This database holds the demo" in views.present(store.tag_counts())
     assert views.present([("keep", 3)]) == ""

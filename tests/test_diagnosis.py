@@ -8,8 +8,8 @@ from pathlib import Path
 
 from dashboard.tabs.browse import ROOT, episode_filter, page
 from dashboard.views.episode import render_findings
-from engine.diagnosis import consequences, diagnosis, link_findings, root_of, roots
-from engine.records import Finding, Severity
+from engine.checks.diagnosis import consequences, diagnosis, link_findings, root_of, roots
+from engine.records.episode import Finding, Severity
 from engine.store import DB_SCHEMA, EpisodeFilter, Store
 from tests import tokenview as tv
 

@@ -29,8 +29,9 @@ from engine import (
     with_checks,
 )
 from engine.backends.scripted import ScriptedBackend
-from engine.factory import env_factory, load_tokenizer
-from engine.loop import run_episode
+from engine.backends.tokenizers import load_tokenizer
+from engine.envs import env_factory
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
 from tests.fakes import Recording
 from tests.synthetic import synthetic_episode

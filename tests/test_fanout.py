@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.fanout import Fanout, check_chunk, check_episodes
+from engine.checks.fanout import Fanout, check_chunk, check_episodes
 from engine.store import Store
 from tests import planted
 

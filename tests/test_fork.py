@@ -8,15 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from engine import fork as forking
+from engine.analysis.compare import compare, word_diff
 from engine.backends.scripted import ScriptedBackend
-from engine.compare import compare, word_diff
 from engine.envs.math import MathEnv
 from engine.envs.retail import RetailEnv
 from engine.errors import ConfigError
-from engine.loop import run_episode
+from engine.loop import fork as forking
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Status
+from engine.records.episode import Status
 from tests.toolenv import PriceEnv
 
 

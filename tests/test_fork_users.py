@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from engine import fork as forking
 from engine import formats
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.retail import RetailEnv
 from engine.envs.retail.user import USER_SYSTEM
 from engine.errors import ConfigError
-from engine.loop import run_episode
-from engine.planning import BackendSettings, UserSettings, plan_fork, plan_step
+from engine.launch.plan import BackendSettings, UserSettings, plan_fork, plan_step
+from engine.loop import fork as forking
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Generation, Message, Status
+from engine.records.episode import Generation, Message, Status
 from engine.store import Store
 from tests.fakes import tau_cancel_result
 from tests.servers import FIXED_REPLY, ProtocolServer

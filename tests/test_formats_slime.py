@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from engine import chat
 from engine.checks import CheckOptions, run_checks
 from engine.errors import FormatError
 from engine.formats import export, import_path
 from engine.formats.base import ImportContext, safe_torch_load
 from engine.formats.slime import episode_to_sample
-from engine.records import Message, Status
+from engine.records.episode import Message, Status
 from engine.store import Store
+from engine.tokens import chat
 from tests.fixtures_formats import (
     loop_episodes,
     slime_sample,

@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from engine import chat
 from engine.checks import CheckOptions, check_mask, run_checks
 from engine.errors import FormatError
 from engine.formats import export, import_path
 from engine.formats.areal import packed_rows
 from engine.formats.messages import to_openai
-from engine.records import Message, ToolCall
+from engine.records.episode import Message, ToolCall
 from engine.store import Store
+from engine.tokens import chat
 from tests.fixtures_formats import areal_record, loop_episodes, verl_rows, write_jsonl
 from tests.toolenv import TOOLS
 

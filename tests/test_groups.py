@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from engine import ConfigError, flat_groups, group_view, load_group
-from engine.factory import load_tokenizer
-from engine.rewards import group_advantages
+from engine.backends.tokenizers import load_tokenizer
+from engine.loop.rewards import group_advantages
 from engine.store import Store
 from tests.groupdata import DIVERGE_AT, group
 

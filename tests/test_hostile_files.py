@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from engine import Store, formats
-from engine.jsonbounds import TooDeep, loads
-from engine.records import ToolCall
-from engine.schema import problems
-from engine.textsafe import NONFINITE_KEY, json_safe
+from engine.records.episode import ToolCall
+from engine.records.jsonbounds import TooDeep, loads
+from engine.records.schema import problems
+from engine.records.textsafe import NONFINITE_KEY, json_safe
 
 from .hostile import HostileServer
 from .test_cli import rollscope
@@ -81,7 +81,7 @@ def test_bounded_json_refuses_deep_nesting_with_a_sentence():
         loads("[" * 101 + "]" * 101)
     with pytest.raises(TooDeep, match="nested too deeply to read"):
         loads("[" * 100_000 + "]" * 100_000, limit=None)
-    from engine.toolcalls import parse
+    from engine.tokens.toolcalls import parse
 
     deep = '<tool_call>{"name": "f", "arguments": {"a": ' + "[" * 3000 + "]" * 3000 + "}}</tool_call>"
     for parser in ("hermes", "sglang-qwen25", "llama3"):

@@ -19,7 +19,7 @@ import pytest
 from engine import BackendSettings, EpisodeFilter, Store, formats, plan_run, run_batch
 from engine.backends.openai import OpenAIBackend
 from engine.backends.sglang import SGLangBackend
-from engine.schema import problems
+from engine.records.schema import problems
 
 from .hostile import MODEL_CORPUS, SERVER_MODES, HostileServer
 

@@ -19,19 +19,20 @@ import httpx
 import pytest
 
 from engine.backends.base import Backend, GenerationRequest, SamplingParams
+from engine.backends.embedded import embedded_model_path
 from engine.backends.http import JSONClient, RetryPolicy, as_version, excerpt, finish_reason
-from engine.backends.local import LocalBackend, embedded_model_path
+from engine.backends.local import LocalBackend
 from engine.backends.openai import OpenAIBackend, hermes_text, ids_from_token_strings, openai_messages
 from engine.backends.sglang import SGLangBackend
-from engine.chat import decode, strip_end_of_turn
 from engine.envs.math import MathEnv
 from engine.errors import BackendError, ConfigError, ModelNotFound
-from engine.loop import run_episode
+from engine.launch.batch import BatchSpec, run_batch
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Generation, Message, Status, ToolCall
-from engine.runner import BatchSpec, run_batch
+from engine.records.episode import Generation, Message, Status, ToolCall
 from engine.store import Store
-from engine.toolcalls import parse_hermes
+from engine.tokens.chat import decode, strip_end_of_turn
+from engine.tokens.toolcalls import parse_hermes
 from tests.servers import FIXED_REPLY, ProtocolServer
 
 try:

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
+from dashboard.background.jobs import CANCELLED, FAILED, FINISHED, JobManager, LoopThread
+from dashboard.background.stepping import Sessions
 from dashboard.controls import fork_table, loop_table
-from dashboard.jobs import CANCELLED, FAILED, FINISHED, JobManager, LoopThread
 from dashboard.server import is_loopback, parse_auth, resolve_auth
-from dashboard.stepping import Sessions
 from engine import BackendSettings, plan_run
 from engine.backends.base import GenerationRequest
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.errors import ConfigError
 from engine.presets import PRESETS, format_knob, parse_knob
-from engine.records import Generation
+from engine.records.episode import Generation
 from engine.store import EpisodeFilter, Store
 
 SCRIPTED = BackendSettings(policy="scripted", mistake_rate=0.3)

@@ -12,7 +12,7 @@ from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.formats import jsonl
 from engine.formats.jsonl import REQUIRED
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
 
 

@@ -1,30 +1,122 @@
-"""Which parts of the engine may import which: backends and envs meet only at the backend seam."""
+"""Which parts of Rollscope may import which: the engine's layers in order, no cycles, one face, small modules;
+backends and envs meet only at the backend seam; the dashboard uses the engine's face alone."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
+import tomllib
+
+from tests.import_graph import components, cycle, graph, imported, module_name
+
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
+ROOT = ENGINE.parent
+
+LAYERS = [
+    "engine.errors", "engine.presets", "engine.records", "engine.tokens", "engine.backends", "engine.envs",
+    "engine.checks", "engine.store", "engine.loop", "engine.analysis", "engine.formats", "engine.launch",
+    "engine.cli", "engine",
+]
+"""The engine's layers, bottom up: a module may import its own layer and those below it, never one above."""
 
 
-def _imports(path: Path, root: Path = ENGINE.parent) -> set[str]:
+def _imports(path: Path, root: Path = ROOT) -> set[str]:
     """Absolute module names a file under ``root`` imports, anywhere in it (relative imports resolved against its
-    package)."""
-    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+    package), each imported name too (``from a import b`` gives ``a`` and ``a.b``)."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                mod = node.module or ""
-            out.add(mod)
-            out.update(f"{mod}.{a.name}" for a in node.names)
+    for _, mod, names in imported(path, root):
+        out.add(mod)
+        out.update(f"{mod}.{n}" for n in names)
     return out
+
+
+def layer_of(module: str) -> int | None:
+    """The index in ``LAYERS`` of the layer ``module`` belongs to (the longest prefix), or None."""
+    found = [i for i, prefix in enumerate(LAYERS) if module == prefix or module.startswith(prefix + ".")]
+    return max(found, key=lambda i: len(LAYERS[i])) if found else None
+
+
+def layer_violations(package: Path, root: Path) -> list[str]:
+    """Every arrow of the engine's import graph that runs up the layer order, and every module in no layer."""
+    g = graph(package, root)
+    out = [f"{m} belongs to no layer of LAYERS" for m in g if layer_of(m) is None]
+    for a, targets in sorted(g.items()):
+        for b in sorted(targets):
+            la, lb = layer_of(a), layer_of(b)
+            if la is not None and lb is not None and lb > la:
+                out.append(f"{a} ({LAYERS[la]}) imports {b} ({LAYERS[lb]}), a layer above it")
+    return out
+
+
+def test_every_engine_module_is_in_a_layer_and_imports_only_its_layer_and_below():
+    bad = layer_violations(ENGINE, ROOT)
+    assert not bad, "\n".join(bad)
+
+
+def test_engine_modules_import_no_cycle():
+    g = graph(ENGINE, ROOT)
+    assert len(g) >= 90 and "engine.records.episode" in g["engine.loop.stepper"]
+    found = [c for c in components(g) if len(c) > 1]
+    assert not found, f"import cycles (every import counts, inside functions and through package faces too): {found}"
+
+
+def test_the_engine_does_not_import_the_dashboard():
+    for path in ENGINE.rglob("*.py"):
+        bad = sorted(m for m in _imports(path) if m.split(".")[0] == "dashboard")
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}: register a front end's command as an entry point"
+
+
+def test_engine_modules_stay_small():
+    for path in ENGINE.rglob("*.py"):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        assert n <= 600, f"{path.relative_to(ROOT)} has {n} lines: past ~600 a module is two modules"
+
+
+def test_every_layer_package_says_what_it_is_and_what_it_may_import():
+    for layer in LAYERS:
+        path = ROOT / Path(*layer.split("."))
+        if path.with_suffix(".py").is_file():
+            continue
+        doc = ast.get_docstring(ast.parse((path / "__init__.py").read_text(encoding="utf-8"))) or ""
+        assert len(doc) > 80 and "import" in doc.lower(), f"{layer}/__init__.py: say what the layer is and what it imports"
+
+
+def test_the_layer_scan_catches_an_arrow_up_and_a_cycle_through_a_face(tmp_path):
+    pkg = tmp_path / "engine"
+    for d in ("records", "store"):
+        (pkg / d).mkdir(parents=True)
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "records" / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "records" / "episode.py").write_text("def f():\n    from ..store import thing\n", encoding="utf-8")
+    (pkg / "store" / "__init__.py").write_text("from .core import Store\nthing = 1\n", encoding="utf-8")
+    (pkg / "store" / "core.py").write_text("from . import thing\nfrom . import codec\n", encoding="utf-8")
+    (pkg / "store" / "codec.py").write_text("", encoding="utf-8")
+    assert layer_violations(pkg, tmp_path) == [
+        "engine.records.episode (engine.records) imports engine.store (engine.store), a layer above it"]
+    g = graph(pkg, tmp_path)
+    assert g["engine.store.core"] == {"engine.store", "engine.store.codec"}  # a name from the face, a submodule
+    assert [c for c in components(g) if len(c) > 1] == [["engine.store", "engine.store.core"]]
+
+
+def test_the_face_exports_names_not_modules_and_renames_none():
+    import engine
+
+    modules_exported = [n for n in engine.__all__ if inspect.ismodule(getattr(engine, n))]
+    assert not modules_exported, f"engine exports modules {modules_exported}: export the names they hold"
+    tree = ast.parse((ENGINE / "__init__.py").read_text(encoding="utf-8"))
+    renamed = [f"{a.name} as {a.asname}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
+               if a.asname and a.asname != a.name]
+    assert not renamed, f"the face renames {renamed}: name the thing so in its module"
+
+
+def test_the_wheel_lists_every_package():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    tree = {module_name(p.parent / "__init__.py") for top in ("engine", "dashboard")
+            for p in (ROOT / top).rglob("__init__.py")}
+    assert set(config["packages"]) == tree | {"rollscope_assets"}, "list every package in pyproject.toml"
+    assert config["package-dir"] == {"rollscope_assets": "assets"}
 
 
 def test_backends_do_not_import_envs():
@@ -43,7 +135,7 @@ def test_envs_reach_backends_only_through_the_seam():
 def test_the_import_scan_sees_relative_imports():
     # The scan itself: the scripted backend's relative imports resolve to engine modules.
     found = _imports(ENGINE / "backends" / "scripted.py")
-    assert "engine.backends.base" in found and "engine.records" in found
+    assert "engine.backends.base" in found and "engine.records.episode" in found
 
 
 DASHBOARD = ENGINE.parent / "dashboard"
@@ -107,38 +199,13 @@ GLUE = DASHBOARD / "gradio_glue.py"
 TOOLKIT = DASHBOARD / "views" / "html.py"
 
 
-def _module_name(path: Path, root: Path = ENGINE.parent) -> str:
-    parts = path.relative_to(root).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _import_graph(package: Path, root: Path = ENGINE.parent) -> dict[str, set[str]]:
+def _import_graph(package: Path, root: Path = ROOT) -> dict[str, set[str]]:
     """Module -> the modules of the same package it imports, wherever in the file (functions included)."""
-    paths = {_module_name(p, root): p for p in package.rglob("*.py")}
-    return {name: {m for m in _imports(path, root) if m in paths and m != name} for name, path in paths.items()}
+    return graph(package, root)
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str]:
-    """One import cycle of ``graph`` (its modules in order, the first again at the end), or []."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        state[node] = 2
-        path.pop()
-        return []
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)):
-            return found
-    return []
+def _cycle(g: dict[str, set[str]]) -> list[str]:
+    return cycle(g)
 
 
 def _strings(tree: ast.AST) -> list[tuple[int, str]]:

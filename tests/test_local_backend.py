@@ -14,14 +14,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from engine.backends.base import Backend, GenerationRequest, SamplingParams  # noqa: E402
-from engine.backends.local import (  # noqa: E402
-    LocalBackend,
-    embedded_model_path,
-    load_tokenizer,
-    teacher_forced_logprobs,
-)
+from engine.backends.embedded import embedded_model_path
+from engine.backends.local import LocalBackend, teacher_forced_logprobs
+from engine.backends.tokenizers import load_tokenizer
 from engine.errors import ModelNotFound, TokenizerNotFound  # noqa: E402
-from engine.records import Generation  # noqa: E402
+from engine.records.episode import Generation  # noqa: E402
 
 try:
     embedded_model_path()

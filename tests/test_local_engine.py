@@ -14,14 +14,16 @@ import numpy as np
 import pytest
 
 from engine.backends.base import GenerationRequest, SamplingParams
+from engine.backends.embedded import embedded_model_path
 from engine.backends.kvcache import DecodeBatch, PrefixCache
-from engine.backends.local import LocalBackend, _load_model, embedded_model_path, load_tokenizer
+from engine.backends.local import LocalBackend, _load_model
 from engine.backends.local_engine import ModelWorker, thread_count
+from engine.backends.tokenizers import load_tokenizer
 from engine.errors import ModelNotFound
-from engine.loop import Stepper, drive
-from engine.planning import BackendSettings, UserSettings, plan_run
+from engine.launch.batch import run_batch
+from engine.launch.plan import BackendSettings, UserSettings, plan_run
+from engine.loop.stepper import Stepper, drive
 from engine.presets import LoopConfig
-from engine.runner import run_batch
 
 try:
     embedded_model_path()

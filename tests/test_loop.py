@@ -9,10 +9,10 @@ import pytest
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.errors import BackendError
-from engine.loop import Stepper, run_episode
+from engine.loop.rewards import areal_shape, discounted_returns
+from engine.loop.stepper import Stepper, run_episode
 from engine.presets import PRESETS, LoopConfig
-from engine.records import Generation, Status
-from engine.rewards import areal_shape, discounted_returns
+from engine.records.episode import Generation, Status
 from tests.toolenv import PriceEnv
 
 

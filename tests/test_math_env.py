@@ -4,7 +4,7 @@ import pytest
 
 from engine.envs.math import FEEDBACK_CORRECT, FEEDBACK_WRONG, MathEnv, check_answer, last_boxed, load_areal_jsonl
 from engine.errors import FormatError
-from engine.records import RESPOND, Action
+from engine.records.episode import RESPOND, Action
 
 
 def respond(text):

@@ -26,14 +26,15 @@ from dashboard.views import playback as rp
 from engine import prompt_at, turn_span
 from engine.backends.base import GenerationRequest
 from engine.backends.scripted import ScriptedBackend
-from engine.chat import decode
-from engine.factory import env_factory, load_tokenizer
+from engine.backends.tokenizers import load_tokenizer
+from engine.envs import env_factory
 from engine.formats import import_path
-from engine.loop import run_episode
+from engine.loop.replay import ReplayResult, TurnVerdict
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Episode, Finding, Severity
-from engine.replay import ReplayResult, TurnVerdict
+from engine.records.episode import Episode, Finding, Severity
 from engine.store import Store
+from engine.tokens.chat import decode
 from tests.fakes import Recording
 from tests.fixtures_formats import slime_sample, write_slime_dump
 from tests.synthetic import long_episode, synthetic_episode

@@ -22,9 +22,9 @@ from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.envs.retail import RetailEnv
 from engine.formats.areal import realhf_sample
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import RESPOND, Action, Episode, Status
+from engine.records.episode import RESPOND, Action, Episode, Status
 from tests import reference_loops as ref
 from tests.toolenv import PriceEnv
 

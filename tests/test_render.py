@@ -16,11 +16,12 @@ from dashboard.views import episode as episode_view
 from dashboard.views import tokens as tokens_view
 from dashboard.views.html import FOLD_LINES
 from engine.backends.scripted import ScriptedBackend
-from engine.factory import env_factory, load_tokenizer
-from engine.loop import run_episode
+from engine.backends.tokenizers import load_tokenizer
+from engine.envs import env_factory
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.provenance import BackendInfo
-from engine.records import Episode, Finding, Message, Segment, Severity, TokenArrays, ToolCall
+from engine.records.episode import Episode, Finding, Message, Segment, Severity, TokenArrays, ToolCall
+from engine.records.provenance import BackendInfo
 from tests import tokenview as tv
 from tests.fakes import FixedReplyBackend
 
@@ -297,7 +298,7 @@ def test_findings_list_errors_first_with_links(episode: Episode) -> None:
 
 
 def test_findings_are_grouped_under_their_root(episode: Episode) -> None:
-    from engine.diagnosis import link_findings
+    from engine.checks.diagnosis import link_findings
 
     found = tuple(link_findings([
         Finding("mask_misaligned", Severity.ERROR, "the loss mask is shifted", turn=0, token_start=7, token_end=30,
@@ -352,7 +353,7 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
 
 def test_a_verdict_says_when_the_user_was_replayed_from_the_record():
     from dashboard.views.playback import headline, render_verdict
-    from engine.replay import ReplayResult, TurnVerdict
+    from engine.loop.replay import ReplayResult, TurnVerdict
 
     ok = ReplayResult("e1", True, True, (TurnVerdict(0, True), TurnVerdict(1, True)), user="recorded")
     assert headline(ok) == ("reproduced: 2 turns, every tool output and the final reward as recorded; "

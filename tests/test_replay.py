@@ -11,9 +11,9 @@ import pytest
 
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
-from engine.loop import run_episode
+from engine.loop.replay import replay
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.replay import replay
 from tests.toolenv import PriceEnv
 
 
@@ -163,7 +163,7 @@ def test_the_recorded_user_replays_live_retail_episodes_as_the_env_user_does(smo
     # On episodes whose user was the env's own (deterministic) one, replaying the user from the record must
     # agree with the plain replay: every episode reproduces, tool output for tool output and reward.
     from engine.envs.retail import RetailEnv
-    from engine.replay_recorded import replay_recorded
+    from engine.loop.replay import replay_recorded
 
     for i, task in enumerate(RetailEnv().tasks[:6]):
         ep = run(RetailEnv, smol_tokenizer, preset, task, mistake_rate=0.3, seed=i)
@@ -176,7 +176,7 @@ def test_a_model_played_user_is_replayed_from_the_record_by_replay_stored(smol_t
     from dataclasses import replace
 
     from engine.envs.retail import RetailEnv
-    from engine.replay import replay_stored
+    from engine.loop.replay import replay_stored
 
     ep = run(RetailEnv, smol_tokenizer, "slime-tau", RetailEnv().tasks[1])
     llm = ep.evolve(config=replace(ep.config, env=replace(ep.config.env, user="llm")))

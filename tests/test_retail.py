@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from engine import chat
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.base import Env, StepResult
 from engine.envs.retail import RetailEnv, data, tools
@@ -22,10 +21,11 @@ from engine.envs.retail.reference import CHATTY, reference_reply, script_positio
 from engine.envs.retail.tasks import all_tasks, get_task
 from engine.envs.retail.user import STOP, LLMUser, ScriptedUser
 from engine.errors import ConfigError, EnvError
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import RESPOND, Action, Generation, Message, Status
-from engine.toolcalls import parse_hermes
+from engine.records.episode import RESPOND, Action, Generation, Message, Status
+from engine.tokens import chat
+from engine.tokens.toolcalls import parse_hermes
 
 # -- helpers -------------------------------------------------------------------
 

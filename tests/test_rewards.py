@@ -1,6 +1,6 @@
 import pytest
 
-from engine.rewards import areal_shape, discounted_returns, group_advantages
+from engine.loop.rewards import areal_shape, discounted_returns, group_advantages
 
 
 def test_areal_shape_hand_computed():

@@ -13,9 +13,9 @@ import pytest
 from engine.backends.base import SamplingParams
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
+from engine.launch.batch import BatchSpec, _sampling_for, run_batch
 from engine.presets import PRESETS
-from engine.records import Status
-from engine.runner import BatchSpec, _sampling_for, run_batch
+from engine.records.episode import Status
 from engine.store import EpisodeFilter, Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +123,7 @@ def test_bugs_fail_one_episode_not_the_batch(smol_tokenizer):
 
 
 def test_episode_seeds_are_stable_across_processes():
-    code = ("from engine.runner import BatchSpec, _sampling_for; from engine.backends.base import SamplingParams; "
+    code = ("from engine.launch.batch import BatchSpec, _sampling_for; from engine.backends.base import SamplingParams; "
             "from engine.presets import PRESETS; "
             "s = BatchSpec('math', ('a',), 1, 'tito', PRESETS['tito'], SamplingParams(), 'scripted', seed=7); "
             "print(_sampling_for(s, 'arith-add-0000', 3).seed)")

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from dashboard.background.watching import FAILED, STOPPED, WATCHING, WatchManager
 from dashboard.tabs import browse as browse_tab
 from dashboard.tabs import runs as runs_tab
 from dashboard.views import run_charts
 from dashboard.views.runs import alerts_note, event_line, run_label, step_table, watch_status
-from dashboard.watching import FAILED, STOPPED, WATCHING, WatchManager
 from engine.errors import ConfigError, StoreError
+from engine.formats.watch import Watcher, WatchEvent
 from engine.store import StepStats, Store
-from engine.watch import Watcher, WatchEvent
 from tests.fixtures_formats import synthetic_slime_samples, write_slime_dump
 
 N = 8

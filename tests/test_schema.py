@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from engine.formats import jsonl
-from engine.provenance import RunConfig
-from engine.records import SCHEMA_VERSION, Episode
-from engine.schema import episode_schema, field_docs, problems, validator
+from engine.records.episode import SCHEMA_VERSION, Episode
+from engine.records.provenance import RunConfig
+from engine.records.schema import episode_schema, field_docs, problems, validator
 from engine.store import Store
 from tests.conftest import ROOT
 

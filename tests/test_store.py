@@ -13,9 +13,9 @@ import pytest
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.errors import ConfigError, StoreError
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Status
+from engine.records.episode import Status
 from engine.store import EpisodeFilter, Store
 from tests.toolenv import PriceEnv
 
@@ -94,8 +94,8 @@ import asyncio, os, sys
 sys.path.insert(0, {str(os.getcwd())!r})
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
-from engine.factory import load_tokenizer
-from engine.loop import run_episode
+from engine.backends.tokenizers import load_tokenizer
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
 from engine.store import Store
 store = Store({str(db)!r})

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ConfigError
-from engine.records import Episode, Status
-from engine.store import SORTABLE, EpisodeFilter, Store, browse
+from engine.records.episode import Episode, Status
+from engine.store import SORTABLE, EpisodeFilter, Store
+from engine.store import index as browse
 from tests.synthetic import ENVS, needle, synthetic_episode, synthetic_episodes
 
 N = 2000

@@ -14,11 +14,11 @@ import pytest
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.errors import StoreError
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Generation, Turn
+from engine.records.episode import Generation, Turn
+from engine.records.token_arrays import TokenArrays
 from engine.store import DB_SCHEMA, EpisodeFilter, Store, codec, migrations
-from engine.token_arrays import TokenArrays
 
 GOLDEN = Path(__file__).parent / "golden"
 

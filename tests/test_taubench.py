@@ -12,9 +12,9 @@ import pytest
 
 from engine.backends.scripted import ScriptedBackend
 from engine.errors import ConfigError
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Status
+from engine.records.episode import Status
 from tests.conftest import FAKE_TAUBENCH as FAKE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_scripted_policy_solves_every_task(tau, smol_tokenizer, task, mode):
 def test_wrong_action_scores_zero(tau, smol_tokenizer):
     env = tau("retail")
     env.reset("0")
-    from engine.records import Action
+    from engine.records.episode import Action
 
     env.step(Action("cancel_pending_order", {"order_id": "#B1", "reason": "no longer needed"}))
     res = env.step(Action("respond", {"content": "Done. Is there anything else I can help you with?"},

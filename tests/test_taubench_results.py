@@ -13,7 +13,7 @@ import copy
 import json
 
 from engine import Store, formats
-from engine.replay import replay_stored
+from engine.loop.replay import replay_stored
 from tests.fakes import openai_tool_call, tau_cancel_result
 
 
@@ -102,9 +102,9 @@ def test_calls_without_a_recorded_output_were_never_executed(tmp_path, fake_tau_
 
 
 def test_an_imported_trajectory_forks_at_any_turn_with_the_user_of_choice(tmp_path, fake_tau_bench, smol_tokenizer):
-    from engine import fork as forking
     from engine.backends.scripted import ScriptedBackend
     from engine.envs.taubench import TauBenchEnv
+    from engine.loop import fork as forking
 
     store, _ = _import(tmp_path, [tau_cancel_result()])
     parent = next(store.iter_episodes())
@@ -138,10 +138,10 @@ def test_an_imported_trajectory_forks_at_any_turn_with_the_user_of_choice(tmp_pa
 
 
 def test_the_recorded_user_answers_while_the_conversation_matches_then_the_person(tmp_path, smol_tokenizer):
-    from engine import fork as forking
     from engine.backends.scripted import ScriptedBackend
     from engine.envs.retail import RetailEnv
-    from engine.loop import run_episode
+    from engine.loop import fork as forking
+    from engine.loop.stepper import run_episode
     from engine.presets import PRESETS
 
     env = RetailEnv()

@@ -8,14 +8,15 @@ import json
 
 import pytest
 
-from engine import tokendiff as td
+from engine.analysis import tokendiff as td
 from engine.backends.scripted import ScriptedBackend
+from engine.backends.tokenizers import load_tokenizer
 from engine.cli import main
-from engine.factory import env_factory, load_tokenizer
-from engine.loop import run_episode
+from engine.envs import env_factory
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
+from engine.records.token_arrays import TokenArrays
 from engine.store import Store
-from engine.token_arrays import TokenArrays
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def _texts(tok, d: td.TokenDiff, rows, side: str) -> str:
 
 def test_an_episode_against_itself_agrees_everywhere(tok):
     ep = _retail(tok, "tito")
-    d = td.diff(ep, ep)
+    d = td.token_diff(ep, ep)
     assert d.first is None and not d.hunks and d.n_differing == 0
     assert len(d.rows) == len(ep.tokens)
     assert sum(c.rows for c in d.counts.values()) == len(ep.tokens)
@@ -47,9 +48,9 @@ def test_the_seed_loop_against_tito_marks_the_dropped_generation_prompts_and_the
     seed = _retail(tok, "slime-tau-seed")
     tito = asyncio.run(td.retokenized(seed, preset="tito", tokenizer=tok))
     assert tito.preset == "tito" and tito.n_turns == seed.n_turns
-    d = td.diff(seed, tito)
+    d = td.token_diff(seed, tito)
     # Every later turn's "<|im_start|>assistant\n" is in tito's array and not in the seed's.
-    dropped = [r for r in d.rows if r.op == td.ONLY_B and d.kind_of(r) == "gen_prompt"]
+    dropped = [r for r in d.rows if r.op == td.TD_ONLY_B and d.kind_of(r) == "gen_prompt"]
     assert d.counts["gen_prompt"].only_b == len(dropped)
     runs: list[list[int]] = []
     for r in dropped:
@@ -60,7 +61,7 @@ def test_the_seed_loop_against_tito_marks_the_dropped_generation_prompts_and_the
     assert len(runs) == seed.n_turns - 1  # one before each turn after the first
     assert {tok.decode([int(tito.tokens.ids[b]) for b in run]) for run in runs} == {"<|im_start|>assistant"}
     # The newline after each <|im_end|>: the same token, trained on by the seed (in its assistant run), not by tito.
-    newlines = [r for r in d.rows if r.op == td.SAME and r.mask_differs]
+    newlines = [r for r in d.rows if r.op == td.TD_SAME and r.mask_differs]
     assert newlines and all(tok.decode([int(seed.tokens.ids[r.a])]) == "\n" for r in newlines)
     assert all(seed.tokens.loss_mask[r.a] == 1 and tito.tokens.loss_mask[r.b] == 0 for r in newlines)
     assert d.counts["assistant"].mask == len(newlines)
@@ -70,7 +71,7 @@ def test_the_seed_loop_against_tito_marks_the_dropped_generation_prompts_and_the
 
 def test_slime_against_tito_differs_only_where_the_arrays_differ(tok):
     slime = _retail(tok, "slime-tau")
-    d = td.diff(slime, asyncio.run(td.retokenized(slime, preset="tito", tokenizer=tok)))
+    d = td.token_diff(slime, asyncio.run(td.retokenized(slime, preset="tito", tokenizer=tok)))
     # slime lays the generation prompts down too (masked 0), so they agree; the newlines after <|im_end|> do not.
     assert d.counts["gen_prompt"].differing == 0
     # One newline per reply: trained on by slime, not by tito; after the last reply tito has none at all.
@@ -89,8 +90,8 @@ def test_one_changed_reply_is_one_run_in_its_turn(tok):
     lp = ep.tokens.logprobs.copy()
     lp[gen.start + 5] = -3.5
     other = ep.evolve(tokens=TokenArrays(ids, ep.tokens.loss_mask, lp, ep.tokens.versions))
-    d = td.diff(ep, other)
-    assert [(r.op, r.a) for r in d.rows if r.differs] == [(td.CHANGED, gen.start + 2), (td.SAME, gen.start + 5)]
+    d = td.token_diff(ep, other)
+    assert [(r.op, r.a) for r in d.rows if r.differs] == [(td.TD_CHANGED, gen.start + 2), (td.TD_SAME, gen.start + 5)]
     assert d.rows[gen.start + 5].logprob_differs and d.turn_of(d.first) == 1
     assert d.counts["assistant"].ids == 1 and d.counts["assistant"].logprob == 1
 
@@ -98,10 +99,10 @@ def test_one_changed_reply_is_one_run_in_its_turn(tok):
 def test_another_tokenizer_is_aligned_by_token_text(tok, qwen3_tokenizer):
     ep = _retail(tok, "tito")
     other = asyncio.run(td.retokenized(ep, preset="tito", tokenizer=qwen3_tokenizer, tokenizer_name="qwen3"))
-    d = td.diff(ep, other, tok, qwen3_tokenizer)
+    d = td.token_diff(ep, other, tok, qwen3_tokenizer)
     assert d.by_text
     # Most positions align: the two vocabularies spell most of this text with the same pieces.
-    same = sum(1 for r in d.rows if r.op == td.SAME)
+    same = sum(1 for r in d.rows if r.op == td.TD_SAME)
     assert same > 0.5 * len(ep.tokens)
     assert d.hunks
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.fanout import Fanout
+from engine.checks.fanout import Fanout
+from engine.formats.watch import Watcher, default_run_id
 from engine.store import EpisodeFilter, Store
-from engine.watch import Watcher, default_run_id
 from tests.fixtures_formats import synthetic_slime_samples, verl_rows, write_jsonl, write_slime_dump
 
 ROOT = Path(__file__).resolve().parents[1]

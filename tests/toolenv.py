@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.envs.base import StepResult
 from engine.errors import EnvError
-from engine.records import Action, Message
+from engine.records.episode import Action, Message
 
 PRICES = {"apple": 3, "pear": 5, "fig": 11, "kiwi": 7}
 

@@ -16,7 +16,16 @@ from typing import Any
 
 import gradio as gr
 
-from engine import AUTO, PRESET_CHOICES, RollscopeError, Store, compare_episodes, retokenized, token_diff, tokenizers
+from engine import (
+    AUTO,
+    PRESET_CHOICES,
+    RollscopeError,
+    Store,
+    compare,
+    episode_tokenizer,
+    retokenized,
+    token_diff,
+)
 
 from ..assets import script
 from ..gradio_glue import Outputs, html
@@ -55,7 +64,7 @@ def view(store: Store, a: Any, b: Any) -> dict[str, Any]:
         ep_b = store.get_episode(store.resolve_id(b_id))
     except RollscopeError as e:
         return {"view": views.empty(str(e), "error")}
-    return {"a": ep_a.id, "b": ep_b.id, "view": views.render_comparison(compare_episodes(ep_a, ep_b))}
+    return {"a": ep_a.id, "b": ep_b.id, "view": views.render_comparison(compare(ep_a, ep_b))}
 
 
 def token_view(store: Store, a: Any, b: Any, against: Any) -> str:
@@ -68,12 +77,12 @@ def token_view(store: Store, a: Any, b: Any, against: Any) -> str:
         return token_views.empty("Type B's id, or diff A against a preset.", "warn")
     try:
         ep_a = store.get_episode(store.resolve_id(a_id))
-        tok_a, why = tokenizers.for_episode(ep_a)
+        tok_a, why = episode_tokenizer(ep_a)
         if tok_a is None:
             return token_views.empty(f"A: {why}", "error")
         if preset is None:
             ep_b = store.get_episode(store.resolve_id(b_id))
-            tok_b, why = tokenizers.for_episode(ep_b)
+            tok_b, why = episode_tokenizer(ep_b)
             if tok_b is None:
                 return token_views.empty(f"B: {why}", "error")
             label = ep_b.id

@@ -19,7 +19,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import ConfigError, EpisodeFilter, RollscopeError, Store, formats
+from engine import EXPORTERS, ConfigError, EpisodeFilter, RollscopeError, Store, export
 
 from ..assets import script
 from ..gradio_glue import Outputs, html
@@ -91,7 +91,7 @@ def sample(store: Store, flt: EpisodeFilter, fmt: str) -> str:
     ep = store.get_episode(first[0].id)
     with tempfile.TemporaryDirectory(prefix="rollscope-preview-") as tmp:
         path = Path(tmp) / f"first.{EXTENSIONS.get(fmt, 'out')}"
-        formats.export([ep], fmt, path)
+        export([ep], fmt, path)
         size = path.stat().st_size
         if EXTENSIONS.get(fmt) != "jsonl":
             return f"({fmt} is a binary format: the first episode alone takes {size:,} bytes)"
@@ -107,7 +107,7 @@ def write(store: Store, flt: EpisodeFilter, fmt: str) -> tuple[Path, int]:
         raise ConfigError("no episodes match: nothing to export")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = _out_dir() / f"rollscope-{n}-episodes-{stamp}.{EXTENSIONS.get(fmt, 'out')}"
-    written = formats.export(store.iter_episodes(flt), fmt, path)
+    written = export(store.iter_episodes(flt), fmt, path)
     return path, written
 
 
@@ -141,7 +141,7 @@ def build(store: Store, browse_filters: Outputs | None = None,
     """
     has_browse = bool(browse_filters) and episode_filter is not None
     sources = ([BROWSE] if has_browse else []) + [TAGGED, STARRED, IDS]
-    names = sorted(formats.EXPORTERS)
+    names = sorted(EXPORTERS)
     with gr.Row(equal_height=True):
         source = gr.Radio(sources, value=sources[0], label="export", scale=3, elem_id="rs-export-source")
         fmt = gr.Dropdown(names, value="jsonl", label="format", min_width=140, scale=1, elem_id="rs-export-format",

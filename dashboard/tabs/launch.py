@@ -3,7 +3,7 @@
 The form is checked at once (env, task range, numbers, whether a server
 URL answers) so a mistake shows as a sentence, not a traceback; the slow
 setup (tokenizer, a local model) and the episodes run in the job's own
-thread (``dashboard.jobs``), writing to the app's database as they go. A
+thread (``dashboard.background.jobs``), writing to the app's database as they go. A
 ``gr.Timer`` polls the job while it runs; a reloaded page finds the latest
 batch again.
 """
@@ -19,10 +19,10 @@ import gradio as gr
 from engine import AUTO, ENVS, PRESET_CHOICES, RollscopeError, Store, plan_run
 
 from ..assets import script
+from ..background.jobs import JobManager, JobStatus
 from ..controls import BackendControls, LoopControls, backend_controls, loop_controls, loop_table
 from ..controls import parse as parse_backend
 from ..gradio_glue import Outputs, event_data, html
-from ..jobs import JobManager, JobStatus
 from ..views import launch as views
 from ..views.html import note
 

@@ -8,7 +8,7 @@ token view dims them and outlines turn k's generated tokens. Those two are
 restyled in the browser (``assets/playback.js``), never re-rendered: a step
 sends one card, however long the episode.
 
-"Re-execute" runs ``engine.replay.replay_stored`` on the episode, stores the
+"Re-execute" runs ``engine.replay_stored`` on the episode, stores the
 verdict with ``Store.save_replay`` and shows it per turn, with the earlier
 re-executions of the same episode.
 """

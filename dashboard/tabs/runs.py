@@ -1,7 +1,7 @@
 """Runs: watch a training run's dump folder, and see the run step by step.
 
 Start checks the form at once (folder, format, tokenizer) and runs the watch in a thread of the
-server (``dashboard.watching``): new dumps are imported and checked into this database as the
+server (``dashboard.background.watching``): new dumps are imported and checked into this database as the
 trainer writes them. Below, the run view plots the chosen run one point per rollout step, marks the
 steps where the data changed for the worse, and lists the steps; a step opens its episodes in
 Browse. One ``gr.Timer`` polls the watch and a cheap stamp of the store, so the view grows while a
@@ -20,11 +20,11 @@ import gradio as gr
 from engine import RollscopeError, Store
 
 from ..assets import script
+from ..background.watching import FORMATS, WatchJob, WatchManager, WatchStatus
 from ..gradio_glue import Outputs, event_data, html
 from ..views import run_charts
 from ..views.html import note
 from ..views.runs import alerts_note, run_label, step_table, watch_status
-from ..watching import FORMATS, WatchJob, WatchManager, WatchStatus
 
 POLL_S = 1.5
 

@@ -10,7 +10,7 @@ and shows the observation, reward and done. Where the env has a user
 it (a fork may first replay the recorded user). Save stores
 the conversation (checks run) with its parent and fork turn.
 
-The conversation lives on the server (``dashboard.stepping``); the page
+The conversation lives on the server (``dashboard.background.stepping``); the page
 holds its key.
 """
 
@@ -27,9 +27,9 @@ import gradio as gr
 from engine import AUTO, ENVS, PRESET_CHOICES, Generation, RollscopeError, UserSettings, env_factory
 
 from ..assets import script
+from ..background.stepping import GENERATE_TIMEOUT_S, Sessions, StepSession
 from ..controls import BackendControls, LoopControls, backend_controls, fork_table, loop_controls, loop_table
 from ..controls import parse as parse_backend
-from ..stepping import GENERATE_TIMEOUT_S, Sessions, StepSession
 from ..views import step as rs
 from ..views.tokens import decode_token_texts, special_token_ids
 

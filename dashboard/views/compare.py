@@ -1,6 +1,6 @@
 """Escaped HTML for the Compare tab: two episodes side by side, aligned by turn.
 
-Pure functions of ``engine.compare.Comparison``. Texts that differ are
+Pure functions of ``engine.Comparison``. Texts that differ are
 shown as word-level diffs (``<del>`` on A's side, ``<ins>`` on B's); every
 piece of text is escaped first, the markup is ours. Turns identical in both
 fold away so the eye lands on the first divergence.

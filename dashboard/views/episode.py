@@ -23,7 +23,7 @@ from engine import (
     Severity,
     Turn,
     consequences,
-    diagnosis_line,
+    diagnosis,
     link_findings,
     opening_messages,
     roots,
@@ -197,7 +197,7 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
     summary = ", ".join(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}" for sev, n in counts.items())
     n_run, run_kinds = run_level or (0, [])
     parts = []
-    line = diagnosis_line(found, leave_out=run_kinds)
+    line = diagnosis(found, leave_out=run_kinds)
     if line:
         parts.append(f'<div class="rs-diagnosis"><b>Diagnosis</b>: {esc(line)}</div>')
     own = [r for r in roots(found) if r.kind not in run_kinds]

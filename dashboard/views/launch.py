@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..jobs import CANCELLED, CANCELLING, FAILED, FINISHED, PREPARING, EpisodeRow, JobStatus
+from ..background.jobs import CANCELLED, CANCELLING, FAILED, FINISHED, PREPARING, EpisodeRow, JobStatus
 from .html import STATUS_CLASS, badge, chip, esc, fmt_num, heads, note, status_badge
 
 TABLE_ROWS = 200  # the newest finished episodes shown live; the rest are in Browse

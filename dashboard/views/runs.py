@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from engine import RunSummary, StepStats, WatchEvent
 
-from ..watching import FAILED, STOPPED, STOPPING, WATCHING, WatchStatus
+from ..background.watching import FAILED, STOPPED, STOPPING, WATCHING, WatchStatus
 from .html import badge, chip, esc, heads, note
 from .run_charts import Alert
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import Episode, Finding, Severity, linked, tokenizers
+from engine import Episode, Finding, Severity, linked, tokenizer_spec, try_tokenizer
 
 from .html import esc, note
 
@@ -470,9 +470,9 @@ def episode_tokenizer(ep: Episode) -> tuple[Any, str | None]:
     """(the tokenizer an episode's ids are shown with, None), or (None, why); loaded once per process.
 
     An import that names no tokenizer is shown with the embedded one, and the views say so; the checks
-    (``tokenizers.for_episode``) do not judge such ids.
+    (``engine.episode_tokenizer``) do not judge such ids.
     """
-    return tokenizers.get(tokenizers.spec_of(ep))
+    return try_tokenizer(tokenizer_spec(ep))
 
 
 def token_view(ep: Episode) -> str:

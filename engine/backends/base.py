@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..provenance import SamplingParams as SamplingParams  # where the request types are imported from
-from ..records import Generation, Message
+from ..records.episode import Generation, Message
+from ..records.provenance import SamplingParams as SamplingParams  # where the request types are imported from
 
 PROMPT_IDS = "prompt as token ids"
 """The key under ``describe()["refused"]`` of a backend whose server takes no token-id prompts."""

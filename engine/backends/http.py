@@ -45,9 +45,10 @@ from typing import Any
 
 import httpx
 
-from .. import jsonbounds
 from ..errors import BackendError, ConfigError, InvalidAnswer
-from ..records import FinishReason
+from ..records import jsonbounds
+from ..records.episode import FinishReason
+from ..tokens.tokenizer import Tokenizer
 
 MAX_BACKOFF_S = 30.0
 EXCERPT_CHARS = 200
@@ -428,7 +429,7 @@ ID_LIMIT = 2**31
 """Token ids are stored as int32: without a tokenizer to say the vocabulary size, this bounds them."""
 
 
-def vocab_size(tokenizer: Any) -> int:
+def vocab_size(tokenizer: Tokenizer | None) -> int:
     """How many ids the tokenizer knows (added tokens included), or ``ID_LIMIT`` without one."""
     return ID_LIMIT if tokenizer is None else min(ID_LIMIT, len(tokenizer))
 

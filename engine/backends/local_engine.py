@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..records import FinishReason
+from ..records.episode import FinishReason
 from .kvcache import DecodeBatch, PrefixCache, make_cache, reusable
 
 if TYPE_CHECKING:

@@ -63,11 +63,12 @@ from typing import Any
 
 import httpx
 
-from .. import jsonbounds
-from ..chat import decode
 from ..errors import BackendError, ConfigError
-from ..records import Generation, Message
-from ..toolcalls import parse_hermes
+from ..records import jsonbounds
+from ..records.episode import Generation, Message
+from ..tokens.chat import decode
+from ..tokens.tokenizer import Tokenizer
+from ..tokens.toolcalls import parse_hermes
 from .base import PROMPT_AS_TEXT, PROMPT_IDS, GenerationRequest
 from .http import (
     MAX_ANSWER_BYTES,
@@ -120,7 +121,7 @@ class OpenAIBackend:
         retries: int = 3,
         backoff: float = 0.5,
         max_bytes: int = MAX_ANSWER_BYTES,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         return_token_ids: bool = True,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
@@ -325,7 +326,7 @@ class OpenAIBackend:
 # -- token strings to ids -------------------------------------------------------
 
 
-def ids_from_token_strings(tokens: Sequence[Any], raw_bytes: Sequence[Any] | None, tokenizer: Any) -> list[int] | None:
+def ids_from_token_strings(tokens: Sequence[Any], raw_bytes: Sequence[Any] | None, tokenizer: Tokenizer | None) -> list[int] | None:
     """Token ids for OpenAI logprob token strings, or None when they cannot be trusted.
 
     Strings spelled ``token_id:N`` (all of them) give N. Otherwise each
@@ -361,7 +362,7 @@ def _spelled_id(token: Any) -> int | None:
     return None
 
 
-def _single_token(tokenizer: Any, text: str) -> int | None:
+def _single_token(tokenizer: Tokenizer, text: str) -> int | None:
     # Special tokens and plain-word entries are vocabulary strings as they are;
     # byte-level entries ("Ġthe") are not, and go through encode.
     tid = tokenizer.convert_tokens_to_ids(text)

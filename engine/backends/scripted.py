@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..chat import encode, end_of_turn_texts
 from ..errors import ConfigError
-from ..records import FinishReason, Generation, Message
+from ..records.episode import FinishReason, Generation, Message
+from ..tokens.chat import encode, end_of_turn_texts
+from ..tokens.tokenizer import Tokenizer
 from .base import GenerationRequest
 
 # (task id, the conversation so far, a seeded random stream, mistake rate) -> the reply text
@@ -29,7 +30,7 @@ class ScriptedBackend:
     def __init__(
         self,
         reference: ReferencePolicy,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         mistake_rate: float = 0.0,
         seed: int = 0,
         tokenizer_name: str = "",

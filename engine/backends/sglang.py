@@ -46,9 +46,10 @@ from typing import Any
 
 import httpx
 
-from ..chat import decode
 from ..errors import BackendError
-from ..records import Generation
+from ..records.episode import Generation
+from ..tokens.chat import decode
+from ..tokens.tokenizer import Tokenizer
 from .base import GenerationRequest
 from .http import (
     MAX_ANSWER_BYTES,
@@ -82,7 +83,7 @@ class SGLangBackend:
     def __init__(
         self,
         url: str,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         client: httpx.AsyncClient | None = None,
         timeout: float = 60.0,
         retries: int = 3,

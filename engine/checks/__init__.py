@@ -4,18 +4,19 @@ Each check reads what the episode carries (messages, token arrays,
 generations, segments) and either reports findings or says, as an ``info``
 finding of kind ``not_checked``, what it could not check and why. Checks
 never change the episode; :func:`with_checks` returns a copy carrying their
-findings, linked to their root causes (``engine.diagnosis``).
+findings, linked to their root causes (``diagnosis``).
 
 ``rendering`` holds the checks against the chat template, ``arrays`` those
-on the token arrays, ``base`` what they share.
+on the token arrays, ``base`` what they share, ``diagnosis`` the links from a
+finding to its cause and the one-line diagnosis (and the reading of records
+whose upgrade needs those rules), ``fanout`` the checks run on worker
+processes or Ray. Imports the records, tokens and backends (a local model
+teacher-forces logprobs); nothing above.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..diagnosis import link
-from ..records import Episode, Finding
+from ..records.episode import Episode, Finding
 from .arrays import (
     assistant_spans,
     check_drift,
@@ -28,6 +29,7 @@ from .arrays import (
     closing_newlines,
 )
 from .base import KEEPS_IDS, KINDS, LOOP_KINDS, Check, CheckOptions
+from .diagnosis import link
 from .rendering import (
     check_chat_markup,
     check_injected_system,
@@ -58,24 +60,8 @@ def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
     return link(ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options))))
 
 
-class TokenizerCache:
-    """Each episode's tokenizer (``engine.tokenizers``, loaded once per process); remembers why one could not load."""
-
-    def __init__(self, override: str | None = None) -> None:
-        self.override = override
-        self.errors: dict[str, str] = {}
-
-    def get(self, ep: Episode) -> Any:
-        from .. import tokenizers
-
-        tok, why = tokenizers.for_episode(ep, self.override)
-        if tok is None and why is not None and (self.override or ep.tokenizer):
-            self.errors[tokenizers.name(self.override or ep.tokenizer)] = why
-        return tok
-
-
 __all__ = [
-    "CHECKS", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "Check", "CheckOptions", "TokenizerCache", "assistant_spans",
+    "CHECKS", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "Check", "CheckOptions", "assistant_spans",
     "check_chat_markup", "check_drift", "check_injected_system", "check_logprob_mismatch", "check_logprobs",
     "check_mask", "check_rendering", "check_response_length", "check_template", "check_truncation",
     "check_turn_records", "closing_newlines", "injected_system_blocks", "run_checks", "tito_expected_ids",

@@ -4,13 +4,13 @@ length fields, and logprobs recomputed by teacher forcing."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
-from .. import chat
 from ..errors import RollscopeError
-from ..records import Episode, Finding
+from ..records.episode import Episode, Finding
+from ..tokens import chat
+from ..tokens.tokenizer import Tokenizer
 from .base import (
     ERROR,
     INFO,
@@ -79,7 +79,7 @@ def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
 
 
 
-def assistant_spans(ep: Episode, tok: Any) -> list[tuple[int, int]] | None:
+def assistant_spans(ep: Episode, tok: Tokenizer | None) -> list[tuple[int, int]] | None:
     """[start, end) of each assistant reply, read off the token stream itself.
 
     For ChatML templates the header ``<|im_start|>assistant\\n`` opens a reply
@@ -87,7 +87,7 @@ def assistant_spans(ep: Episode, tok: Any) -> list[tuple[int, int]] | None:
     episode's segments, which may carry the very bug being looked for.
     """
     marks = chatml_ids(tok)
-    if marks is None:
+    if tok is None or marks is None:
         return None
     start_id, end_id = marks
     header = chat.encode(tok, "<|im_start|>assistant\n")
@@ -108,7 +108,7 @@ def assistant_spans(ep: Episode, tok: Any) -> list[tuple[int, int]] | None:
     return spans
 
 
-def closing_newlines(ep: Episode, tok: Any, spans: list[tuple[int, int]]) -> list[int]:
+def closing_newlines(ep: Episode, tok: Tokenizer | None, spans: list[tuple[int, int]]) -> list[int]:
     """Positions of the newline a template writes right after an assistant's ``<|im_end|>``."""
     if tok is None:
         return []

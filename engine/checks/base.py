@@ -6,10 +6,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import chat
 from ..presets import ONE_OR_MORE, LoopConfig
-from ..records import FINDING_KINDS, Episode, Finding, Severity
-from ..tokenmodes import prompt_text
+from ..records.episode import FINDING_KINDS, Episode, Finding, Severity
+from ..tokens import chat
+from ..tokens.modes import prompt_text
+from ..tokens.tokenizer import Tokenizer
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -27,7 +28,7 @@ KEEPS_IDS = frozenset({"tito", "areal", "areal-seed"})
 class CheckOptions:
     """What the checks may use beyond the episode itself."""
 
-    tokenizer: Any = None
+    tokenizer: Tokenizer | None = None
     recompute_logprobs: bool = False
     model: str | None = None  # local model spec for teacher forcing; None = the episode's own if local
     logprob_threshold: float = 0.5
@@ -41,7 +42,7 @@ def skip(check: str, why: str) -> Finding:
     return Finding("not_checked", INFO, f"{check}: not checked: {why}", evidence={"check": check})
 
 
-def chatml_ids(tok: Any) -> tuple[int, int] | None:
+def chatml_ids(tok: Tokenizer | None) -> tuple[int, int] | None:
     """(``<|im_start|>`` id, ``<|im_end|>`` id) when the tokenizer has both as tokens; None otherwise (not ChatML)."""
     if tok is None:
         return None
@@ -72,7 +73,7 @@ def first_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else n
 
 
-def id_evidence(tok: Any, got: Sequence[int], want: Sequence[int], at: int, ctx: int) -> dict[str, Any]:
+def id_evidence(tok: Tokenizer | None, got: Sequence[int], want: Sequence[int], at: int, ctx: int) -> dict[str, Any]:
     lo = max(0, at - ctx)
     g, w = list(got[lo : at + ctx]), list(want[lo : at + ctx])
     ev: dict[str, Any] = {"position": at, "from": lo, "ids": g, "expected_ids": w}
@@ -97,7 +98,7 @@ def keeps_ids(ep: Episode) -> bool:
     return token_mode(ep) in KEEPS_IDS
 
 
-def render_for(ep: Episode, tok: Any, messages: Sequence[Any], gp: bool) -> str:
+def render_for(ep: Episode, tok: Tokenizer, messages: Sequence[Any], gp: bool) -> str:
     if gp:
         return prompt_text(tok, messages, ep.tools, loop_config(ep))
     text = chat.render(tok, messages, ep.tools, add_generation_prompt=False)

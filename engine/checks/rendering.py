@@ -3,11 +3,10 @@ prompts, injected system blocks, and the ChatML markup of records that hold no c
 
 from __future__ import annotations
 
-from typing import Any
-
-from .. import chat
 from ..errors import RollscopeError
-from ..records import Episode, Finding, Message
+from ..records.episode import Episode, Finding, Message
+from ..tokens import chat
+from ..tokens.tokenizer import Tokenizer
 from .base import (
     ERROR,
     INFO,
@@ -73,7 +72,7 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
     return out
 
 
-def tito_expected_ids(ep: Episode, tok: Any) -> list[int]:
+def tito_expected_ids(ep: Episode, tok: Tokenizer) -> list[int]:
     """The ids a token-in-token-out loop builds from this trace's records.
 
     The first prompt rendered with its generation prompt, then per turn the
@@ -98,7 +97,7 @@ def tito_expected_ids(ep: Episode, tok: Any) -> list[int]:
     return ids
 
 
-def _rendered_candidates(ep: Episode, tok: Any) -> list[list[int]]:
+def _rendered_candidates(ep: Episode, tok: Tokenizer) -> list[list[int]]:
     """Token arrays a correct render-and-slice loop may have produced."""
     full = chat.encode(tok, render_for(ep, tok, ep.messages, False))
     out = [full]
@@ -200,7 +199,7 @@ def check_chat_markup(ep: Episode, o: CheckOptions) -> list[Finding]:
     template writes after it."""
     tok = o.tokenizer
     marks = chatml_ids(tok)
-    if marks is None:
+    if tok is None or marks is None:
         return []
     start_id, end_id = marks
     ids = ep.tokens.ids.tolist()
@@ -230,7 +229,7 @@ def check_chat_markup(ep: Episode, o: CheckOptions) -> list[Finding]:
     return out
 
 
-def _closes_cut_reply(ep: Episode, tok: Any, rest: list[int]) -> bool:
+def _closes_cut_reply(ep: Episode, tok: Tokenizer, rest: list[int]) -> bool:
     last = ep.turns[-1].generation if ep.turns else None
     if last is None or not last.token_ids or int(last.token_ids[-1]) in chat.end_of_turn_ids(tok):
         return False
@@ -238,7 +237,7 @@ def _closes_cut_reply(ep: Episode, tok: Any, rest: list[int]) -> bool:
     return bool(rest) and closing[: len(rest)] == rest
 
 
-def _assistant_header(tok: Any) -> list[int]:
+def _assistant_header(tok: Tokenizer) -> list[int]:
     try:
         return chat.encode(tok, chat.generation_prompt_delta(tok, [Message("user", "U")]).text)
     except RollscopeError:
@@ -267,11 +266,11 @@ def _missing_headers(ids: list[int], want: list[int], header: list[int]) -> list
     return out if i == len(ids) and j == len(want) else []
 
 
-def _system_header(tok: Any) -> list[int]:
+def _system_header(tok: Tokenizer) -> list[int]:
     return chat.encode(tok, "<|im_start|>system") if chatml_ids(tok) is not None else []
 
 
-def injected_system_blocks(ep: Episode, tok: Any) -> list[tuple[int, int]]:
+def injected_system_blocks(ep: Episode, tok: Tokenizer | None) -> list[tuple[int, int]]:
     """[start, end) of every system block after the first prompt: ``<|im_start|>system ... <|im_end|>``
     plus the newline after it."""
     if tok is None:
@@ -311,11 +310,12 @@ def _without(ids: list[int], spans: list[tuple[int, int]]) -> list[int]:
 def check_injected_system(ep: Episode, o: CheckOptions) -> list[Finding]:
     """A system block in the middle of the trajectory: a message rendered on its own by a template that
     adds a default system prompt (AReaL's realhf feedback: ``template([user feedback])``)."""
-    blocks = injected_system_blocks(ep, o.tokenizer)
-    if not blocks:
+    tok = o.tokenizer
+    blocks = injected_system_blocks(ep, tok)
+    if tok is None or not blocks:
         return []
     s, e = blocks[0]
-    text = chat.decode(o.tokenizer, ep.tokens.ids[s:e].tolist())
+    text = chat.decode(tok, ep.tokens.ids[s:e].tolist())
     return [Finding(
         "system_block_injected", ERROR,
         f"{len(blocks)} system block{'s' if len(blocks) != 1 else ''} in the middle of the trajectory, first at "

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..records import Action, Message
+from ..records.episode import Action, Message
 
 
 @dataclass(frozen=True)

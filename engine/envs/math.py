@@ -19,7 +19,7 @@ from typing import Any
 from math_verify import parse, verify
 
 from ..errors import EnvError, FormatError
-from ..records import Action, Message
+from ..records.episode import Action, Message
 from .base import StepResult
 from .math_problems import BUILTIN_PROBLEMS, MathProblem
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, EnvError
-from ..records import Action, Message
+from ..records.episode import Action, Message
 from .base import StepResult
 
 DOMAINS = ("retail", "airline")

@@ -23,6 +23,10 @@ so importing the same dump twice adds nothing; episodes already in the
 store are left as they are (their tags, stars and notes kept), except for
 the lossless formats (``jsonl``, ``parquet``), whose records are the
 authority and replace the stored copy. :func:`export` writes atomically.
+``watch`` follows a run's dump folder as it grows.
+
+Imports every layer below it (the loop's rewards, the checks' fan-out, the
+store); the launch layer and the front ends sit above.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .. import textsafe
 from ..errors import ConfigError, FormatError
-from ..records import Episode
+from ..records import textsafe
+from ..records.episode import Episode
+from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl
 from .base import ImportContext, LineRange, atomic_path
 
@@ -107,18 +112,18 @@ class ImportReport:
                 f"{self.skipped} malformed records skipped")
 
 
-def _resolve_tokenizer(tokenizer: Any) -> tuple[Any, str]:
+def _resolve_tokenizer(tokenizer: Tokenizer | str | None) -> tuple[Tokenizer | None, str]:
     if tokenizer is None:
         return None, ""
     if isinstance(tokenizer, str):
-        from ..factory import load_tokenizer
+        from ..backends.tokenizers import load_tokenizer
 
         return load_tokenizer(tokenizer), tokenizer
     return tokenizer, str(getattr(tokenizer, "name_or_path", "") or "")
 
 
 def import_path(
-    path: str | Path, fmt: str, store: Any, *, tokenizer: Any = None, progress: bool = False, env: str | None = None,
+    path: str | Path, fmt: str, store: Any, *, tokenizer: Tokenizer | str | None = None, progress: bool = False, env: str | None = None,
     run_id: str | None = None, check: bool = False, fanout: Any = None, lines: LineRange | None = None,
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
@@ -128,7 +133,7 @@ def import_path(
     do not (``taubench:retail``; a messages record's own ``env`` comes first). ``run_id`` puts the new
     episodes in that run (with the rollout step each dump names: the run view's points). ``check`` runs
     the fidelity checks on each new episode before it is stored, on ``fanout``'s workers (an
-    ``engine.fanout.Fanout``; default: this process). ``lines`` reads only part of a JSONL file (``watch``
+    ``engine.checks.fanout.Fanout``; default: this process). ``lines`` reads only part of a JSONL file (``watch``
     on a growing file). Malformed records are skipped and listed in the report; a missing, unreadable or
     unsafe file (a pickle that would run code) raises ``FormatError``; what was read before it is stored.
     Episodes are written a batch per transaction, each in a savepoint of its own: one that cannot be
@@ -147,7 +152,7 @@ def import_path(
 
         bar = tqdm(total=0, unit="rec", desc=f"import {fmt}", dynamic_ncols=True, file=sys.stderr)
     if env:
-        from ..factory import ENVS
+        from ..envs import ENVS
 
         if env not in ENVS:
             raise ConfigError(f"unknown env {env!r}; choose one of: {', '.join(ENVS)}")
@@ -173,7 +178,7 @@ def import_path(
     episodes: Iterator[Episode] = new_ones()
     own = check and fanout is None  # a fan-out made here is closed here
     if check:
-        from ..fanout import Fanout, check_episodes
+        from ..checks.fanout import Fanout, check_episodes
 
         fanout = fanout or Fanout(1)
         episodes = check_episodes(fanout, episodes, errors=report.tokenizer_errors)

@@ -37,11 +37,11 @@ from typing import IO, Any
 
 import numpy as np
 
-from .. import chat
 from ..errors import FormatError
-from ..provenance import Source
-from ..records import Episode, Generation, Status, TokenArrays, Turn
-from ..rewards import discounted_returns
+from ..loop.rewards import discounted_returns
+from ..records.episode import Episode, Generation, Status, TokenArrays, Turn
+from ..records.provenance import Source
+from ..tokens import chat
 from .base import (
     ImportContext,
     float_array,

@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import jsonbounds, textsafe
 from ..errors import FormatError
-from ..records import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
+from ..records import jsonbounds, textsafe
+from ..records.episode import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
+from ..tokens.tokenizer import Tokenizer
 
 STATUS_FINISH: dict[str, FinishReason] = {"truncated": "length", "aborted": "abort"}
 
@@ -56,7 +57,7 @@ class ImportContext:
     """State one import shares with its reader: tokenizer, errors, notes, progress."""
 
     fmt: str
-    tokenizer: Any = None
+    tokenizer: Tokenizer | None = None
     tokenizer_name: str = ""
     errors: list[FormatError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -322,7 +323,7 @@ def mask_structure(
     versions: np.ndarray,
     prompt_len: int,
     *,
-    tokenizer: Any = None,
+    tokenizer: Tokenizer | None = None,
     texts: list[str] | None = None,
     prompt_text: str | None = None,
     status: str = "completed",
@@ -337,7 +338,7 @@ def mask_structure(
     ``texts`` (one per turn) or from decoding with the tokenizer; without
     either it is empty and the ids speak for themselves.
     """
-    from .. import chat
+    from ..tokens import chat
 
     segments: list[Segment] = []
     if prompt_len:

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ..checks.diagnosis import read_episode
 from ..errors import FormatError
-from ..records import Episode
+from ..records.episode import Episode
 from .base import ImportContext, discover, json_lines, json_object
 
 # What trainers read from every line (the schema requires every field of the record).
@@ -50,7 +51,7 @@ def parse_dict(d: dict[str, Any], where: str) -> Episode:
     ``Episode.from_dict`` reads strictly: every field checked, the first bad one named.
     """
     try:
-        return Episode.from_dict(d)
+        return read_episode(d)
     except FormatError as e:
         raise e.at(where) from None
     except (KeyError, TypeError, ValueError) as e:

@@ -26,12 +26,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from .. import chat, jsonbounds
 from ..errors import FormatError, RollscopeError
-from ..provenance import Source
-from ..records import ROLES, Episode, Finding, Generation, Message, Segment, Status, TokenArrays, ToolCall, Turn
-from ..rewards import discounted_returns
-from ..toolcalls import parse as parse_tool_calls
+from ..loop.rewards import discounted_returns
+from ..records import jsonbounds
+from ..records.episode import (
+    ROLES,
+    Episode,
+    Finding,
+    Generation,
+    Message,
+    Segment,
+    Status,
+    TokenArrays,
+    ToolCall,
+    Turn,
+)
+from ..records.provenance import Source
+from ..tokens import chat
+from ..tokens.tokenizer import Tokenizer
+from ..tokens.toolcalls import parse as parse_tool_calls
 from .base import ImportContext, jsonable, read_jsonl_records, reward_value, stable_id, unstable_finding
 
 NO_TOKENIZER_NOTE = "no tokenizer given (--tokenizer PATH_OR_ID): episodes hold messages only, no token ids"
@@ -84,7 +97,7 @@ def parse_messages(raw: Any, where: str) -> tuple[Message, ...]:
 
 
 def tokenize_conversation(
-    tok: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()
+    tok: Tokenizer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()
 ) -> tuple[TokenArrays, int, tuple[Segment, ...], tuple[Turn, ...]]:
     """Token arrays, prompt length, segments and turns of a finished conversation.
 

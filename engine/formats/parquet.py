@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import jsonbounds
+from ..checks.diagnosis import read_episode
 from ..errors import FormatError
-from ..records import Episode, TokenArrays
+from ..records import jsonbounds
+from ..records.episode import Episode, TokenArrays
 from .base import ImportContext, discover
 
 BATCH = 256
@@ -132,7 +133,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                 row += 1
                 try:
                     d = jsonbounds.loads(rec, limit=None)
-                    ep = Episode.from_dict(d, tokens=TokenArrays(*(_row_arrays(batch, k, i) for k in _TOKEN_KEYS)))
+                    ep = read_episode(d, tokens=TokenArrays(*(_row_arrays(batch, k, i) for k in _TOKEN_KEYS)))
                 except FormatError as e:
                     ctx.skip(e.at(where))
                     continue

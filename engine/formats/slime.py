@@ -61,11 +61,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import chat
 from ..errors import FormatError, RollscopeError
-from ..provenance import Source
-from ..records import Episode, Message, Status, TokenArrays
-from ..rewards import discounted_returns
+from ..loop.rewards import discounted_returns
+from ..records.episode import Episode, Message, Status, TokenArrays
+from ..records.provenance import Source
+from ..tokens import chat
 from . import torchstream
 from .base import (
     ImportContext,
@@ -127,7 +127,7 @@ def _use_saved_tokenizer(files: list[Path], ctx: ImportContext) -> None:
     for root in {r for r in (_dump_root(f) for f in files) if r is not None} | {files[0].parent}:
         folder = root / "tokenizer"
         if folder.is_dir():
-            from ..factory import load_tokenizer
+            from ..backends.tokenizers import load_tokenizer
 
             try:
                 ctx.tokenizer = load_tokenizer(str(folder))

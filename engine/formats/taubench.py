@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import jsonbounds, textsafe
 from ..errors import FormatError
-from ..provenance import Source
-from ..records import Episode, Status
+from ..records import jsonbounds, textsafe
+from ..records.episode import Episode, Status
+from ..records.provenance import Source
 from .base import ImportContext, discover, jsonable, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode, parse_messages
 

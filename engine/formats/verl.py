@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError
-from ..provenance import Source
-from ..records import Episode, Message, Status
+from ..records.episode import Episode, Message, Status
+from ..records.provenance import Source
 from .base import ImportContext, jsonable, read_jsonl_records, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode
 

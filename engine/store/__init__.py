@@ -5,20 +5,22 @@
 - ``writes`` and ``reads``: episodes, turns, runs, tags, stars, notes and replays in and out;
 - ``codec``: the compact form of token arrays and turns;
 - ``runs``: per rollout step aggregates of training runs, and the files ``watch`` has read;
-- ``browse``: Browse's slim index, full-text search and aggregates; ``filter``: ``EpisodeFilter``
+- ``index``: the slim episode index, its full-text search and aggregates; ``filter``: ``EpisodeFilter``
   (also ``--where``) and ``EpisodeSummary``.
 
 Tables: ``meta`` (schema version), ``migrations`` (the steps applied), ``runs``, ``episodes`` (one row per
 episode: filterable columns plus the rest of the record as JSON), ``turns`` (one row per turn),
 ``tokens`` (the token arrays), ``findings`` (an index of every finding, for filtering), ``tags``,
 ``replays`` and ``watched_files``.
+
+Imports the records and the checks' diagnosis rules (the stored diagnosis column); nothing above.
 """
 
 from __future__ import annotations
 
-from .browse import Bins, BrowseStats, RewardBins, RewardStats, connect_read_only, search_texts
 from .core import Store
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
+from .index import Bins, BrowseStats, RewardBins, RewardStats, connect_read_only, search_texts
 from .runs import RunSummary, StepStats, WatchedFile
 from .schema import DB_SCHEMA
 

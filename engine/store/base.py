@@ -11,7 +11,7 @@ from typing import Any
 import sqlite_utils
 
 from ..errors import StoreError
-from ..records import Episode
+from ..records.episode import Episode
 
 
 class _Writing:

@@ -28,8 +28,8 @@ import numpy as np
 import zstandard
 
 from ..errors import StoreError
-from ..records import Turn
-from ..token_arrays import TokenArrays
+from ..records.episode import Turn
+from ..records.token_arrays import TokenArrays
 
 MAGIC = b"RSTK"
 VERSION = 1

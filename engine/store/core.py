@@ -19,7 +19,7 @@ import sqlite_utils
 
 from ..errors import StoreError
 from . import migrations
-from .browse import BrowseQueries, connect_read_only
+from .index import IndexQueries, connect_read_only
 from .reads import Reads
 from .runs import RunQueries
 from .schema import DB_SCHEMA, backfill_diagnosis
@@ -45,7 +45,7 @@ def _can_write(path: Path) -> bool:
     """Whether this process may change the file and create its WAL companions next to it."""
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
-class Store(Writes, Reads, BrowseQueries, RunQueries):
+class Store(Writes, Reads, IndexQueries, RunQueries):
     """A Rollscope database file. Safe to share between threads.
 
     ``read_only``: None (the default) opens the file for writing when this process may, and read-only

@@ -10,8 +10,8 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
-from ..records import Status
-from .browse import text_clause
+from ..records.episode import Status
+from .index import text_clause
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
+from ..checks.diagnosis import read_episode
 from ..errors import ConfigError, FormatError, StoreError
-from ..records import Episode, Finding, TokenArrays
+from ..records.episode import Episode, Finding, TokenArrays
 from . import codec
 from .base import StoreBase
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
@@ -60,7 +61,7 @@ class Reads(StoreBase):
         d["tags"] = tags
         d["turns"] = turns
         try:
-            return Episode.from_dict(d, tokens=tokens)
+            return read_episode(d, tokens=tokens)
         except FormatError as e:
             raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
 

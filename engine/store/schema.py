@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import sqlite_utils
 
-from ..diagnosis import diagnosis_parts, linked
-from ..provenance import Source
-from ..records import Finding, Severity
+from ..checks.diagnosis import diagnosis_parts, linked
+from ..records.episode import Finding, Severity
+from ..records.provenance import Source
 
 DB_SCHEMA = 5
 

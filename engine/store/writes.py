@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .. import textsafe
-from ..records import Episode, Status, Turn
+from ..records import textsafe
+from ..records.episode import Episode, Status, Turn
 from . import codec
 from .base import StoreBase
 from .schema import diagnosis_columns

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from engine.backends.scripted import ScriptedBackend
-from engine.factory import env_factory, load_tokenizer
-from engine.loop import run_episode
+from engine.backends.tokenizers import load_tokenizer
+from engine.envs import env_factory
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Episode
+from engine.records.episode import Episode
 from engine.store import Store
 from tests.fakes import FixedReplyBackend
 

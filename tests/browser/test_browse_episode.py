@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from engine.backends.scripted import ScriptedBackend
-from engine.factory import env_factory, load_tokenizer
-from engine.loop import run_episode
+from engine.backends.tokenizers import load_tokenizer
+from engine.envs import env_factory
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
 from engine.store import EpisodeFilter, Store
 from tests.browser.conftest import _free_port, _run_sync

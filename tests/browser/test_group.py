@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.factory import load_tokenizer
+from engine.backends.tokenizers import load_tokenizer
 from engine.store import Store
 from tests.browser.conftest import serve
 from tests.groupdata import DIVERGE_AT, group

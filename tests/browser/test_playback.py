@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 
 from engine.backends.scripted import ScriptedBackend
-from engine.chat import decode
-from engine.factory import env_factory, load_tokenizer
+from engine.backends.tokenizers import load_tokenizer
+from engine.envs import env_factory
 from engine.formats import import_path
-from engine.loop import run_episode
+from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
-from engine.records import Episode
+from engine.records.episode import Episode
 from engine.store import Store
+from engine.tokens.chat import decode
 from tests.browser.conftest import HOSTILE, _free_port, _run_sync
 from tests.fakes import FixedReplyBackend
 from tests.fixtures_formats import slime_sample, write_slime_dump

@@ -32,7 +32,7 @@ class RunsSite:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunsSite]:
     """An empty database, a dump folder holding rollout 0, and the app serving the database."""
     from dashboard.app import build_app
-    from dashboard.watching import WatchManager
+    from dashboard.background.watching import WatchManager
 
     root = tmp_path_factory.mktemp("runs-ui")
     folder = root / "rollouts"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from dashboard.views.tokens import decode_token_texts
-from engine.factory import load_tokenizer
-from engine.records import Episode
+from engine.backends.tokenizers import load_tokenizer
+from engine.records.episode import Episode
 from engine.store import Store
 from tests.browser.conftest import serve
 from tests.synthetic import long_episode

@@ -17,7 +17,8 @@ from functools import cache
 from typing import Any
 
 from ...errors import ConfigError, EnvError
-from ...records import Action, Message
+from ...records.episode import Action, Message
+from ...tokens.tokenizer import Tokenizer
 from ..base import StepResult
 from .data import SEED, Db, db_fingerprint, fresh_db
 from .policy import POLICY
@@ -66,15 +67,15 @@ class RetailEnv:
     name = "retail"
     tools: tuple[dict[str, Any], ...] = TOOL_SCHEMAS
 
-    def __init__(self, user: str = "scripted", user_backend: Any = None, user_tokenizer: Any = None) -> None:
+    def __init__(self, user: str = "scripted", user_backend: Any = None, user_tokenizer: Tokenizer | None = None) -> None:
         if user not in USERS:
             raise ConfigError(f"retail user must be one of {', '.join(USERS)}, not {user!r}")
         if user == "llm" and (user_backend is None or user_tokenizer is None):
             raise ConfigError("the retail env's llm user needs a backend and a tokenizer")
         self.user_kind = user
-        self.user: Any = (  # ScriptedUser, LLMUser, or one a fork or a person puts in its place
-            ScriptedUser() if user == "scripted" else LLMUser(user_backend, user_tokenizer)
-        )
+        self.user: Any = ScriptedUser()  # ScriptedUser, LLMUser, or one a fork or a person puts in its place
+        if user == "llm" and user_tokenizer is not None:
+            self.user = LLMUser(user_backend, user_tokenizer)
         self.tool_functions: dict[str, Callable[..., str]] = dict(TOOL_FUNCTIONS)
         self.db: Db | None = None
         self.task: RetailTask | None = None

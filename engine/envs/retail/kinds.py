@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...records import Action
+from ...records.episode import Action
 from .data import random_address
 
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ...records import Action, Message
-from ...toolcalls import parse_hermes
+from ...records.episode import Action, Message
+from ...tokens.toolcalls import parse_hermes
 from .data import base_db
 from .kinds import ANYTHING_ELSE, Say, Step
 from .tasks import RetailTask

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ...errors import EnvError
-from ...records import Action
+from ...records.episode import Action
 from .data import base_db
 from .kinds import ASK_IDENTITY, KINDS, NEEDS_USER_DETAILS, Ctx, Say, Step, call, identity_of
 

@@ -11,11 +11,11 @@ matching facts of the task; anything else -> the user restates the request.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from ... import chat
 from ...backends.base import Backend, GenerationRequest, SamplingParams
-from ...records import Message
+from ...records.episode import Message
+from ...tokens import chat
+from ...tokens.tokenizer import Tokenizer
 from .tasks import RetailTask
 
 STOP = "###STOP###"
@@ -120,7 +120,7 @@ class LLMUser:
     ``instruction`` (which is then also the opening line).
     """
 
-    def __init__(self, backend: Backend, tokenizer: Any, sampling: SamplingParams | None = None,
+    def __init__(self, backend: Backend, tokenizer: Tokenizer, sampling: SamplingParams | None = None,
                  system: str = USER_SYSTEM) -> None:
         self.backend = backend
         self.tok = tokenizer

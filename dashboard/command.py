@@ -1,0 +1,30 @@
+"""``rollscope serve``: the dashboard's command, registered with the engine's CLI as a ``rollscope.commands`` entry
+point, so the engine does not import the dashboard. Importing this module does not import Gradio."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DEFAULT_DB = "rollscope.db"
+
+
+def register(sub: Any) -> None:
+    sv = sub.add_parser("serve", help="start the dashboard")
+    sv.add_argument("--db", default=DEFAULT_DB)
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="address to listen on (default 127.0.0.1: this machine only; any other needs --auth)")
+    sv.add_argument("--port", type=int, default=7860)
+    sv.add_argument("--auth", metavar="USER:PASSWORD",
+                    help="require this login (needed with a non-loopback --host; or set ROLLSCOPE_AUTH)")
+    sv.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(a: argparse.Namespace) -> int:
+    from .server import resolve_auth
+
+    auth = resolve_auth(a.host, a.auth)  # before importing Gradio: a refused host fails fast
+    from .app import launch
+
+    launch(db=a.db, host=a.host, port=a.port, auth=auth)
+    return 0

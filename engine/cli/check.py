@@ -1,0 +1,168 @@
+"""``rollscope check``: the fidelity checks over a database or a JSONL file, with each episode's diagnosis."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, StoreError
+from ..records.episode import Finding
+from .common import fanout, fanout_options, open_store
+
+
+def register(sub: Any) -> None:
+    ck = sub.add_parser("check", help="run the fidelity checks on stored or exported episodes")
+    ck.add_argument("source", metavar="FILE_OR_DB", help="a Rollscope database or a Rollscope JSONL file")
+    ck.add_argument("--episode", action="append", default=[], help="only this episode (repeatable; an id prefix is enough)")
+    ck.add_argument("--where", action="append", default=[], help="database only: filter like `ls`")
+    ck.add_argument("--json", action="store_true", help="one JSON object per finding")
+    ck.add_argument("--tokenizer", help="tokenizer to check with (default: the one each episode names)")
+    ck.add_argument("--recompute-logprobs", action="store_true",
+                    help="teacher-force a local model and compare its logprobs with the rollout's")
+    ck.add_argument("--model", help="with --recompute-logprobs: local model folder (default: the episode's own local model)")
+    ck.add_argument("--threshold", type=float, default=0.5, help="logprob difference that counts as a mismatch")
+    ck.add_argument("--no-store", action="store_true", help="database only: do not save the findings back")
+    ck.add_argument("--info", action="store_true", help="also print info findings (what was not checked, and why)")
+    ck.add_argument("--all", action="store_true", help="print, under each root finding, the findings that follow from it")
+    fanout_options(ck)
+    ck.set_defaults(handler=cmd_check)
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def cmd_check(a: argparse.Namespace) -> int:
+    """Check the episodes of a database or a JSONL file, print each one's diagnosis and roots, and store the
+    findings unless ``--no-store``."""
+    return check(a, fanout(a), lambda path: open_store(path, must_exist=True))
+
+
+def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> int:
+    """``cmd_check`` with the checks run by ``pool`` and a database opened by ``open_db``."""
+    from ..checks.diagnosis import RUN_KINDS, consequences, diagnosis, roots
+    from ..checks.fanout import check_episodes
+    from ..formats import jsonl
+    from ..store import EpisodeFilter
+
+    src = Path(a.source)
+    if not src.exists():
+        raise ConfigError(f"{src} does not exist")
+    tokenizer_errors: dict[str, str] = {}
+    store = None
+    report = None
+    if _is_sqlite(src):
+        store = open_db(str(src))
+        if store.read_only and not a.no_store:
+            raise StoreError(f"{src} is read-only (no write permission), so findings cannot be saved in it: "
+                             "add --no-store to check without saving")
+        ids = [store.resolve_id(e) for e in a.episode]
+        flt = EpisodeFilter.from_where(a.where)
+        if ids:
+            flt = EpisodeFilter(**{**flt.__dict__, "ids": tuple(ids)})
+        episodes = store.iter_episodes(flt)
+    else:
+        if a.where:
+            raise ConfigError("--where works on databases; for a JSONL file use --episode")
+        report = jsonl.ReadReport()
+        episodes = (e for e in jsonl.read(src, report) if not a.episode or any(e.id.startswith(p) for p in a.episode))
+    n_eps = 0
+    # Per episode, only what the report needs (the checked episode itself is stored or dropped at once):
+    # its id, its run, its findings without the per-token difference lists.
+    shown: list[tuple[str, str, list[Finding]]] = []
+    runs: dict[str, list[set[str]]] = {}  # run id -> kinds of run-level candidates, one set per episode
+    for checked in check_episodes(pool, episodes, tokenizer=a.tokenizer, recompute_logprobs=a.recompute_logprobs,
+                                  model=a.model, threshold=a.threshold, errors=tokenizer_errors):
+        n_eps += 1
+        if store is not None and not a.no_store:
+            store.finish_episode(checked)
+        found = [replace(f, evidence={k: v for k, v in f.evidence.items() if k != "diff"})
+                 for f in checked.all_findings()]
+        run_key = checked.run_id or checked.source.file or "(no run)"
+        runs.setdefault(run_key, []).append(
+            {f.kind for f in found if f.kind in RUN_KINDS and f.severity.value != "info"})
+        shown.append((checked.id, run_key, found))
+    # A kind every episode of a run has is the run's (its preset, template or source): said once.
+    run_level = {run: set.intersection(*sets) for run, sets in runs.items() if len(sets) > 1}
+    root_counts: dict[str, int] = {}
+    n_err = n_caused = 0
+    for episode_id, run, found in shown:
+        common = run_level.get(run, set())
+        rs = [r for r in roots(found) if r.kind not in common]
+        for f in found:
+            if f.severity.value == "error":
+                n_err += 1
+        for r in roots(found):
+            if r.severity.value == "error":
+                key = f"{r.kind} (run-level)" if r.kind in common else r.kind
+                root_counts[key] = root_counts.get(key, 0) + 1
+        n_caused += sum(1 for f in found if f.caused_by is not None)
+        if a.json:
+            for f in found:
+                if f.severity.value == "info" and not a.info:
+                    continue
+                row = {"episode_id": episode_id, **{k: v for k, v in f.to_dict().items() if k != "evidence"}}
+                row["run_level"] = f.kind in common
+                row["evidence"] = f.evidence
+                print(json.dumps(row, ensure_ascii=False, default=str))
+            continue
+        line = diagnosis(found, leave_out=common)
+        if not rs and not a.info:
+            continue
+        print(f"{episode_id}  {line or 'no findings'}")
+        for r in rs:
+            follow = consequences(found, r)
+            print(f"  {_finding_line(r)}" + (f"  (causes {len(follow)}: {_kinds(follow)})" if follow else ""))
+            if a.all:
+                for f in follow:
+                    print(f"      <- {f.caused_by}  {_finding_line(f)}")
+        if a.info:
+            for f in found:
+                if f.severity.value == "info":
+                    print(f"  {_finding_line(f)}")
+    if not a.json:
+        for run, kinds in sorted(run_level.items()):
+            for kind in sorted(kinds):
+                sample = next(f for _, r, found in shown if r == run for f in found
+                              if f.kind == kind and f.severity.value != "info")
+                print(f"run {run}: {kind} in all {len(runs[run])} episodes ({sample.severity.value}): {sample.message}")
+    skipped = list(report.errors) if report is not None else []
+    for err in skipped:
+        print(f"rollscope: skipped {err}", file=sys.stderr)
+    pool.close()
+    for spec, why in tokenizer_errors.items():
+        print(f"rollscope: tokenizer {spec!r} unavailable, token checks skipped: {why}", file=sys.stderr)
+    if n_eps == 0:
+        why = (f"all {len(skipped)} records in {src} are malformed" if skipped else
+               "no episode matched" if a.episode or a.where else f"{src} holds no episodes")
+        print(f"rollscope: nothing checked: {why}", file=sys.stderr)
+        return 2
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(root_counts.items(), key=lambda kv: -kv[1])) or "none"
+    run_kinds = sorted({k for kinds in run_level.values() for k in kinds})
+    print(f"checked {n_eps} episodes{f' ({len(skipped)} malformed records skipped)' if skipped else ''}: "
+          f"{sum(root_counts.values())} root errors by kind: {summary}; {n_caused} findings follow from a root"
+          + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
+          + f" ({n_err} errors in all)", file=sys.stderr)
+    return 1 if n_err else 0
+
+
+def _finding_line(f: Finding) -> str:
+    span = f"[{f.token_start}:{f.token_end}]" if f.token_start is not None else ""
+    turn = f"turn {f.turn}" if f.turn is not None else "episode"
+    return f"{f.id:4s} {turn:8s} {f.severity.value:7s} {f.kind} {span}  {f.message}"
+
+
+def _kinds(found: Sequence[Finding]) -> str:
+    counts: dict[str, int] = {}
+    for f in found:
+        counts[f.kind] = counts.get(f.kind, 0) + 1
+    return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in counts.items())

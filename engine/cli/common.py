@@ -1,0 +1,71 @@
+"""What the commands share: the default database, argument types, opening the store, the checks' fan-out."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, StoreError
+
+DEFAULT_DB = "rollscope.db"
+
+
+def positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
+    return v
+
+
+def rate(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {v}")
+    return v
+
+
+def fanout_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=positive_int, help="processes that run the checks (default: one per CPU; 1: "
+                   "this process alone)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="run the checks on Ray workers: a cluster address (ray://host:10001, auto), or none for a "
+                        "local Ray on this machine's CPUs (needs the rollscope[ray] extra)")
+
+
+def fanout(a: argparse.Namespace) -> Any:
+    from ..checks.fanout import Fanout, default_workers
+
+    return Fanout(a.workers or default_workers(), a.ray)
+
+
+def open_store(path: str, must_exist: bool) -> Any:
+    from ..store import Store
+
+    if must_exist and not Path(path).exists():
+        raise StoreError(f"database {path} does not exist (run `rollscope run --db {path}` or `rollscope import` first)")
+    return Store(path)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def knob_settings(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set takes KNOB=VALUE, not {item!r}")
+        out[name.strip()] = value
+    return out

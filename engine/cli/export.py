@@ -1,0 +1,43 @@
+"""``rollscope export``: stored episodes written in a format a trainer loads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from typing import Any
+
+from .common import DEFAULT_DB, open_store
+
+
+def register(sub: Any) -> None:
+    from ..formats import EXPORTERS
+
+    ex = sub.add_parser("export", help="export episodes to a file (jsonl, slime, areal, messages, parquet)")
+    ex.add_argument("--db", default=DEFAULT_DB)
+    ex.add_argument("--format", default="jsonl", choices=sorted(EXPORTERS))
+    ex.add_argument("-o", "--output", required=True, help="output file ('-' for stdout, text formats only)")
+    ex.add_argument("--where", action="append", default=[], help="filter like `ls`: status=completed, reward>=0.5 ...")
+    ex.add_argument("--id", action="append", default=[], help="only this episode (repeatable; an id prefix is enough)")
+    ex.add_argument("--tag", action="append", default=[], help="only episodes with this tag (repeatable: all of them)")
+    ex.add_argument("--starred", action="store_true", help="only starred episodes")
+    from ..formats import EXPORTERS
+
+    ex.set_defaults(handler=cmd_export)
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from ..formats import export
+    from ..store import EpisodeFilter
+
+    store = open_store(a.db, must_exist=True)
+    flt = EpisodeFilter.from_where(a.where)
+    if a.id:
+        flt = replace(flt, ids=tuple(store.resolve_id(i) for i in a.id))
+    if a.tag:
+        flt = replace(flt, tags=(*flt.tags, *a.tag))
+    if a.starred:
+        flt = replace(flt, starred=True)
+    n = export(store.iter_episodes(flt), a.format, a.output)
+    print(f"exported {n} episodes ({a.format}) to {a.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,56 @@
+"""``rollscope import``: a training run's dump (or a Rollscope export) into the store, checked if asked."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from .common import DEFAULT_DB, fanout, fanout_options, open_store
+
+
+def register(sub: Any) -> None:
+    from ..formats import IMPORTERS
+
+    im = sub.add_parser("import", help="import episodes from a training run's dump (or a Rollscope export)")
+    im.add_argument("file", metavar="FILE_OR_DIR")
+    im.add_argument("--format", default="jsonl", choices=sorted(IMPORTERS))
+    im.add_argument("--db", default=DEFAULT_DB)
+    im.add_argument("--tokenizer", help="tokenizer folder or hub id to tokenize and check foreign dumps with "
+                    "(slime --dump-details folders bring their own)")
+    im.add_argument("--env", help="the env the records ran in, when they do not say (taubench: recognized from "
+                    "the policy text; messages: a record's own env comes first), e.g. taubench:airline")
+    im.add_argument("--run", help="put the episodes in this run (the run view plots a run by rollout step)")
+    im.add_argument("--check", action="store_true", help="run the fidelity checks on each new episode as it is "
+                    "imported (on --workers processes, or --ray)")
+    im.add_argument("--quiet", action="store_true", help="no progress bar")
+    fanout_options(im)
+    from ..formats import IMPORTERS
+
+    im.set_defaults(handler=cmd_import)
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    from ..errors import FormatError
+    from ..formats import import_path
+
+    if not Path(a.file).exists():  # before the database is created for nothing
+        raise FormatError("no such file", a.file)
+    store = open_store(a.db, must_exist=False)
+    pool = fanout(a) if a.check else None
+    try:
+        report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
+                             progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,
+                             fanout=pool)
+    finally:
+        if pool is not None:
+            pool.close()
+    for spec, why in report.tokenizer_errors.items():
+        print(f"rollscope: tokenizer {spec!r} unavailable, token checks skipped: {why}", file=sys.stderr)
+    for err in report.errors:
+        print(f"rollscope: skipped {err}", file=sys.stderr)
+    for note in report.notes:
+        print(f"rollscope: note: {note}", file=sys.stderr)
+    print(f"{report.summary()}{f'; {report.checked} checked' if a.check else ''} -> {a.db}")
+    return 1 if report.errors and not report.imported else 0

@@ -1,0 +1,50 @@
+"""The ``rollscope`` command: one module per command, registered here in the order ``--help`` lists them.
+
+Library errors (``RollscopeError``) become one line on stderr and exit status 2; anything else is a bug and keeps
+its traceback. Commands from other packages register through the ``rollscope.commands`` entry points (the
+dashboard's ``serve``), so the engine imports no front end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+
+from ..errors import RollscopeError
+from . import check, demo, diff, export, imports, ls, presets, replay, run, schema, show, watch
+
+COMMANDS = (run, presets, schema, ls, show, export, imports, check, replay, watch, demo, diff)
+PLUGINS = "rollscope.commands"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rollscope", description="Trace, store and inspect multi-turn agent rollouts.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.register(sub)
+    for plugin in sorted(entry_points(group=PLUGINS), key=lambda e: e.name):
+        plugin.load()(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+        return code
+    except RollscopeError as e:
+        print(f"rollscope: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `rollscope ls | head`: the reader left; that is not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0

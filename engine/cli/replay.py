@@ -1,0 +1,59 @@
+"""``rollscope replay``: stored episodes re-executed against their env, the first divergence named."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from ..errors import ConfigError
+from .common import DEFAULT_DB, open_store
+
+
+def register(sub: Any) -> None:
+    rp = sub.add_parser("replay", help="re-execute stored episodes against their env and compare")
+    rp.add_argument("episode_id", nargs="?", help="one episode (an id prefix is enough); or use --where / --all")
+    rp.add_argument("--db", default=DEFAULT_DB)
+    rp.add_argument("--until", type=int, help="stop after this turn")
+    rp.add_argument("--where", action="append", default=[], help="batch form: re-execute every episode matching")
+    rp.add_argument("--json", action="store_true", help="one JSON object per episode")
+    rp.add_argument("--no-store", action="store_true", help="do not store the results")
+    rp.set_defaults(handler=cmd_replay)
+
+
+def cmd_replay(a: argparse.Namespace) -> int:
+    from ..loop.replay import replay_stored
+    from ..store import EpisodeFilter
+
+    store = open_store(a.db, must_exist=True)
+    if a.episode_id and a.where:
+        raise ConfigError("give an episode id or --where, not both")
+    if a.episode_id:
+        episodes = iter([store.get_episode(store.resolve_id(a.episode_id))])
+    elif a.where:
+        episodes = store.iter_episodes(EpisodeFilter.from_where(a.where))
+    else:
+        raise ConfigError("which episodes? give an episode id, or --where (e.g. --where env=retail)")
+    kinds: dict[str, int] = {}
+    n = 0
+    for ep in episodes:
+        n += 1
+        res = asyncio.run(replay_stored(ep, a.until))
+        if not a.no_store:
+            store.save_replay(res)
+        kinds[res.kind] = kinds.get(res.kind, 0) + 1
+        if a.json:
+            print(json.dumps(res.to_dict(), ensure_ascii=False, default=str))
+        elif a.episode_id:
+            print(res.summary())
+            for v in res.turns:
+                mark = "ok  " if v.ok else "DIFF"
+                extra = f"  {v.field}: stored {v.stored!r}  now {v.now!r}" if not v.ok else (f"  ({v.note})" if v.note else "")
+                print(f"  turn {v.turn:3d} {mark}{extra}")
+        elif res.kind != "reproduced":
+            print(res.summary())
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "nothing matched"
+    print(f"replayed {n} episodes: {summary}", file=sys.stderr)
+    return 0 if set(kinds) <= {"reproduced"} else 1

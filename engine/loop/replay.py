@@ -1,0 +1,377 @@
+"""Re-execute a stored episode against its env and say where it diverges.
+
+The env is reset on the same task and fed the stored actions one by one;
+each observation, reward and done flag is compared with what was stored.
+A divergence names the turn, the field, and both values. This tells a
+policy problem from an env problem: an env that is nondeterministic, whose
+data changed since the run, or whose reward function drifted.
+
+``replay_recorded`` re-executes a tool-using episode with its user replayed
+from the record. An episode whose user was a model or a person, or one imported from
+messages or tau-bench results, cannot be re-executed with the env's own
+user: that user would say something else. Here the env is reset on the
+episode's task with a :class:`RecordedUser` in its user's place, which
+answers with the user's recorded messages in order. The stored
+conversation is then walked message by message: each assistant tool call
+is executed and its output compared with the recorded ``tool`` message;
+each assistant reply without calls goes to the (recorded) user. When the
+env ends the episode, its reward is compared with the recorded one.
+
+The verdict names the first divergence (a tool output, the env ending
+early or not at all, the final reward) and says that the user was replayed
+from the record. What the env can no longer check, because the record put
+the words in the user's mouth, is the user itself.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..envs.base import Env, StepResult
+from ..presets import LoopConfig
+from ..records.episode import RESPOND, Action, Episode, Message
+from .turn import ENV_FAILURES, compare_result, conversation_observation, execute, stored_actions
+
+FIELDS = ("system_prompt", "first_observation", "observation", "reward", "done", "env_error")
+
+
+@dataclass(frozen=True)
+class TurnVerdict:
+    turn: int
+    ok: bool
+    field: str = ""
+    stored: Any = None
+    now: Any = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "ok": self.ok, "field": self.field, "stored": self.stored, "now": self.now,
+                "note": self.note}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TurnVerdict:
+        return cls(int(d["turn"]), bool(d["ok"]), d.get("field", ""), d.get("stored"), d.get("now"), d.get("note", ""))
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """The verdict of one re-execution."""
+
+    episode_id: str
+    reproducible: bool  # False when the env cannot reproduce by design (a model plays the user)
+    reproduced: bool
+    turns: tuple[TurnVerdict, ...] = ()
+    divergence: TurnVerdict | None = None
+    reason: str = ""
+    until: int | None = None
+    created_at: float = field(default_factory=time.time)
+    user: str = "env"
+    """Who answered as the user: ``env`` (the env's own user) or ``recorded`` (the record's messages)."""
+
+    @property
+    def kind(self) -> str:
+        if not self.reproducible:
+            return "not_reproducible"
+        if self.reproduced:
+            return "reproduced"
+        return f"diverged:{self.divergence.field if self.divergence else 'unknown'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "episode_id": self.episode_id, "reproducible": self.reproducible, "reproduced": self.reproduced,
+            "kind": self.kind, "turns": [t.to_dict() for t in self.turns],
+            "divergence": None if self.divergence is None else self.divergence.to_dict(),
+            "reason": self.reason, "until": self.until, "created_at": self.created_at, "user": self.user,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReplayResult:
+        div = d.get("divergence")
+        return cls(
+            episode_id=str(d["episode_id"]), reproducible=bool(d["reproducible"]), reproduced=bool(d["reproduced"]),
+            turns=tuple(TurnVerdict.from_dict(t) for t in d.get("turns") or ()),
+            divergence=None if div is None else TurnVerdict.from_dict(div), reason=str(d.get("reason", "")),
+            until=d.get("until"), created_at=float(d.get("created_at", 0.0)), user=str(d.get("user", "env")),
+        )
+
+    def summary(self) -> str:
+        if not self.reproducible:
+            return f"{self.episode_id}: cannot be re-executed exactly: {self.reason}"
+        by = "; the user was replayed from the record" if self.user == "recorded" else ""
+        if self.reproduced:
+            return f"{self.episode_id}: reproduced ({len(self.turns)} turns{by})"
+        d = self.divergence
+        assert d is not None
+        return (f"{self.episode_id}: diverged at turn {d.turn} on {d.field}: stored {d.stored!r}, now {d.now!r}"
+                + (f" ({d.note})" if d.note and d.field in ("observation", "reward", "done") else "") + by)
+
+
+def _msgs(ms: tuple[Message, ...] | list[Message]) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in ms]
+
+
+def nondeterminism(env: Env) -> str | None:
+    """Why an env cannot reproduce a run exactly, or None if it can."""
+    desc = env.describe() if hasattr(env, "describe") else {}
+    if desc.get("user") == "llm":
+        return "a model plays the user, so its replies differ from run to run"
+    if desc.get("user") == "human":
+        return "a person played the user; their replies cannot be replayed"
+    return None
+
+
+def _initial(ep: Episode) -> tuple[str | None, list[Message]]:
+    msgs = list(ep.messages)
+    system = msgs[0].content if msgs and msgs[0].role == "system" else None
+    rest = msgs[1:] if system is not None else msgs
+    first: list[Message] = []
+    for m in rest:
+        if m.role == "assistant":
+            break
+        first.append(m)
+    return system, first
+
+
+async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = None) -> ReplayResult:
+    """Re-execute ``ep``'s stored actions (turns ``0..until``) in a fresh env."""
+    env = make_env()
+    why = nondeterminism(env)
+    if why is not None:
+        return ReplayResult(ep.id, False, False, reason=why, until=until)
+    verdicts: list[TurnVerdict] = []
+
+    def diverged(v: TurnVerdict) -> ReplayResult:
+        verdicts.append(v)
+        return ReplayResult(ep.id, True, False, tuple(verdicts), v, until=until)
+
+    system, first = _initial(ep)
+    try:
+        now_system = env.system_prompt(ep.task_id)
+        now_first = list(env.reset(ep.task_id))
+    except ENV_FAILURES as e:  # the env's own failure is the finding; a bug propagates
+        return diverged(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+    if (now_system or None) != system:
+        return diverged(TurnVerdict(0, False, "system_prompt", system, now_system))
+    if _msgs(now_first) != _msgs(first):
+        return diverged(TurnVerdict(0, False, "first_observation", _msgs(first), _msgs(now_first)))
+
+    config = ep.config.loop or LoopConfig()
+    for turn in ep.turns:
+        if until is not None and turn.index > until:
+            break
+        actions = stored_actions(turn)
+        if actions is None:
+            # Nothing reached the env (a parse error, an aborted generation): the
+            # loop's own feedback is not the env's to reproduce.
+            verdicts.append(TurnVerdict(turn.index, True, note="no env action in this turn"))
+            continue
+        stored_error = next((f.message for f in turn.findings if f.kind == "env_error"), None)
+        try:
+            res = await execute(env, actions)
+        except ENV_FAILURES as e:
+            now = f"{type(e).__name__}: {e}"
+            if stored_error == now:
+                verdicts.append(TurnVerdict(turn.index, True, note=f"the env raised again, as stored: {now}"))
+                break
+            return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, now, traceback.format_exc()))
+        if stored_error is not None:
+            return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, None))
+        seen = StepResult(conversation_observation(config, res), res.reward, res.done, res.info)
+        diffs = compare_result(turn, seen)
+        if diffs:
+            d = diffs[0]
+            return diverged(TurnVerdict(turn.index, False, d.field, d.stored, d.now))
+        verdicts.append(TurnVerdict(turn.index, True))
+    return ReplayResult(ep.id, True, True, tuple(verdicts), None, until=until)
+
+
+def env_for(ep: Episode) -> Callable[[], Env] | str:
+    """A constructor of the env ``ep`` ran in, from its record, or why there is none."""
+    from ..envs import env_factory
+    from ..errors import RollscopeError
+
+    info = ep.config.env
+    if ep.config.user == "llm":
+        return "a model played the user, so its replies differ from run to run"
+    if ep.config.user == "human":
+        return "a person played the user; their replies cannot be replayed"
+    if info is None:
+        return f"imported from {ep.source.kind}: the env it ran in is not known"
+    problems = info.details.get("problems")
+    try:
+        return env_factory(ep.env, problems if problems and problems != "builtin" else None)
+    except RollscopeError as e:
+        return f"cannot rebuild env {ep.env!r}: {e}"
+
+
+USER_ENVS = ("retail", "taubench:retail", "taubench:airline")
+"""Envs with a user, whose episodes can be re-executed with the user replayed from the record."""
+
+
+def needs_recorded_user(ep: Episode) -> bool:
+    """Whether ``ep`` is re-executed with its user replayed from the record: a tool env's episode whose user
+    was a model or a person, or one imported (its turns hold no actions to re-execute)."""
+    return ep.env in USER_ENVS and (ep.config.user in ("llm", "human") or not ep.source.live)
+
+
+async def replay_stored(ep: Episode, until: int | None = None) -> ReplayResult:
+    """Re-execute a stored episode in the env its record names; with its user replayed from the record
+    where the env's own user would say something else (see :func:`needs_recorded_user`)."""
+    if needs_recorded_user(ep):
+        from ..envs import env_factory
+        from ..errors import RollscopeError
+
+        try:
+            make_env = env_factory(ep.env, user="scripted")
+        except RollscopeError as e:
+            return ReplayResult(ep.id, False, False, reason=f"cannot rebuild env {ep.env!r}: {e}", until=until)
+        return await replay_recorded(ep, make_env, until)
+    make = env_for(ep)
+    if isinstance(make, str):
+        return ReplayResult(ep.id, False, False, reason=make, until=until)
+    return await replay(ep, make, until)
+
+
+STOP = "###STOP###"
+RECORDED_NOTE = "the user was replayed from the record"
+
+
+class RecordedUser:
+    """A user that says what the record says it said: the opening, then one reply per agent message.
+
+    Speaks both user interfaces here: the retail env's (``reset(task)``, ``step(said)``) and tau-bench's
+    (``reset(instruction=...)``, ``step(content)``, ``get_total_cost()``). Past the end of the record it
+    stops the conversation (``###STOP###``), as a user who has nothing more to say.
+    """
+
+    def __init__(self, opening: str, replies: list[str]) -> None:
+        self.opening = opening
+        self.replies = list(replies)
+        self.heard: list[str] = []
+
+    def reset(self, *args: Any, **kwargs: Any) -> str:
+        self.heard = []
+        return self.opening
+
+    def step(self, content: str) -> str:
+        self.heard.append(content)
+        k = len(self.heard) - 1
+        return self.replies[k] if k < len(self.replies) else STOP
+
+    def get_total_cost(self) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class Step:
+    """One agent turn to re-execute: its actions, the tool outputs recorded for them, the user's reply."""
+
+    turn: int
+    actions: tuple[Action, ...]
+    outputs: tuple[str, ...]
+    reply: str | None
+
+
+def plan(ep: Episode) -> tuple[str, list[Step]]:
+    """(the user's opening, the steps) of ``ep``: from its turns when they hold the actions the loop
+    executed (live episodes), else from its messages (imports: each assistant message is a turn, its
+    tool calls answered by the ``tool`` messages after it, a reply without calls answered by the user)."""
+    msgs = [m for m in ep.messages if m.role != "system"]
+    first = next((i for i, m in enumerate(msgs) if m.role != "user"), len(msgs))
+    opening = "\n".join(m.content for m in msgs[:first])
+    steps: list[Step] = []
+    if any(t.action is not None for t in ep.turns):
+        for t in ep.turns:
+            acts = stored_actions(t)
+            if acts is None:
+                continue  # nothing reached the env (a parse error, an aborted generation)
+            respond = len(acts) == 1 and acts[0].is_respond
+            reply = next((m.content for m in t.observation if m.role == "user"), None) if respond else None
+            steps.append(Step(t.index, tuple(acts), tuple(m.content for m in t.observation if m.role == "tool"),
+                              reply))
+        return opening, steps
+    turn = -1
+    for m in msgs[first:]:
+        if m.role == "assistant":
+            turn += 1
+            acts = ([Action(c.name, dict(c.arguments)) for c in m.tool_calls] if m.tool_calls
+                    else [Action(RESPOND, {"content": m.content}, m.content)])
+            steps.append(Step(turn, tuple(acts), (), None))
+        elif m.role == "tool" and steps:
+            last = steps[-1]
+            steps[-1] = Step(last.turn, last.actions, (*last.outputs, m.content), last.reply)
+        elif m.role == "user" and steps and steps[-1].reply is None:
+            last = steps[-1]
+            steps[-1] = Step(last.turn, last.actions, last.outputs, m.content)
+    # An agent that executes only its first call (tau-bench's tool-calling agent) records one output for a
+    # message with several calls: the calls without an output never reached the env.
+    return opening, [replace(s, actions=s.actions[: len(s.outputs)])
+                     if s.outputs and len(s.outputs) < len(s.actions) else s for s in steps]
+
+
+def recorded_user(ep: Episode) -> RecordedUser:
+    """The user of ``ep`` as its record has it: the opening, then its reply to each agent message."""
+    opening, steps = plan(ep)
+    return RecordedUser(opening, [s.reply or "" for s in steps if len(s.actions) == 1 and s.actions[0].is_respond])
+
+
+async def replay_recorded(ep: Episode, make_env: Callable[[], Env], until: int | None = None) -> ReplayResult:
+    """Re-execute ``ep`` in a fresh env whose user replays the record (turns ``0..until``)."""
+    env = make_env()
+    use_user = getattr(env, "use_user", None)
+    if use_user is None:
+        return ReplayResult(ep.id, False, False, reason=f"env {ep.env!r} has no user to replay", until=until,
+                            user="recorded")
+    opening, steps = plan(ep)
+    replies = [s.reply or STOP for s in steps if len(s.actions) == 1 and s.actions[0].is_respond]
+    use_user(RecordedUser(opening, replies))
+    verdicts: list[TurnVerdict] = []
+
+    def result(ok: bool, div: TurnVerdict | None = None) -> ReplayResult:
+        if div is not None:
+            verdicts.append(div)
+        return ReplayResult(ep.id, True, ok, tuple(verdicts), div, reason=RECORDED_NOTE, until=until,
+                            user="recorded")
+
+    try:
+        env.reset(ep.task_id)
+    except ENV_FAILURES as e:
+        return result(False, TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+    done, reward = False, 0.0
+    for step in steps:
+        t = step.turn
+        if until is not None and t > until:
+            return result(True)
+        if done:
+            return result(False, TurnVerdict(t, False, "done", False, True, "the env ended the episode before this turn"))
+        tools = [a for a in step.actions if not a.is_respond]
+        n_out = 0
+        for action in step.actions:
+            try:
+                res = await execute(env, [action])
+            except ENV_FAILURES as e:
+                return result(False, TurnVerdict(t, False, "env_error", None, f"{type(e).__name__}: {e}",
+                                                 traceback.format_exc()))
+            if not action.is_respond:
+                now = next((m.content for m in res.observation if m.role == "tool"), "")
+                stored = step.outputs[n_out] if n_out < len(step.outputs) else None
+                n_out += 1
+                if now != stored:
+                    return result(False, TurnVerdict(t, False, "observation", stored, now,
+                                                     f"the output of {action.name} (call {n_out} of this turn)"))
+            done, reward = res.done, res.reward
+            if done:
+                break
+        verdicts.append(TurnVerdict(t, True, note=f"{n_out} tool output(s) as recorded" if tools else ""))
+    if until is not None:
+        return result(True)
+    recorded = ep.turns[-1].reward if ep.turns else ep.reward  # the env's last reward, before any shaping
+    if reward != recorded:
+        why = "" if done else "the env did not end the episode where the record does"
+        last = steps[-1].turn if steps else 0
+        return result(False, TurnVerdict(last, False, "reward", recorded, reward, why))
+    return result(True)

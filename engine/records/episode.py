@@ -1,0 +1,591 @@
+"""Typed records of a traced rollout.
+
+Every record is a frozen dataclass with ``to_dict()`` / ``from_dict()``; the
+dict form is plain JSON (token arrays become lists, NaN logprobs become
+``None``) and is what the JSONL format and the store's JSON columns hold.
+``SCHEMA_VERSION`` is written into every serialized episode; ``from_dict``
+accepts every version listed in ``READABLE_VERSIONS`` and brings earlier
+ones up to date (``engine.records.upgrade``). The docstring after each field is its
+description in the published JSON Schema (``engine.records.schema``).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import typing
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import FormatError
+from .provenance import BackendInfo, RunConfig, Source
+from .reading import Fields
+from .textsafe import json_safe
+from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; imported from here too
+
+# 2: findings carry id and caused_by; 3: typed config, backend and source, every field required
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+
+SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
+SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
+FinishReason = Literal["stop", "length", "abort"]
+FINISH_REASONS: tuple[str, ...] = typing.get_args(FinishReason)
+FindingKind = Literal[
+    "template_not_prefix_stable", "tokens_not_rendering", "retokenization_drift", "mask_misaligned",
+    "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
+    "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
+    "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
+    "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged", "text_replaced",
+    "server_answer_invalid", "ids_reencoded",
+]
+FINDING_KINDS: tuple[str, ...] = typing.get_args(FindingKind)
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = typing.get_args(Role)
+
+
+class Status(str, enum.Enum):
+    """How an episode ended (or that it has not yet)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"
+    ABORTED = "aborted"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:  # so f-strings and tables show the bare word
+        return self.value
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    """The function the model called."""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """Its arguments, parsed from the model's JSON."""
+    id: str | None = None
+    """The call id an OpenAI-style API gave it, if any."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "arguments": json_safe(self.arguments)}
+        if self.id is not None:
+            d["id"] = self.id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToolCall:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> ToolCall:
+        return cls(name=f.text("name"), arguments=f.obj("arguments"), id=f.text_or_none("id") if f.has("id") else None)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message, as handed to the chat template."""
+
+    role: Role
+    """system, user, assistant or tool."""
+    content: str
+    """The message text as the chat template receives it."""
+    name: str | None = None
+    """A tool message's tool name (or a participant's name), if any."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls of an assistant message."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            d["name"] = self.name
+        if self.tool_calls:
+            d["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        return d
+
+    def to_template(self) -> dict[str, Any]:
+        """The dict a Hugging Face chat template expects."""
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            d["name"] = self.name
+        if self.tool_calls:
+            d["tool_calls"] = [
+                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Message:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Message:
+        return cls(
+            role=typing.cast(Role, f.choice("role", ROLES)),
+            content=f.text("content"),
+            name=f.text_or_none("name") if f.has("name") else None,
+            tool_calls=tuple(ToolCall.from_fields(c) for c in f.subs("tool_calls")) if f.has("tool_calls") else (),
+        )
+
+
+RESPOND = "respond"
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the agent does in the env: a tool call, or ``respond`` with text."""
+
+    name: str
+    """The tool called, or ``respond`` for text meant for the user."""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """The tool's arguments."""
+    text: str = ""
+    """The text of a ``respond`` action."""
+
+    @property
+    def is_respond(self) -> bool:
+        return self.name == RESPOND
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": json_safe(self.arguments), "text": self.text}
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Action:
+        return cls(name=f.text("name"), arguments=f.obj("arguments"), text=f.text("text"))
+
+
+def _nan_to_none(xs: Any) -> list[float | None] | None:
+    if xs is None:
+        return None
+    try:
+        if not np.isnan(np.asarray(xs, dtype=np.float64)).any():
+            return [float(x) for x in xs]
+    except (TypeError, ValueError):  # a None among them
+        pass
+    return [None if (x is None or x != x) else float(x) for x in xs]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The raw answer of a backend to one request."""
+
+    text: str
+    """What the backend returned, decoded, end-of-turn token included when generated."""
+    token_ids: tuple[int, ...] = ()
+    """The generated ids, as the backend reported them (empty when it gave text only)."""
+    logprobs: tuple[float, ...] | None = None
+    """One rollout logprob per generated id (None when the backend gave none; NaN where unknown), at float32
+    precision: that of the episode's arrays and of the trainers' tensors (a server's float64 is rounded)."""
+    finish_reason: FinishReason = "stop"
+    """stop, length (cut by max_new_tokens) or abort."""
+    latency_s: float = 0.0
+    """Seconds the request took."""
+    prompt_tokens: int = 0
+    """Prompt length in tokens, as the backend counted it."""
+    cached_tokens: int = 0
+    """Prompt tokens the server served from its prefix cache."""
+    weight_version: int | None = None
+    """The policy version that generated it, if the server reports one."""
+    model: str = ""
+    """The model that answered (``manual`` for text a person wrote, ``imported`` for an import)."""
+    finish_detail: str = ""
+    """What the server said beyond the reason (an abort's message)."""
+
+    def __post_init__(self) -> None:
+        if self.logprobs:
+            try:
+                arr = np.asarray(self.logprobs, dtype=np.float32)
+            except (TypeError, ValueError):  # a None among them
+                arr = np.asarray([math.nan if x is None else x for x in self.logprobs], dtype=np.float32)
+            object.__setattr__(self, "logprobs", tuple(arr.tolist()))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Generation):
+            return NotImplemented
+        a, b = self.to_dict(), other.to_dict()
+        return a == b
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "logprobs": _nan_to_none(self.logprobs),
+            "finish_reason": self.finish_reason,
+            "latency_s": self.latency_s,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "weight_version": self.weight_version,
+            "model": self.model,
+            "finish_detail": self.finish_detail,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Generation:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Generation:
+        return cls(
+            text=f.text("text"),
+            token_ids=f.ints("token_ids"),
+            logprobs=f.logprobs_or_none("logprobs"),
+            finish_reason=typing.cast(FinishReason, f.choice("finish_reason", FINISH_REASONS)),
+            latency_s=f.number("latency_s"),
+            prompt_tokens=f.integer("prompt_tokens"),
+            cached_tokens=f.integer("cached_tokens"),
+            weight_version=f.int_or_none("weight_version"),
+            model=f.text("model"),
+            finish_detail=f.text("finish_detail"),
+        )
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of tokens ``[start, end)`` in the episode's token array.
+
+    ``kind`` says where the tokens came from: ``prompt`` (the first rendered
+    prompt), ``gen_prompt`` (the template's assistant header before a later
+    turn), ``assistant`` (the model's output), ``tail`` (template text after
+    the model's output that the model did not generate, e.g. the newline
+    after ``<|im_end|>``), ``user``, ``tool`` or ``system`` (env deltas).
+    """
+
+    start: int
+    """First token of the run."""
+    end: int
+    """One past its last token."""
+    kind: SegmentKind
+    """Where the tokens came from (see the class docstring)."""
+    turn: int
+    """The turn that added them."""
+    trainable: bool
+    """Whether the loop put loss mask 1 on them."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "kind": self.kind, "turn": self.turn, "trainable": self.trainable}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Segment:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Segment:
+        return cls(f.integer("start"), f.integer("end"), typing.cast(SegmentKind, f.choice("kind", SEGMENT_KINDS)),
+                   f.integer("turn"), f.boolean("trainable"))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something wrong (or worth knowing) about a trace, located in it."""
+
+    kind: FindingKind
+    """What was found, e.g. mask_misaligned (``rollscope check --help`` and docs/architecture.md list them)."""
+    severity: Severity
+    """error (the training data is wrong), warning or info."""
+    message: str
+    """One sentence for a person."""
+    turn: int | None = None
+    """The turn it is about, if one."""
+    token_start: int | None = None
+    """First token it points at in the episode's token array, if any."""
+    token_end: int | None = None
+    """One past the last token it points at."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """What the check saw: positions, ids, texts, counts."""
+    id: str = ""
+    """Unique within the episode ("f1", "f2", ...), given when the findings are linked."""
+    caused_by: str | None = None
+    """The id of the finding this one follows from; None for a root."""
+
+    @property
+    def is_root(self) -> bool:
+        return self.caused_by is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "severity": self.severity.value,
+            "message": self.message,
+            "turn": self.turn,
+            "token_start": self.token_start,
+            "token_end": self.token_end,
+            "caused_by": self.caused_by,
+            "evidence": json_safe(self.evidence),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Finding:
+        return cls(
+            kind=typing.cast(FindingKind, f.choice("kind", FINDING_KINDS)),
+            severity=Severity(f.choice("severity", [s.value for s in Severity])),
+            message=f.text("message"),
+            turn=f.int_or_none("turn"),
+            token_start=f.int_or_none("token_start"),
+            token_end=f.int_or_none("token_end"),
+            evidence=f.obj("evidence"),
+            id=f.text("id"),
+            caused_by=f.text_or_none("caused_by"),
+        )
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One step of the loop: prompt -> generation -> parse -> action -> env."""
+
+    index: int
+    """0-based turn number."""
+    prompt_text: str | None
+    """The prompt text the backend received (None when it was sent ids)."""
+    prompt_len: int
+    """Token position where this turn's prompt ends in the episode's array."""
+    generation: Generation | None
+    """The backend's answer (None when the turn failed before one)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls parsed from the reply."""
+    parse_error: str | None = None
+    """Why the reply could not be parsed, if it could not."""
+    action: Action | None = None
+    """What the env was asked to do (the first action when there were several)."""
+    observation: tuple[Message, ...] = ()
+    """The messages the env returned."""
+    reward: float = 0.0
+    """The env's reward for this turn (after shaping, when the preset shapes)."""
+    done: bool = False
+    """Whether the env said the episode is over."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """What else the env returned."""
+    segments: tuple[Segment, ...] = ()
+    """The token runs this turn added."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent in each step of the turn."""
+    findings: tuple[Finding, ...] = ()
+    """What the loop recorded while running the turn."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "prompt_text": self.prompt_text,
+            "prompt_len": self.prompt_len,
+            "generation": None if self.generation is None else self.generation.to_dict(),
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "parse_error": self.parse_error,
+            "action": None if self.action is None else self.action.to_dict(),
+            "observation": [m.to_dict() for m in self.observation],
+            "reward": self.reward,
+            "done": self.done,
+            "info": json_safe(self.info),
+            "segments": [s.to_dict() for s in self.segments],
+            "timings": self.timings,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Turn:
+        return cls.from_fields(Fields(d))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Turn:
+        gen, act = f.sub_or_none("generation"), f.sub_or_none("action")
+        timings = f.obj("timings")
+        for k, v in timings.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise FormatError(f"must be a number, got {v!r:.40}", field=f"{f.name('timings')}.{k}")
+        return cls(
+            index=f.integer("index"),
+            prompt_text=f.text_or_none("prompt_text"),
+            prompt_len=f.integer("prompt_len"),
+            generation=None if gen is None else Generation.from_fields(gen),
+            tool_calls=tuple(ToolCall.from_fields(c) for c in f.subs("tool_calls")),
+            parse_error=f.text_or_none("parse_error"),
+            action=None if act is None else Action.from_fields(act),
+            observation=tuple(Message.from_fields(m) for m in f.subs("observation")),
+            reward=f.number("reward"),
+            done=f.boolean("done"),
+            info=f.obj("info"),
+            segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
+            timings={k: float(v) for k, v in timings.items()},
+            findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
+        )
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One rollout: the conversation, its turns, its tokens and its verdict."""
+
+    id: str
+    """Unique id."""
+    env: str
+    """The env it ran in (or the format it was imported from)."""
+    task_id: str
+    """The task within the env."""
+    run_id: str | None = None
+    """The batch it belongs to."""
+    group_id: str | None = None
+    """Its GRPO group: the samples of one task in one run."""
+    sample_index: int = 0
+    """Its index within the group."""
+    preset: str = ""
+    """The loop preset it ran with."""
+    config: RunConfig = field(default_factory=RunConfig)
+    """The effective loop config (every knob), the sampling parameters and what the env reported."""
+    backend: BackendInfo | None = None
+    """What answered: the backend's name, model, URL and settings (None when the source does not say)."""
+    tokenizer: str = ""
+    """The tokenizer it was made with (a folder, a hub id, or smollm2)."""
+    template_hash: str = ""
+    """A hash of the chat template, to tell templates apart."""
+    status: Status = Status.RUNNING
+    """completed, truncated, aborted, failed, running or interrupted."""
+    reason: str = ""
+    """Why it ended."""
+    reward: float = 0.0
+    """The episode's reward, as the preset computes it."""
+    turn_rewards: tuple[float, ...] = ()
+    """Each turn's reward."""
+    returns: tuple[float, ...] = ()
+    """Each turn's discounted return."""
+    messages: tuple[Message, ...] = ()
+    """The whole conversation."""
+    tools: tuple[dict[str, Any], ...] = ()
+    """The tool schemas the model was shown."""
+    turns: tuple[Turn, ...] = ()
+    """The turns, in order."""
+    tokens: TokenArrays = field(default_factory=TokenArrays)
+    """The token arrays (serialized as tokens, loss_mask, logprobs and versions)."""
+    prompt_len: int = 0
+    """Length of the first prompt in tokens."""
+    segments: tuple[Segment, ...] = ()
+    """Runs of tokens by origin; they tile the token array."""
+    findings: tuple[Finding, ...] = ()
+    """The checks' findings (the loop's own are on the turns)."""
+    parent_id: str | None = None
+    """The episode it was forked from, if any."""
+    fork_turn: int | None = None
+    """The turn of the parent it was forked at."""
+    tags: tuple[str, ...] = ()
+    """Labels a person gave it."""
+    starred: bool = False
+    """Whether a person starred it."""
+    note: str = ""
+    """A person's note."""
+    source: Source = field(default_factory=Source)
+    """live, or which format and file it was imported from (with what that format holds)."""
+    created_at: float = 0.0
+    """When it was made (Unix seconds)."""
+    schema_version: int = SCHEMA_VERSION
+    """The record schema it was written with."""
+
+    def evolve(self, **changes: Any) -> Episode:
+        return replace(self, **changes)
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def response_len(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    def all_findings(self) -> tuple[Finding, ...]:
+        out = list(self.findings)
+        for t in self.turns:
+            out.extend(t.findings)
+        return tuple(out)
+
+    def to_dict(self, include_tokens: bool = True, include_turns: bool = True) -> dict[str, Any]:
+        d: dict[str, Any] = {"schema_version": self.schema_version}
+        for f in fields(self):
+            if f.name in ("schema_version", "tokens") or (f.name == "turns" and not include_turns):
+                continue
+            v = getattr(self, f.name)
+            if f.name == "status":
+                v = v.value
+            elif f.name in ("config", "source"):
+                v = v.to_dict()
+            elif f.name == "backend":
+                v = None if v is None else v.to_dict()
+            elif f.name in ("messages", "turns", "segments", "findings"):
+                v = [x.to_dict() for x in v]
+            elif f.name in ("turn_rewards", "returns", "tags", "tools"):
+                v = list(v)
+            d[f.name] = v
+        if include_tokens:
+            d.update(self.tokens.to_dict())
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], tokens: TokenArrays | None = None) -> Episode:
+        """The record ``d`` (version 2 or later, upgraded; a version-1 record goes through ``engine.read_episode``); a
+        missing or mistyped field is a ``FormatError``.
+
+        ``tokens``, when given (the store keeps them as blobs), stands for the four token lists.
+        """
+        f = Fields(d)
+        version = f.integer("schema_version") if f.has("schema_version") else 1
+        if version not in READABLE_VERSIONS:
+            raise FormatError(f"{version} is not a version this Rollscope reads ({', '.join(map(str, READABLE_VERSIONS))}); "
+                              "a newer Rollscope wrote it: upgrade Rollscope", field="schema_version")
+        if version < SCHEMA_VERSION:
+            from .upgrade import upgrade
+
+            f = Fields(upgrade(d, SCHEMA_VERSION))
+        return cls(  # fields read in record order, so the first bad one is the one named
+            id=f.text("id"),
+            env=f.text("env"),
+            task_id=f.text("task_id"),
+            run_id=f.text_or_none("run_id"),
+            group_id=f.text_or_none("group_id"),
+            sample_index=f.integer("sample_index"),
+            preset=f.text("preset"),
+            config=RunConfig.from_fields(f.sub("config")),
+            backend=_backend(f.sub_or_none("backend")),
+            tokenizer=f.text("tokenizer"),
+            template_hash=f.text("template_hash"),
+            status=Status(f.choice("status", [s.value for s in Status])),
+            reason=f.text("reason"),
+            reward=f.number("reward"),
+            turn_rewards=f.numbers("turn_rewards"),
+            returns=f.numbers("returns"),
+            messages=tuple(Message.from_fields(m) for m in f.subs("messages")),
+            tools=tuple(t.d for t in f.subs("tools")),
+            turns=tuple(Turn.from_fields(t) for t in f.subs("turns")),
+            tokens=TokenArrays.from_fields(f) if tokens is None else tokens,
+            prompt_len=f.integer("prompt_len"),
+            segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
+            findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
+            parent_id=f.text_or_none("parent_id"),
+            fork_turn=f.int_or_none("fork_turn"),
+            tags=f.texts("tags"),
+            starred=f.boolean("starred"),
+            note=f.text("note"),
+            source=Source.from_fields(f.sub("source")),
+            created_at=f.number("created_at"),
+            schema_version=SCHEMA_VERSION,
+        )
+
+
+def _backend(f: Fields | None) -> BackendInfo | None:
+    return None if f is None else BackendInfo.from_fields(f)

@@ -1,0 +1,152 @@
+"""Strict reading of record dicts: a missing or mistyped field is a ``FormatError`` naming it.
+
+Every ``from_dict`` of the records reads through :class:`Fields`, so a
+malformed record (a hand-edited JSONL line, a truncated database row) is
+refused with the path of the field at fault, e.g. ``turns.2.generation.text``,
+instead of being filled with a default nobody wrote.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from typing import Any
+
+from ..errors import FormatError
+from .jsonbounds import depth_over, too_deep
+from .textsafe import from_json_safe
+
+
+def _type_name(v: Any) -> str:
+    return "null" if v is None else {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(v), type(v).__name__)
+
+
+class Fields:
+    """One JSON object being read into a record; ``path`` names it in errors."""
+
+    __slots__ = ("d", "path")
+
+    def __init__(self, d: Any, path: str = "") -> None:
+        if not isinstance(d, dict):
+            raise FormatError(f"must be an object, got {_type_name(d)}", field=path or "(record)")
+        self.d: dict[str, Any] = d
+        self.path = path
+
+    def name(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, key: str, message: str) -> FormatError:
+        return FormatError(message, field=self.name(key))
+
+    def has(self, key: str) -> bool:
+        return key in self.d
+
+    def raw(self, key: str) -> Any:
+        if key not in self.d:
+            raise self.fail(key, "missing")
+        return self.d[key]
+
+    def _typed(self, key: str, null: bool, ok: Any, what: str) -> Any:
+        v = self.raw(key)
+        if v is None and null:
+            return None
+        if not ok(v):
+            raise self.fail(key, f"must be {what}{' or null' if null else ''}, got {_type_name(v)} {v!r:.40}")
+        return v
+
+    def text(self, key: str) -> str:
+        return str(self._typed(key, False, lambda v: isinstance(v, str), "a string"))
+
+    def text_or_none(self, key: str) -> str | None:
+        v = self._typed(key, True, lambda v: isinstance(v, str), "a string")
+        return None if v is None else str(v)
+
+    def integer(self, key: str) -> int:
+        return int(self._typed(key, False, _is_int, "an integer"))
+
+    def int_or_none(self, key: str) -> int | None:
+        v = self._typed(key, True, _is_int, "an integer")
+        return None if v is None else int(v)
+
+    def number(self, key: str) -> float:
+        return float(self._typed(key, False, _is_number, "a number"))
+
+    def number_or_none(self, key: str) -> float | None:
+        v = self._typed(key, True, _is_number, "a number")
+        return None if v is None else float(v)
+
+    def boolean(self, key: str) -> bool:
+        return bool(self._typed(key, False, lambda v: isinstance(v, bool), "true or false"))
+
+    def obj(self, key: str) -> dict[str, Any]:
+        """A free-form object; numbers stored as ``$nonfinite`` (see ``textsafe.json_safe``) read back as floats."""
+        value = self._typed(key, False, lambda v: isinstance(v, dict), "an object")
+        if depth_over(value):
+            raise self.fail(key, too_deep())
+        return dict(from_json_safe(value))
+
+    def items(self, key: str) -> list[Any]:
+        return list(self._typed(key, False, lambda v: isinstance(v, list), "a list"))
+
+    def choice(self, key: str, allowed: Collection[str]) -> str:
+        v = self.text(key)
+        if v not in allowed:
+            raise self.fail(key, f"must be one of {', '.join(sorted(allowed))}, got {v!r:.40}")
+        return v
+
+    def sub(self, key: str) -> Fields:
+        return Fields(self.raw(key), self.name(key))
+
+    def sub_or_none(self, key: str) -> Fields | None:
+        v = self.raw(key)
+        return None if v is None else Fields(v, self.name(key))
+
+    def subs(self, key: str) -> list[Fields]:
+        return [Fields(v, f"{self.name(key)}.{i}") for i, v in enumerate(self.items(key))]
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        out = self.items(key)
+        for i, v in enumerate(out):
+            if not isinstance(v, str):
+                raise FormatError(f"must be a string, got {_type_name(v)}", field=f"{self.name(key)}.{i}")
+        return tuple(out)
+
+    def numbers(self, key: str) -> tuple[float, ...]:
+        out = self.items(key)
+        for i, v in enumerate(out):
+            if not _is_number(v):
+                raise FormatError(f"must be a number, got {_type_name(v)}", field=f"{self.name(key)}.{i}")
+        return tuple(float(v) for v in out)
+
+    def ints(self, key: str) -> tuple[int, ...]:
+        out = self.items(key)
+        if not all(_is_int(v) for v in out):
+            i = next(i for i, v in enumerate(out) if not _is_int(v))
+            raise FormatError(f"must be an integer, got {_type_name(out[i])}", field=f"{self.name(key)}.{i}")
+        return tuple(out)
+
+    def logprobs_or_none(self, key: str) -> tuple[float, ...] | None:
+        """A list of numbers where null stands for an unknown logprob (NaN), or null for none at all."""
+        v = self.raw(key)
+        if v is None:
+            return None
+        if not isinstance(v, list):
+            raise self.fail(key, f"must be a list or null, got {_type_name(v)}")
+        out = []
+        for i, x in enumerate(v):
+            if x is None:
+                out.append(math.nan)
+            elif _is_number(x):
+                out.append(float(x))
+            else:
+                raise FormatError(f"must be a number or null, got {_type_name(x)}", field=f"{self.name(key)}.{i}")
+        return tuple(out)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -1,0 +1,112 @@
+"""Earlier episode records brought to the current schema, one version step at a time.
+
+``Episode.from_dict`` runs every record through :func:`upgrade`, so a file or
+database written by an earlier Rollscope reads as if written today. Each step
+takes a record dict of version N and returns one of version N + 1.
+
+* 1 -> 2: findings gained ``id`` and ``caused_by``. A version-1 record's
+  findings (its own and its turns') are linked the way the checks link them.
+  The linking rules are the checks' (``engine.checks.diagnosis``), a layer
+  above the records, so this step lives there (``upgrade_v1``) and the readers
+  (``read_episode``, ``upgrade_record``) run it; here a version-1 record is
+  refused with a sentence naming them.
+* 2 -> 3: ``config``, ``backend`` and ``source`` became typed objects
+  (``engine.records.provenance``). The flat config splits into ``loop`` (every knob;
+  a knob the record predates takes its default, which is what the loop did
+  before the knob existed), ``sampling`` and ``env``; the backend's and
+  source's own keys move to ``settings``/``details``; an empty backend
+  becomes null. A message's null content (OpenAI's, beside tool calls)
+  becomes "". Nothing else is filled in: a field a version-2 writer always
+  wrote is still refused when missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import FormatError
+
+
+def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
+    raise FormatError("a version-1 record's findings are linked by the checks' rules: read it with "
+                      "engine.read_episode", field="schema_version")
+
+
+_SOURCE_KEYS = ("kind", "file", "line", "index")
+
+
+def _v2_config(c: Any) -> Any:
+    from dataclasses import fields
+
+    from ..presets import ONE_CALL, LoopConfig
+    from .provenance import EnvInfo
+
+    if not isinstance(c, dict):
+        return c  # malformed: refused by the reader, with the field named
+    knobs = {k: v for k, v in c.items() if k not in ("sampling", "env_info")}
+    if "one_call_instruction" in knobs:
+        if knobs.pop("one_call_instruction") and "tool_instruction" not in knobs:
+            knobs["tool_instruction"] = ONE_CALL
+    loop = None
+    if knobs:
+        defaults = LoopConfig().to_dict()
+        loop = {**{f.name: defaults[f.name] for f in fields(LoopConfig)}, **knobs}
+    env = c.get("env_info")
+    return {"loop": loop, "sampling": c.get("sampling") or None,
+            "env": EnvInfo.of(env).to_dict() if isinstance(env, dict) and env else None}
+
+
+def _v2_backend(b: Any) -> Any:
+    from .provenance import BACKEND_FIELDS
+
+    if not isinstance(b, dict):
+        return b
+    if not b:
+        return None
+    out: dict[str, Any] = {k: b.get(k) for k in sorted(BACKEND_FIELDS)}
+    out["model"] = b.get("model") or ""
+    out["settings"] = {k: v for k, v in b.items() if k not in BACKEND_FIELDS}
+    return out
+
+
+def _v2_source(s: Any) -> Any:
+    if not isinstance(s, dict):
+        return s
+    rest = {k: v for k, v in s.items() if k not in _SOURCE_KEYS and k not in ("stepped", "user")}
+    return {"kind": s.get("kind", "live"), "file": s.get("file"), "line": s.get("line"), "index": s.get("index"),
+            "by_hand": s.get("stepped") == "by hand", "user_by_hand": s.get("user") == "human", "details": rest}
+
+
+def _v2_message(m: Any) -> Any:
+    return {**m, "content": ""} if isinstance(m, dict) and m.get("content", "") is None else m
+
+
+def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
+    out = {**d, "schema_version": 3}
+    if "config" in d:
+        out["config"] = _v2_config(d["config"])
+    if "backend" in d:
+        out["backend"] = _v2_backend(d["backend"])
+    if "source" in d:
+        out["source"] = _v2_source(d["source"])
+    if isinstance(d.get("messages"), list):
+        out["messages"] = [_v2_message(m) for m in d["messages"]]
+    if isinstance(d.get("turns"), list):
+        out["turns"] = [{**t, "observation": [_v2_message(m) for m in t["observation"]]}
+                        if isinstance(t, dict) and isinstance(t.get("observation"), list) else t for t in d["turns"]]
+    if isinstance(d.get("tokens"), list) and d.get("versions") is None:
+        out["versions"] = [-1] * len(d["tokens"])
+    return out
+
+
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+
+
+def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:
+    """``d`` (of the version it says, 1 when it says none) brought to version ``to``."""
+    version = int(d.get("schema_version", 1))
+    while version < to:
+        d = STEPS[version](d)
+        version += 1
+    return d

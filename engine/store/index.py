@@ -1,0 +1,419 @@
+"""The episode index: full-text search over what people read, and aggregate queries over the slim index table.
+
+Part of the store (``Store`` inherits ``IndexQueries``); it writes SQL only against the store's own
+connections. The front ends' tables, charts and run-level kinds read from here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..records import textsafe
+from ..records.episode import Episode, Turn
+from .base import StoreBase
+
+
+@dataclass(frozen=True)
+class Bins:
+    """A distribution as bars: centers, counts and the bars' width (discrete values get one bar each)."""
+
+    centers: tuple[float, ...] = ()
+    counts: tuple[int, ...] = ()
+    width: float = 1.0
+
+
+@dataclass(frozen=True)
+class RewardStats:
+    """Reward count, mean, standard deviation and range of a set of episodes (a task under one env and preset, a
+    group: its env and preset are left empty)."""
+
+    key: str
+    task_id: str
+    n: int
+    mean: float
+    std: float
+    min: float
+    max: float
+    env: str = ""
+    preset: str = ""
+
+
+@dataclass(frozen=True)
+class RewardBins:
+    """The reward distribution of the episodes of one env and preset: rewards on one scale (a preset's shaped
+    returns and another's 0/1 rewards are not comparable, so they are never binned together)."""
+
+    env: str
+    preset: str
+    n: int
+    bins: Bins = Bins()
+
+    @property
+    def label(self) -> str:
+        return f"{self.env} · {self.preset}" if self.preset else self.env
+
+
+@dataclass(frozen=True)
+class BrowseStats:
+    """Aggregates of a filtered set of episodes, for Browse's charts."""
+
+    total: int = 0
+    rewards: tuple[RewardBins, ...] = ()  # per (env, preset), the most frequent first
+    n_reward_sets: int = 0  # (env, preset) pairs in the selection; ``rewards`` may hold fewer
+    status: tuple[tuple[str, int], ...] = ()
+    turns: tuple[tuple[int, int], ...] = ()
+    tokens: Bins = Bins()
+    trainable: Bins = Bins()  # same bars as ``tokens``
+    tasks: tuple[RewardStats, ...] = ()  # the most frequent tasks, per (env, preset), the most frequent first
+    n_tasks: int = 0  # tasks in the selection
+    groups: tuple[RewardStats, ...] = ()  # groups of two or more samples, by id
+    n_groups: int = 0
+    n_flat_groups: int = 0  # groups whose samples all got the same reward: no GRPO advantage
+
+
+# The search index holds what a person reads in an episode (message
+# contents, raw generations, tool calls, parse errors, the verdict, finding
+# messages). Each distinct text is stored and indexed once (a tau-bench
+# policy prompt is the same 10 KB in every episode) and episodes refer to
+# their texts by part: 0 for the opening and verdict, t+1 for turn t, so a
+# turn commit touches only its own part. The trigram tokenizer makes a
+# quoted MATCH a case-insensitive substring search: the meaning the filter
+# had as a LIKE over the JSON, at index speed.
+_MIN_TRIGRAM = 3
+
+
+def text_clause(text: str) -> tuple[str, str]:
+    """The SQL (and its one argument) of a full-text filter on message contents."""
+    if len(text) >= _MIN_TRIGRAM:
+        return (
+            "id IN (SELECT episode_id FROM search_refs WHERE text_id IN "
+            "(SELECT rowid FROM search_fts WHERE search_fts MATCH ?))",
+            '"' + text.replace('"', '""') + '"',
+        )
+    # Too short for a trigram: a scan of the distinct texts, same meaning.
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return (
+        "id IN (SELECT episode_id FROM search_refs WHERE text_id IN "
+        "(SELECT id FROM search_texts WHERE body LIKE ? ESCAPE '\\'))",
+        f"%{escaped}%",
+    )
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _turn_texts(t: Turn) -> list[str]:
+    out: list[str] = []
+    if t.generation is not None:
+        out.append(t.generation.text)
+    if t.action is not None:
+        out.append(t.action.text)
+    out += [f"{c.name} {_json_text(c.arguments)}" for c in t.tool_calls]
+    out += [t.parse_error or ""]
+    out += [m.content for m in t.observation]
+    out += [f.message for f in t.findings]
+    return out
+
+
+def search_texts(ep: Episode, turn: int | None = None) -> list[tuple[int, list[str]]]:
+    """(part, texts) of the search index for an episode, or its opening and one turn."""
+    opening: list[str] = []
+    for m in ep.messages:
+        # Later messages are in the turns' parts; an episode without turns
+        # (an import of bare messages) keeps all of them here.
+        if m.role == "assistant" and ep.turns:
+            break
+        opening += [m.content, *(f"{c.name} {_json_text(c.arguments)}" for c in m.tool_calls)]
+    opening += [ep.reason, *(f.message for f in ep.findings)]
+    turns = ep.turns if turn is None else [ep.turns[turn]]
+    return [(0, opening), *((t.index + 1, _turn_texts(t)) for t in turns)]
+
+
+def _uri(path: Path, immutable: bool) -> str:
+    from urllib.parse import quote
+
+    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that never writes. A WAL database whose folder cannot take the ``-shm`` file opens as
+    immutable (nothing else can be writing a file nobody may write)."""
+    for immutable in (False, True):
+        conn = sqlite3.connect(_uri(path, immutable), uri=True, check_same_thread=False, timeout=30)
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            if immutable:
+                raise
+    raise AssertionError("unreachable")
+
+
+class IndexQueries(StoreBase):
+    """Search-index upkeep and the aggregate queries of the episode index, mixed into ``Store``."""
+
+    def _analyze(self, conn: sqlite3.Connection) -> None:
+        """Refresh the planner's statistics of ``episode_index`` (a sample: milliseconds at 100,000 rows).
+
+        Without them SQLite guesses that ``status = ?`` is selective and sorts
+        every completed episode instead of walking the created_at index.
+        """
+        conn.execute("PRAGMA analysis_limit = 1000")
+        conn.execute("ANALYZE episode_index")
+        conn.commit()
+        self._analyzed_rows = int(conn.execute("SELECT COUNT(*) FROM episode_index").fetchone()[0])
+
+    def _maybe_analyze(self, conn: sqlite3.Connection) -> None:
+        # A database that grew a lot since the last statistics (the dashboard
+        # was started on an empty one) gets new ones.
+        rows = int(conn.execute("SELECT COUNT(*) FROM episode_index").fetchone()[0])
+        if rows > 2 * getattr(self, "_analyzed_rows", 0) + 1000:
+            self._analyze(conn)
+
+    def _reindex_search(self) -> None:
+        """Fill the search index from the stored episodes (a database from before it existed)."""
+        ids = [r[0] for r in self.db.execute("SELECT id FROM episodes")]
+        for eid in ids:
+            ep = self.get_episode(eid)
+            with self.db.conn:
+                self._write_search(ep)
+
+    def _text_id(self, text: str) -> int:
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError:  # text that reached the store unmade-safe (an import, an old record)
+            text = textsafe.clean_text(text)
+            raw = text.encode("utf-8")
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        row = self.db.conn.execute("SELECT id FROM search_texts WHERE hash = ?", [digest]).fetchone()
+        if row is not None:
+            return int(row[0])
+        cur = self.db.conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)", [digest, text])
+        return int(cur.lastrowid or 0)
+
+    def _write_search(self, ep: Episode, turn: int | None = None) -> None:
+        """Point the search index at an episode's texts (or at its opening's and one turn's)."""
+        conn = self.db.conn
+        if turn is None:
+            conn.execute("DELETE FROM search_refs WHERE episode_id = ?", [ep.id])
+        for part, texts in search_texts(ep, turn):
+            if turn is not None:
+                conn.execute("DELETE FROM search_refs WHERE episode_id = ? AND part = ?", [ep.id, part])
+            ids = {self._text_id(x) for x in texts if x and x.strip()}
+            conn.executemany(
+                "INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)",
+                [(ep.id, part, i) for i in ids],
+            )
+
+    # -- reading for Browse ----------------------------------------------------
+
+    def _reader(self) -> tuple[sqlite3.Connection, threading.Lock]:
+        """A second connection for Browse's reads, so a long aggregate never holds up a turn commit.
+
+        WAL lets it read the last committed state while the store's own
+        connection writes.
+        """
+        with self._lock:
+            if getattr(self, "_read_conn", None) is None:
+                if self.read_only:
+                    conn = connect_read_only(self.path)
+                else:
+                    conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+                conn.execute("PRAGMA temp_store=MEMORY")
+                self._read_conn = conn
+                self._read_lock = threading.Lock()
+            assert self._read_conn is not None
+            return self._read_conn, self._read_lock
+
+    def close_reader(self) -> None:
+        with self._lock:
+            conn = getattr(self, "_read_conn", None)
+            if conn is not None:
+                conn.close()
+                self._read_conn = None
+
+    def browse_query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read-only query on the Browse connection."""
+        conn, lock = self._reader()
+        with lock:
+            return conn.execute(sql, list(args)).fetchall()
+
+    def finding_kinds(self) -> list[tuple[str, int]]:
+        """Every finding kind in the database with the number of episodes that have it."""
+        rows = self.browse_query("SELECT kind, COUNT(DISTINCT episode_id) FROM findings GROUP BY kind ORDER BY kind")
+        return [(r[0], int(r[1])) for r in rows]
+
+    def root_kind_counts(self) -> list[tuple[str, int]]:
+        """Every root finding kind in the database with the number of episodes that have it as a root."""
+        counts: dict[str, int] = {}
+        for kinds, n in self.browse_query(
+                "SELECT root_kinds, COUNT(*) FROM episode_index WHERE root_kinds > '' GROUP BY root_kinds"):
+            for k in {k for k in str(kinds).split(",") if k}:
+                counts[k] = counts.get(k, 0) + int(n)
+        return sorted(counts.items())
+
+    def run_level_kinds(self, run_ids: Sequence[str]) -> dict[str, tuple[int, list[str]]]:
+        """For each run: (its episode count, the kinds that every one of its episodes has, among the kinds that
+        describe a preset, template or source). Runs of one episode have none."""
+        from ..checks.diagnosis import RUN_KINDS
+
+        runs = sorted({r for r in run_ids if r})
+        if not runs:
+            return {}
+        marks = ",".join("?" * len(runs))
+        sizes = {r: int(n) for r, n in self.browse_query(
+            f"SELECT run_id, COUNT(*) FROM episode_index WHERE run_id IN ({marks}) GROUP BY run_id", runs)}
+        kinds = sorted(RUN_KINDS)
+        rows = self.browse_query(
+            f"SELECT e.run_id, f.kind, COUNT(DISTINCT f.episode_id) FROM findings f JOIN episode_index e "
+            f"ON e.id = f.episode_id WHERE e.run_id IN ({marks}) AND f.kind IN ({','.join('?' * len(kinds))}) "
+            "AND f.severity != 'info' GROUP BY e.run_id, f.kind", [*runs, *kinds])
+        out: dict[str, tuple[int, list[str]]] = {}
+        for run, kind, n in rows:
+            size = sizes.get(run, 0)
+            if size > 1 and int(n) == size:
+                out.setdefault(run, (size, []))[1].append(kind)
+        return out
+
+    def tag_counts(self) -> list[tuple[str, int]]:
+        """Every tag in use with the number of episodes carrying it."""
+        return [(r[0], int(r[1])) for r in self.browse_query("SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag")]
+
+    def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000, max_bars: int = 30,
+              reward_sets: int = 6) -> BrowseStats:
+        """Aggregates of the episodes ``flt`` (an ``EpisodeFilter``) selects, for Browse's charts.
+
+        Distributions come back binned (at most ``max_bars`` bars; one bar
+        per value when there are that few). Rewards are binned per (env,
+        preset), the ``reward_sets`` most frequent pairs, and the
+        ``task_limit`` most frequent tasks come back per (env, preset) (at
+        most ``task_limit`` rows): a preset's rewards are on its own scale.
+        Groups (two or more samples, each of one run, so of one preset) come
+        back the first ``group_limit`` by id.
+        """
+        where, args = _where(flt)
+        conn, lock = self._reader()
+        with lock:
+            self._maybe_analyze(conn)
+            q = conn.execute
+            if "SELECT" in where:
+                # Text, tag and finding filters are subqueries: run them once,
+                # not once per aggregate.
+                q("DROP TABLE IF EXISTS temp.browse_sel")
+                q(f"CREATE TEMP TABLE browse_sel AS SELECT rid FROM episode_index WHERE {where}", args)
+                where, args = "rid IN (SELECT rid FROM temp.browse_sel)", []
+            sel = f"FROM episode_index WHERE {where}"
+            total, n_tasks, tok_lo, tok_hi = q(
+                f"SELECT COUNT(*), COUNT(DISTINCT task_id), MIN(n_tokens), MAX(n_tokens) {sel}", args).fetchone()
+            if not total:
+                return BrowseStats()
+            status = q(f"SELECT status, COUNT(*) {sel} GROUP BY status ORDER BY 2 DESC", args).fetchall()
+            turns = q(f"SELECT n_turns, COUNT(*) {sel} GROUP BY n_turns ORDER BY 1", args).fetchall()
+            rewards, n_sets = _reward_sets(q, sel, args, reward_sets, max_bars)
+            tokens = _binned(q, sel, args, "n_tokens", tok_lo, tok_hi, max_bars)
+            trainable = _binned(q, sel, args, "n_trainable", tok_lo, tok_hi, max_bars)
+            stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
+            # The most frequent tasks from the (task_id, reward) index, then their rows per env and preset.
+            top = [r[0] for r in q(f"SELECT task_id, COUNT(*) {sel} GROUP BY task_id ORDER BY 2 DESC, 1 LIMIT ?",
+                                   [*args, task_limit]).fetchall()]
+            tasks = q(f"SELECT task_id, task_id, {stat}, env, preset {sel} AND task_id IN ({','.join('?' * len(top))}) "
+                      "GROUP BY env, preset, task_id ORDER BY 3 DESC, 1, 8, 9 LIMIT ?",
+                      [*args, *top, task_limit]).fetchall()
+            # One pass over the groups: count them all, keep the first group_limit.
+            groups = q(f"SELECT group_id, MIN(task_id), {stat}, '', '' {sel} AND group_id IS NOT NULL "
+                       "GROUP BY group_id HAVING COUNT(*) > 1 ORDER BY group_id", args).fetchall()
+        n_groups = len(groups)
+        n_flat = sum(1 for g in groups if g[5] == g[6])
+        groups = groups[:group_limit]
+        return BrowseStats(
+            total=int(total), rewards=rewards, n_reward_sets=n_sets, status=tuple((str(s), int(c)) for s, c in status),
+            turns=tuple((int(t or 0), int(c)) for t, c in turns), tokens=tokens, trainable=trainable,
+            tasks=tuple(_reward_stats(r) for r in tasks), n_tasks=int(n_tasks),
+            groups=tuple(_reward_stats(r) for r in groups), n_groups=int(n_groups), n_flat_groups=int(n_flat),
+        )
+
+
+# Distinct (env, preset, reward) rows read in one pass; a selection with more (continuous rewards at scale)
+# is binned per pair in SQL instead.
+_REWARD_ROWS = 4096
+
+
+def _reward_sets(q: Any, sel: str, args: list[Any], limit: int, bars: int) -> tuple[tuple[RewardBins, ...], int]:
+    """The reward bars of the ``limit`` most frequent (env, preset) pairs, and how many pairs there are."""
+    rows = q(f"SELECT env, preset, reward, COUNT(*) {sel} GROUP BY env, preset, reward LIMIT ?",
+             [*args, _REWARD_ROWS + 1]).fetchall()
+    if len(rows) <= _REWARD_ROWS:
+        values: dict[tuple[Any, Any], list[tuple[float, int]]] = {}
+        for env, preset, reward, n in rows:
+            values.setdefault((env, preset), []).append((float(reward), int(n)))
+        sets = sorted(values.items(), key=lambda kv: (-sum(n for _, n in kv[1]), str(kv[0][0]), str(kv[0][1])))
+        return tuple(RewardBins(str(env or ""), str(preset or ""), sum(n for _, n in vs), _bars(vs, bars))
+                     for (env, preset), vs in sets[:limit]), len(sets)
+    sets = q(f"SELECT env, preset, COUNT(*), MIN(reward), MAX(reward) {sel} GROUP BY env, preset "
+             "ORDER BY 3 DESC, 1, 2", args).fetchall()
+    out = []
+    for env, preset, n, lo, hi in sets[:limit]:
+        one = f"{sel} AND env IS ? AND preset IS ?"
+        found = q(f"SELECT reward, COUNT(*) {one} GROUP BY reward ORDER BY 1 LIMIT ?",
+                   [*args, env, preset, bars + 1]).fetchall()
+        bins = _discrete(found) if len(found) <= bars else _binned(q, one, [*args, env, preset], "reward", lo, hi, bars)
+        out.append(RewardBins(str(env or ""), str(preset or ""), int(n), bins))
+    return tuple(out), len(sets)
+
+
+def _bars(values: Sequence[tuple[float, int]], bars: int) -> Bins:
+    """(value, count) pairs as bars: one per value when there are at most ``bars``, else ``bars`` equal bins over
+    their range (as ``_binned`` makes them in SQL)."""
+    values = sorted(values)
+    if len(values) <= bars:
+        return _discrete(values)
+    lo, hi = values[0][0], values[-1][0]
+    width = (hi - lo) / bars
+    counts = [0] * bars
+    for v, n in values:
+        counts[min(max(int((v - lo) / width), 0), bars - 1)] += n
+    return Bins(tuple(lo + (k + 0.5) * width for k in range(bars)), tuple(counts), width)
+
+
+def _discrete(rows: Sequence[tuple[Any, Any]]) -> Bins:
+    values = [float(v) for v, _ in rows]
+    gaps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    return Bins(tuple(values), tuple(int(c) for _, c in rows), 0.8 * min(gaps) if gaps else 1.0)
+
+
+def _binned(q: Any, sel: str, args: list[Any], column: str, lo: float, hi: float, bars: int) -> Bins:
+    """``bars`` equal bins of ``column`` over [lo, hi] (one bin when lo == hi)."""
+    if lo is None:
+        return Bins()
+    if hi <= lo:
+        n = q(f"SELECT COUNT(*) {sel}", args).fetchone()[0]
+        return Bins((float(lo),), (int(n),), 1.0)
+    width = (hi - lo) / bars
+    rows = q(f"SELECT MIN(MAX(CAST(({column} - ?) / ? AS INTEGER), 0), {bars - 1}) AS b, COUNT(*) {sel} "
+             "GROUP BY b ORDER BY b", [lo, width, *args]).fetchall()
+    counts = [0] * bars
+    for b, c in rows:
+        counts[int(b)] += int(c)
+    return Bins(tuple(lo + (k + 0.5) * width for k in range(bars)), tuple(counts), width)
+
+
+def _reward_stats(row: Sequence[Any]) -> RewardStats:
+    key, task, n, mean, mean_sq, lo, hi, env, preset = row
+    # Population standard deviation, as GRPO normalizes advantages within a group.
+    std = max(0.0, float(mean_sq) - float(mean) ** 2) ** 0.5
+    return RewardStats(str(key), str(task), int(n), float(mean), std, float(lo), float(hi), str(env or ""),
+                       str(preset or ""))
+
+
+def _where(flt: Any) -> tuple[str, list[Any]]:
+    # An EpisodeFilter; duck-typed because store.py imports this module.
+    return flt.sql() if flt is not None else ("1", [])
