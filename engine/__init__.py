@@ -25,6 +25,7 @@ from .analysis.at_turn import (
     common_prefix,
     findings_up_to,
     prompt_at,
+    prompt_tokens,
     reward_so_far,
     turn_span,
 )
@@ -140,7 +141,7 @@ __all__ = [
     "export", "find_qwen3", "findings_up_to", "flat_groups", "forget_tokenizers", "fork", "format_knob",
     "get_preset", "group_view", "import_path", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "new_id", "observation_text", "opening_messages",
-    "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
+    "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "prompt_tokens",
     "read_episode", "replay", "replay_stored", "retokenized", "reward_so_far", "roots", "run_batch", "run_checks",
     "run_episode", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
     "word_diff",

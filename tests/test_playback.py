@@ -249,3 +249,17 @@ def test_parse_error_turn_shows_the_error_and_the_loops_feedback(tok: Any) -> No
     card = playback.turn_card(_loaded(ep, tok), k)
     assert "parse error" in card and html.escape(ep.turns[k].parse_error) in card
     assert "Loop&#x27;s feedback (the env was not called)" in card and "Env answered" not in card
+
+
+def test_the_cards_cached_decoding_is_the_prompt_the_engine_reads(retok: tuple[Episode, list[GenerationRequest]],
+                                                                  tok: Any) -> None:
+    # slime lays each later turn's generation prompt down with its reply: the prompt the model was sent ends after
+    # it, and the card's cache must decode that much, or every card from turn 1 on warns of tokens that differ.
+    ep, _ = retok
+    assert ep.n_turns >= 3 and any(s.kind == "gen_prompt" for t in ep.turns[1:] for s in t.segments)
+    loaded = _loaded(ep, tok)
+    for k in range(ep.n_turns):
+        fresh = prompt_at(ep, k, tok)
+        cached = prompt_at(ep, k, tok, decoded=loaded.decoded_prompt(k))
+        assert cached == fresh and fresh.tokens_differ_at is None, k
+        assert "decode to a different text" not in playback.turn_card(loaded, k)

@@ -22,7 +22,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import Episode, ReplayResult, Store, StoreError, decode, prompt_at, replay_stored
+from engine import Episode, ReplayResult, Store, StoreError, decode, prompt_at, prompt_tokens, replay_stored
 
 from ..assets import script
 from ..gradio_glue import Outputs, event_data, fresh, html
@@ -40,12 +40,13 @@ class Loaded:
     tokenizer: Any
     tokenizer_error: str | None
     latest: ReplayResult | None = None
-    decoded: dict[int, str] = field(default_factory=dict)  # turn -> tokens[:prompt_len] decoded
+    decoded: dict[int, str] = field(default_factory=dict)  # turn -> its prompt's tokens decoded
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def decoded_prompt(self, k: int) -> str | None:
-        """``tokens[:prompt_len]`` of turn ``k`` decoded (once: 10 ms for 32,000 tokens, and steps go back and forth)."""
-        n = min(max(self.ep.turns[k].prompt_len, 0), len(self.ep.tokens))
+        """Turn ``k``'s prompt tokens (``engine.prompt_tokens``: the generation prompt included) decoded, once:
+        10 ms for 32,000 tokens, and steps go back and forth."""
+        n = prompt_tokens(self.ep, k)
         if self.tokenizer is None or not n:
             return None
         with self.lock:

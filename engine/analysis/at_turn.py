@@ -87,21 +87,28 @@ class PromptView:
     tokens_differ_at: int | None = None  # retokenize: where decoding the ids departs from the text sent
 
 
+def prompt_tokens(ep: Episode, k: int) -> int:
+    """How many of the episode's tokens are turn ``k``'s prompt: ``tokens[:prompt_tokens(ep, k)]`` is what the model
+    was sent, the generation prompt included (loops that lay it down with the reply, as slime does, record it in
+    the turn's segments)."""
+    t = ep.turns[k]
+    n = min(max(t.prompt_len, 0), len(ep.tokens))
+    return next((s.end for s in t.segments if s.kind == "gen_prompt" and s.start == n), n)
+
+
 def prompt_at(ep: Episode, k: int, tokenizer: Tokenizer | None, tokenizer_error: str | None = None,
               decoded: str | None = None) -> PromptView:
     """What the model received at turn ``k``.
 
     Retokenize mode sent text, stored as ``Turn.prompt_text``. Otherwise the
     model got ids, the episode's ``tokens[:prompt_len]``, decoded here with
-    the episode's tokenizer. ``decoded`` is that decoding when the caller
-    already has it (it caches per turn). With prompt text and a tokenizer,
+    the episode's tokenizer. ``decoded`` is the decoding of
+    ``tokens[:prompt_tokens(ep, k)]`` when the caller already has it (it caches per turn). With prompt text and a tokenizer,
     the ids are decoded too: if they do not spell the text sent, the
     trainer's tokens are not what the model saw.
     """
     t = ep.turns[k]
-    n = min(max(t.prompt_len, 0), len(ep.tokens))
-    # Loops that lay a turn's generation prompt down with its reply (slime) record it in the turn.
-    n = next((s.end for s in t.segments if s.kind == "gen_prompt" and s.start == n), n)
+    n = prompt_tokens(ep, k)
     if decoded is None and tokenizer is not None and n:
         decoded = decode(tokenizer, ep.tokens.ids[:n].tolist())
     # An import's empty prompt field is no prompt text when the tokens hold a prompt.
@@ -179,5 +186,5 @@ def _turn_of_token(ep: Episode, pos: int) -> int:
     return 0
 
 
-__all__ = ["PromptView", "RewardSoFar", "TurnSpan", "common_prefix", "findings_up_to", "prompt_at",
+__all__ = ["PromptView", "RewardSoFar", "TurnSpan", "common_prefix", "findings_up_to", "prompt_at", "prompt_tokens",
            "reward_so_far", "turn_span"]
