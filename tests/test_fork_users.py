@@ -187,3 +187,22 @@ def test_a_person_plays_a_tau_bench_user_in_a_new_conversation(fake_tau_bench, s
     turn = asyncio.run(hand.commit("Anything else?", "No, bye. ###STOP###"))
     assert turn.done and turn.observation[0].content == "No, bye. ###STOP###"
     assert hand.to_save().config.user == "human"
+
+
+@pytest.mark.parametrize("user", ["human", "scripted"])
+def test_a_conversation_saved_with_the_users_message_last_checks_clean(smol_tokenizer, user):
+    # Saved from Step mid-conversation: the user's reply and the next generation prompt are laid down, no reply yet.
+    env = RetailEnv()
+    policy = ScriptedBackend(env.reference_reply, smol_tokenizer)
+    hand = forking.start(env, policy, smol_tokenizer, PRESETS["tito"], env.tasks[0], user=user)
+    for _ in range(8):
+        text = hand.text_of(asyncio.run(hand.generate()))
+        reply = "I also want to know the price." if hand.needs_user_reply(text) else None
+        turn = asyncio.run(hand.commit(text, reply))
+        if hand.episode().messages[-1].role == "user":
+            break
+    assert not turn.done and hand.episode().messages[-1].role == "user"
+    saved = hand.to_save()
+    assert saved.status.value == "interrupted"
+    errors = [f for f in saved.all_findings() if f.severity.value == "error"]
+    assert not errors, [(f.kind, f.message) for f in errors]

@@ -4,7 +4,7 @@ prompts, injected system blocks, and the ChatML markup of records that hold no c
 from __future__ import annotations
 
 from ..errors import RollscopeError
-from ..records.episode import Episode, Finding, Message
+from ..records.episode import Episode, Finding, Message, Status
 from ..tokens import chat
 from ..tokens.tokenizer import Tokenizer
 from .base import (
@@ -76,8 +76,9 @@ def tito_expected_ids(ep: Episode, tok: Tokenizer) -> list[int]:
     """The ids a token-in-token-out loop builds from this trace's records.
 
     The first prompt rendered with its generation prompt, then per turn the
-    generated ids and, between turns, the template's closing after them and
-    the env messages rendered in isolation with the next generation prompt.
+    generated ids and, between turns (and after the last one of an episode
+    saved before its end), the template's closing after them and the env
+    messages rendered in isolation with the next generation prompt.
     """
     msgs = list(ep.messages)
     cfg = loop_config(ep)
@@ -89,7 +90,10 @@ def tito_expected_ids(ep: Episode, tok: Tokenizer) -> list[int]:
             break
         ids += list(g.token_ids) or chat.encode(tok, g.text)
         last = i == len(ep.turns) - 1
-        if not last or (cfg.observe_last and t.observation and t.action is not None):
+        # An episode saved before its end (by hand, or cut off) went on past its last turn: the observation and
+        # the next generation prompt are laid down, waiting for a reply.
+        goes_on = not t.done and bool(t.observation) and ep.status in (Status.RUNNING, Status.INTERRUPTED)
+        if not last or goes_on or (cfg.observe_last and t.observation and t.action is not None):
             gen_text = chat.decode(tok, g.token_ids) if g.token_ids else g.text
             ids += chat.encode(tok, chat.tail_after_generation(tok, gen_text, ep.tools))
             m, gp = chat.isolated_messages_delta(tok, t.observation, ep.tools)
