@@ -31,6 +31,7 @@ from .analysis.at_turn import (
 )
 from .analysis.compare import Comparison, TurnDiff, calls_text, compare, observation_text, opening_messages, word_diff
 from .analysis.groups import GROUP_NORMALIZATION, GroupSample, GroupView, flat_groups, group_view, load_group
+from .analysis.steps import StepChange, step_changes
 from .analysis.tokendiff import TD_CHANGED, TD_ONLY_A, TD_ONLY_B, TokenDiff, TokenDiffRow, retokenized, token_diff
 from .backends.base import Backend, GenerationRequest, SamplingParams
 from .backends.tokenizers import (
@@ -133,7 +134,7 @@ __all__ = [
     "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart", "HandStepper",
     "LoopConfig", "Message", "ModelNotFound", "PromptView", "ReplayResult", "RewardBins", "RewardSoFar",
     "RewardStats", "RollscopeError", "RunConfig", "RunPlan", "RunSummary", "SamplingParams", "Segment", "Severity",
-    "Source", "Status", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
+    "Source", "Status", "StepChange", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
     "TokenDiff", "TokenDiffRow", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
     "TurnSpan", "TurnVerdict", "UserSettings", "WatchEvent", "Watcher",
     "apply_settings", "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare",
@@ -143,6 +144,6 @@ __all__ = [
     "load_tokenizer", "loop_config", "make_backend", "new_id", "observation_text", "opening_messages",
     "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "prompt_tokens",
     "read_episode", "replay", "replay_stored", "retokenized", "reward_so_far", "roots", "run_batch", "run_checks",
-    "run_episode", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
+    "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
     "word_diff",
 ]

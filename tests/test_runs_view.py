@@ -14,6 +14,7 @@ from dashboard.tabs import browse as browse_tab
 from dashboard.tabs import runs as runs_tab
 from dashboard.views import run_charts
 from dashboard.views.runs import alerts_note, event_line, run_label, step_table, watch_status
+from engine import step_changes
 from engine.errors import ConfigError, StoreError
 from engine.formats.watch import Watcher, WatchEvent
 from engine.store import StepStats, Store
@@ -59,7 +60,7 @@ def test_two_rollout_ids_make_two_points_with_their_means_and_rates(run: tuple[S
     store, run_id = run
     stats = store.step_stats(run_id)
     assert [s.step for s in stats] == [0, 1] and [s.n for s in stats] == [N, N]
-    marked = run_charts.alerts(stats)
+    marked = step_changes(stats)
     fig = run_charts.run_figure(stats, run_id, marked)
     mean = _trace(fig, "mean reward")
     assert list(mean.x) == [0, 1] and list(mean.y) == pytest.approx([0.5, 1.0])
@@ -92,14 +93,17 @@ def test_alerts_mark_jumps_not_levels() -> None:
         return StepStats(k, n, 0.5, 0.0, 1.0, 0, aborted, 100.0, errors, {"env_error": errors} if errors else {})
 
     calm = [step(0, 0), step(1, 1), step(2, 2), step(3, 3)]  # creeping up by 10 points a step
-    assert run_charts.alerts(calm) == []
+    assert step_changes(calm) == []
     assert "No jumps" in alerts_note(calm, [])
     jumps = [step(0, 0), step(1, 1), step(2, 6, aborted=5), step(3, 6)]
-    assert [(a.step, a.what) for a in run_charts.alerts(jumps)] == [(2, "root errors"), (2, "aborted")]
+    assert [(a.step, a.what) for a in step_changes(jumps)] == [(2, "root errors"), (2, "aborted")]
+    assert [c.text() for c in step_changes(jumps)] == ["step 2: root errors 10% → 60% (env_error)",
+                                                         "step 2: aborted 0% → 50%"]
+    # A change is between two steps: a share that is high from the first step on is a level, not a change.
     broken = [step(5, 10), step(6, 10)]
-    [first] = run_charts.alerts(broken)
-    assert first.step == 5 and first.before is None and first.text() == (
-        "step 5: root errors 100% from the first step (env_error)")
+    assert step_changes(broken) == [] and step_changes(broken[:1]) == []
+    assert "One rollout step so far (step 5)" in alerts_note(broken[:1], [])
+    assert "The data changed" not in alerts_note(broken[:1], step_changes(broken[:1]))
 
 
 def test_root_kinds_past_the_most_frequent_are_summed_as_other() -> None:

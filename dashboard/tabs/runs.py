@@ -17,7 +17,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import RollscopeError, Store
+from engine import RollscopeError, Store, step_changes
 
 from ..assets import script
 from ..background.watching import FORMATS, WatchJob, WatchManager, WatchStatus
@@ -120,7 +120,7 @@ def view_values(store: Store, run: str | None, key: Any = None) -> dict[str, Any
     new_key = [run, hash(repr(stats))]
     if new_key == key:
         return {}
-    marked = run_charts.alerts(stats)
+    marked = step_changes(stats)
     return {"alerts": alerts_note(stats, marked), "plot": run_charts.run_figure(stats, run or "", marked),
             "steps": step_table(stats, marked), "view_key": new_key}
 

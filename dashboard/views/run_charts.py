@@ -1,79 +1,29 @@
-"""The run view's figure and its alerts: one point per rollout step of a training run.
+"""The run view's figure: one point per rollout step of a training run.
 
 Pure functions of the store's per-step aggregates (``Store.step_stats``): no Gradio, no store.
-``alerts`` finds the steps where the data changed for the worse (the share of episodes with a root
-error, or of aborted or truncated ones, jumps from one step to the next); ``run_figure`` draws four
-panels sharing the step axis (reward with its min-max band, truncation and abort rates, response
-tokens, root findings by kind) and marks those steps on every panel.
+``run_figure`` draws four panels sharing the step axis (reward with its min-max band, truncation and
+abort rates, response tokens, root findings by kind) and marks on every panel the steps where the
+data changed for the worse (``engine.step_changes``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine import StepStats
+from engine import StepChange, StepStats
 
 from .charts import ACCENT, STATUS_COLORS, TRAIN, empty, layout
 
-JUMP = 0.2
-"""A share that rises by this much (20 points) from one step to the next marks the step."""
 MAX_KINDS = 6
 """Root kinds drawn one by one; the rest are summed as ``other``."""
 KIND_COLORS = ("#dc2626", "#7c3aed", "#d97706", "#0891b2", "#db2777", "#65a30d")
 OTHER_COLOR = "#6b7280"
 ALERT_COLOR = "#dc2626"
 
-
-MEASURES: tuple[tuple[str, Callable[[StepStats], float]], ...] = (
-    ("root errors", lambda s: s.error_rate),
-    ("aborted", lambda s: s.aborted_rate),
-    ("truncated", lambda s: s.truncated_rate),
-)
-
-
-@dataclass(frozen=True)
-class Alert:
-    """A step where a share of episodes jumped: which, from the step before (None: the first step) to this one."""
-
-    step: int
-    what: str
-    before: float | None
-    after: float
-    kinds: tuple[str, ...] = ()
-    """For root errors: the kinds whose share grew most at this step."""
-
-    def text(self) -> str:
-        change = f"{self.before:.0%} → {self.after:.0%}" if self.before is not None else (
-            f"{self.after:.0%} from the first step")
-        return f"step {self.step}: {self.what} {change}" + (f" ({', '.join(self.kinds)})" if self.kinds else "")
-
-
-def _grown_kinds(before: StepStats | None, s: StepStats, n: int = 3) -> tuple[str, ...]:
-    def share(st: StepStats | None, kind: str) -> float:
-        return st.root_kinds.get(kind, 0) / st.n if st is not None and st.n else 0.0
-
-    growth = sorted(((share(s, k) - share(before, k), k) for k in s.root_kinds), key=lambda g: (-g[0], g[1]))
-    return tuple(k for g, k in growth[:n] if g > 0)
-
-
-def alerts(stats: Sequence[StepStats], jump: float = JUMP) -> list[Alert]:
-    """The steps where a share of episodes (with root errors, aborted, truncated) rose by ``jump`` or more
-    over the step before; the first step counts from nothing. In step order."""
-    out: list[Alert] = []
-    before: StepStats | None = None
-    for s in stats:
-        for what, share in MEASURES:
-            was = share(before) if before is not None else None
-            if share(s) - (was or 0.0) >= jump:
-                kinds = _grown_kinds(before, s) if what == "root errors" else ()
-                out.append(Alert(s.step, what, was, share(s), kinds))
-        before = s
-    return out
 
 
 def kind_series(stats: Sequence[StepStats], max_kinds: int = MAX_KINDS) -> list[tuple[str, list[int]]]:
@@ -89,7 +39,7 @@ def kind_series(stats: Sequence[StepStats], max_kinds: int = MAX_KINDS) -> list[
     return series
 
 
-def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[Alert] = ()) -> go.Figure:
+def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[StepChange] = ()) -> go.Figure:
     """Four panels over the rollout steps: reward, truncated and aborted %, response tokens, root errors
     by kind; the steps in ``marked`` are dashed red lines on every panel."""
     title = f"Run {run_id} by rollout step" if run_id else "Run by rollout step"

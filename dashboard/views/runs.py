@@ -11,11 +11,10 @@ import os
 import time
 from collections.abc import Sequence
 
-from engine import RunSummary, StepStats, WatchEvent
+from engine import RunSummary, StepChange, StepStats, WatchEvent
 
 from ..background.watching import FAILED, STOPPED, STOPPING, WATCHING, WatchStatus
 from .html import badge, chip, esc, heads, note
-from .run_charts import Alert
 
 LOG_LINES = 40
 """Events shown under a watch, newest last."""
@@ -90,11 +89,14 @@ def run_label(r: RunSummary) -> str:
     return f"{r.run_id} · {steps} · {r.n_episodes:,} episodes"
 
 
-def alerts_note(stats: Sequence[StepStats], marked: Sequence[Alert], limit: int = 6) -> str:
+def alerts_note(stats: Sequence[StepStats], marked: Sequence[StepChange], limit: int = 6) -> str:
     """The answer to "when did the data go wrong?": the steps where a share jumped, or that none did."""
     if not stats:
         return note("No steps yet: a run appears here once episodes with a rollout step are stored (watch its "
                     "dump folder above, or `rollscope watch DIR --format slime`).")
+    if len(stats) < 2:
+        return note(f"One rollout step so far (step {stats[0].step}): a change shows from the second step on, "
+                    "against the step before it; this step's own shares are in the table.")
     if not marked:
         return note("No jumps: at no step did the share of episodes with root errors, aborted or truncated rise "
                     "by 20 points or more.", "ok")
@@ -118,7 +120,7 @@ def _pct(part: int, rate: float) -> str:
     return f"{rate:.0%} <span class=\"rs-dim\">({part:,})</span>" if part else "0%"
 
 
-def step_table(stats: Sequence[StepStats], marked: Sequence[Alert] = ()) -> str:
+def step_table(stats: Sequence[StepStats], marked: Sequence[StepChange] = ()) -> str:
     """The run's steps, newest first; a step marked by an alert is highlighted, and each row opens Browse."""
     if not stats:
         return ""

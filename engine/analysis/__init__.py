@@ -1,6 +1,7 @@
 """Questions asked of stored episodes: two compared, token diffs, GRPO groups, one episode at one turn.
 
 ``compare`` (where two episodes first diverge), ``tokendiff`` (two token arrays aligned on their replies),
-``groups`` (one task's samples, advantages and spread), ``at_turn`` (where a turn lies in the arrays, the prompt
+``groups`` (one task's samples, advantages and spread), ``steps`` (where a run's data changed from one
+rollout step to the next), ``at_turn`` (where a turn lies in the arrays, the prompt
 it was sent, rewards and findings up to it). Imports every layer below, the loop and the store included.
 """
