@@ -43,7 +43,7 @@ from .backends.tokenizers import (
     try_tokenizer,
 )
 from .checks import CheckOptions, run_checks, with_checks
-from .checks.diagnosis import consequences, diagnosis, link_findings, linked, read_episode, roots
+from .checks.diagnosis import consequences, diagnosis, link_findings, linked, misplaced, read_episode, roots
 from .envs import ENVS, env_factory, parse_tasks
 from .envs.base import Env, StepResult
 from .errors import (
@@ -141,7 +141,7 @@ __all__ = [
     "consequences", "decode", "default_preset", "diagnosis", "env_factory", "episode_schema", "episode_tokenizer",
     "export", "find_qwen3", "findings_up_to", "flat_groups", "forget_tokenizers", "fork", "format_knob",
     "get_preset", "group_view", "import_path", "knobs", "link_findings", "linked", "load_config_file", "load_group",
-    "load_tokenizer", "loop_config", "make_backend", "new_id", "observation_text", "opening_messages",
+    "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
     "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "prompt_tokens",
     "read_episode", "replay", "replay_stored", "retokenized", "reward_so_far", "roots", "run_batch", "run_checks",
     "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",

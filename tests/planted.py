@@ -490,9 +490,10 @@ def think_retokenize(tok: Any, name: str) -> Planted:
 def empty_think_retokenize_tools(tok: Any, name: str) -> Planted:
     """Qwen3 renders the last assistant message with an empty ``<think></think>``
     block and drops it once a tool result follows (a reply that really thinks
-    keeps its block before a tool result: only a new user turn strips it)."""
+    keeps its block before a tool result: only a new user turn strips it). slime refuses the rewrite and the
+    episode ends there; the finding sits on the token rewritten, the reply's ``<think>``."""
     ep = play(PriceEnv, tok, "slime-tau", tokenizer_name=name)
-    return Planted(ep, "template_not_prefix_stable", ERR, seg(ep, "assistant", 0).end, 0,
+    return Planted(ep, "template_not_prefix_stable", ERR, seg(ep, "assistant", 0).start, 0,
                    "slime-tau with tools, retokenize")
 
 

@@ -169,3 +169,40 @@ def test_the_dashboards_job_and_what_it_shows(built: tuple[Store, demo.DemoRepor
     assert "&lt;think&gt;" in shown and "<think>" not in shown  # what to look at is escaped text
     assert "This database holds the demo" in views.present(store.tag_counts())
     assert views.present([("keep", 3)]) == ""
+
+
+def test_every_finding_lies_on_the_episodes_tokens_and_the_rewrite_on_the_rewritten_one(
+        built: tuple[Store, demo.DemoReport]) -> None:
+    from engine import load_tokenizer, misplaced
+    from engine.tokens.chat import decode
+
+    store, _ = built
+    for ep in store.iter_episodes(EpisodeFilter()):
+        for f in ep.all_findings():
+            assert misplaced(ep, f) is None and "misplaced" not in f.evidence, (ep.id, misplaced(ep, f))
+    # The history rewrite: its root is the token the template dropped on re-render (Qwen3's empty <think>).
+    tok = load_tokenizer(str(QWEN3_DIR))
+    part = next(p for p in demo.DEMO_PARTS if p.name == "history-rewrite")
+    for ep in _tagged(store, part):
+        [root] = [f for f in ep.all_findings() if f.kind == "template_not_prefix_stable" and f.is_root]
+        assert root.token_start is not None
+        assert decode(tok, ep.tokens.ids[root.token_start : root.token_end].tolist()).startswith("<think>")
+
+
+def test_an_export_holds_every_cause_its_findings_name(built: tuple[Store, demo.DemoReport], tmp_path: Path) -> None:
+    import json
+
+    from engine import export
+
+    store, _ = built
+    out = tmp_path / "demo.jsonl"
+    assert export(store.iter_episodes(EpisodeFilter()), "jsonl", out) >= 28
+    named = held = 0
+    for line in out.read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        found = [*d["findings"], *(f for t in d["turns"] for f in t["findings"])]
+        ids = {f["id"] for f in found}
+        causes = [f["caused_by"] for f in found if f["caused_by"]]
+        named += len(causes)
+        held += sum(c in ids for c in causes)
+    assert named and held == named

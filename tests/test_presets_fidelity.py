@@ -104,7 +104,11 @@ def test_slime_presets_equal_slime(request, tname, preset, current):
                 if want.error:
                     assert want.error in ep.reason
                     f = next(f for f in ep.turns[-1].findings if "slime_error" in f.evidence)
-                    assert f.kind == "template_not_prefix_stable" and f.token_start == len(ep.tokens)
+                    # On the token the template rewrote, inside the tokens the episode kept.
+                    assert f.kind == "template_not_prefix_stable" and f.token_start is not None
+                    assert f.token_end is not None and 0 <= f.token_start < f.token_end <= len(ep.tokens)
+                    if tname == "qwen3_tokenizer":
+                        assert tok.decode(ep.tokens.ids[f.token_start : f.token_end].tolist()) == "<think>"
     # Under current slime every Qwen3 tool episode ends at the first tool message (see below).
     assert "completed" in seen or (current and tname == "qwen3_tokenizer")
 

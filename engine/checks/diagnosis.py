@@ -141,10 +141,37 @@ def link_findings(found: Sequence[Finding]) -> list[Finding]:
     return [replace(f, id=ids[i], caused_by=cause[i]) for i, f in enumerate(found)]
 
 
+def misplaced(ep: Episode, f: Finding) -> str | None:
+    """Why ``f``'s token span cannot be where it is in ``ep`` (outside its tokens, empty or reversed); None when it
+    can. A finding located at a token lies inside the episode's tokens: a link to it must land on something."""
+    if f.token_start is None and f.token_end is None:
+        return None
+    n = len(ep.tokens)
+    start, end = f.token_start, f.token_end
+    if start is None or end is None or not 0 <= start < end <= n:
+        return f"{f.kind} spans [{start}, {end}) of an episode of {n} tokens"
+    return None
+
+
+def _placed(ep: Episode, f: Finding) -> Finding:
+    # A span past the tokens is a bug in whatever made the finding; the finding is kept, on the nearest token,
+    # and says where it was put.
+    why = misplaced(ep, f)
+    if why is None:
+        return f
+    n = len(ep.tokens)
+    if not n:
+        return replace(f, token_start=None, token_end=None, evidence=f.evidence | {"misplaced": why})
+    start = min(max(f.token_start if f.token_start is not None else 0, 0), n - 1)
+    end = min(max(f.token_end if f.token_end is not None else start + 1, start + 1), n)
+    return replace(f, token_start=start, token_end=end, evidence=f.evidence | {"misplaced": why})
+
+
 def link(ep: Episode) -> Episode:
-    """The episode with every finding (its own and its turns') given an id and a ``caused_by``."""
+    """The episode with every finding (its own and its turns') given an id and a ``caused_by``; a token span
+    outside the episode's tokens is moved onto the nearest token (see :func:`misplaced`)."""
     where = [None] * len(ep.findings) + [t.index for t in ep.turns for _ in t.findings]
-    linked = link_findings(ep.all_findings())
+    linked = link_findings([_placed(ep, f) for f in ep.all_findings()])
     own = tuple(f for f, w in zip(linked, where, strict=True) if w is None)
     turns = []
     k = len(ep.findings)

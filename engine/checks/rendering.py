@@ -11,7 +11,6 @@ from .base import (
     ERROR,
     INFO,
     CheckOptions,
-    assistant_seg,
     chatml_ids,
     first_diff,
     id_evidence,
@@ -49,14 +48,14 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
     for k in range(1, len(msgs)):
         curr = render_for(ep, tok, msgs[: k + 1], False)
         d = chat.text_delta(prev, curr)
-        prev = curr
+        before, prev = prev, curr
         if d.stable or turns[k] in already:
             continue
+        # Where the message the rewrite came with lies (its sliced tokens are the wrong ones); when the slice
+        # lost them entirely, the rewritten token, where the episode's ids spell the earlier render.
         same = [sg for sg in ep.segments if sg.turn == turns[k] and sg.kind == msgs[k].role]
-        asg = assistant_seg(ep, turns[k])
-        # Where the rewritten message's tokens are (or, when the slice lost
-        # them entirely, where they should have been).
-        span = (same[0].start, same[0].end) if same else ((asg.end, asg.end + 1) if asg is not None else (None, None))
+        at = None if same else chat.token_at_char(tok, ep.tokens.ids.tolist(), before, d.diff_at or 0)
+        span = (same[0].start, same[0].end) if same else (at, at + 1) if at is not None else (None, None)
         out.append(
             Finding(
                 "template_not_prefix_stable",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +118,39 @@ def text_delta(prev: str, curr: str, context: int = 60) -> TextDelta:
         prev[lo : i + context],
         curr[lo : i + context],
     )
+
+
+def token_at_char(tokenizer: Tokenizer, ids: Sequence[int], text: str, char: int) -> int | None:
+    """The position in ``ids`` of the token whose decoded text holds character ``char`` of ``text``: where a
+    rewrite of ``text`` at ``char`` lands in a token array that spells it.
+
+    The ids are aligned with ``text`` from the start when they spell it up to ``char``, else from the end when
+    they end with ``text[char:]`` (a prompt rendered with tools before the conversation rendered without them, as
+    slime's deltas are); None when they do neither.
+    """
+    if not 0 <= char < len(text) or not ids:
+        return None
+    ids = list(ids)
+
+    def fewest(longer: Callable[[int], bool], lo: int, hi: int) -> int:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if longer(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # From the start: the fewest leading ids whose decoding reaches past ``char``.
+    k = fewest(lambda m: len(decode(tokenizer, ids[:m])) > char, 1, len(ids) + 1)
+    if k <= len(ids) and decode(tokenizer, ids[:k])[: char + 1] == text[: char + 1]:
+        return k - 1
+    # From the end: the fewest trailing ids whose decoding holds ``text[char:]``.
+    tail = text[char:]
+    k = fewest(lambda m: len(decode(tokenizer, ids[len(ids) - m:])) >= len(tail), 1, len(ids) + 1)
+    if k <= len(ids) and decode(tokenizer, ids[len(ids) - k:]).endswith(tail):
+        return len(ids) - k
+    return None
 
 
 def strip_end_of_turn(tokenizer: Tokenizer, text: str) -> str:
@@ -304,9 +337,11 @@ class TokenBuilder:
 class DeltaRefused(TemplateError):
     """slime's ``token_delta.py`` gives up on this conversation (it raises ``ValueError``)."""
 
-    def __init__(self, message: str, delta: TextDelta | None = None) -> None:
+    def __init__(self, message: str, delta: TextDelta | None = None, before: str = "") -> None:
         super().__init__(message)
         self.delta = delta
+        self.before = before
+        """The earlier render the delta's ``diff_at`` counts in."""
 
 
 @dataclass(frozen=True)
@@ -366,9 +401,9 @@ def slime_delta(tokenizer: Tokenizer, messages: Sequence[Message], include_gener
         gp = memo.render(messages[:-1], True)
         if not gp.startswith(prev):
             raise DeltaRefused("Adding the assistant generation prompt rewrote the rendered conversation",
-                               text_delta(prev, gp))
+                               text_delta(prev, gp), prev)
         if not curr.startswith(gp):
-            raise DeltaRefused("The assistant response does not extend its generation prompt", text_delta(gp, curr))
+            raise DeltaRefused("The assistant response does not extend its generation prompt", text_delta(gp, curr), gp)
         if not include_generation_prompt:
             text = curr[len(gp) :]
             return SlimeDelta(encode(tokenizer, text), 0, text)
@@ -383,10 +418,11 @@ def slime_delta(tokenizer: Tokenizer, messages: Sequence[Message], include_gener
     if messages[-1].role == "user":
         text = render(tokenizer, messages[-1:], None, add_generation_prompt=False)
         if not curr.endswith(text):
-            raise DeltaRefused("The latest user message is not a standalone suffix of the rendered conversation", rewrite)
+            raise DeltaRefused("The latest user message is not a standalone suffix of the rendered conversation", rewrite,
+                               prev)
         out = _masked(tokenizer, text)
         return SlimeDelta(out.ids, out.masked, text, True, rewrite)
-    raise DeltaRefused("The chat template rewrote history while calculating a non-user token delta", rewrite)
+    raise DeltaRefused("The chat template rewrote history while calculating a non-user token delta", rewrite, prev)
 
 
 def _masked(tokenizer: Tokenizer, text: str) -> SlimeDelta:

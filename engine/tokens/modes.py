@@ -224,7 +224,10 @@ class Slime(TokenMode):
             return chat.slime_delta(c.tok, msgs, include_generation_prompt=include_gp, memo=c.memo)
         except chat.DeltaRefused as e:
             ev = e.delta.evidence() if e.delta is not None else {}
-            at = len(c.builder)
+            # On the rewritten token where the ids laid down so far spell it; else where the message would go.
+            found = chat.token_at_char(c.tok, c.builder.ids, e.before, e.delta.diff_at or 0) \
+                if e.delta is not None else None
+            at = found if found is not None else max(len(c.builder) - 1, 0)
             raise Halt(
                 f"slime's token_delta.py raised: {e}",
                 Finding("template_not_prefix_stable", Severity.ERROR,
