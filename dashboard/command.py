@@ -21,9 +21,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
-    from .server import resolve_auth
+    from .server import check_port, resolve_auth
 
-    auth = resolve_auth(a.host, a.auth)  # before importing Gradio: a refused host fails fast
+    auth = resolve_auth(a.host, a.auth)  # before importing Gradio: a refused host or a busy port fails fast
+    check_port(a.host, a.port)
     from .app import launch
 
     launch(db=a.db, host=a.host, port=a.port, auth=auth)

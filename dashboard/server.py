@@ -8,10 +8,12 @@ rather than warned about.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import ipaddress
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -34,6 +36,26 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a hostname: it may resolve to any interface
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise a ConfigError that says what to do when ``host``:``port`` cannot be listened on (a port in use, a
+    name that does not resolve), before anything is built or printed."""
+    name = host.strip().strip("[]")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise ConfigError(f"cannot listen on {host!r}: {getattr(e, 'strerror', None) or e}; give --host an address "
+                          "of this machine, e.g. 127.0.0.1") from None
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a closing socket is no clash
+        try:
+            s.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ConfigError(f"port {port} on {host} is in use (another Rollscope or server?): stop it, or "
+                                  f"choose another port with --port") from None
+            raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def parse_auth(spec: str, where: str = "--auth") -> tuple[str, str]:

@@ -102,3 +102,14 @@ def test_unsafe_and_missing_files_are_one_clear_line(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and not marker.exists()
     missing = rollscope("import", str(tmp_path / "nope"), "--format", "verl", "--db", str(tmp_path / "y.db"), check=False)
     assert missing.returncode == 2 and "no such file" in missing.stderr and not (tmp_path / "y.db").exists()
+
+
+def test_an_export_that_would_write_nothing_or_into_a_missing_folder_is_an_error(tmp_path, db):
+    path, _ = db
+    missing = tmp_path / "missing" / "dir" / "x.jsonl"
+    proc = rollscope("export", "--db", str(path), "-o", str(missing), check=False)
+    assert proc.returncode == 2 and "no folder" in proc.stderr and not (tmp_path / "missing").exists()
+    out = tmp_path / "none.jsonl"
+    none = rollscope("export", "--db", str(path), "-o", str(out), "--tag", "nosuchtag", check=False)
+    assert none.returncode == 2 and "no episodes match" in none.stderr and not out.exists()
+    assert len(none.stderr.strip().splitlines()) == 1

@@ -85,3 +85,17 @@ def test_serve_on_ipv6_with_a_login_and_a_private_folder_removed_on_sigterm(tmp_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_serve_on_a_busy_port_says_so_in_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}
+        proc = subprocess.run([sys.executable, "-m", "engine.cli", "serve", "--db", str(tmp_path / "x.db"), "--port",
+                               str(port)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (f"rollscope: error: port {port} on 127.0.0.1 is in use (another Rollscope or "
+                                   "server?): stop it, or choose another port with --port")
+    assert not (tmp_path / "x.db").exists()

@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from ..errors import ConfigError
 from .common import DEFAULT_DB, open_store
 
 
@@ -21,8 +22,6 @@ def register(sub: Any) -> None:
     ex.add_argument("--id", action="append", default=[], help="only this episode (repeatable; an id prefix is enough)")
     ex.add_argument("--tag", action="append", default=[], help="only episodes with this tag (repeatable: all of them)")
     ex.add_argument("--starred", action="store_true", help="only starred episodes")
-    from ..formats import EXPORTERS
-
     ex.set_defaults(handler=cmd_export)
 
 
@@ -38,6 +37,10 @@ def cmd_export(a: argparse.Namespace) -> int:
         flt = replace(flt, tags=(*flt.tags, *a.tag))
     if a.starred:
         flt = replace(flt, starred=True)
+    if not store.count(flt):
+        raise ConfigError("no episodes match: nothing to export (`rollscope ls` with the same --where lists what "
+                          "there is)")
     n = export(store.iter_episodes(flt), a.format, a.output)
+    # On stderr: with -o - the episodes themselves are on stdout.
     print(f"exported {n} episodes ({a.format}) to {a.output}", file=sys.stderr)
     return 0

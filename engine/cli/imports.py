@@ -26,7 +26,6 @@ def register(sub: Any) -> None:
                     "imported (on --workers processes, or --ray)")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
     fanout_options(im)
-    from ..formats import IMPORTERS
 
     im.set_defaults(handler=cmd_import)
 

@@ -222,7 +222,8 @@ def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:
     out = Path(out_path)
     if out.is_dir():
         raise ConfigError(f"{out} is a folder; give an output file name")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.parent.is_dir():
+        raise ConfigError(f"no folder {out.parent}: create it first, or give -o a file in a folder that exists")
     with atomic_path(out) as tmp:
         n = EXPORTERS[fmt](episodes, tmp)
     return n
