@@ -125,3 +125,24 @@ def test_rollscope_diff_against_a_preset_and_between_two_episodes(tok, tmp_path,
     assert "agree" in capsys.readouterr().out
     assert main(["diff", tito.id, "--db", str(db)]) == 2
     assert "--preset" in capsys.readouterr().err
+
+
+def test_a_math_episode_is_laid_down_again_under_another_preset(smol_tokenizer):
+    # Math has no user to replay: its feedback comes from the env again, so "A under tito" works there too.
+    import asyncio
+
+    from engine.backends.scripted import ScriptedBackend
+    from engine.envs.math import MathEnv
+    from engine.loop.stepper import run_episode
+    from engine.presets import PRESETS
+
+    env = MathEnv()
+    backend = ScriptedBackend(MathEnv().reference_reply, smol_tokenizer, mistake_rate=0.5, seed=3)
+    ep = asyncio.run(run_episode(env, backend, smol_tokenizer, PRESETS["areal-math"], env.tasks[1], preset="areal-math",
+                                 tokenizer_name="smollm2"))
+    assert ep.n_turns >= 2
+    other = asyncio.run(td.retokenized(ep, preset="tito", tokenizer=smol_tokenizer))
+    assert other.preset == "tito" and other.n_turns == ep.n_turns
+    assert [t.generation.token_ids for t in other.turns] == [t.generation.token_ids for t in ep.turns]
+    d = td.token_diff(ep, other, smol_tokenizer, smol_tokenizer)
+    assert d.first is not None  # areal-math's injected system block and feedback tokens differ from tito's

@@ -26,7 +26,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..records.episode import Episode
@@ -286,9 +286,17 @@ def _count(d: TokenDiff) -> None:
     d.counts = counts
 
 
+LAYOUT_KNOBS = ("token_mode", "gen_prompt_tokens", "keep_failed_turn", "observe_last", "shape_rewards", "reward_scale",
+                "reward_bias", "turn_discount", "episode_reward")
+"""The knobs that say how a loop lays a conversation down in tokens and rewards, not what the conversation is."""
+
+
 async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Tokenizer | None = None,
                       tokenizer_name: str | None = None) -> Episode:
     """``ep``'s own conversation laid down again by another loop preset and/or tokenizer.
+
+    In an env without a user (math) the env answers again, so the preset lends its layout (``LAYOUT_KNOBS``) and
+    the record keeps its conversation knobs (feedback texts, when to stop).
 
     The recorded generations are replayed through the loop (``fork`` at the last turn, the recorded
     user answering), so the env runs again; with another tokenizer the generations are re-encoded
@@ -297,15 +305,21 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
     from ..backends import tokenizers
     from ..errors import ConfigError, RollscopeError
     from ..loop.fork import fork
+    from ..loop.replay import USER_ENVS
     from ..presets import get_preset
 
     config = get_preset(preset) if preset else (ep.config.loop if ep.config is not None else None)
+    user = "recorded" if ep.env in USER_ENVS else "scripted"
+    if preset and ep.env not in USER_ENVS and ep.config is not None and ep.config.loop is not None:
+        # No user to replay (math): the env answers again, so the conversation must be the one it answered, with
+        # the record's feedback and stopping rules; the other preset lays its tokens down.
+        config = replace(ep.config.loop, **{k: getattr(config, k) for k in LAYOUT_KNOBS})
     other = tokenizer is not None and tokenizer_name is not None and tokenizer_name != ep.tokenizer
     if tokenizer is None:
         tokenizer, why = tokenizers.episode_tokenizer(ep)
         if tokenizer is None:
             raise ConfigError(f"episode {ep.id}: {why}")
-    hand = await fork(ep, ep.n_turns, _NoModel(), tokenizer, config=config, user="recorded", then="scripted",
+    hand = await fork(ep, ep.n_turns, _NoModel(), tokenizer, config=config, user=user, then="scripted",
                       tokenizer_name=tokenizer_name, reencode=other)
     report = hand.report
     if report is not None and report.divergences and any(v.field != "tokens" for v in report.divergences):
