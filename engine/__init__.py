@@ -27,6 +27,7 @@ from .analysis.at_turn import (
     prompt_at,
     prompt_tokens,
     reward_so_far,
+    rewrites_at,
     turn_span,
 )
 from .analysis.compare import Comparison, TurnDiff, calls_text, compare, observation_text, opening_messages, word_diff
@@ -143,7 +144,7 @@ __all__ = [
     "get_preset", "group_view", "import_path", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
     "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "prompt_tokens",
-    "read_episode", "replay", "replay_stored", "retokenized", "reward_so_far", "roots", "run_batch", "run_checks",
+    "read_episode", "replay", "replay_stored", "retokenized", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
     "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
     "word_diff",
 ]

@@ -29,6 +29,7 @@ from engine import (
     common_prefix,
     findings_up_to,
     reward_so_far,
+    rewrites_at,
     turn_span,
 )
 
@@ -94,9 +95,10 @@ def _prompt_block(p: PromptView, previous: str | None, t: Turn, span: TurnSpan, 
     shared = 0
     if previous is not None and k > 0:
         shared = common_prefix(previous, p.text)
-        if shared < len(previous):
+        rewritten = rewrites_at(previous, p.text)
+        if rewritten is not None:
             notes.append(note(
-                f"this prompt rewrites the previous turn's prompt from character {shared:,} on (the chat "
+                f"this prompt rewrites the previous turn's prompt from character {rewritten:,} on (the chat "
                 "template is not prefix-stable): the highlighted text replaces earlier text", "warn"))
         chips.append(chip(f"new since T{k - 1}", f"{len(p.text) - shared:,} chars"))
     if p.tokens_differ_at is not None:

@@ -87,6 +87,13 @@ class PromptView:
     tokens_differ_at: int | None = None  # retokenize: where decoding the ids departs from the text sent
 
 
+def rewrites_at(previous: str, current: str) -> int | None:
+    """Where the prompt ``current`` stops extending the earlier prompt ``previous`` (the chat template rewrote what
+    was already sent), or None when it extends it."""
+    shared = common_prefix(previous, current)
+    return shared if shared < len(previous) else None
+
+
 def prompt_tokens(ep: Episode, k: int) -> int:
     """How many of the episode's tokens are turn ``k``'s prompt: ``tokens[:prompt_tokens(ep, k)]`` is what the model
     was sent, the generation prompt included (loops that lay it down with the reply, as slime does, record it in
@@ -186,5 +193,5 @@ def _turn_of_token(ep: Episode, pos: int) -> int:
     return 0
 
 
-__all__ = ["PromptView", "RewardSoFar", "TurnSpan", "common_prefix", "findings_up_to", "prompt_at", "prompt_tokens",
+__all__ = ["PromptView", "RewardSoFar", "TurnSpan", "common_prefix", "findings_up_to", "prompt_at", "prompt_tokens", "rewrites_at",
            "reward_so_far", "turn_span"]
