@@ -337,8 +337,8 @@ def test_check_cli_prints_roots_first_and_what_they_cause(tmp_path, bases):
     assert lines[0].startswith("shifted000000001  the loss mask is wrong from token")
     root = [ln for ln in lines if ln.startswith("  f")]
     assert len(root) == 1 and "mask_misaligned" in root[0] and "shifted 1 token to the right" in root[0]
-    assert "(causes " in root[0] and all(" <- " in ln for ln in lines[2:])
-    assert "1 root errors by kind: mask_misaligned 1" in proc.stderr
+    assert "(causes " in root[0] and all(" <- " in ln for ln in lines[2:-1])
+    assert "1 root errors by kind: mask_misaligned 1" in lines[-1]  # the summary ends what the command prints
 
     code, rows = _check_cli(str(db))
     roots_ = [r for r in rows if r["caused_by"] is None and r["severity"] == "error"]
@@ -370,7 +370,7 @@ def test_a_finding_every_episode_of_a_run_has_is_reported_once_for_the_run(tmp_p
                           env=env, timeout=300)
     # realhf's feedback carries SmolLM2's default system block in every episode: a fact about the run.
     assert proc.returncode == 1
-    assert [ln for ln in proc.stdout.splitlines() if ln.startswith("run runB:")] == [
-        ln for ln in proc.stdout.splitlines() if "system_block_injected" in ln]
+    *body, summary = proc.stdout.splitlines()
+    assert [ln for ln in body if ln.startswith("run runB:")] == [ln for ln in body if "system_block_injected" in ln]
     assert "run runB: system_block_injected in all 3 episodes (error)" in proc.stdout
-    assert "run-level: system_block_injected" in proc.stderr
+    assert "run-level: system_block_injected" in summary

@@ -117,3 +117,22 @@ def test_presets_knobs_and_config_files(tmp_path):
                       (["--set", "turn_discount"], "KNOB=VALUE"), (["--config", str(tmp_path / "no.json")], "does not exist")):
         r = rollscope("run", "--env", "math", *bad, "--db", str(db), "--quiet", check=False)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_show_folds_the_system_prompt_and_lists_findings_by_root(tmp_path):
+    db = tmp_path / "r.db"
+    rollscope("run", "--env", "retail", "--preset", "slime-tau-seed", "--tasks", "0:1", "--mistake-rate", "0",
+              "--db", str(db), "--quiet")
+    [ep] = Store(db).list_episodes(limit=1)
+    shown = rollscope("show", ep.id, "--db", str(db)).stdout
+    full = rollscope("show", ep.id, "--db", str(db), "--full").stdout
+    record = Store(db).get_episode(ep.id)
+    system = record.messages[0].content
+    assert record.messages[0].role == "system" and len(system.splitlines()) > 10
+    assert system not in shown and "--full shows them" in shown and system in full
+    lines = shown.split("--- findings\n", 1)[1].splitlines()
+    assert lines[0].startswith("diagnosis: ") and "generation_prompt_missing" in lines[0] + lines[1]
+    roots_ = [ln for ln in lines[1:] if ln.startswith("  [")]
+    follow = [ln for ln in lines[1:] if ln.startswith("      <- ")]
+    assert roots_[0].startswith("  [error] generation_prompt_missing")
+    assert len(roots_) + len(follow) == len(record.all_findings())

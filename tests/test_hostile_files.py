@@ -146,7 +146,7 @@ def test_a_read_only_database_is_read_listed_checked_and_exported_and_never_writ
         export = _as_unprivileged("export", "--db", str(db), "--format", "jsonl", "--out", str(out))
         assert export.returncode == 0 and len(out.read_text().splitlines()) == 2, export.stderr
         check = _as_unprivileged("check", str(db), "--no-store")
-        assert check.returncode in (0, 1) and "checked 2 episodes" in check.stderr, check.stderr
+        assert check.returncode in (0, 1) and "checked 2 episodes" in check.stdout, check.stderr
         refused = _as_unprivileged("check", str(db))
         assert refused.returncode == 2 and "add --no-store" in refused.stderr and "Traceback" not in refused.stderr
         run = _as_unprivileged("run", "--env", "math", "--tasks", "0:1", "--db", str(db), "--quiet")

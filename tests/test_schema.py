@@ -85,7 +85,7 @@ def test_exports_from_an_upgraded_database_and_from_live_runs_conform(tmp_path, 
         store.close()
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "schema", "--validate", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0 and "11 of 11 records conform" in proc.stderr, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "11 of 11 records conform" in proc.stdout, proc.stdout + proc.stderr
 
 
 def _current(k: int) -> dict:
@@ -107,7 +107,7 @@ def test_a_record_that_does_not_conform_is_named_at_its_field(tmp_path):
     path.write_text(json.dumps(bad) + "\n", encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "schema", "--validate", str(path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 1 and f"{path}:1: status:" in proc.stdout and "0 of 1 records conform" in proc.stderr
+    assert proc.returncode == 1 and f"{path}:1: status:" in proc.stdout and "0 of 1 records conform" in proc.stdout
 
 
 def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path):

@@ -151,7 +151,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     print(f"checked {n_eps} episodes{f' ({len(skipped)} malformed records skipped)' if skipped else ''}: "
           f"{sum(root_counts.values())} root errors by kind: {summary}; {n_caused} findings follow from a root"
           + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
-          + f" ({n_err} errors in all)", file=sys.stderr)
+          + f" ({n_err} errors in all)", file=sys.stderr if a.json else sys.stdout)  # --json: stdout is rows
     return 1 if n_err else 0
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,5 +54,5 @@ def cmd_schema(a: argparse.Namespace) -> int:
             for p in found:
                 print(f"{path}:{lineno}: {p}")
     print(f"{n - bad} of {n} records conform to the episode schema"
-          + (f" ({upgraded} of an earlier version, checked as upgraded)" if upgraded else ""), file=sys.stderr)
+          + (f" ({upgraded} of an earlier version, checked as upgraded)" if upgraded else ""))
     return 1 if bad else 0

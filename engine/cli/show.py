@@ -1,4 +1,4 @@
-"""``rollscope show``: one episode turn by turn."""
+"""``rollscope show``: one episode turn by turn, its findings by root."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import argparse
 import json
 from typing import Any
 
+from ..records.episode import Episode, Finding, Message
 from .common import DEFAULT_DB, open_store
+
+FOLDED_LINES = 3
+"""A system prompt longer than this many lines shows its first lines only, unless ``--full``."""
 
 
 def register(sub: Any) -> None:
@@ -14,7 +18,43 @@ def register(sub: Any) -> None:
     sh.add_argument("episode_id")
     sh.add_argument("--db", default=DEFAULT_DB)
     sh.add_argument("--json", action="store_true", help="print the whole record as JSON")
+    sh.add_argument("--full", action="store_true", help="print the system prompt (and its tool schemas) in full")
     sh.set_defaults(handler=cmd_show)
+
+
+def _opening(m: Message, full: bool) -> str:
+    lines = m.content.splitlines()
+    if m.role != "system" or full or len(lines) <= FOLDED_LINES:
+        return f"\n[{m.role}] {m.content}"
+    shown = "\n".join(lines[:FOLDED_LINES])
+    return (f"\n[{m.role}] {shown}\n  … {len(lines) - FOLDED_LINES} more lines ({len(m.content):,} characters); "
+            "--full shows them")
+
+
+def _finding(f: Finding) -> str:
+    where = f" turn {f.turn}" if f.turn is not None else ""
+    at = f" tokens [{f.token_start}, {f.token_end})" if f.token_start is not None else ""
+    return f"[{f.severity.value}] {f.kind}{where}{at}: {f.message}"
+
+
+def findings_by_root(ep: Episode) -> list[str]:
+    """The episode's findings as lines: its diagnosis, each root with what follows from it indented under it, then
+    the info findings (what could not be checked)."""
+    from ..checks.diagnosis import consequences, diagnosis, roots
+
+    found = list(ep.all_findings())
+    if not found:
+        return []
+    out = [f"diagnosis: {diagnosis(found) or 'no errors or warnings'}"]
+    placed: set[int] = set()
+    for r in roots(found):
+        placed.add(id(r))
+        out.append(f"  {_finding(r)}")
+        for f in consequences(found, r):
+            placed.add(id(f))
+            out.append(f"      <- {_finding(f)}")
+    out += [f"  {_finding(f)}" for f in found if id(f) not in placed]
+    return out
 
 
 def cmd_show(a: argparse.Namespace) -> int:
@@ -30,7 +70,7 @@ def cmd_show(a: argparse.Namespace) -> int:
     for m in ep.messages:
         if m.role == "assistant":
             break
-        print(f"\n[{m.role}] {m.content}")
+        print(_opening(m, a.full))
     for t in ep.turns:
         g = t.generation
         print(f"\n--- turn {t.index}  reward {t.reward}  done {t.done}  finish {g.finish_reason if g else '-'}  "
@@ -43,8 +83,8 @@ def cmd_show(a: argparse.Namespace) -> int:
             print(f"[tool call] {c.name} {json.dumps(c.arguments)}")
         for m in t.observation:
             print(f"[{m.role}{'/' + m.name if m.name else ''}] {m.content}")
-        for f in t.findings:
-            print(f"[finding {f.severity}] {f.kind}: {f.message}")
-    for f in ep.findings:
-        print(f"[finding {f.severity}] {f.kind}: {f.message}")
+    lines = findings_by_root(ep)
+    print("\n--- findings" + ("" if lines else ": checked, none" if ep.n_turns else ": none"))
+    for line in lines:
+        print(line)
     return 0
