@@ -43,7 +43,7 @@ from .backends.tokenizers import (
     tokenizer_spec,
     try_tokenizer,
 )
-from .checks import CheckOptions, run_checks, with_checks
+from .checks import CHECKS_VERSION, CheckOptions, run_checks, with_checks
 from .checks.diagnosis import consequences, diagnosis, link_findings, linked, misplaced, read_episode, roots
 from .envs import ENVS, env_factory, parse_tasks
 from .envs.base import Env, StepResult
@@ -126,7 +126,7 @@ from .tokens.chat import decode
 from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "AUTO", "DEMO_PARTS", "ENVS", "EXPORTERS", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "POLICIES",
+    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "POLICIES",
     "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
     "WATCH_FORMATS",
     "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",

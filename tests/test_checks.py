@@ -374,3 +374,38 @@ def test_a_finding_every_episode_of_a_run_has_is_reported_once_for_the_run(tmp_p
     assert [ln for ln in body if ln.startswith("run runB:")] == [ln for ln in body if "system_block_injected" in ln]
     assert "run runB: system_block_injected in all 3 episodes (error)" in proc.stdout
     assert "run-level: system_block_injected" in summary
+
+
+def test_an_episode_says_whether_the_checks_ran_and_a_clean_one_says_checked(tmp_path, smol_tokenizer):
+    from dataclasses import replace
+
+    from dashboard.views.episode import render_findings
+    from engine import CHECKS_VERSION, Store
+    from engine.formats import export, import_path
+
+    checked = with_checks(_clean_tito(smol_tokenizer), CheckOptions(tokenizer=smol_tokenizer))
+    assert checked.checked == CHECKS_VERSION and not checked.all_findings()
+    assert f"Checked: no findings (checks v{CHECKS_VERSION})" in render_findings(checked)
+    # The record carries it through an export and an import without --check.
+    out = tmp_path / "x.jsonl"
+    export([checked], "jsonl", out)
+    store = Store(tmp_path / "x.db")
+    import_path(out, "jsonl", store)
+    assert store.get_episode(checked.id).checked == CHECKS_VERSION
+    store.close()
+    never = replace(checked, checked=None)
+    assert "Not checked" in render_findings(never) and "Checked: no findings" not in render_findings(never)
+
+
+def _clean_tito(tok):
+    import asyncio
+
+    from engine.backends.scripted import ScriptedBackend
+    from engine.envs.math import MathEnv
+    from engine.loop.stepper import run_episode
+    from engine.presets import PRESETS
+
+    env = MathEnv()
+    backend = ScriptedBackend(MathEnv().reference_reply, tok, mistake_rate=0.0, seed=0)
+    return asyncio.run(run_episode(env, backend, tok, PRESETS["tito"], env.tasks[0], preset="tito",
+                                   tokenizer_name="smollm2"))

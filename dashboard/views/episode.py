@@ -186,9 +186,10 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
     ``run_level`` (episode count, kinds) names kinds every episode of its run has: they come last, as the run's."""
     found = list(ep.all_findings())
     if not found:
-        return ('<div class="rs-findings">'
-                + note("No findings recorded for this episode (run `rollscope check` to run the fidelity checks).")
-                + "</div>")
+        said = (note(f"Checked: no findings (checks v{ep.checked}).", "ok") if ep.checked else
+                note("Not checked: no fidelity checks ran on this episode (an import without --check); "
+                     "`rollscope check` runs them."))
+        return f'<div class="rs-findings" data-checked="{esc(ep.checked or "")}">{said}</div>'
     if found and not all(f.id for f in found):
         found = link_findings(found)  # records written before findings had ids
     counts: dict[str, int] = {}

@@ -28,7 +28,7 @@ from .arrays import (
     check_turn_records,
     closing_newlines,
 )
-from .base import KEEPS_IDS, KINDS, LOOP_KINDS, Check, CheckOptions
+from .base import CHECKS_VERSION, KEEPS_IDS, KINDS, LOOP_KINDS, Check, CheckOptions
 from .diagnosis import link
 from .rendering import (
     check_chat_markup,
@@ -55,13 +55,14 @@ def run_checks(ep: Episode, options: CheckOptions | None = None) -> list[Finding
 
 
 def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
-    """The episode with the checks' findings attached (replacing earlier check findings)."""
+    """The episode with the checks' findings attached (replacing earlier check findings), and the checks' version
+    in ``checked``."""
     loop_found = [f for f in ep.findings if f.kind in LOOP_KINDS and f.kind not in ("truncated_turn", "truncated_episode")]
-    return link(ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options))))
+    return link(ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options)), checked=CHECKS_VERSION))
 
 
 __all__ = [
-    "CHECKS", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "Check", "CheckOptions", "assistant_spans",
+    "CHECKS", "CHECKS_VERSION", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "Check", "CheckOptions", "assistant_spans",
     "check_chat_markup", "check_drift", "check_injected_system", "check_logprob_mismatch", "check_logprobs",
     "check_mask", "check_rendering", "check_response_length", "check_template", "check_truncation",
     "check_turn_records", "closing_newlines", "injected_system_blocks", "run_checks", "tito_expected_ids",

@@ -176,6 +176,8 @@ class Checked:
     findings: tuple[Finding, ...]
     turn_findings: tuple[tuple[Finding, ...], ...]
     tokenizer_error: tuple[str, str] | None = None
+    checked: str | None = None
+    """The checks' version (``Episode.checked``)."""
 
 
 _CACHES: dict[str | None, Any] = {}
@@ -196,7 +198,8 @@ def check_chunk(jobs: list[CheckJob]) -> list[Checked]:
                             model=job.model, logprob_threshold=job.threshold)
         checked = with_checks(job.episode, opts)
         new_error = next(((k, v) for k, v in cache.errors.items() if k not in before), None)
-        out.append(Checked(checked.id, checked.findings, tuple(t.findings for t in checked.turns), new_error))
+        out.append(Checked(checked.id, checked.findings, tuple(t.findings for t in checked.turns), new_error,
+                           checked.checked))
     return out
 
 
@@ -205,7 +208,7 @@ def apply_findings(ep: Episode, checked: Checked) -> Episode:
     if checked.episode_id != ep.id or len(checked.turn_findings) != len(ep.turns):
         raise ValueError(f"findings of {checked.episode_id} do not fit episode {ep.id}")
     turns = tuple(t if t.findings == f else replace(t, findings=f) for t, f in zip(ep.turns, checked.turn_findings))
-    return ep.evolve(findings=checked.findings, turns=turns)
+    return ep.evolve(findings=checked.findings, turns=turns, checked=checked.checked)
 
 
 def check_episodes(fanout: Fanout, episodes: Iterable[Episode], *, tokenizer: str | None = None,

@@ -84,7 +84,8 @@ def cmd_show(a: argparse.Namespace) -> int:
         for m in t.observation:
             print(f"[{m.role}{'/' + m.name if m.name else ''}] {m.content}")
     lines = findings_by_root(ep)
-    print("\n--- findings" + ("" if lines else ": checked, none" if ep.n_turns else ": none"))
+    checked = f"checks v{ep.checked}" if ep.checked else "not checked (`rollscope check` runs the checks)"
+    print(f"\n--- findings ({checked})" + ("" if lines or not ep.checked else ": none"))
     for line in lines:
         print(line)
     return 0

@@ -25,9 +25,10 @@ from .reading import Fields
 from .textsafe import json_safe
 from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; imported from here too
 
-# 2: findings carry id and caused_by; 3: typed config, backend and source, every field required
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 2: findings carry id and caused_by; 3: typed config, backend and source, every field required;
+# 4: which checks produced the findings (checked)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
@@ -477,6 +478,9 @@ class Episode:
     """Runs of tokens by origin; they tile the token array."""
     findings: tuple[Finding, ...] = ()
     """The checks' findings (the loop's own are on the turns)."""
+    checked: str | None = None
+    """The version of the fidelity checks whose findings it holds (every live run, `rollscope check` and
+    `import --check` run them); null when no checks ran on it, so no findings does not mean clean."""
     parent_id: str | None = None
     """The episode it was forked from, if any."""
     fork_turn: int | None = None
@@ -576,6 +580,7 @@ class Episode:
             prompt_len=f.integer("prompt_len"),
             segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
             findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
+            checked=f.text_or_none("checked"),
             parent_id=f.text_or_none("parent_id"),
             fork_turn=f.int_or_none("fork_turn"),
             tags=f.texts("tags"),

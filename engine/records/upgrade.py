@@ -18,6 +18,8 @@ takes a record dict of version N and returns one of version N + 1.
   becomes null. A message's null content (OpenAI's, beside tool calls)
   becomes "". Nothing else is filled in: a field a version-2 writer always
   wrote is still refused when missing.
+* 3 -> 4: ``checked`` (the checks' version) is new; an earlier record did not
+  say whether the checks ran on it, so it reads as null (not checked).
 """
 
 from __future__ import annotations
@@ -100,7 +102,12 @@ def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(d: dict[str, Any]) -> dict[str, Any]:
+    # Whether the checks ran was not recorded.
+    return {**d, "schema_version": 4, "checked": None}
+
+
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:
