@@ -206,3 +206,17 @@ def test_a_conversation_saved_with_the_users_message_last_checks_clean(smol_toke
     assert saved.status.value == "interrupted"
     errors = [f for f in saved.all_findings() if f.severity.value == "error"]
     assert not errors, [(f.kind, f.message) for f in errors]
+
+
+def test_a_fork_samples_as_the_step_form_says_and_its_record_keeps_it(retail_parent, smol_tokenizer, tmp_path):
+    store = Store(tmp_path / "x.db")
+    store.save_episode(retail_parent)
+    assert retail_parent.config.sampling.max_new_tokens != 40
+    form = BackendSettings("scripted", temperature=0.5, top_p=0.9, max_new_tokens=40, seed=11)
+    start = plan_fork(store, retail_parent.id, 1, "scripted", "", form)
+    hand = asyncio.run(start.start())
+    asyncio.run(hand.commit(hand.text_of(asyncio.run(hand.generate()))))
+    sampling = hand.to_save().config.sampling
+    assert (sampling.temperature, sampling.top_p, sampling.max_new_tokens, sampling.seed) == (0.5, 0.9, 40, 11)
+    assert all(len(t.generation.token_ids) <= 40 for t in hand.episode().turns[1:] if t.generation is not None)
+    store.close()

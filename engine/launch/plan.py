@@ -340,7 +340,8 @@ def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any
               backend: BackendSettings, user_model: UserSettings | None = None) -> HandStart:
     """A fork of a stored or imported episode at ``turn``: its turns before it replayed (with the user's
     recorded replies where only the record knows them), the rest by hand, under the parent's loop config
-    with the knob changes of ``settings``. ``user`` (``fork.FORK_USERS``) answers after the fork; written
+    with the knob changes of ``settings`` and the form's sampling (``backend``: temperature, top-p, max new tokens,
+    seed), which the fork's record keeps. ``user`` (``fork.FORK_USERS``) answers after the fork; written
     ``recorded>scripted`` or ``recorded>llm``, the recorded user hands over to that user instead of the
     person. ``user_model`` says which model plays the user where one does."""
     eid = str(episode_id or "").strip()
@@ -365,6 +366,7 @@ def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any
 
     async def start() -> HandStepper:
         return await fork(parent, k, policy, tokenizer, make_env=make_env, user=who, then=then,
-                          user_backend=user_backend, user_tokenizer=user_tokenizer, config=config)
+                          user_backend=user_backend, user_tokenizer=user_tokenizer, config=config,
+                          sampling=backend.sampling(seed=backend.seed))
 
     return HandStart(tokenizer, backend.describe(), start)
