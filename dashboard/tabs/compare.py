@@ -51,7 +51,7 @@ class CompareTab:
 
     @property
     def outputs(self) -> Outputs:
-        return Outputs(a=self.a, b=self.b, view=self.view)
+        return Outputs(a=self.a, b=self.b, view=self.view, tokens=self.tokens)
 
 
 def view(store: Store, a: Any, b: Any) -> dict[str, Any]:
@@ -64,7 +64,9 @@ def view(store: Store, a: Any, b: Any) -> dict[str, Any]:
         ep_b = store.get_episode(store.resolve_id(b_id))
     except RollscopeError as e:
         return {"view": views.empty(str(e), "error")}
-    return {"a": ep_a.id, "b": ep_b.id, "view": views.render_comparison(compare(ep_a, ep_b))}
+    # A token diff drawn for an earlier pair does not describe this one.
+    return {"a": ep_a.id, "b": ep_b.id, "view": views.render_comparison(compare(ep_a, ep_b)),
+            "tokens": token_views.empty()}
 
 
 def token_view(store: Store, a: Any, b: Any, against: Any) -> str:
