@@ -94,6 +94,9 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
             with gr.Tab("Export", id="export", elem_id="rs-tab-export"):
                 export_view = export_tab.build(store, browse.filters, browse_tab.episode_filter)
 
+        # A tab opened by a link drew its neighbours' charts while hidden: fit them when a tab shows.
+        tabs.select(None, js=script("resize_charts"))
+        tabs.change(None, js=script("resize_charts"))
         opened = Outputs(tabs=tabs) + episode.outputs
 
         def show(episode_id: Any) -> list[Any]:

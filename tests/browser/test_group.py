@@ -97,3 +97,23 @@ def test_zero_spread_and_a_sixteen_sample_group(page: Any, site: str, screenshot
     print(f"16-sample group: link to painted {time.perf_counter() - t0:.2f} s")
     assert page.locator("#rs-group-view tr.rs-group-sample").count() == 16
     page.screenshot(path=str(screenshots / "group_16.png"), full_page=True)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("link", ["group=grouprun:div", "compare=GROUP"])
+def test_browse_charts_fit_their_panels_after_a_deep_link(page: Any, site: str, link: str) -> None:
+    if link == "compare=GROUP":
+        page.goto(f"{site}/?group=grouprun:div")
+        first = page.locator("#rs-group-view tr.rs-group-sample").first
+        first.wait_for()
+        eid = first.get_attribute("data-episode")
+        link = f"compare={eid},{eid}"
+    page.goto(f"{site}/?{link}")
+    _selected(page, link.split("=")[0])
+    page.wait_for_timeout(1500)  # the hidden Browse tab draws its charts meanwhile
+    page.locator("#rs-tab-browse-button").click()
+    page.locator("#rs-tab-browse .js-plotly-plot .main-svg").first.wait_for()
+    # Drawn while hidden, a chart took Plotly's default 700 px; shown, it fits its panel.
+    page.wait_for_function("""() => [...document.querySelectorAll('#rs-tab-browse .js-plotly-plot')].every(p =>
+        p.querySelector('.main-svg').getBoundingClientRect().width <= p.parentElement.getBoundingClientRect().width + 1)""",
+                           timeout=10_000)
