@@ -136,3 +136,26 @@ def test_show_folds_the_system_prompt_and_lists_findings_by_root(tmp_path):
     follow = [ln for ln in lines[1:] if ln.startswith("      <- ")]
     assert roots_[0].startswith("  [error] generation_prompt_missing")
     assert len(roots_) + len(follow) == len(record.all_findings())
+
+
+def test_tag_star_and_note_several_episodes_by_id_or_where(tmp_path):
+    db = tmp_path / "c.db"
+    rollscope("run", "--env", "math", "--preset", "areal-math", "--tasks", "0:3", "--mistake-rate", "0.5",
+              "--db", str(db), "--quiet")
+    ids = sorted(e.id for e in Store(db).list_episodes(limit=10))
+    out = rollscope("tag", ids[0][:8], ids[1], "--add", "gold", "--add", "look", "--db", str(db)).stdout
+    assert out.strip() == "tagged gold, look: 2 episodes"
+    rollscope("tag", "--where", "tag=look", "--remove", "look", "--db", str(db))
+    assert rollscope("star", "--where", "tag=gold", "--db", str(db)).stdout.strip() == "starred 2 episodes"
+    rollscope("note", "checked by hand", ids[2], "--db", str(db))
+    store = Store(db)
+    eps = {e.id: e for e in store.iter_episodes()}
+    assert [eps[i].tags for i in ids] == [("gold",), ("gold",), ()]
+    assert [eps[i].starred for i in ids] == [True, True, False] and eps[ids[2]].note == "checked by hand"
+    store.close()
+    none = rollscope("star", "--where", "tag=nosuchtag", "--db", str(db), check=False)
+    assert none.returncode == 2 and "no episodes match" in none.stderr
+    both = rollscope("tag", ids[0], "--where", "env=math", "--add", "x", "--db", str(db), check=False)
+    assert both.returncode == 2 and "not both" in both.stderr
+    missing = rollscope("tag", "zzzz", "--add", "x", "--db", str(db), check=False)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr

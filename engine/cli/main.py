@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from ..errors import RollscopeError
-from . import check, demo, diff, export, imports, ls, presets, replay, run, schema, show, watch
+from . import check, curate, demo, diff, export, imports, ls, presets, replay, run, schema, show, watch
 
-COMMANDS = (run, presets, schema, ls, show, export, imports, check, replay, watch, demo, diff)
+COMMANDS = (run, presets, schema, ls, show, curate, export, imports, check, replay, watch, demo, diff)
 PLUGINS = "rollscope.commands"
 
 

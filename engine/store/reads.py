@@ -70,6 +70,10 @@ class Reads(StoreBase):
             for eid in chunk:
                 yield self.get_episode(eid)
 
+    def episode_ids(self, flt: EpisodeFilter | None = None) -> list[str]:
+        """The ids of the episodes ``flt`` selects, oldest first."""
+        return [eid for chunk in self._id_chunks(flt or EpisodeFilter(), 1_000_000) for eid in chunk]
+
     def _id_chunks(self, flt: EpisodeFilter, batch: int) -> Iterator[list[str]]:
         where, args = flt.sql()
         with self._lock:

@@ -256,6 +256,26 @@ class Writes(StoreBase):
         with self._writing("save a note"):
             self.db.execute("UPDATE episodes SET note = ? WHERE id = ?", [note, episode_id])
 
+    def curate(self, ids: Sequence[str], *, add_tags: Sequence[str] = (), remove_tags: Sequence[str] = (),
+               starred: bool | None = None, note: str | None = None) -> int:
+        """Tag, untag, star or unstar, and note several episodes in one transaction (all or none); how many."""
+        add = sorted({t.strip() for t in add_tags if t.strip()})
+        remove = sorted({t.strip() for t in remove_tags if t.strip()})
+        for eid in ids:
+            self._require(eid)
+        clean = textsafe.clean_text(note) if note is not None else None
+        with self._writing("curate episodes"):
+            for eid in ids:
+                if add:
+                    self.db.table("tags").insert_all([{"episode_id": eid, "tag": t} for t in add], ignore=True)
+                for t in remove:
+                    self.db.execute("DELETE FROM tags WHERE episode_id = ? AND tag = ?", [eid, t])
+                if starred is not None:
+                    self.db.execute("UPDATE episodes SET starred = ? WHERE id = ?", [int(starred), eid])
+                if clean is not None:
+                    self.db.execute("UPDATE episodes SET note = ? WHERE id = ?", [clean, eid])
+        return len(ids)
+
     def save_replay(self, result: Any) -> str:
         """Store a ``ReplayResult``; the replayed episode itself is not touched."""
         import uuid
