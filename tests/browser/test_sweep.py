@@ -146,3 +146,27 @@ def test_the_page_shows_the_engines_findings_and_no_other_alarm(page: Any, sweep
     assert shown_alarms  # the demo's findings were on the pages
     page.screenshot(path=str(screenshots / "sweep_last_compare.png"))
     assert not page.errors
+
+
+CONTRAST = """(sel) => [...document.querySelectorAll(sel)].slice(0, 20).map(el => {
+  const rgb = c => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => [r, g, b].map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+                                      .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+  let bg = el, back = [255, 255, 255];
+  while (bg) { const c = rgb(getComputedStyle(bg).backgroundColor);
+               if (c.length === 3 || (c.length === 4 && c[3] > 0)) { back = c.slice(0, 3); break; } bg = bg.parentElement; }
+  const [a, b] = [lum(rgb(getComputedStyle(el).color)), lum(back)];
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+})"""
+
+
+@pytest.mark.browser
+def test_browse_text_that_explains_reads_at_four_and_a_half_to_one(page: Any, sweep: Sweep) -> None:
+    page.goto(f"{sweep.url}/")
+    page.locator("#rs-episode-table tbody td.c-reason").first.wait_for(timeout=60_000)
+    for sel in ("#rs-episode-table td.c-reason", "#rs-episode-table td.c-diag"):
+        ratios = page.evaluate(CONTRAST, sel)
+        assert ratios and min(ratios) >= 4.5, (sel, ratios)
+    # A cut reason keeps its whole text in a tooltip.
+    cell = page.locator("#rs-episode-table td.c-reason span[title]").first
+    assert cell.get_attribute("title") == cell.text_content()
