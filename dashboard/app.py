@@ -157,8 +157,8 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
 
         def group_from_query(request: gr.Request) -> list[Any]:
             gid = (request.query_params.get("group") or "").strip() if request else ""
-            if not gid:
-                return grouped.skip()
+            if not gid:  # the groups to pick from
+                return grouped.values(**group_tab.view(store, ""))
             return grouped.values(tabs=gr.Tabs(selected="group"), **group_tab.view(store, gid))
 
         demo.load(group_from_query, outputs=grouped.components)

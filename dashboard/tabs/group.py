@@ -39,7 +39,7 @@ def view(store: Store, group_id: Any) -> dict[str, Any]:
     """Values for ``GroupTab.outputs``, by name."""
     gid = str(group_id or "").strip()
     if not gid:
-        return {"view": views.empty()}
+        return {"view": views.render_list(*store.group_stats())}
     try:
         g = load_group(store, gid)
         flat = flat_groups(store, g.samples[0].episode.run_id)
@@ -61,7 +61,7 @@ def build(store: Store) -> GroupTab:
         pick_a = gr.Dropdown([], label="compare A", scale=2, min_width=200, elem_id="rs-group-a")
         pick_b = gr.Dropdown([], label="with B", scale=2, min_width=200, elem_id="rs-group-b")
         compare = gr.Button("Compare", scale=0, min_width=110, elem_id="rs-group-compare")
-    out = html(views.empty(), "rs-group-view", script("open_episode"))
+    out = html(views.empty(), "rs-group-view", script("open_episode"))  # the list comes with the page's load
     tab = GroupTab(group, show, out, pick_a, pick_b, compare)
     shown = tab.outputs
     for trigger in (show.click, group.submit):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine import Finding, GroupView
+from engine import Finding, GroupView, RewardStats
 
-from .html import chip, esc, fmt_num, note, status_badge
+from .html import chip, esc, fmt_num, heads, note, status_badge
 
 
 def _roots(sample_roots: Sequence[Finding]) -> str:
@@ -73,3 +73,26 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
 def empty(message: str = "Type a group id (Browse's group column links to it), or open /?group=GROUP_ID.",
           kind: str = "info") -> str:
     return note(message, kind)
+
+
+def render_list(total: int, groups: Sequence[RewardStats]) -> str:
+    """The database's GRPO groups to pick from: samples, reward mean and range, and a flag on those whose samples
+    all earned the same reward (zero spread: no advantage, no gradient)."""
+    if not groups:
+        return empty("No GRPO groups here: a group is two or more samples of one task (`rollscope run --samples 4`).")
+    flat = sum(1 for g in groups if g.max == g.min)
+    rows = "".join(
+        f'<tr class="rs-group-row{" rs-group-flat" if g.max == g.min else ""}" data-group="{esc(g.key)}">'
+        f'<td><a class="rs-group-link" href="?group={esc(g.key)}">{esc(g.key)}</a></td><td>{esc(g.task_id)}</td>'
+        f'<td>{esc(g.preset)}</td><td class="rs-num">{g.n}</td><td class="rs-num">{fmt_num(g.mean)}</td>'
+        f'<td class="rs-num">{fmt_num(g.min)} … {fmt_num(g.max)}</td>'
+        f'<td>{chip("zero spread", "no advantage", "rs-warn") if g.max == g.min else ""}</td></tr>'
+        for g in groups)
+    more = f" (the first {len(groups):,} by id)" if total > len(groups) else ""
+    head = heads(("group", "task", "preset", "samples", "mean reward", "min … max", ""),
+                 ("samples", "mean reward", "min … max"))
+    said = (f"{total:,} groups{more}; {flat:,} of those shown have zero reward spread. Pick one to see its samples "
+            "side by side.")
+    return (f'<div class="rs-group-list">{note(said, "warn" if flat else "info")}'
+            f'<div class="rs-table-wrap"><table class="rs-table rs-live"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div></div>")

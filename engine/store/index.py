@@ -288,6 +288,16 @@ class IndexQueries(StoreBase):
         """Every tag in use with the number of episodes carrying it."""
         return [(r[0], int(r[1])) for r in self.browse_query("SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag")]
 
+    def group_stats(self, flt: Any = None, limit: int = 500) -> tuple[int, list[RewardStats]]:
+        """(how many groups, the first ``limit`` by id): the GRPO groups (two or more samples of one task) among
+        the episodes ``flt`` selects, each with its reward count, mean, deviation and range."""
+        where, args = _where(flt)
+        stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
+        rows = self.browse_query(f"SELECT group_id, MIN(task_id), {stat}, MIN(env), MIN(preset) FROM episode_index "
+                                 f"WHERE ({where}) AND group_id IS NOT NULL GROUP BY group_id HAVING COUNT(*) > 1 "
+                                 "ORDER BY group_id", args)
+        return len(rows), [_reward_stats(r) for r in rows[:limit]]
+
     def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000, max_bars: int = 30,
               reward_sets: int = 6) -> BrowseStats:
         """Aggregates of the episodes ``flt`` (an ``EpisodeFilter``) selects, for Browse's charts.

@@ -117,3 +117,18 @@ def test_browse_charts_fit_their_panels_after_a_deep_link(page: Any, site: str, 
     page.wait_for_function("""() => [...document.querySelectorAll('#rs-tab-browse .js-plotly-plot')].every(p =>
         p.querySelector('.main-svg').getBoundingClientRect().width <= p.parentElement.getBoundingClientRect().width + 1)""",
                            timeout=10_000)
+
+
+@pytest.mark.browser
+def test_the_group_tab_lists_the_groups_with_their_spread(page: Any, site: str) -> None:
+    page.goto(f"{site}/")
+    page.locator("#rs-tab-group-button").click()
+    rows = page.locator("#rs-group-view tr.rs-group-row")
+    rows.first.wait_for()
+    groups = {r.get_attribute("data-group") for r in rows.all()}
+    assert "grouprun:div" in groups
+    flat = page.locator("#rs-group-view tr.rs-group-flat")
+    assert flat.count() >= 1 and "zero spread" in flat.first.inner_text()
+    assert "zero reward spread" in page.locator("#rs-group-view .rs-note").first.inner_text()
+    page.locator("#rs-group-view tr[data-group='grouprun:div'] a.rs-group-link").click()
+    page.locator("#rs-group-view .rs-group[data-group='grouprun:div']").wait_for()
