@@ -217,3 +217,24 @@ def test_event_lines_are_short_and_escaped(tmp_path: Path) -> None:
     event = WatchEvent(str(tmp_path / "<b>.pt"), "failed", message="bad <zip>")
     line = event_line(event, str(tmp_path))
     assert "<b>" not in line and "&lt;b&gt;.pt: failed (bad &lt;zip&gt;)" in line and str(tmp_path) not in line
+
+
+def test_every_run_is_listed_with_what_it_ran_and_how_it_went(run: tuple[Store, str], smol_tokenizer) -> None:
+    import asyncio
+
+    from dashboard.views.runs import runs_table
+    from engine import BackendSettings, plan_run, run_batch
+
+    store, watched = run
+    plan = plan_run("math", "0:2", 2, "auto", "max_turns = 2", 2, BackendSettings(mistake_rate=0.0), preflight=False)
+    tokenizer, backend = plan.backend.open(plan.make_env)
+    launched = asyncio.run(run_batch(plan.spec(), plan.make_env, backend, tokenizer, store, progress=False)).run_id
+    rows = {r.run_id: r for r in store.run_overview()}
+    assert set(rows) == {watched, launched}
+    assert store.run_overview()[0].run_id == launched  # the newest first
+    w, lv = rows[watched], rows[launched]
+    assert (w.n_episodes, w.envs, w.status, w.with_errors) == (2 * N, w.envs, "imported", 6)
+    assert (lv.n_episodes, lv.envs, lv.presets, lv.policies.split(" ")[0], lv.status) == (
+        4, "math", "areal-math", "scripted", "finished")
+    table = runs_table(store.run_overview())
+    assert table.count("<tr data-run=") == 2 and f"<code>{launched}</code>" in table and "(38%)" in table

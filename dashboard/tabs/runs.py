@@ -24,7 +24,7 @@ from ..background.watching import FORMATS, WatchJob, WatchManager, WatchStatus
 from ..gradio_glue import Outputs, event_data, html
 from ..views import run_charts
 from ..views.html import note
-from ..views.runs import alerts_note, run_label, step_table, watch_status
+from ..views.runs import alerts_note, run_label, runs_table, step_table, watch_status
 
 POLL_S = 1.5
 
@@ -51,6 +51,7 @@ class RunsTab:
     view_key: gr.State  # (run, its steps) last drawn
     stamp: gr.State  # the store's episodes_stamp() when the run list was last read
     watches: WatchManager
+    all_runs: gr.HTML  # every run of the database (Store.run_overview)
 
     @property
     def status_outputs(self) -> Outputs:
@@ -65,7 +66,8 @@ class RunsTab:
     @property
     def tick_outputs(self) -> Outputs:
         """What a poll updates: the watch, the run list, the view and the store's stamp."""
-        return self.status_outputs + Outputs(run=self.run) + self.view_outputs + Outputs(stamp=self.stamp)
+        return (self.status_outputs + Outputs(run=self.run, all_runs=self.all_runs) + self.view_outputs
+                + Outputs(stamp=self.stamp))
 
     @property
     def watch_outputs(self) -> Outputs:
@@ -82,7 +84,7 @@ class RunsTab:
             choices, value = _run_choices(store, None, follow)
             return out.values(watch_id=job.watch_id if job else None, **_status_values(self.watches, job, None),
                               run=gr.Dropdown(choices=choices, value=value), **view_values(store, value),
-                              stamp=store.episodes_stamp())
+                              all_runs=runs_table(store.run_overview()), stamp=store.episodes_stamp())
 
         demo.load(attach, outputs=out.components)
 
@@ -141,6 +143,9 @@ def _run_choices(store: Store, current: str | None, follow: str | None) -> tuple
 def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
     """Lay out the Runs tab in the current Blocks context and wire Start, Stop, the run view and the poll."""
     watches = watches or WatchManager()
+    html('<h4 class="rs-h">All runs <span class="rs-dim">(launched, imported, watched, the demo\'s; newest first)'
+         "</span></h4>")
+    all_runs = html("", "rs-runs-all")
     html('<p class="rs-lead">Watch a training run\'s dump folder: each new dump is imported and checked into '
          "this database as the trainer writes it, and the run view below grows a point per rollout step.</p>")
     with gr.Group(elem_classes="rs-form"):
@@ -168,7 +173,7 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
     steps = html("", "rs-run-steps", script("run_steps"))
     timer = gr.Timer(POLL_S)
     tab = RunsTab(folder, fmt, tokenizer, run_name, start, stop, message, status, run, alerts, plot, steps, timer,
-                  gr.State(None), gr.State(None), gr.State(None), gr.State(None), watches)
+                  gr.State(None), gr.State(None), gr.State(None), gr.State(None), watches, all_runs)
     ticked, watched, status_out, view_out = tab.tick_outputs, tab.watch_outputs, tab.status_outputs, tab.view_outputs
 
     def on_tick(watch_id: str | None, shown: Any, run_v: str | None, key: Any, stamp: Any) -> list[Any]:
@@ -181,7 +186,7 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
         follow = job.watcher.run_id if job is not None and job.status().active else None
         choices, value = _run_choices(store, run_v, follow)
         return ticked.values(**out, run=gr.Dropdown(choices=choices, value=value), **view_values(store, value, key),
-                             stamp=now)
+                             all_runs=runs_table(store.run_overview()), stamp=now)
 
     timer.tick(on_tick, inputs=[tab.watch_id, tab.shown, run, tab.view_key, tab.stamp], outputs=ticked.components,
                show_progress="hidden", concurrency_limit=None)

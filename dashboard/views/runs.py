@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from engine import RunSummary, StepChange, StepStats, WatchEvent
+from engine import RunOverview, RunSummary, StepChange, StepStats, WatchEvent
 
 from ..background.watching import FAILED, STOPPED, STOPPING, WATCHING, WatchStatus
 from .html import badge, chip, esc, heads, note
@@ -145,3 +145,27 @@ def step_table(stats: Sequence[StepStats], marked: Sequence[StepChange] = ()) ->
     return (f'<div class="rs-table-wrap"><table class="rs-table rs-live rs-steps"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
+
+def runs_table(runs: Sequence[RunOverview]) -> str:
+    """Every run of the database, the newest first: what it ran and how it went (``Store.run_overview``)."""
+    if not runs:
+        return note("No runs yet: Launch one, `rollscope run`, `rollscope demo`, an import or a watch makes one.")
+    head = heads(("run", "started", "status", "env", "preset", "policy", "episodes", "mean reward",
+                  "root errors"), ("episodes", "mean reward", "root errors"))
+    rows = []
+    for r in runs:
+        label = r.run_id or "(imported, no run)"
+        errors = (f'<span class="rs-bad-text">{r.with_errors:,}</span> <span class="rs-dim">'
+                  f"({r.with_errors / r.n_episodes:.0%})</span>" if r.with_errors else "0")
+        rows.append(
+            f'<tr data-run="{esc(r.run_id or "")}">'
+            f"<td><code>{esc(label)}</code></td><td class=\"rs-dim\">{esc(_when(r.started))}</td>"
+            f"<td>{esc(r.status)}</td><td>{esc(r.envs)}</td><td>{esc(r.presets)}</td><td>{esc(r.policies)}</td>"
+            f'<td class="rs-num">{r.n_episodes:,}</td><td class="rs-num">{r.mean_reward:.4g}</td>'
+            f'<td class="rs-num">{errors}</td></tr>')
+    return (f'<div class="rs-table-wrap"><table class="rs-table rs-live rs-runs"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else ""

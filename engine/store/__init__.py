@@ -21,10 +21,10 @@ from __future__ import annotations
 from .core import Store
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
 from .index import Bins, BrowseStats, RewardBins, RewardStats, connect_read_only, search_texts
-from .runs import RunSummary, StepStats, WatchedFile
+from .runs import RunOverview, RunSummary, StepStats, WatchedFile
 from .schema import DB_SCHEMA
 
 __all__ = [
-    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardBins", "RewardStats", "RunSummary", "StepStats", "Store", "WatchedFile",
+    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardBins", "RewardStats", "RunOverview", "RunSummary", "StepStats", "Store", "WatchedFile",
     "connect_read_only", "search_texts",
 ]

@@ -62,6 +62,24 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class RunOverview:
+    """One run as the Runs tab lists it: every run (launched, imported, watched, the demo's), what it ran and how
+    it went. Episodes stored without a run (an import without ``--run``) make the row whose ``run_id`` is None."""
+
+    run_id: str | None
+    started: float
+    n_episodes: int
+    envs: str
+    presets: str
+    policies: str
+    mean_reward: float
+    with_errors: int
+    """Episodes with a root error."""
+    status: str
+    """The run row's status (``running``, ``finished``, ``failed``, ``interrupted``), or ``imported`` (no row)."""
+
+
+@dataclass(frozen=True)
 class WatchedFile:
     """What ``watch`` knows of one dump file: its size and time when read, how far it got, what it held."""
 
@@ -93,6 +111,18 @@ class RunQueries(StoreBase):
             "MAX(created_at) FROM episode_index WHERE rollout_step IS NOT NULL AND run_id IS NOT NULL "
             "GROUP BY run_id ORDER BY MAX(created_at) DESC")
         return [RunSummary(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5] or 0)) for r in rows]
+
+    def run_overview(self, limit: int = 500) -> list[RunOverview]:
+        """Every run, the newest first: its envs, presets and policies, episodes, mean reward, and how many
+        episodes have a root error."""
+        rows = self.browse_query(
+            "SELECT i.run_id, MIN(i.created_at), COUNT(*), GROUP_CONCAT(DISTINCT i.env), GROUP_CONCAT(DISTINCT i.preset), "
+            "GROUP_CONCAT(DISTINCT i.model), AVG(i.reward), SUM(i.n_errors > 0), "
+            "(SELECT status FROM runs r WHERE r.id = i.run_id) "
+            "FROM episode_index i GROUP BY i.run_id ORDER BY MIN(i.created_at) DESC LIMIT ?", [limit])
+        return [RunOverview(None if r[0] is None else str(r[0]), float(r[1] or 0), int(r[2]), str(r[3] or ""),
+                            str(r[4] or ""), str(r[5] or ""), float(r[6] or 0), int(r[7] or 0),
+                            str(r[8] or "imported")) for r in rows]
 
     def step_stats(self, run_id: str) -> list[StepStats]:
         """One ``StepStats`` per rollout step of ``run_id``, in step order."""

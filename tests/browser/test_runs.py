@@ -92,7 +92,7 @@ def test_watch_a_run_see_it_grow_and_browse_a_step(page: Any, site: RunsSite, sc
     status.locator(".rs-ev", has_text="0.pt: read: 8 new").wait_for()
     page.locator('#rs-run-steps tr[data-step="0"]').wait_for()
     page.locator("#rs-run-chart .js-plotly-plot").wait_for()
-    page.locator("#rs-run-alerts", has_text="No jumps").wait_for()
+    page.locator("#rs-run-alerts", has_text="One rollout step so far").wait_for()  # a change needs two steps
 
     # Browse shows the first 8 episodes on its own.
     _tab(page, "browse")
@@ -106,6 +106,8 @@ def test_watch_a_run_see_it_grow_and_browse_a_step(page: Any, site: RunsSite, sc
     page.locator("#rs-run-alerts", has_text="The data changed at step 1").wait_for()
     assert "root errors 0% → 75% (mask_misaligned)" in page.locator("#rs-run-alerts").inner_text()
     assert page.locator("#rs-run-select input").input_value().startswith("demo-run · steps 0–1 · 16 episodes")
+    # The run is listed with every other run, what it ran and how many episodes have a root error.
+    page.locator('#rs-runs-all tr[data-run="demo-run"]', has_text="16").wait_for()
     page.screenshot(path=str(screenshots / "runs_watch.png"), full_page=True)
     _tab(page, "browse")
     _browse_info(page, f"Episodes 1–{2 * N} of {2 * N} matching")
