@@ -159,3 +159,19 @@ def test_tag_star_and_note_several_episodes_by_id_or_where(tmp_path):
     assert both.returncode == 2 and "not both" in both.stderr
     missing = rollscope("tag", "zzzz", "--add", "x", "--db", str(db), check=False)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_a_named_run_tags_its_episodes_and_a_name_is_used_once(tmp_path):
+    db = tmp_path / "n.db"
+    rollscope("run", "--env", "math", "--tasks", "0:2", "--run", "baseline-1", "--tag", "baseline", "--tag", "smol",
+              "--db", str(db), "--quiet")
+    store = Store(db)
+    eps = list(store.iter_episodes())
+    assert {e.run_id for e in eps} == {"baseline-1"} and {e.tags for e in eps} == {("baseline", "smol")}
+    assert [r.run_id for r in store.run_overview()] == ["baseline-1"]
+    store.close()
+    again = rollscope("run", "--env", "math", "--tasks", "0:1", "--run", "baseline-1", "--db", str(db), "--quiet",
+                      check=False)
+    assert again.returncode == 2 and "run 'baseline-1' already" in again.stderr
+    bad = rollscope("run", "--env", "math", "--tasks", "0:1", "--run", "no spaces", "--db", str(db), check=False)
+    assert bad.returncode == 2 and "run name 'no spaces'" in bad.stderr

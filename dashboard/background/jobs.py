@@ -181,7 +181,7 @@ class BatchJob:
         else:
             tokenizer, backend = plan.backend.open(plan.make_env)
         spec = replace(plan.spec(), extra={**plan.extra, "launched_from": "dashboard"})
-        run_id = new_id()
+        run_id = plan.run_name or new_id()
         with self._lock:
             if self._cancel_asked:
                 self._state = CANCELLED

@@ -16,7 +16,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import AUTO, ENVS, PRESET_CHOICES, RollscopeError, Store, plan_run
+from engine import AUTO, ENVS, PRESET_CHOICES, ConfigError, RollscopeError, Store, plan_run
 
 from ..assets import script
 from ..background.jobs import JobManager, JobStatus
@@ -104,6 +104,11 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
                                  elem_id="rs-launch-preset")
             concurrency = gr.Number(4, label="concurrency", precision=0, min_width=110,
                                     elem_id="rs-launch-concurrency")
+        with gr.Row(equal_height=True):
+            run_name = gr.Textbox(label="run name (optional)", placeholder="default: a fresh id", max_lines=1,
+                                  scale=2, elem_id="rs-launch-run")
+            tags = gr.Textbox(label="tags (optional)", placeholder="comma-separated: baseline, qwen3", max_lines=1,
+                              scale=3, elem_id="rs-launch-tags")
         loop = loop_controls("rs-launch", "math", AUTO)
         backend = backend_controls("rs-launch")
     with gr.Row(elem_classes="rs-actions"):
@@ -122,16 +127,20 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
     polled, started = tab.poll_outputs, tab.job_outputs
 
     def on_start(env_v: Any, tasks_v: Any, samples_v: Any, preset_v: Any, settings_v: Any, conc_v: Any,
-                 *backend_v: Any) -> list[Any]:
+                 run_v: Any, tags_v: Any, *backend_v: Any) -> list[Any]:
         try:
-            plan = plan_run(env_v, tasks_v, samples_v, preset_v, settings_v, conc_v, parse_backend(*backend_v))
+            plan = plan_run(env_v, tasks_v, samples_v, preset_v, settings_v, conc_v, parse_backend(*backend_v),
+                            run_name=run_v, tags=tags_v)
+            if plan.run_name and store.has_run(plan.run_name):
+                raise ConfigError(f"there is a run {plan.run_name!r} already: choose another run name")
         except RollscopeError as e:
             return started.values(message=note(str(e), "error"))
         job = jobs.start(plan, store)
         return started.values(job_id=job.job_id, **{**_poll_values(job.status(), None),
                                                     "message": note(f"Started {job.job_id}.", "info")})
 
-    start.click(on_start, inputs=[env, tasks, samples, preset, loop.settings, concurrency, *backend.inputs],
+    start.click(on_start, inputs=[env, tasks, samples, preset, loop.settings, concurrency, run_name, tags,
+                                  *backend.inputs],
                 outputs=started.components, concurrency_limit=None)
     for source in (env, preset, loop.settings):
         source.change(loop_table, inputs=[preset, env, loop.settings], outputs=[loop.table], show_progress="hidden",

@@ -42,6 +42,8 @@ def register(sub: Any) -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--concurrency", type=positive_int, default=4)
     r.add_argument("--mistake-rate", type=rate, default=0.2, help="scripted policy: share of wrong turns (0 = always right)")
+    r.add_argument("--run", metavar="NAME", help="name the run (default: a fresh id); a name already used is refused")
+    r.add_argument("--tag", action="append", default=[], metavar="TAG", help="tag every episode (repeatable)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(handler=cmd_run)
 
@@ -55,7 +57,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                                              a.max_new_tokens, a.mistake_rate, a.seed, a.timeout, a.retries)
     plan = plan_run(a.env, a.tasks, a.samples, a.preset, settings, a.concurrency, backend_settings,
                     config_file=a.config, problems=a.problems, user=UserSettings(a.user, a.user_model, a.user_url),
-                    max_episodes=None, preflight=False)
+                    max_episodes=None, preflight=False, run_name=a.run, tags=a.tag)
     tokenizer, backend = plan.backend.open(plan.make_env)
     spec, make_env = plan.spec(), plan.make_env
     store = open_store(a.db, must_exist=False)

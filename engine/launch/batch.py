@@ -13,6 +13,7 @@ from typing import Any
 from ..backends.base import Backend, SamplingParams
 from ..checks import CheckOptions, with_checks
 from ..envs.base import Env
+from ..errors import ConfigError
 from ..loop.stepper import Stepper, drive, new_id
 from ..presets import LoopConfig
 from ..records import textsafe
@@ -36,6 +37,10 @@ class BatchSpec:
     seed: int = 0
     tokenizer: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
+    """The run's name; None: a fresh id."""
+    tags: tuple[str, ...] = ()
+    """Tags every episode of the run gets."""
 
     def describe(self) -> dict[str, Any]:
         d = asdict(self)
@@ -82,9 +87,11 @@ async def run_batch(
     Cancelling the task that awaits this (Ctrl-C, the dashboard's Cancel)
     keeps finished episodes and marks the ones in flight ``interrupted``.
     """
-    run_id = run_id or new_id()
+    run_id = run_id or spec.run_id or new_id()
     jobs = [(task, s) for task in spec.tasks for s in range(spec.samples)]
     if store is not None:
+        if store.has_run(run_id):
+            raise ConfigError(f"{store.path} has a run {run_id!r} already: choose another run name")
         store.save_run(run_id, spec.describe(), n_episodes=len(jobs))
     sem = asyncio.Semaphore(max(1, spec.concurrency))
     done: list[Episode] = []
@@ -114,6 +121,8 @@ async def run_batch(
             )
             started[stepper.episode.id] = stepper
             episode = with_checks(await _drive(stepper), CheckOptions(tokenizer=tokenizer))
+            if spec.tags:
+                episode = episode.evolve(tags=spec.tags)
             del started[stepper.episode.id]
             if store is not None:
                 episode = _store_or_fail(store, episode)

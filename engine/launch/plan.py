@@ -13,6 +13,7 @@ whose model loads then); ``BackendSettings.open()`` does the slow part
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,6 +252,8 @@ class RunPlan:
     backend: BackendSettings
     concurrency: int
     extra: dict[str, Any] = field(default_factory=dict)
+    run_name: str | None = None
+    tags: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -261,6 +264,7 @@ class RunPlan:
             env=self.env, tasks=self.tasks, samples=self.samples, preset=self.preset, config=self.config,
             sampling=self.backend.sampling(), policy=self.backend.policy, concurrency=self.concurrency,
             seed=self.backend.seed, tokenizer=self.backend.tokenizer_name, extra=dict(self.extra),
+            run_id=self.run_name, tags=self.tags,
         )
 
     def describe(self) -> str:
@@ -272,8 +276,12 @@ class RunPlan:
 def plan_run(env: Any, tasks: Any, samples: Any, preset: Any, settings: Any, concurrency: Any,
              backend: BackendSettings, *, config_file: str | Path | None = None, problems: str | None = None,
              user: UserSettings | None = None, max_episodes: int | None = MAX_EPISODES, preflight: bool = True,
-             extra: dict[str, Any] | None = None) -> RunPlan:
-    """Check a batch; ConfigError says what is wrong (env, task range, numbers, a knob, an unreachable URL).
+             extra: dict[str, Any] | None = None, run_name: Any = None, tags: Any = None) -> RunPlan:
+    """Check a batch; ConfigError says what is wrong (env, task range, numbers, a knob, an unreachable URL, a run
+    name or tag that cannot be one).
+
+    ``run_name`` names the run (else a fresh id); ``tags`` (a sequence, or text split at commas) are given to
+    every episode.
 
     ``preflight`` asks the policy's server whether it is up before anything starts (the dashboard does;
     the CLI records each episode's failure instead).
@@ -292,7 +300,30 @@ def plan_run(env: Any, tasks: Any, samples: Any, preset: Any, settings: Any, con
         backend.preflight()
     if user is not None and user.kind != "scripted":
         make_env = user.env_factory(name, problems)
-    return RunPlan(name, make_env, task_ids, n, chosen, config, backend, conc, dict(extra or {}))
+    return RunPlan(name, make_env, task_ids, n, chosen, config, backend, conc, dict(extra or {}),
+                   _run_name(run_name), _tags(tags))
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,79}")
+
+
+def _run_name(value: Any) -> str | None:
+    name = str(value or "").strip()
+    if not name:
+        return None
+    if not RUN_NAME.fullmatch(name):
+        raise ConfigError(f"run name {name!r}: use letters, digits and . _ : - (at most 80), starting with a letter "
+                          "or digit")
+    return name
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    tags = tuple(dict.fromkeys(str(t).strip() for t in items if str(t).strip()))
+    long = [t for t in tags if len(t) > 80]
+    if long:
+        raise ConfigError(f"tag {long[0][:40]!r}…: a tag is at most 80 characters")
+    return tags
 
 
 @dataclass

@@ -112,6 +112,12 @@ class RunQueries(StoreBase):
             "GROUP BY run_id ORDER BY MAX(created_at) DESC")
         return [RunSummary(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5] or 0)) for r in rows]
 
+    def has_run(self, run_id: str) -> bool:
+        """Whether ``run_id`` names a run here already (a run row, or episodes imported into it)."""
+        with self._lock:
+            return bool(self.db.execute("SELECT 1 FROM runs WHERE id = ? UNION ALL SELECT 1 FROM episodes "
+                                        "WHERE run_id = ? LIMIT 1", [run_id, run_id]).fetchall())
+
     def run_overview(self, limit: int = 500) -> list[RunOverview]:
         """Every run, the newest first: its envs, presets and policies, episodes, mean reward, and how many
         episodes have a root error."""

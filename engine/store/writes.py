@@ -152,6 +152,9 @@ class Writes(StoreBase):
             self._write_tokens(ep)
             self._write_findings(ep)
             self._write_search(ep)
+            if ep.tags:  # its own (a named run's); tags a person gave it meanwhile stay
+                self.db.conn.executemany(
+                    "INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(ep.id, t) for t in ep.tags])
 
     def save_episode(self, ep: Episode) -> None:
         """Write a whole episode (new, finished or imported), replacing any old copy."""
