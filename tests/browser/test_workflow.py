@@ -130,6 +130,8 @@ def test_launch_a_batch_see_it_finish_and_cancel_another(page: Any, app: Workflo
 
     _fill(page, "rs-launch-tasks", "0:3")
     _fill(page, "rs-launch-samples", "2")
+    _fill(page, "rs-launch-run", "knobs-run")
+    _fill(page, "rs-launch-tags", "knobs, short")
     page.locator("#rs-launch-start").click()
     page.locator("#rs-launch-progress [data-state=finished]").wait_for(timeout=30_000)
     page.locator("#rs-launch-table tr[data-open]").nth(5).wait_for()
@@ -143,9 +145,16 @@ def test_launch_a_batch_see_it_finish_and_cancel_another(page: Any, app: Workflo
     finally:
         store.close()
     # The effective config is stored on each episode: the changed knobs and the preset's others.
+    assert first_run == "knobs-run"  # the run's name, and every episode has the tags
+    store = Store(app.db)
+    try:
+        assert {e.tags for e in store.iter_episodes(EpisodeFilter(run_id=first_run))} == {("knobs", "short")}
+    finally:
+        store.close()
     assert len(configs) == 6 and all(c.max_turns == 1 and c.turn_discount == 0.5 for c in configs)
     assert all(c.feedback_wrong == PRESETS["areal-math"].feedback_wrong for c in configs)
     _fill(page, "rs-launch-settings", "")
+    _fill(page, "rs-launch-run", "")  # a name is used once
 
     # A batch big enough to still be running when Cancel is pressed: retail
     # episodes take tens of milliseconds each, math ones a few.
