@@ -95,7 +95,7 @@ const tvDraw = (view, st, k) => {
       frag.append(anchor);
     }
     const el = document.createElement("span");
-    el.className = tvClass(d, i, pb, a);
+    el.className = tvClass(d, i, pb, a) + (view._rsLinked === i ? " rs-linked" : "");
     el.setAttribute("data-i", i);
     const turn = d.turnAt.get(i);
     if (turn !== undefined) el.id = `turn-${turn}`;
@@ -316,17 +316,35 @@ const tvMark = (view, marks) => {
     const a = st.d.m.blocks[k][0];
     div.classList.toggle("pb-after", !!marks && a >= marks.cut);
     if (!st.drawn[k]) return;
-    for (const el of div.getElementsByClassName("tok")) el.className = tvClass(st.d, Number(el.dataset.i), marks, a);
+    for (const el of div.getElementsByClassName("tok")) {
+      const i = Number(el.dataset.i);
+      el.className = tvClass(st.d, i, marks, a) + (view._rsLinked === i ? " rs-linked" : "");
+    }
   });
 };
 const tvViewIn = (root) => root.querySelector(".rs-tokview[data-meta]");
+// A link to a token (?episode=ID&token=N, the finding links' own) is followed once per page, when that
+// episode's view first appears: the token is drawn, scrolled to and marked.
+const tvFollowLink = (view) => {
+  const q = new URLSearchParams(window.location.search);
+  const id = q.get("episode"), want = q.get("token");
+  if (!id || want === null || window._rsLinkFollowed || !(view.dataset.episode || "").startsWith(id)) return;
+  window._rsLinkFollowed = true;
+  const i = Number(want);
+  view._rsLinked = i; // kept through redraws and playback's marks
+  requestAnimationFrame(() => {
+    view.scrollIntoView({ block: "start" });
+    const tok = tvReveal(view, i);
+    if (tok) { tok.classList.add("rs-linked"); tvFlash(tok); }
+  });
+};
 // A new episode's view: the previous one's observers go, the new one is laid out.
 const tvAdopt = () => {
   const view = tvViewIn(element);
   if (view === element._rsView) return;
   tvForget(element._rsView);
   element._rsView = view;
-  if (view) tvState(view);
+  if (view) { tvState(view); tvFollowLink(view); }
 };
 new MutationObserver(tvAdopt).observe(element, { childList: true });
 tvAdopt();

@@ -97,13 +97,16 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
         # A tab opened by a link drew its neighbours' charts while hidden: fit them when a tab shows.
         tabs.select(None, js=script("resize_charts"))
         tabs.change(None, js=script("resize_charts"))
-        opened = Outputs(tabs=tabs) + episode.outputs
+        assert episode.playback is not None and episode.playback.start_turn is not None
+        opened = Outputs(tabs=tabs, start_turn=episode.playback.start_turn) + episode.outputs
 
-        def show(episode_id: Any) -> list[Any]:
-            # The Episode tab selected and showing episode_id; nothing changes without one.
+        def show(episode_id: Any, turn: int | None = None) -> list[Any]:
+            # The Episode tab selected and showing episode_id (playback at turn, else the last); nothing
+            # changes without one.
             if not episode_id:
                 return opened.skip()
-            return opened.values(tabs=gr.Tabs(selected="episode"), **episode_tab.view(store, str(episode_id)))
+            return opened.values(tabs=gr.Tabs(selected="episode"), start_turn=turn,
+                                 **episode_tab.view(store, str(episode_id)))
 
         def open_row(evt: gr.EventData) -> list[Any]:
             # The table's click event carries {"open": id} for a row ({"sort": ...} for a header).
@@ -115,7 +118,10 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
             return show(request.get("id") if isinstance(request, dict) else request)
 
         def open_from_query(request: gr.Request) -> list[Any]:
-            return show(request.query_params.get("episode") if request else None)
+            # /?episode=ID&turn=K&token=N: playback at turn K; the token view marks token N (assets/tokens.js).
+            query = request.query_params if request else {}
+            turn = str(query.get("turn") or "")
+            return show(query.get("episode"), int(turn) if turn.isdigit() else None)
 
         browse.table.click(open_row, outputs=opened.components).then(
             None, inputs=[episode.id_box], js=script("set_url")

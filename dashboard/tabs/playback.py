@@ -128,6 +128,7 @@ class PlaybackPanel:
     card: gr.HTML
     replay: gr.HTML
     episodes: Episodes
+    start_turn: gr.State | None = None  # the turn an episode opens at (a link's &turn=K); its value None: the last
 
     @property
     def opened(self) -> Outputs:
@@ -144,8 +145,9 @@ class PlaybackPanel:
         """What a re-execution shows (``run_replay``)."""
         return Outputs(replay=self.replay, card=self.card)
 
-    def open(self, episode_id: str | None) -> list[Any]:
-        """Values for ``opened`` showing ``episode_id`` at its last turn, read fresh from the store."""
+    def open(self, episode_id: str | None, turn: Any = None) -> list[Any]:
+        """Values for ``opened`` showing ``episode_id`` at turn ``turn`` (its last when None or out of range),
+        read fresh from the store."""
         if not episode_id:
             return self.opened.values(slider=_slider(0, 0), card=views.render_no_turns(None), replay="")
         try:
@@ -154,7 +156,8 @@ class PlaybackPanel:
             return self.opened.values(slider=_slider(0, 0), card=views.render_no_turns(None, str(e)), replay="")
         n = loaded.ep.n_turns
         last = max(n - 1, 0)
-        return self.opened.values(slider=_slider(n, last), card=fresh(turn_card(loaded, last, follow=False)),
+        k = int(turn) if isinstance(turn, int) and 0 <= turn < n else last
+        return self.opened.values(slider=_slider(n, k), card=fresh(turn_card(loaded, k, follow=k != last)),
                                   replay=views.render_replays(self.episodes.store.replays(episode_id)))
 
     def _step(self, episode_id: str | None, k: Any, how: str) -> dict[str, Any]:
@@ -191,7 +194,8 @@ class PlaybackPanel:
 
     def wire(self, current: gr.State) -> None:
         """Follow the episode in ``current`` (the Episode tab's id of the episode on screen)."""
-        current.change(self.open, inputs=[current], outputs=self.opened.components)
+        current.change(self.open, inputs=[current] + ([self.start_turn] if self.start_turn is not None else []),
+                       outputs=self.opened.components)
         stepped = self.stepped
         for button, how in ((self.first, "first"), (self.prev, "prev"), (self.next, "next"), (self.last, "last")):
             button.click(lambda e, k, how=how: self.step(e, k, how), inputs=[current, self.slider],
@@ -225,4 +229,4 @@ def build(store: Store) -> PlaybackPanel:
                               elem_id="rs-pb-reexec")
     card = html(views.render_no_turns(None), "rs-pb-card", script("tokens", "playback"))
     replay = html("", "rs-pb-replay", script("replay_turns"))
-    return PlaybackPanel(slider, first, prev, nxt, last, reexecute, card, replay, Episodes(store))
+    return PlaybackPanel(slider, first, prev, nxt, last, reexecute, card, replay, Episodes(store), gr.State(None))

@@ -160,23 +160,30 @@ def _preview(value: Any, key: str = "") -> Any:
     return value
 
 
-def _finding_links(f: Finding) -> str:
+def deep_link(episode_id: str, turn: int | None = None, token: int | None = None) -> str:
+    """``?episode=ID&turn=K&token=N``: the dashboard opens there, playback at turn K, token N marked."""
+    return f"?episode={episode_id}" + (f"&turn={turn}" if turn is not None else "") + (
+        f"&token={token}" if token is not None else "")
+
+
+def _finding_links(f: Finding, episode_id: str = "") -> str:
     links = []
     if f.token_start is not None:
         end = f"–{f.token_end - 1}" if f.token_end is not None and f.token_end > f.token_start + 1 else ""
-        links.append(jump(f"tok-{f.token_start}", f"tokens {f.token_start}{end} ↗"))
+        href = deep_link(episode_id, f.turn, f.token_start) if episode_id else None
+        links.append(jump(f"tok-{f.token_start}", f"tokens {f.token_start}{end} ↗", href=href))
     if f.turn is not None:
         links.append(jump(f"conv-turn-{f.turn}", f"turn {esc(f.turn)}"))
     return " ".join(links)
 
 
-def finding_block(f: Finding, with_evidence: bool = True) -> str:
+def finding_block(f: Finding, with_evidence: bool = True, episode_id: str = "") -> str:
     """One finding: severity, kind, message, links to its tokens and turn, and (folded) its evidence."""
     evidence = json_details("evidence", _preview(f.evidence)) if f.evidence and with_evidence else ""
     sev = css_class(f.severity.value)
     return (
         f'<div class="rs-finding rs-sev-{sev}"><span class="rs-sev">{esc(f.severity.value)}</span> '
-        f'<b>{esc(f.kind)}</b>: {esc(f.message)} <span class="rs-links">{_finding_links(f)}</span>{evidence}</div>'
+        f'<b>{esc(f.kind)}</b>: {esc(f.message)} <span class="rs-links">{_finding_links(f, episode_id)}</span>{evidence}</div>'
     )
 
 
@@ -211,10 +218,10 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
         inner = ""
         if follow:
             inner = (f'<details class="rs-caused"><summary>{len(follow)} finding{"s" if len(follow) != 1 else ""} '
-                     f'follow from it</summary>{"".join(finding_block(f) for f in follow)}</details>')
-        parts.append(f'<div class="rs-root" data-finding="{esc(r.id)}">{finding_block(r)}{inner}</div>')
+                     f'follow from it</summary>{"".join(finding_block(f, episode_id=ep.id) for f in follow)}</details>')
+        parts.append(f'<div class="rs-root" data-finding="{esc(r.id)}">{finding_block(r, episode_id=ep.id)}{inner}</div>')
     rest = [f for f in found if f.severity is Severity.INFO]
-    parts.extend(finding_block(f) for f in rest)
+    parts.extend(finding_block(f, episode_id=ep.id) for f in rest)
     return (
         f'<div class="rs-findings"><div class="rs-findings-head"><b>{len(found)} finding{"s" if len(found) != 1 else ""}'
         f"</b> · {esc(summary)}</div>{''.join(parts)}</div>"

@@ -102,10 +102,10 @@ def status_badge(status: str) -> str:
     return badge(status, STATUS_CLASS.get(status, "muted"))
 
 
-def jump(target: str, label: str, cls: str = "rs-jump") -> str:
+def jump(target: str, label: str, cls: str = "rs-jump", href: str | None = None) -> str:
     """A link that scrolls to the element with id ``target`` (``data-jump``, see assets/tokens.js);
-    ``label`` is markup."""
-    return f'<a class="{cls}" href="#{esc(target)}" data-jump="{esc(target)}">{label}</a>'
+    ``label`` is markup. ``href`` is where the link leads when copied or opened apart (a deep link)."""
+    return f'<a class="{cls}" href="{esc(href or "#" + target)}" data-jump="{esc(target)}">{label}</a>'
 
 
 def call_block(name: str, arguments: Any, kind: str | None = "tool call") -> str:

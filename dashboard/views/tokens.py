@@ -448,7 +448,7 @@ def render_tokens(
     note_html = "".join(note(x, "warn") for x in notes)
     data = esc(json.dumps(meta, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
     return (
-        f'<div class="rs-tokview" data-meta="{data}">'
+        f'<div class="rs-tokview" data-episode="{esc(ep.id)}" data-meta="{data}">'
         f'<div class="rs-tokhead">{summary}{_legend(diff is not None)}{_turn_nav(ep)}</div>{note_html}'
         '<div class="rs-tokens"></div></div>'
     )

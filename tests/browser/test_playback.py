@@ -10,6 +10,7 @@ replay records, so these tests do not share the session's database.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,3 +273,30 @@ def test_imported_and_hostile_episodes(page: Any, site: Site, screenshots: Path)
     _at(page, 0)
     assert page.evaluate("() => window.__xss === undefined")
     assert not page.errors
+
+
+@pytest.mark.browser
+def test_a_link_to_a_turn_and_a_token_opens_there_and_marks_it(page: Any, site: Site, screenshots: Path) -> None:
+    """Figure: the time from a link with &turn=K&token=N to the token marked on screen (printed)."""
+    store = Store(site.path)
+    try:
+        ep = store.get_episode(site.long_id)
+    finally:
+        store.close()
+    # A finding link is such a link: the root with a token, in the long episode.
+    f = max((f for f in ep.all_findings() if f.token_start is not None and f.turn is not None),
+            key=lambda f: f.token_start or 0)  # the farthest in: its block is drawn only when reached
+    k, n = f.turn, f.token_start
+    start = time.perf_counter()
+    page.goto(f"{site.url}/?episode={ep.id}&turn={k}&token={n}")
+    page.wait_for_function(f"""() => {{ const t = document.querySelector('{TOKENS} .tok.rs-linked[data-i="{n}"]');
+        if (!t) return false; const r = t.getBoundingClientRect();
+        return r.top >= 0 && r.bottom <= window.innerHeight; }}""", timeout=60_000)
+    took = time.perf_counter() - start
+    print(f"\nlink to turn {k}, token {n:,} of {ep.n_tokens:,}: marked on screen in {took:.2f} s")
+    page.locator(f'{CARD}[data-episode="{ep.id}"][data-k="{k}"]').wait_for()  # playback at that turn
+    assert page.locator(f"{TOKENS} .tok.rs-linked").count() == 1
+    page.screenshot(path=str(screenshots / "deep_link_token.png"))
+    # The finding's own link is that link.
+    href = page.locator(f'#rs-episode-findings a[data-jump="tok-{n}"]').first.get_attribute("href")
+    assert href == f"?episode={ep.id}&turn={k}&token={n}"
