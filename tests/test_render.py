@@ -294,7 +294,8 @@ def test_findings_list_errors_first_with_links(episode: Episode) -> None:
     assert "3 findings" in out and "1 error" in out and "1 warning" in out
     assert 'data-jump="tok-7"' in out and "tokens 7–8" in out and 'data-jump="conv-turn-1"' in out
     assert "… 28 more" in out  # long evidence lists are cut
-    assert "No findings" in episode_view.render_findings(episode.evolve(findings=(), turns=()))
+    # No findings and no checks run: the page says it was not checked, not that it is clean.
+    assert "Not checked" in episode_view.render_findings(episode.evolve(findings=(), turns=(), checked=None))
 
 
 def test_findings_are_grouped_under_their_root(episode: Episode) -> None:
