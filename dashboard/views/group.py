@@ -80,18 +80,18 @@ def render_list(total: int, groups: Sequence[RewardStats]) -> str:
     all earned the same reward (zero spread: no advantage, no gradient)."""
     if not groups:
         return empty("No GRPO groups here: a group is two or more samples of one task (`rollscope run --samples 4`).")
-    flat = sum(1 for g in groups if g.max == g.min)
+    flat = sum(1 for g in groups if g.zero_spread)
     rows = "".join(
-        f'<tr class="rs-group-row{" rs-group-flat" if g.max == g.min else ""}" data-group="{esc(g.key)}">'
+        f'<tr class="rs-group-row{" rs-group-flat" if g.zero_spread else ""}" data-group="{esc(g.key)}">'
         f'<td><a class="rs-group-link" href="?group={esc(g.key)}">{esc(g.key)}</a></td><td>{esc(g.task_id)}</td>'
         f'<td>{esc(g.preset)}</td><td class="rs-num">{g.n}</td><td class="rs-num">{fmt_num(g.mean)}</td>'
         f'<td class="rs-num">{fmt_num(g.min)} … {fmt_num(g.max)}</td>'
-        f'<td>{chip("zero spread", "no advantage", "rs-warn") if g.max == g.min else ""}</td></tr>'
+        f'<td>{chip("zero spread", "no advantage", "rs-warn") if g.zero_spread else ""}</td></tr>'
         for g in groups)
     more = f" (the first {len(groups):,} by id)" if total > len(groups) else ""
     head = heads(("group", "task", "preset", "samples", "mean reward", "min … max", ""),
                  ("samples", "mean reward", "min … max"))
-    said = (f"{total:,} groups{more}; {flat:,} of those shown have zero reward spread. Pick one to see its samples "
+    said = (f"{total:,} groups{more}; zero reward spread in {flat:,} of those shown. Pick one to see its samples "
             "side by side.")
     return (f'<div class="rs-group-list">{note(said, "warn" if flat else "info")}'
             f'<div class="rs-table-wrap"><table class="rs-table rs-live"><thead><tr>{head}</tr></thead>'

@@ -44,6 +44,11 @@ class RewardStats:
     env: str = ""
     preset: str = ""
 
+    @property
+    def zero_spread(self) -> bool:
+        """Two or more samples that all earned the same reward: a GRPO group with no advantage to learn from."""
+        return self.n > 1 and self.max == self.min
+
 
 @dataclass(frozen=True)
 class RewardBins:

@@ -129,6 +129,6 @@ def test_the_group_tab_lists_the_groups_with_their_spread(page: Any, site: str) 
     assert "grouprun:div" in groups
     flat = page.locator("#rs-group-view tr.rs-group-flat")
     assert flat.count() >= 1 and "zero spread" in flat.first.inner_text()
-    assert "zero reward spread" in page.locator("#rs-group-view .rs-note").first.inner_text()
+    assert "zero reward spread in" in page.locator("#rs-group-view .rs-note").first.inner_text()
     page.locator("#rs-group-view tr[data-group='grouprun:div'] a.rs-group-link").click()
     page.locator("#rs-group-view .rs-group[data-group='grouprun:div']").wait_for()
