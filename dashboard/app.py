@@ -53,7 +53,7 @@ def _title_bar(db_path: str, read_only: bool = False) -> str:
     # The stylesheet rides in the title bar rather than launch(css=...), so
     # any caller of build_app(...).launch() gets the same look.
     return (
-        stylesheet("dashboard")
+        stylesheet("dashboard") + stylesheet("workflow")
         + '<div class="rs-titlebar"><h1>Rollscope</h1>'
         '<span class="rs-sub">a debugger for multi-turn RL rollouts</span>'
         f'<span class="rs-sub">database <code>{esc(db_path)}</code></span>'
@@ -75,7 +75,6 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
     store = Store(db_path)
     with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
         html(_title_bar(str(db_path), store.read_only), "rs-titlebar")
-        html(stylesheet("workflow"), "rs-workflow-style")
         with gr.Tabs(selected="browse", elem_id="rs-tabs") as tabs:
             with gr.Tab("Browse", id="browse", elem_id="rs-tab-browse"):
                 browse = browse_tab.build(store)

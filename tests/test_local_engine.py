@@ -248,6 +248,30 @@ def test_progress_reports_each_token_from_the_model_thread(loaded, tok):
     assert {threads for _, _, threads in seen} == {thread_count()} == {1}  # tests pin one thread
 
 
+def test_prefill_reports_the_prompt_read_in_chunks_before_the_first_token(loaded, tok, monkeypatch):
+    import engine.backends.local_engine as local_engine
+
+    monkeypatch.setattr(local_engine, "PREFILL_CHUNK", 16)
+    events: list[tuple[str, tuple[int, ...]]] = []
+    backend = LocalBackend(tokenizer=tok)
+    prompt = _story(tok) + tuple(tok.encode(" Once more, slowly.", add_special_tokens=False))
+    req = GenerationRequest(None, prompt, SamplingParams(temperature=1.0, max_new_tokens=4, seed=3),
+                            on_progress=lambda n, _text: events.append(("token", (n,))),
+                            on_prefill=lambda done, total, cached: events.append(("prefill", (done, total, cached))))
+    asyncio.run(backend.generate(req))
+    prefill = [e for kind, e in events if kind == "prefill"]
+    first_token = next(i for i, (kind, _) in enumerate(events) if kind == "token")
+    assert all(kind == "prefill" for kind, _ in events[:first_token])  # the prompt is read before any token
+    cached = prefill[0][2]
+    assert [done for done, _, _ in prefill] == sorted({cached, *range(cached + 16, len(prompt), 16), len(prompt)})
+    assert {total for _, total, _ in prefill} == {len(prompt)}
+    # The same prompt again: most of it comes from the prefix cache, and says so.
+    events.clear()
+    asyncio.run(backend.generate(req))
+    again = [e for kind, e in events if kind == "prefill"]
+    assert again[0][2] == again[0][0] >= len(prompt) - 16 and again[-1][0] == len(prompt)
+
+
 def test_cancel_stops_the_generation_and_the_worker_goes_on(loaded, tok):
     backend = LocalBackend(tokenizer=tok)
     calls: list[int] = []

@@ -335,7 +335,7 @@ def test_header_folds_long_reward_series(episode: Episode) -> None:
 
 
 def test_browse_table_escapes_and_marks_the_sort() -> None:
-    from dashboard.views.browse import render_table
+    from dashboard.views.browse import KEY_COLUMNS, OPTIONAL_COLUMNS, render_table, shown_columns
     from engine.store import EpisodeSummary
 
     bad = "<img src=x onerror=alert(1)>"
@@ -344,11 +344,17 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
                          starred=True, n_findings=3, source="live", group_id=bad, n_errors=1, tags=(bad,),
                          reason=bad)
     out = render_table([row], "reward", False)
-    # The reason twice (its text and its tooltip), the group twice (its link and its text).
-    assert "<img" not in out and out.count("&lt;img") == 10
+    # The key columns and the default choice: env, tags, and the task and reason twice (text and tooltip).
+    assert "<img" not in out and out.count("&lt;img") == 6
+    assert 'class="c-preset"' not in out and 'class="c-diag"' in out and 'class="c-turns c-num"' in out
+    every = render_table([row], "reward", False, columns=OPTIONAL_COLUMNS)
+    # ...and with every column: preset, model and run (text and tooltip), the group (its link and its text).
+    assert "<img" not in every and every.count("&lt;img") == 13
+    bare = render_table([row], "reward", False, columns=())
+    assert [c.name for c in shown_columns(())] == list(KEY_COLUMNS) and 'class="c-turns' not in bare
     assert 'data-id="e&quot;1"' in out and 'href="?episode=e&quot;1"' in out
     assert 'data-sort="reward" aria-sort="ascending"' in out and "reward ▲" in out
-    assert "1,200" in out and "rs-bad-text" in out and "★" in out
+    assert "1,200" in every and "1,200" not in out and "rs-bad-text" in out and "★" in out
     assert "No episode matches" in render_table([], "reward", True, "No episode matches these filters.")
 
 

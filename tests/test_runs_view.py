@@ -3,6 +3,7 @@ Browse's step filter and refresh stamp, on a real SQLite store."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -134,12 +135,12 @@ def test_browse_filters_a_run_by_step_and_keeps_the_opened_row(run: tuple[Store,
     assert browse_tab.episode_filter(step="1.5").rollout_step is None
     assert "Not a whole number, ignored: step &#x27;1.5&#x27;" in browse_tab._bad_bounds({"step": "1.5"})
     [one] = store.list_episodes(flt, limit=1)
-    table, info, number = browse_tab.page(store, flt, None, 1, 25, selected=one.id)
+    table, info, number = browse_tab.page(store, flt, None, 1, 25, selected=one.id, columns=["step"])
     assert number == 1 and f"of {N} matching" in info
     assert table.count('class="rs-selected"') == 1 and f'data-id="{one.id}" tabindex="0" class="rs-selected"' in table
     assert table.count('<td class="c-step c-num">1</td>') == N
     values = browse_tab.step_filters(store, run_id, 1)
-    assert len(values) == 14 and values["run"].value == run_id and values["step"] == "1"
+    assert len(values) == 15 and values["run"].value == run_id and values["step"] == "1"
     assert browse_tab.episode_filter(**values | {"run": run_id}) == flt
 
 
@@ -238,3 +239,25 @@ def test_every_run_is_listed_with_what_it_ran_and_how_it_went(run: tuple[Store, 
         4, "math", "areal-math", "scripted", "finished")
     table = runs_table(store.run_overview())
     assert table.count("<tr data-run=") == 2 and f"<code>{launched}</code>" in table and "(38%)" in table
+
+
+def test_ticked_rows_are_tagged_starred_and_exported_together(run: tuple[Store, str]) -> None:
+    store, _ = run
+    ids = store.episode_ids(browse_tab.episode_filter())[:3]
+    message, path = browse_tab.bulk(store, {"bulk": "tag", "ids": ids, "tag": " look-here "})
+    assert "Tagged 3 episodes &#x27;look-here&#x27;" in message and path is None
+    assert store.count(browse_tab.episode_filter(tags=["look-here"])) == 3
+    message, _ = browse_tab.bulk(store, {"bulk": "star", "ids": ids[:2]})
+    assert "Starred 2 episodes" in message
+    assert sorted(store.episode_ids(browse_tab.episode_filter(starred="starred"))) == sorted(ids[:2])
+    browse_tab.bulk(store, {"bulk": "untag", "ids": ids[:1], "tag": "look-here"})
+    assert store.count(browse_tab.episode_filter(tags=["look-here"])) == 2
+    message, path = browse_tab.bulk(store, {"bulk": "export", "ids": ids, "format": "jsonl"})
+    assert path is not None and "Exported 3 ticked episodes as jsonl" in message
+    assert sorted(json.loads(line)["id"] for line in path.read_text().splitlines()) == sorted(ids)
+    # Nothing ticked, no tag, an unknown id: a sentence, and nothing changes.
+    assert "No rows are ticked" in browse_tab.bulk(store, {"bulk": "star", "ids": []})[0]
+    assert "Type a tag" in browse_tab.bulk(store, {"bulk": "tag", "ids": ids, "tag": " "})[0]
+    message, _ = browse_tab.bulk(store, {"bulk": "star", "ids": [ids[2], "nosuchepisode"]})
+    assert "rs-error" in message and "nosuchepisode" in message
+    assert sorted(store.episode_ids(browse_tab.episode_filter(starred="starred"))) == sorted(ids[:2])

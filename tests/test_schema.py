@@ -114,7 +114,8 @@ def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path)
     """The seven golden files hold the same 10 episodes: upgraded, they are equal field for field."""
     by_file = {name: {e.id: e.to_dict() for e in jsonl.read(GOLDEN / name)}
                for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl")}
-    for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite"):
+    for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
+                 "dbschema6.sqlite"):
         shutil.copy(GOLDEN / name, tmp_path / name)
         store = Store(tmp_path / name)
         try:

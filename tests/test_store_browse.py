@@ -7,6 +7,7 @@ saved, and compares.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import time
@@ -53,8 +54,11 @@ def all_ids(store: Store, flt: EpisodeFilter, order_by: str = "created_at", desc
         offset += page
 
 
-def _texts(e: Episode) -> str:
-    parts = [m.content for m in e.messages] + [e.reason] + [f.message for f in e.all_findings()]
+def _texts(e: Episode, context: bool = False) -> str:
+    """What a search looks in: the messages (system prompts and tool schemas with ``context`` only), tool
+    calls, errors, the verdict and the findings."""
+    parts = [m.content for m in e.messages if context or m.role != "system"] + [e.reason]
+    parts += [f.message for f in e.all_findings()] + ([json.dumps(t) for t in e.tools] if context else [])
     for t in e.turns:
         parts += [t.generation.text if t.generation else "", t.parse_error or ""]
         parts += [c.name for c in t.tool_calls]
@@ -101,6 +105,17 @@ def test_full_text_search_is_a_case_insensitive_substring_of_what_people_read(
     want = ids_where(records, lambda e: text.lower() in _texts(e))
     assert store.count(EpisodeFilter(text=text)) == len(want)
     assert set(all_ids(store, EpisodeFilter(text=text))) == want
+
+
+@pytest.mark.parametrize("text", ["You are the retail agent", "You are the math agent", "agent"])
+def test_system_prompts_are_searched_only_when_asked(store: Store, records: list[Episode], text: str) -> None:
+    # The same policy text is in every episode of an env: by default a search does not match on it.
+    mentions = ids_where(records, lambda e: text.lower() in _texts(e))
+    everywhere = ids_where(records, lambda e: text.lower() in _texts(e, context=True))
+    assert len(everywhere) > len(mentions)
+    assert set(all_ids(store, EpisodeFilter(text=text))) == mentions
+    assert set(all_ids(store, EpisodeFilter(text=text, search_context=True))) == everywhere
+    assert EpisodeFilter.from_where([f"text_all={text}"]) == EpisodeFilter(text=text, search_context=True)
 
 
 def test_search_finds_the_needle_and_not_the_json(store: Store, records: list[Episode]) -> None:

@@ -146,13 +146,14 @@ def test_every_migration_is_applied_once_and_recorded(tmp_path):
 
 
 @pytest.mark.parametrize("golden, first", [("dbschema2.sqlite", "0003_diagnosis"), ("dbschema3.sqlite", "0004_browse_index"),
-                                           ("dbschema4.sqlite", "0007_rollout_steps")])
+                                           ("dbschema4.sqlite", "0007_rollout_steps"),
+                                           ("dbschema5.sqlite", "0009_search_context")])
 def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golden, first):
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
     before = sqlite3.connect(path)
     n = before.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
-    packed = golden == "dbschema4.sqlite"
+    packed = golden in ("dbschema4.sqlite", "dbschema5.sqlite")
     raw = {r[0]: r[1:] for r in before.execute(
         f"SELECT episode_id, {'packed' if packed else 'ids, loss_mask, logprobs, versions'} FROM tokens")}
     before.close()
@@ -160,7 +161,7 @@ def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golde
     names = [m.name for m in migrations.MIGRATIONS]
     assert store.applied == names[names.index(first):]
     # The steps the file had are recorded as applied by the earlier version (before the table existed: no time).
-    had_table = golden == "dbschema4.sqlite"
+    had_table = golden in ("dbschema4.sqlite", "dbschema5.sqlite")
     assert [(n, t is None) for n, t in migrations.history(store.db)][: names.index(first)] == \
         [(n, not had_table or n < "0004") for n in names[: names.index(first)]]
     assert store.count() == n
@@ -192,14 +193,14 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
     assert "0005_run_pids" in done and "0006_packed_tokens" not in done  # the steps before it stay done
     monkeypatch.undo()
     store = Store(path)
-    assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files"]
+    assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files", "0009_search_context"]
     assert store.count() == 10
     store.close()
 
 
 def test_a_database_of_this_schema_opens_with_nothing_to_apply(tmp_path):
     path = tmp_path / "now.sqlite"
-    shutil.copy(GOLDEN / "dbschema5.sqlite", path)
+    shutil.copy(GOLDEN / "dbschema6.sqlite", path)
     store = Store(path, read_only=True)  # nothing pending: a read-only copy opens
     assert store.count() == 10 and migrations.pending(store.db) == []
     store.close()
@@ -233,3 +234,16 @@ def test_a_read_only_copy_of_an_older_file_names_the_steps_it_lacks(tmp_path):
     shutil.copy(GOLDEN / "dbschema3.sqlite", path)
     with pytest.raises(StoreError, match="0004_browse_index, 0005_run_pids, 0006_packed_tokens"):
         Store(path, read_only=True)
+
+
+def test_a_database_indexed_before_search_scopes_leaves_system_prompts_out_after_its_first_open(tmp_path):
+    path = tmp_path / "old.sqlite"
+    shutil.copy(GOLDEN / "dbschema5.sqlite", path)
+    store = Store(path)
+    assert "0009_search_context" in store.applied
+    [first, *_] = store.list_episodes(EpisodeFilter(env="retail"))
+    phrase = next(m.content for m in store.get_episode(first.id).messages if m.role == "system")[:40]
+    n_retail = store.count(EpisodeFilter(env="retail"))
+    assert store.count(EpisodeFilter(text=phrase, env="retail")) == 0
+    assert store.count(EpisodeFilter(text=phrase, env="retail", search_context=True)) == n_retail
+    store.close()

@@ -48,6 +48,11 @@ class Generating:
     tokens: int = 0
     text: str = ""
     first_token_s: float | None = None
+    prefill: tuple[int, int, int] | None = None  # (prompt tokens read, of how many, from the cache), local model
+
+    def prefilled(self, done: int, total: int, cached: int) -> None:
+        """The backend's prefill hook (called from the model's thread)."""
+        self.prefill = (done, total, cached)
 
     def progress(self, tokens: int, text: str) -> None:
         """The backend's progress hook (called from the model's thread)."""
@@ -148,7 +153,8 @@ class Sessions:
             if session.generating is not None and session.generating.running:
                 raise ConfigError("a generation is already running: wait for it, or Cancel it")
             run = Generating(concurrent.futures.Future(), session.hand.turn)
-            run.future = self.loop.submit(session.hand.generate(on_progress=run.progress))
+            run.future = self.loop.submit(session.hand.generate(on_progress=run.progress,
+                                                                        on_prefill=run.prefilled))
             session.generating = run
         return session, run
 

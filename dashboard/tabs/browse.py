@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -23,10 +25,10 @@ from ..assets import script
 from ..background.jobs import DemoJobs
 from ..gradio_glue import Outputs, event_data, html
 from ..views import charts
+from ..views.browse import DEFAULT_COLUMNS, OPTIONAL_COLUMNS, render_run_notes, render_table
 from ..views.browse import offer as demo_offer
 from ..views.browse import present as demo_present
 from ..views.browse import progress as demo_progress
-from ..views.browse import render_run_notes, render_table
 from ..views.html import note
 
 PAGE_SIZES = [25, 50, 100, 200]
@@ -58,13 +60,14 @@ def episode_filter(
     text: str | None = None, env: str | None = None, task: str | None = None, status: list[str] | None = None,
     run: str | None = None, reward_min: Any = None, reward_max: Any = None, turns_min: Any = None,
     turns_max: Any = None, tags: list[str] | None = None, starred: str | None = None, source: str | None = None,
-    findings: str | None = None, step: Any = None,
+    findings: str | None = None, step: Any = None, search_context: Any = False,
 ) -> EpisodeFilter:
     """The store filter for the filter controls' values (``all``/empty means no filter)."""
     kind = _opt(findings)
     t_min, t_max, step_no = _num(turns_min), _num(turns_max), _num(step)
     return EpisodeFilter(
         text=(text or "").strip() or None,
+        search_context=bool(search_context),
         env=_opt(env),
         task_id=_opt(task),
         status=tuple(s for s in (status or []) if s and s != ALL),
@@ -90,9 +93,10 @@ def _sort(sort: Any) -> tuple[str, bool]:
 
 
 def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: Any = PAGE_SIZE,
-         selected: str | None = None) -> tuple[str, str, int]:
-    """(table HTML, info HTML, clamped 1-based page number) for one page of the filtered, sorted episodes;
-    the row of ``selected`` (the episode last opened) stays marked."""
+         selected: str | None = None, columns: Sequence[str] | None = None) -> tuple[str, str, int]:
+    """(table HTML, info HTML, clamped 1-based page number) for one page of the filtered, sorted episodes,
+    with the key columns and the chosen ``columns``; the row of ``selected`` (the episode last opened) stays
+    marked."""
     by, desc = _sort(sort)
     size = int(page_size) if page_size in PAGE_SIZES else PAGE_SIZE
     start = time.perf_counter()
@@ -103,7 +107,7 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
         rows = store.list_episodes(flt, order_by=by, descending=desc, limit=size, offset=(number - 1) * size)
         run_level = store.run_level_kinds([r.run_id for r in rows if r.run_id])
     except RollscopeError as e:
-        return render_table([], by, desc, "—"), note(str(e), "error"), 1
+        return render_table([], by, desc, "—", columns=columns), note(str(e), "error"), 1
     ms = (time.perf_counter() - start) * 1000
     if total:
         first = (number - 1) * size + 1
@@ -111,7 +115,8 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
         of_all = f" (of {everything:,})" if everything != total else ""
         info = note(
             f"Episodes {first:,}–{first + len(rows) - 1:,} of {total:,} matching{of_all} · page {number:,} of {last:,}"
-            f" · sorted by {by} {'▼' if desc else '▲'} · {ms:.0f} ms · click a row to open it, a header to sort"
+            f" · sorted by {by} {'▼' if desc else '▲'} · {ms:.0f} ms · click a row to open it, a header to sort,"
+            " tick rows to act on them together"
         )
         empty = ""
     elif store.count() == 0:
@@ -121,7 +126,8 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
     else:
         empty = "No episode matches these filters."
         info = note(empty)
-    return render_table(rows, by, desc, empty, run_level, selected), info + render_run_notes(run_level), number
+    table = render_table(rows, by, desc, empty, run_level, selected, columns)
+    return table, info + render_run_notes(run_level), number
 
 
 def figures(store: Store, flt: EpisodeFilter) -> dict[str, Any]:
@@ -154,18 +160,22 @@ class BrowseTab:
     """The Browse tab's components.
 
     ``table`` is a ``gr.HTML`` whose ``click`` event carries ``{"open": id}``
-    when a row is chosen (the app wires that to the Episode tab) or
-    ``{"sort": column}`` for a header (handled here). ``shown`` holds the
-    values the table was last drawn with (filters, sort, page, page size), so
-    a refresh redraws what the user asked for, not a half-typed filter.
+    when a row is chosen (the app wires that to the Episode tab),
+    ``{"sort": column}`` for a header, or ``{"bulk": action, "ids": [...]}``
+    for the ticked rows (both handled here). ``shown`` holds the values the
+    table was last drawn with (filters, sort, page, page size, columns), so a
+    refresh redraws what the user asked for, not a half-typed filter.
     """
 
     filters: Outputs  # named as ``episode_filter``'s arguments
     apply: gr.Button
     reset: gr.Button
     refresh: gr.Button
+    more: gr.Accordion  # the filters past the first row, and the column chooser
+    columns: gr.Dropdown  # optional columns shown beside the key ones
     info: gr.HTML
     table: gr.HTML
+    bulk_file: gr.File  # the file "Export ticked" wrote, downloaded at once and kept for another download
     prev: gr.Button
     next: gr.Button
     page_box: gr.Number
@@ -180,13 +190,14 @@ class BrowseTab:
 
     @property
     def inputs(self) -> list[Any]:
-        """What drawing the table reads: the filters, then sort, page, page size and the row last opened."""
-        return [*self.filters, self.sort, self.page_box, self.page_size, self.selected]
+        """What drawing the table reads: the filters, then sort, page, page size, the row last opened and the
+        columns."""
+        return [*self.filters, self.sort, self.page_box, self.page_size, self.selected, self.columns]
 
     @property
     def outputs(self) -> Outputs:
         """What drawing the table shows (``_drawn``)."""
-        return Outputs(table=self.table, info=self.info, page_box=self.page_box, shown=self.shown)
+        return Outputs(table=self.table, info=self.info, page_box=self.page_box, shown=self.shown, more=self.more)
 
     @property
     def choice_outputs(self) -> Outputs:
@@ -209,16 +220,19 @@ class BrowseTab:
 
     def wire_request(self, store: Store, request: gr.State, tabs: gr.Tabs) -> None:
         """Show Browse when ``request`` is set to ``{"run", "step"}``: that run's episodes of that rollout step,
-        every other filter cleared."""
-        out = Outputs(tabs=tabs) + self.filters + Outputs(sort=self.sort, page_box=self.page_box)
+        every other filter cleared, and the step column shown."""
+        out = Outputs(tabs=tabs) + self.filters + Outputs(sort=self.sort, page_box=self.page_box, columns=self.columns,
+                                                          more=self.more)
 
-        def apply(req: Any) -> list[Any]:
+        def apply(req: Any, columns: Any) -> list[Any]:
             if not isinstance(req, dict) or not req.get("run"):
                 return out.skip()
+            shown = list(DEFAULT_COLUMNS if columns is None else columns)
             return out.values(tabs=gr.Tabs(selected="browse"), **step_filters(store, str(req["run"]), req.get("step")),
-                              sort=dict(DEFAULT_SORT), page_box=1)
+                              sort=dict(DEFAULT_SORT), page_box=1, more=gr.Accordion(open=True),
+                              columns=shown if "step" in shown else [*shown, "step"])
 
-        request.change(apply, inputs=[request], outputs=out.components).then(
+        request.change(apply, inputs=[request, self.columns], outputs=out.components).then(
             _show(store, self), inputs=self.inputs, outputs=self.outputs.components
         ).then(_charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
 
@@ -226,7 +240,8 @@ class BrowseTab:
 def cleared_filters() -> dict[str, Any]:
     """Every filter control's value for "no filter", by name."""
     return {"text": "", "env": ALL, "task": ALL, "status": [], "run": ALL, "reward_min": "", "reward_max": "",
-            "turns_min": "", "turns_max": "", "tags": [], "starred": "any", "source": ALL, "findings": ALL, "step": ""}
+            "turns_min": "", "turns_max": "", "tags": [], "starred": "any", "source": ALL, "findings": ALL, "step": "",
+            "search_context": False}
 
 
 def step_filters(store: Store, run: str, step: Any) -> dict[str, Any]:
@@ -251,21 +266,35 @@ def _bad_bounds(filter_values: dict[str, Any]) -> str:
     return out
 
 
+MORE = ("task", "run", "reward_min", "reward_max", "turns_min", "turns_max", "starred", "source", "step",
+        "search_context")
+
+
+def more_label(filter_values: dict[str, Any]) -> str:
+    """The fold's title: what it holds, and how many of its filters are set, so a set filter is never hidden
+    without a word."""
+    cleared = cleared_filters()
+    n = sum(1 for name in MORE if str(filter_values.get(name) or "").strip() not in ("", "False", str(cleared[name])))
+    return "More filters and columns" + (f" · {n} filter{'s' if n != 1 else ''} set here" if n else "")
+
+
 def _drawn(store: Store, filter_values: dict[str, Any], sort: Any, number: Any, size: Any,
-           selected: Any) -> dict[str, Any]:
-    """Values for ``BrowseTab.outputs``: the table drawn with these filters (by name), sort, page and page size."""
-    table, info, number = page(store, episode_filter(**filter_values), sort, number, size, selected)
+           selected: Any, columns: Any = None) -> dict[str, Any]:
+    """Values for ``BrowseTab.outputs``: the table drawn with these filters (by name), sort, page, page size and
+    columns."""
+    table, info, number = page(store, episode_filter(**filter_values), sort, number, size, selected, columns)
     return {"table": table, "info": _bad_bounds(filter_values) + info, "page_box": number,
-            "shown": {"filters": filter_values, "sort": sort, "page": number, "size": size}}
+            "shown": {"filters": filter_values, "sort": sort, "page": number, "size": size, "columns": columns},
+            "more": gr.Accordion(label=more_label(filter_values))}
 
 
 def _show(store: Store, tab: BrowseTab, delta: int = 0, first: bool = False) -> Any:
     out = tab.outputs
 
     def show(*values: Any) -> list[Any]:
-        *filter_values, sort, page_no, size, selected = values
+        *filter_values, sort, page_no, size, selected, columns = values
         number = 1 if first else int(_num(page_no) or 1) + delta
-        return out.values(**_drawn(store, tab.filters.read(filter_values), sort, number, size, selected))
+        return out.values(**_drawn(store, tab.filters.read(filter_values), sort, number, size, selected, columns))
     return show
 
 
@@ -281,42 +310,98 @@ def _bound(label: str, elem_id: str) -> gr.Textbox:
     return gr.Textbox(label=label, placeholder="any", max_lines=1, min_width=90, scale=1, elem_id=elem_id)
 
 
+BULK_ACTIONS = ("tag", "untag", "star", "unstar", "export")
+MAX_BULK = 10_000
+
+
+def bulk(store: Store, data: dict[str, Any]) -> tuple[str, Path | None]:
+    """Do what ``browse_table.js`` asked for the ticked rows: ``{"bulk": action, "ids": [...], "tag": ...,
+    "format": ...}``. (a note saying what was done, the exported file or None). Every id is checked before
+    anything changes, and a change is one transaction (``Store.curate``)."""
+    action = str(data.get("bulk") or "")
+    raw = data.get("ids")
+    ids = [str(i) for i in raw if isinstance(i, str) and i] if isinstance(raw, list) else []
+    if action not in BULK_ACTIONS:
+        return note(f"unknown action {action!r}", "error"), None
+    if not ids:
+        return note("No rows are ticked: tick the rows to act on (the box in the header ticks the whole page).",
+                    "warn"), None
+    if len(ids) > MAX_BULK:
+        return note(f"{len(ids):,} rows ticked: at most {MAX_BULK:,} at once; use Export with a filter or "
+                    "`rollscope tag --where`", "error"), None
+    n = len(ids)
+    rows = f"{n:,} episode{'s' if n != 1 else ''}"
+    try:
+        if action == "export":
+            from .export import write
+
+            fmt = str(data.get("format") or "jsonl")
+            path, written = write(store, EpisodeFilter(ids=tuple(store.resolve_id(i) for i in ids)), fmt)
+            return note(f"Exported {written:,} ticked episode{'s' if written != 1 else ''} as {fmt}: {path.name} "
+                        "(downloading; the link below downloads it again)", "ok"), path
+        if store.read_only:
+            return note(f"{store.path} is open read-only: nothing changed", "error"), None
+        if action in ("tag", "untag"):
+            tag = str(data.get("tag") or "").strip()
+            if not tag:
+                return note("Type a tag in the box beside Tag first.", "warn"), None
+            add, remove = ([tag], []) if action == "tag" else ([], [tag])
+            store.curate(ids, add_tags=add, remove_tags=remove)
+            return note(f"{'Tagged' if action == 'tag' else 'Untagged'} {rows} {tag!r}", "ok"), None
+        store.curate(ids, starred=action == "star")
+        return note(f"{'Starred' if action == 'star' else 'Unstarred'} {rows}", "ok"), None
+    except RollscopeError as e:
+        return note(str(e), "error"), None
+
+
+# One click exports and downloads: browse_table.js marks the export (download_mark.js's record, under this key),
+# and once the table's click has put a new file in the file component, download_new.js clicks its link.
+DOWNLOAD = {"ROOT": "#rs-bulk-file", "KEY": "rsBrowseExport", "MESSAGE": "#rs-browse-info"}
+
+
 def build(store: Store) -> BrowseTab:
     """Lay out the Browse tab inside the current Blocks context and wire filters, sorting and paging.
 
     Opening a row is wired by the app, which knows the Episode tab.
     """
-    with gr.Accordion("Filters", open=True, elem_id="rs-browse-filters"):
+    with gr.Row(equal_height=True, elem_id="rs-browse-filters"):
+        text = gr.Textbox(label="search messages, tool calls and errors", placeholder="text (Enter to search)",
+                          scale=3, min_width=220, elem_id="rs-filter-text", max_lines=1)
+        env = gr.Dropdown([ALL], value=ALL, label="env", scale=1, min_width=110, elem_id="rs-filter-env")
+        status = gr.Dropdown([s.value for s in Status], value=[], multiselect=True, label="status", scale=2,
+                             min_width=150, elem_id="rs-filter-status")
+        findings = gr.Dropdown([("any", ALL)], value=ALL, label="findings", scale=2, min_width=160,
+                               elem_id="rs-filter-findings")
+        tags = gr.Dropdown([], value=[], multiselect=True, label="tags (all of)", scale=2, min_width=140,
+                           elem_id="rs-filter-tags")
+        with gr.Column(scale=0, min_width=110, elem_classes="rs-filter-buttons"):
+            apply = gr.Button("Apply", variant="primary", size="sm", elem_id="rs-apply")
+            reset = gr.Button("Reset", size="sm", elem_id="rs-reset")
+    with gr.Accordion(more_label({}), open=False, elem_id="rs-browse-more") as more:
         with gr.Row(equal_height=True):
-            text = gr.Textbox(label="search message contents", placeholder="text in any message, tool call or error "
-                              "(Enter to search)", scale=4, elem_id="rs-filter-text", max_lines=1)
-            env = gr.Dropdown([ALL], value=ALL, label="env", scale=1, min_width=120, elem_id="rs-filter-env")
             task = gr.Dropdown([ALL], value=ALL, label="task", scale=2, min_width=140, allow_custom_value=True,
                                elem_id="rs-filter-task")
-            status = gr.Dropdown([s.value for s in Status], value=[], multiselect=True, label="status", scale=2,
-                                 min_width=160, elem_id="rs-filter-status")
-            run = gr.Dropdown([ALL], value=ALL, label="run", scale=1, min_width=120, elem_id="rs-filter-run")
-        with gr.Row(equal_height=True):
+            run = gr.Dropdown([ALL], value=ALL, label="run", scale=2, min_width=140, elem_id="rs-filter-run")
             # Textboxes, not gr.Number: an empty Number arrives as 0, and
             # "no bound" must stay distinguishable from a bound of 0.
             reward_min = _bound("reward ≥", "rs-filter-reward-min")
             reward_max = _bound("reward ≤", "rs-filter-reward-max")
             turns_min = _bound("turns ≥", "rs-filter-turns-min")
             turns_max = _bound("turns ≤", "rs-filter-turns-max")
-            tags = gr.Dropdown([], value=[], multiselect=True, label="tags (all of)", scale=2, min_width=140,
-                               elem_id="rs-filter-tags")
             starred = gr.Dropdown(list(STARRED), value="any", label="starred", min_width=110, elem_id="rs-filter-starred")
             source = gr.Dropdown([ALL], value=ALL, label="source", min_width=100, elem_id="rs-filter-source")
-            findings = gr.Dropdown([("any", ALL)], value=ALL, label="findings", scale=2, min_width=160,
-                                   elem_id="rs-filter-findings")
             step = _bound("rollout step", "rs-filter-step")
-        with gr.Row(elem_classes="rs-actions"):
-            apply = gr.Button("Apply filters", variant="primary", scale=0, min_width=140, elem_id="rs-apply")
-            reset = gr.Button("Reset", scale=0, min_width=90, elem_id="rs-reset")
-            refresh = gr.Button("Refresh", scale=0, min_width=90, elem_id="rs-refresh")
+        with gr.Row(equal_height=True):
+            search_context = gr.Checkbox(False, label="search system prompts and tool schemas too", scale=2,
+                                         min_width=200, elem_id="rs-filter-search-context")
+            columns = gr.Dropdown(list(OPTIONAL_COLUMNS), value=list(DEFAULT_COLUMNS), multiselect=True,
+                                  label="more columns (beside id, env, task, status, reason, reward and diagnosis)",
+                                  scale=4, elem_id="rs-columns")
+            refresh = gr.Button("Refresh", scale=0, min_width=100, elem_id="rs-refresh")
     info = html(note("Loading…"), "rs-browse-info")
     demo = demo_controls(store)
     table = html(render_table([], DEFAULT_SORT["by"], True, "Loading…"), "rs-episode-table", script("browse_table"))
+    bulk_file = gr.File(label="exported (ticked rows)", visible=False, interactive=False, elem_id="rs-bulk-file")
     with gr.Row(elem_classes="rs-pager", equal_height=True):
         prev = gr.Button("◀ Prev", scale=0, min_width=100, elem_id="rs-prev")
         page_box = gr.Number(1, show_label=False, container=False, precision=0, minimum=1, scale=0, min_width=90,
@@ -333,9 +418,9 @@ def build(store: Store) -> BrowseTab:
                     plots.append(gr.Plot(show_label=False, elem_id=f"rs-chart-{row * 3 + col}", min_width=300))
     filters = Outputs(text=text, env=env, task=task, status=status, run=run, reward_min=reward_min,
                       reward_max=reward_max, turns_min=turns_min, turns_max=turns_max, tags=tags, starred=starred,
-                      source=source, findings=findings, step=step)
-    tab = BrowseTab(filters, apply, reset, refresh, info, table, prev, nxt, page_box, page_size, sort, plots,
-                    gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S), demo)
+                      source=source, findings=findings, step=step, search_context=search_context)
+    tab = BrowseTab(filters, apply, reset, refresh, more, columns, info, table, bulk_file, prev, nxt, page_box,
+                    page_size, sort, plots, gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S), demo)
     drawn = tab.outputs
 
     def refilter(trigger: Any) -> None:
@@ -345,12 +430,13 @@ def build(store: Store) -> BrowseTab:
 
     for control in (apply.click, text.submit, reward_min.submit, reward_max.submit, turns_min.submit,
                     turns_max.submit, step.submit, env.input, task.input, status.input, run.input, tags.input,
-                    starred.input, source.input, findings.input):
+                    starred.input, source.input, findings.input, search_context.input):
         refilter(control)
     prev.click(_show(store, tab, -1), inputs=tab.inputs, outputs=drawn.components)
     nxt.click(_show(store, tab, +1), inputs=tab.inputs, outputs=drawn.components)
     page_box.submit(_show(store, tab), inputs=tab.inputs, outputs=drawn.components)
     page_size.input(_show(store, tab, first=True), inputs=tab.inputs, outputs=drawn.components)
+    columns.input(_show(store, tab), inputs=tab.inputs, outputs=drawn.components)
     cleared = filters + Outputs(sort=sort, page_box=page_box)
 
     def defaults() -> list[Any]:
@@ -362,11 +448,17 @@ def build(store: Store) -> BrowseTab:
     refresh.click(lambda: tab.choice_outputs.values(**choices(store)), outputs=tab.choice_outputs.components).then(
         _show(store, tab), inputs=tab.inputs, outputs=drawn.components
     ).then(_charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components)
-    clicked = drawn + Outputs(sort=sort, selected=tab.selected)
+    clicked = drawn + Outputs(sort=sort, selected=tab.selected, bulk_file=bulk_file, tags=tags)
 
     def on_table_click(evt: gr.EventData, *values: Any) -> list[Any]:
-        *filter_values, sort_v, _page, size, selected = values
+        *filter_values, sort_v, page_no, size, selected, cols = values
         data = event_data(evt)
+        if data.get("bulk"):
+            message, path = bulk(store, data)
+            shown = _drawn(store, filters.read(filter_values), sort_v, page_no, size, selected, cols)
+            shown["info"] = message + shown["info"]
+            file = gr.File(value=str(path), visible=True) if path else gr.skip()
+            return clicked.values(**shown, bulk_file=file, tags=choices(store)["tags"])
         column = data.get("sort")
         if column not in SORTABLE:
             # A row click: the app opens it; the row stays marked when the table is drawn again.
@@ -375,9 +467,10 @@ def build(store: Store) -> BrowseTab:
         # A second click on the sorted column flips it; a new column starts
         # with the order usually wanted (highest, newest first; names A to Z).
         new = {"by": column, "desc": (not desc) if column == by else column not in ("id", "env", "task_id")}
-        return clicked.values(**_drawn(store, filters.read(filter_values), new, 1, size, selected), sort=new)
+        return clicked.values(**_drawn(store, filters.read(filter_values), new, 1, size, selected, cols), sort=new)
 
-    table.click(on_table_click, inputs=tab.inputs, outputs=clicked.components)
+    table.click(on_table_click, inputs=tab.inputs, outputs=clicked.components).then(
+        None, js=script("download_new", **DOWNLOAD))
     ticked = Outputs(stamp=tab.stamp) + tab.choice_outputs + drawn + tab.chart_outputs
 
     def on_tick(stamp: Any, shown: Any, selected: Any) -> list[Any]:
@@ -385,7 +478,7 @@ def build(store: Store) -> BrowseTab:
         if now == stamp or not shown:
             return ticked.skip()
         number = shown["page"]
-        values = _drawn(store, shown["filters"], shown["sort"], number, shown["size"], selected)
+        values = _drawn(store, shown["filters"], shown["sort"], number, shown["size"], selected, shown.get("columns"))
         if values["page_box"] == number:
             del values["page_box"]
         return ticked.values(stamp=now, **choices(store), **values, **figures(store, episode_filter(**shown["filters"])))

@@ -25,6 +25,7 @@ from ..views.tokens import token_view
 from . import playback as playback_tab
 
 EMPTY = note("No episode selected: pick a row in Browse, or enter an episode id above.")
+CHART_OPEN_TURNS = 6  # the per-turn chart is folded for episodes of this many turns or fewer
 HEAT, MISMATCH, SPECIAL = "logprob heat map", "logprob mismatch heat map", "special tokens"
 
 
@@ -45,6 +46,7 @@ class EpisodeTab:
     saved: gr.HTML
     header: gr.HTML
     chart: gr.Plot
+    chart_box: gr.Accordion  # folded for short episodes
     findings: gr.HTML
     conversation: gr.HTML
     toggles: gr.CheckboxGroup
@@ -58,7 +60,7 @@ class EpisodeTab:
     @property
     def outputs(self) -> Outputs:
         return Outputs(id_box=self.id_box, header=self.header, findings=self.findings, conversation=self.conversation,
-                       tokens=self.tokens, chart=self.chart, current=self.current, starred=self.starred,
+                       tokens=self.tokens, chart=self.chart, chart_box=self.chart_box, current=self.current, starred=self.starred,
                        star_button=self.star_button, tags=self.tags, note=self.note, fork_turn=self.fork_turn,
                        saved=self.saved)
 
@@ -90,6 +92,7 @@ def _tags_update(choices: list[str], value: list[str]) -> gr.Dropdown:
 
 def _blank(header: str, episode_id: str = "") -> dict[str, Any]:
     return {"id_box": episode_id, "header": header, "findings": "", "conversation": "", "tokens": "", "chart": None,
+            "chart_box": gr.Accordion(open=False),
             "current": None, "starred": False, "star_button": gr.Button(_star_label(False)),
             "tags": _tags_update([], []), "note": "", "fork_turn": gr.Dropdown(choices=[], value=None), "saved": ""}
 
@@ -113,6 +116,7 @@ def view(store: Store, episode_id: str | None) -> dict[str, Any]:
         "conversation": fresh(views.render_conversation(ep)),
         "tokens": fresh(token_view(ep)),
         "chart": charts.turn_chart(ep),
+        "chart_box": gr.Accordion(open=ep.n_turns > CHART_OPEN_TURNS),
         "current": ep.id,
         "starred": ep.starred,
         "star_button": gr.Button(_star_label(ep.starred)),
@@ -136,39 +140,44 @@ def build(store: Store) -> EpisodeTab:
         )
         open_button = gr.Button("Open", scale=0, min_width=90, variant="primary", elem_id="rs-episode-open")
         star_button = gr.Button(_star_label(False), scale=0, min_width=120, elem_id="rs-star")
-    with gr.Row(equal_height=True, elem_classes="rs-annotate"):
-        tags = gr.Dropdown([], value=[], multiselect=True, allow_custom_value=True, label="tags (pick or type + Enter)",
-                           scale=2, min_width=220, elem_id="rs-tags")
-        note_box = gr.Textbox(label="note", placeholder="what is interesting here", scale=3, min_width=260,
-                              max_lines=3, elem_id="rs-note")
-        with gr.Column(scale=0, min_width=190, elem_classes="rs-save-col"):
-            save_button = gr.Button("Save tags & note", min_width=180, elem_id="rs-save")
-            saved = html("", "rs-saved")
-    header = html(EMPTY, "rs-episode-header")
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3, min_width=420):
-            chart = gr.Plot(show_label=False, elem_id="rs-turn-chart")
+    with gr.Row(equal_height=False, elem_classes="rs-ep-top"):
+        with gr.Column(scale=3, min_width=520):
+            header = html(EMPTY, "rs-episode-header")
         with gr.Column(scale=2, min_width=360):
             findings = html("", "rs-episode-findings", script("tokens"))
-    panel = playback_tab.build(store)
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=420):
-            with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
-                html('<h4 class="rs-h">Turn timeline</h4>')
-                fork_turn = gr.Dropdown([], value=None, label="turn", show_label=False, container=False, scale=0,
-                                        min_width=90, elem_id="rs-fork-turn")
-                fork_button = gr.Button("Fork from this turn", scale=0, min_width=200, elem_id="rs-fork")
-            conversation = html("", "rs-episode-conversation", script("tokens", "fork_link"))
-        with gr.Column(scale=1, min_width=420):
-            with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
-                html('<h4 class="rs-h">Tokens</h4>')
-                toggles = gr.CheckboxGroup([HEAT, MISMATCH, SPECIAL], value=[SPECIAL], show_label=False,
-                                           container=False, elem_id="rs-token-toggles", scale=3)
-            tokens = html("", "rs-episode-tokens", script("tokens"))
+            with gr.Accordion("Tags and note", open=False, elem_id="rs-annotate-box"):
+                tags = gr.Dropdown([], value=[], multiselect=True, allow_custom_value=True,
+                                   label="tags (pick or type + Enter)", elem_id="rs-tags")
+                note_box = gr.Textbox(label="note", placeholder="what is interesting here", max_lines=3, elem_id="rs-note")
+                with gr.Row(equal_height=True, elem_classes="rs-annotate"):
+                    save_button = gr.Button("Save tags & note", scale=0, min_width=180, elem_id="rs-save")
+                    saved = html("", "rs-saved")
+    token_parts: dict[str, Any] = {}
+
+    def token_column() -> None:
+        # Beside the turn card: the token view, where playback outlines the turn's tokens.
+        with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
+            html('<h4 class="rs-h">Tokens</h4>')
+            token_parts["toggles"] = gr.CheckboxGroup([HEAT, MISMATCH, SPECIAL], value=[SPECIAL], show_label=False,
+                                                      container=False, elem_id="rs-token-toggles", scale=3)
+        token_parts["tokens"] = html("", "rs-episode-tokens", script("tokens"))
+
+    panel = playback_tab.build(store, beside=token_column)
+    toggles, tokens = token_parts["toggles"], token_parts["tokens"]
+    with gr.Accordion("Per turn: reward, return, findings, tokens, logprob", open=False,
+                      elem_id="rs-turn-chart-box") as chart_box:
+        chart = gr.Plot(show_label=False, elem_id="rs-turn-chart")
+    with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
+        html('<h4 class="rs-h">Turn timeline</h4>')
+        fork_turn = gr.Dropdown([], value=None, label="turn", show_label=False, container=False, scale=0,
+                                min_width=90, elem_id="rs-fork-turn")
+        fork_button = gr.Button("Fork from this turn", scale=0, min_width=200, elem_id="rs-fork")
+    conversation = html("", "rs-episode-conversation", script("tokens", "fork_link"))
     current = gr.State(None)
     starred = gr.State(False)
-    tab = EpisodeTab(id_box, open_button, star_button, tags, note_box, save_button, saved, header, chart, findings,
-                     conversation, toggles, tokens, fork_turn, fork_button, current, starred, panel)
+    tab = EpisodeTab(id_box, open_button, star_button, tags, note_box, save_button, saved, header, chart, chart_box,
+                     findings, conversation, toggles, tokens, fork_turn, fork_button, current, starred, panel)
+    chart_box.expand(None, js=script("resize_charts"))
     panel.wire(current)
 
     shown = tab.outputs

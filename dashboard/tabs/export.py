@@ -3,8 +3,9 @@
 The set is the current Browse selection (its filters, through the same
 ``EpisodeFilter``), the episodes with given tags, the starred ones, or a
 list of ids. Preview shows the count, the first rows and the start of the
-first record in the chosen format before anything is written; Export
-writes the file with the engine's exporters and offers it for download.
+first record in the chosen format before anything is written; "Export and
+download" writes the file with the engine's exporters and downloads it in the
+same click (the file stays offered below until the choice changes).
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def write(store: Store, flt: EpisodeFilter, fmt: str) -> tuple[Path, int]:
     return path, written
 
 
+# One click exports and downloads: the link and message before the click are remembered (download_mark.js), and
+# the file component's new link is clicked once the export has put it there (download_new.js).
+DOWNLOAD = {"ROOT": "#rs-export-file", "KEY": "rsExportBefore", "MESSAGE": "#rs-export-message"}
+
+
 def _size(n: int) -> str:
     if n < 1024:
         return f"{n:,} bytes"
@@ -128,7 +134,7 @@ class ExportTab:
     export: gr.Button
     view: gr.HTML
     message: gr.HTML
-    download: gr.DownloadButton
+    download: gr.File  # the file last written; hidden as soon as the choice changes
 
 
 def build(store: Store, browse_filters: Outputs | None = None,
@@ -152,10 +158,10 @@ def build(store: Store, browse_filters: Outputs | None = None,
         ids = gr.Textbox(label="episode ids", placeholder="id1, id2, … (unique prefixes are enough)", visible=False,
                          scale=3, elem_id="rs-export-ids", max_lines=3)
     with gr.Row(elem_classes="rs-actions"):
-        preview = gr.Button("Preview", variant="primary", scale=0, min_width=120, elem_id="rs-export-preview")
-        export = gr.Button("Export", scale=0, min_width=120, elem_id="rs-export-run")
-        download = gr.DownloadButton("⬇ Download", visible=False, scale=0, min_width=220, elem_id="rs-export-download")
+        export = gr.Button("⬇ Export and download", variant="primary", scale=0, min_width=220, elem_id="rs-export-run")
+        preview = gr.Button("Preview", scale=0, min_width=120, elem_id="rs-export-preview")
     message = html("", "rs-export-message")
+    download = gr.File(label="exported", visible=False, interactive=False, elem_id="rs-export-file")
     view = html(note("Choose what to export and press Preview: you see the count and the first records before "
                      "anything is written."), "rs-export-view", script("open_episode"))
     tab = ExportTab(source, tags, ids, fmt, preview, export, view, message, download)
@@ -167,6 +173,9 @@ def build(store: Store, browse_filters: Outputs | None = None,
 
     source.change(on_source, inputs=[source], outputs=[tags, ids])
     fmt.change(lambda f: gr.Dropdown(info=FORMAT_HELP.get(f, "")), inputs=[fmt], outputs=[fmt])
+    # A file written for another choice is not offered for this one.
+    for control in (source.input, fmt.input, tags.input, ids.input):
+        control(lambda: [gr.File(value=None, visible=False), ""], outputs=[download, message])
 
     def chosen(values: Sequence[Any]) -> tuple[EpisodeFilter, str, str]:
         src, fmt_v, tags_v, ids_v, *browse_v = values
@@ -186,11 +195,11 @@ def build(store: Store, browse_filters: Outputs | None = None,
             rows = store.list_episodes(flt, order_by="created_at", descending=False, limit=PREVIEW_ROWS)
             text = sample(store, flt, fmt_v) if n else ""
         except RollscopeError as e:
-            return previewed.values(message=note(str(e), "error"), download=gr.DownloadButton(visible=False))
-        msg = note(f"{n:,} episodes will be written as {fmt_v}: press Export." if n else "Nothing to export.",
-                   "info" if n else "warn")
+            return previewed.values(message=note(str(e), "error"), download=gr.File(visible=False))
+        msg = note(f"{n:,} episodes will be written as {fmt_v}: press Export and download." if n else
+                   "Nothing matches: nothing to export.", "info" if n else "warn")
         return previewed.values(view=export_preview(n, rows, text, what, fmt_v), message=msg,
-                                download=gr.DownloadButton(visible=False))
+                                download=gr.File(value=None, visible=False))
 
     preview.click(on_preview, inputs=inputs, outputs=previewed.components)
     exported = Outputs(message=message, download=download)
@@ -200,12 +209,14 @@ def build(store: Store, browse_filters: Outputs | None = None,
             flt, what, fmt_v = chosen(values)
             path, n = write(store, flt, fmt_v)
         except RollscopeError as e:
-            return exported.values(message=note(str(e), "error"), download=gr.DownloadButton(visible=False))
+            kind = "warn" if isinstance(e, ConfigError) else "error"
+            return exported.values(message=note(str(e), kind), download=gr.File(value=None, visible=False))
         size = path.stat().st_size
         return exported.values(
             message=note(f"Wrote {n:,} episode{'s' if n != 1 else ''} ({what}) as {fmt_v}: {path.name}, "
-                         f"{_size(size)}. Press Download to save it.", "ok"),
-            download=gr.DownloadButton(f"⬇ Download ({_size(size)})", value=str(path), visible=True))
+                         f"{_size(size)}: downloading (the link below downloads it again).", "ok"),
+            download=gr.File(value=str(path), visible=True))
 
-    export.click(on_export, inputs=inputs, outputs=exported.components)
+    export.click(None, js=script("download_mark", **DOWNLOAD)).then(
+        on_export, inputs=inputs, outputs=exported.components).then(None, js=script("download_new", **DOWNLOAD))
     return tab

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,8 +216,9 @@ class PlaybackPanel:
         self.replay.click(to_turn, inputs=[current], outputs=stepped.components, show_progress="hidden")
 
 
-def build(store: Store) -> PlaybackPanel:
-    """Lay out the playback controls, card and re-execution panel in the current Blocks context."""
+def build(store: Store, beside: Callable[[], Any] | None = None) -> PlaybackPanel:
+    """Lay out the playback controls, card and re-execution panel in the current Blocks context; ``beside``,
+    when given, lays out what sits in a column to the right of the card (the Episode tab's token view)."""
     with gr.Row(equal_height=True, elem_classes="rs-pb-controls", elem_id="rs-pb-controls"):
         html('<h4 class="rs-h">Playback</h4>')
         first = gr.Button("◀◀ First", scale=0, min_width=90, size="sm", elem_id="rs-pb-first")
@@ -227,6 +229,11 @@ def build(store: Store) -> PlaybackPanel:
         last = gr.Button("Last ▶▶", scale=0, min_width=90, size="sm", elem_id="rs-pb-last")
         reexecute = gr.Button("Re-execute", scale=0, min_width=130, size="sm", variant="secondary",
                               elem_id="rs-pb-reexec")
-    card = html(views.render_no_turns(None), "rs-pb-card", script("tokens", "playback"))
-    replay = html("", "rs-pb-replay", script("replay_turns"))
+    with gr.Row(equal_height=False, elem_classes="rs-pb-pair"):
+        with gr.Column(scale=1, min_width=420):
+            card = html(views.render_no_turns(None), "rs-pb-card", script("tokens", "playback"))
+            replay = html("", "rs-pb-replay", script("replay_turns"))
+        if beside is not None:
+            with gr.Column(scale=1, min_width=420):
+                beside()
     return PlaybackPanel(slider, first, prev, nxt, last, reexecute, card, replay, Episodes(store), gr.State(None))

@@ -77,7 +77,8 @@ class StepTab:
     save: gr.Button
     compare: gr.Button
     committed: gr.HTML
-    message: gr.HTML
+    message: gr.HTML  # under Generate, Commit and Save: what the last of them did
+    start_message: gr.HTML  # under Start: why a start or fork was refused
     key: gr.State
     start_box: gr.Accordion
     sessions: Sessions
@@ -91,12 +92,14 @@ class StepTab:
     @property
     def outputs(self) -> list[Any]:
         return [self.key, self.header, self.conversation, self.pending, self.text, self.parsed, self.user_reply,
-                self.committed, self.message, self.compare, self.generate, self.commit, self.start_box]
+                self.committed, self.message, self.compare, self.generate, self.commit, self.start_box,
+                self.start_message]
 
-    def error(self, message: str) -> list[Any]:
-        """Values for ``outputs`` that only show ``message``."""
+    def error(self, message: str, at_start: bool = False) -> list[Any]:
+        """Values for ``outputs`` that only show ``message``: under Start (``at_start``), else under the turn's
+        buttons."""
         out: list[Any] = [gr.skip()] * len(self.outputs)
-        out[self.outputs.index(self.message)] = rs.note(message, "error")
+        out[self.outputs.index(self.start_message if at_start else self.message)] = rs.note(message, "error")
         return out
 
     def open_fork(self, request: Any, *start_values: Any) -> list[Any]:
@@ -121,7 +124,7 @@ class StepTab:
             else:
                 session = self.sessions.start_new(env, task, preset, settings, who, backend, model)
         except RollscopeError as e:
-            return self.error(str(e))
+            return self.error(str(e), at_start=True)
         what = (f"Forked {session.hand.report.parent_id} at turn {session.hand.report.turn}." if session.hand.report
                 else "Started a new conversation.")
         return _view(session, message=rs.note(f"{what} Press Generate for the next assistant turn, or write it "
@@ -163,7 +166,7 @@ def _view(session: StepSession, *, message: str = "", reset_text: bool = False, 
     # Folding the start form after a start keeps the conversation on a laptop screen.
     start_box = gr.Accordion(open=False) if fold_start else gr.skip()
     return [session.key, header, conv, pending, text, parsed, reply, committed, message,
-            gr.Button(interactive=can_compare), gr.Button(interactive=live), gr.Button(interactive=live), start_box]
+            gr.Button(interactive=can_compare), gr.Button(interactive=live), gr.Button(interactive=live), start_box, ""]
 
 
 def build(store: Any, sessions: Sessions | None = None) -> StepTab:
@@ -193,7 +196,7 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
         loop = loop_controls("rs-step", "math", AUTO)
         backend = backend_controls("rs-step", mistake_rate=0.0)
         start = gr.Button("Start", variant="primary", scale=0, min_width=140, elem_id="rs-step-start")
-    message = gr.HTML("", elem_id="rs-step-message", apply_default_css=False, js_on_load=None)
+        start_message = gr.HTML("", elem_id="rs-step-start-message", apply_default_css=False, js_on_load=None)
     header = gr.HTML(rs.note("No conversation yet."), elem_id="rs-step-header", apply_default_css=False,
                      js_on_load=script("open_episode"))
     with gr.Row(equal_height=False):
@@ -217,11 +220,12 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
                 save = gr.Button("Save", scale=0, min_width=100, elem_id="rs-step-save")
                 compare = gr.Button("Compare with parent", scale=0, min_width=240, interactive=False,
                                     elem_id="rs-step-compare")
+            message = gr.HTML("", elem_id="rs-step-message", apply_default_css=False, js_on_load=None)
             committed = gr.HTML("", elem_id="rs-step-committed", apply_default_css=False, js_on_load=None)
     key = gr.State(None)
     tab = StepTab(mode, env, task, preset, loop, user, parent_id, fork_turn, user_url, backend, start, header,
                   conversation, generate, pending, text, parsed, user_reply, commit, save, compare, committed,
-                  message, key, start_box, sessions, store)
+                  message, start_message, key, start_box, sessions, store)
 
     user.change(lambda u: gr.Textbox(visible=str(u or "").endswith("llm")), inputs=[user], outputs=[user_url])
     mode.change(lambda m: [gr.Row(visible=m == NEW), gr.Row(visible=m == FORK), gr.Button("Fork" if m == FORK else "Start")],
@@ -258,7 +262,8 @@ def build(store: Any, sessions: Sessions | None = None) -> StepTab:
                 if run.elapsed > GENERATE_TIMEOUT_S:
                     run.future.cancel()
                     continue
-                yield [rs.generating(run.turn, run.tokens, run.text, run.elapsed, run.first_token_s),
+                yield [rs.generating(run.turn, run.tokens, run.text, run.elapsed, run.first_token_s,
+                                    run.prefill),
                        gr.skip(), gr.skip(), gr.skip()]
             except concurrent.futures.CancelledError:
                 why = "timed out" if run.elapsed > GENERATE_TIMEOUT_S else "was cancelled"

@@ -16,24 +16,31 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine import DEMO_PARTS, DemoPart, DemoReport, EpisodeSummary
+from engine import DEMO_PARTS, EXPORTERS, DemoPart, DemoReport, EpisodeSummary
 
 from ..background.jobs import FAILED, DemoStatus
 from .html import esc, fmt_num, heads, note
 
+EXPORT_FORMATS = tuple(sorted(EXPORTERS))
+
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: header, the store column it sorts by (None: not sortable), CSS class."""
+    """A table column: header, the store column it sorts by (None: not sortable), CSS class, tooltip."""
 
     label: str
     sort: str | None
     cls: str = ""
     title: str = ""
 
+    @property
+    def name(self) -> str:
+        """The name the column chooser uses: its header (``pick`` and ``star`` for the two without words)."""
+        return {"": "pick", "★": "star"}.get(self.label, self.label)
+
 
 COLUMNS: tuple[Column, ...] = (
-    Column("", None, "c-pick", "tick two episodes, then Compare ticked"),
+    Column("", None, "c-pick", "tick rows to tag, star, export or compare them together"),
     Column("★", "starred", "c-star", "starred"),
     Column("id", "id", "c-id"),
     Column("env", "env", "c-env"),
@@ -54,6 +61,17 @@ COLUMNS: tuple[Column, ...] = (
     Column("group", "group_id", "c-group", "GRPO group and sample index"),
     Column("created", "created_at", "c-time"),
 )
+# Always shown, and sized to fit a 1440-pixel window together with the default choice: what says why.
+KEY_COLUMNS = ("pick", "star", "id", "env", "task", "status", "reason", "reward", "diagnosis")
+OPTIONAL_COLUMNS = tuple(c.name for c in COLUMNS if c.name not in KEY_COLUMNS)
+DEFAULT_COLUMNS = ("turns", "findings", "tags")
+
+
+def shown_columns(chosen: Sequence[str] | None = None, order_by: str | None = None) -> tuple[Column, ...]:
+    """The key columns, the chosen optional ones (``DEFAULT_COLUMNS`` when None) and the one the table is
+    sorted by, in table order."""
+    want = set(KEY_COLUMNS) | set(DEFAULT_COLUMNS if chosen is None else chosen)
+    return tuple(c for c in COLUMNS if c.name in want or (order_by is not None and c.sort == order_by))
 
 
 def _created(ts: float) -> str:
@@ -63,7 +81,8 @@ def _created(ts: float) -> str:
 def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
     parts = s.diagnosis_parts()
     own = [(k, t) for k, t in parts if k not in run_level]
-    cell = "; ".join(esc(t) for _, t in own)
+    text = "; ".join(t for _, t in own)
+    cell = f'<span class="rs-clamp" title="{esc(text)}">{esc(text)}</span>' if text else ""
     if len(own) < len(parts):
         kinds = sorted({k for k, _ in parts if k in run_level})
         cell += (" " if cell else "") + (f'<span class="rs-run-chip" title="every episode of run {esc(s.run_id)} has it: '
@@ -71,67 +90,99 @@ def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
     return cell
 
 
-def _row(s: EpisodeSummary, run_level: Sequence[str] = (), selected: bool = False) -> str:
+def _cells(s: EpisodeSummary, run_level: Sequence[str]) -> dict[str, str]:
     findings = ""
     if s.n_findings:
         cls = "rs-bad-text" if s.n_errors else "rs-dim"
         findings = f'<span class="{cls}" title="{s.n_errors} error(s)">{s.n_findings}</span>'
-    tags = " ".join(f'<span class="rs-tag">{esc(t)}</span>' for t in s.tags)
     group = (f'<a class="rs-group-link" href="?group={esc(s.group_id)}" title="the group\'s samples side by side">'
              f"{esc(s.group_id)}</a> #{s.sample_index}" if s.group_id else "")
-    cells = (
-        f'<input type="checkbox" class="rs-pick" data-id="{esc(s.id)}" aria-label="tick to compare">',
-        '<span class="rs-star">★</span>' if s.starred else "",
-        f'<a class="rs-open" href="?episode={esc(s.id)}">{esc(s.id)}</a>',
-        esc(s.env),
-        esc(s.task_id),
-        f'<span class="rs-pill rs-st-{esc(s.status)}">{esc(s.status)}</span>',
-        f'<span title="{esc(s.reason)}">{esc(s.reason)}</span>' if s.reason else "",
-        esc(fmt_num(s.reward)),
-        str(s.n_turns),
-        f"{s.n_tokens:,}",
-        f"{s.n_trainable:,}",
-        findings,
-        _diagnosis(s, run_level),
-        tags,
-        esc(s.preset),
-        esc(s.model),
-        esc(s.run_id or ""),
-        "" if s.rollout_step is None else str(s.rollout_step),
-        group,
-        esc(_created(s.created_at)),
-    )
-    tds = "".join(f'<td class="{c.cls}">{v}</td>' for c, v in zip(COLUMNS, cells, strict=True))
+    return {
+        "pick": f'<input type="checkbox" class="rs-pick" data-id="{esc(s.id)}" aria-label="tick">',
+        "star": '<span class="rs-star">★</span>' if s.starred else "",
+        "id": f'<a class="rs-open" href="?episode={esc(s.id)}">{esc(s.id)}</a>',
+        "env": esc(s.env),
+        "task": f'<span class="rs-cut" title="{esc(s.task_id)}">{esc(s.task_id)}</span>',
+        "status": f'<span class="rs-pill rs-st-{esc(s.status)}">{esc(s.status)}</span>',
+        "reason": f'<span class="rs-cut" title="{esc(s.reason)}">{esc(s.reason)}</span>' if s.reason else "",
+        "reward": esc(fmt_num(s.reward)),
+        "turns": str(s.n_turns),
+        "tokens": f"{s.n_tokens:,}",
+        "trainable": f"{s.n_trainable:,}",
+        "findings": findings,
+        "diagnosis": _diagnosis(s, run_level),
+        "tags": " ".join(f'<span class="rs-tag">{esc(t)}</span>' for t in s.tags),
+        "preset": esc(s.preset),
+        "model": f'<span class="rs-cut" title="{esc(s.model)}">{esc(s.model)}</span>',
+        "run": f'<span class="rs-cut" title="{esc(s.run_id or "")}">{esc(s.run_id or "")}</span>',
+        "step": "" if s.rollout_step is None else str(s.rollout_step),
+        "group": group,
+        "created": esc(_created(s.created_at)),
+    }
+
+
+def _row(s: EpisodeSummary, columns: Sequence[Column], run_level: Sequence[str] = (), selected: bool = False) -> str:
+    cells = _cells(s, run_level)
+    tds = "".join(f'<td class="{c.cls}">{cells[c.name]}</td>' for c in columns)
     mark = ' class="rs-selected"' if selected else ""
     return f'<tr data-id="{esc(s.id)}" tabindex="0"{mark}>{tds}</tr>'
 
 
+def _pickbar() -> str:
+    """What ticked rows can do together: the script (``browse_table.js``) counts them, enables what applies,
+    and sends the action with the ticked ids."""
+    formats = "".join(f'<option value="{esc(f)}"{" selected" if f == "jsonl" else ""}>{esc(f)}</option>'
+                      for f in EXPORT_FORMATS)
+    return (
+        '<div class="rs-pickbar" role="toolbar" aria-label="ticked rows">'
+        '<span class="rs-picked-n">0 ticked</span>'
+        '<button type="button" class="rs-compare-picked" disabled>Compare ticked (0 of 2)</button>'
+        '<input type="text" class="rs-bulk-tag" placeholder="tag" aria-label="tag for the ticked rows" maxlength="80">'
+        '<button type="button" data-bulk="tag" disabled title="add this tag to every ticked row">Tag</button>'
+        '<button type="button" data-bulk="untag" disabled title="remove this tag from every ticked row">Untag</button>'
+        '<button type="button" data-bulk="star" disabled>★ Star</button>'
+        '<button type="button" data-bulk="unstar" disabled>Unstar</button>'
+        f'<select class="rs-bulk-format" aria-label="export format">{formats}</select>'
+        '<button type="button" data-bulk="export" disabled title="write the ticked rows in this format and download '
+        'the file">⬇ Export ticked</button>'
+        '<button type="button" class="rs-unpick" disabled>Untick all</button>'
+        "</div>"
+    )
+
+
 def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool, empty: str = "",
-                 run_level: dict[str, tuple[int, list[str]]] | None = None, selected: str | None = None) -> str:
-    """The table of one page of episodes; the header of the sort column shows its direction. Kinds every
-    episode of a run has (``run_level``) are left out of the rows' diagnosis: the run's note says them once.
-    The row of ``selected`` (the episode last opened) is marked."""
+                 run_level: dict[str, tuple[int, list[str]]] | None = None, selected: str | None = None,
+                 columns: Sequence[str] | None = None) -> str:
+    """The table of one page of episodes, with the key columns and the chosen ones (``shown_columns``); the
+    header of the sort column shows its direction. Kinds every episode of a run has (``run_level``) are left
+    out of the rows' diagnosis: the run's note says them once. The row of ``selected`` (the episode last
+    opened) is marked."""
     run_level = run_level or {}
-    heads = []
-    for c in COLUMNS:
+    shown = shown_columns(columns, order_by)
+    ths: list[str] = []
+    for c in shown:
+        if c.name == "pick":
+            ths.append('<th class="c-pick"><input type="checkbox" class="rs-pick-all" '
+                         'aria-label="tick every row of this page" title="tick every row of this page"></th>')
+            continue
         if c.sort is None:
-            heads.append(f'<th class="{c.cls}">{esc(c.label)}</th>')
+            tip = f' title="{esc(c.title)}"' if c.title else ""
+            ths.append(f'<th class="{c.cls}"{tip}>{esc(c.label)}</th>')
             continue
         active = c.sort == order_by
         arrow = (" ▼" if descending else " ▲") if active else ""
         aria = ("descending" if descending else "ascending") if active else "none"
         tip = (c.title + " · " if c.title else "") + "sort by " + c.label
-        heads.append(
+        ths.append(
             f'<th class="{c.cls} rs-sortable{" rs-sorted" if active else ""}" data-sort="{esc(c.sort)}" '
             f'aria-sort="{aria}" title="{esc(tip)}">{esc(c.label)}{arrow}</th>'
         )
-    body = "".join(_row(s, run_level.get(s.run_id or "", (0, []))[1], s.id == selected) for s in rows)
+    body = "".join(_row(s, shown, run_level.get(s.run_id or "", (0, []))[1], s.id == selected) for s in rows)
     if not rows:
-        body = f'<tr class="rs-empty-row"><td colspan="{len(COLUMNS)}">{esc(empty or "No episodes.")}</td></tr>'
+        body = f'<tr class="rs-empty-row"><td colspan="{len(shown)}">{esc(empty or "No episodes.")}</td></tr>'
     return (
-        '<div class="rs-pickbar"><button type="button" class="rs-compare-picked" disabled>Compare ticked (0 of 2)'
-        '</button></div>'
-        f'<div class="rs-table-wrap"><table class="rs-table"><thead><tr>{"".join(heads)}</tr></thead>'
+        _pickbar()
+        + f'<div class="rs-table-wrap"><table class="rs-table"><thead><tr>{"".join(ths)}</tr></thead>'
         f"<tbody>{body}</tbody></table></div>"
     )
 

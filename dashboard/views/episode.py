@@ -133,12 +133,13 @@ def render_header(ep: Episode) -> str:
         f'{reason}<a class="rs-id" href="?episode={esc(ep.id)}" title="link to this episode">'
         f"<code>{esc(ep.id)}</code></a></div>"
         f'<dl class="rs-kv">{kv}</dl>'
+        '<details class="rs-header-more"><summary>sampling, rewards per turn, returns, run config, backend</summary>'
         f'<div class="rs-series"><span class="rs-series-k">sampling</span>{_sampling(ep)}</div>'
         f'<div class="rs-series"><span class="rs-series-k">turn rewards</span>{_series("T", ep.turn_rewards)}</div>'
         f'<div class="rs-series"><span class="rs-series-k">returns</span>{_series("T", ep.returns)}</div>'
         f'<div class="rs-more">{json_details("run config", ep.config.to_dict())}'
         f'{json_details("backend", None if ep.backend is None else ep.backend.to_dict())}</div>'
-        "</div>"
+        "</details></div>"
     )
 
 

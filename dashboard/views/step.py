@@ -142,13 +142,24 @@ def pending(gen: Generation | None, texts: Sequence[str] | None, special: set[in
     return "".join(parts)
 
 
-def generating(turn: int, tokens: int, text: str, elapsed: float, first_token_s: float | None) -> str:
-    """A generation still arriving: tokens so far and their text (a backend that does not stream shows none)."""
+def generating(turn: int, tokens: int, text: str, elapsed: float, first_token_s: float | None,
+               prefill: tuple[int, int, int] | None = None) -> str:
+    """A generation still arriving: how far the model has read the prompt (a local model), then the tokens so far
+    and their text (a backend that does not stream shows none)."""
     chips = [chip("turn", turn), chip("tokens so far", tokens), chip("elapsed", f"{elapsed:.1f} s")]
     if first_token_s is not None:
         chips.append(chip("first token after", f"{first_token_s:.2f} s"))
-    body = (f'<pre class="rs-raw">{esc(text)}</pre>' if text else
-            '<div class="rs-dim">Waiting for the first token (a server backend shows the reply when it is whole).</div>')
+    if text:
+        body = f'<pre class="rs-raw">{esc(text)}</pre>'
+    elif prefill is not None and first_token_s is None:
+        done, total, cached = prefill
+        share = done / total if total else 1.0
+        reused = f", {cached:,} of them reused from earlier turns" if cached else ""
+        body = (f'<div class="rs-prefill">Reading the prompt: {done:,} of {total:,} tokens{reused} '
+                f'({share:.0%}, {elapsed:.1f} s)<progress max="{total}" value="{done}"></progress></div>')
+    else:
+        body = ('<div class="rs-dim">Waiting for the first token (a server backend shows the reply when it is whole).'
+                '</div>')
     return (f'<div class="rs-pending rs-generating"><div class="rs-head-line">{"".join(chips)}</div>'
             f'<h5 class="rs-h">Generating… (Cancel stops it)</h5>{body}</div>')
 

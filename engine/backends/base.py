@@ -36,6 +36,9 @@ class GenerationRequest:
     extra: dict[str, Any] = field(default_factory=dict)
     on_progress: Callable[[int, str], None] | None = field(default=None, compare=False)
     """Told (tokens so far, text so far) as tokens arrive, by backends that see them arrive (the local one)."""
+    on_prefill: Callable[[int, int, int], None] | None = field(default=None, compare=False)
+    """Told (prompt tokens read so far, of how many, how many of them came from the prefix cache) as the
+    prompt is read, before the first token, by backends that read it in parts (the local one)."""
 
 
 @runtime_checkable

@@ -226,7 +226,8 @@ class LocalBackend:
         seed = s.seed if s.seed is not None else random.SystemRandom().randrange(2**63)
         return Job(prompt, s.max_new_tokens, s.temperature, s.top_p, tuple(s.stop), seed,
                    decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
-                   stop_ids=frozenset(self._stop_ids), on_progress=request.on_progress)
+                   stop_ids=frozenset(self._stop_ids), on_progress=request.on_progress,
+                   on_prefill=request.on_prefill)
 
     def worker(self) -> ModelWorker:
         """The worker that runs this backend's model (shared by every backend on the same model)."""

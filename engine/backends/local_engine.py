@@ -47,6 +47,7 @@ PREFILL_CHUNK = 512
 DEFAULT_CACHE_MB = 2048
 
 ProgressHook = Callable[[int, str], None]
+PrefillHook = Callable[[int, int, int], None]  # (prompt tokens read, of how many, of them from the cache)
 """Called from the worker thread after each generated token: (tokens so far, text so far)."""
 
 
@@ -117,6 +118,7 @@ class Job:
     decode: Callable[[list[int]], str]
     stop_ids: frozenset[int] = frozenset()
     on_progress: ProgressHook | None = None
+    on_prefill: PrefillHook | None = None
     future: concurrent.futures.Future[JobResult] = field(default_factory=concurrent.futures.Future)
     # state
     ids: list[int] = field(default_factory=list)
@@ -269,6 +271,7 @@ class ModelWorker:
             out = self.model(input_ids=x, past_key_values=job.cache, use_cache=True, logits_to_keep=1)
         self.seconds["prefill"] += time.perf_counter() - t0
         job.done_prefill += len(part)
+        self._tell_prefill(job)
         if not last:
             return False
         job.kv = [(layer.keys, layer.values) for layer in job.cache.layers]
@@ -299,6 +302,15 @@ class ModelWorker:
 
             job.cache = DynamicCache(config=self.model.config)
         job.done_prefill = job.cached
+        self._tell_prefill(job)
+
+    @staticmethod
+    def _tell_prefill(job: Job) -> None:
+        if job.on_prefill is not None:
+            try:
+                job.on_prefill(job.done_prefill, len(job.prompt), job.cached)
+            except Exception:  # a watcher's failure must not fail the generation
+                job.on_prefill = None
 
     def _take(self, job: Job, logits: torch.Tensor) -> None:
         """Sample ``job``'s next token from its logits; finish it when a stop rule says so."""

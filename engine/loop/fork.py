@@ -182,9 +182,10 @@ class HandStepper:
     def episode(self) -> Episode:
         return self.stepper.snapshot()
 
-    async def generate(self, on_progress: Callable[[int, str], None] | None = None) -> Generation:
-        """Ask the backend for the next assistant turn; nothing is committed. ``on_progress`` as in ``Stepper``."""
-        self.generated = await self.stepper.generate(on_progress)
+    async def generate(self, on_progress: Callable[[int, str], None] | None = None,
+                       on_prefill: Callable[[int, int, int], None] | None = None) -> Generation:
+        """Ask the backend for the next assistant turn; nothing is committed. The hooks as in ``Stepper``."""
+        self.generated = await self.stepper.generate(on_progress, on_prefill)
         return self.generated
 
     def text_of(self, generation: Generation) -> str:

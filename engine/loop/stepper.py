@@ -153,10 +153,12 @@ class Stepper:
         self.episode = self.episode.evolve(prompt_len=len(self._ctx.builder))
         return self.snapshot()
 
-    async def generate(self, on_progress: Callable[[int, str], None] | None = None) -> Generation:
+    async def generate(self, on_progress: Callable[[int, str], None] | None = None,
+                       on_prefill: Callable[[int, int, int], None] | None = None) -> Generation:
         """Ask the backend for the next assistant turn; nothing is committed.
 
-        ``on_progress`` is told (tokens so far, text so far) as the reply arrives, by a backend that streams it.
+        ``on_progress`` is told (tokens so far, text so far) as the reply arrives, by a backend that streams it;
+        ``on_prefill`` (prompt tokens read, of how many, of them cached) as it reads the prompt, before that.
         """
         if self.done:
             raise RollscopeError(f"episode already ended ({self.status})")
@@ -176,6 +178,7 @@ class Stepper:
             turn=t,
             sample_index=self.episode.sample_index,
             on_progress=on_progress,
+            on_prefill=on_prefill,
         )
         t0 = time.perf_counter()
         gen = await self.backend.generate(request)

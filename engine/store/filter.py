@@ -76,6 +76,7 @@ class EpisodeFilter:
     max_turns: int | None = None
     ids: tuple[str, ...] = ()
     text: str | None = None
+    search_context: bool = False  # the text search looks in system prompts and tool schemas too
     has_findings: bool | None = None  # any finding at all (True) or none (False)
     group_id: str | None = None
     family: str | None = None  # this episode and its forks
@@ -123,12 +124,15 @@ class EpisodeFilter:
                     kw["finding_kind"] = value
                 elif key in ("root", "root_kind"):
                     kw["root_kind"] = value
+                elif key in ("text_all", "text+context"):  # system prompts and tool schemas too
+                    kw["text"], kw["search_context"] = value, True
                 elif key in ("env", "task_id", "task", "run_id", "run", "preset", "source", "text"):
                     kw[{"task": "task_id", "run": "run_id"}.get(key, key)] = value
                 else:
                     raise ConfigError(
                         f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
-                        "source, tag, starred, turns, step, finding, root, family, id or text"
+                        "source, tag, starred, turns, step, finding, root, family, id, text (messages, tool calls, "
+                        "errors) or text_all (system prompts and tool schemas too)"
                     )
             except ValueError:
                 raise ConfigError(f"--where {clause!r}: {value!r} is not a number") from None
@@ -182,7 +186,7 @@ class EpisodeFilter:
             # an episode and every fork of it, so they list together
             add("id = ? OR id IN (SELECT id FROM episodes WHERE parent_id = ?)", self.family, self.family)
         if self.text and self.text.strip():
-            add(*text_clause(self.text.strip()))
+            add(*text_clause(self.text.strip(), self.search_context))
         return (" AND ".join(f"({w})" for w in where) or "1"), args
 
 

@@ -88,24 +88,29 @@ class BrowseStats:
 # messages). Each distinct text is stored and indexed once (a tau-bench
 # policy prompt is the same 10 KB in every episode) and episodes refer to
 # their texts by part: 0 for the opening and verdict, t+1 for turn t, so a
-# turn commit touches only its own part. The trigram tokenizer makes a
+# turn commit touches only its own part. System prompts and tool schemas are
+# part -1 (CONTEXT_PART): the same policy text in every episode of an env
+# would match every search, so a search leaves them out unless asked. The trigram tokenizer makes a
 # quoted MATCH a case-insensitive substring search: the meaning the filter
 # had as a LIKE over the JSON, at index speed.
 _MIN_TRIGRAM = 3
+CONTEXT_PART = -1  # system prompts and tool schemas
 
 
-def text_clause(text: str) -> tuple[str, str]:
-    """The SQL (and its one argument) of a full-text filter on message contents."""
+def text_clause(text: str, context: bool = False) -> tuple[str, str]:
+    """The SQL (and its one argument) of a full-text filter on what a person reads in an episode (messages,
+    tool calls, errors, findings); ``context``: system prompts and tool schemas too."""
+    part = "" if context else f"part != {CONTEXT_PART} AND "
     if len(text) >= _MIN_TRIGRAM:
         return (
-            "id IN (SELECT episode_id FROM search_refs WHERE text_id IN "
+            f"id IN (SELECT episode_id FROM search_refs WHERE {part}text_id IN "
             "(SELECT rowid FROM search_fts WHERE search_fts MATCH ?))",
             '"' + text.replace('"', '""') + '"',
         )
     # Too short for a trigram: a scan of the distinct texts, same meaning.
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return (
-        "id IN (SELECT episode_id FROM search_refs WHERE text_id IN "
+        f"id IN (SELECT episode_id FROM search_refs WHERE {part}text_id IN "
         "(SELECT id FROM search_texts WHERE body LIKE ? ESCAPE '\\'))",
         f"%{escaped}%",
     )
@@ -129,17 +134,22 @@ def _turn_texts(t: Turn) -> list[str]:
 
 
 def search_texts(ep: Episode, turn: int | None = None) -> list[tuple[int, list[str]]]:
-    """(part, texts) of the search index for an episode, or its opening and one turn."""
+    """(part, texts) of the search index for an episode, or its opening and one turn: system prompts and tool
+    schemas in ``CONTEXT_PART``, the rest of the opening in 0, turn t in t + 1."""
     opening: list[str] = []
+    context: list[str] = [_json_text(t) for t in ep.tools]
     for m in ep.messages:
         # Later messages are in the turns' parts; an episode without turns
         # (an import of bare messages) keeps all of them here.
         if m.role == "assistant" and ep.turns:
             break
+        if m.role == "system":
+            context.append(m.content)
+            continue
         opening += [m.content, *(f"{c.name} {_json_text(c.arguments)}" for c in m.tool_calls)]
     opening += [ep.reason, *(f.message for f in ep.findings)]
     turns = ep.turns if turn is None else [ep.turns[turn]]
-    return [(0, opening), *((t.index + 1, _turn_texts(t)) for t in turns)]
+    return [(CONTEXT_PART, context), (0, opening), *((t.index + 1, _turn_texts(t)) for t in turns)]
 
 
 def _uri(path: Path, immutable: bool) -> str:

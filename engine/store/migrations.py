@@ -50,6 +50,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the trainer's rollout step of each imported episode, in episodes and the browse index"),
     Migration("0008_watched_files", 5, schema.create_watched_files,
               "the dump files `rollscope watch` has read, so a restart reads nothing twice"),
+    Migration("0009_search_context", 6, schema.refill_search,
+              "system prompts and tool schemas indexed apart, so a search leaves them out unless asked"),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -5,7 +5,8 @@ columns' contents.
 (``search_texts``, ``search_refs``, ``search_fts``); 3 added ``diagnosis`` and ``root_kinds``; 4 added
 Browse's ``episode_index``, ``runs.pid`` and the compressed token arrays (``tokens.packed``) and turns; 5
 added ``rollout_step`` (the trainer's step an imported episode came from) and ``watched_files`` (what
-``rollscope watch`` has imported). Every step is written to be safe on a file that already has what it adds.
+``rollscope watch`` has imported); 6 indexes system prompts and tool schemas apart from what a search
+looks in by default (``search_refs.part`` -1). Every step is written to be safe on a file that already has what it adds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..checks.diagnosis import diagnosis_parts, linked
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 5
+DB_SCHEMA = 6
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
@@ -88,6 +89,13 @@ def create_tables_v1(db: sqlite_utils.Database) -> None:
         ("tags", ["tag"]), ("replays", ["episode_id"]),
     ):
         db.table(table).create_index(cols, if_not_exists=True)
+
+
+def refill_search(db: sqlite_utils.Database) -> None:
+    """Index every stored episode again when the store opens (``meta.search_fill``): how its texts are parted
+    changed."""
+    if db.execute("SELECT 1 FROM episodes LIMIT 1").fetchone():
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('search_fill', 'pending')")
 
 
 def create_search_index(db: sqlite_utils.Database) -> None:

@@ -119,9 +119,11 @@ def test_filter_sort_and_open_an_episode(page: Any, site: BrowseDb, screenshots:
     page.locator("#rs-filter-env input").click()
     page.get_by_role("option", name="math", exact=True).click()
     _wait_info(page, "of 22 matching")  # 20 synthetic + 2 real math episodes
+    page.locator("#rs-browse-more").get_by_text("More filters and columns").click()  # the rest of the filters
     _type(page, "rs-filter-reward-min", "0.5")
     want = store.count(EpisodeFilter(env="math", reward_min=0.5))
     _wait_info(page, f"of {want} matching")
+    page.locator("#rs-browse-more", has_text="1 filter set here").wait_for()  # a folded filter says it is set
     page.locator("#rs-episode-table th[data-sort=reward]").click()
     _wait_info(page, "sorted by reward ▼")
     rewards = [float(t) for t in page.locator("#rs-episode-table tbody td.c-reward").all_inner_texts()]
@@ -187,6 +189,7 @@ def test_tag_star_and_note_persist(page: Any, site: BrowseDb, screenshots: Path)
     _open(page, site, target)
     page.locator("#rs-star").click()
     page.locator("#rs-star", has_text="★ Starred").wait_for()
+    page.locator("#rs-annotate-box").get_by_text("Tags and note").click()
     tags = page.locator("#rs-tags input")
     tags.click()
     tags.fill("needs-look")
@@ -201,6 +204,7 @@ def test_tag_star_and_note_persist(page: Any, site: BrowseDb, screenshots: Path)
     assert header.locator(".rs-star").count() == 1
     assert "needs-look" in header.inner_text() and "turn 2 <b>reward</b> looks off" in header.inner_text()
     page.locator("#rs-star", has_text="★ Starred").wait_for()
+    page.locator("#rs-annotate-box").get_by_text("Tags and note").click()
     assert "turn 2 <b>reward</b> looks off" == page.locator("#rs-note").locator("textarea, input").first.input_value()
     page.screenshot(path=str(screenshots / "episode_annotated.png"))
 
@@ -319,4 +323,52 @@ def test_the_diagnosis_shows_in_browse_and_the_episode(page: Any, site: BrowseDb
     cell = page.locator(f"#rs-episode-table tr[data-id='{shown.id}'] td.c-diag")
     cell.wait_for(timeout=60_000)
     assert cell.inner_text().strip() == shown.diagnosis
+    assert not page.errors
+
+
+CONTRAST_JS = """(sel) => {
+    const lum = (c) => { const [r, g, b] = c.match(/[\\d.]+/g).map(Number).slice(0, 3).map((v) => {
+        v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+    const bg = (e) => { for (; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor;
+        if (c && !c.startsWith('rgba(0, 0, 0, 0)') && c !== 'transparent') return c; } return 'rgb(255, 255, 255)'; };
+    return [...document.querySelectorAll(sel)].filter((e) => e.textContent.trim()).map((e) => {
+        const a = lum(getComputedStyle(e).color), b = lum(bg(e));
+        return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); });
+}"""
+
+
+@pytest.mark.browser
+def test_the_why_is_on_the_first_screen(page: Any, site: BrowseDb, screenshots: Path) -> None:
+    """At 1440x900: Browse's filters fold to one row, the table's header is on the first screen and its key
+    columns fit; what explains reads at 4.5:1; an opened episode shows its turn card and tokens at once."""
+    page.goto(site.url + "/")
+    _wait_info(page, "matching")
+    box = page.evaluate("""() => {
+        const r = (s) => document.querySelector(s).getBoundingClientRect();
+        return {head: r('#rs-episode-table thead').top, table: r('#rs-episode-table table').width,
+                wrap: r('#rs-episode-table .rs-table-wrap').width, filters: r('#rs-browse-filters').height,
+                text: r('#rs-filter-text').top, tags: r('#rs-filter-tags').top, wide: document.body.scrollWidth}; }""")
+    assert box["head"] < 600 and box["table"] <= box["wrap"] and box["wide"] <= 1440
+    assert box["filters"] < 130 and abs(box["text"] - box["tags"]) < 2  # one row
+    heads = page.locator("#rs-episode-table thead th").all_inner_texts()
+    for key in ("id", "env", "task", "status", "reason", "reward", "diagnosis"):
+        assert any(h.startswith(key) for h in heads), key
+    for name in ("id", "reason", "diag"):
+        right = page.locator(f"#rs-episode-table thead th.c-{name}").evaluate("e => e.getBoundingClientRect().right")
+        assert right <= 1440 - 24
+    for sel in ("#rs-episode-table td.c-reason span", "#rs-episode-table td.c-diag span", ".rs-run-notes li"):
+        assert all(c >= 4.5 for c in page.evaluate(CONTRAST_JS, sel)), sel
+    cut = page.locator("#rs-episode-table td.c-reason span").first
+    assert cut.get_attribute("title") == cut.inner_text()
+    page.screenshot(path=str(screenshots / "browse_first_screen.png"))
+
+    short = site.real_ids[0]
+    _open(page, site, short)
+    page.locator("#rs-pb-card .rs-pb-card").wait_for()
+    tops = page.evaluate("""() => ({card: document.querySelector('#rs-pb-card').getBoundingClientRect().top,
+        tokens: document.querySelector('#rs-episode-tokens .rs-tokview').getBoundingClientRect().top})""")
+    assert tops["card"] < 900 - 150 and tops["tokens"] < 900 - 150
+    assert not page.locator("#rs-turn-chart").is_visible()  # folded: five turns or fewer
+    page.screenshot(path=str(screenshots / "episode_first_screen.png"))
     assert not page.errors

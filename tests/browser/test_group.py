@@ -74,6 +74,11 @@ def test_a_group_that_parts_ways_then_open_and_compare(page: Any, site: str, scr
 @pytest.mark.browser
 def test_browse_group_column_opens_the_group(page: Any, site: str) -> None:
     page.goto(site + "/")
+    page.locator("#rs-episode-table tbody tr[data-id]").first.wait_for()
+    assert page.locator("#rs-episode-table th.c-group").count() == 0  # not a key column: chosen
+    page.locator("#rs-browse-more").get_by_text("More filters and columns").click()
+    page.locator("#rs-columns input").click()
+    page.get_by_role("option", name="group", exact=True).click()
     link = page.locator("#rs-episode-table a.rs-group-link").first
     link.wait_for()
     gid = link.inner_text()

@@ -220,9 +220,14 @@ def test_long_episode_steps_without_rerendering_the_token_view(page: Any, site: 
     _open(page, site, site.long_id, 60)
     page.evaluate(f"() => {{ window.__view = document.querySelector('{TOKENS} .rs-tokview'); }}")
     # The researcher watches the token view while stepping: the controls stick to the top of the page.
-    page.locator(TOKENS).scroll_into_view_if_needed()
+    # The whole token view in sight: so are the controls, and they stick to the top of the page past their place.
+    page.evaluate(f"() => document.querySelector('{TOKENS} .rs-tokview').scrollIntoView({{block: 'end'}})")
+    controls = page.locator("#rs-pb-controls").bounding_box()
+    assert controls is not None and -1 <= controls["y"] <= 200
+    page.evaluate("() => window.scrollBy(0, 600)")
     controls = page.locator("#rs-pb-controls").bounding_box()
     assert controls is not None and -1 <= controls["y"] <= 5
+    page.evaluate(f"() => document.querySelector('{TOKENS} .rs-tokview').scrollIntoView({{block: 'end'}})")
     page.locator("#rs-pb-first").click()
     _at(page, 0)
     # Timed in the page, from the click to the new card with the token view and timeline marked.

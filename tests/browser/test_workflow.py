@@ -346,6 +346,46 @@ def test_compare_by_ticking_two_rows_in_browse(page: Any, app: WorkflowApp, scre
 
 
 @pytest.mark.browser
+def test_ticked_rows_are_tagged_starred_and_exported_in_one_click(page: Any, app: WorkflowApp,
+                                                                   screenshots: Path) -> None:
+    page.goto(app.url + "/")
+    bar = page.locator("#rs-episode-table .rs-pickbar")
+    page.locator("#rs-episode-table input.rs-pick").nth(2).wait_for()
+    assert bar.locator("button[data-bulk=star]").is_disabled()  # nothing ticked: nothing to do
+    ids = [app.parents[0], app.parents[1], app.parents[3]]
+    for eid in ids:
+        page.locator(f"#rs-episode-table input.rs-pick[data-id='{eid}']").check()
+    assert bar.locator(".rs-picked-n").inner_text() == "3 ticked"
+    bar.locator("input.rs-bulk-tag").fill("worth-a-look")
+    bar.locator("button[data-bulk=tag]").click()
+    info = page.locator("#rs-browse-info")
+    info.get_by_text("Tagged 3 episodes 'worth-a-look'").wait_for()
+    # The table is drawn again with the tag, and the rows stay ticked.
+    for eid in ids:
+        page.locator(f"#rs-episode-table tr[data-id='{eid}'] .rs-tag", has_text="worth-a-look").wait_for()
+    assert bar.locator(".rs-picked-n").inner_text() == "3 ticked"
+    bar.locator("button[data-bulk=star]").click()
+    info.get_by_text("Starred 3 episodes").wait_for()
+    store = Store(app.db)
+    assert sorted(store.episode_ids(EpisodeFilter(tags=("worth-a-look",)))) == sorted(ids)
+    assert sorted(store.episode_ids(EpisodeFilter(starred=True))) == sorted(ids)
+    store.close()
+    # One click writes the ticked rows and downloads the file.
+    bar.locator("select.rs-bulk-format").select_option("messages")
+    with page.expect_download(timeout=30_000) as download:
+        bar.locator("button[data-bulk=export]").click()
+    path = download.value.path()
+    assert download.value.suggested_filename.endswith(".jsonl")
+    assert len(Path(path).read_text().splitlines()) == 3
+    info.get_by_text("Exported 3 ticked episodes as messages").wait_for()
+    page.screenshot(path=str(screenshots / "browse_bulk.png"))
+    # Untick all: the actions are off again; a row click opens, as before.
+    bar.locator("button.rs-unpick").click()
+    assert bar.locator(".rs-picked-n").inner_text() == "0 ticked" and bar.locator("button[data-bulk=tag]").is_disabled()
+    _no_xss(page)
+
+
+@pytest.mark.browser
 def test_token_diff_of_a_slime_tau_episode(page: Any, app: WorkflowApp, screenshots: Path) -> None:
     retail = app.parents[3]  # slime-tau
     page.goto(f"{app.url}/?compare={retail},{retail}")
@@ -417,7 +457,7 @@ def test_fork_with_a_model_playing_the_user(page: Any, app: WorkflowApp, screens
 
 
 @pytest.mark.browser
-def test_export_previews_then_downloads(page: Any, app: WorkflowApp, screenshots: Path, tmp_path: Path) -> None:
+def test_export_previews_then_downloads_in_one_click(page: Any, app: WorkflowApp, screenshots: Path, tmp_path: Path) -> None:
     store = Store(app.db)
     try:
         total = store.count()
@@ -431,29 +471,33 @@ def test_export_previews_then_downloads(page: Any, app: WorkflowApp, screenshots
     assert f"{total:,} episode" in preview.inner_text()
     assert '"schema_version"' in preview.locator("pre.rs-raw").inner_text()
     page.screenshot(path=str(screenshots / "export_preview.png"))
-    page.locator("#rs-export-run").click()
-    button = page.locator("#rs-export-download")
-    button.wait_for(state="visible")
-    with page.expect_download() as info:
-        button.click()
+    with page.expect_download() as info:  # one click: written and downloaded
+        page.locator("#rs-export-run").click()
     out = tmp_path / "all.jsonl"
     info.value.save_as(out)
     lines = out.read_text(encoding="utf-8").splitlines()
     assert len(lines) == total and {json.loads(x)["id"] for x in lines} >= set(app.parents)
+    offered = page.locator("#rs-export-file")
+    offered.wait_for(state="visible")
 
     page.locator("#rs-export-source label").filter(has_text="these episode ids").click()
+    offered.wait_for(state="hidden")  # the file of the old choice is not offered for the new one
     _fill(page, "rs-export-ids", app.parents[0][:8])
     page.locator("#rs-export-format input").click()
     page.get_by_role("option", name="messages").click()
     page.locator("#rs-export-preview").click()
     page.locator("#rs-export-view .rs-export-count").get_by_text("1 episode").wait_for()
-    page.locator("#rs-export-run").click()
-    page.locator("#rs-export-message").get_by_text("Wrote 1 episode (1 listed id)").wait_for()
     with page.expect_download() as info:
-        page.locator("#rs-export-download").click()
+        page.locator("#rs-export-run").click()
+    page.locator("#rs-export-message").get_by_text("Wrote 1 episode (1 listed id)").wait_for()
     one = tmp_path / "one.jsonl"
     info.value.save_as(one)
     record = json.loads(one.read_text(encoding="utf-8").splitlines()[0])
     assert record["messages"][0]["role"] in ("system", "user")
+    # An empty selection warns, and nothing is downloaded.
+    _fill(page, "rs-export-ids", "")
+    page.locator("#rs-export-run").click()
+    page.locator("#rs-export-message .rs-warn").get_by_text("give one or more episode ids").wait_for()
+    assert not offered.is_visible()
     page.screenshot(path=str(screenshots / "export_done.png"))
     _no_xss(page)
