@@ -49,7 +49,7 @@ from .tabs.step import StepTab  # noqa: E402
 from .views.html import esc  # noqa: E402
 
 
-def _title_bar(db_path: str, read_only: bool = False) -> str:
+def _title_bar(db_path: str, read_only: bool = False, notice: str = "") -> str:
     # The stylesheet rides in the title bar rather than launch(css=...), so
     # any caller of build_app(...).launch() gets the same look.
     return (
@@ -59,6 +59,7 @@ def _title_bar(db_path: str, read_only: bool = False) -> str:
         f'<span class="rs-sub">database <code>{esc(db_path)}</code></span>'
         + ('<span class="rs-sub rs-readonly" title="no write permission on the file or its folder: episodes can '
            'be read and exported, not run, imported, starred or noted">read-only</span>' if read_only else "")
+        + (f'<span class="rs-sub rs-readonly rs-notice">{esc(notice)}</span>' if notice else "")
         + "</div>"
     )
 
@@ -74,7 +75,7 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
     os.environ.setdefault("GRADIO_RUN_HISTORY", "False")
     store = Store(db_path)
     with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
-        html(_title_bar(str(db_path), store.read_only), "rs-titlebar")
+        html(_title_bar(str(db_path), store.read_only, store.notice), "rs-titlebar")
         html(stylesheet("workflow"), "rs-workflow-style")
         with gr.Tabs(selected="browse", elem_id="rs-tabs") as tabs:
             with gr.Tab("Browse", id="browse", elem_id="rs-tab-browse"):
