@@ -8,6 +8,8 @@ QWEN3 := .cache/tokenizers/qwen3/tokenizer.json
 DB ?= ./rollscope.db
 HOST ?= 127.0.0.1
 PORT ?= 7860
+# Names the dashboard is also reached by (a proxy's, a DNS name), space-separated: serve's --allow-host.
+ALLOW_HOSTS ?=
 
 export GRADIO_ANALYTICS_ENABLED := False
 export HF_HUB_OFFLINE := 1
@@ -28,7 +30,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: setup
-	$(BIN)/rollscope serve --db $(DB) --host $(HOST) --port $(PORT)
+	$(BIN)/rollscope serve --db $(DB) --host $(HOST) --port $(PORT) $(foreach h,$(ALLOW_HOSTS),--allow-host $(h))
 
 test-deps: setup $(QWEN3)
 	@bash scripts/install-chromium.sh

@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 # Gradio reads this when it is imported and when Blocks are created; a
@@ -49,7 +50,7 @@ from .tabs.step import StepTab  # noqa: E402
 from .views.html import esc  # noqa: E402
 
 
-def _title_bar(db_path: str, read_only: bool = False) -> str:
+def _title_bar(db_path: str, read_only: bool = False, notice: str = "") -> str:
     # The stylesheet rides in the title bar rather than launch(css=...), so
     # any caller of build_app(...).launch() gets the same look.
     return (
@@ -59,6 +60,7 @@ def _title_bar(db_path: str, read_only: bool = False) -> str:
         f'<span class="rs-sub">database <code>{esc(db_path)}</code></span>'
         + ('<span class="rs-sub rs-readonly" title="no write permission on the file or its folder: episodes can '
            'be read and exported, not run, imported, starred or noted">read-only</span>' if read_only else "")
+        + (f'<span class="rs-sub rs-readonly rs-notice">{esc(notice)}</span>' if notice else "")
         + "</div>"
     )
 
@@ -74,7 +76,7 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
     os.environ.setdefault("GRADIO_RUN_HISTORY", "False")
     store = Store(db_path)
     with gr.Blocks(title="Rollscope", fill_width=True, analytics_enabled=False) as demo:
-        html(_title_bar(str(db_path), store.read_only), "rs-titlebar")
+        html(_title_bar(str(db_path), store.read_only, store.notice), "rs-titlebar")
         with gr.Tabs(selected="browse", elem_id="rs-tabs") as tabs:
             with gr.Tab("Browse", id="browse", elem_id="rs-tab-browse"):
                 browse = browse_tab.build(store)
@@ -180,10 +182,13 @@ def _warm_tokenizer() -> None:
     try_tokenizer(None)
 
 
-def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None) -> None:
+def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None,
+           allow_hosts: Sequence[str] = ()) -> None:
     """Serve the dashboard over ``db`` until interrupted (Ctrl-C or SIGTERM).
 
-    ``auth`` (user, password) guards every page, with failed logins throttled (``server.LoginGuard``).
+    Only requests naming ``host`` (or localhost on loopback) or one of ``allow_hosts`` in their Host header,
+    and sent from the dashboard's own pages, are answered (``server.Gate``). ``auth`` (user, password)
+    guards every route but the login page, with failed logins throttled per address (``server.LoginGuard``).
     ``host`` may be an IPv4 or IPv6 address or a name. Every file the server writes (exports for
     download, Gradio's cache) lives in a folder only this user can enter, removed when the server stops.
     """
@@ -192,8 +197,11 @@ def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, 
 
     with server.private_files():
         demo = build_app(db)
-        guard = server.LoginGuard(*auth).auth() if auth else None
-        app = gr.mount_gradio_app(FastAPI(), demo, path="", auth=guard, run_history=False)
+        guard = server.LoginGuard(*auth) if auth else None
+        app = server.Gate(
+            gr.mount_gradio_app(FastAPI(), demo, path="", auth=guard.auth() if guard else None, run_history=False),
+            server.host_names(host, allow_hosts), any_address=server.listens_everywhere(host),
+            allowed=frozenset(allow_hosts), guard=guard)
         threading.Thread(target=_warm_tokenizer, name="rollscope-warm-tokenizer", daemon=True).start()
         print(f"Rollscope dashboard: http://{server.url_host(host)}:{port}/ (database {db}); Ctrl-C stops it",
               flush=True)
@@ -201,7 +209,9 @@ def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, 
         # a SIGTERM then ends the process through this block, so the folder goes too.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
-            uvicorn.run(app, host=host.strip().strip("[]"), port=port, log_level="warning")
+            # No X-Forwarded-For: a client could name any address with it and so escape its count of failed
+            # logins; behind a proxy every client is the proxy's (loopback: one count that never locks out).
+            uvicorn.run(app, host=host.strip().strip("[]"), port=port, log_level="warning", proxy_headers=False)
         except KeyboardInterrupt:
             pass
 

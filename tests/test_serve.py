@@ -1,4 +1,5 @@
-"""``rollscope serve`` as a process: an IPv6 host, throttled logins, a private folder removed on SIGTERM."""
+"""``rollscope serve`` as a process: an IPv6 host, throttled logins (per address), a private folder removed on
+SIGTERM. What the server answers to is tests/test_serve_gate.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from dashboard.server import FREE_FAILURES, LOCKOUT_FAILURES, LOCKOUT_S, PREFIX, LoginGuard
+from dashboard.server import FREE_FAILURES, LOCKOUT_FAILURES, LOCKOUT_S, MAX_DELAY_S, PREFIX, LoginGuard, client_key
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +27,7 @@ def _free_port_v6() -> int:
         return int(s.getsockname()[1])
 
 
-def test_logins_slow_down_then_lock_out_and_a_right_one_resets():
+def _guard() -> tuple[LoginGuard, list[float], list[float]]:
     now = [0.0]
     waited: list[float] = []
 
@@ -34,20 +35,45 @@ def test_logins_slow_down_then_lock_out_and_a_right_one_resets():
         waited.append(s)
         now[0] += s
 
-    guard = LoginGuard("ann", "pw", clock=lambda: now[0], sleep=sleep)
+    return LoginGuard("ann", "pw", clock=lambda: now[0], sleep=sleep), now, waited
+
+
+def test_logins_slow_down_then_lock_out_one_address_and_a_right_one_resets():
+    guard, now, waited = _guard()
+    eve, bob = "203.0.113.9", "198.51.100.4"
 
     async def attempts():
-        results = [await guard.check("ann", "wrong") for _ in range(LOCKOUT_FAILURES - 1)]
-        assert await guard.check("ann", "pw") is True and guard.failures == 0  # a right login resets the count
-        results += [await guard.check("eve", "guess") for _ in range(LOCKOUT_FAILURES)]
-        locked = await guard.check("ann", "pw")  # locked out: even the right password is refused
+        results = [await guard.check("ann", "wrong", eve) for _ in range(LOCKOUT_FAILURES - 1)]
+        assert await guard.check("ann", "pw", eve) is True and guard.failures(eve) == 0  # a right login resets
+        results += [await guard.check("eve", "guess", eve) for _ in range(LOCKOUT_FAILURES)]
+        locked = await guard.check("ann", "pw", eve)  # locked out: even the right password is refused
+        others = (await guard.check("ann", "pw", bob), await guard.check("ann", "pw", None))  # but nobody else
         now[0] += LOCKOUT_S
-        after = await guard.check("ann", "pw")
-        return results, locked, after
+        after = await guard.check("ann", "pw", eve)
+        return results, locked, others, after
 
-    results, locked, after = asyncio.run(attempts())
-    assert not any(results) and locked is False and after is True
+    results, locked, others, after = asyncio.run(attempts())
+    assert not any(results) and locked is False and others == (True, True) and after is True
     assert waited[: LOCKOUT_FAILURES - 1 - FREE_FAILURES] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0][: LOCKOUT_FAILURES - 1 - FREE_FAILURES]
+
+
+def test_logins_the_server_cannot_tell_apart_slow_down_but_never_lock_the_owner_out():
+    guard, now, waited = _guard()
+
+    async def attempts():
+        wrong = [await guard.check("ann", "guess", None) for _ in range(3 * LOCKOUT_FAILURES)]
+        before = now[0]
+        right = await guard.check("ann", "pw", None)
+        return wrong, right, now[0] - before
+
+    wrong, right, wait = asyncio.run(attempts())
+    assert not any(wrong) and right is True and wait <= MAX_DELAY_S
+
+
+def test_the_address_a_login_is_counted_against():
+    assert client_key("203.0.113.9") == "203.0.113.9" and client_key("::ffff:203.0.113.9") == "203.0.113.9"
+    assert client_key("2001:db8:1:2:3:4:5:6") == client_key("2001:db8:1:2::9") == "2001:db8:1:2::/64"
+    assert client_key("127.0.0.1") is client_key("::1") is client_key(None) is client_key("unix-socket") is None
 
 
 def test_serve_on_ipv6_with_a_login_and_a_private_folder_removed_on_sigterm(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,10 @@ def open_store(path: str, must_exist: bool) -> Any:
 
     if must_exist and not Path(path).exists():
         raise StoreError(f"database {path} does not exist (run `rollscope run --db {path}` or `rollscope import` first)")
-    return Store(path)
+    store = Store(path)
+    if store.notice:  # a read-only folder whose WAL could not be read: say what is missing
+        print(f"rollscope: note: {store.notice}", file=sys.stderr)
+    return store
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:

@@ -1,6 +1,7 @@
 """SQLite storage of runs and episodes: all the SQL there is.
 
 - ``core``: the ``Store`` (opening, read-only too; bringing a file up to date; recovering; closing);
+  ``readonly``: a file this process may not write, read with the changes its WAL holds;
 - ``schema``: the tables; ``migrations``: the ordered, named steps from each earlier database schema;
 - ``writes`` and ``reads``: episodes, turns, runs, tags, stars, notes and replays in and out;
 - ``codec``: the compact form of token arrays and turns;
@@ -20,11 +21,11 @@ from __future__ import annotations
 
 from .core import Store
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
-from .index import Bins, BrowseStats, RewardBins, RewardStats, connect_read_only, search_texts
+from .index import Bins, BrowseStats, RewardBins, RewardStats, search_texts
 from .runs import RunOverview, RunSummary, StepStats, WatchedFile
 from .schema import DB_SCHEMA
 
 __all__ = [
     "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardBins", "RewardStats", "RunOverview", "RunSummary", "StepStats", "Store", "WatchedFile",
-    "connect_read_only", "search_texts",
+    "search_texts",
 ]

@@ -46,6 +46,10 @@ class StoreBase:
     _read_lock: threading.Lock
     _analyzed_rows: int = 0
 
+    def _read_only_file(self) -> Any:
+        """How a read-only store reads its file (``readonly.ReadOnlyFile``); provided by ``core``."""
+        raise NotImplementedError
+
     def _writing(self, what: str) -> Any:
         """The lock and a transaction for a change; a StoreError when the store is read-only."""
         if self.read_only:

@@ -19,7 +19,8 @@ import sqlite_utils
 
 from ..errors import StoreError
 from . import migrations
-from .index import IndexQueries, connect_read_only
+from .index import IndexQueries
+from .readonly import ReadOnlyFile
 from .reads import Reads
 from .runs import RunQueries
 from .schema import DB_SCHEMA, backfill_diagnosis
@@ -63,6 +64,7 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
         if read_only is None:
             read_only = self.path.exists() and not _can_write(self.path)
         self.read_only = read_only
+        self._ro: ReadOnlyFile | None = None
         self.applied: list[str] = []
         """The migrations this open applied, in order."""
         self._lock = threading.RLock()
@@ -85,9 +87,20 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
             raise StoreError(f"cannot open {self.path} as a Rollscope database: {e}") from e
         self.recover_interrupted()
 
+    @property
+    def notice(self) -> str:
+        """What a reader of this store should be told that it cannot show ("" when it shows everything): the
+        committed changes a read-only folder's WAL holds that could not be read."""
+        return self._ro.notice if self._ro is not None else ""
+
+    def _read_only_file(self) -> ReadOnlyFile:
+        assert self._ro is not None
+        return self._ro
+
     def _open_read_only(self) -> None:
         try:
-            conn = connect_read_only(self.path)
+            self._ro = ReadOnlyFile(self.path)
+            conn = self._ro.connect()
             self.db = sqlite_utils.Database(conn)
             names = set(self.db.table_names())
             row = self.db.execute("SELECT value FROM meta WHERE key = 'db_schema'").fetchone() \
@@ -153,3 +166,5 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
         with self._lock:
             self.close_reader()
             self.db.conn.close()
+            if self._ro is not None:
+                self._ro.close()

@@ -12,7 +12,6 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..records import textsafe
@@ -152,27 +151,6 @@ def search_texts(ep: Episode, turn: int | None = None) -> list[tuple[int, list[s
     return [(CONTEXT_PART, context), (0, opening), *((t.index + 1, _turn_texts(t)) for t in turns)]
 
 
-def _uri(path: Path, immutable: bool) -> str:
-    from urllib.parse import quote
-
-    return f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
-
-
-def connect_read_only(path: Path) -> sqlite3.Connection:
-    """A connection that never writes. A WAL database whose folder cannot take the ``-shm`` file opens as
-    immutable (nothing else can be writing a file nobody may write)."""
-    for immutable in (False, True):
-        conn = sqlite3.connect(_uri(path, immutable), uri=True, check_same_thread=False, timeout=30)
-        try:
-            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-            return conn
-        except sqlite3.OperationalError:
-            conn.close()
-            if immutable:
-                raise
-    raise AssertionError("unreachable")
-
-
 class IndexQueries(StoreBase):
     """Search-index upkeep and the aggregate queries of the episode index, mixed into ``Store``."""
 
@@ -240,7 +218,7 @@ class IndexQueries(StoreBase):
         with self._lock:
             if getattr(self, "_read_conn", None) is None:
                 if self.read_only:
-                    conn = connect_read_only(self.path)
+                    conn = self._read_only_file().connect()
                 else:
                     conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
                 conn.execute("PRAGMA temp_store=MEMORY")
