@@ -74,7 +74,8 @@ class Mode:
 
 SERVER_MODES: tuple[Mode, ...] = (
     Mode("surrogate", "any", "", "text_replaced"),
-    Mode("nonfinite", "answers", "", ""),
+    Mode("nonfinite", "answers", "", "logprob_not_finite"),
+    Mode("infinity", "answers", "", "logprob_not_finite"),
     Mode("trickle", "aborts", "no complete answer within"),
     Mode("hang", "aborts", "no complete answer within"),
     Mode("huge", "aborts", "byte limit"),
@@ -155,6 +156,8 @@ class HostileServer(ThreadedServer):
         if mode == "nonfinite":
             return json.dumps(self._answer(protocol, ok, "I am not sure.", lp=float("nan"))).encode() \
                 .replace(b'"prompt_tokens": 10', b'"prompt_tokens": 10, "weight_version": "99999999999999999999"')
+        if mode == "infinity":  # +Infinity logprobs: Python's JSON writer spells them so
+            return json.dumps(self._answer(protocol, ok, "I am not sure.", lp=math.inf)).encode()
         if mode == "deep":
             return b'{"text": ' + b"[" * DEEP + b"]" * DEEP + b"}"
         if mode == "not_object":
