@@ -74,7 +74,7 @@ class Mode:
 
 SERVER_MODES: tuple[Mode, ...] = (
     Mode("surrogate", "any", "", "text_replaced"),
-    Mode("nonfinite", "answers", "", ""),
+    Mode("nonfinite", "answers", "", "logprob_not_finite"),
     Mode("trickle", "aborts", "no complete answer within"),
     Mode("hang", "aborts", "no complete answer within"),
     Mode("huge", "aborts", "byte limit"),
@@ -94,7 +94,11 @@ SERVER_MODES: tuple[Mode, ...] = (
     Mode("error400", "aborts", "HTTP 400"),
     Mode("drop", "aborts", "dropped"),
 )
-MODES = {m.name: m for m in SERVER_MODES}
+# Served too, but left out of the sweep of every mode (tests/test_numbers.py drives them).
+EXTRA_MODES: tuple[Mode, ...] = (
+    Mode("infinity", "answers", "", "logprob_not_finite"),
+)
+MODES = {m.name: m for m in (*SERVER_MODES, *EXTRA_MODES)}
 TRICKLE_S = 0.3
 HUGE_CHUNK = b" " * 2**20
 
@@ -155,6 +159,8 @@ class HostileServer(ThreadedServer):
         if mode == "nonfinite":
             return json.dumps(self._answer(protocol, ok, "I am not sure.", lp=float("nan"))).encode() \
                 .replace(b'"prompt_tokens": 10', b'"prompt_tokens": 10, "weight_version": "99999999999999999999"')
+        if mode == "infinity":  # +Infinity logprobs: Python's JSON writer spells them so
+            return json.dumps(self._answer(protocol, ok, "I am not sure.", lp=math.inf)).encode()
         if mode == "deep":
             return b'{"text": ' + b"[" * DEEP + b"]" * DEEP + b"}"
         if mode == "not_object":

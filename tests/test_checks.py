@@ -164,10 +164,11 @@ def test_every_kind_is_planted():
     from engine.checks import KINDS
 
     # answer_extraction_failed: realhf's split cannot fail on byte-level BPE tokenizers.
-    # edited_by_hand and fork_replay_diverged are what Step and fork record, not bugs to plant.
+    # edited_by_hand and fork_replay_diverged are what Step and fork record, not bugs to plant; the number
+    # policy's marks are made where numbers enter (tests/test_numbers.py).
     assert set(KINDS) - kinds <= {"backend_error", "internal_error", "not_checked", "answer_extraction_failed",
                                   "edited_by_hand", "fork_replay_diverged", "text_replaced", "server_answer_invalid",
-                                  "ids_reencoded"}
+                                  "ids_reencoded", "logprob_not_finite", "reward_not_finite"}
 
 
 # -- clean episodes from every preset ----------------------------------------------------

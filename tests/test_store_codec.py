@@ -193,7 +193,8 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
     assert "0005_run_pids" in done and "0006_packed_tokens" not in done  # the steps before it stay done
     monkeypatch.undo()
     store = Store(path)
-    assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files", "0009_search_context"]
+    assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files", "0009_search_context",
+                             "0010_finite_numbers"]
     assert store.count() == 10
     store.close()
 
@@ -206,6 +207,20 @@ def test_a_database_of_this_schema_opens_with_nothing_to_apply(tmp_path):
     store.close()
     store = Store(path)
     assert store.applied == []
+    store.close()
+
+
+def test_a_database_lacking_only_a_repair_opens_read_only_and_is_repaired_on_a_writable_open(tmp_path):
+    path = tmp_path / "now.sqlite"
+    shutil.copy(GOLDEN / "dbschema6.sqlite", path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM migrations WHERE name = '0010_finite_numbers'")
+    conn.close()
+    store = Store(path, read_only=True)  # only a repair pending (it changes rows, not tables): a read-only copy opens
+    assert store.count() == 10 and [m.name for m in migrations.pending(store.db)] == ["0010_finite_numbers"]
+    store.close()
+    store = Store(path)
+    assert store.applied == ["0010_finite_numbers"] and store.repaired == []  # nothing in it to repair
     store.close()
 
 

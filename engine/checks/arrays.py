@@ -307,6 +307,11 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                         turn=turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
                         evidence={"positions": bad[:200].tolist(), "runs": position_runs(bad), "shift": shift})]
     missing = np.flatnonzero((mask == 1) & np.isnan(lp))
+    # A logprob that came as NaN or infinity is unknown now and already said (logprob_not_finite, where it entered).
+    said = {p for f in ep.all_findings() if f.kind == "logprob_not_finite" and f.token_start is not None
+            for p in range(f.token_start, f.token_end or f.token_start + 1)}
+    if said and missing.size:
+        missing = np.array([p for p in missing.tolist() if p not in said], dtype=np.int64)
     if missing.size and _no_logprobs_at_all(ep):
         # Nothing was lost: the source (or the backend) has none. Said once, and nothing else to check here.
         live = ep.source.live

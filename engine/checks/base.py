@@ -14,10 +14,12 @@ from ..tokens.tokenizer import Tokenizer
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
-# Kinds the loop records while it runs; the checks do not report them again.
+# Kinds recorded where the data entered (the loop while it runs, an import, a repair): the checks keep them and
+# do not report them again.
 LOOP_KINDS = frozenset(
     {"template_not_prefix_stable", "tool_call_parse_error", "env_error", "backend_error", "internal_error",
-     "truncated_turn", "truncated_episode", "text_replaced", "server_answer_invalid"}
+     "truncated_turn", "truncated_episode", "text_replaced", "server_answer_invalid", "logprob_not_finite",
+     "reward_not_finite"}
 )
 KINDS = FINDING_KINDS  # every kind a finding can have, the loop's and the checks' (records.FindingKind)
 # Token modes whose arrays hold the very ids the model was given and generated.

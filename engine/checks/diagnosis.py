@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..records.episode import SCHEMA_VERSION, Episode, Finding, Severity, TokenArrays
+from ..records.marks import unknown_logprobs
 from ..records.upgrade import upgrade
 
 INFO = Severity.INFO
@@ -326,5 +327,8 @@ def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_episode(d: dict[str, Any], tokens: TokenArrays | None = None) -> Episode:
-    """``Episode.from_dict`` for a record of any readable version, version 1 included (its findings linked here)."""
-    return Episode.from_dict(upgrade_v1(d) if _is_v1(d) else d, tokens)
+    """``Episode.from_dict`` for a record of any readable version, version 1 included (its findings linked here),
+    with the number policy's marks: a logprob that was not a finite number is unknown, its tokens marked
+    ``logprob_not_finite`` (``records.marks``)."""
+    nonfinite: list[tuple[str, int, float]] = []
+    return unknown_logprobs(Episode.from_dict(upgrade_v1(d) if _is_v1(d) else d, tokens, nonfinite), nonfinite)

@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
 def cmd_schema(a: argparse.Namespace) -> int:
     from ..checks.diagnosis import upgrade_record
     from ..records.episode import READABLE_VERSIONS, SCHEMA_VERSION
-    from ..records.schema import episode_schema, problems
+    from ..records.schema import episode_schema, problems, warnings
 
     if not a.validate:
         print(json.dumps(episode_schema(), indent=2, ensure_ascii=False))
@@ -29,7 +29,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
     path = Path(a.validate)
     if not path.is_file():
         raise ConfigError(f"{path} is not a file")
-    n = bad = upgraded = 0
+    n = bad = upgraded = warned = 0
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -53,6 +53,12 @@ def cmd_schema(a: argparse.Namespace) -> int:
             bad += 1
             for p in found:
                 print(f"{path}:{lineno}: {p}")
+        elif isinstance(record, dict):
+            said = warnings(record)
+            warned += bool(said)
+            for w in said[:5]:
+                print(f"{path}:{lineno}: warning: {w}")
     print(f"{n - bad} of {n} records conform to the episode schema"
-          + (f" ({upgraded} of an earlier version, checked as upgraded)" if upgraded else ""))
+          + (f" ({upgraded} of an earlier version, checked as upgraded)" if upgraded else "")
+          + (f"; {warned} with logprobs that are not finite numbers (imported as unknown)" if warned else ""))
     return 1 if bad else 0

@@ -20,9 +20,12 @@ parquet    yes    yes    one row per episode, token arrays as list columns, loss
 records are reported (file, position, field) and skipped, never fatal; only
 an unreadable or unsafe file raises. Foreign records get deterministic ids,
 so importing the same dump twice adds nothing; episodes already in the
-store are left as they are (their tags, stars and notes kept), except for
-the lossless formats (``jsonl``, ``parquet``), whose records are the
-authority and replace the stored copy. :func:`export` writes atomically.
+store are left as they are, except for the lossless formats (``jsonl``,
+``parquet``), whose records are the authority and replace the stored copy
+where its content differs. Either way a stored episode keeps its star, note
+and tags (a record's own tags are added). Numbers follow one policy
+(``records.numbers``): a reward that is not finite refuses the record, a
+logprob that is not is unknown and marked. :func:`export` writes atomically.
 ``watch`` follows a run's dump folder as it grows.
 
 Imports every layer below it (the loop's rewards, the checks' fan-out, the
@@ -91,6 +94,8 @@ class ImportReport:
     fmt: str
     new: int = 0
     already_present: int = 0
+    replaced: int = 0
+    """Of those already present, how many a lossless format's record changed (written again, annotations kept)."""
     errors: list[FormatError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -106,8 +111,16 @@ class ImportReport:
     def imported(self) -> int:
         return self.new + self.already_present
 
+    @property
+    def unchanged(self) -> int:
+        return self.already_present - self.replaced
+
     def summary(self) -> str:
-        kept = "replaced" if self.fmt in LOSSLESS else "left as they were"
+        if self.fmt in LOSSLESS and self.already_present:
+            kept = (f"{self.replaced} replaced: their content changed; {self.unchanged} unchanged; stars, notes and "
+                    "tags kept")
+        else:
+            kept = "left as they were"
         return (f"imported {self.new} new, {self.already_present} already present ({kept}), "
                 f"{self.skipped} malformed records skipped")
 
@@ -183,15 +196,16 @@ def import_path(
         fanout = fanout or Fanout(1)
         episodes = check_episodes(fanout, episodes, errors=report.tokenizer_errors)
     try:
-        for ep, present, error in store.save_batches(episodes, replace=replace):
+        for ep, state, error in store.save_batches(episodes, replace=replace):
             if error is not None:  # a bug in storing this one record: list it, import the rest
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
                 continue
-            if present:
-                report.already_present += 1
-            else:
+            if state == "new":
                 report.new += 1
+            else:
+                report.already_present += 1
+                report.replaced += state == "replaced"
             report.checked += int(check)
             if bar is not None:
                 bar.update(1)

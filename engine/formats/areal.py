@@ -40,14 +40,15 @@ import numpy as np
 from ..errors import FormatError
 from ..loop.rewards import discounted_returns
 from ..records.episode import Episode, Generation, Status, TokenArrays, Turn
+from ..records.marks import unknown_logprobs
 from ..records.provenance import Source
 from ..tokens import chat
 from .base import (
     ImportContext,
-    float_array,
     int_array,
     int_field,
     jsonable,
+    logprob_array,
     mask_array,
     mask_structure,
     read_jsonl_records,
@@ -77,7 +78,8 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     ids = int_array(d["input_ids"], where, "input_ids")
     mask = mask_array(d["loss_mask"], where, "loss_mask")
     n = len(ids)
-    lps = float_array(d["logprobs"], where, "logprobs") if d.get("logprobs") is not None else np.full(n, np.nan, np.float32)
+    lps, bad = logprob_array(d["logprobs"], where, "logprobs") if d.get("logprobs") is not None \
+        else (np.full(n, np.nan, np.float32), [])
     raw_v = d.get("versions")
     vers = np.full(n, -1, np.int32) if raw_v is None else int_array(raw_v, where, "versions", lo=-1)
     for name, arr in (("loss_mask", mask), ("logprobs", lps), ("versions", vers)):
@@ -89,7 +91,7 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     reward = reward_value(d.get("rewards"), where, "rewards")
     segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=ctx.tokenizer, reward=reward)
     task = d.get("task_id", "")
-    return Episode(
+    return unknown_logprobs(Episode(
         id=stable_id("areal-packed", d.get("episode_id"), d.get("turn"), tokens=ids),
         env=str(d.get("env") or "areal"), task_id=str(task), sample_index=int(d.get("sample_idx") or 0),
         tokenizer=ctx.tokenizer_name, status=Status.COMPLETED, reason="imported from areal", reward=reward,
@@ -98,7 +100,7 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
         source=Source.imported("areal", str(path), line=line, episode_id=jsonable(d.get("episode_id")),
                                turn=jsonable(d.get("turn"))),
         created_at=time.time(),
-    )
+    ), [("logprobs", i, x) for i, x in bad if i >= prompt_len], where=f"{where}, logprobs")
 
 
 def rollout_step(path: Path, d: dict[str, Any]) -> int | None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
-from ..records import jsonbounds, textsafe
+from ..records import jsonbounds, numbers, textsafe
 from ..records.episode import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
 from ..tokens.tokenizer import Tokenizer
 
@@ -246,6 +246,23 @@ def float_array(value: Any, where: str, name: str) -> np.ndarray:
     return arr.astype(np.float32)
 
 
+def logprob_array(value: Any, where: str, name: str) -> tuple[np.ndarray, list[tuple[int, float]]]:
+    """Logprobs as :func:`float_array` reads them, and (index, value) of each that was a number but not finite
+    (NaN, infinite): those are NaN now, unknown, for ``marks.unknown_logprobs`` to mark. ``None`` is the
+    ordinary unknown and is not listed."""
+    arr = float_array(value, where, name)
+    if not arr.size or np.isfinite(arr).all():
+        return arr, []
+    if isinstance(value, (list, tuple)):
+        bad = numbers.nonfinite_positions(value, unknown="none")
+    else:
+        bad = np.flatnonzero(~np.isfinite(arr)).tolist()
+    found = [(i, float(arr[i])) for i in bad]
+    arr = arr.copy()
+    arr[bad] = np.nan
+    return arr, found
+
+
 def _kind_name(arr: np.ndarray) -> str:
     return {"f": "floats", "b": "booleans", "U": "strings", "S": "bytes", "O": "mixed values"}.get(arr.dtype.kind, str(arr.dtype))
 
@@ -283,7 +300,7 @@ def reward_value(value: Any, where: str, name: str = "reward") -> float:
         raise FormatError(f"must be a number, got {value!r}"[:200], where, name)
     out = float(value)
     if not math.isfinite(out):
-        raise FormatError(f"must be a finite number, got {out}", where, name)
+        raise FormatError(numbers.not_finite(out), where, name)
     return out
 
 

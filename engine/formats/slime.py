@@ -64,16 +64,17 @@ import numpy as np
 from ..errors import FormatError, RollscopeError
 from ..loop.rewards import discounted_returns
 from ..records.episode import Episode, Message, Status, TokenArrays
+from ..records.marks import unknown_logprobs
 from ..records.provenance import Source
 from ..tokens import chat
 from . import torchstream
 from .base import (
     ImportContext,
     UnsafeFileError,
-    float_array,
     int_array,
     int_field,
     jsonable,
+    logprob_array,
     mask_array,
     mask_structure,
     reward_value,
@@ -309,13 +310,16 @@ def sample_to_episode(
     ours = ours if isinstance(ours, dict) else {}
 
     lp = np.full(n, np.nan, dtype=np.float32)
+    nonfinite: list[tuple[str, int, float]] = []
     if s.get("rollout_log_probs") is not None:
-        arr = float_array(s["rollout_log_probs"], where, "rollout_log_probs")
+        arr, bad = logprob_array(s["rollout_log_probs"], where, "rollout_log_probs")
         trained = prompt_len + np.flatnonzero(mask[prompt_len:])
         if len(arr) == rl:
             lp[prompt_len:] = arr
+            nonfinite = [("logprobs", prompt_len + i, x) for i, x in bad]
         elif len(arr) == len(trained):
             lp[trained] = arr
+            nonfinite = [("logprobs", int(trained[i]), x) for i, x in bad]
         else:
             raise FormatError(f"has {len(arr)} entries for a response of {rl} tokens ({len(trained)} trainable)",
                               where, "rollout_log_probs")
@@ -376,7 +380,7 @@ def sample_to_episode(
         details["train"] = train[index]
     source = Source.imported("slime", str(f), index=index, **details)
     turn_rewards = tuple(t.reward for t in turns)
-    return Episode(
+    return unknown_logprobs(Episode(
         id=stable_id("slime", jsonable(rollout_id), index if index is not None else f"#{position}", tokens=ids),
         env=str(ours.get("env") or metadata.get("env") or "slime"),
         task_id=str(task if task is not None else position),
@@ -396,7 +400,7 @@ def sample_to_episode(
         segments=segments,
         source=source,
         created_at=time.time(),
-    )
+    ), nonfinite, where=f"{where}, rollout_log_probs")
 
 
 # -- export -----------------------------------------------------------------------

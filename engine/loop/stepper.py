@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 import traceback
 import typing
@@ -22,7 +23,7 @@ from ..backends.base import PROMPT_AS_TEXT, Backend, GenerationRequest, Sampling
 from ..envs.base import Env, StepResult
 from ..errors import BackendError, RollscopeError
 from ..presets import LoopConfig
-from ..records import textsafe
+from ..records import marks, numbers, textsafe
 from ..records.episode import (
     Action,
     Episode,
@@ -240,6 +241,7 @@ class Stepper:
         seg_start = len(self._ctx.builder.segments)
         cfg = self.config
         generation = _safe_generation(generation, t, findings)
+        generation, not_finite = _finite_logprobs(generation)
 
         content = self.mode.content(self._ctx, generation)
         parsed = ParseResult((), None, content)
@@ -262,6 +264,8 @@ class Stepper:
             if kept:
                 self._ctx.messages.append(Message("assistant", content))
                 self.mode.assistant(self._ctx, t, generation, findings)
+            if not_finite:
+                findings.extend(_logprob_findings(self._ctx.builder.segments[seg_start:] if kept else [], t, not_finite))
             if generation.finish_reason == "length":
                 findings.append(Finding(
                     "truncated_turn", Severity.WARNING,
@@ -294,6 +298,9 @@ class Stepper:
 
             if result is not None:
                 result = _safe_result(result, t, findings)
+                bad_reward = None if numbers.is_finite(result.reward) else result.reward
+                if bad_reward is not None:
+                    result = dataclasses.replace(result, reward=0.0)
                 observation = conversation_observation(cfg, result) if parsed.error is None else result.observation
                 info = result.info
                 if result.done and cfg.stop_on_done:
@@ -305,6 +312,13 @@ class Stepper:
                     end = (status, f"reached max_turns={cfg.max_turns}")
                     if status is Status.TRUNCATED:
                         findings.append(Finding("truncated_episode", Severity.WARNING, end[1], turn=t))
+                if bad_reward is not None:
+                    shown = numbers.spell(bad_reward) if isinstance(bad_reward, float) else repr(bad_reward)[:40]
+                    findings.append(Finding(
+                        "env_error", Severity.ERROR, f"the env returned reward {shown}, not a finite number: the "
+                        "episode ends here and the turn's reward is 0; make the env's reward a finite number",
+                        turn=t, evidence={"reward": shown}))
+                    end = (Status.ABORTED, f"env error: reward {shown} is not a finite number")
                 if end is None or cfg.observe_last:
                     observing = True
                     self.mode.observation(self._ctx, t, generation, observation, findings)
@@ -434,6 +448,27 @@ def _safe_generation(gen: Generation, turn: int, findings: list[Finding]) -> Gen
         return gen
     findings.append(_replaced("generation", n, turn))
     return dataclasses.replace(gen, text=text, finish_detail=detail, model=model)
+
+
+def _finite_logprobs(gen: Generation) -> tuple[Generation, dict[int, float]]:
+    """The generation with every logprob that is not a finite number (a server's NaN, null or Infinity) made
+    unknown (NaN), and those (index: value) to mark."""
+    if not gen.logprobs or all(math.isfinite(x) for x in gen.logprobs):
+        return gen, {}
+    bad = {i: x for i, x in enumerate(gen.logprobs) if not math.isfinite(x)}
+    return dataclasses.replace(gen, logprobs=tuple(math.nan if i in bad else x for i, x in enumerate(gen.logprobs))), bad
+
+
+def _logprob_findings(segments: Any, turn: int, bad: dict[int, float]) -> list[Finding]:
+    """``logprob_not_finite`` on the tokens of the turn's reply that had them (its assistant segment)."""
+    at = {pos: x for j, x in bad.items() if (pos := marks.generation_position(segments, turn, j)) is not None}
+    found = marks.findings_for(at, turn_of=lambda _: turn, where=f"the backend's answer for turn {turn}", values=at)
+    for j in sorted(set(bad) - {j for j in bad if marks.generation_position(segments, turn, j) is not None}):
+        found.append(Finding(
+            "logprob_not_finite", Severity.WARNING, f"the backend gave generated token {j} of turn {turn} the logprob "
+            f"{numbers.spell(bad[j])}, not a finite number: kept as unknown", turn=turn,
+            evidence={"values": [numbers.spell(bad[j])], "generation_index": j}))
+    return found
 
 
 def _safe_finding(f: Finding) -> Finding:

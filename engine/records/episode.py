@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import FormatError
+from .numbers import nan_to_none
 from .provenance import BackendInfo, RunConfig, Source
 from .reading import Fields
 from .textsafe import json_safe
@@ -40,7 +41,7 @@ FindingKind = Literal[
     "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
     "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
     "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged", "text_replaced",
-    "server_answer_invalid", "ids_reencoded",
+    "server_answer_invalid", "ids_reencoded", "logprob_not_finite", "reward_not_finite",
 ]
 FINDING_KINDS: tuple[str, ...] = typing.get_args(FindingKind)
 Role = Literal["system", "user", "assistant", "tool"]
@@ -167,17 +168,6 @@ class Action:
         return cls(name=f.text("name"), arguments=f.obj("arguments"), text=f.text("text"))
 
 
-def _nan_to_none(xs: Any) -> list[float | None] | None:
-    if xs is None:
-        return None
-    try:
-        if not np.isnan(np.asarray(xs, dtype=np.float64)).any():
-            return [float(x) for x in xs]
-    except (TypeError, ValueError):  # a None among them
-        pass
-    return [None if (x is None or x != x) else float(x) for x in xs]
-
-
 @dataclass(frozen=True)
 class Generation:
     """The raw answer of a backend to one request."""
@@ -224,7 +214,7 @@ class Generation:
         return {
             "text": self.text,
             "token_ids": list(self.token_ids),
-            "logprobs": _nan_to_none(self.logprobs),
+            "logprobs": nan_to_none(self.logprobs),
             "finish_reason": self.finish_reason,
             "latency_s": self.latency_s,
             "prompt_tokens": self.prompt_tokens,
@@ -541,13 +531,15 @@ class Episode:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], tokens: TokenArrays | None = None) -> Episode:
+    def from_dict(cls, d: dict[str, Any], tokens: TokenArrays | None = None,
+                  nonfinite: list[tuple[str, int, float]] | None = None) -> Episode:
         """The record ``d`` (version 2 or later, upgraded; a version-1 record goes through ``engine.read_episode``); a
-        missing or mistyped field is a ``FormatError``.
+        missing or mistyped field, or a number that is not finite, is a ``FormatError``.
 
-        ``tokens``, when given (the store keeps them as blobs), stands for the four token lists.
+        ``tokens``, when given (the store keeps them as blobs), stands for the four token lists. A logprob that
+        is not a finite number is read as unknown and added to ``nonfinite`` (``records.marks``).
         """
-        f = Fields(d)
+        f = Fields(d, nonfinite=nonfinite)
         version = f.integer("schema_version") if f.has("schema_version") else 1
         if version not in READABLE_VERSIONS:
             raise FormatError(f"{version} is not a version this Rollscope reads ({', '.join(map(str, READABLE_VERSIONS))}); "
@@ -555,7 +547,7 @@ class Episode:
         if version < SCHEMA_VERSION:
             from .upgrade import upgrade
 
-            f = Fields(upgrade(d, SCHEMA_VERSION))
+            f = Fields(upgrade(d, SCHEMA_VERSION), nonfinite=f.nonfinite)
         return cls(  # fields read in record order, so the first bad one is the one named
             id=f.text("id"),
             env=f.text("env"),

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import FormatError
 from .jsonbounds import depth_over, too_deep
+from .numbers import is_finite, not_finite
 from .textsafe import from_json_safe
 
 
@@ -23,15 +24,21 @@ def _type_name(v: Any) -> str:
 
 
 class Fields:
-    """One JSON object being read into a record; ``path`` names it in errors."""
+    """One JSON object being read into a record; ``path`` names it in errors.
 
-    __slots__ = ("d", "path")
+    Numbers must be finite (``numbers``: a NaN reward refuses the record); a logprob that is not is read as
+    unknown (NaN) and listed in ``nonfinite`` as (field path, index, value), shared by the objects read
+    inside this one, so the record can mark those tokens (``marks.unknown_logprobs``).
+    """
 
-    def __init__(self, d: Any, path: str = "") -> None:
+    __slots__ = ("d", "path", "nonfinite")
+
+    def __init__(self, d: Any, path: str = "", nonfinite: list[tuple[str, int, float]] | None = None) -> None:
         if not isinstance(d, dict):
             raise FormatError(f"must be an object, got {_type_name(d)}", field=path or "(record)")
         self.d: dict[str, Any] = d
         self.path = path
+        self.nonfinite: list[tuple[str, int, float]] = [] if nonfinite is None else nonfinite
 
     def name(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -70,11 +77,16 @@ class Fields:
         return None if v is None else int(v)
 
     def number(self, key: str) -> float:
-        return float(self._typed(key, False, _is_number, "a number"))
+        return self._finite(key, float(self._typed(key, False, _is_number, "a number")))
 
     def number_or_none(self, key: str) -> float | None:
         v = self._typed(key, True, _is_number, "a number")
-        return None if v is None else float(v)
+        return None if v is None else self._finite(key, float(v))
+
+    def _finite(self, key: str, v: float) -> float:
+        if not is_finite(v):
+            raise self.fail(key, not_finite(v))
+        return v
 
     def boolean(self, key: str) -> bool:
         return bool(self._typed(key, False, lambda v: isinstance(v, bool), "true or false"))
@@ -96,14 +108,14 @@ class Fields:
         return v
 
     def sub(self, key: str) -> Fields:
-        return Fields(self.raw(key), self.name(key))
+        return Fields(self.raw(key), self.name(key), self.nonfinite)
 
     def sub_or_none(self, key: str) -> Fields | None:
         v = self.raw(key)
-        return None if v is None else Fields(v, self.name(key))
+        return None if v is None else Fields(v, self.name(key), self.nonfinite)
 
     def subs(self, key: str) -> list[Fields]:
-        return [Fields(v, f"{self.name(key)}.{i}") for i, v in enumerate(self.items(key))]
+        return [Fields(v, f"{self.name(key)}.{i}", self.nonfinite) for i, v in enumerate(self.items(key))]
 
     def texts(self, key: str) -> tuple[str, ...]:
         out = self.items(key)
@@ -117,6 +129,8 @@ class Fields:
         for i, v in enumerate(out):
             if not _is_number(v):
                 raise FormatError(f"must be a number, got {_type_name(v)}", field=f"{self.name(key)}.{i}")
+            if not is_finite(v):
+                raise FormatError(not_finite(v), field=f"{self.name(key)}.{i}")
         return tuple(float(v) for v in out)
 
     def ints(self, key: str) -> tuple[int, ...]:
@@ -127,7 +141,8 @@ class Fields:
         return tuple(out)
 
     def logprobs_or_none(self, key: str) -> tuple[float, ...] | None:
-        """A list of numbers where null stands for an unknown logprob (NaN), or null for none at all."""
+        """A list of numbers where null stands for an unknown logprob (NaN), or null for none at all; a number
+        that is not finite is unknown too, and listed in ``nonfinite``."""
         v = self.raw(key)
         if v is None:
             return None
@@ -138,6 +153,9 @@ class Fields:
             if x is None:
                 out.append(math.nan)
             elif _is_number(x):
+                if not is_finite(x):
+                    self.nonfinite.append((self.name(key), i, float(x)))
+                    x = math.nan
                 out.append(float(x))
             else:
                 raise FormatError(f"must be a number or null, got {_type_name(x)}", field=f"{self.name(key)}.{i}")

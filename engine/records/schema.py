@@ -20,9 +20,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..errors import FormatError
 from ..presets import LoopConfig
 from . import episode, provenance
 from .episode import SCHEMA_VERSION, Episode
+from .numbers import nonfinite_positions, spell
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = f"https://rollscope.dev/schema/episode/{SCHEMA_VERSION}.json"
@@ -143,9 +145,36 @@ def validator() -> Any:
 
 
 def problems(record: dict[str, Any], limit: int = 5) -> list[str]:
-    """What in a record disagrees with the schema, each as ``path: message`` (empty when it conforms)."""
+    """What in a record disagrees with the schema, each as ``path: message`` (empty when it conforms).
+
+    JSON Schema cannot say that a number is finite (strict JSON has no NaN): a record the schema takes is
+    then read as an import reads it, so what import would refuse (a NaN reward) is a problem here too.
+    """
     out = []
     for err in sorted(validator().iter_errors(record), key=lambda e: list(e.absolute_path))[:limit]:
         path = ".".join(str(p) for p in err.absolute_path) or "(record)"
         out.append(f"{path}: {err.message}")
+    if not out:
+        try:
+            Episode.from_dict(record, nonfinite=[])
+        except FormatError as e:
+            out.append(f"{e.field or '(record)'}: {e.detail}")
+    return out
+
+
+def warnings(record: dict[str, Any]) -> list[str]:
+    """What import takes but changes, each as ``path: message``: a logprob that is not a finite number
+    (NaN, Infinity), kept as unknown and marked ``logprob_not_finite``."""
+    lists: list[tuple[str, Any]] = [("logprobs", record.get("logprobs"))]
+    turns = record.get("turns")
+    for k, t in enumerate(turns if isinstance(turns, list) else []):
+        g = t.get("generation") if isinstance(t, dict) else None
+        if isinstance(g, dict):
+            lists.append((f"turns.{k}.generation.logprobs", g.get("logprobs")))
+    out = []
+    for path, values in lists:
+        if isinstance(values, list):
+            out += [f"{path}.{i}: {spell(values[i])} is not a finite number: import keeps it as unknown (null) and "
+                    "marks the token logprob_not_finite" for i in nonfinite_positions(values, unknown="none")
+                    if isinstance(values[i], float)]
     return out

@@ -83,7 +83,7 @@ class TokenArrays:
         return {
             "tokens": self.ids.tolist(),
             "loss_mask": self.loss_mask.tolist(),
-            "logprobs": [None if math.isnan(x) else x for x in self.logprobs.tolist()],
+            "logprobs": [x if math.isfinite(x) else None for x in self.logprobs.tolist()],  # unknown: null
             "versions": self.versions.tolist(),
         }
 

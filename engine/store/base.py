@@ -68,6 +68,9 @@ class StoreBase:
     def get_episode(self, episode_id: str) -> Episode:
         raise NotImplementedError
 
+    def _record(self, episode_id: str) -> tuple[dict[str, Any], Any]:
+        raise NotImplementedError
+
     def _write_search(self, ep: Episode, turn: int | None = None) -> None:
         raise NotImplementedError
 

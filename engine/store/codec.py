@@ -127,6 +127,16 @@ def pack_json(d: Any) -> str | bytes:
     return _compressor.compress(text.encode("utf-8"))
 
 
+def json_bytes(data: str | bytes) -> bytes:
+    """A stored JSON value's text, decompressed but not parsed."""
+    if isinstance(data, str):
+        return data.encode("utf-8", "surrogatepass")
+    try:
+        return bytes(_decompressor.decompress(data))
+    except zstandard.ZstdError as e:
+        raise StoreError(f"stored JSON cannot be decompressed: {e}") from None
+
+
 def unpack_json(data: str | bytes) -> Any:
     """A stored JSON value (text, or compressed)."""
     if isinstance(data, str):

@@ -67,6 +67,8 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
         self._ro: ReadOnlyFile | None = None
         self.applied: list[str] = []
         """The migrations this open applied, in order."""
+        self.repaired: list[str] = []
+        """The episodes whose numbers this open repaired (``0010_finite_numbers``)."""
         self._lock = threading.RLock()
         if read_only:
             if not self.path.exists():
@@ -109,7 +111,7 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
             raise StoreError(f"cannot open {self.path} as a Rollscope database: {e}") from e
         if row is None:
             raise StoreError(f"{self.path} is not a Rollscope database")
-        todo = migrations.pending(self.db)
+        todo = [m for m in migrations.pending(self.db) if not m.repair]
         if int(row[0]) > DB_SCHEMA:
             raise StoreError(f"{self.path} was written by a newer Rollscope (database schema {row[0]}, this one "
                              f"reads {DB_SCHEMA}); upgrade")
@@ -139,6 +141,10 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
                 self._reindex_search()
                 with db.conn:
                     db.execute("DELETE FROM meta WHERE key = 'search_fill'")
+            if db.execute("SELECT value FROM meta WHERE key = 'numbers_repair'").fetchone() is not None:
+                self.repaired = self._repair_numbers()
+                with db.conn:
+                    db.execute("DELETE FROM meta WHERE key = 'numbers_repair'")
             self._analyze(db.conn)
 
     def recover_interrupted(self) -> int:

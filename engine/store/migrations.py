@@ -25,12 +25,14 @@ from . import schema
 
 @dataclass(frozen=True)
 class Migration:
-    """One step: ``name`` (``NNNN_what``), the schema the file has after it, and what it does."""
+    """One step: ``name`` (``NNNN_what``), the schema the file has after it, and what it does. A ``repair``
+    changes rows, not tables: a read-only file that lacks it still opens (and reads as it is)."""
 
     name: str
     schema: int
     apply: Callable[[sqlite_utils.Database], None]
     doc: str
+    repair: bool = False
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -52,6 +54,9 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the dump files `rollscope watch` has read, so a restart reads nothing twice"),
     Migration("0009_search_context", 6, schema.refill_search,
               "system prompts and tool schemas indexed apart, so a search leaves them out unless asked"),
+    Migration("0010_finite_numbers", 6, schema.queue_number_repair,
+              "numbers an earlier version let in made readable: a reward that is not finite becomes 0 with a "
+              "reward_not_finite error, an infinite logprob unknown with a logprob_not_finite warning", repair=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

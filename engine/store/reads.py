@@ -35,6 +35,14 @@ class Reads(StoreBase):
             return self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
 
     def get_episode(self, episode_id: str) -> Episode:
+        d, tokens = self._record(episode_id)
+        try:
+            return read_episode(d, tokens=tokens)
+        except FormatError as e:
+            raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
+
+    def _record(self, episode_id: str) -> tuple[dict[str, Any], TokenArrays]:
+        """An episode's record dict (its columns, JSON, turns, tags) and token arrays, as stored: not yet read."""
         row = self._require(episode_id)
         with self._lock:
             rows = self.db.execute("SELECT idx, data FROM turns WHERE episode_id = ? ORDER BY idx", [episode_id]).fetchall()
@@ -60,10 +68,7 @@ class Reads(StoreBase):
         d["starred"] = bool(row["starred"])
         d["tags"] = tags
         d["turns"] = turns
-        try:
-            return read_episode(d, tokens=tokens)
-        except FormatError as e:
-            raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
+        return d, tokens
 
     def iter_episodes(self, flt: EpisodeFilter | None = None, batch: int = 200) -> Iterator[Episode]:
         for chunk in self._id_chunks(flt or EpisodeFilter(), batch):

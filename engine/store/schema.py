@@ -6,7 +6,8 @@ columns' contents.
 Browse's ``episode_index``, ``runs.pid`` and the compressed token arrays (``tokens.packed``) and turns; 5
 added ``rollout_step`` (the trainer's step an imported episode came from) and ``watched_files`` (what
 ``rollscope watch`` has imported); 6 indexes system prompts and tool schemas apart from what a search
-looks in by default (``search_refs.part`` -1). Every step is written to be safe on a file that already has what it adds.
+looks in by default (``search_refs.part`` -1), then repairs numbers that are not finite. Every step is written
+to be safe on a file that already has what it adds.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import numpy as np
 import sqlite_utils
 
 from ..checks.diagnosis import diagnosis_parts, linked
+from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
@@ -255,3 +258,44 @@ def diagnosis_columns(found: Sequence[Finding]) -> tuple[str, str]:
     order as ",kind,kind," (so a filter is one LIKE and a part can be left out by its kind)."""
     parts = diagnosis_parts(linked(found))
     return "; ".join(text for _, text in parts), ("," + ",".join(k for k, _ in parts) + ",") if parts else ""
+
+
+def queue_number_repair(db: sqlite_utils.Database) -> None:
+    """Schema 5: mark the file for the repair of numbers an earlier Rollscope let in (``Store`` runs it once the
+    steps are applied, and again on the next open when it was cut off: see :func:`nonfinite_episodes`)."""
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('numbers_repair', '1')")
+
+
+_NONFINITE_JSON = (b"NaN", b"Infinity")
+
+
+def nonfinite_episodes(db: sqlite_utils.Database) -> list[str]:
+    """The episodes that may hold a number an earlier Rollscope stored but that is not finite: a reward
+    SQLite keeps as NULL (a NaN) or infinite, a NaN or Infinity in their JSON, an infinite logprob in their
+    arrays. A superset (a text that says "NaN" is looked at again), read one row at a time."""
+    from .codec import json_bytes, unpack_tokens
+
+    big = "(reward IS NULL OR abs(reward) > 1.7e308)"
+    found = {r[0] for r in db.execute(f"SELECT id FROM episodes WHERE {big} OR created_at IS NULL")}
+    found |= {r[0] for r in db.execute(f"SELECT DISTINCT episode_id FROM turns WHERE {big}")}
+    for table, key in (("episodes", "id"), ("turns", "episode_id")):
+        for eid, data in db.execute(f"SELECT {key}, data FROM {table}"):
+            if eid in found or data is None:
+                continue
+            try:
+                raw = json_bytes(data)
+            except StoreError:  # an unreadable row is its reader's to report, not this scan's
+                continue
+            if any(word in raw for word in _NONFINITE_JSON):
+                found.add(eid)
+    for eid, packed, logprobs in db.execute("SELECT episode_id, packed, logprobs FROM tokens"):
+        if eid in found:
+            continue
+        try:
+            lp = unpack_tokens(packed).logprobs if packed is not None else \
+                np.frombuffer(logprobs or b"", dtype="<f4")
+        except (StoreError, ValueError):  # as above
+            continue
+        if np.isinf(lp).any():
+            found.add(eid)
+    return sorted(found)

@@ -8,11 +8,24 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from ..records import textsafe
+from ..errors import StoreError
+from ..records import marks, numbers, textsafe
 from ..records.episode import Episode, Status, Turn
 from . import codec
 from .base import StoreBase
-from .schema import diagnosis_columns
+from .schema import diagnosis_columns, nonfinite_episodes
+
+# What a person adds to an episode, kept when it is imported again.
+_ANNOTATIONS = ("tags", "starred", "note")
+
+
+def _content(ep: Episode) -> dict[str, Any]:
+    """An episode as a record, without a person's annotations: what a re-import compares."""
+    d = ep.to_dict()
+    for k in _ANNOTATIONS:
+        d.pop(k, None)
+    return d
+
 
 # Episode fields that live in their own columns rather than in the JSON blob.
 _COLUMN_FIELDS = {
@@ -37,6 +50,9 @@ class Writes(StoreBase):
             self.db.execute("UPDATE runs SET status = ?, pid = NULL WHERE id = ?", [status, run_id])
 
     def _episode_row(self, ep: Episode) -> dict[str, Any]:
+        bad = numbers.bad_rewards(ep)
+        if bad:  # SQLite would keep a NaN as NULL, and nothing downstream reads it: refused, whoever sends it
+            raise StoreError(f"episode {ep.id}: field {bad[0][0]!r} {numbers.not_finite(bad[0][1])}")
         d = ep.to_dict(include_tokens=False, include_turns=False)
         data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS}
         all_findings = ep.all_findings()
@@ -145,6 +161,7 @@ class Writes(StoreBase):
     def finish_episode(self, ep: Episode) -> None:
         """Commit an episode's final state after its turns were saved one by one (its turns are written
         again, now in their final compact form; rows of turns it does not hold are left as they are)."""
+        ep = marks.unknown_logprobs(ep)
         with self._writing("save an episode"):
             self._upsert("episodes", self._episode_row(ep), ("id",), keep=("starred", "note"))
             for t in ep.turns:
@@ -173,12 +190,15 @@ class Writes(StoreBase):
         return n + (self._save_chunk(chunk) if chunk else 0)
 
     def save_batches(self, episodes: Iterable[Episode], batch: int = 64, replace: bool = True
-                     ) -> Iterator[tuple[Episode, bool, str | None]]:
-        """Write whole episodes, ``batch`` per transaction and each in a savepoint: yields (episode, whether it
-        was already stored, why it could not be stored or None) once its batch is committed. One episode
-        that fails is rolled back alone; the others of its batch are kept. ``replace=False`` leaves an
-        episode already stored as it is (its tags, star and note too). When ``episodes`` raises, those read
-        before are written, then the error goes on."""
+                     ) -> Iterator[tuple[Episode, str, str | None]]:
+        """Write whole episodes, ``batch`` per transaction and each in a savepoint: yields (episode, what was
+        done: ``new``, ``replaced``, ``unchanged`` or ``kept``, why it could not be stored or None) once its
+        batch is committed. One episode that fails is rolled back alone; the others of its batch are kept.
+
+        An episode already stored keeps its star, note and tags (a person's work; tags the record carries
+        are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
+        left when it does not (``unchanged``); without, it is left as it is (``kept``). When ``episodes``
+        raises, those read before are written, then the error goes on."""
         chunk: list[Episode] = []
         try:
             for ep in episodes:
@@ -193,24 +213,49 @@ class Writes(StoreBase):
         if chunk:
             yield from self._save_savepoints(chunk, replace)
 
-    def _save_savepoints(self, chunk: list[Episode], replace: bool) -> list[tuple[Episode, bool, str | None]]:
-        out: list[tuple[Episode, bool, str | None]] = []
+    def _save_savepoints(self, chunk: list[Episode], replace: bool) -> list[tuple[Episode, str, str | None]]:
+        out: list[tuple[Episode, str, str | None]] = []
         with self._writing("save episodes"):
             for ep in chunk:
                 present = self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
                 if present and not replace:
-                    out.append((ep, True, None))
+                    out.append((ep, "kept", None))
                     continue
                 self.db.execute("SAVEPOINT episode")
                 try:
-                    self._save_whole(ep, fresh=not present)
+                    if present:
+                        state = self._save_again(ep)
+                    else:
+                        self._save_whole(ep, fresh=True)
+                        state = "new"
                 except Exception as e:  # noqa: BLE001 - reported per episode, the batch goes on
                     self.db.execute("ROLLBACK TO episode")
-                    out.append((ep, present, f"{type(e).__name__}: {e}"))
+                    out.append((ep, "replaced" if present else "new", f"{type(e).__name__}: {e}"))
                 else:
-                    out.append((ep, present, None))
+                    out.append((ep, state, None))
                 self.db.execute("RELEASE episode")
         return out
+
+    def _save_again(self, ep: Episode) -> str:
+        """Store ``ep`` over its stored copy, keeping the copy's star, note and tags (with ``ep``'s tags added):
+        ``replaced`` when its content differs, else ``unchanged`` (only annotations the record adds are written)."""
+        row = self.db.execute("SELECT starred, note FROM episodes WHERE id = ?", [ep.id]).fetchone()
+        tags = [r[0] for r in self.db.execute("SELECT tag FROM tags WHERE episode_id = ?", [ep.id])]
+        merged = ep.evolve(tags=tuple(sorted({*tags, *ep.tags})), starred=bool(row[0]) or ep.starred,
+                           note=row[1] or ep.note)
+        try:
+            same = _content(self.get_episode(ep.id)) == _content(ep)
+        except Exception:  # noqa: BLE001 - a stored copy that cannot be read is replaced
+            same = False
+        if not same:
+            self._save_whole(merged)
+            return "replaced"
+        if merged.starred != bool(row[0]) or merged.note != row[1]:
+            self.db.execute("UPDATE episodes SET starred = ?, note = ? WHERE id = ?",
+                            [int(merged.starred), merged.note, ep.id])
+        self.db.conn.executemany("INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)",
+                                 [(ep.id, t) for t in merged.tags if t not in tags])
+        return "unchanged"
 
     def _save_chunk(self, chunk: list[Episode]) -> int:
         with self._writing("save episodes"):
@@ -219,7 +264,9 @@ class Writes(StoreBase):
         return len(chunk)
 
     def _save_whole(self, ep: Episode, fresh: bool = False) -> None:
-        """Write every row of ``ep``; ``fresh``: it is not stored yet, so there are no old rows to delete."""
+        """Write every row of ``ep``; ``fresh``: it is not stored yet, so there are no old rows to delete.
+        An infinite logprob is stored unknown and marked (``marks.unknown_logprobs``)."""
+        ep = marks.unknown_logprobs(ep)
         self._upsert("episodes", self._episode_row(ep), ("id",))
         if not fresh:
             self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
@@ -234,6 +281,28 @@ class Writes(StoreBase):
             self.db.conn.executemany(
                 "INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(ep.id, t) for t in ep.tags]
             )
+
+    def _repair_numbers(self) -> list[str]:
+        """Rewrite each episode that holds a number an earlier Rollscope let in (``schema.nonfinite_episodes``)
+        as this version reads it (``marks.repair_record``, then unknown logprobs marked), one transaction
+        each; its tags, star and note are kept. An episode that still cannot be read is left as it is."""
+        from ..checks.diagnosis import read_episode
+        from ..errors import FormatError
+
+        done = []
+        for eid in nonfinite_episodes(self.db):
+            try:
+                d, tokens = self._record(eid)
+                fixed_d, fixed = marks.repair_record(d)
+                ep = read_episode(fixed_d, tokens=tokens)
+            except (FormatError, StoreError):
+                continue
+            if not fixed and len(ep.findings) == len(d.get("findings") or ()):
+                continue  # nothing marked: a text that only says "NaN"
+            with self._writing("repair an episode's numbers"):
+                self._save_whole(ep)
+            done.append(eid)
+        return done
 
     def set_status(self, ids: Sequence[str], status: Status, reason: str) -> None:
         with self._writing("change episode statuses"):
