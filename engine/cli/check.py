@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError, StoreError
 from ..records.episode import Finding
-from .common import fanout, fanout_options, open_store
+from .common import fanout, fanout_options, open_store, record_option
 
 
 def register(sub: Any) -> None:
@@ -30,6 +30,7 @@ def register(sub: Any) -> None:
     ck.add_argument("--info", action="store_true", help="also print info findings (what was not checked, and why)")
     ck.add_argument("--all", action="store_true", help="print, under each root finding, the findings that follow from it")
     fanout_options(ck)
+    record_option(ck)
     ck.set_defaults(handler=cmd_check)
 
 
@@ -74,7 +75,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
         if a.where:
             raise ConfigError("--where works on databases; for a JSONL file use --episode")
         report = jsonl.ReadReport()
-        episodes = (e for e in jsonl.read(src, report) if not a.episode or any(e.id.startswith(p) for p in a.episode))
+        episodes = (e for e in jsonl.read(src, report, int(a.max_record_mb * 2**20)) if not a.episode or any(e.id.startswith(p) for p in a.episode))
     n_eps = 0
     # Per episode, only what the report needs (the checked episode itself is stored or dropped at once):
     # its id, its run, its findings without the per-token difference lists.

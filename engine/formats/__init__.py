@@ -42,7 +42,7 @@ from ..records import textsafe
 from ..records.episode import Episode
 from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl
-from .base import ImportContext, LineRange, atomic_path
+from .base import MAX_RECORD_MB, ImportContext, LineRange, atomic_path, record_limit
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
 Exporter = Callable[[Iterable[Episode], Path], int]
@@ -125,6 +125,7 @@ def _resolve_tokenizer(tokenizer: Tokenizer | str | None) -> tuple[Tokenizer | N
 def import_path(
     path: str | Path, fmt: str, store: Any, *, tokenizer: Tokenizer | str | None = None, progress: bool = False, env: str | None = None,
     run_id: str | None = None, check: bool = False, fanout: Any = None, lines: LineRange | None = None,
+    max_record_mb: float = MAX_RECORD_MB,
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
 
@@ -134,7 +135,8 @@ def import_path(
     episodes in that run (with the rollout step each dump names: the run view's points). ``check`` runs
     the fidelity checks on each new episode before it is stored, on ``fanout``'s workers (an
     ``engine.checks.fanout.Fanout``; default: this process). ``lines`` reads only part of a JSONL file (``watch``
-    on a growing file). Malformed records are skipped and listed in the report; a missing, unreadable or
+    on a growing file). ``max_record_mb`` is the largest record read (a line, a sample, a row): a larger one is
+    skipped and listed, read no further than the format allows. Malformed records are skipped and listed in the report; a missing, unreadable or
     unsafe file (a pickle that would run code) raises ``FormatError``; what was read before it is stored.
     Episodes are written a batch per transaction, each in a savepoint of its own: one that cannot be
     stored is listed, the rest kept.
@@ -144,6 +146,7 @@ def import_path(
     p = Path(path)
     if not p.exists():
         raise FormatError("no such file", str(p))
+    max_record = record_limit(max_record_mb)
     tok, name = _resolve_tokenizer(tokenizer)
     report = ImportReport(fmt)
     bar = None
@@ -160,7 +163,7 @@ def import_path(
         fmt, tok, name, env=env or "", errors=report.errors, notes=report.notes, files=report.files,
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
-        lines=lines,
+        lines=lines, max_record=max_record,
     )
     replace = fmt in LOSSLESS
 
@@ -230,7 +233,7 @@ def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:
 
 
 __all__ = [
-    "EXPORTERS", "IMPORTERS", "LOSSLESS", "STREAM_WRITERS", "Exporter", "ImportContext", "ImportReport", "Importer",
+    "EXPORTERS", "IMPORTERS", "LOSSLESS", "MAX_RECORD_MB", "STREAM_WRITERS", "Exporter", "ImportContext", "ImportReport", "Importer",
     "LineRange",
     "export", "import_path",
 ]
