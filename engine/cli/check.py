@@ -45,7 +45,11 @@ def _is_sqlite(path: Path) -> bool:
 def cmd_check(a: argparse.Namespace) -> int:
     """Check the episodes of a database or a JSONL file, print each one's diagnosis and roots, and store the
     findings unless ``--no-store``."""
-    return check(a, fanout(a), lambda path: open_store(path, must_exist=True))
+    pool = fanout(a)
+    try:
+        return check(a, pool, lambda path: open_store(path, must_exist=True))
+    finally:
+        pool.close()  # also when stopped (Ctrl-C, SIGTERM): no worker outlives the command
 
 
 def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> int:
