@@ -166,6 +166,12 @@ def import_path(
         lines=lines, max_record=max_record,
     )
     replace = fmt in LOSSLESS
+    stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs
+
+    def count(ep: Episode, present: bool) -> None:
+        counts, runs = stored.setdefault(str(ep.source.file), ([0, 0], set()))
+        counts[int(present)] += 1
+        runs.add(ep.run_id or "")
 
     def new_ones() -> Iterator[Episode]:
         for ep in IMPORTERS[fmt](p, ctx):
@@ -173,6 +179,7 @@ def import_path(
                 ep = ep.evolve(run_id=run_id)
             if not replace and store.has_episode(ep.id):
                 report.already_present += 1  # left as it is: not checked or written again
+                count(ep, True)
                 if bar is not None:
                     bar.update(1)
                 continue
@@ -191,6 +198,7 @@ def import_path(
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
                 continue
+            count(ep, present)
             if present:
                 report.already_present += 1
             else:
@@ -198,6 +206,8 @@ def import_path(
             report.checked += int(check)
             if bar is not None:
                 bar.update(1)
+    except FormatError as e:  # a file refused part way: say what of it is stored already, and where
+        raise _stored_before(e, stored, store) from None
     finally:
         if bar is not None:
             bar.close()
@@ -208,6 +218,24 @@ def import_path(
         report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
                             "token-level checks are skipped")
     return report
+
+
+def _stored_before(e: FormatError, stored: dict[str, tuple[list[int], set[str]]], store: Any) -> FormatError:
+    """``e`` saying how many episodes of its file were stored before it, and in which run (the same class, so an
+    unsafe file stays an ``UnsafeFileError``)."""
+    mine = [v for f, v in stored.items() if f and e.where.startswith(f)]
+    new, present = (sum(counts[k] for counts, _ in mine) for k in (0, 1))
+    if not new and not present:
+        return e
+    runs = sorted(set().union(*(r for _, r in mine)))
+    named = [r for r in runs if r]
+    where = (f"in run{'s' if len(named) > 1 else ''} {', '.join(named)}" if named else "") + (
+        f"{' and ' if named else ''}in no run (import with --run NAME to put them in one)" if "" in runs else "")
+    total = new + present
+    said = (f"{e.detail}; {total} episode{'s' if total != 1 else ''} read from this file before that "
+            f"{'are' if total != 1 else 'is'} stored in {getattr(store, 'path', 'the database')}, {where} "
+            f"({new} new, {present} already there)")
+    return type(e)(said, e.where, e.field)
 
 
 def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:

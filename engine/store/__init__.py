@@ -18,6 +18,7 @@ Imports the records and the checks' diagnosis rules (the stored diagnosis column
 
 from __future__ import annotations
 
+from .base import damaged
 from .core import Store
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
 from .index import Bins, BrowseStats, RewardBins, RewardStats, connect_read_only, search_texts
@@ -26,5 +27,5 @@ from .schema import DB_SCHEMA
 
 __all__ = [
     "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardBins", "RewardStats", "RunOverview", "RunSummary", "StepStats", "Store", "WatchedFile",
-    "connect_read_only", "search_texts",
+    "connect_read_only", "damaged", "search_texts",
 ]
