@@ -42,7 +42,8 @@ from ..records import textsafe
 from ..records.episode import Episode
 from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl
-from .base import MAX_RECORD_MB, ImportContext, LineRange, atomic_path, record_limit
+from .base import ImportContext, LineRange, atomic_path
+from .limits import MAX_RECORD_MB, record_limit
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
 Exporter = Callable[[Iterable[Episode], Path], int]

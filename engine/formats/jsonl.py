@@ -17,7 +17,8 @@ from typing import IO, Any
 from ..checks.diagnosis import read_episode
 from ..errors import FormatError
 from ..records.episode import Episode
-from .base import MAX_RECORD_MB, ImportContext, bounded_lines, discover, json_lines, json_object, over_limit
+from .base import ImportContext, discover, json_lines, json_object
+from .limits import MAX_RECORD_MB, bounded_lines, over_limit
 
 # What trainers read from every line (the schema requires every field of the record).
 REQUIRED = ("id", "env", "task_id", "status", "reward", "turn_rewards", "messages", "tokens", "loss_mask",

@@ -23,7 +23,8 @@ from ..checks.diagnosis import read_episode
 from ..errors import FormatError
 from ..records import jsonbounds
 from ..records.episode import Episode, TokenArrays
-from .base import ImportContext, discover, over_limit
+from .base import ImportContext, discover
+from .limits import over_limit
 
 BATCH = 256
 ARRAYS = {"tokens": "ids", "loss_mask": "loss_mask", "logprobs": "logprobs", "versions": "versions"}

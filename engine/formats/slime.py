@@ -76,12 +76,12 @@ from .base import (
     jsonable,
     mask_array,
     mask_structure,
-    over_limit,
     reward_value,
     runs,
     safe_torch_load,
     stable_id,
 )
+from .limits import over_limit
 
 STATUS_IN = {
     "completed": Status.COMPLETED, "truncated": Status.TRUNCATED, "aborted": Status.ABORTED,

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .base import MAX_RECORD_MB, NeedsTorch, PlainUnpickler, check_inflation, open_entry
+from .base import NeedsTorch, PlainUnpickler
+from .limits import MAX_RECORD_MB, check_inflation, open_entry
 
 BLOCK = 1 << 20
 WINDOW = 4096

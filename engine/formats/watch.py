@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import ConfigError, RollscopeError
 from ..store import Store, WatchedFile
 from ..tokens.tokenizer import Tokenizer
-from .base import MAX_RECORD_MB, record_limit
+from .limits import MAX_RECORD_MB, record_limit
 
 WATCH_FORMATS = {"slime": (".pt",), "areal": (".jsonl",), "verl": (".jsonl",)}
 BLOCK = 1 << 20
