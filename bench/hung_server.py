@@ -2,9 +2,9 @@
 
 An 8-episode ``tito`` batch at concurrency 4 (``rollscope run --policy
 sglang``) against the hostile test server's ``hang`` mode, which answers
-nothing, its health check included: with the default timeout (60 s a try,
-3 retries) and with ``--timeout 10``. Without the health check each episode
-would wait 4 tries, in two waves: 8 timeouts of wall time.
+nothing, its health check included: with the default timeout (60 s a turn,
+3 retries within it) and with ``--timeout 10``. Without the health check the
+second wave would wait a timeout of its own: 2 timeouts of wall time.
 """
 
 from __future__ import annotations

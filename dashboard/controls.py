@@ -88,8 +88,8 @@ def backend_controls(prefix: str, policy: str = "scripted", mistake_rate: float 
                              min_width=130, visible=policy == "scripted", elem_id=f"{prefix}-mistake-rate")
         seed = gr.Number(0, label="seed", precision=0, min_width=90, elem_id=f"{prefix}-seed")
         http = policy in ("sglang", "openai")
-        timeout = gr.Number(60, label="timeout per try (s)", minimum=0.1, min_width=110, visible=http,
-                            elem_id=f"{prefix}-timeout", info="the whole answer included")
+        timeout = gr.Number(60, label="timeout per turn (s)", minimum=0.1, min_width=110, visible=http,
+                            elem_id=f"{prefix}-timeout", info="the whole answer and every retry included")
         retries = gr.Number(3, label="retries", precision=0, minimum=0, min_width=90, visible=http,
                             elem_id=f"{prefix}-retries")
     help_md = gr.Markdown(POLICY_HELP.get(policy, ""), elem_classes="rs-help")

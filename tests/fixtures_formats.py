@@ -205,3 +205,43 @@ def loop_episodes(tok: Any) -> list[Any]:
             config = PRESETS[preset].with_(max_turns=4)
             out.append(asyncio.run(run_episode(env_cls(), backend, tok, config, task, preset=preset)))
     return out
+
+
+def write_zip_bomb(path: Path, mb: int, *, before: int = 1, after: int = 1) -> Path:
+    """A slime dump in ``torch.save``'s zip whose ``data.pkl`` is deflated, one sample's ``response`` ``mb`` MB of
+    one letter between ``before`` and ``after`` small samples: a few hundred KB on disk. Written as it deflates."""
+    import zipfile
+
+    marker = "@@BIG@@"
+    samples = [slime_sample(range(10, 42), 16, index=i, response=marker if i == before else "ok")
+               for i in range(before + 1 + after)]
+    data = pickle.dumps({"rollout_id": 0, "samples": samples}, protocol=2)
+    head, tail = data.split(b"X" + len(marker).to_bytes(4, "little") + marker.encode())
+    size, block = mb * 10**6, b"A" * 2**20
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        z.writestr("archive/version", "3\n")
+        with z.open("archive/data.pkl", "w", force_zip64=True) as f:
+            f.write(head + b"X" + size.to_bytes(4, "little"))
+            left = size
+            while left:
+                f.write(block[: min(left, len(block))])
+                left -= min(left, len(block))
+            f.write(tail)
+    return path
+
+
+def write_long_line(path: Path, mb: int, records: Sequence[dict[str, Any]], at: int = 1) -> Path:
+    """Episode records one a line, the one at ``at`` with ``mb`` MB in its first message (written in pieces)."""
+    with path.open("w", encoding="utf-8") as f:
+        for i, d in enumerate(records):
+            if i != at:
+                f.write(json.dumps(d) + "\n")
+                continue
+            d = json.loads(json.dumps(d))
+            d["messages"][0]["content"] = "@@BIG@@"
+            head, tail = json.dumps(d).split("@@BIG@@")
+            f.write(head)
+            for _ in range(mb):
+                f.write("A" * 10**6)
+            f.write(tail + "\n")
+    return path

@@ -12,6 +12,7 @@ given.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import json
 import math
@@ -99,6 +100,12 @@ EXTRA_MODES: tuple[Mode, ...] = (
     Mode("infinity", "answers", "", "logprob_not_finite"),
 )
 MODES = {m.name: m for m in (*SERVER_MODES, *EXTRA_MODES)}
+# Modes served beside those, for tests of their own: an answer of HELD_BYTES held open for HELD_S before it
+# ends; HTTP 500 after SLOW_S.
+TIMING_MODES = ("held", "slow500")
+HELD_BYTES = 3 * 2**20
+HELD_S = 1.0
+SLOW_S = 0.4
 TRICKLE_S = 0.3
 HUGE_CHUNK = b" " * 2**20
 
@@ -200,7 +207,7 @@ class HostileServer(ThreadedServer):
                 await asyncio.sleep(60)
             info = {"model_path": "hostile", "weight_version": "default", "data": [{"id": "hostile"}]}
             return await _reply(send, 200, json.dumps(info).encode())
-        if protocol is None or (mode not in MODES and mode != "corpus"):
+        if protocol is None or (mode not in MODES and mode not in TIMING_MODES and mode != "corpus"):
             return await _reply(send, 404, b'{"error": "no such path"}')
         try:
             request = json.loads(body)
@@ -215,6 +222,14 @@ class HostileServer(ThreadedServer):
         if mode == "hang":
             await asyncio.sleep(60)
             return await _reply(send, 200, b"{}")
+        if mode == "held":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b" " * HELD_BYTES, "more_body": True})
+            await asyncio.sleep(HELD_S)
+            return await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+        if mode == "slow500":
+            await asyncio.sleep(SLOW_S)
+            return await _reply(send, 500, b'{"error": "slow failure"}')
         if mode == "huge":
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
             for _ in range(512):  # 512 MB, unless the client hangs up first
@@ -225,8 +240,7 @@ class HostileServer(ThreadedServer):
                 (b"content-type", b"application/json"), (b"content-length", str(10**9).encode())]})
             return await send({"type": "http.response.body", "body": b"{", "more_body": True})
         if mode == "gzip_bomb":
-            bomb = gzip.compress(b"[" + b" " * (64 * 2**20) + b"]", compresslevel=9)
-            return await _reply(send, 200, bomb, [(b"content-encoding", b"gzip")])
+            return await _reply(send, 200, _gzip_bomb(), [(b"content-encoding", b"gzip")])
         if mode == "html":
             return await _reply(send, 200, b"<html><body><h1>502 Bad Gateway</h1></body></html>", [(b"content-type", b"text/html")])
         if mode == "empty":
@@ -239,6 +253,12 @@ class HostileServer(ThreadedServer):
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4096")]})
             return await send({"type": "http.response.body", "body": b'{"text": "The answ', "more_body": True})
         return await _reply(send, 200, self._body(mode, protocol, request))
+
+
+@functools.cache
+def _gzip_bomb() -> bytes:
+    """64 MiB of JSON in 64 KB, made once (compressing it per request would stall every mode's answers)."""
+    return gzip.compress(b"[" + b" " * (64 * 2**20) + b"]", compresslevel=9)
 
 
 async def _reply(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:

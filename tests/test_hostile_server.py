@@ -38,8 +38,8 @@ def hostile(smol_tokenizer):
         yield server
 
 
-def _backend(kind: str, base: str, tok, timeout: float = TIMEOUT_S):
-    common = {"timeout": timeout, "retries": 1, "backoff": 0.01, "max_bytes": MAX_BYTES}
+def _backend(kind: str, base: str, tok, timeout: float = TIMEOUT_S, retries: int = 1):
+    common = {"timeout": timeout, "retries": retries, "backoff": 0.01, "max_bytes": MAX_BYTES}
     if kind == "sglang":
         return SGLangBackend(base, tokenizer=tok, **common)
     return OpenAIBackend(base, model="hostile", mode=kind, tokenizer=tok, **common)
@@ -98,19 +98,66 @@ def test_every_server_mode_ends_each_episode_with_a_status_and_a_reason(hostile,
     store.close()
 
 
-def test_the_total_deadline_bounds_a_trickling_server(hostile, smol_tokenizer):
-    # One byte every 0.3 s never trips a per-read timeout of 1 s; the whole try is bounded instead.
+def _generate(backend):
+    from engine.backends.base import GenerationRequest, SamplingParams
+    from engine.records.episode import Message
+
+    return asyncio.run(backend.generate(GenerationRequest(prompt_text="Hi", prompt_ids=(1, 2, 3),
+                                                          sampling=SamplingParams(max_new_tokens=8),
+                                                          messages=(Message("user", "Hi"),))))
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_timeout_bounds_a_turn_against_a_trickling_server_retries_included(hostile, smol_tokenizer, kind):
+    # One byte every 0.3 s never trips a per-read timeout of 1 s, /health answers, and 3 retries are allowed:
+    # the timeout still bounds the turn's whole wait, not each try's.
     import time
 
-    from engine.backends.base import GenerationRequest, SamplingParams
     from engine.errors import BackendError
 
-    backend = _backend("sglang", f"{hostile.url}/trickle", smol_tokenizer)
+    base = f"{hostile.url}/trickle" + ("/v1" if kind != "sglang" else "")
+    backend = _backend(kind, base, smol_tokenizer, retries=3)
     t0 = time.perf_counter()
-    with pytest.raises(BackendError, match=r"no complete answer within 1s after 2 tries"):
-        asyncio.run(backend.generate(GenerationRequest(prompt_text=None, prompt_ids=(1, 2, 3),
-                                                       sampling=SamplingParams(max_new_tokens=8))))
-    assert time.perf_counter() - t0 < 2 * TIMEOUT_S + 1.5
+    with pytest.raises(BackendError, match=r"no complete answer within 1s after 1 try \(the request's 1s deadline "
+                                           r"left no time for another\)"):
+        _generate(backend)
+    assert time.perf_counter() - t0 < TIMEOUT_S + 0.8
+
+
+def test_retries_of_a_slowly_failing_server_stop_at_the_deadline(hostile, smol_tokenizer):
+    import time
+
+    from engine.errors import BackendError
+
+    from .hostile import SLOW_S
+
+    backend = SGLangBackend(f"{hostile.url}/slow500", tokenizer=smol_tokenizer, timeout=1.5, retries=10, backoff=0.01)
+    t0 = time.perf_counter()
+    with pytest.raises(BackendError, match=r"after [234] tries \(the request's 1.5s deadline left no time for "
+                                           r"another\)(: |; before that: HTTP 500: )slow failure"):
+        _generate(backend)
+    assert time.perf_counter() - t0 < 1.5 + SLOW_S  # not 11 tries of 0.4 s
+
+
+def test_the_answer_limit_is_shared_by_the_requests_in_flight(hostile):
+    # Six answers of 3 MiB held open at once, each under the 4 MiB limit: together they are not taken.
+    from engine.backends.http import JSONClient, RetryPolicy
+    from engine.errors import BackendError
+
+    limit = 4 * 2**20 + 1  # a budget of this test's own
+    client = JSONClient("held", RetryPolicy(timeout=20, retries=0, max_bytes=limit))
+    url = f"{hostile.url}/held/generate"
+
+    async def six():
+        return await asyncio.gather(*(client.post(url, {"i": i}) for i in range(6)), return_exceptions=True)
+
+    out = asyncio.run(six())
+    answered = [x for x in out if not isinstance(x, BaseException)]
+    refused = [x for x in out if isinstance(x, BackendError)]
+    assert len(answered) + len(refused) == 6
+    assert 1 <= len(answered) <= 2  # 1 MiB of each is its own, the rest comes from the one 4 MiB budget
+    assert all("the answers this process holds at once are at their 4,194,305-byte limit" in str(e) for e in refused)
+    assert asyncio.run(client.post(url, {}))[0] == {}  # what the refused and the answered held is given back
 
 
 @pytest.mark.parametrize("preset,env", PRESET_ENVS, ids=[f"{p}-{e}" for p, e in PRESET_ENVS])
@@ -145,8 +192,8 @@ def test_the_hostile_model_corpus_runs_under_every_preset(hostile, smol_tokenize
 
 
 def test_a_hung_server_ends_a_batch_in_about_one_timeout(hostile, smol_tokenizer, tmp_path):
-    # 8 episodes at concurrency 4, 2 s a try and 3 retries: without the health check this would take two
-    # waves of 4 tries each (16 s and more); with it, one timeout, one health check and a backoff.
+    # 8 episodes at concurrency 4, a 2 s deadline and 3 retries: without the health check this would take two
+    # waves of 2 s each and more; with it, one deadline, then the health check the first wave started.
     import time
 
     settings = BackendSettings.parse("sglang", "", f"{hostile.url}/hang", "completions", "", 1.0, 1.0, 64, 0, 0,
@@ -160,10 +207,9 @@ def test_a_hung_server_ends_a_batch_in_about_one_timeout(hostile, smol_tokenizer
     elapsed = time.perf_counter() - t0
     eps = list(store.iter_episodes(EpisodeFilter(run_id=result.run_id)))
     assert len(eps) == 8 and {e.status.value for e in eps} == {"aborted"}
-    first = [e for e in eps if "not retried" in e.reason]
-    rest = [e for e in eps if "not sent: the server is taken for down" in e.reason]
+    first = [e for e in eps if "no complete answer within 2s after 1 try" in e.reason]
+    rest = [e for e in eps if "not sent: the server is taken for down (its health check (GET " in e.reason]
     assert len(first) == 4 and len(rest) == 4, [e.reason for e in eps]
-    assert "after 1 try; its health check (GET " in first[0].reason
-    assert elapsed < 2.0 + 2.0 + 0.5 + 3.0, elapsed
+    assert elapsed < 2.0 + 2.0 + 2.0, elapsed
     assert eps[0].backend.timeout == 2.0 and eps[0].backend.retries == 3
     store.close()

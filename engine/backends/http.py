@@ -1,7 +1,9 @@
 """What the HTTP backends share: one JSON POST with a timeout, bounded retries
 and errors that say where and why.
 
-A request is tried ``1 + retries`` times. It is retried when it could not be
+A request is tried up to ``1 + retries`` times within one deadline: ``timeout`` bounds the whole request, every
+try, backoff and health check included, so a server that trickles its answer, or fails slowly again and again,
+holds a turn for ``timeout`` seconds at most. It is retried when it could not be
 sent or answered (connection refused or reset, the connection dropped
 mid-answer, a timeout) or when the server answers 5xx, 408 or 429 (the last
 two mean "try again later": a rate-limited server under an RL batch is the
@@ -27,6 +29,12 @@ made, and a short excerpt of the body, e.g.::
 The loop turns a BackendError into an ``aborted`` episode with that message
 as its reason, so a dead server never crashes a batch.
 
+Answers are read in chunks against two limits: ``max_bytes`` for one answer (past it the answer is refused, not
+retried), and the same number for all the answers this process holds at once (:class:`AnswerBudget`, shared by
+every client with that limit; the first ``OWN_BYTES`` of each answer, all an ordinary answer needs, are its own):
+sixteen concurrent requests hold 64 MiB between them, plus a MiB each, not 64 MiB each. A request that finds the
+budget spent is refused with that reason and retried, within its deadline, after the backoff.
+
 The ``httpx.AsyncClient`` is the seam for tests (inject one with a
 ``MockTransport``) and for sharing connection pools. Without one, a client is
 created per event loop: an AsyncClient's connections belong to the loop that
@@ -38,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +65,8 @@ RETRY_STATUSES = frozenset({408, 429})
 
 
 MAX_ANSWER_BYTES = 64 * 2**20
+OWN_BYTES = 2**20
+"""The first bytes of every answer are its own; past them, answers draw on the process's shared budget."""
 HEALTH_TIMEOUT_S = 5.0
 HEALTH_TTL_S = 10.0
 MAX_CONSECUTIVE = 3
@@ -63,10 +74,13 @@ MAX_CONSECUTIVE = 3
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Deadline per try (seconds), retries after the first try, base backoff (seconds), answer size limit (bytes).
+    """Deadline of a whole request (seconds), retries after the first try, base backoff (seconds), answer size
+    limit (bytes).
 
-    ``timeout`` bounds a whole try, from sending the request to the answer's last byte: a server that
-    trickles its answer a byte at a time cannot hold a request longer than that.
+    ``timeout`` bounds the whole request, from sending it to the answer's last byte, retries and the waits
+    between them included: a server that trickles its answer a byte at a time, or fails slowly on every try,
+    cannot hold a request longer than that. ``max_bytes`` bounds one answer, and all the answers the process
+    holds at once (:class:`AnswerBudget`).
     """
 
     timeout: float = 60.0
@@ -135,6 +149,42 @@ class TooLarge(Exception):
     """An answer past the size limit (not retried: the same request would get the same answer)."""
 
 
+class Crowded(Exception):
+    """The answers held at once are at the process's limit (retried: the others will be done)."""
+
+
+class AnswerBudget:
+    """Bytes of server answers this process holds at once, shared by every request (any thread, any event loop)
+    whose clients have the same limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        """Count ``n`` more bytes as held; False, counting nothing, when that would pass the limit."""
+        with self._lock:
+            if self.held + n > self.limit:
+                return False
+            self.held += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
+
+
+_BUDGETS: dict[int, AnswerBudget] = {}
+_BUDGETS_LOCK = threading.Lock()
+
+
+def answer_budget(limit: int) -> AnswerBudget:
+    """The process's budget for answers of clients whose one-answer limit is ``limit``."""
+    with _BUDGETS_LOCK:
+        return _BUDGETS.setdefault(limit, AnswerBudget(limit))
+
+
 @dataclass
 class _Reply:
     status: int
@@ -144,6 +194,13 @@ class _Reply:
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", "replace")
+
+
+@dataclass
+class _Held:
+    """Bytes of the budget one try holds."""
+
+    n: int = 0
 
 
 def _cause(e: Exception, timeout: float) -> str:
@@ -195,9 +252,15 @@ class JSONClient:
         self.consecutive = 0
         self._probed: tuple[float, str | None] | None = None  # (when, why it is down or None)
         self._probe_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._asking: tuple[asyncio.AbstractEventLoop, asyncio.Task[str | None]] | None = None
+        """A health check started when a request's deadline passed without an answer, for the next requests."""
 
     def __repr__(self) -> str:  # headers may hold an API key: never show them
         return f"JSONClient({self.name!r}, {self.policy})"
+
+    @property
+    def budget(self) -> AnswerBudget:
+        return answer_budget(self.policy.max_bytes)
 
     def _client(self) -> httpx.AsyncClient:
         if self._injected is not None:
@@ -222,9 +285,15 @@ class JSONClient:
         if client is not None:
             await client.aclose()
 
-    async def post(self, url: str, payload: Any) -> tuple[dict[str, Any], float]:
-        """POST ``payload`` as JSON; (the JSON object answered, seconds the successful try took)."""
-        return await self._request("POST", url, payload)
+    def deadline(self) -> float:
+        """When a request started now must be done (``time.monotonic``): ``timeout`` from now."""
+        return time.monotonic() + self.policy.timeout
+
+    async def post(self, url: str, payload: Any, deadline: float | None = None) -> tuple[dict[str, Any], float]:
+        """POST ``payload`` as JSON; (the JSON object answered, seconds the successful try took). ``deadline``
+        (``time.monotonic``) bounds the request with its retries; default: ``timeout`` from now. A caller that
+        sends a request again (a refused field learned) passes the first one's, so one turn waits ``timeout``."""
+        return await self._request("POST", url, payload, deadline)
 
     async def get(self, url: str) -> tuple[dict[str, Any], float]:
         """GET a JSON object, with the same retries and errors as :meth:`post`."""
@@ -257,8 +326,24 @@ class JSONClient:
                 self.down = (time.monotonic(), f"its health check (GET {self.health_url}) failed too: {why}")
             return why
 
-    async def _check_up(self, where: str) -> None:
-        """BackendError, without sending, while the server is taken for down; a health check when that is old."""
+    def _ask_soon(self) -> None:
+        """Ask the health URL without waiting: a request out of time takes no more, the next ones hear it."""
+        if self.health_url is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._asking is None or self._asking[0] is not loop or self._asking[1].done():
+            self._asking = (loop, loop.create_task(self.probe()))
+
+    async def _check_up(self, where: str, end: float) -> None:
+        """BackendError, without sending, while the server is taken for down; a health check when that is old.
+        A health check under way (an earlier request found no answer) is waited for, within ``end``."""
+        asking = self._asking
+        if asking is not None and asking[0] is asyncio.get_running_loop() and not asking[1].done():
+            try:
+                await asyncio.wait_for(asyncio.shield(asking[1]), max(0.0, end - time.monotonic()))
+            except TimeoutError:
+                raise BackendError(f"{where}: not sent: an earlier request got no answer and the server's health "
+                                   "check has not answered either") from None
         down = self.down
         if down is None:
             return
@@ -273,58 +358,103 @@ class JSONClient:
         if self.consecutive >= MAX_CONSECUTIVE and self.down is None:
             self.down = (time.monotonic(), f"{self.consecutive} requests in a row failed, the last: {cause}")
 
-    async def _request(self, method: str, url: str, payload: Any) -> tuple[dict[str, Any], float]:
+    async def _request(self, method: str, url: str, payload: Any, deadline: float | None = None
+                       ) -> tuple[dict[str, Any], float]:
         policy = self.policy
         where = f"{self.name} at {url}"
-        await self._check_up(where)
-        cause, body = "", ""
+        end = self.deadline() if deadline is None else deadline
+        await self._check_up(where, end)
+        cause, body, earlier = "", "", ""
+        tries = 0
         for attempt in range(1, policy.tries + 1):
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            tries = attempt
             t0 = time.perf_counter()
             wait = 0.0
-            answered = False
+            answered = crowded = False
+            held = _Held()
             try:
-                response = await asyncio.wait_for(self._once(method, url, payload), policy.timeout)
-            except (httpx.HTTPError, TimeoutError) as e:  # refused, reset, dropped, past the deadline
-                cause, body = _cause(e, policy.timeout), ""
-            except TooLarge as e:
-                raise BackendError(f"{where}: {e}") from None
-            else:
-                answered = True
-                elapsed = time.perf_counter() - t0
-                status = response.status
-                if status < 400:
-                    self.consecutive = 0
-                    return self._json(where, response), elapsed
-                if status < 500 and status not in RETRY_STATUSES:
-                    raise BackendError(f"{where}: HTTP {status}: {excerpt(response.text)}")
-                cause, body = f"HTTP {status}", excerpt(response.text)
-                wait = _retry_after(response)
+                try:
+                    response = await asyncio.wait_for(self._once(method, url, payload, left, held), left)
+                except (httpx.HTTPError, TimeoutError) as e:  # refused, reset, dropped, past the deadline
+                    cause, body = _cause(e, policy.timeout), ""
+                except TooLarge as e:
+                    raise BackendError(f"{where}: {e}") from None
+                except Crowded as e:  # this process's limit, not the server's fault
+                    answered, crowded, cause, body = True, True, str(e), ""
+                else:
+                    answered = True
+                    elapsed = time.perf_counter() - t0
+                    status = response.status
+                    if status < 400:
+                        self.consecutive = 0
+                        return self._json(where, response), elapsed
+                    if status < 500 and status not in RETRY_STATUSES:
+                        raise BackendError(f"{where}: HTTP {status}: {excerpt(response.text)}")
+                    cause, body = f"HTTP {status}", excerpt(response.text)
+                    wait = _retry_after(response)
+                if answered:
+                    earlier = f"{cause}: {body}" if body else cause
+            finally:
+                self.budget.give(held.n)
             if attempt < policy.tries:
-                await asyncio.sleep(max(policy.delay(attempt), wait))
+                pause = max(policy.delay(attempt), wait)
+                if time.monotonic() + pause >= end:
+                    break  # no time for another try
+                await asyncio.sleep(pause)
                 # No answer at all (refused, dropped, past the deadline): is the server there?
-                if not answered and await self.probe() is not None and self.down is not None:
-                    self._failed(cause)
-                    message = f"{where}: {cause} after {_tries(attempt)}; {self.down[1]}: not retried"
-                    raise BackendError(f"{message}: {body}" if body else message)
-        self._failed(cause)
-        message = f"{where}: {cause} after {_tries(policy.tries)}"
-        raise BackendError(f"{message}: {body}" if body else message)
+                if not answered:
+                    try:
+                        why = await asyncio.wait_for(self.probe(), max(0.0, end - time.monotonic()))
+                    except TimeoutError:
+                        break
+                    if why is not None and self.down is not None:
+                        self._failed(cause)
+                        message = f"{where}: {cause} after {_tries(attempt)}; {self.down[1]}: not retried"
+                        raise BackendError(f"{message}: {body}" if body else message)
+        if not crowded:
+            self._failed(cause)
+        if tries and not answered:
+            self._ask_soon()  # no answer by the deadline: is the server there? (for the requests after this one)
+        message = f"{where}: {cause} after {_tries(tries)}"
+        if tries < policy.tries:
+            message += f" (the request's {policy.timeout:g}s deadline left no time for another)"
+        if body:
+            message += f": {body}"
+        elif earlier and not answered:  # the last try was cut off by the deadline: what the others got
+            message += f"; before that: {earlier}"
+        raise BackendError(message)
 
-    async def _once(self, method: str, url: str, payload: Any) -> _Reply:
-        """One try: the whole answer, read in chunks so that its size is known before it is all in memory."""
+    async def _once(self, method: str, url: str, payload: Any, timeout: float, held: _Held) -> _Reply:
+        """One try: the whole answer, read in chunks so that its size is known before it is all in memory, each
+        chunk counted against the process's budget (``held``: what this try holds of it)."""
         limit = self.policy.max_bytes
+        budget = self.budget
         async with self._client().stream(
-            method, url, json=payload, headers=self._headers, timeout=self.policy.timeout
+            method, url, json=payload, headers=self._headers, timeout=timeout
         ) as response:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
                 raise TooLarge(f"the answer is {int(declared):,} bytes, over the {limit:,}-byte limit")
             chunks, size = [], 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    raise TooLarge(f"the answer is over the {limit:,}-byte limit (it was still coming)")
-                chunks.append(chunk)
+            try:
+                async for chunk in response.aiter_bytes():
+                    if size + len(chunk) > limit:
+                        raise TooLarge(f"the answer is over the {limit:,}-byte limit (it was still coming)")
+                    need = max(0, size + len(chunk) - OWN_BYTES) - held.n  # past its own first bytes: the budget's
+                    if need > 0:
+                        if not budget.take(need):
+                            raise Crowded(f"the answers this process holds at once are at their {limit:,}-byte "
+                                          f"limit (this one had {size:,} bytes)")
+                        held.n += need
+                    size += len(chunk)
+                    chunks.append(chunk)
+            except BaseException:
+                budget.give(held.n)  # now, not once the connection is closed: the other answers go on meanwhile
+                held.n = 0
+                raise
             return _Reply(response.status_code, response.headers, b"".join(chunks))
 
     @staticmethod

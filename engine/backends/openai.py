@@ -198,10 +198,11 @@ class OpenAIBackend:
         the request again: without the field, or with the prompt's text. Ids then come from the token
         strings, or not at all, and the loop says so (``ids_reencoded``).
         """
+        deadline = self._http.deadline()  # one turn's wait, however many times the request goes
         for _ in range(1 + len(EXTENSIONS) + 1):  # each refusal is learned once, then the request goes again
             body = self.payload(request)
             try:
-                data, elapsed = await self._http.post(self.endpoint, body)
+                data, elapsed = await self._http.post(self.endpoint, body, deadline)
                 break
             except BackendError as e:
                 if not self._learn(str(e), body):

@@ -71,8 +71,8 @@ class SGLangBackend:
     ``url``: the server's base URL (``http://host:30000``). ``tokenizer``: the
     model's tokenizer, used to make ``text`` the decoding of the ids (see the
     module docs); optional. ``client``: an ``httpx.AsyncClient`` to use
-    instead of one per event loop. ``timeout`` (seconds per try, the
-    whole answer included), ``retries`` (after the first try), ``backoff``
+    instead of one per event loop. ``timeout`` (seconds a request may
+    take, the whole answer and every retry included), ``retries`` (after the first try), ``backoff``
     (seconds, doubled per retry) and ``max_bytes`` (the largest answer taken)
     are described in :mod:`engine.backends.http`. ``model`` labels
     the episodes until :meth:`model_info` has asked the server.

@@ -7,6 +7,12 @@ workers are a local process pool (``spawn``: a tokenizer or torch in the parent 
 child); ``ray`` is a Ray address (``"local"`` starts a Ray on this machine with ``workers`` CPUs), and
 needs the ``rollscope[ray]`` extra.
 
+Workers die with their parent: each asks Linux to kill it when the thread that started it ends
+(``PR_SET_PDEATHSIG``, when the pool is started from the main thread), and watches its parent's pid
+from a thread as well (every ``WATCH_S``), so a parent killed with SIGKILL leaves no worker behind (nor
+the multiprocessing resource tracker, which exits once no process holds its pipe). The command line
+turns SIGTERM into an ordinary exit, which shuts the pool down (``engine.cli.main``).
+
 ``check_chunk`` is the work ``check``, ``import --check`` and ``watch`` fan out: the fidelity checks of
 a chunk of episodes, returning only the findings (episode and turn level), which the writer puts back
 on the episode it kept (``apply_findings``).
@@ -16,6 +22,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
+import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -28,6 +38,7 @@ from ..records.episode import Episode, Finding
 T = TypeVar("T")
 R = TypeVar("R")
 
+WATCH_S = 0.5
 RAY_MISSING = "Ray is not installed: pip install 'rollscope[ray]' (or pip install ray), or leave out --ray"
 
 
@@ -124,8 +135,11 @@ class Fanout:
         if self._pool is None:
             import multiprocessing
 
+            # The kernel's parent-death signal follows the thread that starts a worker: asked for only when that
+            # is the main thread (a background thread's end would kill the workers with it).
+            main = threading.current_thread() is threading.main_thread()
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_worker_init)
+                                             initializer=_worker_init, initargs=(os.getpid(), main))
 
         pool = self._pool
 
@@ -147,10 +161,36 @@ class Fanout:
         self.close()
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int | None = None, deathsig: bool = False) -> None:
     """A worker is one CPU's worth: no tokenizer thread pool of its own (the local model, when a check
-    recomputes logprobs, keeps torch to one thread itself)."""
+    recomputes logprobs, keeps torch to one thread itself). It dies with ``parent``: by the kernel's
+    parent-death signal (``deathsig``, Linux) and by a thread that watches the parent's pid."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if parent is None:
+        return
+    if deathsig and sys.platform.startswith("linux"):
+        _parent_death_signal()
+    if os.getppid() != parent:  # the parent died before this could be set up
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="rollscope-parent-watch", daemon=True).start()
+
+
+def _parent_death_signal() -> None:
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # the watching thread is enough
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit at once when the parent is gone (its child then belongs to another process)."""
+    while os.getppid() == parent:
+        time.sleep(WATCH_S)
+    os._exit(1)
 
 
 # -- the checks, fanned out -------------------------------------------------------------------------

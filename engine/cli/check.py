@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError, StoreError
 from ..records.episode import Finding
-from .common import fanout, fanout_options, open_store
+from .common import fanout, fanout_options, open_store, record_option
 
 
 def register(sub: Any) -> None:
@@ -30,6 +30,7 @@ def register(sub: Any) -> None:
     ck.add_argument("--info", action="store_true", help="also print info findings (what was not checked, and why)")
     ck.add_argument("--all", action="store_true", help="print, under each root finding, the findings that follow from it")
     fanout_options(ck)
+    record_option(ck)
     ck.set_defaults(handler=cmd_check)
 
 
@@ -44,7 +45,11 @@ def _is_sqlite(path: Path) -> bool:
 def cmd_check(a: argparse.Namespace) -> int:
     """Check the episodes of a database or a JSONL file, print each one's diagnosis and roots, and store the
     findings unless ``--no-store``."""
-    return check(a, fanout(a), lambda path: open_store(path, must_exist=True))
+    pool = fanout(a)
+    try:
+        return check(a, pool, lambda path: open_store(path, must_exist=True))
+    finally:
+        pool.close()  # also when stopped (Ctrl-C, SIGTERM): no worker outlives the command
 
 
 def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> int:
@@ -74,7 +79,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
         if a.where:
             raise ConfigError("--where works on databases; for a JSONL file use --episode")
         report = jsonl.ReadReport()
-        episodes = (e for e in jsonl.read(src, report) if not a.episode or any(e.id.startswith(p) for p in a.episode))
+        episodes = (e for e in jsonl.read(src, report, int(a.max_record_mb * 2**20)) if not a.episode or any(e.id.startswith(p) for p in a.episode))
     n_eps = 0
     # Per episode, only what the report needs (the checked episode itself is stored or dropped at once):
     # its id, its run, its findings without the per-token difference lists.

@@ -33,6 +33,22 @@ def rate(s: str) -> float:
     return v
 
 
+def positive_mb(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of MB, not {s}")
+    return v
+
+
+def record_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-record-mb", type=positive_mb, default=64.0, metavar="MB",
+                   help="the largest record read (a JSONL line, a slime sample, a Parquet row); a larger one is "
+                        "skipped and named, not read into memory (default 64)")
+
+
 def fanout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int, help="processes that run the checks (default: one per CPU; 1: "
                    "this process alone)")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import DEFAULT_DB, fanout, fanout_options, open_store
+from .common import DEFAULT_DB, fanout, fanout_options, open_store, record_option
 
 
 def register(sub: Any) -> None:
@@ -26,6 +26,7 @@ def register(sub: Any) -> None:
                     "imported (on --workers processes, or --ray)")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
     fanout_options(im)
+    record_option(im)
 
     im.set_defaults(handler=cmd_import)
 
@@ -41,7 +42,7 @@ def cmd_import(a: argparse.Namespace) -> int:
     try:
         report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
                              progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,
-                             fanout=pool)
+                             fanout=pool, max_record_mb=a.max_record_mb)
     finally:
         if pool is not None:
             pool.close()

@@ -10,9 +10,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import sqlite3
 import sys
+import threading
 from collections.abc import Sequence
 from importlib.metadata import entry_points
+from typing import Any
 
 from ..errors import RollscopeError
 from . import check, curate, demo, diff, export, imports, ls, presets, replay, run, schema, show, watch
@@ -31,20 +35,50 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_on_sigterm() -> Any:
+    """SIGTERM exits like Ctrl-C does, through every ``finally``: a command's worker pool is shut down, not
+    left running (a command that handles SIGTERM itself, ``serve``, installs its own handler later). Returns
+    the handler it replaced, or None."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and threading.current_thread() is threading.main_thread():
+        return signal.signal(signal.SIGTERM, _terminated)
+    return None
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
+    previous = _exit_on_sigterm()
     try:
         code: int = args.handler(args)
         return code
     except RollscopeError as e:
         print(f"rollscope: error: {e}", file=sys.stderr)
         return 2
+    except sqlite3.DatabaseError as e:
+        from ..store import damaged
+
+        error = damaged(e, _database(args))
+        if error is None:
+            raise  # not a damaged file: a bug, with its traceback
+        print(f"rollscope: error: {error}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # `rollscope ls | head`: the reader left; that is not an error.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _database(args: argparse.Namespace) -> str:
+    """The database a command was given (``--db``, or ``check``'s source)."""
+    return str(getattr(args, "db", None) or getattr(args, "source", None) or "the database")

@@ -23,7 +23,8 @@ def register(sub: Any) -> None:
     r.add_argument("--url", help="sglang / openai policy: the server's base URL, e.g. http://127.0.0.1:30000")
     r.add_argument("--api", default="completions", choices=["completions", "chat"], help="openai policy: which endpoint")
     r.add_argument("--timeout", type=float, default=60.0,
-                   help="sglang / openai policy: seconds one try may take, the whole answer included (default 60)")
+                   help="sglang / openai policy: seconds a turn may wait for the server, the whole answer, "
+                        "every retry and the waits between them included (default 60)")
     r.add_argument("--retries", type=int, default=3,
                    help="sglang / openai policy: tries after the first when the server fails (default 3); a server "
                         "that stops answering, its health check included, is not retried")

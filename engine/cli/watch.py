@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..formats.watch import WATCH_FORMATS, Watcher, WatchEvent
-from .common import DEFAULT_DB, fanout, fanout_options, open_store
+from .common import DEFAULT_DB, fanout, fanout_options, open_store, record_option
 
 
 def register(sub: Any) -> None:
@@ -30,6 +30,7 @@ def register(sub: Any) -> None:
     w.add_argument("--no-check", action="store_true", help="import only; run `rollscope check` later")
     w.add_argument("--once", action="store_true", help="look once, import what is ready, and exit")
     fanout_options(w)
+    record_option(w)
     w.set_defaults(handler=cmd_watch)
 
 
@@ -41,7 +42,7 @@ def cmd_watch(a: argparse.Namespace) -> int:
 
 def watch(a: argparse.Namespace, store: Any, pool: Any) -> int:
     watcher = Watcher(store, a.folder, a.format, run_id=a.run, tokenizer=a.tokenizer, check=not a.no_check,
-                      fanout=pool, settle=a.settle, env=a.env)
+                      fanout=pool, settle=a.settle, env=a.env, max_record_mb=a.max_record_mb)
     totals = {"new": 0, "files": 0, "failed": 0}
 
     def show(e: WatchEvent) -> None:

@@ -46,6 +46,7 @@ from ..records.episode import Episode
 from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl
 from .base import ImportContext, LineRange, atomic_path
+from .limits import MAX_RECORD_MB, record_limit
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
 Exporter = Callable[[Iterable[Episode], Path], int]
@@ -138,6 +139,7 @@ def _resolve_tokenizer(tokenizer: Tokenizer | str | None) -> tuple[Tokenizer | N
 def import_path(
     path: str | Path, fmt: str, store: Any, *, tokenizer: Tokenizer | str | None = None, progress: bool = False, env: str | None = None,
     run_id: str | None = None, check: bool = False, fanout: Any = None, lines: LineRange | None = None,
+    max_record_mb: float = MAX_RECORD_MB,
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
 
@@ -147,7 +149,8 @@ def import_path(
     episodes in that run (with the rollout step each dump names: the run view's points). ``check`` runs
     the fidelity checks on each new episode before it is stored, on ``fanout``'s workers (an
     ``engine.checks.fanout.Fanout``; default: this process). ``lines`` reads only part of a JSONL file (``watch``
-    on a growing file). Malformed records are skipped and listed in the report; a missing, unreadable or
+    on a growing file). ``max_record_mb`` is the largest record read (a line, a sample, a row): a larger one is
+    skipped and listed, read no further than the format allows. Malformed records are skipped and listed in the report; a missing, unreadable or
     unsafe file (a pickle that would run code) raises ``FormatError``; what was read before it is stored.
     Episodes are written a batch per transaction, each in a savepoint of its own: one that cannot be
     stored is listed, the rest kept.
@@ -157,6 +160,7 @@ def import_path(
     p = Path(path)
     if not p.exists():
         raise FormatError("no such file", str(p))
+    max_record = record_limit(max_record_mb)
     tok, name = _resolve_tokenizer(tokenizer)
     report = ImportReport(fmt)
     bar = None
@@ -173,9 +177,15 @@ def import_path(
         fmt, tok, name, env=env or "", errors=report.errors, notes=report.notes, files=report.files,
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
-        lines=lines,
+        lines=lines, max_record=max_record,
     )
     replace = fmt in LOSSLESS
+    stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs
+
+    def count(ep: Episode, present: bool) -> None:
+        counts, runs = stored.setdefault(str(ep.source.file), ([0, 0], set()))
+        counts[int(present)] += 1
+        runs.add(ep.run_id or "")
 
     def new_ones() -> Iterator[Episode]:
         for ep in IMPORTERS[fmt](p, ctx):
@@ -183,6 +193,7 @@ def import_path(
                 ep = ep.evolve(run_id=run_id)
             if not replace and store.has_episode(ep.id):
                 report.already_present += 1  # left as it is: not checked or written again
+                count(ep, True)
                 if bar is not None:
                     bar.update(1)
                 continue
@@ -201,6 +212,7 @@ def import_path(
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
                 continue
+            count(ep, state != "new")
             if state == "new":
                 report.new += 1
             else:
@@ -209,6 +221,8 @@ def import_path(
             report.checked += int(check)
             if bar is not None:
                 bar.update(1)
+    except FormatError as e:  # a file refused part way: say what of it is stored already, and where
+        raise _stored_before(e, stored, store) from None
     finally:
         if bar is not None:
             bar.close()
@@ -219,6 +233,24 @@ def import_path(
         report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
                             "token-level checks are skipped")
     return report
+
+
+def _stored_before(e: FormatError, stored: dict[str, tuple[list[int], set[str]]], store: Any) -> FormatError:
+    """``e`` saying how many episodes of its file were stored before it, and in which run (the same class, so an
+    unsafe file stays an ``UnsafeFileError``)."""
+    mine = [v for f, v in stored.items() if f and e.where.startswith(f)]
+    new, present = (sum(counts[k] for counts, _ in mine) for k in (0, 1))
+    if not new and not present:
+        return e
+    runs = sorted(set().union(*(r for _, r in mine)))
+    named = [r for r in runs if r]
+    where = (f"in run{'s' if len(named) > 1 else ''} {', '.join(named)}" if named else "") + (
+        f"{' and ' if named else ''}in no run (import with --run NAME to put them in one)" if "" in runs else "")
+    total = new + present
+    said = (f"{e.detail}; {total} episode{'s' if total != 1 else ''} read from this file before that "
+            f"{'are' if total != 1 else 'is'} stored in {getattr(store, 'path', 'the database')}, {where} "
+            f"({new} new, {present} already there)")
+    return type(e)(said, e.where, e.field)
 
 
 def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:
@@ -244,7 +276,7 @@ def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:
 
 
 __all__ = [
-    "EXPORTERS", "IMPORTERS", "LOSSLESS", "STREAM_WRITERS", "Exporter", "ImportContext", "ImportReport", "Importer",
+    "EXPORTERS", "IMPORTERS", "LOSSLESS", "MAX_RECORD_MB", "STREAM_WRITERS", "Exporter", "ImportContext", "ImportReport", "Importer",
     "LineRange",
     "export", "import_path",
 ]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import array
 import hashlib
-import io
 import json
 import math
 import os
@@ -35,6 +34,7 @@ from ..errors import FormatError
 from ..records import jsonbounds, numbers, textsafe
 from ..records.episode import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
 from ..tokens.tokenizer import Tokenizer
+from .limits import MAX_RECORD_MB, bounded_lines, check_inflation, open_entry, over_limit
 
 STATUS_FINISH: dict[str, FinishReason] = {"truncated": "length", "aborted": "abort"}
 
@@ -70,6 +70,8 @@ class ImportContext:
     """Characters UTF-8 cannot hold (lone surrogates) replaced per record, by position."""
     lines: LineRange | None = None
     """Only these lines of a JSONL file (``watch`` reading a file still being written)."""
+    max_record: int = int(MAX_RECORD_MB * 2**20)
+    """The largest record read, in bytes (``--max-record-mb``); a larger one is skipped and named."""
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""
@@ -123,7 +125,7 @@ def discover(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
 
 
 def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(position, object) for every non-blank line; bad lines go to ``ctx.skip``."""
+    """(position, object) for every non-blank line; bad lines, and lines over ``ctx.max_record``, go to ``ctx.skip``."""
     ctx.opened(path)
     try:
         f = path.open("rb")
@@ -134,11 +136,15 @@ def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, 
     with f:
         if part.start:
             f.seek(part.start)
-        for lineno, raw in enumerate(f, part.first_line):
+        for lineno, raw in enumerate(bounded_lines(f, ctx.max_record), part.first_line):
             if part.end is not None and pos >= part.end:
                 break
-            pos += len(raw)
             where = f"{path}:{lineno}"
+            if isinstance(raw, int):
+                pos += raw
+                ctx.skip(over_limit(raw, ctx.max_record, "the line", where))
+                continue
+            pos += len(raw)
             try:
                 obj, n = json_object(raw, where)
             except FormatError as e:
@@ -452,8 +458,6 @@ class PlainUnpickler(pickle.Unpickler):
 
 
 _NOTHING = object()
-
-
 def _plain_load(path: Path) -> Any:
     """The object in a zip-format ``torch.save`` file if it is plain containers only, else ``_NOTHING``."""
     try:
@@ -461,13 +465,13 @@ def _plain_load(path: Path) -> Any:
             names = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
             if len(names) != 1:
                 return _NOTHING
-            with z.open(names[0]) as f:  # buffered: the unpickler reads ahead, not per opcode
-                return PlainUnpickler(io.BufferedReader(f, buffer_size=1 << 20)).load()  # type: ignore[type-var]
+            with open_entry(z, names[0], path) as f:  # buffered: the unpickler reads ahead, not per opcode
+                return PlainUnpickler(f).load()
     except (NeedsTorch, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError):
         return _NOTHING  # let torch's own loader accept it (tensors) or say what is wrong
 
 
-def safe_torch_load(path: Path) -> Any:
+def safe_torch_load(path: Path, max_record: int = int(MAX_RECORD_MB * 2**20)) -> Any:
     """Load a ``torch.save`` file without ever running code from it.
 
     Dumps of plain lists, dicts, strings and numbers (what slime writes)
@@ -477,7 +481,8 @@ def safe_torch_load(path: Path) -> Any:
     admits tensors and refuses a pickle that needs arbitrary globals (a
     class, a function: the way a malicious file runs code) before any of it
     executes; zip-format files are memory-mapped so tensors are not copied
-    into RAM.
+    into RAM. A zip entry that would inflate past ``MAX_INFLATION`` times its size (and ``max_record``) is
+    refused before it is opened (``check_inflation``).
     """
     try:
         size = path.stat().st_size
@@ -487,6 +492,11 @@ def safe_torch_load(path: Path) -> Any:
         raise FormatError("empty file, not a torch.save dump", str(path))
     mmap = zipfile.is_zipfile(path)  # mmap needs the zip format; legacy pickles load without it
     if mmap:
+        try:
+            with zipfile.ZipFile(path) as z:
+                check_inflation(z, path, max_record)
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            pass  # torch's loader says what is wrong
         obj = _plain_load(path)
         if obj is not _NOTHING:
             return obj

@@ -18,6 +18,7 @@ from ..checks.diagnosis import read_episode
 from ..errors import FormatError
 from ..records.episode import Episode
 from .base import ImportContext, discover, json_lines, json_object
+from .limits import MAX_RECORD_MB, bounded_lines, over_limit
 
 # What trainers read from every line (the schema requires every field of the record).
 REQUIRED = ("id", "env", "task_id", "status", "reward", "turn_rewards", "messages", "tokens", "loss_mask",
@@ -67,16 +68,21 @@ class ReadReport:
     errors: list[FormatError] = field(default_factory=list)
 
 
-def read(path: str | Path, report: ReadReport | None = None) -> Iterator[Episode]:
-    """Stream episodes from a file; malformed lines go to ``report.errors`` and are skipped."""
+def read(path: str | Path, report: ReadReport | None = None, max_record: int = int(MAX_RECORD_MB * 2**20)
+         ) -> Iterator[Episode]:
+    """Stream episodes from a file; malformed lines, and lines over ``max_record`` bytes, go to ``report.errors``
+    and are skipped."""
     p = Path(path)
     if not p.is_file():
         raise FormatError("no such file", str(p))
     rep = report if report is not None else ReadReport()
     ctx = ImportContext("jsonl")
     with p.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in enumerate(bounded_lines(f, max_record), 1):
             where = f"{p}:{lineno}"
+            if isinstance(raw, int):
+                rep.errors.append(over_limit(raw, max_record, "the line", where))
+                continue
             try:
                 d, n = json_object(raw, where)
                 if d is None:

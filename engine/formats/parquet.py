@@ -24,6 +24,7 @@ from ..errors import FormatError
 from ..records import jsonbounds
 from ..records.episode import Episode, TokenArrays
 from .base import ImportContext, discover
+from .limits import over_limit
 
 BATCH = 256
 ARRAYS = {"tokens": "ids", "loss_mask": "loss_mask", "logprobs": "logprobs", "versions": "versions"}
@@ -110,6 +111,18 @@ def _row_arrays(batch: Any, name: str, i: int) -> np.ndarray:
     return out
 
 
+def _row_sizes(batch: Any) -> np.ndarray:
+    """Each row's size in bytes: its record's text and its token arrays."""
+    import pyarrow.compute as pc
+
+    out: np.ndarray = pc.fill_null(pc.binary_length(batch.column("record")), 0).to_numpy().astype(np.int64)
+    for name in _TOKEN_KEYS:
+        col = batch.column(name)
+        n = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
+        out += n * (col.type.value_type.bit_width // 8)
+    return out
+
+
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     """Stream episodes from Parquet files this module wrote, a batch of rows at a time."""
     import pyarrow as pa
@@ -127,10 +140,15 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
         ctx.expect(pf.metadata.num_rows)
         row = 0
         for batch in pf.iter_batches(batch_size=64, columns=["record", *_TOKEN_KEYS]):
-            records = batch.column("record").to_pylist()
-            for i, rec in enumerate(records):
+            sizes = _row_sizes(batch)
+            column = batch.column("record")
+            for i in range(batch.num_rows):
                 where = f"{f}: row {row}"
                 row += 1
+                if sizes[i] > ctx.max_record:  # named and skipped before it becomes Python objects
+                    ctx.skip(over_limit(int(sizes[i]), ctx.max_record, "the row", where))
+                    continue
+                rec = column[i].as_py()
                 try:
                     d = jsonbounds.loads(rec, limit=None)
                     ep = read_episode(d, tokens=TokenArrays(*(_row_arrays(batch, k, i) for k in _TOKEN_KEYS)))

@@ -82,6 +82,7 @@ from .base import (
     safe_torch_load,
     stable_id,
 )
+from .limits import over_limit
 
 STATUS_IN = {
     "completed": Status.COMPLETED, "truncated": Status.TRUNCATED, "aborted": Status.ABORTED,
@@ -148,7 +149,7 @@ def _train_index(f: Path, rollout_id: Any, ctx: ImportContext) -> dict[int, dict
     out: dict[int, dict[str, Any]] = {}
     for tf in sorted((root / "train_data").glob(f"{rollout_id}_*.pt")):
         try:
-            pack = safe_torch_load(tf)
+            pack = safe_torch_load(tf, ctx.max_record)
         except UnsafeFileError:
             raise
         except FormatError as e:
@@ -182,7 +183,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     _use_saved_tokenizer(files, ctx)
     for f in files:
         try:
-            stream = torchstream.open_dump(f)
+            stream = torchstream.open_dump(f, ctx.max_record)
         except torchstream.NotStreamable:
             yield from _read_whole(f, ctx, 0)
             continue
@@ -193,9 +194,16 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
         try:
             for s in stream.samples():
                 ctx.expect(1)
-                yield from _convert(s, f, rollout_id, position, ctx, train)
+                if isinstance(s, torchstream.Skipped):
+                    ctx.skip(over_limit(s.size, ctx.max_record, "the sample", f"{f}: sample {position}"))
+                else:
+                    yield from _convert(s, f, rollout_id, position, ctx, train)
                 position += 1
-        except torchstream.NotStreamable:
+        except torchstream.NotStreamable as e:
+            if stream.skipped:  # read whole, the file would bring back what was skipped for its size
+                raise FormatError(f"cannot read past sample {position}: it refers to what a sample skipped for its "
+                                  f"size defined ({e}); --max-record-mb above that sample's size reads it",
+                                  str(f)) from None
             yield from _read_whole(f, ctx, position, train)
         except (pickle.UnpicklingError, zipfile.BadZipFile, OSError, EOFError, ValueError, IndexError, KeyError,
                 TypeError) as e:
@@ -215,7 +223,7 @@ def _read_whole(f: Path, ctx: ImportContext, start: int,
                 train: dict[int, dict[str, Any]] | None = None) -> Iterator[Episode]:
     """The samples of ``f`` from ``start`` on, the file loaded whole (``train``: its train-side values, when
     already read)."""
-    pack = safe_torch_load(f)
+    pack = safe_torch_load(f, ctx.max_record)
     if start == 0:
         ctx.opened(f)
     if not isinstance(pack, dict) or not isinstance(pack.get("samples"), list):

@@ -18,6 +18,10 @@ lists) are dropped from it once their sample is built.
 Anything this does not recognize (another protocol, another layout, a memo reference reaching further
 back than the window) is reported as ``NotStreamable`` before or while reading, and the caller reads the
 file whole instead, skipping the samples already read.
+
+A sample whose pickle runs past ``max_record`` bytes is not held: the reader reads on, keeping a few bytes,
+to the next sample's start, and yields a :class:`Skipped` in its place. The zip entry is checked against its
+header before it inflates (``base.check_inflation``) and read no further than the header declares.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .base import NeedsTorch, PlainUnpickler
+from .limits import MAX_RECORD_MB, check_inflation, open_entry
 
 BLOCK = 1 << 20
 WINDOW = 4096
@@ -62,6 +67,13 @@ def _keep(value: Any) -> bool:
 
 class NotStreamable(Exception):
     """The file is not a dump this reader can cut into samples (read it whole instead)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A sample read past, not held: its pickle is ``size`` bytes or more, over the record limit."""
+
+    size: int
 
 
 def _memo_ops(memo: dict[int, Any]) -> bytes:
@@ -113,6 +125,11 @@ class DumpStream:
     _top: int = 0
     _memo_ops: bytes = b""
     _hot_ops: bytes = b""
+    max_record: int = int(MAX_RECORD_MB * 2**20)
+    """The largest sample read, in bytes of pickle; a larger one is read past (``Skipped``)."""
+    skipped: int = 0
+    """Samples read past for their size."""
+    _needle: bytes = b""
 
     def close(self) -> None:
         self._f.close()
@@ -124,7 +141,8 @@ class DumpStream:
         return bool(block)
 
     def samples(self) -> Iterator[Any]:
-        """Each sample dict in order; ``NotStreamable`` if the rest cannot be cut (the caller reads it whole)."""
+        """Each sample dict in order (a ``Skipped`` for one over the limit); ``NotStreamable`` if the rest cannot be
+        cut (the caller reads it whole)."""
         try:
             yield from self._samples()
         finally:
@@ -167,7 +185,7 @@ class DumpStream:
     def _samples(self) -> Iterator[Any]:
         while len(self._buf) < 4096 and self._more():
             pass
-        needle = self._learn_start()
+        needle = self._needle = self._learn_start()
         pos, first = 0, True
         eof = False
         while True:
@@ -201,6 +219,15 @@ class DumpStream:
                     del self._buf[:pos]
                     pos = 0
                 continue
+            if len(self._buf) - pos > self.max_record:  # no sample ends within the limit: read past this one
+                size, more = self._skip(pos)
+                self.read += 1
+                self.skipped += 1
+                yield Skipped(size)
+                if not more:
+                    return  # the dump ends inside it: what followed the samples list is not read
+                pos = 0
+                continue
             if not eof:
                 eof = not self._more()
                 continue
@@ -213,6 +240,27 @@ class DumpStream:
                 self.read += 1
                 yield s
             return
+
+    def _skip(self, pos: int) -> tuple[int, bool]:
+        """Read past the sample starting at ``pos``, holding a few bytes at a time: (its size, whether another
+        sample follows, the buffer then starting with it)."""
+        del self._buf[:pos]
+        size = 0
+        after = 0  # not the skipped sample's own start
+        while True:
+            found = self._next_start(self._needle, after)
+            if found >= 0:
+                del self._buf[:found]
+                return size + found, True
+            keep = 16  # a start cut by the block's end is found once the next block is read
+            if len(self._buf) > keep:
+                size += len(self._buf) - keep
+                del self._buf[: len(self._buf) - keep]
+                after = -1
+            if not self._more():
+                size += len(self._buf)
+                self._buf.clear()
+                return size, False
 
     def _next_start(self, needle: bytes, after: int) -> int:
         """The first sample start after ``after`` (-1: none in the buffer): ``}``, a memo put, then ``needle``
@@ -242,18 +290,20 @@ class DumpStream:
         return b"(" + get
 
 
-def open_dump(path: Path) -> DumpStream:
-    """The dump at ``path`` ready to be read sample by sample; ``NotStreamable`` when it is not of that shape."""
+def open_dump(path: Path, max_record: int = int(MAX_RECORD_MB * 2**20)) -> DumpStream:
+    """The dump at ``path`` ready to be read sample by sample; ``NotStreamable`` when it is not of that shape, a
+    ``FormatError`` when an entry would inflate past what is allowed (``check_inflation``)."""
     try:
         z = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as e:
         raise NotStreamable(str(e)) from None
     f: IO[bytes] | None = None
     try:
+        check_inflation(z, path, max_record)
         names = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
         if len(names) != 1 or any("/data/" in n for n in z.namelist()):
             raise NotStreamable("holds tensor storages")
-        f = z.open(names[0])
+        f = open_entry(z, names[0], path, buffered=False)
         try:
             first = f.read(BLOCK)
         except (zipfile.BadZipFile, OSError, EOFError) as e:  # damaged (a checksum that does not match)
@@ -265,7 +315,7 @@ def open_dump(path: Path) -> DumpStream:
         header, memo = _outer(prefix)
         memo = {i: v for i, v in memo.items() if isinstance(v, _SCALARS)}
         return DumpStream(header, f, z, prefix, bytearray(first[m.end() :]), memo, _top=max(memo, default=0),
-                          _memo_ops=_memo_ops(memo))
+                          _memo_ops=_memo_ops(memo), max_record=max_record)
     except BaseException:
         if f is not None:
             f.close()

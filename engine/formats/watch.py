@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import ConfigError, RollscopeError
 from ..store import Store, WatchedFile
 from ..tokens.tokenizer import Tokenizer
+from .limits import MAX_RECORD_MB, record_limit
 
 WATCH_FORMATS = {"slime": (".pt",), "areal": (".jsonl",), "verl": (".jsonl",)}
 BLOCK = 1 << 20
@@ -94,7 +95,7 @@ class Watcher:
 
     def __init__(self, store: Store, folder: str | Path, fmt: str, *, run_id: str | None = None,
                  tokenizer: Tokenizer | str | None = None, check: bool = True, fanout: Any = None, settle: float = 2.0,
-                 env: str | None = None) -> None:
+                 env: str | None = None, max_record_mb: float = MAX_RECORD_MB) -> None:
         if fmt not in WATCH_FORMATS:
             raise ConfigError(f"watch reads {', '.join(WATCH_FORMATS)} dumps, not {fmt!r}")
         self.store, self.folder, self.fmt = store, Path(folder), fmt
@@ -102,6 +103,8 @@ class Watcher:
             raise ConfigError(f"{self.folder} is not a folder: watch a training run's dump folder")
         self.run_id = run_id or default_run_id(self.folder)
         self.tokenizer, self.check, self.fanout, self.settle, self.env = tokenizer, check, fanout, settle, env
+        record_limit(max_record_mb)
+        self.max_record_mb = max_record_mb
         self._seen: dict[str, tuple[int, float, float]] = {}  # path -> (size, mtime, when first seen so)
         self.tokenizer_errors: dict[str, str] = {}
         saved = self.folder / "tokenizer"
@@ -183,7 +186,8 @@ class Watcher:
         t0 = time.perf_counter()
         try:
             report = import_path(path, self.fmt, self.store, tokenizer=self.tokenizer, env=self.env,
-                                 run_id=self._run_of(path), check=self.check, fanout=self.fanout, lines=lines)
+                                 run_id=self._run_of(path), check=self.check, fanout=self.fanout, lines=lines,
+                                 max_record_mb=self.max_record_mb)
         except RollscopeError as e:
             self._record(key, path, st, known, 0, 0, "failed", message=str(e))
             return WatchEvent(key, "failed", message=str(e), seconds=time.perf_counter() - t0)

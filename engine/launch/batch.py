@@ -18,7 +18,7 @@ from ..loop.stepper import Stepper, drive, new_id
 from ..presets import LoopConfig
 from ..records import textsafe
 from ..records.episode import Episode, Finding, Severity, Status
-from ..store import Store
+from ..store import Store, damaged
 from ..tokens.tokenizer import Tokenizer
 
 
@@ -154,7 +154,12 @@ async def run_batch(
             bar.close()
         if store is not None:
             # The run row tells the truth: a batch that stopped on an error did not finish.
-            store.finish_run(run_id, "cancelled" if cancelled else "finished" if finished else "failed")
+            try:
+                store.finish_run(run_id, "cancelled" if cancelled else "finished" if finished else "failed")
+            except Exception as e:
+                if finished or damaged(e, store.path) is None:
+                    raise
+                # the batch stops on a damaged database already: that error is the one to say
     result = BatchResult(run_id, done, time.perf_counter() - t0, cancelled)
     if cancelled:
         raise asyncio.CancelledError
@@ -170,6 +175,9 @@ def _store_or_fail(store: Store, episode: Episode) -> Episode:
         store.finish_episode(episode)
         return episode
     except Exception as e:  # a bug in storing this one episode: record it, keep the batch going
+        error = damaged(e, store.path)
+        if error is not None:  # not this episode's fault: nothing more can be stored, the batch stops
+            raise error from None
         reason = textsafe.clean_text(f"could not be stored: {type(e).__name__}: {e}")
         stub = Episode(id=episode.id, env=episode.env, task_id=episode.task_id, run_id=episode.run_id,
                        group_id=episode.group_id, sample_index=episode.sample_index, preset=episode.preset,

@@ -19,6 +19,7 @@ Imports the records and the checks' diagnosis rules (the stored diagnosis column
 
 from __future__ import annotations
 
+from .base import damaged
 from .core import Store
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
 from .index import Bins, BrowseStats, RewardBins, RewardStats, search_texts
@@ -27,5 +28,5 @@ from .schema import DB_SCHEMA
 
 __all__ = [
     "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardBins", "RewardStats", "RunOverview", "RunSummary", "StepStats", "Store", "WatchedFile",
-    "search_texts",
+    "damaged", "search_texts",
 ]

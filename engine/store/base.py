@@ -13,6 +13,22 @@ import sqlite_utils
 from ..errors import StoreError
 from ..records.episode import Episode
 
+DAMAGED = frozenset({"SQLITE_CORRUPT", "SQLITE_CORRUPT_INDEX", "SQLITE_CORRUPT_SEQUENCE", "SQLITE_CORRUPT_VTAB",
+                     "SQLITE_NOTADB"})
+
+
+def damaged(error: BaseException, path: str | Path) -> StoreError | None:
+    """The sentence for a database file whose pages are damaged (SQLite's ``SQLITE_CORRUPT``, ``SQLITE_NOTADB``),
+    naming the file and how to recover what it holds; None for any other error."""
+    if not isinstance(error, sqlite3.DatabaseError):
+        return None
+    name = getattr(error, "sqlite_errorname", "") or ""
+    text = str(error)
+    if name not in DAMAGED and "malformed" not in text and "not a database" not in text:
+        return None
+    return StoreError(f"the database {path} is damaged ({text}): recover what it still holds with "
+                      f"`sqlite3 {path} .recover | sqlite3 recovered.db`, then use --db recovered.db")
+
 
 class _Writing:
     """``with self._lock, self.db.conn`` as one context manager."""
