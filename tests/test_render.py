@@ -369,3 +369,15 @@ def test_a_verdict_says_when_the_user_was_replayed_from_the_record():
     diverged = ReplayResult("e1", True, False, (TurnVerdict(0, True), bad), bad, user="recorded")
     assert "diverged at turn 1 on observation; the user was replayed from the record" in render_verdict(diverged)
     assert ReplayResult.from_dict(diverged.to_dict()).user == "recorded"
+
+
+def test_a_local_turn_shows_the_prompt_being_read_then_the_first_token() -> None:
+    from dashboard.views.step import generating
+
+    reading = generating(3, 0, "", 4.2, None, (1024, 2900, 512))
+    assert "Reading the prompt: 1,024 of 2,900 tokens, 512 of them reused from earlier turns (35%, 4.2 s)" in reading
+    assert '<progress max="2900" value="1024">' in reading
+    # Once a token has come, the reply shows, and the time to it; the prompt's progress is over.
+    started = generating(3, 2, "Hel", 6.0, 5.1, (2900, 2900, 512))
+    assert "Reading the prompt" not in started and "first token after" in started and "5.10 s" in started
+    assert "Waiting for the first token" in generating(3, 0, "", 1.0, None)  # a server backend: no prefill to show
