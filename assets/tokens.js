@@ -10,21 +10,39 @@ const metaOf = (view) => {
   if (!view._rsMeta) view._rsMeta = JSON.parse(view.dataset.meta || "{}");
   return view._rsMeta;
 };
-// Per-token arrays from the runs in data-meta, made once per view.
+// The index among the tokens sent of token i: i itself, or in a folded view (data-meta's win: the
+// [start, end] parts sent) its place among them, -1 for a token not sent.
+const tvLocal = (win) => {
+  if (!win) return (i) => i;
+  const before = [];
+  let sum = 0;
+  for (const [a, b] of win) { before.push(sum); sum += b - a; }
+  return (i) => {
+    let lo = 0, hi = win.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (win[mid][0] > i) hi = mid - 1;
+      else if (win[mid][1] <= i) lo = mid + 1;
+      else return before[mid] + i - win[mid][0];
+    }
+    return -1;
+  };
+};
+// Per-token arrays (of the tokens sent) from the runs in data-meta, made once per view.
 const tvData = (view) => {
   if (view._rsData) return view._rsData;
-  const m = metaOf(view), n = m.n || 0;
-  const mask = new Uint8Array(n);
+  const m = metaOf(view), n = m.n || 0, sent = (m.ids || []).length;
+  const mask = new Uint8Array(sent);
   for (const [a, b] of m.mask || []) mask.fill(1, a, b);
   const dense = (runs) => {
-    const out = new Float64Array(n).fill(NaN);
+    const out = new Float64Array(sent).fill(NaN);
     for (const [a, values] of runs) out.set(values, a);
     return out;
   };
   const segAt = new Map();
   for (const s of m.seg || []) segAt.set(s[0], s);
   view._rsData = {
-    m, n, mask, lp: dense(m.lp || []), diff: m.diff ? dense(m.diff) : null,
+    m, n, mask, lp: dense(m.lp || []), diff: m.diff ? dense(m.diff) : null, at: tvLocal(m.win),
     text: m.vtx ? new Map(m.vid.map((id, k) => [id, m.vtx[k]])) : null, over: new Map(m.over || []),
     shown: new Map(), segAt, turnAt: new Map((m.turns || []).map(([t, i]) => [i, t])),
     turnStart: new Map(m.turns || []), starts: new Set(m.starts || []),
@@ -44,13 +62,13 @@ const runAt = (runs, i) => {
 };
 const fmt = (x, digits) => (x === null || x === undefined || Number.isNaN(x) ? "n/a" : x.toFixed(digits));
 const describe = (d, i) => {
-  const m = d.m, seg = runAt(m.seg, i);
-  let text = `#${i} · id ${m.ids[i]} · logprob ${fmt(d.lp[i], 4)} · mask ${d.mask[i]}`;
+  const m = d.m, seg = runAt(m.seg, i), j = d.at(i);
+  let text = `#${i} · id ${m.ids[j]} · logprob ${fmt(d.lp[j], 4)} · mask ${d.mask[j]}`;
   text += seg ? (seg[3] === null ? ` · ${seg[2]}` : ` · turn ${seg[3]} · ${seg[2]}`) : "";
-  const ver = runAt(m.ver, i);
+  const ver = runAt(m.ver, j);
   if (ver) text += ` · version ${ver[2]}`;
-  if (d.diff && !Number.isNaN(d.diff[i])) {
-    text += ` · Δ recomputed−rollout ${d.diff[i] >= 0 ? "+" : ""}${d.diff[i].toFixed(4)}`;
+  if (d.diff && !Number.isNaN(d.diff[j])) {
+    text += ` · Δ recomputed−rollout ${d.diff[j] >= 0 ? "+" : ""}${d.diff[j].toFixed(4)}`;
   }
   const found = runAt(m.find, i);
   if (found) text += ` · finding: ${found[2]}`;
@@ -58,7 +76,7 @@ const describe = (d, i) => {
 };
 // What a token shows: its text with newlines drawn (↵) and kept, "◦" for a piece of a character, or its id.
 const tvShown = (d, i) => {
-  const id = d.m.ids[i];
+  const id = d.m.ids[d.at(i)];
   if (!d.text) return String(id);
   const own = d.over.get(i);
   if (own === undefined && d.shown.has(id)) return d.shown.get(id);
@@ -70,7 +88,7 @@ const tvShown = (d, i) => {
 const tvLabel = (seg) => (seg[3] === null ? seg[2] : `T${seg[3]} ${seg[2]}`);
 // Playback's marks (see playback.js): turn k's generated tokens, and dimmed what follows its cut.
 const tvClass = (d, i, pb, blockStart) => {
-  let c = d.m.cls[d.m.c[i]];
+  let c = d.m.cls[d.m.c[d.at(i)]];
   if (pb) {
     if (i >= pb.cut && blockStart < pb.cut) c += " pb-after"; // a block wholly after the cut is dimmed whole
     if (i >= pb.gs && i < pb.ge) c += i === pb.gs ? " pb-gen pb-gen-first" : " pb-gen";
@@ -190,9 +208,27 @@ const tvLayout = (view, st) => {
   st.open = m.fold.map(() => false);
   st.controls = [];
   const frag = document.createDocumentFragment();
-  let f = 0;
+  st.gaps = [];
+  // A folded view's tokens not sent: a note where they lie, instead of their blocks.
+  const gap = (a, b) => {
+    const div = document.createElement("div");
+    div.className = "rs-tok-gap";
+    div.dataset.a = a;
+    div.dataset.b = b;
+    const what = document.createElement("span");
+    what.textContent = `⋯ tokens ${a.toLocaleString("en-US")}–${(b - 1).toLocaleString("en-US")} `
+      + `(${(b - a).toLocaleString("en-US")}) folded: not sent to the browser (the note above says how to see them)`;
+    const asked = document.createElement("span");
+    asked.className = "rs-gap-asked";
+    div.append(what, asked);
+    st.gaps.push(div);
+    frag.append(div);
+  };
+  let f = 0, end = 0;
   for (let k = 0; k < nb; k++) {
     const [a, b, cont] = m.blocks[k];
+    if (m.win && a > end) gap(end, a);
+    end = b;
     while (f < m.fold.length && m.fold[f][1] <= a) f++;
     if (f < m.fold.length && m.fold[f][0] <= a && b <= m.fold[f][1]) {
       st.foldOf[k] = f;
@@ -218,6 +254,7 @@ const tvLayout = (view, st) => {
     st.divs.push(div);
     frag.append(div);
   }
+  if (m.win && end < st.d.n) gap(end, st.d.n);
   st.controls.forEach((_, g) => { st.controls[g].querySelector("button").textContent = tvFoldText(st, g); });
   box.append(frag);
   st.io = new IntersectionObserver((entries) => tvSeen(view, st, entries), { root: view, rootMargin: TV_MARGIN });
@@ -279,6 +316,7 @@ const tvReveal = (view, i, top) => {
   const st = tvState(view);
   if (st && !st.divs.length) tvLayout(view, st);
   if (!st || !st.divs.length || !(i >= 0 && i < st.d.n)) return null;
+  if (st.d.at(i) < 0) return tvRevealGap(view, st, i);
   const k = tvBlockOf(st, i);
   if (st.foldOf[k] >= 0 && !st.open[st.foldOf[k]]) tvSetFold(st, st.foldOf[k], true);
   for (const j of [k - 1, k, k + 1]) {
@@ -305,6 +343,15 @@ const tvReveal = (view, i, top) => {
   };
   requestAnimationFrame(again);
   return place();
+};
+// A token a folded view did not send: its gap says so, scrolled into the view.
+const tvRevealGap = (view, st, i) => {
+  const gap = st.gaps.find((g) => Number(g.dataset.a) <= i && i < Number(g.dataset.b));
+  if (!gap) return null;
+  gap.querySelector(".rs-gap-asked").textContent = ` · token ${i.toLocaleString("en-US")}, asked for here, is `
+    + "in this folded part";
+  view.scrollTop += gap.getBoundingClientRect().top - view.getBoundingClientRect().top - view.clientHeight / 3;
+  return gap;
 };
 // Playback's marks on the view: {gs, ge, cut} or null. Blocks after the cut are dimmed whole; tokens
 // drawn now are restyled, tokens drawn later get the marks as they are drawn.

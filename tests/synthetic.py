@@ -17,6 +17,7 @@ import functools
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -267,3 +268,39 @@ def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed
         tokens=TokenArrays(ids, mask, lps), prompt_len=prompt_len, segments=tuple(segments),
         findings=(mismatch,), created_at=1.7e9,
     )
+
+
+# -- one hostile episode ----------------------------------------------------------
+
+
+def huge_episode(message_chars: int = 50_000_000, n_tokens: int = 1_000_000, vocab: int = 49_152) -> Episode:
+    """Episode 5 of the family (six turns, a finding in turn 0's tokens) with turn 0's tool answer grown to
+    ``message_chars`` characters and ``n_tokens`` tokens (random ids below ``vocab``, mask 0), every later
+    turn shifted after it, and one more finding in the middle of that answer's tokens."""
+    ep = synthetic_episode(5)
+    t0 = ep.turns[0]
+    answer = t0.segments[1]
+    extra = n_tokens - ep.n_tokens
+    line = "The order system answered at length about pears, refunds and shipping status. " * 2 + "\n"
+    big = Message("tool", (line * (message_chars // len(line) + 1))[:message_chars], name="lookup")
+
+    def moved(s: Segment) -> Segment:
+        if s == answer:
+            return replace(s, end=s.end + extra)
+        return replace(s, start=s.start + extra, end=s.end + extra) if s.start >= answer.end else s
+
+    turns = [replace(t0, observation=(big,), segments=tuple(moved(s) for s in t0.segments))]
+    turns += [replace(t, prompt_len=t.prompt_len + extra, segments=tuple(moved(s) for s in t.segments))
+              for t in ep.turns[1:]]
+    messages = tuple(big if m == t0.observation[0] else m for m in ep.messages)
+    tok = ep.tokens
+    rng = np.random.default_rng(5)
+    at = answer.end
+    ids = np.concatenate([tok.ids[:at], rng.integers(0, vocab, extra, dtype=np.int32), tok.ids[at:]])
+    mask = np.concatenate([tok.loss_mask[:at], np.zeros(extra, dtype=tok.loss_mask.dtype), tok.loss_mask[at:]])
+    lps = np.concatenate([tok.logprobs[:at], np.full(extra, np.nan, dtype=tok.logprobs.dtype), tok.logprobs[at:]])
+    inside = answer.start + (answer.end + extra - answer.start) // 2
+    deep = Finding("retokenization_drift", Severity.ERROR, "re-encoding the tool answer gives other ids", turn=0,
+                   token_start=inside, token_end=inside + 3)
+    return ep.evolve(id="huge0005", turns=tuple(turns), messages=messages, tokens=TokenArrays(ids, mask, lps),
+                     segments=tuple(moved(s) for s in ep.segments), findings=(*ep.findings, deep))

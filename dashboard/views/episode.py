@@ -44,6 +44,7 @@ from .html import (
     status_badge,
     text_block,
 )
+from .limits import Budget, see_whole
 
 # Evidence lists and strings are cut to this in the findings list.
 EVIDENCE_ITEMS = 12
@@ -232,17 +233,18 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
 # -- timeline ---------------------------------------------------------------
 
 
-def message_block(m: Message) -> str:
-    """One chat message: its role (and name), its text, its tool calls."""
+def message_block(m: Message, budget: Budget | None = None) -> str:
+    """One chat message: its role (and name), its text, its tool calls; cut to the display limits (``budget``
+    is the view's, see ``limits``)."""
     who = f'<span class="rs-role">{esc(m.role)}</span>' + (f" · {esc(m.name)}" if m.name else "")
-    calls = "".join(call_block(c.name, c.arguments, None) for c in m.tool_calls)
+    calls = "".join(call_block(c.name, c.arguments, None, budget) for c in m.tool_calls)
     return (
         f'<div class="rs-msg rs-role-{css_class(m.role)}"><div class="rs-msg-head">{who}</div>'
-        f"{text_block(m.content)}{calls}</div>"
+        f"{text_block(m.content, budget=budget)}{calls}</div>"
     )
 
 
-def _turn(t: Turn, episode_findings: Sequence[Finding]) -> str:
+def _turn(t: Turn, episode_findings: Sequence[Finding], budget: Budget) -> str:
     g = t.generation
     own = [*t.findings, *(f for f in episode_findings if f.turn == t.index)]
     chips = [chip("env reward", fmt_num(t.reward), "rs-pos" if t.reward > 0 else "rs-neg" if t.reward < 0 else "")]
@@ -270,23 +272,25 @@ def _turn(t: Turn, episode_findings: Sequence[Finding]) -> str:
         model = f" · {esc(g.model)}" if g.model else ""
         parts.append(
             '<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'
-            f" · raw generation{model}</div>{text_block(g.text)}</div>"
+            f" · raw generation{model}</div>{text_block(g.text, budget=budget)}</div>"
         )
-    parts.extend(call_block(c.name, c.arguments) for c in t.tool_calls)
+    parts.extend(call_block(c.name, c.arguments, budget=budget) for c in t.tool_calls)
     if t.parse_error:
         parts.append(error_line("parse error", t.parse_error))
     if t.action is not None and not t.action.is_respond and not t.tool_calls:
         parts.append(f'<div class="rs-dim">action: <code>{esc(t.action.name)}</code></div>')
-    parts.extend(message_block(m) for m in t.observation)
+    parts.extend(message_block(m, budget) for m in t.observation)
     if t.info:
-        parts.append(json_details("env info", t.info))
+        parts.append(json_details("env info", t.info, budget))
     parts.extend(finding_block(f, with_evidence=False) for f in own)
     parts.append("</section>")
     return "".join(parts)
 
 
 def render_conversation(ep: Episode) -> str:
-    """The turn timeline: opening messages, then each turn's generation, tool call or parse error, observation."""
+    """The turn timeline: opening messages, then each turn's generation, tool call or parse error, observation;
+    its texts within one ``Budget`` (``limits``), a note first when it cut any."""
+    budget = Budget()
     located = [f for f in ep.findings if f.turn is not None]
     parts = ['<div class="rs-conv">']
     loose = [f for f in ep.findings if f.turn is None]
@@ -294,10 +298,14 @@ def render_conversation(ep: Episode) -> str:
         parts.append('<div class="rs-ep-findings">')
         parts.extend(finding_block(f, with_evidence=False) for f in loose)
         parts.append("</div>")
-    parts.extend(message_block(m) for m in opening_messages(ep))
-    parts.extend(_turn(t, located) for t in ep.turns)
+    parts.extend(message_block(m, budget) for m in opening_messages(ep))
+    parts.extend(_turn(t, located, budget) for t in ep.turns)
     if not ep.turns:
         parts.append('<div class="rs-dim">no turns</div>')
     parts.append("</div>")
+    if budget.cut:
+        parts.insert(1, note(f"{budget.cut:,} characters of this episode's texts are not sent to the browser (over "
+                             f"the display limits): each cut text ends with how much it left out; "
+                             f"{see_whole(ep.id)}.", "warn"))
     return "".join(parts)
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from engine import Severity
 
+from .limits import Budget, cut, cut_note
+
 # Texts longer than this (or with more lines) fold into a <details>.
 FOLD_CHARS = 1200
 FOLD_LINES = 24
@@ -59,15 +61,21 @@ def to_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def text_block(text: str, cls: str = "rs-text") -> str:
-    """Escaped text, folded into a <details> when it is long."""
+def _cut_tail(more: int) -> str:
+    return f'<span class="rs-cut">{esc(cut_note(more))}</span>' if more else ""
+
+
+def text_block(text: str, cls: str = "rs-text", budget: Budget | None = None) -> str:
+    """Escaped text, folded into a <details> when it is long, cut to the display limits (``limits.cut``:
+    ``budget`` is the view's) with "… N more characters" where it stops."""
     if not text:
         return '<div class="rs-dim rs-empty">(empty)</div>'
-    body = f'<div class="{cls}">{esc(text)}</div>'
+    kept, more = cut(text, budget)
+    body = f'<div class="{cls}">{esc(kept)}{_cut_tail(more)}</div>'
     n_lines = text.count("\n") + 1
     if len(text) <= FOLD_CHARS and n_lines <= FOLD_LINES:
         return body
-    first = text.strip().split("\n", 1)[0]
+    first = kept[:4000].strip().split("\n", 1)[0]
     if len(first) > 100:
         first = first[:100] + "…"
     return (
@@ -76,9 +84,11 @@ def text_block(text: str, cls: str = "rs-text") -> str:
     )
 
 
-def json_details(label: str, value: Any) -> str:
-    """``value`` as JSON, folded under ``label``."""
-    return f'<details class="rs-fold"><summary>{esc(label)}</summary><pre class="rs-json">{esc(to_json(value))}</pre></details>'
+def json_details(label: str, value: Any, budget: Budget | None = None) -> str:
+    """``value`` as JSON, folded under ``label``, cut to the display limits (see ``text_block``)."""
+    kept, more = cut(to_json(value), budget)
+    return (f'<details class="rs-fold"><summary>{esc(label)}</summary><pre class="rs-json">{esc(kept)}{_cut_tail(more)}'
+            "</pre></details>")
 
 
 def chip(label: str, value: Any, cls: str = "") -> str:
@@ -108,16 +118,19 @@ def jump(target: str, label: str, cls: str = "rs-jump", href: str | None = None)
     return f'<a class="{cls}" href="{esc(href or "#" + target)}" data-jump="{esc(target)}">{label}</a>'
 
 
-def call_block(name: str, arguments: Any, kind: str | None = "tool call") -> str:
-    """A tool call (or action) with its arguments as JSON; ``kind`` labels it (None: no label)."""
+def call_block(name: str, arguments: Any, kind: str | None = "tool call", budget: Budget | None = None) -> str:
+    """A tool call (or action) with its arguments as JSON, cut to the display limits (see ``text_block``);
+    ``kind`` labels it (None: no label)."""
     label = f'<span class="rs-call-k">{esc(kind)}</span> ' if kind else ""
+    kept, more = cut(to_json(arguments), budget)
     return (f'<div class="rs-call">{label}<span class="rs-call-name">{esc(name)}</span>'
-            f'<pre class="rs-json">{esc(to_json(arguments))}</pre></div>')
+            f'<pre class="rs-json">{esc(kept)}{_cut_tail(more)}</pre></div>')
 
 
 def error_line(what: str, text: str) -> str:
-    """An error said on one line: ``what``: ``text``."""
-    return f'<div class="rs-error"><b>{esc(what)}</b>: {esc(text)}</div>'
+    """An error said on one line: ``what``: ``text`` (cut to ``TEXT_CHARS``)."""
+    kept, more = cut(text)
+    return f'<div class="rs-error"><b>{esc(what)}</b>: {esc(kept)}{_cut_tail(more)}</div>'
 
 
 

@@ -37,6 +37,7 @@ from engine import (
 # playback as in the timeline below it.
 from .episode import finding_block, message_block
 from .html import badge, call_block, chip, error_line, esc, fmt_num, json_details, note, text_block, to_json
+from .limits import PROMPT_CHARS, Budget, cut_note
 
 VALUE_CHARS = 600  # stored/now values in a verdict longer than this fold
 
@@ -105,11 +106,15 @@ def _prompt_block(p: PromptView, previous: str | None, t: Turn, span: TurnSpan, 
         notes.append(note(
             f"the episode's tokens [0, {p.n_tokens:,}) decode to a different text from character "
             f"{p.tokens_differ_at:,}: the trainer's tokens are not what the model was sent", "warn"))
+    # Past the display limit only the prompt's end is sent: where this turn's new text is.
+    skip = max(len(p.text) - PROMPT_CHARS, 0)
+    head = (f'<span class="rs-cut">{esc(cut_note(skip).replace("more", "earlier", 1))}</span>\n' if skip else "")
     if previous is not None and k > 0:
         # What the previous turn's prompt already held reads dimmer than what this turn added.
-        body = f'<span class="rs-pb-old">{esc(p.text[:shared])}</span><span class="rs-pb-new">{esc(p.text[shared:])}</span>'
+        body = (f'{head}<span class="rs-pb-old">{esc(p.text[skip:max(shared, skip)])}</span>'
+                f'<span class="rs-pb-new">{esc(p.text[max(shared, skip):])}</span>')
     else:
-        body = esc(p.text)  # turn 0: nothing is "new since" anything
+        body = head + esc(p.text[skip:])  # turn 0: nothing is "new since" anything
     jump = (f'<a class="rs-jump" href="#" data-pb-tok="{span.gen_start}">its tokens and the turn\'s generation '
             "in the token view ↓</a>")
     return (
@@ -121,7 +126,7 @@ def _prompt_block(p: PromptView, previous: str | None, t: Turn, span: TurnSpan, 
     )
 
 
-def _generation_block(t: Turn, decoded: str | None) -> str:
+def _generation_block(t: Turn, decoded: str | None, budget: Budget) -> str:
     g = t.generation
     if g is None:
         return _h("Generated") + '<div class="rs-dim">no generation stored for this turn</div>'
@@ -137,25 +142,25 @@ def _generation_block(t: Turn, decoded: str | None) -> str:
         chips.append(chip("model", g.model))
     detail = f'<div class="rs-dim">{esc(g.finish_detail)}</div>' if g.finish_detail else ""
     if g.text:
-        text = text_block(g.text, "rs-text rs-pb-gen")
+        text = text_block(g.text, "rs-text rs-pb-gen", budget)
     elif decoded:
         text = ('<div class="rs-pb-source rs-dim">no text stored: decoded from the generated ids</div>'
-                + text_block(decoded, "rs-text rs-pb-gen"))
+                + text_block(decoded, "rs-text rs-pb-gen", budget))
     else:
         text = '<div class="rs-dim">no text stored: the ids are in the token view</div>'
     return _h("Generated (raw)") + f'<div class="rs-pb-chips">{"".join(chips)}</div>{detail}{text}'
 
 
-def _action_block(t: Turn) -> str:
-    parts = [call_block(c.name, c.arguments) for c in t.tool_calls]
+def _action_block(t: Turn, budget: Budget) -> str:
+    parts = [call_block(c.name, c.arguments, budget=budget) for c in t.tool_calls]
     if t.parse_error:
         parts.append(error_line("parse error", t.parse_error))
     a = t.action
     if a is not None and a.is_respond and not t.tool_calls:
         parts.append('<div class="rs-call"><span class="rs-call-k">respond</span> (text to the user)</div>'
-                     + text_block(a.text))
+                     + text_block(a.text, budget=budget))
     elif a is not None and not t.tool_calls:
-        parts.append(call_block(a.name, a.arguments, "action"))
+        parts.append(call_block(a.name, a.arguments, "action", budget))
     if not parts:
         why = ("the generation was cut off" if t.generation is not None and t.generation.finish_reason != "stop"
                else "not stored for this turn")
@@ -163,10 +168,10 @@ def _action_block(t: Turn) -> str:
     return _h("Parsed action") + "".join(parts)
 
 
-def _env_block(t: Turn) -> str:
+def _env_block(t: Turn, budget: Budget) -> str:
     chips = chip("reward", fmt_num(t.reward)) + chip("done", "yes" if t.done else "no")
-    body = "".join(message_block(m) for m in t.observation) or '<div class="rs-dim">no observation stored</div>'
-    info = json_details("env info", t.info) if t.info else ""
+    body = "".join(message_block(m, budget) for m in t.observation) or '<div class="rs-dim">no observation stored</div>'
+    info = json_details("env info", t.info, budget) if t.info else ""
     # With no action (a parse error in feedback mode) the observation is the loop's own reply, not the env's.
     title = "Env answered" if t.action is not None or not t.observation else "Loop's feedback (the env was not called)"
     return _h(title) + f'<div class="rs-pb-chips">{chips}</div>{body}{info}'
@@ -206,7 +211,9 @@ def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | 
     ``previous_prompt`` (turn k-1's) marks what is new in this one;
     ``decoded_generation`` stands in for a generation stored without text;
     ``follow`` asks the playback script to scroll the timeline and token view to the turn.
+    Its texts are cut to the display limits (``limits``: one ``Budget`` for the card, the prompt's end).
     """
+    budget = Budget()
     t = ep.turns[k]
     span = turn_span(ep, k)
     n = ep.n_turns
@@ -222,7 +229,8 @@ def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | 
         f"{_verdict_chip(verdict, latest)}</div>{gaps}"
         '<div class="rs-pb-grid">'
         f'<div class="rs-pb-col">{_prompt_block(prompt, previous_prompt, t, span, k)}</div>'
-        f'<div class="rs-pb-col">{_generation_block(t, decoded_generation)}{_action_block(t)}{_env_block(t)}'
+        f'<div class="rs-pb-col">{_generation_block(t, decoded_generation, budget)}{_action_block(t, budget)}'
+        f"{_env_block(t, budget)}"
         f"{_findings_block(ep, k)}</div>"
         "</div></div>"
     )

@@ -15,6 +15,11 @@ unfolds it. The hover reads the same data; the toggles (logprob heat map,
 mismatch heat map, special tokens) are classes on an ancestor, so switching
 them is a style change in the browser, not a new page from the server.
 
+An episode past the display limits (``limits.TOKENS_DRAWN``) opens folded:
+only the tokens of a few windows (its ends, around its findings) are
+decoded and sent, with a note saying what was left out; the script marks
+each gap where it lies (``token_payload``'s ``win``).
+
 Which class each token gets is decided here (``token_classes``); the
 browser only looks it up. Token texts reach the page inside the escaped
 attribute and are set as text by the script, never parsed as markup.
@@ -22,6 +27,7 @@ attribute and are set as text by the script, never parsed as markup.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import json
 import re
@@ -32,7 +38,11 @@ import numpy as np
 
 from engine import Episode, Finding, Severity, linked, tokenizer_spec, try_tokenizer
 
-from .html import esc, note
+from .html import SEVERITY_ORDER, esc, note
+from .limits import TOKENS_DRAWN, see_whole, token_windows
+
+Windows = list[tuple[int, int]] | None
+"""The [start, end) runs of tokens a folded view sends (``limits.token_windows``), or None: every token."""
 
 # Logprob heat buckets: class lK for -logprob below each bound, l5 beyond.
 LOGPROB_BOUNDS = (0.1, 0.5, 1.0, 2.0, 4.0)
@@ -141,32 +151,45 @@ def special_token_ids(tokenizer: Any) -> set[int]:
 # -- what the view shows --------------------------------------------------
 
 
-def _positions(f: Finding, start: int, n: int) -> list[int]:
-    """The tokens a finding located at ``start`` marks: its listed positions when it has them, else its span."""
+def _within(a: int, b: int, n: int, windows: Windows) -> list[range]:
+    """The positions of [a, b) inside [0, n) and the ``windows``, as ranges."""
+    a, b = max(0, a), min(b, n)
+    if windows is None:
+        return [range(a, b)] if a < b else []
+    return [range(max(a, x), min(b, y)) for x, y in windows if max(a, x) < min(b, y)]
+
+
+def _positions(f: Finding, start: int, n: int, windows: Windows = None) -> list[int]:
+    """The tokens a finding located at ``start`` marks (those in ``windows``): its listed positions when it has
+    them, else its span."""
     runs = f.evidence.get("runs")
     if isinstance(runs, list) and runs and all(isinstance(r, list) and len(r) == 2 for r in runs):
-        return [p for a, b in runs for p in range(max(0, int(a)), min(int(b), n))]  # every position, uncapped
+        # every position, uncapped
+        return [p for a, b in runs for r in _within(int(a), int(b), n, windows) for p in r]
     listed = f.evidence.get("over") if f.kind == "logprob_mismatch" else f.evidence.get("positions")
     if isinstance(listed, list) and listed and all(isinstance(p, int) for p in listed):
         # A mismatch or mask finding spans first..last bad token; marking the
         # whole span would flag the good tokens between them too.
-        return [p for p in listed if 0 <= p < n]
+        return [p for p in listed if _within(p, p + 1, n, windows)]
     end = f.token_end if f.token_end is not None and f.token_end > start else start + 1
-    return list(range(start, min(end, n)))
+    return [p for r in _within(start, end, n, windows) for p in r]
 
 
-def finding_marks(findings: Iterable[Finding], n: int) -> tuple[dict[int, list[str]], set[int], set[int]]:
+def finding_marks(findings: Iterable[Finding], n: int,
+                  windows: Windows = None) -> tuple[dict[int, list[str]], set[int], set[int]]:
     """Token index -> kinds of the findings marking it, the indexes where findings start, and the indexes a
-    root finding marks (the rest are marked only by findings that follow from a root)."""
+    root finding marks (the rest are marked only by findings that follow from a root); of a folded view,
+    only the tokens in its ``windows``."""
     marks: dict[int, list[str]] = {}
     starts: set[int] = set()
     rooted: set[int] = set()
     for f in findings:
         if f.token_start is None or not 0 <= f.token_start < n:
             continue
-        starts.add(f.token_start)
+        if _within(f.token_start, f.token_start + 1, n, windows):
+            starts.add(f.token_start)
         root = f.caused_by is None and f.severity is not Severity.INFO
-        for i in _positions(f, f.token_start, n):
+        for i in _positions(f, f.token_start, n, windows):
             marks.setdefault(i, []).append(f.kind if root else f"{f.kind} (follows {f.caused_by})")
             if root:
                 rooted.add(i)
@@ -225,8 +248,10 @@ def _sparse(values: np.ndarray) -> list[list[Any]]:
 
 def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[int],
                   diff: np.ndarray | None = None,
-                  found: tuple[dict[int, list[str]], set[int], set[int]] | None = None) -> tuple[list[str], list[int]]:
-    """(the distinct class strings, each token's index into them).
+                  found: tuple[dict[int, list[str]], set[int], set[int]] | None = None,
+                  sel: np.ndarray | None = None) -> tuple[list[str], list[int]]:
+    """(the distinct class strings, each token's index into them); of the tokens at ``sel`` (sorted positions,
+    a folded view's) when given, ``token_texts`` theirs and ``found`` marking at least them.
 
     Classes: ``tok-train`` (loss mask 1) or ``tok-ctx`` (mask 0), plus ``tok-special`` for special ids,
     ``tok-flag`` where a finding marks the token (with ``tok-root`` where a root finding marks it,
@@ -237,24 +262,36 @@ def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     episode's findings, when the caller has it.
     """
     tok = ep.tokens
-    n = len(tok)
-    ids = tok.ids.astype(np.int64)
-    mask = (tok.loss_mask != 0).astype(np.int64)
+
+    def pick(values: np.ndarray) -> np.ndarray:
+        return values if sel is None else values[sel]
+
+    ids = pick(tok.ids).astype(np.int64)
+    n = len(ids)
+    mask = (pick(tok.loss_mask) != 0).astype(np.int64)
     special = np.isin(ids, np.fromiter(special_ids, dtype=np.int64, count=len(special_ids))).astype(np.int64)
     if token_texts is None:
         text = np.full(n, 2, dtype=np.int64)
     else:
         text = np.fromiter((t == "" for t in token_texts), dtype=np.int64, count=n)
-    heat = _buckets(-tok.logprobs.astype(np.float64), LOGPROB_BOUNDS) + 1  # by surprise, -logprob
+    heat = _buckets(-pick(tok.logprobs).astype(np.float64), LOGPROB_BOUNDS) + 1  # by surprise, -logprob
     dheat = np.zeros(n, dtype=np.int64)
     if diff is not None:
-        dheat = _buckets(np.abs(diff), DIFF_BOUNDS) + 1
-    marks, _, rooted = found or finding_marks(linked(ep.all_findings()), n)
+        dheat = _buckets(np.abs(pick(diff)), DIFF_BOUNDS) + 1
+    marks, _, rooted = found or finding_marks(linked(ep.all_findings()), len(tok))
+
+    def local(positions: Iterable[int]) -> np.ndarray:
+        at = np.fromiter(positions, dtype=np.int64)
+        if sel is None:
+            return at
+        k = np.searchsorted(sel, at).clip(0, max(n - 1, 0))
+        return k[sel[k] == at] if n else k[:0]
+
     flag = np.zeros(n, dtype=np.int64)
     if marks:
-        flag[list(marks)] = 2
+        flag[local(marks)] = 2
         if rooted:
-            flag[list(rooted)] = 1
+            flag[local(rooted)] = 1
     key = mask + 2 * special + 4 * text + 12 * heat + 84 * dheat + 588 * flag
     codes, index = np.unique(key, return_inverse=True)
     names = []
@@ -310,8 +347,24 @@ def blocks(n: int, cuts: Iterable[int], line_ends: np.ndarray) -> list[list[int]
     return out
 
 
+def _clip(runs: Sequence[Sequence[Any]], windows: Windows) -> list[list[Any]]:
+    """``runs`` ([start, end, ...], sorted, disjoint) cut to the ``windows``."""
+    if windows is None:
+        return [list(r) for r in runs]
+    starts = [r[0] for r in runs]
+    out: list[list[Any]] = []
+    for x, y in windows:
+        k = max(bisect.bisect_right(starts, x) - 1, 0)
+        while k < len(runs) and runs[k][0] < y:
+            a, b = max(runs[k][0], x), min(runs[k][1], y)
+            if a < b:
+                out.append([a, b, *runs[k][2:]])
+            k += 1
+    return out
+
+
 def token_payload(ep: Episode, token_texts: list[str] | None, special_ids: set[int],
-                  diff: list[float | None] | None = None) -> dict[str, Any]:
+                  diff: list[float | None] | None = None, windows: Windows = None) -> dict[str, Any]:
     """What the browser draws the view from and the hover reads (see the module's docstring):
 
     ``n`` tokens; ``ids``; ``vid``/``vtx`` the distinct ids and their texts and ``over`` [position, text]
@@ -321,50 +374,67 @@ def token_payload(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     turn] runs covering every token once; ``turns`` [turn, first token]; ``find`` [start, end, kinds]
     runs of finding marks and ``starts`` where findings start; ``blocks`` and ``fold`` as ``blocks`` and
     ``folds`` say.
+
+    A folded view (``windows``, see ``limits.token_windows``) sends the tokens of its windows only, and says
+    which in ``win`` [start, end]: ``ids``, ``c`` and ``token_texts`` hold those tokens in order, and
+    ``mask``, ``lp``, ``diff`` and ``ver`` count positions among them; every other position is the
+    episode's. ``blocks`` cover the windows only, and nothing is folded as long context.
     """
     tok = ep.tokens
     n = len(tok)
-    ids = tok.ids.tolist()
+    sel = None if windows is None else np.concatenate([np.arange(a, b) for a, b in windows])
+    m = n if sel is None else len(sel)  # the tokens sent
+    ids = (tok.ids if sel is None else tok.ids[sel]).tolist()
     runs = spans(ep)
-    found = finding_marks(linked(ep.all_findings()), n)
+    found = finding_marks(linked(ep.all_findings()), n, windows)
     marks, starts, _ = found
     diffs = None if diff is None else np.array([np.nan if d is None else d for d in diff], dtype=np.float64)
-    names, index = token_classes(ep, token_texts, special_ids, diffs, found)
+    names, index = token_classes(ep, token_texts, special_ids, diffs, found, sel)
     meta: dict[str, Any] = {"n": n, "ids": ids}
-    line_ends = np.zeros(n, dtype=bool)
+    line_ends = np.zeros(m, dtype=bool)  # of the tokens sent
     if token_texts is not None:
         vocab: dict[int, str] = {}
         over: list[list[Any]] = []
-        for i, (tid, text) in enumerate(zip(ids, token_texts, strict=True)):
+        for k, (tid, text) in enumerate(zip(ids, token_texts, strict=True)):
             if vocab.setdefault(tid, text) != text:
-                over.append([i, text])
-        meta |= {"vid": list(vocab), "vtx": list(vocab.values()), "over": over}
+                over.append([k if sel is None else int(sel[k]), text, k])
+        meta |= {"vid": list(vocab), "vtx": list(vocab.values()), "over": [o[:2] for o in over]}
         broken = {tid for tid, text in vocab.items() if "\n" in text}
-        line_ends = np.isin(tok.ids, np.fromiter(broken, dtype=np.int64, count=len(broken)))
-        for i, text in over:
-            line_ends[i] = "\n" in text
+        line_ends = np.isin(np.asarray(ids, dtype=np.int64), np.fromiter(broken, dtype=np.int64, count=len(broken)))
+        for _, text, k in over:
+            line_ends[k] = "\n" in text
     turns: dict[int, int] = {}
     for start, _, _, turn in runs:
         if turn is not None:
             turns.setdefault(turn, start)
-    fold = folds(ep, runs, special_ids)
+    fold = folds(ep, runs, special_ids) if windows is None else []
     cuts = [*turns.values(), *(x for f in fold for x in f[:2])]
+    if sel is None:
+        drawn = blocks(n, cuts, line_ends)
+    else:  # blocks of the tokens sent, cut at each window's start, then placed back at their positions
+        edges = np.cumsum([0, *(b - a for a, b in windows)])
+        inside = np.searchsorted(sel, cuts)
+        local = [*edges[1:-1].tolist(), *(int(k) for k, c in zip(inside, cuts, strict=True) if k < m and sel[k] == c)]
+        drawn = [[int(sel[a]), int(sel[b - 1]) + 1, *rest] for a, b, *rest in blocks(m, local, line_ends)]
+    values = tok.logprobs if sel is None else tok.logprobs[sel]
     meta |= {
         "cls": names, "c": index,
-        "mask": [list(r) for r in _runs(tok.loss_mask != 0)],
-        "lp": _sparse(tok.logprobs.astype(np.float64)),
-        "seg": [[s, e, k, t] for s, e, k, t in runs],
+        "mask": [list(r) for r in _runs((tok.loss_mask if sel is None else tok.loss_mask[sel]) != 0)],
+        "lp": _sparse(values.astype(np.float64)),
+        "seg": _clip(runs, windows),
         "turns": [[t, i] for t, i in turns.items()],
         "find": _mark_runs(marks),
         "starts": sorted(starts),
-        "blocks": blocks(n, cuts, line_ends),
+        "blocks": drawn,
         "fold": fold,
     }
-    if (tok.versions >= 0).any():
-        v = tok.versions
+    if windows is not None:
+        meta["win"] = [list(w) for w in windows]
+    v = tok.versions if sel is None else tok.versions[sel]
+    if (v >= 0).any():
         meta["ver"] = [[a, b, int(v[a])] for known in _runs(v >= 0) for a, b in _same(v, *known)]
     if diffs is not None:
-        meta["diff"] = _sparse(diffs)
+        meta["diff"] = _sparse(diffs if sel is None else diffs[sel])
     return meta
 
 
@@ -414,8 +484,10 @@ def render_tokens(
     special_ids: set[int],
     *,
     tokenizer_error: str | None = None,
+    windows: Windows = None,
 ) -> str:
-    """The token view of ``ep``: its header and, in ``data-meta``, the tokens (``token_payload``).
+    """The token view of ``ep``: its header and, in ``data-meta``, the tokens (``token_payload``); folded to
+    ``windows`` (``token_texts`` are theirs) with a note saying what was left out and how to see it.
 
     The browser draws each token as a ``<span class="tok ...">`` (``token_classes``); the first token of
     each turn carries ``id="turn-N"`` and an anchor ``id="tok-I"`` precedes the first token of each
@@ -425,9 +497,10 @@ def render_tokens(
     """
     tok = ep.tokens
     n = len(tok)
+    sent = n if windows is None else sum(b - a for a, b in windows)
     notes: list[str] = []
-    if token_texts is not None and len(token_texts) != n:
-        notes.append(f"token texts ({len(token_texts)}) do not match the episode's {n} tokens; showing ids")
+    if token_texts is not None and len(token_texts) != sent:
+        notes.append(f"token texts ({len(token_texts)}) do not match the {sent} tokens shown; showing ids")
         token_texts = None
     if token_texts is None:
         why = f": {tokenizer_error}" if tokenizer_error else ""
@@ -436,7 +509,7 @@ def render_tokens(
     if diff_note:
         notes.append(diff_note)
     n_found = len(ep.all_findings())
-    meta = token_payload(ep, token_texts, special_ids, diff)
+    meta = token_payload(ep, token_texts, special_ids, diff, windows)
     folded = sum(b - a for a, b, _ in meta["fold"])
     summary = (
         f'<div class="rs-tok-summary">{n:,} tokens · prompt {ep.prompt_len:,} · response {ep.response_len:,} · '
@@ -445,10 +518,11 @@ def render_tokens(
         + (f' · <span class="rs-dim">{folded:,} tokens of long context folded</span>' if folded else "")
         + "</div>"
     )
-    note_html = "".join(note(x, "warn") for x in notes)
+    note_html = "".join(note(x, "warn") for x in notes) + (_folded_note(ep, windows) if windows else "")
     data = esc(json.dumps(meta, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
     return (
-        f'<div class="rs-tokview" data-episode="{esc(ep.id)}" data-meta="{data}">'
+        f'<div class="rs-tokview{" rs-tokview-folded" if windows else ""}" data-episode="{esc(ep.id)}" '
+        f'data-meta="{data}">'
         f'<div class="rs-tokhead">{summary}{_legend(diff is not None)}{_turn_nav(ep)}</div>{note_html}'
         '<div class="rs-tokens"></div></div>'
     )
@@ -475,9 +549,33 @@ def episode_tokenizer(ep: Episode) -> tuple[Any, str | None]:
     return try_tokenizer(tokenizer_spec(ep))
 
 
+def _finding_starts(ep: Episode) -> list[int]:
+    """Where the episode's findings start, errors first: the order a folded view sends their tokens in."""
+    found = sorted(ep.all_findings(), key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+    return [f.token_start for f in found if f.token_start is not None]
+
+
+def _folded_note(ep: Episode, windows: list[tuple[int, int]]) -> str:
+    n, sent = len(ep.tokens), sum(b - a for a, b in windows)
+    starts = [s for s in _finding_starts(ep) if 0 <= s < n]
+    shown = sum(1 for s in starts if any(a <= s < b for a, b in windows))
+    left = (f"; the tokens of {len(starts) - shown:,} more finding{'s' if len(starts) - shown != 1 else ''} are "
+            "not sent (their links say so)") if shown < len(starts) else ""
+    return (
+        f'<div class="rs-note rs-warn rs-tok-folded"><b>Token view folded</b>: this episode has {n:,} tokens, over '
+        f"the {TOKENS_DRAWN:,} the token view draws. Sent: the first and last tokens and those around "
+        f"{shown:,} finding{'s' if shown != 1 else ''}' first tokens, {sent:,} in all, in {len(windows)} "
+        f"part{'s' if len(windows) != 1 else ''}{esc(left)}; the other {n - sent:,} tokens are left out, each gap "
+        f"marked where it lies. To see every token: {esc(see_whole(ep.id, tokens=True))}.</div>"
+    )
+
+
 def token_view(ep: Episode) -> str:
-    """The token view of an episode, with texts from its own tokenizer when it loads."""
+    """The token view of an episode, with texts from its own tokenizer when it loads; folded (only some tokens
+    sent, see ``limits.token_windows``) when the episode has more than ``TOKENS_DRAWN`` tokens."""
+    windows = token_windows(len(ep.tokens), _finding_starts(ep))
     tok, error = episode_tokenizer(ep)
     if tok is None:
-        return render_tokens(ep, None, set(), tokenizer_error=error)
-    return render_tokens(ep, decode_token_texts(tok, ep.tokens.ids.tolist()), special_token_ids(tok))
+        return render_tokens(ep, None, set(), tokenizer_error=error, windows=windows)
+    ids = ep.tokens.ids if windows is None else np.concatenate([ep.tokens.ids[a:b] for a, b in windows])
+    return render_tokens(ep, decode_token_texts(tok, ids.tolist()), special_token_ids(tok), windows=windows)
