@@ -37,6 +37,12 @@ AREAL_RETRY = (
     "question. Please carefully read the original question, check the previous errors, and try to answer it again."
 )
 
+# Knobs added after records of schema 4 were first written: a record that predates them reads with their defaults
+# (what its loop did: none of them is used outside token_mode=verl).
+LATER_KNOBS = frozenset({"response_length", "prompt_length", "max_assistant_turns", "max_user_turns",
+                         "max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side", "format",
+                         "calculate_log_probs", "apply_chat_template_kwargs"})
+
 TOKEN_MODES = ("tito", "retokenize", "slime", "slime-seed", "areal-seed", "areal", "verl")
 # verl's gsm8k interaction (verl/interactions/gsm8k_interaction.py): its two answers.
 VERL_GSM8K_CORRECT = "Your response is correct!"
