@@ -37,7 +37,16 @@ AREAL_RETRY = (
     "question. Please carefully read the original question, check the previous errors, and try to answer it again."
 )
 
-TOKEN_MODES = ("tito", "retokenize", "slime", "slime-seed", "areal-seed", "areal")
+# Knobs added after records of schema 4 were first written: a record that predates them reads with their defaults
+# (what its loop did: none of them is used outside token_mode=verl).
+LATER_KNOBS = frozenset({"response_length", "prompt_length", "max_assistant_turns", "max_user_turns",
+                         "max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side", "format",
+                         "calculate_log_probs", "apply_chat_template_kwargs"})
+
+TOKEN_MODES = ("tito", "retokenize", "slime", "slime-seed", "areal-seed", "areal", "verl")
+# verl's gsm8k interaction (verl/interactions/gsm8k_interaction.py): its two answers.
+VERL_GSM8K_CORRECT = "Your response is correct!"
+VERL_GSM8K_WRONG = "Your response is incorrect! You need to reflect on your answer and try again."
 EPISODE_REWARDS = ("last", "first_return", "discounted_last")
 
 
@@ -50,7 +59,8 @@ class LoopConfig:
         "re-encode and go on; slime: slime's token_delta.py (generation prompts masked 0, standalone user render, "
         "raises on other rewrites); slime-seed: the seed agent's _get_token_delta (no generation prompts after the "
         "first); areal-seed: realhf MathMultiTurnAgent (feedback as tokenizer('\\n' + template([user]))); "
-        "areal: AReaL's MultiTurnWorkflow (eos if missing, then fixed retry ids)")})
+        "areal: AReaL's MultiTurnWorkflow (eos if missing, then fixed retry ids); verl: verl's ToolAgentLoop "
+        "(the knobs below with verl's names)")})
     max_turns: int = field(default=5, metadata={"doc": "assistant turns at most"})
     turn_limit_status: str = field(default="truncated", metadata={"doc": (
         "status when max_turns runs out: truncated, or completed for fixed-turn workflows")})
@@ -83,6 +93,27 @@ class LoopConfig:
         "last: the env's last reward; first_return: the discounted return of turn 0 (realhf); "
         "discounted_last: last reward x turn_discount^(turns-1) (MultiTurnWorkflow)")})
 
+    # verl's ToolAgentLoop (token_mode=verl), named and defaulted as verl/trainer/config/rollout/rollout.yaml.
+    response_length: int = field(default=512, metadata={"doc": (
+        "verl: rollout.response_length; the episode ends when the response reaches it, and is cut there")})
+    prompt_length: int = field(default=512, metadata={"doc": (
+        "verl: rollout.prompt_length; a longer first prompt fails the episode, as verl's dataset refuses it")})
+    max_assistant_turns: int | None = field(default=None, metadata={"doc": (
+        "verl: multi_turn.max_assistant_turns (none: unlimited)")})
+    max_user_turns: int | None = field(default=None, metadata={"doc": (
+        "verl: multi_turn.max_user_turns, tool rounds and interaction answers both count (none: unlimited)")})
+    max_parallel_calls: int = field(default=1, metadata={"doc": (
+        "verl: multi_turn.max_parallel_calls; calls past it are dropped")})
+    max_tool_response_length: int = field(default=256, metadata={"doc": (
+        "verl: multi_turn.max_tool_response_length, in characters")})
+    tool_response_truncate_side: str = field(default="middle", metadata={"doc": (
+        "verl: multi_turn.tool_response_truncate_side: left keeps the start, right the end, middle both halves")})
+    format: str = field(default="hermes", metadata={"doc": "verl: multi_turn.format, the tool parser (hermes)"})
+    calculate_log_probs: bool = field(default=False, metadata={"doc": (
+        "verl: rollout.calculate_log_probs; off, the response has no logprobs; on, 0.0 at mask-0 positions")})
+    apply_chat_template_kwargs: str = field(default="{}", metadata={"doc": (
+        "verl: data.apply_chat_template_kwargs, a JSON object (e.g. {\"enable_thinking\": false})")})
+
     def __post_init__(self) -> None:
         choices = {
             "token_mode": TOKEN_MODES,
@@ -90,6 +121,8 @@ class LoopConfig:
             "on_parse_error": ("abort", "feedback"),
             "tool_parser": ("hermes", "qwen", "llama3", "sglang-qwen25"),
             "episode_reward": EPISODE_REWARDS,
+            "tool_response_truncate_side": ("left", "right", "middle"),
+            "format": ("hermes",),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -98,6 +131,18 @@ class LoopConfig:
             raise ConfigError(f"max_turns must be at least 1, not {self.max_turns}")
         if self.tool_calls_per_turn < 0:
             raise ConfigError("tool_calls_per_turn must be 0 (all) or a positive number")
+        for name in ("response_length", "prompt_length", "max_parallel_calls"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.max_tool_response_length < 0:
+            raise ConfigError(f"max_tool_response_length must be 0 or more, not {self.max_tool_response_length}")
+        try:
+            kwargs = json.loads(self.apply_chat_template_kwargs)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"apply_chat_template_kwargs must be a JSON object, not "
+                              f"{self.apply_chat_template_kwargs!r} ({e.msg})") from None
+        if not isinstance(kwargs, dict):
+            raise ConfigError(f"apply_chat_template_kwargs must be a JSON object, not {self.apply_chat_template_kwargs!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,7 +197,7 @@ def parse_knob(name: str, raw: Any) -> Any:
         if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ConfigError(f"{name} takes true or false, not {raw!r}")
         return raw.lower() in ("true", "1", "yes")
-    elif kind == "int":
+    elif kind in ("int", "int | None"):
         try:
             return int(raw)
         except ValueError:
@@ -229,6 +274,8 @@ class Preset:
     config: LoopConfig
     reproduces: str
     summary: str
+    notes: tuple[str, ...] = ()
+    """What a reader of its episodes must know (where a number comes from, a default that refuses an env)."""
 
 
 _SLIME = LoopConfig(
@@ -299,6 +346,37 @@ PRESET_LIST: tuple[Preset, ...] = (
         "AReaL areal/workflow/multi_turn.py MultiTurnWorkflow (current)",
         "retry until the reward is non-zero; eos appended when the reply lacks it, then fixed retry ids sliced "
         "from a dummy render; reward x turn_discount^(turns-1)",
+    ),
+    Preset(
+        "verl-tool",
+        LoopConfig(
+            token_mode="verl",
+            max_turns=1000,
+            turn_limit_status="truncated",
+            stop_on_success=False,
+            on_parse_error="feedback",
+            keep_failed_turn=True,
+        ),
+        "verl verl/experimental/agent_loop/tool_agent_loop.py ToolAgentLoop (with agent_loop.py, "
+        "utils/chat_template.py, agent_loop/tool_parser.py, tools/schemas.py, interactions/gsm8k_interaction.py, "
+        "utils/reward_score/gsm8k.py, trainer/config/rollout/rollout.yaml)",
+        "prompt rendered once with verl's tool schemas; replies appended as generated (mask 1); tool results and "
+        "the interaction's answers rendered alone with the generation prompt and cut by the default system block "
+        "(mask 0, no newline after <|im_end|>); hermes calls past max_parallel_calls dropped; tool text cut at "
+        "max_tool_response_length; ends at response_length, max_assistant_turns, max_user_turns, a reply without a "
+        "call, or the interaction; the response cut at response_length. max_turns is not used: verl's own limits are",
+        (
+            "rewards on math: each turn's reward is verl's gsm8k interaction score (verl's: "
+            "gsm8k.compute_score('#### ' + reply, ground_truth, method='flexible')), which also picks its answer "
+            f"({VERL_GSM8K_CORRECT!r}, ending the episode, or {VERL_GSM8K_WRONG!r}); turn info verl.strict_score is "
+            "verl's default gsm8k reward (method='strict': the last '#### N' in the last 300 characters, compared as "
+            "text), so a \\boxed{} answer scores 0 there; turn info ours is Rollscope's math checker (math-verify on "
+            "\\boxed{}), which verl never sees",
+            "rewards on retail and taubench:*: the interaction is the env's user and each turn's reward is the env's "
+            "(ours: verl's own reward manager is not run); a tool's step reward is verl's tool reward (0.0 on error)",
+            "prompt_length 512 (verl's default) refuses retail and tau-bench prompts (about 2,900 tokens with the "
+            "tool schemas): those episodes fail at once; run with --set prompt_length=4096",
+        ),
     ),
 )
 PRESETS: dict[str, LoopConfig] = {p.name: p.config for p in PRESET_LIST}

@@ -31,6 +31,9 @@ def cmd_presets(a: argparse.Namespace) -> int:
     for p in chosen:
         print(f"{p.name}\n  reproduces: {p.reproduces}\n  {p.summary}")
         if a.name:
+            for note in p.notes:
+                print(f"  note: {note}")
+        if a.name:
             values = p.config.to_dict()
             for k in knobs():
                 print(f"  {k['name']} = {values[k['name']]!r}\n      {k['doc']}")

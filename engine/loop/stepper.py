@@ -43,6 +43,7 @@ from ..tokens import chat, modes
 from ..tokens.tokenizer import Tokenizer
 from ..tokens.toolcalls import ParseResult
 from . import rewards
+from . import verl as verl_loop
 from .turn import ENV_FAILURES, actions_for, conversation_observation, execute, parse_reply
 
 TurnHook = Callable[[Episode, Turn], None]
@@ -111,6 +112,7 @@ class Stepper:
         self.reason = ""
         self.findings: list[Finding] = []
         self.pending: Pending | None = None
+        self.verl: verl_loop.VerlState | None = None  # token_mode=verl: verl's AgentData counters
         self.episode = Episode(
             id=episode_id or new_id(),
             env=env.name,
@@ -147,6 +149,9 @@ class Stepper:
 
     def start(self) -> Episode:
         """Reset the env and lay down the first prompt's tokens."""
+        if self.config.token_mode == "verl":
+            verl_loop.start(self)
+            return self.snapshot()
         system = self.env.system_prompt(self.task_id)
         first = self.env.reset(self.task_id)
         self._ctx.messages[:] = ([Message("system", system)] if system else []) + list(first)
@@ -169,6 +174,8 @@ class Stepper:
         if sampling.seed is not None:
             # A new draw each turn; the same episode seed still replays the same episode.
             sampling = dataclasses.replace(sampling, seed=sampling.seed + t)
+        if self.config.token_mode == "verl" and verl_loop.budget(self) < sampling.max_new_tokens:
+            sampling = dataclasses.replace(sampling, max_new_tokens=max(1, verl_loop.budget(self)))
         request = GenerationRequest(
             prompt_text=prompt_text,
             prompt_ids=prompt_ids,
@@ -232,6 +239,8 @@ class Stepper:
             if self.pending is None:
                 raise RollscopeError("nothing to commit: call generate() first or pass a generation")
             generation = self.pending.generation
+        if self.config.token_mode == "verl":
+            return await verl_loop.commit(self, generation)
         pend = self.pending if self.pending is not None and self.pending.turn == t else None
         prompt_text = pend.prompt_text if pend else self.mode.request(self._ctx)[0]
         prompt_len = len(self._ctx.builder)

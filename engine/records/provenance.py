@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from ..errors import ConfigError, FormatError
-from ..presets import LoopConfig
+from ..presets import LATER_KNOBS, LoopConfig
 from .reading import Fields
 from .textsafe import json_safe
 
@@ -90,6 +90,8 @@ def _loop_from_fields(f: Fields) -> LoopConfig:
             raise f.fail(key, "is not a knob of the loop (rollscope presets lists them)")
     kw: dict[str, Any] = {}
     for name, fld in known.items():
+        if name in LATER_KNOBS and name not in f.d:
+            continue  # a record that predates the knob: its default, what that loop did
         v = f.raw(name)
         t = str(fld.type)
         nullable = t.endswith("| None")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError
-from ..presets import LoopConfig
+from ..presets import LATER_KNOBS, LoopConfig
 from . import episode, provenance
 from .episode import SCHEMA_VERSION, Episode
 from .numbers import nonfinite_positions, spell
@@ -30,7 +30,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = f"https://rollscope.dev/schema/episode/{SCHEMA_VERSION}.json"
 
 # Keys ``to_dict`` leaves out while they hold their default.
-_OMITTED_WHEN_EMPTY = {"Message": {"name", "tool_calls"}, "ToolCall": {"id"}}
+_OMITTED_WHEN_EMPTY = {"Message": {"name", "tool_calls"}, "ToolCall": {"id"}, "LoopConfig": set(LATER_KNOBS)}
 # What the token arrays are written as (``TokenArrays.to_dict``), with what each holds.
 _TOKEN_KEYS = {
     "tokens": ({"type": "array", "items": {"type": "integer"}}, "Token ids of the whole episode, prompt included."),

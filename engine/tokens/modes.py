@@ -348,7 +348,15 @@ class Areal(TokenMode):
         _env_then_header(c, t, areal_retry_ids(c.tok, text))
 
 
-MODES: dict[str, TokenMode] = {m.name: m for m in (Tito(), Retokenize(), Slime(), SlimeSeed(), ArealSeed(), Areal())}
+class Verl(TokenMode):
+    """verl's ToolAgentLoop: ids in and out; the loop's own ``loop/verl.py`` lays the tokens down."""
+
+    name = "verl"
+    sends_ids = True
+
+
+MODES: dict[str, TokenMode] = {m.name: m for m in (Tito(), Retokenize(), Slime(), SlimeSeed(), ArealSeed(), Areal(),
+                                                   Verl())}
 
 
 def mode_for(config: LoopConfig) -> TokenMode:
