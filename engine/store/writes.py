@@ -85,6 +85,7 @@ class Writes(StoreBase):
             "diagnosis": diag,
             "root_kinds": root_kinds,
             "rollout_step": ep.source.rollout_step,
+            "outcome": ep.outcome.kind if ep.outcome is not None else None,
             "pid": os.getpid() if ep.status is Status.RUNNING else None,
             "schema_version": ep.schema_version,
             "data": codec.pack_json(data),
@@ -281,6 +282,23 @@ class Writes(StoreBase):
             self.db.conn.executemany(
                 "INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(ep.id, t) for t in ep.tags]
             )
+
+    def _fill_outcomes(self) -> int:
+        """Give each finished episode stored before outcomes existed (record version 4 or earlier) the outcome its
+        env computes (``read_episode`` does, ``envs.outcomes``), one transaction each; returns how many. An
+        episode that cannot be read is left as it is (its readers say why)."""
+        ids = [r[0] for r in self.db.execute(
+            "SELECT id FROM episodes WHERE outcome IS NULL AND status != 'running' AND schema_version < 5")]
+        n = 0
+        for eid in ids:
+            try:
+                ep = self.get_episode(eid)
+            except StoreError:
+                continue
+            with self._writing("fill an episode's outcome"):
+                self._upsert("episodes", self._episode_row(ep), ("id",))
+            n += 1
+        return n
 
     def _repair_numbers(self) -> list[str]:
         """Rewrite each episode that holds a number an earlier Rollscope let in (``schema.nonfinite_episodes``)
