@@ -265,3 +265,26 @@ def test_an_old_record_gets_its_outcome_when_read(kind, smol_tokenizer):
     assert read_episode(d).outcome.kind == kind
     d5 = {**ep.to_dict(), "outcome": None}
     assert read_episode(d5).outcome is None  # a version-5 record says what it holds
+
+
+def test_an_older_golden_database_gets_its_outcomes_on_open_once(tmp_path):
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    shutil.copy(ROOT / "tests" / "golden" / "dbschema6.sqlite", path)
+    store = Store(path)
+    assert "0011_outcomes" in store.applied and store.filled == 10
+    assert store.outcome_counts() == {None: {"correct": 4, "right_answer_not_scored": 2, "other": 2,
+                                             "wrong_arguments": 1, "success": 1}}
+    (ep,) = store.iter_episodes(formats_filter("outcome=wrong_arguments"))
+    assert (ep.env, ep.task_id, ep.outcome.differing_arguments) == ("retail", "cancel-00", ("reason",))
+    store.close()
+    conn = sqlite3.connect(path)
+    versions = {r[0] for r in conn.execute("SELECT schema_version FROM episodes")}
+    conn.close()
+    assert versions == {4}  # only the outcome was added: each row keeps the version its turns were written at
+    again = Store(path)
+    assert again.applied == [] and again.filled == 0
+    assert next(again.iter_episodes(formats_filter("outcome=wrong_arguments"))).outcome == ep.outcome
+    again.close()

@@ -21,8 +21,9 @@ takes a record dict of version N and returns one of version N + 1.
 * 3 -> 4: ``checked`` (the checks' version) is new; an earlier record did not
   say whether the checks ran on it, so it reads as null (not checked).
 * 4 -> 5: ``outcome`` (why it earned its reward) is new. The env that scored the episode computes it
-  (``engine.envs``, a layer above), so here it reads as null and ``read_episode`` fills it for a
-  finished episode, as every reader of stored or imported records does.
+  (``engine.envs``, a layer above), so here it reads as null (or as the outcome the store added to an
+  older row) and ``read_episode`` fills it for a finished episode, as every reader of stored or imported
+  records does.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def _v3_to_v4(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v4_to_v5(d: dict[str, Any]) -> dict[str, Any]:
-    return {**d, "schema_version": 5, "outcome": None}
+    # An outcome the store added to an older row (``0011_outcomes``) is kept.
+    return {**d, "schema_version": 5, "outcome": d.get("outcome")}
 
 
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {

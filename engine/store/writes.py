@@ -286,7 +286,7 @@ class Writes(StoreBase):
     def _fill_outcomes(self) -> int:
         """Give each finished episode stored before outcomes existed (record version 4 or earlier) the outcome its
         env computes (``read_episode`` does, ``envs.outcomes``), one transaction each; returns how many. An
-        episode that cannot be read is left as it is (its readers say why)."""
+        episode that cannot be read is left as it is (its readers say why, and compute its outcome as they read)."""
         ids = [r[0] for r in self.db.execute(
             "SELECT id FROM episodes WHERE outcome IS NULL AND status != 'running' AND schema_version < 5")]
         n = 0
@@ -295,8 +295,15 @@ class Writes(StoreBase):
                 ep = self.get_episode(eid)
             except StoreError:
                 continue
+            if ep.outcome is None:
+                continue
+            # Only the outcome is added: the row keeps its record version (its turns rows are read as that
+            # version), and the upgrade to 5 keeps an outcome it finds.
             with self._writing("fill an episode's outcome"):
-                self._upsert("episodes", self._episode_row(ep), ("id",))
+                row = self.db.execute("SELECT data FROM episodes WHERE id = ?", [eid]).fetchone()
+                data = {**(codec.unpack_json(row[0]) or {}), "outcome": ep.outcome.to_dict()}
+                self.db.execute("UPDATE episodes SET data = ?, outcome = ? WHERE id = ?",
+                                [codec.pack_json(data), ep.outcome.kind, eid])
             n += 1
         return n
 
