@@ -328,7 +328,17 @@ def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:
 
 def read_episode(d: dict[str, Any], tokens: TokenArrays | None = None) -> Episode:
     """``Episode.from_dict`` for a record of any readable version, version 1 included (its findings linked here),
-    with the number policy's marks: a logprob that was not a finite number is unknown, its tokens marked
+    a record from before version 5 with the outcome its env computes (``envs.outcomes``), with the number policy's marks: a logprob that was not a finite number is unknown, its tokens marked
     ``logprob_not_finite`` (``records.marks``)."""
     nonfinite: list[tuple[str, int, float]] = []
-    return unknown_logprobs(Episode.from_dict(upgrade_v1(d) if _is_v1(d) else d, tokens, nonfinite), nonfinite)
+    ep = unknown_logprobs(Episode.from_dict(upgrade_v1(d) if _is_v1(d) else d, tokens, nonfinite), nonfinite)
+    if _version(d) < 5 and ep.outcome is None:  # 4 -> 5: the outcome, from the env that scored it
+        from ..envs.outcomes import explain
+
+        ep = ep.evolve(outcome=explain(ep))
+    return ep
+
+
+def _version(d: dict[str, Any]) -> int:
+    v = d.get("schema_version", 1)
+    return v if isinstance(v, int) else 1

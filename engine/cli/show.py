@@ -8,6 +8,7 @@ from typing import Any
 
 from ..records.episode import Episode, Finding, Message
 from .common import DEFAULT_DB, open_store
+from .explain import outcome_lines
 
 FOLDED_LINES = 3
 """A system prompt longer than this many lines shows its first lines only, unless ``--full``."""
@@ -65,6 +66,8 @@ def cmd_show(a: argparse.Namespace) -> int:
         return 0
     print(f"episode {ep.id}  env={ep.env} task={ep.task_id} preset={ep.preset} status={ep.status} ({ep.reason})")
     print(f"reward {ep.reward:.4f}  turn rewards {list(ep.turn_rewards)}  returns {[round(x, 4) for x in ep.returns]}")
+    for line in outcome_lines(ep.outcome):
+        print(line)
     print(f"tokens {ep.n_tokens} (prompt {ep.prompt_len}, trainable {ep.tokens.n_trainable})  backend {ep.backend.label if ep.backend else 'unknown'}"
           f"  source {ep.source.kind}{f' ({ep.source.file})' if ep.source.file else ''}")
     for m in ep.messages:

@@ -19,7 +19,8 @@ from typing import Any
 from math_verify import parse, verify
 
 from ..errors import EnvError, FormatError
-from ..records.episode import Action, Message
+from ..records.episode import Action, Episode, Message
+from ..records.outcome import MathAnswer, Outcome, OutcomeKind
 from .base import StepResult
 from .math_problems import BUILTIN_PROBLEMS, MathProblem
 
@@ -159,3 +160,49 @@ def _wrong_reply(answer: str, rng: random.Random) -> str:
     except ValueError:
         wrong = f"{answer}+1"
     return f"Let me work through this step by step.\nThe answer is \\boxed{{{wrong}}}."
+
+
+def outcome(ep: Episode) -> Outcome:
+    """The math outcome: each turn's extracted answer and verdict (the env's own, as the turn recorded it, else
+    checked again here), the reference, and which case decided the reward. The scored turn is the last."""
+    solutions: tuple[str, ...] | None = None
+    problems = ep.config.env.details.get("problems") if ep.config.env is not None else None
+    try:
+        env = MathEnv(problems if isinstance(problems, str) and problems != "builtin" else None)
+        solutions = env.task(ep.task_id).solutions
+    except (EnvError, FormatError):
+        pass  # a problem file gone, a task it lacks: the turns' own verdicts stand alone
+    answers = []
+    for t in ep.turns:
+        g = t.generation
+        if g is None:
+            continue
+        if "correct" in t.info:
+            ok, extracted = bool(t.info["correct"]), t.info.get("extracted")
+        elif solutions is not None:
+            ok, extracted = check_answer(g.text, solutions)
+        else:
+            ok, extracted = False, last_boxed(g.text)
+        answers.append(MathAnswer(t.index, extracted if isinstance(extracted, str) else None, ok, g.finish_reason))
+    ref = solutions[0] if solutions else None
+    if not answers:
+        return Outcome("no_boxed", None, None, None, (), (), (), (), ref, "the agent never answered")
+    last = answers[-1]
+
+    def said(kind: OutcomeKind, turn: int, text: str) -> Outcome:
+        return Outcome(kind, turn, None, None, (), (), (), tuple(answers), ref, text)
+
+    if last.correct:
+        return said("correct", last.turn, f"turn {last.turn}: {last.extracted!r} is right")
+    early = next((a for a in answers if a.correct), None)
+    if early is not None:
+        return said("right_answer_not_scored", early.turn,
+                    f"turn {early.turn} answered {early.extracted!r}, which is right, but the scored turn "
+                            f"{last.turn} answered {last.extracted!r}")
+    if last.extracted is None and last.finish_reason == "length":
+        return said("cut_by_length", last.turn,
+                    f"turn {last.turn} was cut by the length limit before any \\boxed{{}} answer")
+    if last.extracted is None:
+        return said("no_boxed", last.turn,
+                    f"turn {last.turn} has no \\boxed{{}} answer to check (the reference is {ref!r})")
+    return said("wrong_answer", last.turn, f"turn {last.turn} answered {last.extracted!r}; the reference is {ref!r}")

@@ -17,8 +17,10 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, EnvError
-from ..records.episode import Action, Message
+from ..records.episode import Action, Episode, Message
+from ..records.outcome import DbChange, Outcome, OutcomeCall
 from .base import StepResult
+from .toolcompare import agent_calls, agent_replies, compare_tools, db_changes, is_write
 
 DOMAINS = ("retail", "airline")
 CLOSING = "Is there anything else I can help you with?"
@@ -203,3 +205,60 @@ class TauBenchEnv:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "user": self.user_kind, "n_tasks": len(self._env.tasks)}
+
+    def data_after(self, task_id: str, calls: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        """tau-bench's data after ``calls`` on the task's fresh data (the terminating tools left out, which end
+        the episode and change nothing): what the replay of the agent's or the reference's writes gives."""
+        import copy
+
+        self._env.reset(task_index=self._index(task_id))
+        stop = {*getattr(self._env, "terminate_tools", ()), "transfer_to_human_agents"}
+        for name, kwargs in calls:
+            if name in stop:
+                continue
+            try:
+                self._env.step(self._TauAction(name=name, kwargs=dict(kwargs)))
+            except Exception as e:  # tau-bench is third-party code: its failures are the env's, mapped here
+                raise EnvError(f"tau-bench step({name}) raised {type(e).__name__}: {e}") from e
+        return copy.deepcopy(self._env.data)
+
+
+def _recorded_task(ep: Episode) -> tuple[list[tuple[str, dict[str, Any]]], list[str]] | None:
+    """The reference actions and outputs a results file recorded with the episode (``info.task``, as
+    tau-bench's run.py writes it; else ``info.reward_info.actions``), or None."""
+    info = ep.source.details.get("info")
+    if not isinstance(info, dict):
+        return None
+    task, reward_info = info.get("task"), info.get("reward_info")
+    raw = task.get("actions") if isinstance(task, dict) else None
+    if not isinstance(raw, list) and isinstance(reward_info, dict):
+        raw = reward_info.get("actions")
+    if not isinstance(raw, list):
+        return None
+    actions = [(a["name"], dict(a.get("kwargs") or a.get("arguments") or {}))
+               for a in raw if isinstance(a, dict) and isinstance(a.get("name"), str)]
+    outputs = task.get("outputs") if isinstance(task, dict) else None
+    return actions, [str(o) for o in outputs] if isinstance(outputs, list) else []
+
+
+def outcome(ep: Episode) -> Outcome:
+    """tau-bench's outcome: the agent's calls against the task's reference writes (the task the record holds,
+    else the installed tau-bench's), and, where tau-bench is installed, the database diff by replaying both."""
+    domain = ep.env.partition(":")[2]
+    try:
+        env: TauBenchEnv | None = TauBenchEnv(domain)
+    except ConfigError:
+        env = None
+    recorded = _recorded_task(ep)
+    if recorded is None:
+        if env is None:
+            raise EnvError("the record holds no tau-bench task (info.task) and " + INSTALL_HINT)
+        task = env._env.tasks[env._index(ep.task_id)]
+        recorded = ([(a.name, dict(a.kwargs)) for a in task.actions], [str(o) for o in getattr(task, "outputs", [])])
+    actions = [(n, a) for n, a in recorded[0] if n != "respond"]
+    calls = agent_calls(ep)
+    diff: tuple[DbChange, ...] = ()
+    if env is not None:
+        agent = [(c.name, c.arguments) for c in calls if is_write(c.name)]
+        diff = db_changes(env.data_after(ep.task_id, agent), env.data_after(ep.task_id, actions))
+    return compare_tools([OutcomeCall(n, a) for n, a in actions], recorded[1], calls, agent_replies(ep), diff)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ..envs.outcomes import explain
 from ..errors import ConfigError, FormatError
 from ..records import textsafe
 from ..records.episode import Episode
@@ -197,6 +198,8 @@ def import_path(
                 if bar is not None:
                     bar.update(1)
                 continue
+            if not replace and ep.outcome is None:  # a lossless record carries its own (read_episode fills old ones)
+                ep = ep.evolve(outcome=explain(ep))
             yield ep
 
     episodes: Iterator[Episode] = new_ones()

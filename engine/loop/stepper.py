@@ -21,6 +21,7 @@ from typing import Any
 
 from ..backends.base import PROMPT_AS_TEXT, Backend, GenerationRequest, SamplingParams
 from ..envs.base import Env, StepResult
+from ..envs.outcomes import explain
 from ..errors import BackendError, RollscopeError
 from ..presets import LoopConfig
 from ..records import marks, numbers, textsafe
@@ -38,6 +39,7 @@ from ..records.episode import (
     ToolCall,
     Turn,
 )
+from ..records.outcome import Outcome
 from ..records.provenance import BackendInfo, EnvInfo, RunConfig
 from ..tokens import chat, modes
 from ..tokens.tokenizer import Tokenizer
@@ -110,6 +112,7 @@ class Stepper:
         self.turns: list[Turn] = []
         self.status = Status.RUNNING
         self.reason = ""
+        self.outcome: Outcome | None = None
         self.findings: list[Finding] = []
         self.pending: Pending | None = None
         self.verl: verl_loop.VerlState | None = None  # token_mode=verl: verl's AgentData counters
@@ -368,7 +371,9 @@ class Stepper:
     def _end(self, status: Status, reason: str) -> Episode:
         self.status = status
         self.reason = textsafe.clean_text(reason)
-        return self.snapshot()
+        ep = self.snapshot()
+        self.outcome = explain(ep)  # why it earned its reward, from the env that scored it
+        return ep.evolve(outcome=self.outcome)
 
     def fail(self, error: BaseException) -> Episode:
         """End the episode as ``failed`` because of a bug (ours or the env's), keeping the traceback."""
@@ -396,6 +401,7 @@ class Stepper:
             tokens=TokenArrays(b.ids, b.mask, b.logprobs, b.versions),
             segments=tuple(b.segments),
             findings=tuple(self.findings),
+            outcome=self.outcome if self.status is not Status.RUNNING else None,
         )
 
 

@@ -21,15 +21,16 @@ import numpy as np
 
 from ..errors import FormatError
 from .numbers import nan_to_none
+from .outcome import Outcome
 from .provenance import BackendInfo, RunConfig, Source
 from .reading import Fields
 from .textsafe import json_safe
 from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; imported from here too
 
 # 2: findings carry id and caused_by; 3: typed config, backend and source, every field required;
-# 4: which checks produced the findings (checked)
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# 4: which checks produced the findings (checked); 5: why it earned its reward (outcome)
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
@@ -471,6 +472,8 @@ class Episode:
     checked: str | None = None
     """The version of the fidelity checks whose findings it holds (every live run, `rollscope check` and
     `import --check` run them); null when no checks ran on it, so no findings does not mean clean."""
+    outcome: Outcome | None = None
+    """Why it earned its reward, computed by the env that scored it; null while it runs."""
     parent_id: str | None = None
     """The episode it was forked from, if any."""
     fork_turn: int | None = None
@@ -519,7 +522,7 @@ class Episode:
                 v = v.value
             elif f.name in ("config", "source"):
                 v = v.to_dict()
-            elif f.name == "backend":
+            elif f.name in ("backend", "outcome"):
                 v = None if v is None else v.to_dict()
             elif f.name in ("messages", "turns", "segments", "findings"):
                 v = [x.to_dict() for x in v]
@@ -573,6 +576,7 @@ class Episode:
             segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
             findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
             checked=f.text_or_none("checked"),
+            outcome=None if (o := f.sub_or_none("outcome")) is None else Outcome.from_fields(o),
             parent_id=f.text_or_none("parent_id"),
             fork_turn=f.int_or_none("fork_turn"),
             tags=f.texts("tags"),

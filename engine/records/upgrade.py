@@ -20,6 +20,10 @@ takes a record dict of version N and returns one of version N + 1.
   wrote is still refused when missing.
 * 3 -> 4: ``checked`` (the checks' version) is new; an earlier record did not
   say whether the checks ran on it, so it reads as null (not checked).
+* 4 -> 5: ``outcome`` (why it earned its reward) is new. The env that scored the episode computes it
+  (``engine.envs``, a layer above), so here it reads as null (or as the outcome the store added to an
+  older row) and ``read_episode`` fills it for a finished episode, as every reader of stored or imported
+  records does.
 """
 
 from __future__ import annotations
@@ -107,7 +111,13 @@ def _v3_to_v4(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "schema_version": 4, "checked": None}
 
 
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(d: dict[str, Any]) -> dict[str, Any]:
+    # An outcome the store added to an older row (``0011_outcomes``) is kept.
+    return {**d, "schema_version": 5, "outcome": d.get("outcome")}
+
+
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:

@@ -69,6 +69,8 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
         """The migrations this open applied, in order."""
         self.repaired: list[str] = []
         """The episodes whose numbers this open repaired (``0010_finite_numbers``)."""
+        self.filled = 0
+        """How many stored episodes this open gave an outcome (``0011_outcomes``)."""
         self._lock = threading.RLock()
         if read_only:
             if not self.path.exists():
@@ -145,6 +147,10 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
                 self.repaired = self._repair_numbers()
                 with db.conn:
                     db.execute("DELETE FROM meta WHERE key = 'numbers_repair'")
+            if db.execute("SELECT value FROM meta WHERE key = 'outcomes_fill'").fetchone() is not None:
+                self.filled = self._fill_outcomes()
+                with db.conn:
+                    db.execute("DELETE FROM meta WHERE key = 'outcomes_fill'")
             self._analyze(db.conn)
 
     def recover_interrupted(self) -> int:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigError
 from ..records.episode import Status
+from ..records.outcome import OUTCOME_KINDS
 from .index import text_clause
 
 
@@ -39,6 +40,7 @@ class EpisodeSummary:
     diagnosis: str | None = None  # the root findings in one line ("; " between roots)
     root_kinds: str | None = None  # their kinds, in the same order, as ",kind,kind,"
     rollout_step: int | None = None  # the trainer's rollout step an imported episode came from
+    outcome: str | None = None  # the kind of its outcome (why it earned its reward); None while it runs
     tags: tuple[str, ...] = ()
     reason: str = ""  # why the episode ended ("reached max_turns=4", "the env said done", an abort's message)
 
@@ -81,6 +83,7 @@ class EpisodeFilter:
     group_id: str | None = None
     family: str | None = None  # this episode and its forks
     rollout_step: int | None = None
+    outcome: tuple[str, ...] = ()  # outcome kinds (``records.outcome.OUTCOME_KINDS``)
 
     @classmethod
     def from_where(cls, clauses: Sequence[str]) -> EpisodeFilter:
@@ -118,6 +121,11 @@ class EpisodeFilter:
                     kw["max_turns"] = int(value)
                 elif key in ("step", "rollout_step") and op == "=":
                     kw["rollout_step"] = int(value)
+                elif key == "outcome":
+                    bad = [k for k in value.split(",") if k not in OUTCOME_KINDS]
+                    if bad:
+                        raise ConfigError(f"--where outcome: unknown kind {bad[0]!r}; one of {', '.join(OUTCOME_KINDS)}")
+                    kw["outcome"] = tuple(value.split(","))
                 elif key in ("family", "forks_of"):
                     kw["family"] = value
                 elif key in ("finding", "finding_kind"):
@@ -131,7 +139,7 @@ class EpisodeFilter:
                 else:
                     raise ConfigError(
                         f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
-                        "source, tag, starred, turns, step, finding, root, family, id, text (messages, tool calls, "
+                        "source, tag, starred, turns, step, finding, root, outcome, family, id, text (messages, tool calls, "
                         "errors) or text_all (system prompts and tool schemas too)"
                     )
             except ValueError:
@@ -182,6 +190,8 @@ class EpisodeFilter:
             add("group_id = ?", self.group_id)
         if self.rollout_step is not None:
             add("rollout_step = ?", self.rollout_step)
+        if self.outcome:
+            add(f"outcome IN ({','.join('?' * len(self.outcome))})", *self.outcome)
         if self.family:
             # an episode and every fork of it, so they list together
             add("id = ? OR id IN (SELECT id FROM episodes WHERE parent_id = ?)", self.family, self.family)
@@ -193,5 +203,5 @@ class EpisodeFilter:
 SORTABLE = (
     "created_at", "reward", "n_turns", "n_tokens", "env", "task_id", "status", "n_findings", "id",
     "n_trainable", "preset", "model", "run_id", "group_id", "sample_index", "starred", "source", "n_errors",
-    "rollout_step",
+    "rollout_step", "outcome",
 )

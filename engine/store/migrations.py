@@ -57,6 +57,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0010_finite_numbers", 6, schema.queue_number_repair,
               "numbers an earlier version let in made readable: a reward that is not finite becomes 0 with a "
               "reward_not_finite error, an infinite logprob unknown with a logprob_not_finite warning", repair=True),
+    Migration("0011_outcomes", 7, schema.add_outcomes,
+              "each episode's outcome (why it earned its reward) in the record and its kind in a column, computed by "
+              "its env for the episodes stored before"),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -127,11 +127,26 @@ class Reads(StoreBase):
         where, args = (flt or EpisodeFilter()).sql()
         return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
 
+    def outcome_counts(self, flt: EpisodeFilter | None = None, by: str | None = None) -> dict[Any, dict[str, int]]:
+        """Episodes per outcome kind of the filter's selection (episodes without one are left out), grouped by
+        ``by`` (None: one group, keyed None; or ``rollout_step``, ``run_id``, ``env``, ``task_id``, ``preset``,
+        ``group_id``): {group: {kind: n}}, kinds most first."""
+        if by not in (None, "rollout_step", "run_id", "env", "task_id", "preset", "group_id"):
+            raise ConfigError(f"no grouping of outcomes by {by!r}")
+        where, args = (flt or EpisodeFilter()).sql()
+        key = by or "NULL"
+        rows = self.browse_query(f"SELECT {key}, outcome, COUNT(*) FROM episode_index WHERE ({where}) AND outcome "
+                                 f"IS NOT NULL GROUP BY {key}, outcome ORDER BY {key}, COUNT(*) DESC", args)
+        out: dict[Any, dict[str, int]] = {}
+        for group, kind, n in rows:
+            out.setdefault(group, {})[str(kind)] = int(n)
+        return out
+
     def findings(self, episode_id: str) -> list[Finding]:
         return list(self.get_episode(episode_id).all_findings())
 
     def distinct(self, column: str) -> list[str]:
-        if column not in ("env", "status", "preset", "run_id", "source", "task_id"):
+        if column not in ("env", "status", "preset", "run_id", "source", "task_id", "outcome"):
             raise ConfigError(f"no filter on {column!r}")
         with self._lock:
             return [r[0] for r in self.db.execute(f"SELECT DISTINCT {column} FROM episodes WHERE {column} IS NOT NULL ORDER BY 1")]

@@ -34,6 +34,8 @@ class StepStats:
     """Episodes with at least one root error finding."""
     root_kinds: dict[str, int] = field(default_factory=dict)
     """Episodes per root finding kind."""
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Episodes per outcome kind (why they earned their reward), most first."""
 
     @property
     def truncated_rate(self) -> float:
@@ -144,11 +146,17 @@ class RunQueries(StoreBase):
                 "AND n_errors > 0 AND root_kinds IS NOT NULL AND root_kinds != ''", [run_id]):
             errors[int(step)] += 1
             kinds.setdefault(int(step), Counter()).update(k for k in str(root_kinds).split(",") if k)
+        outcomes: dict[int, Counter[str]] = {}
+        for step, kind, n in self.browse_query(
+                "SELECT rollout_step, outcome, COUNT(*) FROM episode_index WHERE run_id = ? AND rollout_step IS NOT "
+                "NULL AND outcome IS NOT NULL GROUP BY rollout_step, outcome", [run_id]):
+            outcomes.setdefault(int(step), Counter())[str(kind)] = int(n)
         return [
             StepStats(step=int(r[0]), n=int(r[1]), reward_mean=float(r[2] or 0), reward_min=float(r[3] or 0),
                       reward_max=float(r[4] or 0), truncated=int(r[5] or 0), aborted=int(r[6] or 0),
                       response_tokens=float(r[7] or 0), with_errors=errors[int(r[0])],
-                      root_kinds=dict(kinds.get(int(r[0]), Counter()).most_common()))
+                      root_kinds=dict(kinds.get(int(r[0]), Counter()).most_common()),
+                      outcomes=dict(outcomes.get(int(r[0]), Counter()).most_common()))
             for r in rows
         ]
 

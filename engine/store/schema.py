@@ -6,7 +6,8 @@ columns' contents.
 Browse's ``episode_index``, ``runs.pid`` and the compressed token arrays (``tokens.packed``) and turns; 5
 added ``rollout_step`` (the trainer's step an imported episode came from) and ``watched_files`` (what
 ``rollscope watch`` has imported); 6 indexes system prompts and tool schemas apart from what a search
-looks in by default (``search_refs.part`` -1), then repairs numbers that are not finite. Every step is written
+looks in by default (``search_refs.part`` -1), then repairs numbers that are not finite; 7 added ``outcome`` (the
+kind of each episode's outcome, in ``episodes`` and the browse index), filled on the open after it. Every step is written
 to be safe on a file that already has what it adds.
 """
 
@@ -23,16 +24,18 @@ from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 6
+DB_SCHEMA = 7
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
     "id", "env", "task_id", "status", "reward", "n_turns", "n_tokens", "n_trainable", "preset", "model", "run_id",
     "group_id", "sample_index", "created_at", "starred", "n_findings", "n_errors", "source", "parent_id",
-    "diagnosis", "root_kinds", "rollout_step",
+    "diagnosis", "root_kinds", "rollout_step", "outcome",
 )
-# The index columns the browse index had before ``rollout_step`` (its triggers were made from these).
-INDEX_COLUMNS_4 = INDEX_COLUMNS[:-1]
+# The index columns the browse index had before ``rollout_step`` (its triggers were made from these), and before
+# ``outcome``.
+INDEX_COLUMNS_4 = INDEX_COLUMNS[:-2]
+INDEX_COLUMNS_5 = INDEX_COLUMNS[:-1]
 
 
 def _columns(db: sqlite_utils.Database, table: str) -> set[str]:
@@ -217,10 +220,22 @@ def add_rollout_steps(db: sqlite_utils.Database) -> None:
             continue
         if step is not None:
             db.execute("UPDATE episodes SET rollout_step = ? WHERE id = ?", [step, eid])
-    create_browse_index(db, INDEX_COLUMNS)  # the triggers again, with the new column
+    create_browse_index(db, INDEX_COLUMNS_5)  # the triggers again, with the new column
     db.execute("UPDATE episode_index SET rollout_step = e.rollout_step FROM episodes AS e "
                "WHERE e.id = episode_index.id AND e.rollout_step IS NOT NULL")
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_step ON episode_index (run_id, rollout_step)")
+
+
+def add_outcomes(db: sqlite_utils.Database) -> None:
+    """Schema 7: ``outcome`` of ``episodes`` and ``episode_index``, the kind of why an episode earned its reward
+    (``records.outcome``); the browse index's triggers now copy it. The stored episodes get their outcome on the
+    open after this step (``Store``), and again on the next open if that was cut off (``outcomes_fill``)."""
+    for table in ("episodes", "episode_index"):
+        if "outcome" not in _columns(db, table):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN outcome TEXT")
+    create_browse_index(db, INDEX_COLUMNS)
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_step_outcome ON episode_index (run_id, rollout_step, outcome)")
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('outcomes_fill', '1')")
 
 
 def create_watched_files(db: sqlite_utils.Database) -> None:

@@ -85,6 +85,7 @@ class Writes(StoreBase):
             "diagnosis": diag,
             "root_kinds": root_kinds,
             "rollout_step": ep.source.rollout_step,
+            "outcome": ep.outcome.kind if ep.outcome is not None else None,
             "pid": os.getpid() if ep.status is Status.RUNNING else None,
             "schema_version": ep.schema_version,
             "data": codec.pack_json(data),
@@ -281,6 +282,30 @@ class Writes(StoreBase):
             self.db.conn.executemany(
                 "INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(ep.id, t) for t in ep.tags]
             )
+
+    def _fill_outcomes(self) -> int:
+        """Give each finished episode stored before outcomes existed (record version 4 or earlier) the outcome its
+        env computes (``read_episode`` does, ``envs.outcomes``), one transaction each; returns how many. An
+        episode that cannot be read is left as it is (its readers say why, and compute its outcome as they read)."""
+        ids = [r[0] for r in self.db.execute(
+            "SELECT id FROM episodes WHERE outcome IS NULL AND status != 'running' AND schema_version < 5")]
+        n = 0
+        for eid in ids:
+            try:
+                ep = self.get_episode(eid)
+            except StoreError:
+                continue
+            if ep.outcome is None:
+                continue
+            # Only the outcome is added: the row keeps its record version (its turns rows are read as that
+            # version), and the upgrade to 5 keeps an outcome it finds.
+            with self._writing("fill an episode's outcome"):
+                row = self.db.execute("SELECT data FROM episodes WHERE id = ?", [eid]).fetchone()
+                data = {**(codec.unpack_json(row[0]) or {}), "outcome": ep.outcome.to_dict()}
+                self.db.execute("UPDATE episodes SET data = ?, outcome = ? WHERE id = ?",
+                                [codec.pack_json(data), ep.outcome.kind, eid])
+            n += 1
+        return n
 
     def _repair_numbers(self) -> list[str]:
         """Rewrite each episode that holds a number an earlier Rollscope let in (``schema.nonfinite_episodes``)

@@ -1,0 +1,290 @@
+"""Every episode's outcome: why it earned its reward, at the turn, as the env that scored it says.
+
+Retail mistakes are planted by the scripted policy at a known turn (the reference reply replaced once), run
+through the real loop, and the outcome must name that turn, tool and argument; math answers are planted per
+turn; tau-bench results are written here in the shape its run.py writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from engine import Store, formats
+from engine.backends.base import SamplingParams
+from engine.backends.scripted import ScriptedBackend
+from engine.envs.math import MathEnv
+from engine.envs.outcomes import explain
+from engine.envs.retail import RetailEnv
+from engine.envs.retail.data import base_db
+from engine.envs.retail.kinds import ANYTHING_ELSE
+from engine.envs.retail.reference import tool_call_text
+from engine.envs.retail.tasks import get_task
+from engine.envs.retail.tools import CANCEL_REASONS
+from engine.loop.stepper import run_episode
+from engine.presets import PRESETS
+from engine.records.episode import Action, Status
+from engine.records.outcome import DbChange, OutcomeCall
+from tests.conftest import ROOT
+from tests.fakes import openai_tool_call, tau_cancel_result
+
+
+def _planted(tok, task_id: str, plant):
+    """A retail episode of the reference agent, where ``plant(reply, history)`` may replace one reply; returns
+    (episode, the turns where a reply was replaced)."""
+    env = RetailEnv()
+    at: list[int] = []
+
+    def reference(tid, history, rng, rate):
+        reply = env.reference_reply(tid, history, rng, 0.0)
+        instead = plant(reply, history)
+        if instead is None:
+            return reply
+        at.append(sum(m.role == "assistant" for m in history))
+        return instead
+
+    backend = ScriptedBackend(reference, tok, mistake_rate=0.0)
+    ep = asyncio.run(run_episode(RetailEnv(), backend, tok, PRESETS["slime-tau"], task_id, preset="slime-tau"))
+    return ep, at
+
+
+def _write(task_id: str) -> Action:
+    return next(a for a in get_task(task_id).actions if a.name == "cancel_pending_order")
+
+
+def test_a_write_with_a_wrong_argument_is_named_at_its_turn_with_both_values(smol_tokenizer):
+    ref = _write("cancel-00")
+    other = next(r for r in CANCEL_REASONS if r != ref.arguments["reason"])
+    slip = Action(ref.name, {**ref.arguments, "reason": other})
+    ep, at = _planted(smol_tokenizer, "cancel-00", lambda r, h: tool_call_text(slip) if r == tool_call_text(ref) else None)
+    o = ep.outcome
+    assert ep.status is Status.COMPLETED and ep.reward == 0.0 and len(at) == 1
+    assert (o.kind, o.turn, o.differing_arguments) == ("wrong_arguments", at[0], ("reason",))
+    assert o.expected == OutcomeCall(ref.name, ref.arguments) and o.taken == OutcomeCall(ref.name, slip.arguments)
+    assert DbChange("orders", ref.arguments["order_id"], "cancel_reason", other, ref.arguments["reason"]) in o.db_diff
+    assert f"turn {at[0]}: cancel_pending_order was called with reason={other!r}" in o.text
+    assert ep.turns[at[0]].tool_calls[0].arguments["reason"] == other  # the turn named is the one that did it
+
+
+def test_a_write_never_made_is_not_called(smol_tokenizer):
+    ref = _write("cancel-00")
+    ep, at = _planted(smol_tokenizer, "cancel-00", lambda r, h: ANYTHING_ELSE if r == tool_call_text(ref) else None)
+    o = ep.outcome
+    assert ep.reward == 0.0 and at
+    assert (o.kind, o.turn, o.taken, o.differing_arguments) == ("not_called", None, None, ())
+    assert o.expected == OutcomeCall(ref.name, ref.arguments)
+    assert o.db_diff and all(c.table == "orders" and c.key == ref.arguments["order_id"] for c in o.db_diff)
+
+
+def test_a_write_the_reference_lacks_is_an_extra_write(smol_tokenizer):
+    task = get_task("cancel-00")
+    user = base_db()["users"][task.user_id]
+    extra = Action("modify_user_address", {"user_id": task.user_id, **{**user["address"], "zip": "99999"}})
+    last = task.script[-1].text
+
+    def plant(reply, history):
+        done = any(m.role == "assistant" and '"modify_user_address"' in m.content for m in history)
+        return tool_call_text(extra) if reply == last and not done else None
+
+    ep, at = _planted(smol_tokenizer, "cancel-00", plant)
+    o = ep.outcome
+    assert ep.reward == 0.0 and len(at) == 1
+    assert (o.kind, o.turn, o.expected) == ("extra_write", at[0], None)
+    assert o.taken == OutcomeCall("modify_user_address", extra.arguments)
+    assert DbChange("users", task.user_id, "address.zip", "99999", user["address"]["zip"]) in o.db_diff
+
+
+def test_an_output_never_said_is_a_missing_output(smol_tokenizer):
+    task = get_task("tracking-00")  # its tracking number is said only in the last reply
+    last = task.script[-1].text
+    assert task.outputs and task.outputs[0] in last
+    ep, at = _planted(smol_tokenizer, "tracking-00", lambda r, h: ANYTHING_ELSE if r == last else None)
+    o = ep.outcome
+    assert ep.reward == 0.0 and at
+    assert (o.kind, o.missing_outputs, o.db_diff, o.expected, o.taken) == ("missing_output", task.outputs, (), None, None)
+
+
+def test_the_reference_run_is_a_success(smol_tokenizer):
+    ep, at = _planted(smol_tokenizer, "return-00", lambda r, h: None)
+    assert ep.reward == 1.0 and not at
+    assert (ep.outcome.kind, ep.outcome.turn, ep.outcome.db_diff) == ("success", None, ())
+
+
+def test_at_a_mistake_rate_every_completed_episode_is_explained_as_its_reward_says(smol_tokenizer):
+    kinds: Counter[str] = Counter()
+    for task_id in RetailEnv().tasks[:30]:
+        backend = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer, mistake_rate=0.3, seed=3)
+        ep = asyncio.run(run_episode(RetailEnv(), backend, smol_tokenizer, PRESETS["slime-tau"], task_id))
+        kinds[ep.outcome.kind] += 1
+        if ep.status is Status.COMPLETED:
+            assert (ep.reward == 1.0) == (ep.outcome.kind == "success"), (task_id, ep.outcome)
+            assert ep.outcome.db_diff == () or ep.reward == 0.0
+        # What the env computed live is what the record gives again (a stored episode's fill).
+        assert explain(ep) == ep.outcome
+    assert kinds["success"] >= 10 and sum(kinds.values()) - kinds["success"] >= 3
+
+
+# -- math ------------------------------------------------------------------------
+
+
+def _math(tok, replies, max_new_tokens=256):
+    task_id = MathEnv().tasks[0]
+
+    def reference(tid, history, rng, rate):
+        return replies[min(sum(m.role == "assistant" for m in history), len(replies) - 1)]
+
+    config = dataclasses.replace(PRESETS["tito"], max_turns=len(replies), stop_on_success=False)
+    ep = asyncio.run(run_episode(MathEnv(), ScriptedBackend(reference, tok), tok, config, task_id,
+                                 sampling=SamplingParams(max_new_tokens=max_new_tokens)))
+    return ep, MathEnv().task(task_id).solutions[0]
+
+
+def test_math_outcomes_name_each_case(smol_tokenizer):
+    right = "Let me see.\nThe answer is \\boxed{{{}}}."
+    task_answer = MathEnv().task(MathEnv().tasks[0]).solutions[0]
+    wrong = right.format(int(task_answer) + 1)
+    ok = right.format(task_answer)
+    ep, ref = _math(smol_tokenizer, [ok])
+    assert (ep.outcome.kind, ep.outcome.turn, ep.outcome.reference_answer) == ("correct", 0, ref)
+    ep, _ = _math(smol_tokenizer, [wrong, ok, wrong])
+    o = ep.outcome
+    assert (o.kind, o.turn) == ("right_answer_not_scored", 1)
+    assert [(a.turn, a.extracted, a.correct) for a in o.answers] == [
+        (0, str(int(ref) + 1), False), (1, ref, True), (2, str(int(ref) + 1), False)]
+    ep, _ = _math(smol_tokenizer, [wrong, wrong])
+    assert (ep.outcome.kind, ep.outcome.turn) == ("wrong_answer", 1)
+    ep, _ = _math(smol_tokenizer, [f"The answer is {ref}."])
+    assert (ep.outcome.kind, ep.outcome.turn, ep.outcome.answers[0].extracted) == ("no_boxed", 0, None)
+    ep, _ = _math(smol_tokenizer, ["Let me think about this carefully, step by step, before I answer. " * 8 + ok],
+                  max_new_tokens=12)
+    assert ep.turns[0].generation.finish_reason == "length"
+    assert (ep.outcome.kind, ep.outcome.turn) == ("cut_by_length", 0)
+
+
+# -- tau-bench results ---------------------------------------------------------------
+
+
+def _tau_result(reason: str) -> dict:
+    """tau-bench's run.py result for task 0 of the fake tau_bench, with the task it records in ``info``."""
+    r = tau_cancel_result(reward=1.0 if reason == "no longer needed" else 0.0)
+    r["traj"][6]["tool_calls"] = [openai_tool_call("c2", "cancel_pending_order", {"order_id": "#A1", "reason": reason})]
+    r["info"]["task"] = {"user_id": "ana_1", "instruction": "Cancel #A1.", "outputs": [], "actions": [
+        {"name": "find_user_id_by_name_zip", "kwargs": {"name": "Ana Ito", "zip": "10001"}},
+        {"name": "cancel_pending_order", "kwargs": {"order_id": "#A1", "reason": "no longer needed"}}]}
+    return r
+
+
+def _import(tmp_path, results):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results), encoding="utf-8")
+    store = Store(tmp_path / "x.db")
+    formats.import_path(path, "taubench", store, env="taubench:retail")
+    return store
+
+
+def test_tau_bench_results_are_explained_from_the_recorded_task_without_tau_bench(tmp_path):
+    store = _import(tmp_path, [_tau_result("ordered by mistake"), _tau_result("no longer needed")])
+    by_reward = {ep.reward: ep.outcome for ep in store.iter_episodes()}
+    o = by_reward[0.0]
+    assert (o.kind, o.turn, o.differing_arguments) == ("wrong_arguments", 2, ("reason",))
+    assert o.taken == OutcomeCall("cancel_pending_order", {"order_id": "#A1", "reason": "ordered by mistake"})
+    assert o.db_diff == ()  # nothing re-executed: tau-bench is not installed here
+    assert by_reward[1.0].kind == "success"
+    # The store's index filters by it, and explain prints it, one JSON object a line.
+    assert store.count(formats_filter("outcome=wrong_arguments")) == 1
+    assert store.outcome_counts() == {None: {"success": 1, "wrong_arguments": 1}}
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "explain", "--db", str(tmp_path / "x.db"), "--json",
+                           "--where", "outcome=wrong_arguments"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    got = json.loads(line)
+    assert set(got) == {"episode_id", "task_id", "reward", "outcome"} and got["task_id"] == "0"
+    assert {k: got["outcome"][k] for k in ("kind", "turn", "differing_arguments", "expected")} == {
+        "kind": "wrong_arguments", "turn": 2, "differing_arguments": ["reason"],
+        "expected": {"name": "cancel_pending_order", "arguments": {"order_id": "#A1", "reason": "no longer needed"}}}
+    store.close()
+
+
+def formats_filter(clause: str):
+    from engine.store import EpisodeFilter
+
+    return EpisodeFilter.from_where([clause])
+
+
+def test_with_tau_bench_installed_the_calls_are_replayed_for_the_database_diff(tmp_path, fake_tau_bench):
+    result = _tau_result("ordered by mistake")
+    del result["info"]["task"]  # the installed tau-bench's task stands in
+    store = _import(tmp_path, [result])
+    o = next(store.iter_episodes()).outcome
+    assert (o.kind, o.turn, o.differing_arguments) == ("wrong_arguments", 2, ("reason",))
+    assert o.db_diff == (DbChange("orders", "#A1", "reason", "ordered by mistake", "no longer needed"),)
+    store.close()
+
+
+def test_an_env_without_an_explanation_gives_its_own_reason(smol_tokenizer):
+    from tests.toolenv import PriceEnv
+
+    backend = ScriptedBackend(PriceEnv().reference_reply, smol_tokenizer)
+    ep = asyncio.run(run_episode(PriceEnv(), backend, smol_tokenizer, PRESETS["tito"], "fig"))
+    assert ep.outcome.kind == "other" and ep.outcome.text.startswith("reward 1")
+
+
+def test_show_prints_the_outcome_under_the_reward(tmp_path, smol_tokenizer):
+    ref = _write("cancel-00")
+    slip = Action(ref.name, {**ref.arguments, "reason": "ordered by mistake" if ref.arguments["reason"] !=
+                             "ordered by mistake" else "no longer needed"})
+    ep, at = _planted(smol_tokenizer, "cancel-00", lambda r, h: tool_call_text(slip) if r == tool_call_text(ref) else None)
+    store = Store(tmp_path / "x.db")
+    store.save_episode(ep)
+    store.close()
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "show", ep.id, "--db", str(tmp_path / "x.db")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and lines[1].startswith("reward 0.0000")
+    assert lines[2].startswith(f"outcome: wrong_arguments at turn {at[0]}: ")
+    assert any(line.strip().startswith("differs   reason: ") for line in lines[3:8])
+
+
+@pytest.mark.parametrize("kind", ["not_called"])
+def test_an_old_record_gets_its_outcome_when_read(kind, smol_tokenizer):
+    """A version-4 record (no outcome) read through read_episode gets what the env computes."""
+    from engine.checks.diagnosis import read_episode
+
+    ref = _write("cancel-00")
+    ep, _ = _planted(smol_tokenizer, "cancel-00", lambda r, h: ANYTHING_ELSE if r == tool_call_text(ref) else None)
+    d = copy.deepcopy(ep.to_dict())
+    d["schema_version"] = 4
+    del d["outcome"]
+    assert read_episode(d).outcome.kind == kind
+    d5 = {**ep.to_dict(), "outcome": None}
+    assert read_episode(d5).outcome is None  # a version-5 record says what it holds
+
+
+def test_an_older_golden_database_gets_its_outcomes_on_open_once(tmp_path):
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    shutil.copy(ROOT / "tests" / "golden" / "dbschema6.sqlite", path)
+    store = Store(path)
+    assert "0011_outcomes" in store.applied and store.filled == 10
+    assert store.outcome_counts() == {None: {"correct": 4, "right_answer_not_scored": 2, "other": 2,
+                                             "wrong_arguments": 1, "success": 1}}
+    (ep,) = store.iter_episodes(formats_filter("outcome=wrong_arguments"))
+    assert (ep.env, ep.task_id, ep.outcome.differing_arguments) == ("retail", "cancel-00", ("reason",))
+    store.close()
+    conn = sqlite3.connect(path)
+    versions = {r[0] for r in conn.execute("SELECT schema_version FROM episodes")}
+    conn.close()
+    assert versions == {4}  # only the outcome was added: each row keeps the version its turns were written at
+    again = Store(path)
+    assert again.applied == [] and again.filled == 0
+    assert next(again.iter_episodes(formats_filter("outcome=wrong_arguments"))).outcome == ep.outcome
+    again.close()
