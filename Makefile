@@ -41,7 +41,7 @@ $(QWEN3):
 test: test-deps
 	$(BIN)/ruff check engine dashboard tests bench
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 lint: setup
 	$(BIN)/ruff check engine dashboard tests bench

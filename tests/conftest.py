@@ -39,6 +39,10 @@ def fake_tau_bench(monkeypatch):
     monkeypatch.syspath_prepend(str(FAKE_TAUBENCH))
     for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
         monkeypatch.delitem(sys.modules, mod)
+    yield
+    # What the test imported goes too: a later test must not find the fake package installed.
+    for mod in [m for m in sys.modules if m == "tau_bench" or m.startswith("tau_bench.")]:
+        del sys.modules[mod]
 
 
 @pytest.fixture(scope="session")

@@ -189,7 +189,10 @@ def _import(tmp_path, results):
     return store
 
 
-def test_tau_bench_results_are_explained_from_the_recorded_task_without_tau_bench(tmp_path):
+def test_tau_bench_results_are_explained_from_the_recorded_task_without_tau_bench(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tau_bench", None)  # not installed, whatever ran before
     store = _import(tmp_path, [_tau_result("ordered by mistake"), _tau_result("no longer needed")])
     by_reward = {ep.reward: ep.outcome for ep in store.iter_episodes()}
     o = by_reward[0.0]
