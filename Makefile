@@ -41,7 +41,9 @@ $(QWEN3):
 test: test-deps
 	$(BIN)/ruff check engine dashboard tests bench
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q --durations=30
+	@# Two processes share the machine, a test file each at a time; then the tests that time themselves, alone.
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m 'not solo' --durations=30
+	$(BIN)/python -m pytest -q -m solo --keep-screenshots
 
 lint: setup
 	$(BIN)/ruff check engine dashboard tests bench

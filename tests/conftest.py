@@ -19,6 +19,23 @@ FAKE_TAUBENCH = Path(__file__).parent / "fake_taubench"
 QWEN3_DIR = Path(os.environ.get("ROLLSCOPE_QWEN3_TOKENIZER", ROOT / ".cache" / "tokenizers" / "qwen3"))
 
 
+SCREENSHOTS = Path(__file__).parent / "browser" / "screenshots"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--keep-screenshots", action="store_true",
+                     help="keep tests/browser/screenshots from an earlier pass of this run (make test's second pass)")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Only this run's pictures, so none is mistaken for current. Cleared once, by the process that starts the
+    # run: with -n, each worker would otherwise delete what the other had taken.
+    import shutil
+
+    if not hasattr(session.config, "workerinput") and not session.config.getoption("--keep-screenshots"):
+        shutil.rmtree(SCREENSHOTS, ignore_errors=True)
+
+
 def _torch_one_thread() -> None:
     try:
         import torch

@@ -107,6 +107,7 @@ def _generate(backend):
                                                           messages=(Message("user", "Hi"),))))
 
 
+@pytest.mark.solo
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_the_timeout_bounds_a_turn_against_a_trickling_server_retries_included(hostile, smol_tokenizer, kind):
     # One byte every 0.3 s never trips a per-read timeout of 1 s, /health answers, and 3 retries are allowed:
@@ -124,6 +125,7 @@ def test_the_timeout_bounds_a_turn_against_a_trickling_server_retries_included(h
     assert time.perf_counter() - t0 < TIMEOUT_S + 0.8
 
 
+@pytest.mark.solo
 def test_retries_of_a_slowly_failing_server_stop_at_the_deadline(hostile, smol_tokenizer):
     import time
 
@@ -192,6 +194,7 @@ def test_the_hostile_model_corpus_runs_under_every_preset(hostile, smol_tokenize
     store.close()
 
 
+@pytest.mark.solo
 def test_a_hung_server_ends_a_batch_in_about_one_timeout(hostile, smol_tokenizer, tmp_path):
     # 8 episodes at concurrency 4, a 2 s deadline and 3 retries: without the health check this would take two
     # waves of 2 s each and more; with it, one deadline, then the health check the first wave started.

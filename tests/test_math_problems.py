@@ -256,6 +256,7 @@ def test_shopping_change_recomputed() -> None:
         assert expected >= 0 and Fraction(p.answer) == expected, p.prompt
 
 
+@pytest.mark.solo
 def test_generation_is_fast() -> None:
     import time
 

@@ -183,6 +183,7 @@ def _panel(store: Store) -> playback.PlaybackPanel:
     return playback.PlaybackPanel(*([None] * 8), playback.Episodes(store))  # type: ignore[arg-type]
 
 
+@pytest.mark.solo
 def test_steps_clamp_and_a_step_is_fast_on_a_long_episode(tmp_path: Path, tok: Any) -> None:
     ep = long_episode(tok)
     assert ep.n_turns == 60 and ep.n_tokens >= 32_000

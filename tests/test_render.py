@@ -268,6 +268,7 @@ def test_32k_token_episode_renders(episode: Episode) -> None:
     assert len(tv.classes(meta)) == n and max(b[1] - b[0] for b in meta["blocks"]) <= tokens_view.BLOCK_MAX
 
 
+@pytest.mark.solo
 def test_32k_token_episode_renders_fast_enough(episode: Episode) -> None:
     n = 32_000
     rng = np.random.default_rng(1)

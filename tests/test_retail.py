@@ -59,6 +59,7 @@ def db() -> dict[str, Any]:
 # -- data ----------------------------------------------------------------------
 
 
+@pytest.mark.solo
 def test_store_is_deterministic_sized_and_fast():
     t0 = time.perf_counter()
     a = data.generate()

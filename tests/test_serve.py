@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from dashboard.server import FREE_FAILURES, LOCKOUT_FAILURES, LOCKOUT_S, MAX_DELAY_S, PREFIX, LoginGuard, client_key
 
@@ -76,6 +77,7 @@ def test_the_address_a_login_is_counted_against():
     assert client_key("127.0.0.1") is client_key("::1") is client_key(None) is client_key("unix-socket") is None
 
 
+@pytest.mark.solo
 def test_serve_on_ipv6_with_a_login_and_a_private_folder_removed_on_sigterm(tmp_path):
     port = _free_port_v6()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}

@@ -143,6 +143,7 @@ def test_a_session_opens_every_route_until_logout(servers):
         assert client.get("/config").status_code == 401
 
 
+@pytest.mark.solo
 def test_failed_logins_from_one_address_do_not_slow_the_owners(servers):
     _, guarded = servers
     outside = _outside_address()

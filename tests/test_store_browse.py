@@ -299,6 +299,7 @@ def test_a_database_from_before_the_index_is_migrated(tmp_path: Path) -> None:
     assert again.list_episodes(order_by="reward", limit=1)[0].reward == max(e.reward for e in synthetic_episodes(60))
 
 
+@pytest.mark.solo
 def test_paging_stays_fast(store: Store) -> None:
     """Not a benchmark (bench/dashboard_speed.py is): a guard against a query that scans the episodes' JSON."""
     flt = EpisodeFilter(status=("completed",), reward_min=0.5)

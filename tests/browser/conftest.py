@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import socket
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
 from engine.records.episode import Episode
 from engine.store import Store
+from tests.conftest import SCREENSHOTS
 from tests.fakes import FixedReplyBackend
 
 CHROMIUM = "/usr/bin/chromium"
@@ -33,7 +33,6 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
-SCREENSHOTS = Path(__file__).parent / "screenshots"
 HOSTILE = '<img src=x onerror="window.__xss=1"> and <script>window.__xss=2</script>'
 
 
@@ -121,9 +120,7 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def screenshots() -> Path:
-    if SCREENSHOTS.exists():
-        shutil.rmtree(SCREENSHOTS)  # only this run's pictures, so none is mistaken for current
-    SCREENSHOTS.mkdir(parents=True)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)  # emptied when the run starts (tests/conftest.py)
     return SCREENSHOTS
 
 

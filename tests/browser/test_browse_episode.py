@@ -262,6 +262,7 @@ def test_fork_button_hands_the_turn_to_step(page: Any, site: BrowseDb) -> None:
     assert not page.errors
 
 
+@pytest.mark.solo
 @pytest.mark.browser
 def test_long_episode_token_view_is_responsive(page: Any, site: BrowseDb, screenshots: Path) -> None:
     """Figure: the browser's time to show the 32,000-token view after Open (printed; bounded loosely)."""

@@ -96,13 +96,18 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         demo.close()
 
 
+TRANSPORT_ERRORS = ("AbortError: signal is aborted without reason", "Unexpected error Connection errored out")
+
+
 @pytest.fixture
 def page(page: Any) -> Any:
     """The shared page fixture, also collecting script errors Gradio only logs (a failing ``js_on_load``)."""
     page.script_errors = []
     page.on("console", lambda m: page.script_errors.append(m.text) if m.type == "error" else None)
     yield page
-    assert not page.script_errors
+    # Gradio logs a dropped event stream (a busy machine, a request aborted as the next one starts) as an
+    # error too; that is the transport's, not a script of ours failing.
+    assert not [e for e in page.script_errors if not e.startswith(TRANSPORT_ERRORS)]
 
 
 def _open(page: Any, site: Site, episode_id: str, n_turns: int) -> None:
@@ -215,6 +220,7 @@ GEN_SHOWN = f"""() => {{
     return a.top >= head.bottom && a.bottom <= b.bottom && a.top < innerHeight && a.bottom > 0; }}"""
 
 
+@pytest.mark.solo
 @pytest.mark.browser
 def test_long_episode_steps_without_rerendering_the_token_view(page: Any, site: Site, screenshots: Path) -> None:
     _open(page, site, site.long_id, 60)

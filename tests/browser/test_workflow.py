@@ -237,6 +237,7 @@ def test_generate_edit_commit_and_save_a_step(page: Any, app: WorkflowApp, scree
     _no_xss(page)
 
 
+@pytest.mark.solo
 @pytest.mark.browser
 def test_step_shows_the_local_models_tokens_as_they_come_and_cancels(page: Any, app: WorkflowApp,
                                                                       screenshots: Path) -> None:
