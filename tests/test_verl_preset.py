@@ -120,6 +120,15 @@ def assert_equal(ep: Episode, backend: Policy, want: dict[str, Any]) -> None:
     assert last["turn_scores"] == want["extra_fields"]["turn_scores"]
     assert last["tool_rewards"] == want["extra_fields"]["tool_rewards"]
     assert last["user_turns"] + last["assistant_turns"] + 1 == want["num_turns"]
+    # The record's raw tool outputs are what verl's _call_tool saw before truncation, round by round.
+    assert [list(t.raw_observation) for t in ep.turns if t.raw_observation] == want["raw_observation"]
+    assert not any("raw_observation" in t.info for t in ep.turns)
+    # Each answering turn holds exactly one user message, the interaction's answer; done only on the reply the
+    # interaction ended the episode with.
+    answering = [t for t in ep.turns if t.observation and not t.raw_observation]
+    assert all(len(t.observation) == 1 and t.observation[0].role == "user" for t in answering)
+    assert [t.observation[0].content for t in answering] == want["answers"]
+    assert [t.done for t in ep.turns] == [False] * (ep.n_turns - 1) + [want["ended_by_interaction"]]
 
 
 @pytest.mark.parametrize("tname", TOKENIZERS)
@@ -129,7 +138,7 @@ def test_retail_equals_verl(request, tname):
     for task, rate, logprobs in ((0, 0.0, "false"), (1, 0.4, "true"), (2, 0.4, "true")):
         ep, backend = run(RetailEnv, tok, task, rate=rate, seed=task + 3, calculate_log_probs=logprobs, **WIDE)
         statuses.add(ep.status)
-        assert ep.n_turns >= 3 and any("raw_observation" in t.info for t in ep.turns)
+        assert ep.n_turns >= 3 and any(t.raw_observation for t in ep.turns)
         assert_equal(ep, backend, reference(ep, tok, RetailEnv))
     assert Status.COMPLETED in statuses
 
@@ -159,7 +168,7 @@ def test_small_response_length_cuts_a_reply_and_refuses_a_tool_result(request, t
         if "refused_tokens" in ep.turns[-1].info:
             refused = ep
             break
-    assert refused is not None and refused.turns[-1].info["raw_observation"]
+    assert refused is not None and refused.turns[-1].raw_observation
     assert refused.segments[-1].kind == "assistant"
 
 
@@ -170,7 +179,7 @@ def test_long_tool_output_truncated_on_each_side(qwen3_tokenizer, side, marker):
                       **WIDE)
     assert_equal(ep, backend, reference(ep, qwen3_tokenizer, RetailEnv))
     turn = next(t for t in ep.turns if t.info.get("truncated"))
-    raw, text = turn.info["raw_observation"][0], turn.observation[0].content
+    raw, text = turn.raw_observation[0], turn.observation[0].content
     assert len(raw) > 40 and turn.info["truncated"] == [len(raw)]
     want = {"left": raw[:40] + marker, "right": marker + raw[-40:], "middle": raw[:20] + marker + raw[-20:]}[side]
     assert text == want
@@ -187,15 +196,15 @@ def test_malformed_call_two_calls_and_unknown_tool(qwen25_tokenizer, qwen3_token
         assert_equal(ep, backend, reference(ep, tok, RetailEnv))
         t0, t1, t2 = ep.turns[:3]
         # The malformed call is dropped; with no valid call the reply goes to the user (the interaction).
-        assert t0.info["dropped"][0]["why"].endswith("no arguments") and "raw_observation" not in t0.info
+        assert t0.info["dropped"][0]["why"].endswith("no arguments") and t0.raw_observation == ()
         assert t0.observation[0].role == "user"
         assert [f.kind for f in t0.findings] == ["tool_call_dropped"]
         # Two calls, max_parallel_calls 1: the second never runs.
-        assert len(t1.info["raw_observation"]) == 1 and "max_parallel_calls=1" in t1.info["dropped"][0]["why"]
+        assert len(t1.raw_observation) == 1 and "max_parallel_calls=1" in t1.info["dropped"][0]["why"]
         assert t1.info["dropped"][0]["call"]["name"] == "get_user_details"
         # An unknown tool answers verl's error text, never truncated, tool reward 0.0.
         assert t2.observation[0].content == "Error when executing tool: 'teleport'"
-        assert t2.info["raw_observation"] == ["Error when executing tool: 'teleport'"]
+        assert t2.raw_observation == ("Error when executing tool: 'teleport'",)
 
 
 def test_no_newline_after_im_end_and_the_system_block_cut(qwen3_tokenizer, qwen25_tokenizer):
@@ -242,7 +251,7 @@ def test_gsm8k_interaction_flexible_and_verls_strict_score(smol_tokenizer):
     ep, _ = run(MathEnv, smol_tokenizer, 0, overrides={0: boxed})
     info = ep.turns[0].info
     assert info["strict_score"] == 0.0 and info["ours"]["success"] is True and ep.turns[0].reward == 1.0
-    assert info["verl"]["ground_truth"] == truth
+    assert ep.ground_truth == truth and "ground_truth" not in info["verl"]
 
 
 def test_tool_schemas_are_verls_pydantic_dump():
@@ -289,7 +298,7 @@ def test_env_failure_in_a_tool_is_verls_error_text(qwen3_tokenizer, monkeypatch)
 
     monkeypatch.setattr(RetailEnv, "step", step)
     ep, _ = run(RetailEnv, qwen3_tokenizer, 0, **WIDE)
-    turn = next(t for t in ep.turns if t.info.get("raw_observation"))
+    turn = next(t for t in ep.turns if t.raw_observation)
     assert turn.observation[0].content == "Error when executing tool: database is down"
     assert turn.info["verl"]["tool_rewards"][-1] == 0.0
 
