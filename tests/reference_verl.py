@@ -45,6 +45,28 @@ class OpenAIFunctionToolSchema(BaseModel):
     function: OpenAIFunctionSchema
 
 
+# -- verl/experimental/agent_loop/agent_loop.py: what an agent loop returns ------------------------
+
+
+class AgentLoopMetrics(BaseModel):
+    generate_sequences: float = 0.0
+    tool_calls: float = 0.0
+    num_preempted: int = -1
+
+
+class AgentLoopOutput(BaseModel):
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float] | None = None
+    routed_experts: Any | None = None
+    multi_modal_data: dict[str, Any] | None = None
+    reward_score: float | None = None
+    num_turns: int = 0
+    metrics: AgentLoopMetrics
+    extra_fields: dict[str, Any] = {}
+
+
 class FunctionCall(BaseModel):
     arguments: str
     name: str
