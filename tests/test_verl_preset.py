@@ -30,6 +30,7 @@ from engine.tokens import verl as vt
 from tests import reference_verl as ref
 
 TOKENIZERS = ["qwen3_tokenizer", "qwen25_tokenizer"]
+TEASE = '<tool_call>\n{"name": "teleport", "arguments": {"to": "Zürich"}}\n</tool_call>'
 WIDE = {"prompt_length": "8192", "response_length": "4096"}
 
 
@@ -337,3 +338,54 @@ def _smol() -> Any:
     from engine.backends.tokenizers import load_tokenizer
 
     return load_tokenizer(None)
+
+
+@pytest.mark.parametrize("tname", TOKENIZERS)
+def test_taubench_under_verl_tool_equals_verl(request, tname, fake_tau_bench):
+    """A tau-bench env under verl-tool: its tools as verl's schemas render them, its user as the interaction."""
+    from engine.envs.taubench import TauBenchEnv
+
+    tok = request.getfixturevalue(tname)
+
+    def make() -> TauBenchEnv:
+        return TauBenchEnv("retail")
+
+    for task, overrides in ((0, {}), (1, {1: TEASE}), (2, {})):
+        ep, backend = run(make, tok, task, overrides=overrides, calculate_log_probs="true", **WIDE)
+        assert ep.env == "taubench:retail" and ep.preset == "verl-tool" and ep.n_turns >= 3
+        assert_equal(ep, backend, reference(ep, tok, make))
+        prompt = tok.decode(ep.tokens.ids[: ep.prompt_len].tolist())
+        for schema in vt.verl_tool_schemas(make().tools):
+            assert json.dumps(schema, ensure_ascii=False) in prompt  # the pydantic dump, as verl's template gets it
+        assert ep.tools == tuple(make().tools) and any(t.raw_observation for t in ep.turns)
+        answers = [t.observation[0].content for t in ep.turns if t.observation and not t.raw_observation]
+        assert answers and ep.turns[-1].done == (ep.status is Status.COMPLETED)
+        if overrides:
+            assert "Error when executing tool: 'teleport'" in ep.turns[1].raw_observation
+        else:
+            assert ep.status is Status.COMPLETED and ep.reward == 1.0
+
+
+def test_rollscope_run_taubench_under_verl_tool(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import FAKE_TAUBENCH, ROOT
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{FAKE_TAUBENCH}"}
+    db = tmp_path / "t.db"
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "run", "--env", "taubench:retail", "--preset", "verl-tool",
+                           "--tasks", "0:3", "--mistake-rate", "0", "--set", "prompt_length=8192", "--db", str(db),
+                           "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "3 episodes (completed 3), mean reward 1.000" in proc.stdout
+    from engine.store import Store
+
+    store = Store(db)
+    try:
+        eps = list(store.iter_episodes())
+    finally:
+        store.close()
+    assert {e.preset for e in eps} == {"verl-tool"} and all(e.config.loop.token_mode == "verl" for e in eps)
+    assert all(e.config.loop.prompt_length == 8192 and any(t.raw_observation for t in e.turns) for e in eps)
