@@ -109,6 +109,7 @@ def test_a_row_verl_wrote_itself_imports_from_its_mask_and_names_what_it_lacks(q
         assert len(report.errors) == 1 and report.errors[0].field == "response_ids"
         assert any("'response_ids' is missing; read from 'responses'" in n for n in report.notes)
         assert any("'metrics' is missing" in n for n in report.notes)
+        assert any("reward_score is null" in n for n in report.notes)
         got = store.get_episode(next(iter(store.episode_ids())))
     finally:
         store.close()

@@ -188,6 +188,9 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
                      "the ids are kept")
             ep = ep.evolve(prompt_len=prompt_len)
         return ep
+    if "reward_score" in v and v["reward_score"] is None:
+        ctx.note(f"{path}: reward_score is null (verl's loop leaves it to the reward manager, which had not scored "
+                 "these rows): their reward reads as 0.0")
     reward = reward_value(v.get("reward_score"), where, "reward_score")
     versions = np.full(len(ids), -1, dtype=np.int64)
     segments, turns = mask_structure(ids, mask, lps, versions, prompt_len, tokenizer=ctx.tokenizer, reward=reward)
