@@ -173,3 +173,18 @@ def test_rollout_data_dir_dumps_still_import(tmp_path):
         store.close()
     assert report.new == 1 and ep.reward == 1.0 and ep.messages[-1].content == "4"
     assert Path(ep.source.file) == path
+
+
+def test_the_episode_views_show_each_turns_raw_tool_output(smol_tokenizer):
+    from dashboard.views.episode import render_conversation
+    from dashboard.views.html import esc, to_json
+    from dashboard.views.limits import Budget
+    from dashboard.views.playback import _env_block
+
+    ep, _ = run(RetailEnv, smol_tokenizer, 0, max_tool_response_length=40, **WIDE)
+    cut = next(t for t in ep.turns if t.raw_observation and len(t.raw_observation[0]) > 40)
+    assert cut.observation[0].content != cut.raw_observation[0]  # what the model saw was cut; the record keeps it all
+    shown = esc(to_json(list(cut.raw_observation)))
+    html = render_conversation(ep)
+    assert html.count("raw tool output, before truncation") == sum(1 for t in ep.turns if t.raw_observation)
+    assert shown in html and shown in _env_block(cut, Budget())
