@@ -316,7 +316,7 @@ def test_presets_shows_verls_knobs_rewards_and_the_prompt_length_warning(capsys,
                  "apply_chat_template_kwargs = '{}'"):
         assert f"  {line}\n" in out
     assert "verl's gsm8k interaction score (verl's" in out and "math checker" in out and "ours" in out
-    assert "about 2,900 tokens" in out and "--set prompt_length=4096" in out
+    assert "retail and tau-bench prompts (about 2,900 tokens" in out and "--set prompt_length=4096" in out
     cfg = PRESETS["verl-tool"].with_settings({"max_user_turns": "3", "tool_response_truncate_side": "left",
                                               "apply_chat_template_kwargs": '{"enable_thinking": false}'})
     assert (cfg.max_user_turns, cfg.tool_response_truncate_side) == (3, "left")
