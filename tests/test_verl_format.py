@@ -68,6 +68,7 @@ def test_a_verl_tool_run_exports_as_verls_agent_loop_output_and_imports_back_the
         assert r["extra_fields"]["tool_rewards"] == want["extra_fields"]["tool_rewards"]
         assert r["reward_score"] == ep.reward and r["metrics"]["generate_sequences"] >= 0
         assert r["extra_fields"]["raw_prompt"][-1]["role"] == "user"
+        assert "logprobs" not in r["extra_fields"]["rollscope"]  # verl's own fields hold them exactly
     assert rows[0]["response_logprobs"] is not None and rows[1]["response_logprobs"] is None
     store = Store(tmp_path / "back.sqlite")
     try:
@@ -188,3 +189,31 @@ def test_the_episode_views_show_each_turns_raw_tool_output(smol_tokenizer):
     html = render_conversation(ep)
     assert html.count("raw tool output, before truncation") == sum(1 for t in ep.turns if t.raw_observation)
     assert shown in html and shown in _env_block(cut, Budget())
+
+
+def test_another_presets_episode_round_trips_too(smol_tokenizer, tmp_path):
+    """slime-tau trains the newline after ``<|im_end|>``, which has no logprob: verl's shape then has no response
+    logprobs at all, and the record keeps the episode's own."""
+    import asyncio
+
+    from engine.loop.stepper import run_episode
+    from engine.presets import PRESETS
+    from tests.test_verl_preset import Policy
+
+    env = RetailEnv()
+    backend = Policy(RetailEnv, smol_tokenizer)  # each generated token with its own logprob
+    ep = asyncio.run(run_episode(env, backend, smol_tokenizer, PRESETS["slime-tau"], env.tasks[0], preset="slime-tau"))
+    p = ep.prompt_len
+    trained = ep.tokens.logprobs[p:][ep.tokens.loss_mask[p:] == 1]
+    assert np.isnan(trained).any() and not np.isnan(trained).all()
+    out = tmp_path / "v.jsonl"
+    assert export([ep], "verl", out) == 1
+    r = json.loads(out.read_text(encoding="utf-8"))
+    ref.AgentLoopOutput.model_validate(r)
+    assert r["response_logprobs"] is None and len(r["extra_fields"]["rollscope"]["logprobs"]) == ep.n_tokens
+    store = Store(tmp_path / "s.sqlite")
+    try:
+        import_path(out, "verl", store)
+        assert store.get_episode(ep.id).to_dict() == ep.to_dict()
+    finally:
+        store.close()

@@ -20,7 +20,8 @@ The shape is verl's pydantic model ``AgentLoopOutput`` (``verl/experimental/agen
   record without its token arrays, which makes the row lossless for Rollscope and is ignored by verl.
 
 For a ``verl-tool`` episode the arrays are verl's to the token. Another preset's episode is written in the same
-shape: mask-0 logprobs become 0.0 and ``turn_scores`` are its turn rewards. Reading, a row with a ``rollscope``
+shape: mask-0 logprobs become 0.0, ``response_logprobs`` is null unless every generated id has one, and
+``turn_scores`` are its turn rewards; where that loses a logprob, the record keeps the episode's own (``logprobs``). Reading, a row with a ``rollscope``
 record comes back as that episode; a row verl wrote itself becomes an episode whose turns come from the mask
 (``base.mask_structure``). A field verl's model has that the row lacks, or holds under another name, is named
 in a note and read as its default.
@@ -38,6 +39,7 @@ import numpy as np
 
 from ..errors import FormatError
 from ..records.episode import Episode, Message, Status, TokenArrays
+from ..records.numbers import nan_to_none
 from ..records.provenance import Source
 from .base import ImportContext, int_array, jsonable, logprob_array, mask_array, mask_structure, reward_value, stable_id
 
@@ -93,11 +95,17 @@ def row(ep: Episode) -> dict[str, Any]:
     versions = ep.tokens.versions.tolist()
     if any(v >= 0 for v in versions):
         record["versions"] = versions
+    response_logprobs = _logprobs(ep)
+    back = np.full(len(ids), np.nan, dtype=np.float32)
+    if response_logprobs is not None:
+        back[p:] = response_logprobs
+    if not np.array_equal(back, ep.tokens.logprobs, equal_nan=True):  # verl's shape cannot say it: the record does
+        record["logprobs"] = nan_to_none(ep.tokens.logprobs.tolist())
     return {
         "prompt_ids": ids[:p],
         "response_ids": ids[p:],
         "response_mask": mask[p:],
-        "response_logprobs": _logprobs(ep),
+        "response_logprobs": response_logprobs,
         "routed_experts": None,
         "multi_modal_data": None,
         "reward_score": ep.reward,
@@ -177,7 +185,10 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         versions = record.get("versions")
         ver = np.asarray(versions, dtype=np.int64) if isinstance(versions, list) and len(versions) == len(ids) \
             else np.full(len(ids), -1, dtype=np.int64)
-        body = {k: val for k, val in record.items() if k != "versions"}
+        own = record.get("logprobs")
+        if isinstance(own, list) and len(own) == len(ids):
+            lps, _ = logprob_array(own, where, "extra_fields.rollscope.logprobs")
+        body = {k: val for k, val in record.items() if k not in ("versions", "logprobs")}
         try:
             ep = Episode.from_dict(body, tokens=TokenArrays(ids, mask, lps, ver))
         except FormatError as e:
