@@ -45,6 +45,28 @@ class OpenAIFunctionToolSchema(BaseModel):
     function: OpenAIFunctionSchema
 
 
+# -- verl/experimental/agent_loop/agent_loop.py: what an agent loop returns ------------------------
+
+
+class AgentLoopMetrics(BaseModel):
+    generate_sequences: float = 0.0
+    tool_calls: float = 0.0
+    num_preempted: int = -1
+
+
+class AgentLoopOutput(BaseModel):
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float] | None = None
+    routed_experts: Any | None = None
+    multi_modal_data: dict[str, Any] | None = None
+    reward_score: float | None = None
+    num_turns: int = 0
+    metrics: AgentLoopMetrics
+    extra_fields: dict[str, Any] = {}
+
+
 class FunctionCall(BaseModel):
     arguments: str
     name: str
@@ -111,7 +133,8 @@ class Loop:
         return function_calls
 
     async def call_tool(self, tool_call: FunctionCall, execute: Callable[[str, Any], Awaitable[tuple[str, float]]]
-                        ) -> tuple[str, float]:
+                        ) -> tuple[str, float, str]:
+        """(text as appended, tool reward, the tool's raw text before truncation or the error as worded)."""
         try:
             tool_name = tool_call.name
             tool_args = json.loads(tool_call.arguments)
@@ -119,7 +142,8 @@ class Loop:
                 raise KeyError(tool_name)
             text, tool_reward = await execute(tool_name, tool_args)
         except Exception as e:
-            return f"Error when executing tool: {e}", 0.0
+            return f"Error when executing tool: {e}", 0.0, f"Error when executing tool: {e}"
+        raw = text
         if text and len(text) > self.max_tool_response_length:
             if self.tool_response_truncate_side == "left":
                 text = text[: self.max_tool_response_length] + "...(truncated)"
@@ -128,7 +152,7 @@ class Loop:
             else:
                 length = self.max_tool_response_length // 2
                 text = text[:length] + "...(truncated)..." + text[-length:]
-        return text, tool_reward
+        return text, tool_reward, raw
 
     async def run(self, messages: list[dict], generate: Callable[[list[int]], Awaitable[tuple[list[int], list | None]]],
                   execute: Callable[[str, Any], Awaitable[tuple[str, float]]],
@@ -141,6 +165,9 @@ class Loop:
         tool_rewards: list[float] = []
         user_turns = assistant_turns = 0
         sent: list[list[int]] = []
+        raw_rounds: list[list[str]] = []  # what each tool round's calls returned, before truncation
+        answers: list[str] = []  # the interaction's answers, in order
+        ended_by_interaction = False
         while True:
             # GENERATING
             sent.append(list(prompt_ids))
@@ -162,8 +189,10 @@ class Loop:
             if tool_calls:
                 # PROCESSING_TOOLS
                 add_messages = []
+                raw_rounds.append([])
                 for tool_call in tool_calls[: self.max_parallel_calls]:
-                    text, tool_reward = await self.call_tool(tool_call, execute)
+                    text, tool_reward, raw = await self.call_tool(tool_call, execute)
+                    raw_rounds[-1].append(raw)
                     add_messages.append({"role": "tool", "content": text or ""})
                     if tool_reward is not None:
                         tool_rewards.append(tool_reward)
@@ -180,6 +209,7 @@ class Loop:
             # INTERACTING
             should_terminate, answer, reward = await interaction(messages)
             user_turns += 1
+            answers.append(answer)
             add = [{"role": "user", "content": answer}]
             messages.extend(add)
             if reward is not None:
@@ -190,6 +220,7 @@ class Loop:
             if response_logprobs:
                 response_logprobs += [0.0] * len(ids)
             if should_terminate:
+                ended_by_interaction = True
                 break
         response_ids = prompt_ids[initial_prompt_length:]
         return {
@@ -200,6 +231,9 @@ class Loop:
             "num_turns": user_turns + assistant_turns + 1,
             "extra_fields": {"turn_scores": turn_scores, "tool_rewards": tool_rewards},
             "sent": sent,
+            "raw_observation": raw_rounds,
+            "answers": answers,
+            "ended_by_interaction": ended_by_interaction,
         }
 
 

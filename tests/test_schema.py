@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.formats import jsonl
-from engine.records.episode import SCHEMA_VERSION, Episode
+from engine.records.episode import SCHEMA_VERSION, Episode, raw_observations
 from engine.records.provenance import RunConfig
 from engine.records.schema import episode_schema, field_docs, problems, validator
 from engine.store import Store
@@ -53,7 +53,7 @@ def test_the_copy_in_docs_is_what_rollscope_schema_prints():
 
 
 @pytest.mark.parametrize("name", ["schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
-                                  "schema4-episodes.jsonl"])
+                                  "schema4-episodes.jsonl", "schema5-episodes.jsonl"])
 def test_earlier_files_read_upgraded_and_export_valid_records(name):
     report = jsonl.ReadReport()
     episodes = list(jsonl.read(GOLDEN / name, report))
@@ -112,11 +112,11 @@ def test_a_record_that_does_not_conform_is_named_at_its_field(tmp_path):
 
 
 def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path):
-    """The nine golden files hold the same 10 episodes: upgraded, they are equal field for field (the outcome
+    """The ten golden files hold the same 10 episodes: upgraded, they are equal field for field (the outcome
     its env computes included: read from a file, filled when a database opens)."""
     by_file = {name: {e.id: e.to_dict() for e in jsonl.read(GOLDEN / name)}
                for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
-                            "schema4-episodes.jsonl")}
+                            "schema4-episodes.jsonl", "schema5-episodes.jsonl")}
     for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
                  "dbschema6.sqlite"):
         shutil.copy(GOLDEN / name, tmp_path / name)
@@ -214,3 +214,32 @@ def test_a_parquet_export_holds_records_that_conform(tmp_path):
                       logprobs=[None if math.isnan(x) else x for x in row["logprobs"]])
         assert not list(v.iter_errors(record)), problems(record)
         assert Episode.from_dict(record).to_dict() == record
+
+
+def test_schema_5_verl_records_move_raw_observation_and_ground_truth_out_of_info():
+    """Version 5 kept verl-tool's raw tool outputs in ``turn.info`` and math's reference answer in every turn's
+    ``info.verl``; upgraded, they are the typed fields and nothing else of the record changed."""
+    lines = (GOLDEN / "schema5-verl-episodes.jsonl").read_text(encoding="utf-8").splitlines()
+    seen_raw = seen_truth = 0
+    for line in lines:
+        old = json.loads(line)
+        assert old["schema_version"] == 5
+        ep = Episode.from_dict(json.loads(line))
+        want = json.loads(line)
+        truth = None
+        for t in want["turns"]:
+            t["raw_observation"] = t["info"].pop("raw_observation", [])
+            truth = t["info"].get("verl", {}).pop("ground_truth", truth)
+        want.update(schema_version=SCHEMA_VERSION, ground_truth=truth)
+        assert ep.to_dict() == want
+        assert ep.ground_truth == truth and all("raw_observation" not in t.info for t in ep.turns)
+        for t_old, t in zip(old["turns"], ep.turns, strict=True):
+            assert list(t.raw_observation) == t_old["info"].get("raw_observation", [])
+            assert raw_observations(t) == t.raw_observation
+        seen_raw += sum(1 for t in ep.turns if t.raw_observation)
+        seen_truth += truth is not None
+        assert not list(validator().iter_errors(ep.to_dict())), problems(ep.to_dict())
+    retail = Episode.from_dict(json.loads(lines[0]))
+    assert "Error when executing tool: 'teleport'" in [r for t in retail.turns for r in t.raw_observation]
+    assert any(len(r) > 40 for t in retail.turns for r in t.raw_observation)  # kept whole, past the 40-character cut
+    assert seen_raw >= 3 and seen_truth == 2 and retail.ground_truth is None

@@ -30,6 +30,7 @@ from engine.tokens import verl as vt
 from tests import reference_verl as ref
 
 TOKENIZERS = ["qwen3_tokenizer", "qwen25_tokenizer"]
+TEASE = '<tool_call>\n{"name": "teleport", "arguments": {"to": "Zürich"}}\n</tool_call>'
 WIDE = {"prompt_length": "8192", "response_length": "4096"}
 
 
@@ -120,6 +121,15 @@ def assert_equal(ep: Episode, backend: Policy, want: dict[str, Any]) -> None:
     assert last["turn_scores"] == want["extra_fields"]["turn_scores"]
     assert last["tool_rewards"] == want["extra_fields"]["tool_rewards"]
     assert last["user_turns"] + last["assistant_turns"] + 1 == want["num_turns"]
+    # The record's raw tool outputs are what verl's _call_tool saw before truncation, round by round.
+    assert [list(t.raw_observation) for t in ep.turns if t.raw_observation] == want["raw_observation"]
+    assert not any("raw_observation" in t.info for t in ep.turns)
+    # Each answering turn holds exactly one user message, the interaction's answer; done only on the reply the
+    # interaction ended the episode with.
+    answering = [t for t in ep.turns if t.observation and not t.raw_observation]
+    assert all(len(t.observation) == 1 and t.observation[0].role == "user" for t in answering)
+    assert [t.observation[0].content for t in answering] == want["answers"]
+    assert [t.done for t in ep.turns] == [False] * (ep.n_turns - 1) + [want["ended_by_interaction"]]
 
 
 @pytest.mark.parametrize("tname", TOKENIZERS)
@@ -129,7 +139,7 @@ def test_retail_equals_verl(request, tname):
     for task, rate, logprobs in ((0, 0.0, "false"), (1, 0.4, "true"), (2, 0.4, "true")):
         ep, backend = run(RetailEnv, tok, task, rate=rate, seed=task + 3, calculate_log_probs=logprobs, **WIDE)
         statuses.add(ep.status)
-        assert ep.n_turns >= 3 and any("raw_observation" in t.info for t in ep.turns)
+        assert ep.n_turns >= 3 and any(t.raw_observation for t in ep.turns)
         assert_equal(ep, backend, reference(ep, tok, RetailEnv))
     assert Status.COMPLETED in statuses
 
@@ -159,7 +169,7 @@ def test_small_response_length_cuts_a_reply_and_refuses_a_tool_result(request, t
         if "refused_tokens" in ep.turns[-1].info:
             refused = ep
             break
-    assert refused is not None and refused.turns[-1].info["raw_observation"]
+    assert refused is not None and refused.turns[-1].raw_observation
     assert refused.segments[-1].kind == "assistant"
 
 
@@ -170,7 +180,7 @@ def test_long_tool_output_truncated_on_each_side(qwen3_tokenizer, side, marker):
                       **WIDE)
     assert_equal(ep, backend, reference(ep, qwen3_tokenizer, RetailEnv))
     turn = next(t for t in ep.turns if t.info.get("truncated"))
-    raw, text = turn.info["raw_observation"][0], turn.observation[0].content
+    raw, text = turn.raw_observation[0], turn.observation[0].content
     assert len(raw) > 40 and turn.info["truncated"] == [len(raw)]
     want = {"left": raw[:40] + marker, "right": marker + raw[-40:], "middle": raw[:20] + marker + raw[-20:]}[side]
     assert text == want
@@ -187,15 +197,15 @@ def test_malformed_call_two_calls_and_unknown_tool(qwen25_tokenizer, qwen3_token
         assert_equal(ep, backend, reference(ep, tok, RetailEnv))
         t0, t1, t2 = ep.turns[:3]
         # The malformed call is dropped; with no valid call the reply goes to the user (the interaction).
-        assert t0.info["dropped"][0]["why"].endswith("no arguments") and "raw_observation" not in t0.info
+        assert t0.info["dropped"][0]["why"].endswith("no arguments") and t0.raw_observation == ()
         assert t0.observation[0].role == "user"
         assert [f.kind for f in t0.findings] == ["tool_call_dropped"]
         # Two calls, max_parallel_calls 1: the second never runs.
-        assert len(t1.info["raw_observation"]) == 1 and "max_parallel_calls=1" in t1.info["dropped"][0]["why"]
+        assert len(t1.raw_observation) == 1 and "max_parallel_calls=1" in t1.info["dropped"][0]["why"]
         assert t1.info["dropped"][0]["call"]["name"] == "get_user_details"
         # An unknown tool answers verl's error text, never truncated, tool reward 0.0.
         assert t2.observation[0].content == "Error when executing tool: 'teleport'"
-        assert t2.info["raw_observation"] == ["Error when executing tool: 'teleport'"]
+        assert t2.raw_observation == ("Error when executing tool: 'teleport'",)
 
 
 def test_no_newline_after_im_end_and_the_system_block_cut(qwen3_tokenizer, qwen25_tokenizer):
@@ -242,7 +252,7 @@ def test_gsm8k_interaction_flexible_and_verls_strict_score(smol_tokenizer):
     ep, _ = run(MathEnv, smol_tokenizer, 0, overrides={0: boxed})
     info = ep.turns[0].info
     assert info["strict_score"] == 0.0 and info["ours"]["success"] is True and ep.turns[0].reward == 1.0
-    assert info["verl"]["ground_truth"] == truth
+    assert ep.ground_truth == truth and "ground_truth" not in info["verl"]
 
 
 def test_tool_schemas_are_verls_pydantic_dump():
@@ -289,7 +299,7 @@ def test_env_failure_in_a_tool_is_verls_error_text(qwen3_tokenizer, monkeypatch)
 
     monkeypatch.setattr(RetailEnv, "step", step)
     ep, _ = run(RetailEnv, qwen3_tokenizer, 0, **WIDE)
-    turn = next(t for t in ep.turns if t.info.get("raw_observation"))
+    turn = next(t for t in ep.turns if t.raw_observation)
     assert turn.observation[0].content == "Error when executing tool: database is down"
     assert turn.info["verl"]["tool_rewards"][-1] == 0.0
 
@@ -306,7 +316,7 @@ def test_presets_shows_verls_knobs_rewards_and_the_prompt_length_warning(capsys,
                  "apply_chat_template_kwargs = '{}'"):
         assert f"  {line}\n" in out
     assert "verl's gsm8k interaction score (verl's" in out and "math checker" in out and "ours" in out
-    assert "about 2,900 tokens" in out and "--set prompt_length=4096" in out
+    assert "retail and tau-bench prompts (about 2,900 tokens" in out and "--set prompt_length=4096" in out
     cfg = PRESETS["verl-tool"].with_settings({"max_user_turns": "3", "tool_response_truncate_side": "left",
                                               "apply_chat_template_kwargs": '{"enable_thinking": false}'})
     assert (cfg.max_user_turns, cfg.tool_response_truncate_side) == (3, "left")
@@ -328,3 +338,54 @@ def _smol() -> Any:
     from engine.backends.tokenizers import load_tokenizer
 
     return load_tokenizer(None)
+
+
+@pytest.mark.parametrize("tname", TOKENIZERS)
+def test_taubench_under_verl_tool_equals_verl(request, tname, fake_tau_bench):
+    """A tau-bench env under verl-tool: its tools as verl's schemas render them, its user as the interaction."""
+    from engine.envs.taubench import TauBenchEnv
+
+    tok = request.getfixturevalue(tname)
+
+    def make() -> TauBenchEnv:
+        return TauBenchEnv("retail")
+
+    for task, overrides in ((0, {}), (1, {1: TEASE}), (2, {})):
+        ep, backend = run(make, tok, task, overrides=overrides, calculate_log_probs="true", **WIDE)
+        assert ep.env == "taubench:retail" and ep.preset == "verl-tool" and ep.n_turns >= 3
+        assert_equal(ep, backend, reference(ep, tok, make))
+        prompt = tok.decode(ep.tokens.ids[: ep.prompt_len].tolist())
+        for schema in vt.verl_tool_schemas(make().tools):
+            assert json.dumps(schema, ensure_ascii=False) in prompt  # the pydantic dump, as verl's template gets it
+        assert ep.tools == tuple(make().tools) and any(t.raw_observation for t in ep.turns)
+        answers = [t.observation[0].content for t in ep.turns if t.observation and not t.raw_observation]
+        assert answers and ep.turns[-1].done == (ep.status is Status.COMPLETED)
+        if overrides:
+            assert "Error when executing tool: 'teleport'" in ep.turns[1].raw_observation
+        else:
+            assert ep.status is Status.COMPLETED and ep.reward == 1.0
+
+
+def test_rollscope_run_taubench_under_verl_tool(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import FAKE_TAUBENCH, ROOT
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{FAKE_TAUBENCH}"}
+    db = tmp_path / "t.db"
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "run", "--env", "taubench:retail", "--preset", "verl-tool",
+                           "--tasks", "0:3", "--mistake-rate", "0", "--set", "prompt_length=8192", "--db", str(db),
+                           "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "3 episodes (completed 3), mean reward 1.000" in proc.stdout
+    from engine.store import Store
+
+    store = Store(db)
+    try:
+        eps = list(store.iter_episodes())
+    finally:
+        store.close()
+    assert {e.preset for e in eps} == {"verl-tool"} and all(e.config.loop.token_mode == "verl" for e in eps)
+    assert all(e.config.loop.prompt_length == 8192 and any(t.raw_observation for t in e.turns) for e in eps)

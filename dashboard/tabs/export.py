@@ -31,13 +31,16 @@ BROWSE, TAGGED, STARRED, IDS = "the Browse selection (its filters)", "episodes w
     "these episode ids"
 PREVIEW_ROWS = 10
 SAMPLE_CHARS = 1500
-EXTENSIONS = {"jsonl": "jsonl", "areal": "jsonl", "messages": "jsonl", "slime": "pt", "parquet": "parquet"}
+EXTENSIONS = {"jsonl": "jsonl", "areal": "jsonl", "messages": "jsonl", "slime": "pt", "parquet": "parquet",
+              "verl": "jsonl"}
 FORMAT_HELP = {
     "jsonl": "Rollscope's own episode JSONL: lossless, re-importable",
     "parquet": "one row per episode, token arrays as list columns: lossless",
     "slime": "a slime rollout dump (.pt: tokens, loss masks, rewards per sample)",
     "areal": "AReaL packed sequences per turn (JSONL)",
     "messages": "OpenAI chat JSONL with tools and tool calls (for SFT)",
+    "verl": "verl's AgentLoopOutput rows (prompt_ids, response_ids, response_mask, logprobs, turn scores): "
+            "re-importable",
 }
 _OUT_DIR: Path | None = None
 

@@ -280,6 +280,8 @@ def _turn(t: Turn, episode_findings: Sequence[Finding], budget: Budget) -> str:
     if t.action is not None and not t.action.is_respond and not t.tool_calls:
         parts.append(f'<div class="rs-dim">action: <code>{esc(t.action.name)}</code></div>')
     parts.extend(message_block(m, budget) for m in t.observation)
+    if t.raw_observation:
+        parts.append(json_details("raw tool output, before truncation", list(t.raw_observation), budget))
     if t.info:
         parts.append(json_details("env info", t.info, budget))
     parts.extend(finding_block(f, with_evidence=False) for f in own)

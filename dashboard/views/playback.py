@@ -172,6 +172,8 @@ def _env_block(t: Turn, budget: Budget) -> str:
     chips = chip("reward", fmt_num(t.reward)) + chip("done", "yes" if t.done else "no")
     body = "".join(message_block(m, budget) for m in t.observation) or '<div class="rs-dim">no observation stored</div>'
     info = json_details("env info", t.info, budget) if t.info else ""
+    if t.raw_observation:
+        info = json_details("raw tool output, before truncation", list(t.raw_observation), budget) + info
     # With no action (a parse error in feedback mode) the observation is the loop's own reply, not the env's.
     title = "Env answered" if t.action is not None or not t.observation else "Loop's feedback (the env was not called)"
     return _h(title) + f'<div class="rs-pb-chips">{chips}</div>{body}{info}'

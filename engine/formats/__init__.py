@@ -10,7 +10,7 @@ jsonl      yes    yes    Rollscope's own episode JSONL, lossless
 slime      yes    yes    slime ``--save-debug-rollout-data`` / ``--dump-details`` ``.pt``
 areal      yes    yes    AReaL trajectory dump JSONL in; per-turn packed sequences out
 areal-realhf no   yes    realhf ``MathMultiTurnAgent`` SequenceSample fields, one line per episode
-verl       yes    no     verl ``trainer.rollout_data_dir`` JSONL
+verl       yes    yes    verl ``AgentLoopOutput`` rows out and in (``verl_agent_loop``); ``rollout_data_dir`` JSONL in
 messages   yes    yes    OpenAI chat JSONL with tools and tool calls (SFT)
 taubench   yes    no     tau-bench's ``run.py`` results: a JSON list of ``{task_id, reward, info, traj, trial}``
 parquet    yes    yes    one row per episode, token arrays as list columns, lossless
@@ -45,7 +45,7 @@ from ..errors import ConfigError, FormatError
 from ..records import textsafe
 from ..records.episode import Episode
 from ..tokens.tokenizer import Tokenizer
-from . import areal, jsonl, messages, parquet, slime, taubench, verl
+from . import areal, jsonl, messages, parquet, slime, taubench, verl, verl_agent_loop
 from .base import ImportContext, LineRange, atomic_path
 from .limits import MAX_RECORD_MB, record_limit
 
@@ -78,6 +78,7 @@ STREAM_WRITERS: dict[str, StreamWriter] = {
     "areal": areal.write_stream,
     "areal-realhf": areal.write_realhf,
     "messages": messages.write_stream,
+    "verl": verl_agent_loop.write_stream,
 }
 EXPORTERS: dict[str, Exporter] = {
     **{name: _text(w) for name, w in STREAM_WRITERS.items()},
@@ -232,7 +233,7 @@ def import_path(
         if own:
             fanout.close()
     report.tokenizer = ctx.tokenizer_name
-    if ctx.tokenizer is None and fmt not in SELF_DESCRIBED and not any("tokenizer" in n for n in report.notes):
+    if ctx.tokenizer is None and fmt not in SELF_DESCRIBED and not ctx.self_described and not any("tokenizer" in n for n in report.notes):
         report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
                             "token-level checks are skipped")
     return report

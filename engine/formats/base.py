@@ -72,6 +72,8 @@ class ImportContext:
     """Only these lines of a JSONL file (``watch`` reading a file still being written)."""
     max_record: int = int(MAX_RECORD_MB * 2**20)
     """The largest record read, in bytes (``--max-record-mb``); a larger one is skipped and named."""
+    self_described: bool = False
+    """Set by a reader whose records named their own tokenizer (no ``--tokenizer`` needed for them)."""
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""

@@ -1,4 +1,8 @@
-"""verl's ``trainer.rollout_data_dir`` dumps: ``{step}.jsonl``, one line per sample.
+"""verl's JSONL in both its shapes: ``trainer.rollout_data_dir`` dumps, and ``AgentLoopOutput`` rows.
+
+A file is read in the shape of its first record (``read``): ``prompt_ids``/``response_ids`` make it
+``AgentLoopOutput`` rows, which ``verl_agent_loop`` reads and ``rollscope export --format verl`` writes;
+``input``/``output`` a rollout dump, below. The rollout dump: ``{step}.jsonl``, one line per sample.
 
 What verl writes (volcengine/verl, ``RayPPOTrainer._log_rollout_data`` and
 ``_dump_generations``): ``input`` and ``output`` are the prompt and response
@@ -26,7 +30,8 @@ from typing import Any
 from ..errors import FormatError
 from ..records.episode import Episode, Message, Status
 from ..records.provenance import Source
-from .base import ImportContext, jsonable, read_jsonl_records, reward_value, stable_id
+from . import verl_agent_loop as agent_loop
+from .base import ImportContext, discover, json_lines, jsonable, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode
 
 REQUIRED = ("input", "output")
@@ -65,6 +70,30 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
 
 
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
-    """Stream episodes from verl rollout JSONL files, one line at a time."""
-    ctx.note(RECONSTRUCTED_NOTE if ctx.tokenizer is not None else NO_TOKENIZER_NOTE)
-    yield from read_jsonl_records(path, ctx, record_to_episode)
+    """Stream episodes from verl JSONL files, one line at a time, each file read in the shape its first record
+    has: a ``rollout_data_dir`` dump (``input``/``output``) or ``AgentLoopOutput`` rows (``prompt_ids``/
+    ``response_ids``, ``verl_agent_loop``). A file whose first record is neither is refused, naming both."""
+    for f in discover(path, (".jsonl",)):
+        reader = None
+        for where, d in json_lines(f, ctx):
+            if reader is None:
+                reader = _shape(d, f)
+                if reader is record_to_episode:
+                    ctx.note(RECONSTRUCTED_NOTE if ctx.tokenizer is not None else NO_TOKENIZER_NOTE)
+            try:
+                ep = reader(d, where, f, int(where.rsplit(":", 1)[1]), ctx)
+            except FormatError as e:
+                ctx.skip(e)
+                continue
+            yield ctx.mark_replaced(ep, where)
+
+
+def _shape(d: dict[str, Any], path: Path) -> Any:
+    if agent_loop.is_agent_loop_row(d):
+        return agent_loop.record_to_episode
+    if "input" in d or "output" in d:
+        return record_to_episode
+    keys = ", ".join(sorted(d)[:8]) or "none"
+    raise FormatError(f"is neither of verl's shapes: its first record has keys {keys}; a rollout_data_dir dump has "
+                      "input, output and score, an AgentLoopOutput row prompt_ids, response_ids and response_mask "
+                      "(rollscope export --format verl writes these)", str(path))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..presets import VERL_GSM8K_CORRECT, VERL_GSM8K_WRONG
+from ..records import textsafe
 from ..records.episode import RESPOND, Action, Finding, Generation, Message, Severity, Status, ToolCall, Turn
 from ..tokens import chat
 from ..tokens import verl as vt
@@ -91,6 +92,7 @@ def start(s: Any) -> None:
     state = VerlState(vt.chat_kwargs(cfg.apply_chat_template_kwargs), vt.verl_tool_schemas(s.tools))
     if _is_math(s.env):
         state.ground_truth = str(s.env.task(s.task_id).solutions[0])
+        s.episode = s.episode.evolve(ground_truth=state.ground_truth)
     s.verl = state
     msgs = [{"role": m.role, "content": m.content} for m in s._ctx.messages]
     ids = vt.template_ids(s.tok, msgs, tools=state.schemas or None, kwargs=state.kwargs)
@@ -172,6 +174,7 @@ async def commit(s: Any, generation: Generation) -> Turn:
     content = str(s.tok.decode(ids, skip_special_tokens=True))
     s._ctx.messages.append(Message("assistant", content))
     calls: list[vt.HermesCall] = []
+    raws: list[str] = []
     executed: list[ToolCall] = []
     action: Action | None = None
     observation: tuple[Message, ...] = ()
@@ -189,17 +192,15 @@ async def commit(s: Any, generation: Generation) -> Turn:
             info["dropped"] = dropped
         t_env = time.perf_counter()
         if calls:
-            raws: list[str] = []
             tool_msgs: list[Message] = []
             for call in calls[: cfg.max_parallel_calls]:
                 raw, text, tool_reward, done_call = await _call_tool(s, call)
-                raws.append(raw)
+                raws.append(textsafe.clean_text(raw))
                 tool_msgs.append(Message("tool", text or ""))
                 st.tool_rewards.append(tool_reward)
                 reward = tool_reward
                 if done_call is not None:
                     executed.append(done_call)
-            info["raw_observation"] = raws
             info["truncated"] = [len(r) for r, m in zip(raws, tool_msgs) if m.content != r
                                  and not r.startswith(vt.TOOL_ERROR_PREFIX)]
             observation = tuple(tool_msgs)
@@ -240,11 +241,9 @@ async def commit(s: Any, generation: Generation) -> Turn:
     timings["total_s"] = timings["generate_s"] + timings.get("env_s", 0.0)
     info["verl"] = {"user_turns": st.user_turns, "assistant_turns": st.assistant_turns,
                     "turn_scores": list(st.turn_scores), "tool_rewards": list(st.tool_rewards)}
-    if st.ground_truth is not None:
-        info["verl"]["ground_truth"] = st.ground_truth
     turn = Turn(index=t, prompt_text=None, prompt_len=prompt_len, generation=gen, tool_calls=tuple(executed),
                 action=action, observation=observation, reward=reward, done=done, info=info,
-                segments=tuple(b.segments[seg_start:]), timings=timings, findings=tuple(findings))
+                raw_observation=tuple(raws), segments=tuple(b.segments[seg_start:]), timings=timings, findings=tuple(findings))
     s.turns.append(turn)
     if end is not None:
         s._end(*end)

@@ -12,15 +12,14 @@ description in the published JSON Schema (``engine.records.schema``).
 from __future__ import annotations
 
 import enum
-import math
 import typing
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-import numpy as np
-
 from ..errors import FormatError
-from .numbers import nan_to_none
+from .generation import FINISH_REASONS as FINISH_REASONS  # re-exported: the records' face
+from .generation import FinishReason as FinishReason
+from .generation import Generation as Generation
 from .outcome import Outcome
 from .provenance import BackendInfo, RunConfig, Source
 from .reading import Fields
@@ -28,14 +27,13 @@ from .textsafe import json_safe
 from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; imported from here too
 
 # 2: findings carry id and caused_by; 3: typed config, backend and source, every field required;
-# 4: which checks produced the findings (checked); 5: why it earned its reward (outcome)
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# 4: which checks produced the findings (checked); 5: why it earned its reward (outcome); 6: each turn's raw tool
+# outputs (raw_observation) and the episode's reference answer (ground_truth), out of ``info``
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
-FinishReason = Literal["stop", "length", "abort"]
-FINISH_REASONS: tuple[str, ...] = typing.get_args(FinishReason)
 FindingKind = Literal[
     "template_not_prefix_stable", "tokens_not_rendering", "retokenization_drift", "mask_misaligned",
     "logprobs_missing", "logprobs_misaligned", "truncated_turn", "truncated_episode", "response_length_mismatch",
@@ -170,82 +168,6 @@ class Action:
 
 
 @dataclass(frozen=True)
-class Generation:
-    """The raw answer of a backend to one request."""
-
-    text: str
-    """What the backend returned, decoded, end-of-turn token included when generated."""
-    token_ids: tuple[int, ...] = ()
-    """The generated ids, as the backend reported them (empty when it gave text only)."""
-    logprobs: tuple[float, ...] | None = None
-    """One rollout logprob per generated id (None when the backend gave none; NaN where unknown), at float32
-    precision: that of the episode's arrays and of the trainers' tensors (a server's float64 is rounded)."""
-    finish_reason: FinishReason = "stop"
-    """stop, length (cut by max_new_tokens) or abort."""
-    latency_s: float = 0.0
-    """Seconds the request took."""
-    prompt_tokens: int = 0
-    """Prompt length in tokens, as the backend counted it."""
-    cached_tokens: int = 0
-    """Prompt tokens the server served from its prefix cache."""
-    weight_version: int | None = None
-    """The policy version that generated it, if the server reports one."""
-    model: str = ""
-    """The model that answered (``manual`` for text a person wrote, ``imported`` for an import)."""
-    finish_detail: str = ""
-    """What the server said beyond the reason (an abort's message)."""
-
-    def __post_init__(self) -> None:
-        if self.logprobs:
-            try:
-                arr = np.asarray(self.logprobs, dtype=np.float32)
-            except (TypeError, ValueError):  # a None among them
-                arr = np.asarray([math.nan if x is None else x for x in self.logprobs], dtype=np.float32)
-            object.__setattr__(self, "logprobs", tuple(arr.tolist()))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Generation):
-            return NotImplemented
-        a, b = self.to_dict(), other.to_dict()
-        return a == b
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "token_ids": list(self.token_ids),
-            "logprobs": nan_to_none(self.logprobs),
-            "finish_reason": self.finish_reason,
-            "latency_s": self.latency_s,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "weight_version": self.weight_version,
-            "model": self.model,
-            "finish_detail": self.finish_detail,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Generation:
-        return cls.from_fields(Fields(d))
-
-    @classmethod
-    def from_fields(cls, f: Fields) -> Generation:
-        return cls(
-            text=f.text("text"),
-            token_ids=f.ints("token_ids"),
-            logprobs=f.logprobs_or_none("logprobs"),
-            finish_reason=typing.cast(FinishReason, f.choice("finish_reason", FINISH_REASONS)),
-            latency_s=f.number("latency_s"),
-            prompt_tokens=f.integer("prompt_tokens"),
-            cached_tokens=f.integer("cached_tokens"),
-            weight_version=f.int_or_none("weight_version"),
-            model=f.text("model"),
-            finish_detail=f.text("finish_detail"),
-        )
-
-
-@dataclass(frozen=True)
 class Segment:
     """A run of tokens ``[start, end)`` in the episode's token array.
 
@@ -365,6 +287,9 @@ class Turn:
     """Whether the env said the episode is over."""
     info: dict[str, Any] = field(default_factory=dict)
     """What else the env returned."""
+    raw_observation: tuple[str, ...] = ()
+    """The env's raw output of each tool call that ran this turn, in call order, before any truncation (an
+    error as the loop words it, an unknown tool's included); empty when no tool ran. verl-tool fills it."""
     segments: tuple[Segment, ...] = ()
     """The token runs this turn added."""
     timings: dict[str, float] = field(default_factory=dict)
@@ -385,6 +310,7 @@ class Turn:
             "reward": self.reward,
             "done": self.done,
             "info": json_safe(self.info),
+            "raw_observation": list(self.raw_observation),
             "segments": [s.to_dict() for s in self.segments],
             "timings": self.timings,
             "findings": [f.to_dict() for f in self.findings],
@@ -413,6 +339,7 @@ class Turn:
             reward=f.number("reward"),
             done=f.boolean("done"),
             info=f.obj("info"),
+            raw_observation=f.texts("raw_observation"),
             segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
             timings={k: float(v) for k, v in timings.items()},
             findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
@@ -474,6 +401,9 @@ class Episode:
     `import --check` run them); null when no checks ran on it, so no findings does not mean clean."""
     outcome: Outcome | None = None
     """Why it earned its reward, computed by the env that scored it; null while it runs."""
+    ground_truth: str | None = None
+    """The task's reference answer as text, as the trainer's scorer compares it (math under verl-tool);
+    null where the loop recorded none."""
     parent_id: str | None = None
     """The episode it was forked from, if any."""
     fork_turn: int | None = None
@@ -577,6 +507,7 @@ class Episode:
             findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
             checked=f.text_or_none("checked"),
             outcome=None if (o := f.sub_or_none("outcome")) is None else Outcome.from_fields(o),
+            ground_truth=f.text_or_none("ground_truth"),
             parent_id=f.text_or_none("parent_id"),
             fork_turn=f.int_or_none("fork_turn"),
             tags=f.texts("tags"),
@@ -586,6 +517,15 @@ class Episode:
             created_at=f.number("created_at"),
             schema_version=SCHEMA_VERSION,
         )
+
+
+def raw_observations(turn: Turn) -> tuple[str, ...]:
+    """The raw output of each tool call that ran in ``turn``, in call order (``Turn.raw_observation``; a turn
+    built in memory by code that still writes ``info["raw_observation"]`` is read from there)."""
+    if turn.raw_observation:
+        return turn.raw_observation
+    old = turn.info.get("raw_observation")
+    return tuple(str(x) for x in old) if isinstance(old, list) else ()
 
 
 def _backend(f: Fields | None) -> BackendInfo | None:

@@ -1,7 +1,7 @@
 """The published JSON Schema (draft 2020-12) of the JSONL episode record, built from the records.
 
 Each record class's fields, their types and the docstring written after each
-field in ``episode.py``, ``provenance.py`` and ``outcome.py`` (for the loop's knobs, the
+field in ``episode.py``, ``generation.py``, ``provenance.py`` and ``outcome.py`` (for the loop's knobs, the
 ``doc`` each knob carries) give the schema's properties and descriptions, so
 the schema cannot drift from the code. Literal types become enums. ``rollscope schema`` prints it;
 ``docs/episode.schema.json`` is a copy that a test keeps equal to it. The
@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import FormatError
 from ..presets import LATER_KNOBS, LoopConfig
-from . import episode, outcome, provenance
+from . import episode, generation, outcome, provenance
 from .episode import SCHEMA_VERSION, Episode
 from .numbers import nonfinite_positions, spell
 
@@ -48,7 +48,7 @@ def field_docs() -> dict[str, dict[str, str]]:
     """class name -> field -> the docstring written right after the field in ``episode.py`` or ``provenance.py``."""
     out: dict[str, dict[str, str]] = {
         "LoopConfig": {f.name: " ".join(str(f.metadata.get("doc", "")).split()) for f in dataclasses.fields(LoopConfig)}}
-    body = [node for module in (episode, provenance, outcome)
+    body = [node for module in (episode, generation, provenance, outcome)
             for node in ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8")).body]
     for node in body:
         if not isinstance(node, ast.ClassDef):

@@ -24,6 +24,9 @@ takes a record dict of version N and returns one of version N + 1.
   (``engine.envs``, a layer above), so here it reads as null (or as the outcome the store added to an
   older row) and ``read_episode`` fills it for a finished episode, as every reader of stored or imported
   records does.
+* 5 -> 6: ``raw_observation`` on each turn and ``ground_truth`` on the episode are new fields; the verl-tool loop
+  of version 5 kept them in ``info`` (``info.raw_observation``, ``info.verl.ground_truth`` on every turn of a math
+  episode). They move out of ``info``: a turn without them gets an empty list, an episode null.
 """
 
 from __future__ import annotations
@@ -116,8 +119,32 @@ def _v4_to_v5(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "schema_version": 5, "outcome": d.get("outcome")}
 
 
+def _v5_turn(t: Any, truth: list[str]) -> Any:
+    if not isinstance(t, dict) or not isinstance(t.get("info"), dict):
+        return {**t, "raw_observation": []} if isinstance(t, dict) else t
+    info = dict(t["info"])
+    raw = info.pop("raw_observation", [])
+    verl = info.get("verl")
+    if isinstance(verl, dict) and "ground_truth" in verl:
+        verl = dict(verl)
+        value = verl.pop("ground_truth")
+        if isinstance(value, str):
+            truth.append(value)
+        info["verl"] = verl
+    return {**t, "info": info, "raw_observation": raw}
+
+
+def _v5_to_v6(d: dict[str, Any]) -> dict[str, Any]:
+    truth: list[str] = []
+    out = {**d, "schema_version": 6}
+    if isinstance(d.get("turns"), list):
+        out["turns"] = [_v5_turn(t, truth) for t in d["turns"]]
+    out["ground_truth"] = d.get("ground_truth", truth[-1] if truth else None)
+    return out
+
+
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
 
 
 def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:
