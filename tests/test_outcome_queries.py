@@ -10,7 +10,7 @@ import pytest
 
 from engine import EpisodeFilter, Store, load_group, reward_partings
 from engine.analysis.groups import action_text
-from tests.planted import GROUP_ID, GROUP_TASK, RUN_ID, outcome_run, write_of
+from tests.planted_outcomes import GROUP_ID, GROUP_TASK, RUN_ID, outcome_run, write_of
 
 
 @pytest.fixture(scope="module")

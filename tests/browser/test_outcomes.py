@@ -14,7 +14,7 @@ import pytest
 from engine.backends.tokenizers import load_tokenizer
 from engine.store import EpisodeFilter, Store
 from tests.browser.conftest import _run_sync, serve
-from tests.planted import GROUP_ID, RUN_ID, Planted, outcome_run
+from tests.planted_outcomes import GROUP_ID, RUN_ID, Planted, outcome_run
 
 EPISODE = "#rs-episode-outcome"
 
