@@ -77,7 +77,13 @@ def test_math_lists_each_turn_answer_with_its_verdict_and_the_reference(smol_tok
     assert f"<code>{int(ref) + 1}</code>" in rows[0][1] and "wrong" in rows[0][1]
     assert f"<code>{ref}</code>" in rows[1][1] and "right" in rows[1][1]
     assert "none" in rows[2][1] and "(scored)" in rows[2][1]
-    assert f"reference answer <code>{ref}</code>" in html and 'data-jump="conv-turn-1"' in html
+    assert f"(reference <code>{ref}</code>)" in html and 'data-jump="conv-turn-1"' in html
+    # Past six turns, the right ones and the scored one stay in view; the rest fold.
+    wrong = right.format(int(ref) + 1)
+    ep, _ = _math(smol_tokenizer, [wrong, wrong, right.format(ref), wrong, wrong, wrong, wrong, wrong, wrong])
+    shown, folded = render_outcome(ep).split('class="rs-oc-same"')
+    assert re.findall(r'<tr data-turn="(\d)">', shown) == ["0", "1", "2", "3", "4", "8"]
+    assert re.findall(r'<tr data-turn="(\d)">', folded) == ["5", "6", "7"] and "3 more turns" in folded
 
 
 def test_the_outcome_chart_stacks_the_steps_counts_and_the_partings_table(run, tmp_path):

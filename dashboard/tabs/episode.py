@@ -146,8 +146,8 @@ def build(store: Store) -> EpisodeTab:
     with gr.Row(equal_height=False, elem_classes="rs-ep-top"):
         with gr.Column(scale=3, min_width=520):
             header = html(EMPTY, "rs-episode-header")
-            outcome = html("", "rs-episode-outcome", script("tokens"))
         with gr.Column(scale=2, min_width=360):
+            outcome = html("", "rs-episode-outcome", script("tokens"))
             findings = html("", "rs-episode-findings", script("tokens"))
             with gr.Accordion("Tags and note", open=False, elem_id="rs-annotate-box"):
                 tags = gr.Dropdown([], value=[], multiselect=True, allow_custom_value=True,

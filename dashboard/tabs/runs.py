@@ -3,8 +3,8 @@
 Start checks the form at once (folder, format, tokenizer) and runs the watch in a thread of the
 server (``dashboard.background.watching``): new dumps are imported and checked into this database as the
 trainer writes them. Below, the run view plots the chosen run one point per rollout step, marks the
-steps where the data changed for the worse, and lists the steps; a step opens its episodes in
-Browse. One ``gr.Timer`` polls the watch and a cheap stamp of the store, so the view grows while a
+steps where the data changed for the worse, stacks each step's outcome kinds (why its episodes earned
+their reward), and lists the steps; a step opens its episodes in Browse. One ``gr.Timer`` polls the watch and a cheap stamp of the store, so the view grows while a
 run is written (by this server or a ``rollscope watch`` elsewhere) and stays still otherwise; a
 reloaded page finds a running watch again.
 """

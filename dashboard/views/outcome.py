@@ -21,6 +21,7 @@ from .limits import cut
 
 VALUE_CHARS = 300  # an argument or database value is cut to this
 DB_ROWS = 8  # database differences shown before the rest fold
+ANSWER_ROWS = 6  # math turns shown before the rest fold
 KIND_LABELS = {
     "success": "success", "not_called": "not called", "wrong_arguments": "wrong arguments",
     "extra_write": "extra write", "missing_output": "missing output", "correct": "correct",
@@ -63,7 +64,7 @@ def _calls(o: Outcome) -> str:
         if c is None:
             return f'<span class="rs-dim">{esc(missing)}</span>'
         other = taken if c is exp else exp
-        code = f'<code class="rs-call-name">{esc(c.name)}</code>'
+        code = f'<code class="rs-call-name">{esc(c.name).replace("_", "_<wbr>")}</code>'  # breaks at words
         if other is not None and other.name != c.name:
             return f'<mark class="{"rs-oc-diff" if c is taken else "rs-oc-want"}">{code}</mark>'
         return code
@@ -77,15 +78,27 @@ def _calls(o: Outcome) -> str:
         return f'<td class="rs-oc-val"><mark class="{cls}">{shown}</mark></td>' if k in differ \
             else f'<td class="rs-oc-val">{shown}</td>'
 
-    marked = ' class="rs-oc-differs"'
-    rows = "".join(f'<tr data-arg="{esc(k)}"{marked if k in differ else ""}><th>{esc(k)}</th>'
-                   f"{cell(exp, k)}{cell(taken, k)}</tr>" for k in keys)
-    head = (f'<tr><th></th><th>expected (reference) {name(exp, "none")}</th>'
-            f'<th>taken (agent) {name(taken, "never called")}</th></tr>')
-    return f'<table class="rs-oc-calls"><thead>{head}</thead><tbody>{rows}</tbody></table>'
+    def row(k: str) -> str:
+        mark = ' class="rs-oc-differs"' if k in differ else ""
+        return f'<tr data-arg="{esc(k)}"{mark}><th>{esc(k)}</th>{cell(exp, k)}{cell(taken, k)}</tr>'
+
+    head = (f'<tr><th></th><th>expected (reference)<br>{name(exp, "none")}</th>'
+            f'<th>taken (agent)<br>{name(taken, "never called")}</th></tr>')
+    # Both calls there: the differing arguments first, the rest folded; one call alone: all of it.
+    shown = [k for k in keys if k in differ] if exp is not None and taken is not None else keys
+    rest = [k for k in keys if k not in shown]
+    same = "".join(f'<span class="rs-oc-same-arg" data-arg="{esc(k)}"><b>{esc(k)}</b> '
+                   f'<span class="rs-oc-val">{_value(exp.arguments.get(k) if exp else None)}</span></span>'
+                   for k in rest)
+    fold = (f'<details class="rs-oc-same"><summary>{len(rest)} more argument{"s" if len(rest) != 1 else ""}, the '
+            f"same in both</summary>{same}</details>" if rest else "")
+    return (f'<table class="rs-oc-calls"><thead>{head}</thead><tbody>{"".join(row(k) for k in shown)}</tbody>'
+            f"</table>{fold}")
 
 
-def _db(changes: Sequence[DbChange]) -> str:
+def _db(changes: Sequence[DbChange], open_: bool) -> str:
+    """The final database's differences from the reference's; folded (``open_`` False) where the calls above
+    already say what went wrong."""
     if not changes:
         return ""
 
@@ -99,26 +112,39 @@ def _db(changes: Sequence[DbChange]) -> str:
     rest = changes[DB_ROWS:]
     more = (f'<details class="rs-fold"><summary>{len(rest)} more</summary><table class="rs-oc-db"><tbody>'
             f'{"".join(row(c) for c in rest)}</tbody></table></details>' if rest else "")
-    return (f'<div class="rs-oc-part"><div class="rs-oc-k">database vs the reference\'s ({len(changes)} '
-            f'difference{"s" if len(changes) != 1 else ""})</div><table class="rs-oc-db"><thead>{head}</thead>'
-            f"<tbody>{first}</tbody></table>{more}</div>")
+    return (f'<details class="rs-oc-part rs-oc-dbdiff"{" open" if open_ else ""}><summary class="rs-oc-k">the '
+            f'database vs the reference\'s: {len(changes)} difference{"s" if len(changes) != 1 else ""}</summary>'
+            f'<table class="rs-oc-db"><thead>{head}</thead><tbody>{first}</tbody></table>{more}</details>')
 
 
 def _answers(ep: Episode, o: Outcome) -> str:
+    """Math: per turn, the answer the checker extracted, its verdict and how the reply ended; past
+    ``ANSWER_ROWS`` turns, those with a right answer and the scored one stay in view and the rest fold."""
     if not o.answers and o.reference_answer is None:
         return ""
+    scored = o.answers[-1] if o.answers else None
 
     def row(a: MathAnswer) -> str:
         got = '<span class="rs-dim">none</span>' if a.extracted is None else f"<code>{esc(a.extracted)}</code>"
         verdict = '<span class="rs-oc-yes">right</span>' if a.correct else '<span class="rs-oc-no">wrong</span>'
-        scored = " (scored)" if a is o.answers[-1] else ""
-        return (f'<tr data-turn="{a.turn}"><td>{_turn_links(ep, a.turn)}{scored}</td><td>{got}</td><td>{verdict}</td>'
-                f"<td>{esc(a.finish_reason)}</td></tr>")
+        link = jump(f"conv-turn-{a.turn}", f"turn {a.turn} ↓", "rs-jump rs-oc-turn", href=deep_link(ep.id, a.turn))
+        return (f'<tr data-turn="{a.turn}"><td>{link}{" (scored)" if a is scored else ""}</td><td>{got}</td>'
+                f"<td>{verdict}</td><td>{esc(a.finish_reason)}</td></tr>")
 
-    ref = "" if o.reference_answer is None else f"<code>{esc(o.reference_answer)}</code>"
-    return (f'<div class="rs-oc-part"><div class="rs-oc-k">reference answer {ref}</div>'
-            '<table class="rs-oc-db"><thead><tr><th>turn</th><th>extracted answer</th><th>verdict</th>'
-            f'<th>finish</th></tr></thead><tbody>{"".join(row(a) for a in o.answers)}</tbody></table></div>')
+    keep = list(o.answers)
+    if len(keep) > ANSWER_ROWS:
+        wanted = {id(a) for a in keep if a.correct or a is scored}
+        for a in keep:
+            if len(wanted) >= ANSWER_ROWS:
+                break
+            wanted.add(id(a))
+        keep = [a for a in o.answers if id(a) in wanted]
+    rest = [a for a in o.answers if a not in keep]
+    fold = (f'<details class="rs-oc-same"><summary>{len(rest)} more turn{"s" if len(rest) != 1 else ""}</summary>'
+            f'<table class="rs-oc-db"><tbody>{"".join(row(a) for a in rest)}</tbody></table></details>' if rest else "")
+    ref = "" if o.reference_answer is None else f' <span class="rs-oc-ref">(reference <code>{esc(o.reference_answer)}</code>)</span>'
+    return (f'<table class="rs-oc-db rs-oc-answers"><thead><tr><th>turn</th><th>extracted answer{ref}</th>'
+            f'<th>verdict</th><th>finish</th></tr></thead><tbody>{"".join(row(a) for a in keep)}</tbody></table>{fold}')
 
 
 def render_outcome(ep: Episode) -> str:
@@ -138,7 +164,7 @@ def render_outcome(ep: Episode) -> str:
         parts.append('<div class="rs-oc-part"><span class="rs-oc-k">outputs never said</span> '
                      + " ".join(f'<mark class="rs-oc-diff rs-oc-output">{esc(m)}</mark>' for m in o.missing_outputs)
                      + "</div>")
-    parts.append(_db(o.db_diff))
+    parts.append(_db(o.db_diff, open_=o.expected is None and o.taken is None))
     parts.append(_answers(ep, o))
     parts.append("</div>")
     return "".join(parts)
