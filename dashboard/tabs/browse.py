@@ -60,7 +60,7 @@ def episode_filter(
     text: str | None = None, env: str | None = None, task: str | None = None, status: list[str] | None = None,
     run: str | None = None, reward_min: Any = None, reward_max: Any = None, turns_min: Any = None,
     turns_max: Any = None, tags: list[str] | None = None, starred: str | None = None, source: str | None = None,
-    findings: str | None = None, step: Any = None, search_context: Any = False, outcome: list[str] | None = None,
+    findings: str | None = None, step: Any = None, search_context: Any = False, outcome: str | None = None,
 ) -> EpisodeFilter:
     """The store filter for the filter controls' values (``all``/empty means no filter)."""
     kind = _opt(findings)
@@ -83,7 +83,7 @@ def episode_filter(
         finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING) or kind.startswith(ROOT) else kind,
         root_kind=kind[len(ROOT):] if kind and kind.startswith(ROOT) else None,
         rollout_step=int(step_no) if step_no is not None and step_no.is_integer() else None,
-        outcome=tuple(k for k in (outcome or []) if k and k != ALL),
+        outcome=(why,) if (why := _opt(outcome)) else (),
     )
 
 
@@ -139,7 +139,7 @@ def figures(store: Store, flt: EpisodeFilter) -> dict[str, Any]:
 
 def choices(store: Store) -> dict[str, Any]:
     """Dropdown updates with the values in the database now, by filter: env, task, run, source, tags, findings,
-    outcome (its kinds, with how many episodes have each)."""
+    outcome (its kinds, most episodes first, with how many have each)."""
     tasks = store.distinct("task_id")
     kinds = store.finding_kinds()
     root_kinds = store.root_kind_counts()
@@ -154,7 +154,8 @@ def choices(store: Store) -> dict[str, Any]:
             *((f"root: {k} ({n:,})", ROOT + k) for k, n in root_kinds),
             *((f"{k} ({n:,})", k) for k, n in kinds),
         ]),
-        "outcome": gr.Dropdown(choices=[(f"{k} ({n:,})", k) for k, n in store.outcome_counts().get(None, {}).items()]),
+        "outcome": gr.Dropdown(choices=[("any", ALL), *((f"{k} ({n:,})", k)
+                                                         for k, n in store.outcome_counts().get(None, {}).items())]),
     }
 
 
@@ -245,7 +246,7 @@ def cleared_filters() -> dict[str, Any]:
     """Every filter control's value for "no filter", by name."""
     return {"text": "", "env": ALL, "task": ALL, "status": [], "run": ALL, "reward_min": "", "reward_max": "",
             "turns_min": "", "turns_max": "", "tags": [], "starred": "any", "source": ALL, "findings": ALL, "step": "",
-            "search_context": False, "outcome": []}
+            "search_context": False, "outcome": ALL}
 
 
 def step_filters(store: Store, run: str, step: Any) -> dict[str, Any]:
@@ -376,8 +377,8 @@ def build(store: Store) -> BrowseTab:
                              min_width=150, elem_id="rs-filter-status")
         findings = gr.Dropdown([("any", ALL)], value=ALL, label="findings", scale=2, min_width=160,
                                elem_id="rs-filter-findings")
-        outcome = gr.Dropdown([], value=[], multiselect=True, label="outcome (why this reward)", scale=2,
-                              min_width=170, elem_id="rs-filter-outcome")
+        outcome = gr.Dropdown([("any", ALL)], value=ALL, label="outcome (why this reward)", scale=2, min_width=170,
+                              elem_id="rs-filter-outcome")
         tags = gr.Dropdown([], value=[], multiselect=True, label="tags (all of)", scale=2, min_width=140,
                            elem_id="rs-filter-tags")
         with gr.Column(scale=0, min_width=110, elem_classes="rs-filter-buttons"):

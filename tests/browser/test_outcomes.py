@@ -97,12 +97,15 @@ def test_outcomes_in_episode_browse_runs_and_group(page: Any, site: Site, screen
         assert table.locator(f"tr[data-id='{p.episode.id}'] td.c-outcome .rs-oc-kind").get_attribute("data-kind") == p.kind
     page.screenshot(path=str(screenshots / "outcome_browse.png"))
     page.locator("#rs-filter-outcome input").click()
-    page.get_by_role("option", name="wrong_arguments (2)").click()
+    assert [t.split("\n")[-1] for t in page.locator("#rs-filter-outcome").get_by_role("option").all_inner_texts()] == [
+        "any", *(f"{k} ({n})" for k, n in store.outcome_counts()[None].items())]
+    page.get_by_role("option", name="wrong_arguments (2)", exact=True).click()
     page.locator("#rs-browse-info", has_text="of 2 matching").wait_for()
     shown = {r.get_attribute("data-id") for r in table.locator("tr[data-id]").all()}
     assert shown == {s.id for s in store.list_episodes(EpisodeFilter.from_where(["outcome=wrong_arguments"]))}
     assert shown == {p.episode.id for p in site.run if p.kind == "wrong_arguments"}
     page.keyboard.press("Escape")
+    assert page.locator("#rs-browse-filters").evaluate("e => e.getBoundingClientRect().height") < 130  # one row
     page.screenshot(path=str(screenshots / "outcome_browse_filtered.png"))
 
     # -- Runs: one stacked trace per kind; its counts per step are the store's.
