@@ -1,10 +1,11 @@
-// Launch, Step, Compare and Export: an element with data-open (a row or a link) sends {"open": id};
-// the app shows that episode in the Episode tab.
+// Launch, Step, Compare, Export and Group: an element with data-open (a row or a link) sends {"open": id}
+// (and {"turn": k} with data-turn); the app shows that episode in the Episode tab, at that turn.
 element.addEventListener("click", (event) => {
   const el = event.target.closest && event.target.closest("[data-open]");
   if (!el) return;
   event.preventDefault();
-  trigger("click", { open: el.dataset.open });
+  const turn = el.dataset.turn === undefined || el.dataset.turn === "" ? undefined : Number(el.dataset.turn);
+  trigger("click", turn === undefined ? { open: el.dataset.open } : { open: el.dataset.open, turn });
 });
 element.addEventListener("keydown", (event) => {
   const el = event.target.closest && event.target.closest("[data-open]");

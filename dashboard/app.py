@@ -115,8 +115,11 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
 
         def open_requested(request: Any) -> list[Any]:
             # Any tab opens an episode by setting episode_request to its id
-            # (or to {"id": ..., ...} with a nonce, to reopen the same one).
-            return show(request.get("id") if isinstance(request, dict) else request)
+            # (or to {"id": ..., ...} with a nonce, to reopen the same one; with "turn": k, playback at turn k).
+            if isinstance(request, dict):
+                turn = request.get("turn")
+                return show(request.get("id"), int(turn) if isinstance(turn, int) else None)
+            return show(request)
 
         def open_from_query(request: gr.Request) -> list[Any]:
             # /?episode=ID&turn=K&token=N: playback at turn K; the token view marks token N (assets/tokens.js).

@@ -31,7 +31,16 @@ from .analysis.at_turn import (
     turn_span,
 )
 from .analysis.compare import Comparison, TurnDiff, calls_text, compare, observation_text, opening_messages, word_diff
-from .analysis.groups import GROUP_NORMALIZATION, GroupSample, GroupView, flat_groups, group_view, load_group
+from .analysis.groups import (
+    GROUP_NORMALIZATION,
+    GroupSample,
+    GroupView,
+    Parting,
+    flat_groups,
+    group_view,
+    load_group,
+    reward_partings,
+)
 from .analysis.steps import StepChange, step_changes
 from .analysis.tokendiff import TD_CHANGED, TD_ONLY_A, TD_ONLY_B, TokenDiff, TokenDiffRow, retokenized, token_diff
 from .backends.base import Backend, GenerationRequest, SamplingParams
@@ -108,6 +117,7 @@ from .records.episode import (
     ToolCall,
     Turn,
 )
+from .records.outcome import OUTCOME_KINDS, PASSING_KINDS, DbChange, MathAnswer, Outcome, OutcomeCall
 from .records.provenance import BackendInfo, EnvInfo, RunConfig, Source
 from .records.schema import episode_schema
 from .store import (
@@ -127,14 +137,14 @@ from .tokens.chat import decode
 from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "POLICIES",
+    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "OUTCOME_KINDS", "PASSING_KINDS", "POLICIES",
     "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
     "WATCH_FORMATS",
     "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
     "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "DemoPart", "DemoReport",
-    "DemoRun", "Env", "EnvError", "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport",
+    "DbChange", "DemoRun", "Env", "EnvError", "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport",
     "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart", "HandStepper",
-    "LoopConfig", "Message", "ModelNotFound", "PromptView", "ReplayResult", "RewardBins", "RewardSoFar",
+    "LoopConfig", "MathAnswer", "Message", "ModelNotFound", "Outcome", "OutcomeCall", "Parting", "PromptView", "ReplayResult", "RewardBins", "RewardSoFar",
     "RewardStats", "RollscopeError", "RunConfig", "RunOverview", "RunPlan", "RunSummary", "SamplingParams", "Segment", "Severity",
     "Source", "Status", "StepChange", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
     "TokenDiff", "TokenDiffRow", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
@@ -145,7 +155,7 @@ __all__ = [
     "get_preset", "group_view", "import_path", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
     "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "prompt_tokens",
-    "read_episode", "replay", "replay_stored", "retokenized", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
+    "read_episode", "replay", "replay_stored", "retokenized", "reward_partings", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
     "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
     "word_diff",
 ]

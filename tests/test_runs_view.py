@@ -123,7 +123,7 @@ def test_an_empty_run_says_why() -> None:
 def test_the_view_is_drawn_once_per_change(run: tuple[Store, str]) -> None:
     store, run_id = run
     drawn = runs_tab.view_values(store, run_id)
-    assert set(drawn) == {"alerts", "plot", "steps", "view_key"}
+    assert set(drawn) == {"alerts", "plot", "outcomes", "steps", "view_key"}
     assert "step 1" in drawn["alerts"] and len(drawn["plot"].data) > 4 and 'data-step="0"' in drawn["steps"]
     assert runs_tab.view_values(store, run_id, drawn["view_key"]) == {}  # nothing new: nothing sent
 
@@ -140,7 +140,7 @@ def test_browse_filters_a_run_by_step_and_keeps_the_opened_row(run: tuple[Store,
     assert table.count('class="rs-selected"') == 1 and f'data-id="{one.id}" tabindex="0" class="rs-selected"' in table
     assert table.count('<td class="c-step c-num">1</td>') == N
     values = browse_tab.step_filters(store, run_id, 1)
-    assert len(values) == 15 and values["run"].value == run_id and values["step"] == "1"
+    assert len(values) == 16 and values["run"].value == run_id and values["step"] == "1"
     assert browse_tab.episode_filter(**values | {"run": run_id}) == flt
 
 

@@ -60,7 +60,7 @@ def episode_filter(
     text: str | None = None, env: str | None = None, task: str | None = None, status: list[str] | None = None,
     run: str | None = None, reward_min: Any = None, reward_max: Any = None, turns_min: Any = None,
     turns_max: Any = None, tags: list[str] | None = None, starred: str | None = None, source: str | None = None,
-    findings: str | None = None, step: Any = None, search_context: Any = False,
+    findings: str | None = None, step: Any = None, search_context: Any = False, outcome: str | None = None,
 ) -> EpisodeFilter:
     """The store filter for the filter controls' values (``all``/empty means no filter)."""
     kind = _opt(findings)
@@ -83,6 +83,7 @@ def episode_filter(
         finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING) or kind.startswith(ROOT) else kind,
         root_kind=kind[len(ROOT):] if kind and kind.startswith(ROOT) else None,
         rollout_step=int(step_no) if step_no is not None and step_no.is_integer() else None,
+        outcome=(why,) if (why := _opt(outcome)) else (),
     )
 
 
@@ -137,7 +138,8 @@ def figures(store: Store, flt: EpisodeFilter) -> dict[str, Any]:
 
 
 def choices(store: Store) -> dict[str, Any]:
-    """Dropdown updates with the values in the database now, by filter: env, task, run, source, tags, findings."""
+    """Dropdown updates with the values in the database now, by filter: env, task, run, source, tags, findings,
+    outcome (its kinds, most episodes first, with how many have each)."""
     tasks = store.distinct("task_id")
     kinds = store.finding_kinds()
     root_kinds = store.root_kind_counts()
@@ -152,6 +154,8 @@ def choices(store: Store) -> dict[str, Any]:
             *((f"root: {k} ({n:,})", ROOT + k) for k, n in root_kinds),
             *((f"{k} ({n:,})", k) for k, n in kinds),
         ]),
+        "outcome": gr.Dropdown(choices=[("any", ALL), *((f"{k} ({n:,})", k)
+                                                         for k, n in store.outcome_counts().get(None, {}).items())]),
     }
 
 
@@ -202,7 +206,8 @@ class BrowseTab:
     @property
     def choice_outputs(self) -> Outputs:
         """The filters whose choices come from the database (``choices``)."""
-        return Outputs(**{name: self.filters[name] for name in ("env", "task", "run", "source", "tags", "findings")})
+        return Outputs(**{name: self.filters[name] for name in ("env", "task", "run", "source", "tags", "findings",
+                                                                 "outcome")})
 
     @property
     def chart_outputs(self) -> Outputs:
@@ -241,7 +246,7 @@ def cleared_filters() -> dict[str, Any]:
     """Every filter control's value for "no filter", by name."""
     return {"text": "", "env": ALL, "task": ALL, "status": [], "run": ALL, "reward_min": "", "reward_max": "",
             "turns_min": "", "turns_max": "", "tags": [], "starred": "any", "source": ALL, "findings": ALL, "step": "",
-            "search_context": False}
+            "search_context": False, "outcome": ALL}
 
 
 def step_filters(store: Store, run: str, step: Any) -> dict[str, Any]:
@@ -372,6 +377,8 @@ def build(store: Store) -> BrowseTab:
                              min_width=150, elem_id="rs-filter-status")
         findings = gr.Dropdown([("any", ALL)], value=ALL, label="findings", scale=2, min_width=160,
                                elem_id="rs-filter-findings")
+        outcome = gr.Dropdown([("any", ALL)], value=ALL, label="outcome (why this reward)", scale=2, min_width=170,
+                              elem_id="rs-filter-outcome")
         tags = gr.Dropdown([], value=[], multiselect=True, label="tags (all of)", scale=2, min_width=140,
                            elem_id="rs-filter-tags")
         with gr.Column(scale=0, min_width=110, elem_classes="rs-filter-buttons"):
@@ -395,7 +402,7 @@ def build(store: Store) -> BrowseTab:
             search_context = gr.Checkbox(False, label="search system prompts and tool schemas too", scale=2,
                                          min_width=200, elem_id="rs-filter-search-context")
             columns = gr.Dropdown(list(OPTIONAL_COLUMNS), value=list(DEFAULT_COLUMNS), multiselect=True,
-                                  label="more columns (beside id, env, task, status, reason, reward and diagnosis)",
+                                  label="more columns (beside id, env, task, status, reason, reward, outcome and diagnosis)",
                                   scale=4, elem_id="rs-columns")
             refresh = gr.Button("Refresh", scale=0, min_width=100, elem_id="rs-refresh")
     info = html(note("Loading…"), "rs-browse-info")
@@ -418,7 +425,7 @@ def build(store: Store) -> BrowseTab:
                     plots.append(gr.Plot(show_label=False, elem_id=f"rs-chart-{row * 3 + col}", min_width=300))
     filters = Outputs(text=text, env=env, task=task, status=status, run=run, reward_min=reward_min,
                       reward_max=reward_max, turns_min=turns_min, turns_max=turns_max, tags=tags, starred=starred,
-                      source=source, findings=findings, step=step, search_context=search_context)
+                      source=source, findings=findings, step=step, search_context=search_context, outcome=outcome)
     tab = BrowseTab(filters, apply, reset, refresh, more, columns, info, table, bulk_file, prev, nxt, page_box,
                     page_size, sort, plots, gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S), demo)
     drawn = tab.outputs
@@ -430,7 +437,7 @@ def build(store: Store) -> BrowseTab:
 
     for control in (apply.click, text.submit, reward_min.submit, reward_max.submit, turns_min.submit,
                     turns_max.submit, step.submit, env.input, task.input, status.input, run.input, tags.input,
-                    starred.input, source.input, findings.input, search_context.input):
+                    starred.input, source.input, findings.input, search_context.input, outcome.input):
         refilter(control)
     prev.click(_show(store, tab, -1), inputs=tab.inputs, outputs=drawn.components)
     nxt.click(_show(store, tab, +1), inputs=tab.inputs, outputs=drawn.components)

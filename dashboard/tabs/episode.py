@@ -1,4 +1,4 @@
-"""Episode: one episode's header, findings, per-turn chart, turn timeline and token view.
+"""Episode: one episode's header, why it earned its reward, findings, per-turn chart, turn timeline and token view.
 
 Also where a researcher stars, tags and annotates an episode (stored at
 once through the store) and asks to fork it at a turn (the app hands the
@@ -21,6 +21,7 @@ from ..gradio_glue import Outputs, event_data, fresh, html
 from ..views import charts
 from ..views import episode as views
 from ..views.html import note
+from ..views.outcome import render_outcome
 from ..views.tokens import token_view
 from . import playback as playback_tab
 
@@ -45,6 +46,7 @@ class EpisodeTab:
     save_button: gr.Button
     saved: gr.HTML
     header: gr.HTML
+    outcome: gr.HTML  # "Why this reward" (views/outcome.py)
     chart: gr.Plot
     chart_box: gr.Accordion  # folded for short episodes
     findings: gr.HTML
@@ -59,7 +61,7 @@ class EpisodeTab:
 
     @property
     def outputs(self) -> Outputs:
-        return Outputs(id_box=self.id_box, header=self.header, findings=self.findings, conversation=self.conversation,
+        return Outputs(id_box=self.id_box, header=self.header, outcome=self.outcome, findings=self.findings, conversation=self.conversation,
                        tokens=self.tokens, chart=self.chart, chart_box=self.chart_box, current=self.current, starred=self.starred,
                        star_button=self.star_button, tags=self.tags, note=self.note, fork_turn=self.fork_turn,
                        saved=self.saved)
@@ -91,7 +93,7 @@ def _tags_update(choices: list[str], value: list[str]) -> gr.Dropdown:
 
 
 def _blank(header: str, episode_id: str = "") -> dict[str, Any]:
-    return {"id_box": episode_id, "header": header, "findings": "", "conversation": "", "tokens": "", "chart": None,
+    return {"id_box": episode_id, "header": header, "outcome": "", "findings": "", "conversation": "", "tokens": "", "chart": None,
             "chart_box": gr.Accordion(open=False),
             "current": None, "starred": False, "star_button": gr.Button(_star_label(False)),
             "tags": _tags_update([], []), "note": "", "fork_turn": gr.Dropdown(choices=[], value=None), "saved": ""}
@@ -111,6 +113,7 @@ def view(store: Store, episode_id: str | None) -> dict[str, Any]:
     return {
         "id_box": ep.id,
         "header": views.render_header(ep),
+        "outcome": render_outcome(ep),
         "findings": views.render_findings(ep, store.run_level_kinds([ep.run_id]).get(ep.run_id or "")
                                           if ep.run_id else None),
         "conversation": fresh(views.render_conversation(ep)),
@@ -144,6 +147,7 @@ def build(store: Store) -> EpisodeTab:
         with gr.Column(scale=3, min_width=520):
             header = html(EMPTY, "rs-episode-header")
         with gr.Column(scale=2, min_width=360):
+            outcome = html("", "rs-episode-outcome", script("tokens"))
             findings = html("", "rs-episode-findings", script("tokens"))
             with gr.Accordion("Tags and note", open=False, elem_id="rs-annotate-box"):
                 tags = gr.Dropdown([], value=[], multiselect=True, allow_custom_value=True,
@@ -175,7 +179,7 @@ def build(store: Store) -> EpisodeTab:
     conversation = html("", "rs-episode-conversation", script("tokens", "fork_link"))
     current = gr.State(None)
     starred = gr.State(False)
-    tab = EpisodeTab(id_box, open_button, star_button, tags, note_box, save_button, saved, header, chart, chart_box,
+    tab = EpisodeTab(id_box, open_button, star_button, tags, note_box, save_button, saved, header, outcome, chart, chart_box,
                      findings, conversation, toggles, tokens, fork_turn, fork_button, current, starred, panel)
     chart_box.expand(None, js=script("resize_charts"))
     panel.wire(current)

@@ -167,8 +167,11 @@ def build(store: Store, jobs: JobManager | None = None) -> LaunchTab:
 
 
 def open_request(evt: gr.EventData) -> Any:
-    """``{"id", "at"}`` for the app's episode_request when a row was clicked, else skip."""
-    episode_id = event_data(evt).get("open")
+    """``{"id", "at"}`` for the app's episode_request when a row was clicked (and ``"turn"`` when the link names
+    one), else skip."""
+    data = event_data(evt)
+    episode_id = data.get("open")
     if not episode_id:
         return gr.skip()
-    return {"id": str(episode_id), "at": time.time()}
+    turn = data.get("turn")
+    return {"id": str(episode_id), "at": time.time(), **({"turn": int(turn)} if isinstance(turn, int | float) else {})}

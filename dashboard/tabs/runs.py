@@ -3,8 +3,8 @@
 Start checks the form at once (folder, format, tokenizer) and runs the watch in a thread of the
 server (``dashboard.background.watching``): new dumps are imported and checked into this database as the
 trainer writes them. Below, the run view plots the chosen run one point per rollout step, marks the
-steps where the data changed for the worse, and lists the steps; a step opens its episodes in
-Browse. One ``gr.Timer`` polls the watch and a cheap stamp of the store, so the view grows while a
+steps where the data changed for the worse, stacks each step's outcome kinds (why its episodes earned
+their reward), and lists the steps; a step opens its episodes in Browse. One ``gr.Timer`` polls the watch and a cheap stamp of the store, so the view grows while a
 run is written (by this server or a ``rollscope watch`` elsewhere) and stays still otherwise; a
 reloaded page finds a running watch again.
 """
@@ -44,6 +44,7 @@ class RunsTab:
     run: gr.Dropdown
     alerts: gr.HTML
     plot: gr.Plot
+    outcomes: gr.Plot  # outcome kinds per step, stacked
     steps: gr.HTML
     timer: gr.Timer
     watch_id: gr.State
@@ -61,7 +62,8 @@ class RunsTab:
     @property
     def view_outputs(self) -> Outputs:
         """The run view (``view_values``)."""
-        return Outputs(alerts=self.alerts, plot=self.plot, steps=self.steps, view_key=self.view_key)
+        return Outputs(alerts=self.alerts, plot=self.plot, outcomes=self.outcomes, steps=self.steps,
+                       view_key=self.view_key)
 
     @property
     def tick_outputs(self) -> Outputs:
@@ -124,7 +126,7 @@ def view_values(store: Store, run: str | None, key: Any = None) -> dict[str, Any
         return {}
     marked = step_changes(stats)
     return {"alerts": alerts_note(stats, marked), "plot": run_charts.run_figure(stats, run or "", marked),
-            "steps": step_table(stats, marked), "view_key": new_key}
+            "outcomes": run_charts.outcome_figure(stats, run or ""), "steps": step_table(stats, marked), "view_key": new_key}
 
 
 def _run_choices(store: Store, current: str | None, follow: str | None) -> tuple[list[tuple[str, str]], str | None]:
@@ -168,11 +170,12 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
     run = gr.Dropdown([], value=None, label="run", elem_id="rs-run-select")
     alerts = html("", "rs-run-alerts")
     plot = gr.Plot(show_label=False, elem_id="rs-run-chart")
+    outcomes = gr.Plot(show_label=False, elem_id="rs-run-outcomes")
     html('<h4 class="rs-h">Steps <span class="rs-dim">(newest first; click a step to see its episodes in '
          "Browse)</span></h4>")
     steps = html("", "rs-run-steps", script("run_steps"))
     timer = gr.Timer(POLL_S)
-    tab = RunsTab(folder, fmt, tokenizer, run_name, start, stop, message, status, run, alerts, plot, steps, timer,
+    tab = RunsTab(folder, fmt, tokenizer, run_name, start, stop, message, status, run, alerts, plot, outcomes, steps, timer,
                   gr.State(None), gr.State(None), gr.State(None), gr.State(None), watches, all_runs)
     ticked, watched, status_out, view_out = tab.tick_outputs, tab.watch_outputs, tab.status_outputs, tab.view_outputs
 

@@ -20,6 +20,7 @@ from engine import DEMO_PARTS, EXPORTERS, DemoPart, DemoReport, EpisodeSummary
 
 from ..background.jobs import FAILED, DemoStatus
 from .html import esc, fmt_num, heads, note
+from .outcome import kind_badge
 
 EXPORT_FORMATS = tuple(sorted(EXPORTERS))
 
@@ -48,6 +49,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("status", "status", "c-status"),
     Column("reason", None, "c-reason", "why the episode ended: max turns reached, the env said done, an abort's message"),
     Column("reward", "reward", "c-reward c-num"),
+    Column("outcome", "outcome", "c-outcome", "why the episode earned its reward, as the env that scored it says: "
+                                              "open the episode for the calls, values and turn"),
     Column("turns", "n_turns", "c-turns c-num"),
     Column("tokens", "n_tokens", "c-tokens c-num"),
     Column("trainable", "n_trainable", "c-trainable c-num", "tokens with loss mask 1"),
@@ -62,7 +65,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("created", "created_at", "c-time"),
 )
 # Always shown, and sized to fit a 1440-pixel window together with the default choice: what says why.
-KEY_COLUMNS = ("pick", "star", "id", "env", "task", "status", "reason", "reward", "diagnosis")
+KEY_COLUMNS = ("pick", "star", "id", "env", "task", "status", "reason", "reward", "outcome", "diagnosis")
 OPTIONAL_COLUMNS = tuple(c.name for c in COLUMNS if c.name not in KEY_COLUMNS)
 DEFAULT_COLUMNS = ("turns", "findings", "tags")
 
@@ -106,6 +109,7 @@ def _cells(s: EpisodeSummary, run_level: Sequence[str]) -> dict[str, str]:
         "status": f'<span class="rs-pill rs-st-{esc(s.status)}">{esc(s.status)}</span>',
         "reason": f'<span class="rs-ellip" title="{esc(s.reason)}">{esc(s.reason)}</span>' if s.reason else "",
         "reward": esc(fmt_num(s.reward)),
+        "outcome": kind_badge(s.outcome),
         "turns": str(s.n_turns),
         "tokens": f"{s.n_tokens:,}",
         "trainable": f"{s.n_trainable:,}",

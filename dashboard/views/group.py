@@ -1,16 +1,22 @@
 """Escaped HTML for the Group tab: one task's GRPO samples side by side (``engine.GroupView``).
 
-Each sample row links to its episode (``data-open``: ``assets/open_episode.js``); the run's other groups
-with zero reward spread are plain ``?group=`` links.
+Each sample row links to its episode (``data-open``: ``assets/open_episode.js``; with ``data-turn``, at that
+turn); the run's other groups with zero reward spread are plain ``?group=`` links. Where the rewards spread,
+each unrewarded sample is shown beside the rewarded one it parts from (``engine.reward_partings``): both
+actions at that turn, the words that differ marked, each a link to the turn in its episode.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine import Finding, GroupView, RewardStats
+from engine import Episode, Finding, GroupView, Parting, RewardStats, word_diff
 
 from .html import chip, esc, fmt_num, heads, note, status_badge
+from .limits import cut
+from .outcome import kind_badge
+
+ACTION_CHARS = 600  # an action is cut to this in the partings table
 
 
 def _roots(sample_roots: Sequence[Finding]) -> str:
@@ -45,6 +51,7 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
                      + f'<details><summary>What each sample did at turn {g.diverge_turn}</summary>'
                        f'<table class="rs-table"><thead><tr><th>sample</th><th>action</th></tr></thead>'
                        f"<tbody>{rows}</tbody></table></details></div>")
+    parts.append(render_partings(g.partings))
     head = "".join(f"<th>{h}</th>" for h in ("sample", "episode", "reward", "advantage", "status", "turns",
                                              "trainable tokens", "root findings"))
     body = []
@@ -96,3 +103,62 @@ def render_list(total: int, groups: Sequence[RewardStats]) -> str:
     return (f'<div class="rs-group-list">{note(said, "warn" if flat else "info")}'
             f'<div class="rs-table-wrap"><table class="rs-table rs-live"><thead><tr>{head}</tr></thead>'
             f"<tbody>{rows}</tbody></table></div></div>")
+
+
+def _turn_link(ep: Episode, turn: int, label: str) -> str:
+    return (f'<a class="rs-part-link" href="?episode={esc(ep.id)}&amp;turn={turn}" data-open="{esc(ep.id)}" '
+            f'data-turn="{turn}" title="open episode {esc(ep.id)} at turn {turn}">{label}</a>')
+
+
+def _action(ops: list[tuple[str, str]], keep: str) -> str:
+    """One side of the two actions' word diff (``del``: the rewarded one's words, marked green; ``ins``: the
+    unrewarded one's, amber), a run of changed words (and the spaces between them) in one mark."""
+    cls = "rs-oc-want" if keep == "del" else "rs-oc-diff"
+    side = [(op != "same", text) for op, text in ops if op in ("same", keep)]
+    # Spaces between two changed pieces belong to the change.
+    side = [(True, t) if not changed and not t.strip() and 0 < i < len(side) - 1 and side[i - 1][0] and side[i + 1][0]
+            else (changed, t) for i, (changed, t) in enumerate(side)]
+    runs: list[tuple[bool, str]] = []
+    for changed, text in side:
+        if runs and runs[-1][0] == changed:
+            runs[-1] = (changed, runs[-1][1] + text)
+        else:
+            runs.append((changed, text))
+    out, n = [], 0
+    for changed, text in runs:
+        kept, more = cut(text, limit=max(0, ACTION_CHARS - n))
+        n += len(kept)
+        out.append(f'<mark class="{cls}">{esc(kept)}</mark>' if changed else esc(kept))
+        if more:
+            out.append("…")
+            break
+    return f'<code class="rs-part-action">{"".join(out)}</code>'
+
+
+def render_partings(partings: Sequence[Parting]) -> str:
+    """Per unrewarded sample: the rewarded sample it parts from, the turn, both actions there ('' for none)."""
+    if not partings:
+        return ""
+    rows = []
+    for p in partings:
+        r, u = p.rewarded, p.unrewarded
+        who = (f"<td>#{u.sample_index} · {fmt_num(u.reward)} "
+               f"{kind_badge(u.outcome.kind if u.outcome else None)}</td><td>#{r.sample_index} · {fmt_num(r.reward)}</td>")
+        if p.turn is None:
+            rows.append(f'<tr class="rs-parting" data-unrewarded="{esc(u.id)}" data-turn="">{who}<td colspan="3" '
+                        'class="rs-dim">the same actions at every turn: the reward differs by what the env or user '
+                        "did</td></tr>")
+            continue
+        ops = word_diff(p.rewarded_action, p.unrewarded_action)
+        rows.append(
+            f'<tr class="rs-parting" data-unrewarded="{esc(u.id)}" data-rewarded="{esc(r.id)}" data-turn="{p.turn}">'
+            f"{who}<td>turn {p.turn}<br>{_turn_link(r, p.turn, f'#{r.sample_index} ↗')} "
+            f"{_turn_link(u, p.turn, f'#{u.sample_index} ↗')}</td>"
+            f'<td class="rs-part-r">{_action(ops, "del")}</td><td class="rs-part-u">{_action(ops, "ins")}</td></tr>')
+    first = min((p.turn for p in partings if p.turn is not None), default=None)
+    said = ("Where each sample below the best reward leaves the closest rewarded sample: the first action that "
+            "separates a rewarded path from an unrewarded one" + (f" (earliest: turn {first})." if first is not None
+                                                                   else "."))
+    head = heads(("unrewarded sample", "parts from", "at", "rewarded action", "unrewarded action"))
+    return (f'<div class="rs-partings">{note(said, "info")}<div class="rs-table-wrap"><table class="rs-table '
+            f'rs-parting-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div></div>')

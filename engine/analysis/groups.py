@@ -9,6 +9,11 @@ learning signal.
 The samples part ways at the first turn where they do not all take the same
 actions (the same tool calls with the same arguments, or the same text to the
 user); a sample that has already ended counts as taking none.
+
+Where the rewards spread, each sample below the group's best reward is set
+beside the best sample that shares the most turns with it (the same actions up
+to there): the turn where the two part is the first action that separates a
+rewarded path from an unrewarded one (``Parting``).
 """
 
 from __future__ import annotations
@@ -37,12 +42,30 @@ class GroupSample:
 
 
 @dataclass(frozen=True)
+class Parting:
+    """Where an unrewarded sample parts from the rewarded sample closest to it: the first turn their actions
+    differ, and what each did there."""
+
+    rewarded: Episode
+    """A sample with the group's best reward."""
+    unrewarded: Episode
+    """A sample below it."""
+    turn: int | None
+    """The first turn where their actions differ; None when they took the same actions throughout."""
+    rewarded_action: str
+    """What the rewarded sample did at ``turn`` (``action_text``; ``(ended)`` when it had ended)."""
+    unrewarded_action: str
+    """What the unrewarded sample did there."""
+
+
+@dataclass(frozen=True)
 class GroupView:
     group_id: str
     samples: tuple[GroupSample, ...]
     normalization: str
     diverge_turn: int | None  # None: every sample took the same actions throughout
     actions_at_divergence: tuple[str, ...]  # per sample, what it did at diverge_turn
+    partings: tuple[Parting, ...] = ()  # per sample below the best reward, where it parts from a rewarded one
 
     @property
     def spread(self) -> float:
@@ -84,6 +107,33 @@ def first_divergence(episodes: Sequence[Episode]) -> tuple[int | None, tuple[str
     return None, ()
 
 
+def _parting_turn(a: Episode, b: Episode) -> int | None:
+    for k in range(max(a.n_turns, b.n_turns)):
+        if action_text(a.turns[k] if k < a.n_turns else None) != action_text(b.turns[k] if k < b.n_turns else None):
+            return k
+    return None
+
+
+def reward_partings(episodes: Sequence[Episode]) -> tuple[Parting, ...]:
+    """For each sample below the group's best reward (in sample order), where it parts from the best-rewarded
+    sample that shares the most turns with it; () when the rewards do not spread."""
+    eps = sorted(episodes, key=lambda e: (e.sample_index, e.id))
+    if len(eps) < 2:
+        return ()
+    best = max(e.reward for e in eps)
+    rewarded = [e for e in eps if e.reward == best]
+    if len(rewarded) == len(eps):
+        return ()
+    out: list[Parting] = []
+    for u in (e for e in eps if e.reward != best):
+        turns = [(_parting_turn(r, u), r) for r in rewarded]
+        # The closest rewarded sample: the latest parting (one that never parts is closest of all).
+        k, r = max(turns, key=lambda t: (t[0] is None, -1 if t[0] is None else t[0]))
+        acts = ("", "") if k is None else tuple(action_text(e.turns[k] if k < e.n_turns else None) for e in (r, u))
+        out.append(Parting(r, u, k, acts[0], acts[1]))
+    return tuple(out)
+
+
 def group_view(episodes: Sequence[Episode]) -> GroupView:
     """The group of ``episodes`` (one task's samples, in sample order)."""
     eps = sorted(episodes, key=lambda e: (e.sample_index, e.id))
@@ -91,7 +141,7 @@ def group_view(episodes: Sequence[Episode]) -> GroupView:
     samples = tuple(GroupSample(e, a, tuple(roots(e.all_findings()))) for e, a in zip(eps, advantages))
     turn, acts = first_divergence(eps)
     gid = eps[0].group_id or "" if eps else ""
-    return GroupView(gid, samples, GROUP_NORMALIZATION, turn, acts)
+    return GroupView(gid, samples, GROUP_NORMALIZATION, turn, acts, reward_partings(eps))
 
 
 MAX_SAMPLES = 256
