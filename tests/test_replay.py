@@ -115,7 +115,15 @@ def test_retail_data_changed_after_the_run_diverges_where_it_is_read(smol_tokeni
     res = asyncio.run(replay(ep, ChangedData))
     assert not res.reproduced
     assert res.divergence.turn == turn.index and res.divergence.field == "observation"
-    assert res.turns[-1].ok is False and all(v.ok for v in res.turns[:-1])
+    # It goes on past the differing output to the end: every stored turn is compared, and the final reward.
+    assert sorted({v.turn for v in res.turns}) == [t.index for t in ep.turns]
+    assert all(v.ok for v in res.turns if v.turn < turn.index)
+    d = res.divergence
+    assert d.tool == "get_order_details" and [(c.path, c.change) for c in d.diff] == [("status", "changed")]
+    assert d.cause == "get_order_details output: changed values at `status`"
+    assert res.recorded_reward == ep.turns[-1].reward == 1.0
+    assert res.replayed_reward == 0.0 and res.reward_reproduced is False
+    assert "the reward does not reproduce (recorded 1, now 0)" in res.summary()
 
 
 def test_replay_cli_single_and_batch(tmp_path):

@@ -27,39 +27,79 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..envs.base import Env, StepResult
+from ..envs.base import Env
 from ..presets import LoopConfig
 from ..records.episode import RESPOND, Action, Episode, Message
-from .turn import ENV_FAILURES, compare_result, conversation_observation, execute, stored_actions
+from .outputdiff import OutputChange, output_diff, shape, short
+from .turn import ENV_FAILURES, conversation_observation, execute, messages_dicts, stored_actions
 
 FIELDS = ("system_prompt", "first_observation", "observation", "reward", "done", "env_error")
 
 
 @dataclass(frozen=True)
 class TurnVerdict:
+    """One turn's comparison, or one differing output of it: ``tool`` names the call whose output differs
+    and ``diff`` says what changed, path by path (:func:`output_diff`)."""
+
     turn: int
     ok: bool
     field: str = ""
     stored: Any = None
     now: Any = None
     note: str = ""
+    tool: str = ""
+    diff: tuple[OutputChange, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"turn": self.turn, "ok": self.ok, "field": self.field, "stored": self.stored, "now": self.now,
-                "note": self.note}
+        d = {"turn": self.turn, "ok": self.ok, "field": self.field, "stored": self.stored, "now": self.now,
+             "note": self.note}
+        if not self.ok:
+            d["tool"] = self.tool
+            d["diff"] = [c.to_dict() for c in self.diff]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TurnVerdict:
-        return cls(int(d["turn"]), bool(d["ok"]), d.get("field", ""), d.get("stored"), d.get("now"), d.get("note", ""))
+        return cls(int(d["turn"]), bool(d["ok"]), d.get("field", ""), d.get("stored"), d.get("now"), d.get("note", ""),
+                   str(d.get("tool") or ""), tuple(OutputChange.from_dict(c) for c in d.get("diff") or ()))
+
+    @property
+    def cause(self) -> str:
+        """What differs, in words that are the same for every episode the same change hit (values left out)."""
+        if self.ok:
+            return ""
+        if self.field == "observation":
+            what = f"{self.tool} output" if self.tool else "the env's answer"
+            return f"{what}: " + "; ".join(shape(self.diff) or ("differs",))
+        if self.field == "env_error":
+            now = str(self.now or "")
+            return ("the env raised " + now.split(":")[0]) if now else "the env no longer raises the stored error"
+        if self.field == "done":
+            return self.note or "the env ends the episode elsewhere"
+        return {"reward": "the reward", "system_prompt": "the system prompt",
+                "first_observation": "the opening message"}.get(self.field, self.field)
+
+    def describe(self) -> str:
+        """The differences in one line each: paths, not dumps."""
+        return "; ".join(c.describe() for c in self.diff) if self.diff else f"stored {short(self.stored)}, now {short(self.now)}"
+
+
+def _differing(turn: int, field: str, stored: Any, now: Any, note: str = "", tool: str = "") -> TurnVerdict:
+    return TurnVerdict(turn, False, field, stored, now, note, tool, output_diff(stored, now))
 
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """The verdict of one re-execution."""
+    """The verdict of one re-execution.
+
+    ``divergence`` is the first difference; ``turns`` holds every turn compared and every later difference
+    too, since a replay goes on past a differing output to the end. ``recorded_reward`` is the reward the
+    record ends with, ``replayed_reward`` the env's now (None where the replay could not get that far).
+    """
 
     episode_id: str
     reproducible: bool  # False when the env cannot reproduce by design (a model plays the user)
@@ -71,6 +111,8 @@ class ReplayResult:
     created_at: float = field(default_factory=time.time)
     user: str = "env"
     """Who answered as the user: ``env`` (the env's own user) or ``recorded`` (the record's messages)."""
+    recorded_reward: float | None = None
+    replayed_reward: float | None = None
 
     @property
     def kind(self) -> str:
@@ -80,23 +122,63 @@ class ReplayResult:
             return "reproduced"
         return f"diverged:{self.divergence.field if self.divergence else 'unknown'}"
 
+    @property
+    def reward_reproduced(self) -> bool | None:
+        """Whether the final reward is the recorded one; None when either is unknown."""
+        if self.recorded_reward is None or self.replayed_reward is None:
+            return None
+        return abs(self.recorded_reward - self.replayed_reward) <= 1e-9
+
+    @property
+    def differences(self) -> tuple[TurnVerdict, ...]:
+        return tuple(v for v in self.turns if not v.ok)
+
+    @property
+    def cause(self) -> str:
+        """What differs in this episode, the same words for every episode the same change hit: each
+        differing output's tool and shape of change, once each (the reward named only when nothing else
+        differs); ``""`` when nothing does."""
+        causes = list(dict.fromkeys(v.cause for v in self.differences))
+        if len(causes) > 1 and "the reward" in causes:
+            causes.remove("the reward")
+        if causes == ["the reward"]:
+            return "every output as recorded, the reward differs"
+        return "; ".join(causes)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "episode_id": self.episode_id, "reproducible": self.reproducible, "reproduced": self.reproduced,
             "kind": self.kind, "turns": [t.to_dict() for t in self.turns],
             "divergence": None if self.divergence is None else self.divergence.to_dict(),
             "reason": self.reason, "until": self.until, "created_at": self.created_at, "user": self.user,
+            "recorded_reward": self.recorded_reward, "replayed_reward": self.replayed_reward,
+            "reward_reproduced": self.reward_reproduced,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplayResult:
         div = d.get("divergence")
+
+        def reward(key: str) -> float | None:
+            v = d.get(key)
+            return None if v is None else float(v)
+
         return cls(
             episode_id=str(d["episode_id"]), reproducible=bool(d["reproducible"]), reproduced=bool(d["reproduced"]),
             turns=tuple(TurnVerdict.from_dict(t) for t in d.get("turns") or ()),
             divergence=None if div is None else TurnVerdict.from_dict(div), reason=str(d.get("reason", "")),
             until=d.get("until"), created_at=float(d.get("created_at", 0.0)), user=str(d.get("user", "env")),
+            recorded_reward=reward("recorded_reward"), replayed_reward=reward("replayed_reward"),
         )
+
+    def reward_verdict(self) -> str:
+        """Whether the final reward reproduces, in words."""
+        ok = self.reward_reproduced
+        if ok is None:
+            return "the final reward was not reached" if self.recorded_reward is not None else ""
+        if ok:
+            return f"the reward reproduces ({self.replayed_reward:g})"
+        return f"the reward does not reproduce (recorded {self.recorded_reward:g}, now {self.replayed_reward:g})"
 
     def summary(self) -> str:
         if not self.reproducible:
@@ -106,8 +188,13 @@ class ReplayResult:
             return f"{self.episode_id}: reproduced ({len(self.turns)} turns{by})"
         d = self.divergence
         assert d is not None
-        return (f"{self.episode_id}: diverged at turn {d.turn} on {d.field}: stored {d.stored!r}, now {d.now!r}"
-                + (f" ({d.note})" if d.note and d.field in ("observation", "reward", "done") else "") + by)
+        head = f"{self.episode_id}: diverged at turn {d.turn} on {d.field}"
+        what = (f" ({d.note}: {d.describe()})" if d.field == "observation" and d.note
+                else f": {d.describe()}" + (f" ({d.note})" if d.note and d.field in ("reward", "done") else ""))
+        later = len(self.differences) - 1
+        more = f"; {later} more difference{'s' if later != 1 else ''} after it" if later > 0 else ""
+        rw = self.reward_verdict()
+        return head + what + more + (f"; {rw}" if rw and d.field != "reward" else "") + by
 
 
 def _msgs(ms: tuple[Message, ...] | list[Message]) -> list[dict[str, Any]]:
@@ -136,28 +223,60 @@ def _initial(ep: Episode) -> tuple[str | None, list[Message]]:
     return system, first
 
 
+def observation_verdicts(turn: int, stored: Sequence[Message], now: Sequence[Message]) -> list[TurnVerdict]:
+    """How an env's messages now differ from the stored ones: one verdict per differing tool output when the
+    two hold the same messages in the same roles, else one on the whole observation."""
+    a, b = messages_dicts(stored), messages_dicts(now)
+    if a == b:
+        return []
+    if len(a) == len(b) and all(x.role == y.role and x.name == y.name for x, y in zip(stored, now, strict=True)):
+        out: list[TurnVerdict] = []
+        calls = 0
+        for x, y, dx, dy in zip(stored, now, a, b, strict=True):
+            calls += x.role == "tool"
+            if dx == dy:
+                continue
+            if x.role == "tool" and {k: v for k, v in dx.items() if k != "content"} == \
+                    {k: v for k, v in dy.items() if k != "content"}:
+                out.append(_differing(turn, "observation", x.content, y.content,
+                                      f"the output of {x.name or 'a tool'} (call {calls} of this turn)", x.name or ""))
+            else:
+                return [_differing(turn, "observation", a, b)]
+        return out
+    return [_differing(turn, "observation", a, b)]
+
+
 async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = None) -> ReplayResult:
-    """Re-execute ``ep``'s stored actions (turns ``0..until``) in a fresh env."""
+    """Re-execute ``ep``'s stored actions (turns ``0..until``) in a fresh env.
+
+    A differing observation or reward does not stop it: the stored actions go on to the end, and the
+    final reward is compared with the record's. The env ending the episode early, or failing, does."""
     env = make_env()
     why = nondeterminism(env)
     if why is not None:
         return ReplayResult(ep.id, False, False, reason=why, until=until)
     verdicts: list[TurnVerdict] = []
+    recorded: float | None = None
+    replayed: float | None = None
 
-    def diverged(v: TurnVerdict) -> ReplayResult:
-        verdicts.append(v)
-        return ReplayResult(ep.id, True, False, tuple(verdicts), v, until=until)
+    def result() -> ReplayResult:
+        first = next((v for v in verdicts if not v.ok), None)
+        return ReplayResult(ep.id, True, first is None, tuple(verdicts), first, until=until,
+                            recorded_reward=recorded, replayed_reward=replayed)
 
     system, first = _initial(ep)
     try:
         now_system = env.system_prompt(ep.task_id)
         now_first = list(env.reset(ep.task_id))
     except ENV_FAILURES as e:  # the env's own failure is the finding; a bug propagates
-        return diverged(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        verdicts.append(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        return result()
     if (now_system or None) != system:
-        return diverged(TurnVerdict(0, False, "system_prompt", system, now_system))
+        verdicts.append(_differing(0, "system_prompt", system, now_system))
+        return result()
     if _msgs(now_first) != _msgs(first):
-        return diverged(TurnVerdict(0, False, "first_observation", _msgs(first), _msgs(now_first)))
+        verdicts.append(_differing(0, "first_observation", _msgs(first), _msgs(now_first)))
+        return result()
 
     config = ep.config.loop or LoopConfig()
     for turn in ep.turns:
@@ -176,17 +295,30 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
             now = f"{type(e).__name__}: {e}"
             if stored_error == now:
                 verdicts.append(TurnVerdict(turn.index, True, note=f"the env raised again, as stored: {now}"))
-                break
-            return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, now, traceback.format_exc()))
+            else:
+                verdicts.append(TurnVerdict(turn.index, False, "env_error", stored_error, now, traceback.format_exc()))
+            replayed = None
+            break
         if stored_error is not None:
-            return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, None))
-        seen = StepResult(conversation_observation(config, res), res.reward, res.done, res.info)
-        diffs = compare_result(turn, seen)
-        if diffs:
-            d = diffs[0]
-            return diverged(TurnVerdict(turn.index, False, d.field, d.stored, d.now))
-        verdicts.append(TurnVerdict(turn.index, True))
-    return ReplayResult(ep.id, True, True, tuple(verdicts), None, until=until)
+            verdicts.append(TurnVerdict(turn.index, False, "env_error", stored_error, None))
+            replayed = None
+            break
+        seen = conversation_observation(config, res)
+        found = observation_verdicts(turn.index, turn.observation, seen)
+        if res.reward != turn.reward:
+            found.append(_differing(turn.index, "reward", turn.reward, res.reward))
+        recorded, replayed = turn.reward, res.reward
+        if res.done != turn.done:
+            found.append(_differing(turn.index, "done", turn.done, res.done,
+                                    "the env ended the episode before the record does" if res.done
+                                    else "the env did not end the episode where the record does"))
+        verdicts.extend(found or [TurnVerdict(turn.index, True)])
+        if res.done and not turn.done:
+            recorded = ep.turns[-1].reward if until is None else None
+            break
+    if until is not None:
+        recorded = replayed = None
+    return result()
 
 
 def env_for(ep: Episode) -> Callable[[], Env] | str:
@@ -320,7 +452,11 @@ def recorded_user(ep: Episode) -> RecordedUser:
 
 
 async def replay_recorded(ep: Episode, make_env: Callable[[], Env], until: int | None = None) -> ReplayResult:
-    """Re-execute ``ep`` in a fresh env whose user replays the record (turns ``0..until``)."""
+    """Re-execute ``ep`` in a fresh env whose user replays the record (turns ``0..until``).
+
+    A tool output that differs from the record's is noted and the replay goes on, since the recorded user
+    says the same whatever the agent heard; at the end the env's reward is compared with the record's.
+    The env ending the episode early, or failing, stops it."""
     env = make_env()
     use_user = getattr(env, "use_user", None)
     if use_user is None:
@@ -330,48 +466,54 @@ async def replay_recorded(ep: Episode, make_env: Callable[[], Env], until: int |
     replies = [s.reply or STOP for s in steps if len(s.actions) == 1 and s.actions[0].is_respond]
     use_user(RecordedUser(opening, replies))
     verdicts: list[TurnVerdict] = []
+    recorded = ep.turns[-1].reward if ep.turns else ep.reward  # the env's last reward, before any shaping
 
-    def result(ok: bool, div: TurnVerdict | None = None) -> ReplayResult:
-        if div is not None:
-            verdicts.append(div)
-        return ReplayResult(ep.id, True, ok, tuple(verdicts), div, reason=RECORDED_NOTE, until=until,
-                            user="recorded")
+    def result(replayed: float | None) -> ReplayResult:
+        first = next((v for v in verdicts if not v.ok), None)
+        whole = until is None
+        return ReplayResult(ep.id, True, first is None, tuple(verdicts), first, reason=RECORDED_NOTE, until=until,
+                            user="recorded", recorded_reward=recorded if whole else None,
+                            replayed_reward=replayed if whole else None)
 
     try:
         env.reset(ep.task_id)
     except ENV_FAILURES as e:
-        return result(False, TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        verdicts.append(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        return result(None)
     done, reward = False, 0.0
     for step in steps:
         t = step.turn
         if until is not None and t > until:
-            return result(True)
+            return result(None)
         if done:
-            return result(False, TurnVerdict(t, False, "done", False, True, "the env ended the episode before this turn"))
+            verdicts.append(TurnVerdict(t, False, "done", False, True, "the env ended the episode before this turn"))
+            return result(reward)
         tools = [a for a in step.actions if not a.is_respond]
         n_out = 0
+        found: list[TurnVerdict] = []
         for action in step.actions:
             try:
                 res = await execute(env, [action])
             except ENV_FAILURES as e:
-                return result(False, TurnVerdict(t, False, "env_error", None, f"{type(e).__name__}: {e}",
-                                                 traceback.format_exc()))
+                verdicts.extend(found)
+                verdicts.append(TurnVerdict(t, False, "env_error", None, f"{type(e).__name__}: {e}",
+                                            traceback.format_exc()))
+                return result(None)
             if not action.is_respond:
                 now = next((m.content for m in res.observation if m.role == "tool"), "")
                 stored = step.outputs[n_out] if n_out < len(step.outputs) else None
                 n_out += 1
                 if now != stored:
-                    return result(False, TurnVerdict(t, False, "observation", stored, now,
-                                                     f"the output of {action.name} (call {n_out} of this turn)"))
+                    found.append(_differing(t, "observation", stored, now,
+                                            f"the output of {action.name} (call {n_out} of this turn)", action.name))
             done, reward = res.done, res.reward
             if done:
                 break
-        verdicts.append(TurnVerdict(t, True, note=f"{n_out} tool output(s) as recorded" if tools else ""))
+        verdicts.extend(found or [TurnVerdict(t, True, note=f"{n_out} tool output(s) as recorded" if tools else "")])
     if until is not None:
-        return result(True)
-    recorded = ep.turns[-1].reward if ep.turns else ep.reward  # the env's last reward, before any shaping
+        return result(None)
     if reward != recorded:
         why = "" if done else "the env did not end the episode where the record does"
         last = steps[-1].turn if steps else 0
-        return result(False, TurnVerdict(last, False, "reward", recorded, reward, why))
-    return result(True)
+        verdicts.append(_differing(last, "reward", recorded, reward, why))
+    return result(reward)
