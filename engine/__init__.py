@@ -32,6 +32,7 @@ from .analysis.at_turn import (
 )
 from .analysis.compare import Comparison, TurnDiff, calls_text, compare, observation_text, opening_messages, word_diff
 from .analysis.groups import GROUP_NORMALIZATION, GroupSample, GroupView, flat_groups, group_view, load_group
+from .analysis.replays import ReplayCause, replay_causes, replay_summary
 from .analysis.steps import StepChange, step_changes
 from .analysis.tokendiff import TD_CHANGED, TD_ONLY_A, TD_ONLY_B, TokenDiff, TokenDiffRow, retokenized, token_diff
 from .backends.base import Backend, GenerationRequest, SamplingParams
@@ -81,6 +82,7 @@ from .launch.plan import (
 )
 from .launch.policies import POLICIES, make_backend
 from .loop.fork import ActionPreview, ForkReport, HandStepper, fork, parent_env, user_played_by
+from .loop.outputdiff import OutputChange, output_diff
 from .loop.replay import ReplayResult, TurnVerdict, replay, replay_stored
 from .loop.stepper import Stepper, new_id, run_episode
 from .presets import (
@@ -134,7 +136,7 @@ __all__ = [
     "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "DemoPart", "DemoReport",
     "DemoRun", "Env", "EnvError", "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport",
     "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart", "HandStepper",
-    "LoopConfig", "Message", "ModelNotFound", "PromptView", "ReplayResult", "RewardBins", "RewardSoFar",
+    "LoopConfig", "Message", "ModelNotFound", "OutputChange", "PromptView", "ReplayCause", "ReplayResult", "RewardBins", "RewardSoFar",
     "RewardStats", "RollscopeError", "RunConfig", "RunOverview", "RunPlan", "RunSummary", "SamplingParams", "Segment", "Severity",
     "Source", "Status", "StepChange", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
     "TokenDiff", "TokenDiffRow", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
@@ -144,8 +146,8 @@ __all__ = [
     "export", "find_qwen3", "findings_up_to", "flat_groups", "forget_tokenizers", "fork", "format_knob",
     "get_preset", "group_view", "import_path", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
-    "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "prompt_tokens",
-    "read_episode", "replay", "replay_stored", "retokenized", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
+    "output_diff", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "prompt_tokens",
+    "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary", "retokenized", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
     "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
     "word_diff",
 ]

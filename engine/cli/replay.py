@@ -1,4 +1,5 @@
-"""``rollscope replay``: stored episodes re-executed against their env, the first divergence named."""
+"""``rollscope replay``: stored episodes re-executed against their env: the first divergence named, each
+differing output as paths, whether the final reward reproduces, and many episodes summed up by cause."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
+    from ..analysis.replays import replay_summary
     from ..loop.replay import replay_stored
     from ..store import EpisodeFilter
 
@@ -36,24 +38,27 @@ def cmd_replay(a: argparse.Namespace) -> int:
         episodes = store.iter_episodes(EpisodeFilter.from_where(a.where))
     else:
         raise ConfigError("which episodes? give an episode id, or --where (e.g. --where env=retail)")
-    kinds: dict[str, int] = {}
-    n = 0
+    results = []
     for ep in episodes:
-        n += 1
         res = asyncio.run(replay_stored(ep, a.until))
+        results.append(res)
         if not a.no_store:
             store.save_replay(res)
-        kinds[res.kind] = kinds.get(res.kind, 0) + 1
         if a.json:
             print(json.dumps(res.to_dict(), ensure_ascii=False, default=str))
         elif a.episode_id:
             print(res.summary())
             for v in res.turns:
                 mark = "ok  " if v.ok else "DIFF"
-                extra = f"  {v.field}: stored {v.stored!r}  now {v.now!r}" if not v.ok else (f"  ({v.note})" if v.note else "")
+                what = f"{v.tool} output" if v.tool else v.field
+                extra = (f"  {what}: {v.describe()}" if not v.ok else (f"  ({v.note})" if v.note else ""))
                 print(f"  turn {v.turn:3d} {mark}{extra}")
+            if res.reward_verdict():
+                print(f"  {res.reward_verdict()}")
         elif res.kind != "reproduced":
             print(res.summary())
-    summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "nothing matched"
-    print(f"replayed {n} episodes: {summary}", file=sys.stderr)
-    return 0 if set(kinds) <= {"reproduced"} else 1
+    lines = replay_summary(results)
+    out = sys.stderr if a.json or a.episode_id else sys.stdout
+    for line in lines:
+        print(line, file=out)
+    return 0 if all(r.kind == "reproduced" for r in results) else 1
