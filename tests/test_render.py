@@ -381,3 +381,29 @@ def test_a_local_turn_shows_the_prompt_being_read_then_the_first_token() -> None
     started = generating(3, 2, "Hel", 6.0, 5.1, (2900, 2900, 512))
     assert "Reading the prompt" not in started and "first token after" in started and "5.10 s" in started
     assert "Waiting for the first token" in generating(3, 0, "", 1.0, None)  # a server backend: no prefill to show
+
+
+def test_a_stored_replay_shows_the_engines_verdict_path_by_path(tmp_path, fake_tau_bench):
+    import json
+
+    from dashboard.views.playback import headline, render_replays
+    from engine import ReplayResult, Store, formats, replay_stored
+    from tests.fakes import airline_result
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([airline_result(2, 0, older=True, reads_user=True)]), encoding="utf-8")
+    store = Store(tmp_path / "x.db")
+    formats.import_path(path, "taubench", store)
+    ep = next(store.iter_episodes())
+    store.save_replay(asyncio.run(replay_stored(ep)))
+    stored = store.replays(ep.id)
+    res = ReplayResult.from_dict(stored[0])
+    page = render_replays(stored)
+    # The headline and each change are the engine's words: the CLI prints the same.
+    assert headline(res) == ("diverged at turn 0 on observation; the reward reproduces (1); "
+                             "the user was replayed from the record")
+    assert html.escape(headline(res)) in page
+    assert '<span class="rs-chip">renamed</span> `address.province` is now `address.state`' in page
+    assert html.escape(res.divergence.describe()) in page and "get_user_details output" in page
+    assert "address1" not in page  # paths, not the two dumps
+    store.close()

@@ -264,6 +264,15 @@ def _value(x: Any, other: Any) -> str:
             f"{body}</details>")
 
 
+def _changes(v: TurnVerdict) -> str:
+    """A differing turn's two cells: what changed path by path (the engine's words), or, for a verdict stored
+    before diffs were kept, the stored and current values with the differing part marked."""
+    if not v.paths:
+        return f"<td>{_value(v.stored, v.now)}</td><td>{_value(v.now, v.stored)}</td>"
+    items = "".join(f'<li><span class="rs-chip">{esc(c.change)}</span> {esc(c.describe())}</li>' for c in v.diff)
+    return f'<td colspan="2"><ul class="rs-pb-diff">{items}</ul></td>'
+
+
 def _kind_badge(res: ReplayResult) -> str:
     cls = {"reproduced": "ok", "not_reproducible": "muted"}.get(res.kind, "bad")
     label = {"reproduced": "reproduced", "not_reproducible": "not reproducible"}.get(res.kind, "diverged")
@@ -284,7 +293,10 @@ def headline(res: ReplayResult) -> str:
                 else "every observation, reward and done flag as stored")
         return f"reproduced: {len(res.turns)} turns, {what}{by}"
     d = res.divergence
-    return (f"diverged at turn {d.turn} on {d.field}" if d is not None else "diverged") + by
+    later = len(res.differences) - 1
+    more = f", {later} more difference{'s' if later != 1 else ''} after it" if later > 0 else ""
+    reward = f"; {res.reward_verdict()}" if res.reward_verdict() and (d is None or d.field != "reward") else ""
+    return (f"diverged at turn {d.turn} on {d.field}{more}" if d is not None else "diverged") + reward + by
 
 
 def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
@@ -303,14 +315,14 @@ def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
         rows.append(
             f'<tr class="{"rs-pb-div" if bad else "rs-pb-ok"}">'
             f'<td class="c-num"><a href="#" data-pb-turn="{v.turn}" title="play back turn {v.turn}">T{v.turn}</a></td>'
-            f'<td>{mark}{"diverged" if bad else "ok"}</td><td>{esc(v.field)}</td>'
-            f"<td>{_value(v.stored, v.now) if bad else ''}</td><td>{_value(v.now, v.stored) if bad else ''}</td>"
+            f'<td>{mark}{"diverged" if bad else "ok"}</td><td>{esc(f"{v.tool} output" if v.tool else v.field)}</td>'
+            f"{_changes(v) if bad else '<td></td><td></td>'}"
             f'<td class="rs-pb-vnote">{esc(v.note.splitlines()[0] if v.note and bad else v.note)}</td></tr>'
         )
     if not rows:
         rows.append('<tr><td colspan="6" class="rs-dim">no turns compared</td></tr>')
     table = ('<div class="rs-pb-vtable"><table class="rs-table"><thead><tr><th>turn</th><th>verdict</th>'
-             "<th>field</th><th>stored</th><th>now</th><th>note</th></tr></thead>"
+             "<th>what</th><th>stored</th><th>now</th><th>note</th></tr></thead>"
              f"<tbody>{''.join(rows)}</tbody></table></div>")
     return head + table
 

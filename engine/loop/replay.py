@@ -83,9 +83,14 @@ class TurnVerdict:
         return {"reward": "the reward", "system_prompt": "the system prompt",
                 "first_observation": "the opening message"}.get(self.field, self.field)
 
+    @property
+    def paths(self) -> bool:
+        """Whether the difference is best said path by path (an output, a message), not as two values."""
+        return bool(self.diff) and self.field in ("observation", "first_observation")
+
     def describe(self) -> str:
-        """The differences in one line each: paths, not dumps."""
-        return "; ".join(c.describe() for c in self.diff) if self.diff else f"stored {short(self.stored)}, now {short(self.now)}"
+        """The differences in one line: paths, not dumps."""
+        return "; ".join(c.describe() for c in self.diff) if self.paths else f"stored {short(self.stored)}, now {short(self.now)}"
 
 
 def _differing(turn: int, field: str, stored: Any, now: Any, note: str = "", tool: str = "") -> TurnVerdict:
