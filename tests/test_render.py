@@ -403,7 +403,7 @@ def test_a_stored_replay_shows_the_engines_verdict_path_by_path(tmp_path, fake_t
     assert headline(res) == ("diverged at turn 0 on observation; the reward reproduces (1); "
                              "the user was replayed from the record")
     assert html.escape(headline(res)) in page
-    assert '<span class="rs-chip">renamed</span> `address.province` is now `address.state`' in page
+    assert '<li data-change="renamed">`address.province` is now `address.state`</li>' in page
     assert html.escape(res.divergence.describe()) in page and "get_user_details output" in page
     assert "address1" not in page  # paths, not the two dumps
     store.close()

@@ -269,7 +269,7 @@ def _changes(v: TurnVerdict) -> str:
     before diffs were kept, the stored and current values with the differing part marked."""
     if not v.paths:
         return f"<td>{_value(v.stored, v.now)}</td><td>{_value(v.now, v.stored)}</td>"
-    items = "".join(f'<li><span class="rs-chip">{esc(c.change)}</span> {esc(c.describe())}</li>' for c in v.diff)
+    items = "".join(f'<li data-change="{esc(c.change)}">{esc(c.describe())}</li>' for c in v.diff)
     return f'<td colspan="2"><ul class="rs-pb-diff">{items}</ul></td>'
 
 
@@ -307,11 +307,11 @@ def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
             f'{esc(f" · turns 0–{res.until}") if res.until is not None else ""}</span></div>')
     if not res.reproducible:
         return head + note(f"Not reproducible, so not compared: {res.reason}", "warn")
-    first = res.divergence.turn if res.divergence is not None else None
+    first = next((i for i, v in enumerate(res.turns) if not v.ok), None)  # the divergence: the first differing verdict
     rows = []
-    for v in res.turns:
+    for i, v in enumerate(res.turns):
         bad = not v.ok
-        mark = '<span class="rs-pb-first">⚑ first divergence</span> ' if bad and v.turn == first else ""
+        mark = '<span class="rs-pb-first">⚑ first divergence</span> ' if i == first else ""
         rows.append(
             f'<tr class="{"rs-pb-div" if bad else "rs-pb-ok"}">'
             f'<td class="c-num"><a href="#" data-pb-turn="{v.turn}" title="play back turn {v.turn}">T{v.turn}</a></td>'
