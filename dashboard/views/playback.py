@@ -200,7 +200,7 @@ def _verdict_chip(v: TurnVerdict | None, latest: ReplayResult | None) -> str:
         return chip("re-executed", "not reproducible", "rs-warn")
     if v is None:
         return chip("re-executed", "not reached")
-    return chip("re-executed", "ok") if v.ok else chip("re-executed", f"diverged on {v.field}", "rs-pb-bad")
+    return chip("re-executed", "ok") if v.ok else chip("re-executed", f"diverged on {v.what}", "rs-pb-bad")
 
 
 def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | None = None,
@@ -283,31 +283,15 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "n/a"
 
 
-def headline(res: ReplayResult) -> str:
-    """One line saying what a re-execution found (the values are in the table)."""
-    if not res.reproducible:
-        return "cannot be re-executed exactly"
-    by = "; the user was replayed from the record" if res.user == "recorded" else ""
-    if res.reproduced:
-        what = ("every tool output and the final reward as recorded" if res.user == "recorded"
-                else "every observation, reward and done flag as stored")
-        return f"reproduced: {len(res.turns)} turns, {what}{by}"
-    d = res.divergence
-    later = len(res.differences) - 1
-    more = f", {later} more difference{'s' if later != 1 else ''} after it" if later > 0 else ""
-    reward = f"; {res.reward_verdict()}" if res.reward_verdict() and (d is None or d.field != "reward") else ""
-    return (f"diverged at turn {d.turn} on {d.field}{more}" if d is not None else "diverged") + reward + by
-
-
 def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
     """One re-execution: its verdict, the up-front reason when it cannot reproduce, and the per-turn table."""
     when = "just now" if fresh_run else f"at {_when(res.created_at)}"
-    head = (f'<div class="rs-pb-vhead">{_kind_badge(res)}<b>{esc(headline(res))}</b>'
+    head = (f'<div class="rs-pb-vhead">{_kind_badge(res)}<b>{esc(res.headline())}</b>'
             f'<span class="rs-dim">re-executed {esc(when)}'
             f'{esc(f" · turns 0–{res.until}") if res.until is not None else ""}</span></div>')
     if not res.reproducible:
         return head + note(f"Not reproducible, so not compared: {res.reason}", "warn")
-    first = next((i for i, v in enumerate(res.turns) if not v.ok), None)  # the divergence: the first differing verdict
+    first = res.divergence_index
     rows = []
     for i, v in enumerate(res.turns):
         bad = not v.ok
@@ -315,7 +299,7 @@ def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
         rows.append(
             f'<tr class="{"rs-pb-div" if bad else "rs-pb-ok"}">'
             f'<td class="c-num"><a href="#" data-pb-turn="{v.turn}" title="play back turn {v.turn}">T{v.turn}</a></td>'
-            f'<td>{mark}{"diverged" if bad else "ok"}</td><td>{esc(f"{v.tool} output" if v.tool else v.field)}</td>'
+            f'<td>{mark}{"diverged" if bad else "ok"}</td><td>{esc(v.what)}</td>'
             f"{_changes(v) if bad else '<td></td><td></td>'}"
             f'<td class="rs-pb-vnote">{esc(v.note.splitlines()[0] if v.note and bad else v.note)}</td></tr>'
         )
@@ -340,7 +324,7 @@ def render_replays(stored: Sequence[dict[str, Any]], fresh_run: bool = False, er
     parts.append(render_verdict(results[0], fresh_run))
     if len(results) > 1:
         items = "".join(f'<li>{_kind_badge(r)} <span class="rs-dim">{esc(_when(r.created_at))}</span> '
-                        f"{esc(headline(r))}</li>" for r in results[1:])
+                        f"{esc(r.headline())}</li>" for r in results[1:])
         parts.append(f'<details class="rs-fold rs-pb-earlier-runs"><summary>{len(results) - 1} earlier '
                      f're-execution{"s" if len(results) > 2 else ""}</summary><ul>{items}</ul></details>')
     return "".join(parts) + "</div>"

@@ -184,7 +184,7 @@ def test_tito_prompts_and_reexecute_reproduced_and_diverged(page: Any, site: Sit
     replay.locator(".rs-pb-first", has_text="first divergence").wait_for(timeout=30_000)
     # It goes on to the end: the turn's answer and reward differ, the turns after it are as stored, and the
     # final reward (0) is the recorded one. The answer's change is said as its path, not as two dumps.
-    assert (f"diverged at turn {first} on observation, 1 more difference after it; the reward reproduces (0)"
+    assert (f"diverged at turn {first}, observation; 1 more difference after it; the reward reproduces (0)"
             in replay.inner_text())
     assert replay.locator("tr.rs-pb-div").count() == 2 and replay.locator("tr.rs-pb-ok").count() == ep.n_turns - 1
     change = replay.locator("tr.rs-pb-div .rs-pb-diff li").first
