@@ -41,6 +41,7 @@ from .analysis.groups import (
     load_group,
     reward_partings,
 )
+from .analysis.replays import ReplayCause, replay_causes, replay_summary
 from .analysis.steps import StepChange, step_changes
 from .analysis.tokendiff import TD_CHANGED, TD_ONLY_A, TD_ONLY_B, TokenDiff, TokenDiffRow, retokenized, token_diff
 from .backends.base import Backend, GenerationRequest, SamplingParams
@@ -90,6 +91,7 @@ from .launch.plan import (
 )
 from .launch.policies import POLICIES, make_backend
 from .loop.fork import ActionPreview, ForkReport, HandStepper, fork, parent_env, user_played_by
+from .loop.outputdiff import OutputChange, output_diff
 from .loop.replay import ReplayResult, TurnVerdict, replay, replay_stored
 from .loop.stepper import Stepper, new_id, run_episode
 from .presets import (
@@ -144,7 +146,8 @@ __all__ = [
     "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "DemoPart", "DemoReport",
     "DbChange", "DemoRun", "Env", "EnvError", "EnvInfo", "Episode", "EpisodeFilter", "EpisodeSummary", "Finding", "ForkReport",
     "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart", "HandStepper",
-    "LoopConfig", "MathAnswer", "Message", "ModelNotFound", "Outcome", "OutcomeCall", "Parting", "PromptView", "ReplayResult", "RewardBins", "RewardSoFar",
+    "LoopConfig", "MathAnswer", "Message", "ModelNotFound", "Outcome", "OutcomeCall", "OutputChange", "Parting", "PromptView",
+    "ReplayCause", "ReplayResult", "RewardBins", "RewardSoFar",
     "RewardStats", "RollscopeError", "RunConfig", "RunOverview", "RunPlan", "RunSummary", "SamplingParams", "Segment", "Severity",
     "Source", "Status", "StepChange", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
     "TokenDiff", "TokenDiffRow", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
@@ -154,8 +157,9 @@ __all__ = [
     "export", "find_qwen3", "findings_up_to", "flat_groups", "forget_tokenizers", "fork", "format_knob",
     "get_preset", "group_view", "import_path", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
-    "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at", "prompt_tokens",
-    "read_episode", "replay", "replay_stored", "retokenized", "reward_partings", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
+    "output_diff", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
+    "prompt_tokens", "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary", "retokenized",
+    "reward_partings", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
     "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
     "word_diff",
 ]

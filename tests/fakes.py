@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -76,3 +77,39 @@ def tau_cancel_result(reward: float = 1.0, trial: int = 0) -> dict:
     ]
     return {"task_id": 0, "reward": reward, "info": {"reward_info": {"db_match": reward == 1.0}}, "traj": traj,
             "trial": trial}
+
+
+def older_airline(data: dict) -> dict:
+    """The airline database as it was: each address's ``state`` under ``province``, in the same place."""
+    old = copy.deepcopy(data)
+    for u in old["users"].values():
+        u["address"] = {("province" if k == "state" else k): v for k, v in u["address"].items()}
+    return old
+
+
+def airline_result(i: int, trial: int, *, older: bool, reads_user: bool, cancels: int = 0,
+                   reward: float = 1.0, text_cancel: bool = False) -> dict:
+    """Task ``i`` of the stand-in's airline domain (cancel the user's first reservation) as an agent ran it;
+    ``cancels`` names which of the user's reservations it cancelled, ``older`` runs its tools on the older
+    database, ``text_cancel`` records the cancellation's output as the plain text an older tool said."""
+    from tau_bench.envs.airline import DATA, TOOLS, WIKI, _user_id
+
+    db = older_airline(DATA) if older else copy.deepcopy(DATA)
+    uid, rid = _user_id(i), f"R{i}A{i}X{cancels}"
+    traj: list[dict] = [{"role": "system", "content": WIKI},
+                        {"role": "user", "content": f"Hi, I need to cancel a flight. My user id is {uid}."}]
+
+    def call(n: int, name: str, args: dict, output: str | None = None) -> None:
+        traj.append({"role": "assistant", "content": None, "tool_calls": [openai_tool_call(f"c{n}", name, args)]})
+        traj.append({"role": "tool", "tool_call_id": f"c{n}", "name": name,
+                     "content": TOOLS[name](db, **args) if output is None else output})
+
+    if reads_user:
+        call(1, "get_user_details", {"user_id": uid})
+    call(2, "get_reservation_details", {"reservation_id": rid})
+    traj += [{"role": "assistant", "content": f"Reservation {rid}: shall I proceed with cancelling it? (yes/no)"},
+             {"role": "user", "content": "Yes, please."}]
+    call(3, "cancel_reservation", {"reservation_id": rid}, "Reservation cancelled." if text_cancel else None)
+    traj += [{"role": "assistant", "content": f"Done: {rid} is cancelled. Anything else?"},
+             {"role": "user", "content": "No, thanks. ###STOP###"}]
+    return {"task_id": i, "reward": reward, "info": {}, "traj": traj, "trial": trial}

@@ -360,15 +360,16 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
 
 
 def test_a_verdict_says_when_the_user_was_replayed_from_the_record():
-    from dashboard.views.playback import headline, render_verdict
+    from dashboard.views.playback import render_verdict
     from engine.loop.replay import ReplayResult, TurnVerdict
 
-    ok = ReplayResult("e1", True, True, (TurnVerdict(0, True), TurnVerdict(1, True)), user="recorded")
-    assert headline(ok) == ("reproduced: 2 turns, every tool output and the final reward as recorded; "
-                            "the user was replayed from the record")
+    ok = ReplayResult("e1", True, True, (TurnVerdict(0, True), TurnVerdict(1, True)), user="recorded",
+                      recorded_reward=1.0, replayed_reward=1.0)
+    assert ok.headline() == ("reproduced: 2 turns, every tool output and the final reward as recorded; "
+                             "the user was replayed from the record")
     bad = TurnVerdict(1, False, "observation", "a", "b", "the output of f (call 1 of this turn)")
     diverged = ReplayResult("e1", True, False, (TurnVerdict(0, True), bad), bad, user="recorded")
-    assert "diverged at turn 1 on observation; the user was replayed from the record" in render_verdict(diverged)
+    assert "diverged at turn 1, observation; the user was replayed from the record" in render_verdict(diverged)
     assert ReplayResult.from_dict(diverged.to_dict()).user == "recorded"
 
 
@@ -382,3 +383,59 @@ def test_a_local_turn_shows_the_prompt_being_read_then_the_first_token() -> None
     started = generating(3, 2, "Hel", 6.0, 5.1, (2900, 2900, 512))
     assert "Reading the prompt" not in started and "first token after" in started and "5.10 s" in started
     assert "Waiting for the first token" in generating(3, 0, "", 1.0, None)  # a server backend: no prefill to show
+
+
+def test_a_stored_replay_shows_the_engines_verdict_path_by_path(tmp_path, fake_tau_bench):
+    import json
+
+    from dashboard.views.playback import render_replays
+    from engine import ReplayResult, Store, formats, replay_stored
+    from tests.fakes import airline_result
+
+    path = tmp_path / "results.json"
+    # The drift, then a cancellation recorded as text: two differing outputs, the first marked alone.
+    path.write_text(json.dumps([airline_result(2, 0, older=True, reads_user=True, text_cancel=True)]),
+                    encoding="utf-8")
+    store = Store(tmp_path / "x.db")
+    formats.import_path(path, "taubench", store)
+    ep = next(store.iter_episodes())
+    store.save_replay(asyncio.run(replay_stored(ep)))
+    stored = store.replays(ep.id)
+    res = ReplayResult.from_dict(stored[0])
+    page = render_replays(stored)
+    # The headline, the first divergence and each label are the engine's: the CLI prints the same.
+    assert res.headline() == ("diverged at turn 0, get_user_details output; 1 more difference after it; "
+                              "the reward reproduces (1); the user was replayed from the record")
+    assert res.summary() == f"{ep.id}: " + res.headline().replace(
+        "get_user_details output;", "get_user_details output: `address.province` is now `address.state`;")
+    assert html.escape(res.headline()) in page
+    assert res.divergence_index == 0 and [v.what for v in res.differences] == [
+        "get_user_details output", "cancel_reservation output"]
+    rows = re.findall(r"<tr class=\"rs-pb-(?:div|ok)\">.*?</tr>", page, re.S)
+    assert [("first divergence" in r, "rs-pb-div" in r) for r in rows] == [
+        (True, True), (False, False), (False, False), (False, True), (False, False)]
+    assert '<li data-change="renamed">`address.province` is now `address.state`</li>' in page
+    assert html.escape(res.divergence.describe()) in page and "cancel_reservation output" in page
+    assert "address1" not in page  # paths, not the two dumps
+    store.close()
+
+
+def test_a_replay_stored_before_diffs_reads_back_and_shows_both_values_marked():
+    from dashboard.views.playback import render_replays
+    from engine import ReplayResult
+
+    # As stored before replays kept diffs, rewards or causes: the whole observation, stored and now.
+    old = {"episode_id": "e1", "reproducible": True, "reproduced": False, "kind": "diverged:observation",
+           "turns": [{"turn": 0, "ok": True, "field": "", "stored": None, "now": None, "note": ""},
+                     {"turn": 1, "ok": False, "field": "observation", "stored": [{"role": "tool", "content": "41"}],
+                      "now": [{"role": "tool", "content": "42"}], "note": ""}],
+           "divergence": {"turn": 1, "ok": False, "field": "observation", "stored": [{"role": "tool", "content": "41"}],
+                          "now": [{"role": "tool", "content": "42"}], "note": ""},
+           "reason": "", "until": None, "created_at": 1.0, "user": "env"}
+    res = ReplayResult.from_dict(old)
+    assert (res.recorded_reward, res.replayed_reward, res.reward_reproduced) == (None, None, None)
+    assert res.headline() == "diverged at turn 1, observation" and res.divergence_index == 1
+    assert res.causes == ("the env's answer differs",)
+    page = render_replays([old])
+    assert "<mark>1</mark>" in page and "<mark>2</mark>" in page and "rs-pb-diff" not in page
+    assert "first divergence" in page

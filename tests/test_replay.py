@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,7 +116,15 @@ def test_retail_data_changed_after_the_run_diverges_where_it_is_read(smol_tokeni
     res = asyncio.run(replay(ep, ChangedData))
     assert not res.reproduced
     assert res.divergence.turn == turn.index and res.divergence.field == "observation"
-    assert res.turns[-1].ok is False and all(v.ok for v in res.turns[:-1])
+    # It goes on past the differing output to the end: every stored turn is compared, and the final reward.
+    assert sorted({v.turn for v in res.turns}) == [t.index for t in ep.turns]
+    assert all(v.ok for v in res.turns if v.turn < turn.index)
+    d = res.divergence
+    assert d.tool == "get_order_details" and [(c.path, c.change) for c in d.diff] == [("status", "changed")]
+    assert d.causes == ("get_order_details output: `status` changed",)
+    assert res.recorded_reward == ep.turns[-1].reward == 1.0
+    assert res.replayed_reward == 0.0 and res.reward_reproduced is False
+    assert "the reward does not reproduce (recorded 1, now 0)" in res.summary()
 
 
 def test_replay_cli_single_and_batch(tmp_path):
@@ -153,7 +162,8 @@ def test_replay_cli_single_and_batch(tmp_path):
     assert one.returncode == 1
     # wrong answers stay wrong; the first turn that was right is where it diverges
     flips = next(t.index for t in before.turns if t.reward == 1.0)
-    assert f"diverged at turn {flips} on observation" in one.stdout and "DIFF" in one.stdout
+    assert f"diverged at turn {flips}, observation: `[0].content` changed" in one.stdout and "DIFF" in one.stdout
+    assert "re-executed" not in one.stdout + one.stderr  # one episode: its verdict is whole, no summary
     assert store.get_episode(first) == before  # stored ids and records do not change
     assert len(store.replays(first)) == 2
 
@@ -183,3 +193,59 @@ def test_a_model_played_user_is_replayed_from_the_record_by_replay_stored(smol_t
     res = asyncio.run(replay_stored(llm))
     assert res.reproducible and res.reproduced and res.user == "recorded", res.summary()
     assert "the user was replayed from the record" in res.summary()
+
+
+def test_reward_fields_when_the_env_fails_or_raises_again_as_stored(smol_tokenizer):
+    # The env now fails where the record went on: the record's final reward is known, the env's is not.
+    ep = run(PriceEnv, smol_tokenizer, "tito", "apple")
+    assert ep.reward == 1.0 and len(ep.turns) == 2
+    down = asyncio.run(replay(ep, lambda: PriceEnv(fail_on="apple")))
+    assert down.divergence.field == "env_error" and down.divergence.turn == 0
+    assert (down.recorded_reward, down.replayed_reward, down.reward_reproduced) == (1.0, None, None)
+    assert down.summary().endswith("; the final reward was not reached")
+    # The env raises again, exactly as stored: the record ended there too, with that turn's reward.
+    crash = run(lambda: PriceEnv(fail_on="fig"), smol_tokenizer, "tito", "fig")
+    again = asyncio.run(replay(crash, lambda: PriceEnv(fail_on="fig")))
+    assert again.reproduced and "raised again" in again.turns[-1].note
+    assert (again.recorded_reward, again.replayed_reward, again.reward_reproduced) == (crash.turns[-1].reward,) * 2 + (True,)
+    assert "not reached" not in again.summary()
+
+
+class NeverDone(PriceEnv):
+    """The shop as changed since the run: an answer no longer ends the conversation."""
+
+    def step(self, action):
+        return replace(super().step(action), done=False)
+
+
+class ClosesEarly(PriceEnv):
+    """The shop as changed since the run: a price look-up ends the conversation, with half the reward."""
+
+    def step(self, action):
+        res = super().step(action)
+        return replace(res, reward=0.5, done=True) if action.name == "get_price" else res
+
+
+def test_reward_fields_when_the_env_ends_the_episode_elsewhere(smol_tokenizer):
+    ep = run(PriceEnv, smol_tokenizer, "tito", "pear")
+    assert [(t.reward, t.done) for t in ep.turns] == [(0.0, False), (1.0, True)]
+    # The env no longer ends the episode where the record does: its reward there is no final one.
+    never = asyncio.run(replay(ep, NeverDone))
+    assert [(v.turn, v.field) for v in never.differences] == [(1, "done")]
+    assert (never.recorded_reward, never.replayed_reward, never.reward_reproduced) == (1.0, None, None)
+    assert never.summary().endswith("; the final reward was not reached")
+    # It ends the episode before the record does: its final reward is compared with the record's.
+    early = asyncio.run(replay(ep, ClosesEarly))
+    assert [(v.turn, v.field) for v in early.differences] == [(0, "reward"), (0, "done")]
+    assert early.differences[1].note == "the env ended the episode before the record does"
+    assert (early.recorded_reward, early.replayed_reward, early.reward_reproduced) == (1.0, 0.5, False)
+    assert len(early.turns) == 2  # it stopped there: no turn 1 to compare
+
+
+def test_a_turn_reward_that_differs_in_its_last_bits_is_the_same_reward(smol_tokenizer):
+    ep = run(PriceEnv, smol_tokenizer, "tito", "kiwi")
+    last = ep.turns[-1]
+    assert last.reward == 1.0
+    bits = ep.evolve(turns=(*ep.turns[:-1], replace(last, reward=1.0 + 2 ** -52)))
+    res = asyncio.run(replay(bits, PriceEnv))
+    assert res.kind == "reproduced" and res.reward_reproduced is True, res.summary()

@@ -55,7 +55,8 @@ def test_an_imported_trajectory_is_re_executed_with_the_recorded_user(tmp_path, 
     ep = next(store.iter_episodes())
     res = asyncio.run(replay_stored(ep))
     assert res.reproducible and res.reproduced and res.user == "recorded", res.summary()
-    assert len(res.turns) == 4 and res.summary().endswith("reproduced (4 turns; the user was replayed from the record)")
+    assert len(res.turns) == 4 and res.summary().endswith(
+        "reproduced: 4 turns, every tool output and the final reward as recorded; the user was replayed from the record")
     store.close()
 
 
@@ -67,7 +68,8 @@ def test_a_changed_tool_output_is_the_first_divergence(tmp_path, fake_tau_bench)
     assert res.reproducible and not res.reproduced and res.kind == "diverged:observation"
     d = res.divergence
     assert d.turn == 2 and '"total": 31.0' in d.stored and '"total": 30.5' in d.now
-    assert "the output of cancel_pending_order (call 1 of this turn)" in res.summary()
+    assert "diverged at turn 2, cancel_pending_order output: `total` changed: 31.0 -> 30.5" in res.summary()
+    assert d.note == "the output of cancel_pending_order (call 1 of this turn)"
     assert "the user was replayed from the record" in res.summary()
     store.close()
 

@@ -202,7 +202,7 @@ def _verdict_chip(v: TurnVerdict | None, latest: ReplayResult | None) -> str:
         return chip("re-executed", "not reproducible", "rs-warn")
     if v is None:
         return chip("re-executed", "not reached")
-    return chip("re-executed", "ok") if v.ok else chip("re-executed", f"diverged on {v.field}", "rs-pb-bad")
+    return chip("re-executed", "ok") if v.ok else chip("re-executed", f"diverged on {v.what}", "rs-pb-bad")
 
 
 def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | None = None,
@@ -266,6 +266,15 @@ def _value(x: Any, other: Any) -> str:
             f"{body}</details>")
 
 
+def _changes(v: TurnVerdict) -> str:
+    """A differing turn's two cells: what changed path by path (the engine's words), or, for a verdict stored
+    before diffs were kept, the stored and current values with the differing part marked."""
+    if not v.paths:
+        return f"<td>{_value(v.stored, v.now)}</td><td>{_value(v.now, v.stored)}</td>"
+    items = "".join(f'<li data-change="{esc(c.change)}">{esc(c.describe())}</li>' for c in v.diff)
+    return f'<td colspan="2"><ul class="rs-pb-diff">{items}</ul></td>'
+
+
 def _kind_badge(res: ReplayResult) -> str:
     cls = {"reproduced": "ok", "not_reproducible": "muted"}.get(res.kind, "bad")
     label = {"reproduced": "reproduced", "not_reproducible": "not reproducible"}.get(res.kind, "diverged")
@@ -276,43 +285,30 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "n/a"
 
 
-def headline(res: ReplayResult) -> str:
-    """One line saying what a re-execution found (the values are in the table)."""
-    if not res.reproducible:
-        return "cannot be re-executed exactly"
-    by = "; the user was replayed from the record" if res.user == "recorded" else ""
-    if res.reproduced:
-        what = ("every tool output and the final reward as recorded" if res.user == "recorded"
-                else "every observation, reward and done flag as stored")
-        return f"reproduced: {len(res.turns)} turns, {what}{by}"
-    d = res.divergence
-    return (f"diverged at turn {d.turn} on {d.field}" if d is not None else "diverged") + by
-
-
 def render_verdict(res: ReplayResult, fresh_run: bool = False) -> str:
     """One re-execution: its verdict, the up-front reason when it cannot reproduce, and the per-turn table."""
     when = "just now" if fresh_run else f"at {_when(res.created_at)}"
-    head = (f'<div class="rs-pb-vhead">{_kind_badge(res)}<b>{esc(headline(res))}</b>'
+    head = (f'<div class="rs-pb-vhead">{_kind_badge(res)}<b>{esc(res.headline())}</b>'
             f'<span class="rs-dim">re-executed {esc(when)}'
             f'{esc(f" · turns 0–{res.until}") if res.until is not None else ""}</span></div>')
     if not res.reproducible:
         return head + note(f"Not reproducible, so not compared: {res.reason}", "warn")
-    first = res.divergence.turn if res.divergence is not None else None
+    first = res.divergence_index
     rows = []
-    for v in res.turns:
+    for i, v in enumerate(res.turns):
         bad = not v.ok
-        mark = '<span class="rs-pb-first">⚑ first divergence</span> ' if bad and v.turn == first else ""
+        mark = '<span class="rs-pb-first">⚑ first divergence</span> ' if i == first else ""
         rows.append(
             f'<tr class="{"rs-pb-div" if bad else "rs-pb-ok"}">'
             f'<td class="c-num"><a href="#" data-pb-turn="{v.turn}" title="play back turn {v.turn}">T{v.turn}</a></td>'
-            f'<td>{mark}{"diverged" if bad else "ok"}</td><td>{esc(v.field)}</td>'
-            f"<td>{_value(v.stored, v.now) if bad else ''}</td><td>{_value(v.now, v.stored) if bad else ''}</td>"
+            f'<td>{mark}{"diverged" if bad else "ok"}</td><td>{esc(v.what)}</td>'
+            f"{_changes(v) if bad else '<td></td><td></td>'}"
             f'<td class="rs-pb-vnote">{esc(v.note.splitlines()[0] if v.note and bad else v.note)}</td></tr>'
         )
     if not rows:
         rows.append('<tr><td colspan="6" class="rs-dim">no turns compared</td></tr>')
     table = ('<div class="rs-pb-vtable"><table class="rs-table"><thead><tr><th>turn</th><th>verdict</th>'
-             "<th>field</th><th>stored</th><th>now</th><th>note</th></tr></thead>"
+             "<th>what</th><th>stored</th><th>now</th><th>note</th></tr></thead>"
              f"<tbody>{''.join(rows)}</tbody></table></div>")
     return head + table
 
@@ -330,7 +326,7 @@ def render_replays(stored: Sequence[dict[str, Any]], fresh_run: bool = False, er
     parts.append(render_verdict(results[0], fresh_run))
     if len(results) > 1:
         items = "".join(f'<li>{_kind_badge(r)} <span class="rs-dim">{esc(_when(r.created_at))}</span> '
-                        f"{esc(headline(r))}</li>" for r in results[1:])
+                        f"{esc(r.headline())}</li>" for r in results[1:])
         parts.append(f'<details class="rs-fold rs-pb-earlier-runs"><summary>{len(results) - 1} earlier '
                      f're-execution{"s" if len(results) > 2 else ""}</summary><ul>{items}</ul></details>')
     return "".join(parts) + "</div>"

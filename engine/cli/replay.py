@@ -1,4 +1,5 @@
-"""``rollscope replay``: stored episodes re-executed against their env, the first divergence named."""
+"""``rollscope replay``: stored episodes re-executed against their env: the first divergence named, each
+differing output as paths, whether the final reward reproduces, and many episodes summed up by cause."""
 
 from __future__ import annotations
 
@@ -11,19 +12,32 @@ from typing import Any
 from ..errors import ConfigError
 from .common import DEFAULT_DB, open_store
 
+LISTED = 20
+"""Diverged episodes listed one a line before the summary; past this many only the summary is printed."""
+
 
 def register(sub: Any) -> None:
     rp = sub.add_parser("replay", help="re-execute stored episodes against their env and compare")
     rp.add_argument("episode_id", nargs="?", help="one episode (an id prefix is enough); or use --where / --all")
     rp.add_argument("--db", default=DEFAULT_DB)
-    rp.add_argument("--until", type=int, help="stop after this turn")
+    rp.add_argument("--until", type=int, help="stop after this turn (the reward is then not compared)")
     rp.add_argument("--where", action="append", default=[], help="batch form: re-execute every episode matching")
     rp.add_argument("--json", action="store_true", help="one JSON object per episode")
+    rp.add_argument("-q", "--quiet", action="store_true", help="batch form: print only the summary by cause")
     rp.add_argument("--no-store", action="store_true", help="do not store the results")
     rp.set_defaults(handler=cmd_replay)
 
 
+def _one(res: Any) -> None:
+    """One episode: the verdict, then each turn, a differing one with what changed."""
+    print(res.summary())
+    for v in res.turns:
+        extra = f"  {v.what}: {v.describe()}" if not v.ok else (f"  ({v.note})" if v.note else "")
+        print(f"  turn {v.turn:3d} {'ok  ' if v.ok else 'DIFF'}{extra}")
+
+
 def cmd_replay(a: argparse.Namespace) -> int:
+    from ..analysis.replays import replay_summary
     from ..loop.replay import replay_stored
     from ..store import EpisodeFilter
 
@@ -36,24 +50,30 @@ def cmd_replay(a: argparse.Namespace) -> int:
         episodes = store.iter_episodes(EpisodeFilter.from_where(a.where))
     else:
         raise ConfigError("which episodes? give an episode id, or --where (e.g. --where env=retail)")
-    kinds: dict[str, int] = {}
-    n = 0
+    results = []
+    listed = 0
     for ep in episodes:
-        n += 1
         res = asyncio.run(replay_stored(ep, a.until))
+        results.append(res)
         if not a.no_store:
             store.save_replay(res)
-        kinds[res.kind] = kinds.get(res.kind, 0) + 1
         if a.json:
             print(json.dumps(res.to_dict(), ensure_ascii=False, default=str))
         elif a.episode_id:
-            print(res.summary())
-            for v in res.turns:
-                mark = "ok  " if v.ok else "DIFF"
-                extra = f"  {v.field}: stored {v.stored!r}  now {v.now!r}" if not v.ok else (f"  ({v.note})" if v.note else "")
-                print(f"  turn {v.turn:3d} {mark}{extra}")
-        elif res.kind != "reproduced":
-            print(res.summary())
-    summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "nothing matched"
-    print(f"replayed {n} episodes: {summary}", file=sys.stderr)
-    return 0 if set(kinds) <= {"reproduced"} else 1
+            _one(res)
+        elif res.kind != "reproduced" and not a.quiet:
+            listed += 1
+            if listed <= LISTED:
+                print(res.summary())
+    if not results:
+        where = " ".join(f"--where {w}" for w in a.where)
+        print(f"rollscope: nothing re-executed: no episode matches {where} (`rollscope ls {where}` lists what "
+              "there is)", file=sys.stderr)
+        return 2
+    if listed > LISTED:
+        print(f"… and {listed - LISTED} more diverged episodes (--json lists each)")
+    if not a.episode_id:  # one episode's verdict is already whole
+        out = sys.stderr if a.json else sys.stdout
+        for line in replay_summary(results):
+            print(line, file=out)
+    return 0 if all(r.kind == "reproduced" for r in results) else 1

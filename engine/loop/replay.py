@@ -1,65 +1,135 @@
-"""Re-execute a stored episode against its env and say where it diverges.
+"""Re-execute a stored episode against its env and say what changed.
 
 The env is reset on the same task and fed the stored actions one by one;
-each observation, reward and done flag is compared with what was stored.
-A divergence names the turn, the field, and both values. This tells a
-policy problem from an env problem: an env that is nondeterministic, whose
-data changed since the run, or whose reward function drifted.
+each observation, reward and done flag is compared with what was stored. A
+difference does not stop the replay: it goes on to the end, where the env's
+final reward is compared with the record's (``recorded_reward``,
+``replayed_reward``, ``reward_reproduced``; two rewards are one when
+``same_reward`` says so). What stops it: a differing system prompt or
+opening message (before any turn), the env failing, or the env ending the
+episode before the record does. The reward the env gives where it has not
+ended an episode the record ended is no final one, and stays unknown. This
+tells a policy problem from an env problem: an env that is nondeterministic,
+whose data changed since the run, or whose reward function drifted.
+
+Each differing tool output is one :class:`TurnVerdict` naming the tool, with
+its structural diff (``outputdiff``); ``divergence`` is the first. A
+verdict's ``causes`` are its changes in words that are the same for every
+episode the same change hit, for grouping many replays
+(``analysis/replays.py``); ``headline`` and ``summary`` are the one line the
+dashboard and the CLI print.
 
 ``replay_recorded`` re-executes a tool-using episode with its user replayed
-from the record. An episode whose user was a model or a person, or one imported from
-messages or tau-bench results, cannot be re-executed with the env's own
-user: that user would say something else. Here the env is reset on the
-episode's task with a :class:`RecordedUser` in its user's place, which
-answers with the user's recorded messages in order. The stored
-conversation is then walked message by message: each assistant tool call
-is executed and its output compared with the recorded ``tool`` message;
-each assistant reply without calls goes to the (recorded) user. When the
-env ends the episode, its reward is compared with the recorded one.
-
-The verdict names the first divergence (a tool output, the env ending
-early or not at all, the final reward) and says that the user was replayed
-from the record. What the env can no longer check, because the record put
-the words in the user's mouth, is the user itself.
+from the record. An episode whose user was a model or a person, or one
+imported from messages or tau-bench results, cannot be re-executed with the
+env's own user: that user would say something else. Here the env is reset on
+the episode's task with a :class:`RecordedUser` in its user's place, which
+answers with the user's recorded messages in order. The stored conversation
+is then walked message by message: each assistant tool call is executed and
+its output compared with the recorded ``tool`` message; each assistant reply
+without calls goes to the (recorded) user. What the env can no longer check,
+because the record put the words in the user's mouth, is the user itself.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..envs.base import Env, StepResult
+from ..envs.base import Env
 from ..presets import LoopConfig
 from ..records.episode import RESPOND, Action, Episode, Message
-from .turn import ENV_FAILURES, compare_result, conversation_observation, execute, stored_actions
+from .outputdiff import OutputChange, output_diff, shape, short
+from .rewards import same_reward
+from .turn import ENV_FAILURES, conversation_observation, execute, messages_dicts, stored_actions
 
 FIELDS = ("system_prompt", "first_observation", "observation", "reward", "done", "env_error")
 
 
+LABELS = {"observation": "observation", "first_observation": "opening message", "system_prompt": "system prompt",
+          "reward": "reward", "done": "done flag", "env_error": "env error"}
+"""How a verdict names what differs when no tool's output does."""
+REWARD_ALONE = "every output as recorded, the reward differs"
+
+
 @dataclass(frozen=True)
 class TurnVerdict:
+    """One turn's comparison, or one differing output of it: ``tool`` names the call whose output differs
+    and ``diff`` says what changed, path by path (:func:`output_diff`)."""
+
     turn: int
     ok: bool
     field: str = ""
     stored: Any = None
     now: Any = None
     note: str = ""
+    tool: str = ""
+    diff: tuple[OutputChange, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"turn": self.turn, "ok": self.ok, "field": self.field, "stored": self.stored, "now": self.now,
-                "note": self.note}
+        d: dict[str, Any] = {"turn": self.turn, "ok": self.ok, "field": self.field}
+        if not self.paths:  # a diff says what changed; the two dumps would only repeat it at length
+            d["stored"], d["now"] = self.stored, self.now
+        d["note"] = self.note
+        if not self.ok:
+            d["tool"] = self.tool
+            d["diff"] = [c.to_dict() for c in self.diff]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TurnVerdict:
-        return cls(int(d["turn"]), bool(d["ok"]), d.get("field", ""), d.get("stored"), d.get("now"), d.get("note", ""))
+        return cls(int(d["turn"]), bool(d["ok"]), d.get("field", ""), d.get("stored"), d.get("now"), d.get("note", ""),
+                   str(d.get("tool") or ""), tuple(OutputChange.from_dict(c) for c in d.get("diff") or ()))
+
+    @property
+    def what(self) -> str:
+        """What differs, as a label: ``get_user_details output``, or the field (``reward``, ``opening message``)."""
+        return f"{self.tool} output" if self.tool else LABELS.get(self.field, self.field)
+
+    @property
+    def causes(self) -> tuple[str, ...]:
+        """What differs, in words that are the same for every episode the same change hit (values left out):
+        one cause per path and kind of change of a differing output (``get_user_details output:
+        `address.province` is now `address.state```), else one naming the field."""
+        if self.ok:
+            return ()
+        if self.field == "observation":
+            what = f"{self.tool} output" if self.tool else "the env's answer"
+            return tuple(f"{what}: {p}" for p in shape(self.diff)) or (f"{what} differs",)
+        if self.field == "env_error":
+            now = str(self.now or "")
+            return (("the env raised " + now.split(":")[0]) if now else "the env no longer raises the stored error",)
+        if self.field == "done":
+            return (self.note or "the env ends the episode elsewhere",)
+        return ({"reward": "the reward", "system_prompt": "the system prompt",
+                 "first_observation": "the opening message"}.get(self.field, self.field),)
+
+    @property
+    def paths(self) -> bool:
+        """Whether the difference is best said path by path (an output, a message), not as two values."""
+        return bool(self.diff) and self.field in ("observation", "first_observation")
+
+    def describe(self) -> str:
+        """The differences in one line: paths, not dumps."""
+        return "; ".join(c.describe() for c in self.diff) if self.paths else f"stored {short(self.stored)}, now {short(self.now)}"
+
+
+def _differing(turn: int, field: str, stored: Any, now: Any, note: str = "", tool: str = "") -> TurnVerdict:
+    return TurnVerdict(turn, False, field, stored, now, note, tool, output_diff(stored, now))
 
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """The verdict of one re-execution."""
+    """The verdict of one re-execution.
+
+    ``divergence`` is the first difference; ``turns`` holds every turn compared and every later difference
+    too, since a replay goes on past a differing output to the end. ``recorded_reward`` is the reward the
+    record ends with, ``replayed_reward`` the env's where it ended the episode too (None where the replay
+    did not get that far, or stopped at ``until``).
+    """
 
     episode_id: str
     reproducible: bool  # False when the env cannot reproduce by design (a model plays the user)
@@ -71,6 +141,8 @@ class ReplayResult:
     created_at: float = field(default_factory=time.time)
     user: str = "env"
     """Who answered as the user: ``env`` (the env's own user) or ``recorded`` (the record's messages)."""
+    recorded_reward: float | None = None
+    replayed_reward: float | None = None
 
     @property
     def kind(self) -> str:
@@ -80,34 +152,115 @@ class ReplayResult:
             return "reproduced"
         return f"diverged:{self.divergence.field if self.divergence else 'unknown'}"
 
+    @property
+    def reward_reproduced(self) -> bool | None:
+        """Whether the final reward is the recorded one; None when either is unknown."""
+        if self.recorded_reward is None or self.replayed_reward is None:
+            return None
+        return same_reward(self.recorded_reward, self.replayed_reward)
+
+    @property
+    def differences(self) -> tuple[TurnVerdict, ...]:
+        return tuple(v for v in self.turns if not v.ok)
+
+    @property
+    def divergence_index(self) -> int | None:
+        """Where the first divergence lies in ``turns``."""
+        return next((i for i, v in enumerate(self.turns) if not v.ok), None)
+
+    def _causing(self) -> tuple[TurnVerdict, ...]:
+        """The differences that name a cause: a differing reward only when nothing else differs, since a
+        differing output explains it."""
+        diffs = self.differences
+        return tuple(v for v in diffs if v.field != "reward") or diffs
+
+    @property
+    def causes(self) -> tuple[str, ...]:
+        """Every cause this episode shows, once each, in the order met (see :attr:`TurnVerdict.causes`)."""
+        found = tuple(dict.fromkeys(c for v in self._causing() for c in v.causes))
+        return (REWARD_ALONE,) if found == ("the reward",) else found
+
+    @property
+    def first_causes(self) -> tuple[str, ...]:
+        """The causes of the first divergence (the first differing output where the reward differs after it)."""
+        causing = self._causing()
+        if not causing:
+            return ()
+        return (REWARD_ALONE,) if causing[0].field == "reward" else causing[0].causes
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "episode_id": self.episode_id, "reproducible": self.reproducible, "reproduced": self.reproduced,
             "kind": self.kind, "turns": [t.to_dict() for t in self.turns],
             "divergence": None if self.divergence is None else self.divergence.to_dict(),
             "reason": self.reason, "until": self.until, "created_at": self.created_at, "user": self.user,
+            "recorded_reward": self.recorded_reward, "replayed_reward": self.replayed_reward,
+            "reward_reproduced": self.reward_reproduced,
+            "cause": "; ".join(self.first_causes) or None, "causes": list(self.causes),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplayResult:
         div = d.get("divergence")
+
+        def reward(key: str) -> float | None:
+            v = d.get(key)
+            return None if v is None else float(v)
+
         return cls(
             episode_id=str(d["episode_id"]), reproducible=bool(d["reproducible"]), reproduced=bool(d["reproduced"]),
             turns=tuple(TurnVerdict.from_dict(t) for t in d.get("turns") or ()),
             divergence=None if div is None else TurnVerdict.from_dict(div), reason=str(d.get("reason", "")),
             until=d.get("until"), created_at=float(d.get("created_at", 0.0)), user=str(d.get("user", "env")),
+            recorded_reward=reward("recorded_reward"), replayed_reward=reward("replayed_reward"),
         )
 
+    def reward_verdict(self) -> str:
+        """Whether the final reward reproduces, in words."""
+        if self.until is not None:
+            return "reward not compared (--until)"
+        ok = self.reward_reproduced
+        if ok is None:
+            return "the final reward was not reached" if self.recorded_reward is not None else ""
+        if ok:
+            return f"the reward reproduces ({self.replayed_reward:g})"
+        return f"the reward does not reproduce (recorded {self.recorded_reward:g}, now {self.replayed_reward:g})"
+
+    def headline(self) -> str:
+        """One line saying what the re-execution found, the values left to the per-turn table: ``diverged at
+        turn 0, get_user_details output; 1 more difference after it; the reward reproduces (1)``."""
+        return self._line(detail=False)
+
     def summary(self) -> str:
+        """The headline with the episode and the first divergence's changes: what ``rollscope replay`` prints."""
         if not self.reproducible:
             return f"{self.episode_id}: cannot be re-executed exactly: {self.reason}"
+        return f"{self.episode_id}: {self._line(detail=True)}"
+
+    def _line(self, detail: bool) -> str:
+        if not self.reproducible:
+            return "cannot be re-executed exactly"
         by = "; the user was replayed from the record" if self.user == "recorded" else ""
+        rw = self.reward_verdict()
         if self.reproduced:
-            return f"{self.episode_id}: reproduced ({len(self.turns)} turns{by})"
+            if self.until is not None:
+                return f"turns 0-{self.until} reproduced; {rw}{by}"
+            if self.user == "recorded":
+                what = "every tool output and the final reward as recorded"
+            else:
+                what = "every observation, reward and done flag as stored"
+            if self.reward_reproduced is None and rw:
+                what = what.replace(" and the final reward", "") + f"; {rw}"
+            return f"reproduced: {len(self.turns)} turns, {what}{by}"
         d = self.divergence
-        assert d is not None
-        return (f"{self.episode_id}: diverged at turn {d.turn} on {d.field}: stored {d.stored!r}, now {d.now!r}"
-                + (f" ({d.note})" if d.note and d.field in ("observation", "reward", "done") else "") + by)
+        if d is None:
+            return "diverged" + (f"; {rw}" if rw else "") + by
+        head = f"diverged at turn {d.turn}, {d.what}"
+        if detail:
+            head += f": {d.describe()}" + (f" ({d.note})" if d.note and d.field in ("reward", "done") else "")
+        later = len(self.differences) - 1
+        more = f"; {later} more difference{'s' if later != 1 else ''} after it" if later > 0 else ""
+        return head + more + (f"; {rw}" if rw and (d.field != "reward" or self.until is not None) else "") + by
 
 
 def _msgs(ms: tuple[Message, ...] | list[Message]) -> list[dict[str, Any]]:
@@ -136,30 +289,66 @@ def _initial(ep: Episode) -> tuple[str | None, list[Message]]:
     return system, first
 
 
+def observation_verdicts(turn: int, stored: Sequence[Message], now: Sequence[Message]) -> list[TurnVerdict]:
+    """How an env's messages now differ from the stored ones: one verdict per differing tool output when the
+    two hold the same messages in the same roles, else one on the whole observation."""
+    a, b = messages_dicts(stored), messages_dicts(now)
+    if a == b:
+        return []
+    if len(a) == len(b) and all(x.role == y.role and x.name == y.name for x, y in zip(stored, now, strict=True)):
+        out: list[TurnVerdict] = []
+        calls = 0
+        for x, y, dx, dy in zip(stored, now, a, b, strict=True):
+            calls += x.role == "tool"
+            if dx == dy:
+                continue
+            if x.role == "tool" and {k: v for k, v in dx.items() if k != "content"} == \
+                    {k: v for k, v in dy.items() if k != "content"}:
+                out.append(_differing(turn, "observation", x.content, y.content,
+                                      f"the output of {x.name or 'a tool'} (call {calls} of this turn)", x.name or ""))
+            else:
+                return [_differing(turn, "observation", a, b)]
+        return out
+    return [_differing(turn, "observation", a, b)]
+
+
 async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = None) -> ReplayResult:
-    """Re-execute ``ep``'s stored actions (turns ``0..until``) in a fresh env."""
+    """Re-execute ``ep``'s stored actions (turns ``0..until``) in a fresh env.
+
+    A differing observation or reward does not stop it: the stored actions go on to the end, and the
+    final reward is compared with the record's. A differing system prompt or opening message stops it
+    before any turn, and the env failing, or ending the episode before the record does, stops it there.
+    The replayed reward is the env's where it ended the episode (or the stored turn's, where the env raised
+    again as stored), or its last where neither it nor the record ended it; else it is unknown."""
     env = make_env()
     why = nondeterminism(env)
     if why is not None:
         return ReplayResult(ep.id, False, False, reason=why, until=until)
     verdicts: list[TurnVerdict] = []
+    recorded = (ep.turns[-1].reward if ep.turns else ep.reward) if until is None else None
+    replayed: float | None = None
 
-    def diverged(v: TurnVerdict) -> ReplayResult:
-        verdicts.append(v)
-        return ReplayResult(ep.id, True, False, tuple(verdicts), v, until=until)
+    def result() -> ReplayResult:
+        first = next((v for v in verdicts if not v.ok), None)
+        return ReplayResult(ep.id, True, first is None, tuple(verdicts), first, until=until,
+                            recorded_reward=recorded, replayed_reward=replayed if until is None else None)
 
     system, first = _initial(ep)
     try:
         now_system = env.system_prompt(ep.task_id)
         now_first = list(env.reset(ep.task_id))
     except ENV_FAILURES as e:  # the env's own failure is the finding; a bug propagates
-        return diverged(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        verdicts.append(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        return result()
     if (now_system or None) != system:
-        return diverged(TurnVerdict(0, False, "system_prompt", system, now_system))
+        verdicts.append(_differing(0, "system_prompt", system, now_system))
+        return result()
     if _msgs(now_first) != _msgs(first):
-        return diverged(TurnVerdict(0, False, "first_observation", _msgs(first), _msgs(now_first)))
+        verdicts.append(_differing(0, "first_observation", _msgs(first), _msgs(now_first)))
+        return result()
 
     config = ep.config.loop or LoopConfig()
+    last: float | None = None  # the env's reward at the last turn it answered
     for turn in ep.turns:
         if until is not None and turn.index > until:
             break
@@ -174,19 +363,31 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
             res = await execute(env, actions)
         except ENV_FAILURES as e:
             now = f"{type(e).__name__}: {e}"
-            if stored_error == now:
+            if stored_error == now:  # the record ended here too, with the turn's reward as stored
                 verdicts.append(TurnVerdict(turn.index, True, note=f"the env raised again, as stored: {now}"))
-                break
-            return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, now, traceback.format_exc()))
+                replayed = turn.reward
+            else:
+                verdicts.append(TurnVerdict(turn.index, False, "env_error", stored_error, now, traceback.format_exc()))
+            return result()
         if stored_error is not None:
-            return diverged(TurnVerdict(turn.index, False, "env_error", stored_error, None))
-        seen = StepResult(conversation_observation(config, res), res.reward, res.done, res.info)
-        diffs = compare_result(turn, seen)
-        if diffs:
-            d = diffs[0]
-            return diverged(TurnVerdict(turn.index, False, d.field, d.stored, d.now))
-        verdicts.append(TurnVerdict(turn.index, True))
-    return ReplayResult(ep.id, True, True, tuple(verdicts), None, until=until)
+            verdicts.append(TurnVerdict(turn.index, False, "env_error", stored_error, None))
+            return result()
+        seen = conversation_observation(config, res)
+        found = observation_verdicts(turn.index, turn.observation, seen)
+        if not same_reward(res.reward, turn.reward):
+            found.append(_differing(turn.index, "reward", turn.reward, res.reward))
+        if res.done != turn.done:
+            found.append(_differing(turn.index, "done", turn.done, res.done,
+                                    "the env ended the episode before the record does" if res.done
+                                    else "the env did not end the episode where the record does"))
+        verdicts.extend(found or [TurnVerdict(turn.index, True)])
+        last = res.reward
+        if res.done:
+            replayed = res.reward
+            return result()
+    if ep.turns and not ep.turns[-1].done:
+        replayed = last  # neither the env nor the record ended the episode: both stopped at the same place
+    return result()
 
 
 def env_for(ep: Episode) -> Callable[[], Env] | str:
@@ -320,7 +521,14 @@ def recorded_user(ep: Episode) -> RecordedUser:
 
 
 async def replay_recorded(ep: Episode, make_env: Callable[[], Env], until: int | None = None) -> ReplayResult:
-    """Re-execute ``ep`` in a fresh env whose user replays the record (turns ``0..until``)."""
+    """Re-execute ``ep`` in a fresh env whose user replays the record (turns ``0..until``).
+
+    A tool output that differs from the record's is noted and the replay goes on, since the recorded user
+    says the same whatever the agent heard; at the end the env's reward is compared with the record's.
+    The env ending the episode early, or failing, stops it. Where the env has not ended the episode at the
+    end of a record that says it ended, the env's reward is not a final one: unknown, and a divergence on
+    ``done`` only if it differs from the record's anyway (an imported record cut short by a step limit says
+    it ended, without the env's word)."""
     env = make_env()
     use_user = getattr(env, "use_user", None)
     if use_user is None:
@@ -330,48 +538,60 @@ async def replay_recorded(ep: Episode, make_env: Callable[[], Env], until: int |
     replies = [s.reply or STOP for s in steps if len(s.actions) == 1 and s.actions[0].is_respond]
     use_user(RecordedUser(opening, replies))
     verdicts: list[TurnVerdict] = []
+    recorded: float = ep.turns[-1].reward if ep.turns else ep.reward  # the env's last reward, before any shaping
 
-    def result(ok: bool, div: TurnVerdict | None = None) -> ReplayResult:
-        if div is not None:
-            verdicts.append(div)
-        return ReplayResult(ep.id, True, ok, tuple(verdicts), div, reason=RECORDED_NOTE, until=until,
-                            user="recorded")
+    def result(replayed: float | None) -> ReplayResult:
+        first = next((v for v in verdicts if not v.ok), None)
+        whole = until is None
+        return ReplayResult(ep.id, True, first is None, tuple(verdicts), first, reason=RECORDED_NOTE, until=until,
+                            user="recorded", recorded_reward=recorded if whole else None,
+                            replayed_reward=replayed if whole else None)
 
     try:
         env.reset(ep.task_id)
     except ENV_FAILURES as e:
-        return result(False, TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        verdicts.append(TurnVerdict(0, False, "env_error", None, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        return result(None)
     done, reward = False, 0.0
     for step in steps:
         t = step.turn
         if until is not None and t > until:
-            return result(True)
+            return result(None)
         if done:
-            return result(False, TurnVerdict(t, False, "done", False, True, "the env ended the episode before this turn"))
+            verdicts.append(TurnVerdict(t, False, "done", False, True, "the env ended the episode before this turn"))
+            return result(reward)
         tools = [a for a in step.actions if not a.is_respond]
         n_out = 0
+        found: list[TurnVerdict] = []
         for action in step.actions:
             try:
                 res = await execute(env, [action])
             except ENV_FAILURES as e:
-                return result(False, TurnVerdict(t, False, "env_error", None, f"{type(e).__name__}: {e}",
-                                                 traceback.format_exc()))
+                verdicts.extend(found)
+                verdicts.append(TurnVerdict(t, False, "env_error", None, f"{type(e).__name__}: {e}",
+                                            traceback.format_exc()))
+                return result(None)
             if not action.is_respond:
                 now = next((m.content for m in res.observation if m.role == "tool"), "")
                 stored = step.outputs[n_out] if n_out < len(step.outputs) else None
                 n_out += 1
                 if now != stored:
-                    return result(False, TurnVerdict(t, False, "observation", stored, now,
-                                                     f"the output of {action.name} (call {n_out} of this turn)"))
+                    found.append(_differing(t, "observation", stored, now,
+                                            f"the output of {action.name} (call {n_out} of this turn)", action.name))
             done, reward = res.done, res.reward
             if done:
                 break
-        verdicts.append(TurnVerdict(t, True, note=f"{n_out} tool output(s) as recorded" if tools else ""))
+        verdicts.extend(found or [TurnVerdict(t, True, note=f"{n_out} tool output(s) as recorded" if tools else "")])
     if until is not None:
-        return result(True)
-    recorded = ep.turns[-1].reward if ep.turns else ep.reward  # the env's last reward, before any shaping
-    if reward != recorded:
-        why = "" if done else "the env did not end the episode where the record does"
-        last = steps[-1].turn if steps else 0
-        return result(False, TurnVerdict(last, False, "reward", recorded, reward, why))
-    return result(True)
+        return result(None)
+    last = steps[-1].turn if steps else 0
+    record_done = ep.turns[-1].done if ep.turns else True
+    if not done and record_done:
+        if not same_reward(reward, recorded):
+            verdicts.append(TurnVerdict(last, False, "done", True, False,
+                                        f"the env did not end the episode where the record does (its reward "
+                                        f"there {reward:g}, the record's {recorded:g})"))
+        return result(None)
+    if not same_reward(reward, recorded):  # the env's final reward, or its last where neither ended the episode
+        verdicts.append(_differing(last, "reward", recorded, reward))
+    return result(reward)

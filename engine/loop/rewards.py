@@ -1,9 +1,15 @@
-"""Reward shaping, discounted returns and group advantages."""
+"""Reward shaping, discounted returns, group advantages, and when two rewards are the same."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+
+def same_reward(a: float, b: float) -> bool:
+    """Whether two rewards are the same, up to the last bits a float sum may round differently
+    (0.1 + 0.2 and 0.3 are one reward)."""
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def areal_shape(reward: float, scale: float = 1.0, bias: float = 0.0) -> float:

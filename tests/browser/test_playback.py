@@ -187,11 +187,17 @@ def test_tito_prompts_and_reexecute_reproduced_and_diverged(page: Any, site: Sit
     page.locator("#rs-pb-reexec").click()
     replay = page.locator("#rs-pb-replay")
     replay.locator(".rs-pb-first", has_text="first divergence").wait_for(timeout=30_000)
-    assert f"diverged at turn {first} on observation" in replay.inner_text()
-    assert replay.locator("tr.rs-pb-div").count() == 1 and replay.locator("tr.rs-pb-ok").count() == first
+    # It goes on to the end: the turn's answer and reward differ, the turns after it are as stored, and the
+    # final reward (0) is the recorded one. The answer's change is said as its path, not as two dumps.
+    assert (f"diverged at turn {first}, observation; 1 more difference after it; the reward reproduces (0)"
+            in replay.inner_text())
+    assert replay.locator("tr.rs-pb-div").count() == 2 and replay.locator("tr.rs-pb-ok").count() == ep.n_turns - 1
+    change = replay.locator("tr.rs-pb-div .rs-pb-diff li").first
+    assert change.get_attribute("data-change") == "changed"
+    assert change.inner_text().startswith("`[0].content` changed: 'Congratulations! You are correct!' ->")
     page.locator("#rs-pb-last").click()
     _at(page, ep.n_turns - 1)
-    replay.locator(f"a[data-pb-turn='{first}']").click()  # the divergent turn plays back
+    replay.locator(f"a[data-pb-turn='{first}']").first.click()  # the divergent turn plays back
     _at(page, first)
     assert "diverged on observation" in page.locator(f"{CARD} .rs-pb-head").inner_text()
     page.locator("#rs-pb-replay").scroll_into_view_if_needed()

@@ -86,14 +86,19 @@ class _NoUser:
         return 0.0
 
 
+WIKI = "# Fake retail policy\nAuthenticate the user before acting. Confirm before cancelling."
+
+
 class Env:
-    def __init__(self, data: dict, tasks: list[Task]) -> None:
+    def __init__(self, data: dict, tasks: list[Task], tools: dict[str, Any] | None = None,
+                 tools_info: list[dict[str, Any]] | None = None, wiki: str = WIKI) -> None:
         self._initial = data
         self.data = copy.deepcopy(data)
         self.tasks = tasks
         self.task = tasks[0]
-        self.tools_info = TOOLS_INFO
-        self.wiki = "# Fake retail policy\nAuthenticate the user before acting. Confirm before cancelling."
+        self.tools_map = TOOLS if tools is None else tools
+        self.tools_info = TOOLS_INFO if tools_info is None else tools_info
+        self.wiki = wiki
         self.user: Any = _NoUser()
         self.actions: list[Action] = []
         self.terminate_tools = ["transfer_to_human_agents"]
@@ -113,9 +118,9 @@ class Env:
         if action.name == RESPOND_ACTION_NAME:
             obs = self.user.step(action.kwargs["content"])
             done = "###STOP###" in obs
-        elif action.name in TOOLS:
+        elif action.name in self.tools_map:
             try:
-                obs = TOOLS[action.name](self.data, **action.kwargs)
+                obs = self.tools_map[action.name](self.data, **action.kwargs)
             except Exception as e:
                 obs = f"Error: {e}"
             done = action.name in self.terminate_tools
@@ -129,18 +134,23 @@ class Env:
 
     def _reward(self) -> tuple[float, dict[str, Any]]:
         got = self._hash()
-        replay = Env(self._initial, self.tasks)
+        replay = copy.deepcopy(self._initial)
         for a in self.task.actions:
-            if a.name in TOOLS and a.name not in self.terminate_tools:
-                TOOLS[a.name](replay.data, **a.kwargs)
+            if a.name in self.tools_map and a.name not in self.terminate_tools:
+                self.tools_map[a.name](replay, **a.kwargs)
         outputs = {o: any(a.name == RESPOND_ACTION_NAME and o.lower() in a.kwargs["content"].lower().replace(",", "")
                           for a in self.actions) for o in self.task.outputs}
-        ok = got == replay._hash() and all(outputs.values())
-        return (1.0 if ok else 0.0), {"db_match": got == replay._hash(), "outputs": outputs}
+        want = hashlib.sha256(json.dumps(replay, sort_keys=True).encode()).hexdigest()
+        ok = got == want and all(outputs.values())
+        return (1.0 if ok else 0.0), {"db_match": got == want, "outputs": outputs}
 
 
 def get_env(env_name: str, user_strategy: str, user_model: str, task_split: str, user_provider: str | None = None,
             task_index: int | None = None) -> Env:
-    if env_name not in ("retail", "airline"):
-        raise ValueError(f"Unknown environment: {env_name}")
-    return Env(DATA, TASKS)
+    if env_name == "retail":
+        return Env(DATA, TASKS)
+    if env_name == "airline":
+        from .airline import MockAirlineDomainEnv
+
+        return MockAirlineDomainEnv()
+    raise ValueError(f"Unknown environment: {env_name}")
