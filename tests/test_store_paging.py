@@ -21,7 +21,7 @@ def varied(i: int) -> Episode:
     """Episode ``i`` with the columns that may be NULL set on some episodes and not on others: group, run,
     rollout step, outcome. Rewards and statuses repeat (ties)."""
     ep = synthetic_episode(i)
-    step = i % 5 if i % 3 else None
+    step = i % 5 if i % 9 else None
     kind = OUTCOME_KINDS[i % len(OUTCOME_KINDS)] if i % 4 else None
     outcome = None if kind is None else Outcome(kind, None, None, None, (), (), (), (), None, "planted")
     return ep.evolve(group_id=None if i % 7 == 0 else ep.group_id, run_id=None if i % 11 == 0 else f"run{i % 3}",

@@ -190,10 +190,14 @@ class Reads(StoreBase):
         ``group_id``): {group: {kind: n}}, kinds most first."""
         if by not in (None, "rollout_step", "run_id", "env", "task_id", "preset", "group_id"):
             raise ConfigError(f"no grouping of outcomes by {by!r}")
-        where, args = (flt or EpisodeFilter()).sql()
+        flt = flt or EpisodeFilter()
+        where, args = flt.sql()
         key = by or "NULL"
-        rows = self.browse_query(f"SELECT {key}, outcome, COUNT(*) FROM episode_index WHERE ({where}) AND outcome "
-                                 f"IS NOT NULL GROUP BY {key}, outcome ORDER BY {key}, COUNT(*) DESC", args)
+        # From the maintained aggregates when their columns answer the question.
+        table, n = ("episode_stats", "SUM(n)") if flt.on_stats and by not in ("task_id", "group_id") else \
+            ("episode_index", "COUNT(*)")
+        rows = self.browse_query(f"SELECT {key}, outcome, {n} FROM {table} WHERE ({where}) AND outcome "
+                                 f"IS NOT NULL GROUP BY {key}, outcome ORDER BY {key}, {n} DESC, outcome", args)
         out: dict[Any, dict[str, int]] = {}
         for group, kind, n in rows:
             out.setdefault(group, {})[str(kind)] = int(n)
