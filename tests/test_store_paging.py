@@ -65,6 +65,12 @@ def test_keyset_pages_are_the_offset_pages_forward_and_back(store: Store, column
             page = store.page_episodes(flt, column, descending, PAGE, before=page.before)
             back.append([r.id for r in page.rows])
         assert back[::-1] == by_offset[:-1]
+        # Read along the sorted column's index (a filter that selects many): the same pages.
+        many = MatchCount(10, False)
+        walked = store.page_episodes(flt, column, descending, PAGE, matches=many)
+        assert [r.id for r in walked.rows] == by_offset[0]
+        assert [r.id for r in store.page_episodes(flt, column, descending, PAGE, after=walked.after,
+                                                  matches=many).rows] == by_offset[1]
         # A page reached by an offset carries the tokens of its neighbours.
         middle = store.page_episodes(flt, column, descending, PAGE, offset=2 * PAGE)
         assert middle.before is not None and middle.after is not None

@@ -114,13 +114,13 @@ def _page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: 
         number = max(1, int(_num(page_no) or 1))
         if total.exact:
             number = min(number, max(1, math.ceil(total.n / size)))
-        shown = store.page_episodes(flt, by, desc, size, **cursor) if cursor else None
+        shown = store.page_episodes(flt, by, desc, size, **cursor, matches=total) if cursor else None
         if shown is None or not shown.rows:
-            shown = store.page_episodes(flt, by, desc, size, offset=(number - 1) * size)
+            shown = store.page_episodes(flt, by, desc, size, offset=(number - 1) * size, matches=total)
         if not shown.rows and number > 1:  # past the end of a selection counted no further than the bound
             total = MatchCount(store.count(flt), True)
             number = max(1, math.ceil(total.n / size))
-            shown = store.page_episodes(flt, by, desc, size, offset=(number - 1) * size)
+            shown = store.page_episodes(flt, by, desc, size, offset=(number - 1) * size, matches=total)
         rows = list(shown.rows)
         run_level = store.run_level_kinds([r.run_id for r in rows if r.run_id])
     except RollscopeError as e:

@@ -107,12 +107,18 @@ class Reads(StoreBase):
         after: str | None = None,
         before: str | None = None,
         offset: int = 0,
+        matches: MatchCount | None = None,
     ) -> EpisodePage:
         """A page of the filtered episodes sorted by ``order_by`` (ties by row, in the same direction), with the
         tokens of the pages either side. ``after`` (a page's ``after``) gives the page that follows it and
         ``before`` (a page's ``before``) the one that precedes it, each a walk of the sorted column's index from
         that row, whatever the depth (keyset pagination); without either, the page ``offset`` rows in. The pages
-        are the ones ``offset`` gives, for as long as the episodes do not change."""
+        are the ones ``offset`` gives, for as long as the episodes do not change.
+
+        ``matches`` (the filter's ``count_upto``): when the filter selects more than its bound, the page is read
+        along the sorted column's index, checking the filter row by row, which finds a page after about
+        ``limit`` * (episodes / matches) rows; SQLite's planner would rather sort every match when the filter has
+        an index of its own (a status, a reward range), and that sort grows with the database."""
         if order_by not in SORTABLE:
             raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
         if after is not None and before is not None:
@@ -125,7 +131,9 @@ class Reads(StoreBase):
         # Page first, then look up the tags and the reasons of that page only (a reason is read from
         # ``episodes`` by primary key: the browse index does not hold it).
         names = [f.name for f in fields(EpisodeSummary) if f.name not in EpisodeSummary.PAGE_LOOKUPS]
-        select = f"SELECT rid, {', '.join(names)} FROM episode_index WHERE ({where})"
+        walk = f" INDEXED BY episode_index_{order_by}" if matches is not None and not matches.exact and \
+            order_by != "id" else ""
+        select = f"SELECT rid, {', '.join(names)} FROM episode_index{walk} WHERE ({where})"
         order = f"ORDER BY {order_by} {direction}, rid {direction}"
         found: list[tuple[Any, ...]] = []
         if cursor is None:
