@@ -370,12 +370,12 @@ def _reward_sets(q: Any, sel: str, args: list[Any], limit: int, bars: int, n: st
     sets = q(f"SELECT env, preset, {n}, MIN(reward), MAX(reward) {sel} GROUP BY env, preset "
              "ORDER BY 3 DESC, 1, 2", args).fetchall()
     out = []
-    for env, preset, n, lo, hi in sets[:limit]:
+    for env, preset, size, lo, hi in sets[:limit]:
         one = f"{sel} AND env IS ? AND preset IS ?"
         found = q(f"SELECT reward, {n} {one} GROUP BY reward ORDER BY 1 LIMIT ?",
                    [*args, env, preset, bars + 1]).fetchall()
         bins = _discrete(found) if len(found) <= bars else _binned(q, one, [*args, env, preset], "reward", lo, hi, bars, n)
-        out.append(RewardBins(str(env or ""), str(preset or ""), int(n), bins))
+        out.append(RewardBins(str(env or ""), str(preset or ""), int(size), bins))
     return tuple(out), len(sets)
 
 
