@@ -66,7 +66,17 @@ def test_next_and_prev_walk_the_offset_pages_and_the_count_fills_in(page: Any, s
     page.locator('#rs-episode-table th[data-sort="reward"]').click()
     _info(page, "sorted by reward ▼")
     _info(page, f"Episodes 1–50 of {N} matching · page 1 of 3")
+    first = _rows(page)
+    assert first == [r.id for r in store.list_episodes(order_by="reward", limit=50)]
+    # An episode of page 2 moves to the top (a re-check, a re-import): Next continues after the last row shown,
+    # where an offset would show that row again.
+    moved = store.list_episodes(order_by="reward", limit=1, offset=60)[0].id
+    store.db.execute("UPDATE episodes SET reward = 99 WHERE id = ?", [moved])
+    store.db.conn.commit()
+    now = [r.id for r in store.list_episodes(order_by="reward", limit=N)]
+    after = now[now.index(first[-1]) + 1:][:50]
+    assert after != now[50:100] and first[-1] == now[50]
     page.locator("#rs-next").click()
     _info(page, f"Episodes 51–100 of {N} matching · page 2 of 3 · sorted by reward")
-    assert _rows(page) == [r.id for r in store.list_episodes(order_by="reward", limit=50, offset=50)]
+    assert _rows(page) == after
     assert page.errors == []
