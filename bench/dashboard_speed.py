@@ -11,8 +11,9 @@
    and the HTML each part sends.
 2. Server: a database of ``--episodes`` synthetic episodes (built once and
    reused from ``--db``); time for Browse to filter by status and reward and
-   produce the first page (count + page query + table HTML), and the same
-   for a deep page, a sort, a text search and the charts' aggregates.
+   produce the first page (count to a bound + page query + table HTML), and
+   the same for a deep page (by offset, and by the token Next carries), a
+   sort, a text search, the exact count and the charts' aggregates.
 3. Browser (Playwright + chromium): link to painted, median of 3: from
    loading ``/?episode=ID`` in a new tab to the frame that paints the
    episode's last token (the end of its last tool output) in the token
@@ -108,15 +109,27 @@ def browse_figures(db: Path, n: int) -> None:
         store = Store(db)  # fresh planner statistics, as a dashboard started on it would have
     total = store.count()
     flt = browse.episode_filter(status=["completed"], reward_min="0.5")
-    print(f"\n2. Browse on {total:,} episodes (server side; count + page query + table HTML)")
+    print(f"\n2. Browse on {total:,} episodes (server side; bounded count + page query + table HTML)")
     first, median, (table, info, _) = timed(lambda: browse.page(store, flt, None, 1))
     matching = store.count(flt)
     print(f"   status=completed, reward>=0.5 ({matching:,} match), first page: first {ms(first)}, median {ms(median)}")
+
+    def token(f: EpisodeFilter, page: int, by: str = "created_at") -> dict[str, str]:
+        """The token of page ``page`` (1-based) of 50, as Next carries it from the page before."""
+        after = store.page_episodes(f, by, True, 50, offset=(page - 2) * 50).after
+        assert after is not None
+        return {"after": after}
+
+    deep, last = token(flt, 300), token(EpisodeFilter(), total // 50)
     cases = {
-        "same filter, page 300": lambda: browse.page(store, flt, None, 300),
+        "same filter, page 300 (offset)": lambda: browse.page(store, flt, None, 300),
+        "same filter, page 300 (Next, keyset)": lambda: browse.page(store, flt, None, 300, cursor=deep),
         "same filter, sorted by turns": lambda: browse.page(store, flt, {"by": "n_turns", "desc": True}, 1),
         "no filter, sorted by reward": lambda: browse.page(store, EpisodeFilter(), {"by": "reward", "desc": True}, 1),
-        "no filter, last page": lambda: browse.page(store, EpisodeFilter(), None, total // 50),
+        "no filter, last page (offset)": lambda: browse.page(store, EpisodeFilter(), None, total // 50),
+        "no filter, last page (Next, keyset)": lambda: browse.page(store, EpisodeFilter(), None, total // 50,
+                                                                    cursor=last),
+        "exact count after the page, filtered": lambda: store.count(flt),
         "text search (rare phrase)": lambda: browse.page(store, browse.episode_filter(text=needle(7007)), None, 1),
         "text search ('zebra', 2% of episodes)": lambda: browse.page(store, browse.episode_filter(text="zebra"), None, 1),
         "tag + has findings": lambda: browse.page(store, browse.episode_filter(tags=["bug"], findings="__any__"),

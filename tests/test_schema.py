@@ -118,7 +118,7 @@ def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path)
                for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
                             "schema4-episodes.jsonl", "schema5-episodes.jsonl")}
     for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
-                 "dbschema6.sqlite"):
+                 "dbschema6.sqlite", "dbschema7.sqlite"):
         shutil.copy(GOLDEN / name, tmp_path / name)
         store = Store(tmp_path / name)
         try:

@@ -19,16 +19,13 @@ from typing import Any
 
 import gradio as gr
 
-from engine import SORTABLE, EpisodeFilter, RollscopeError, Status, Store
+from engine import SORTABLE, EpisodeFilter, MatchCount, RollscopeError, Status, Store
 
 from ..assets import script
-from ..background.jobs import DemoJobs
+from ..demo_button import DemoControls, demo_controls
 from ..gradio_glue import Outputs, event_data, html
 from ..views import charts
 from ..views.browse import DEFAULT_COLUMNS, OPTIONAL_COLUMNS, render_run_notes, render_table
-from ..views.browse import offer as demo_offer
-from ..views.browse import present as demo_present
-from ..views.browse import progress as demo_progress
 from ..views.html import note
 
 PAGE_SIZES = [25, 50, 100, 200]
@@ -40,6 +37,8 @@ STARRED = {"any": None, "starred": True, "not starred": False}
 DEFAULT_SORT = {"by": "created_at", "desc": True}
 MAX_TASK_CHOICES = 500  # beyond this, type a task id (the dropdown accepts any value)
 REFRESH_S = 3.0
+# The table's count stops here; the exact count follows once the page is on screen.
+COUNT_BOUND = 10_000
 
 
 def _opt(value: Any) -> str | None:
@@ -94,33 +93,51 @@ def _sort(sort: Any) -> tuple[str, bool]:
 
 
 def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: Any = PAGE_SIZE,
-         selected: str | None = None, columns: Sequence[str] | None = None) -> tuple[str, str, int]:
+         selected: str | None = None, columns: Sequence[str] | None = None,
+         cursor: dict[str, str] | None = None) -> tuple[str, str, int]:
     """(table HTML, info HTML, clamped 1-based page number) for one page of the filtered, sorted episodes,
     with the key columns and the chosen ``columns``; the row of ``selected`` (the episode last opened) stays
-    marked."""
+    marked. ``cursor`` (``{"after": token}`` or ``{"before": token}``, from the page next to it) reads the page
+    from the sorted column's index instead of counting rows up to it."""
+    drawn = _page(store, flt, sort, page_no, page_size, selected, columns, cursor)
+    return drawn["table"], drawn["info"], drawn["number"]
+
+
+def _page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: Any, selected: str | None,
+          columns: Sequence[str] | None, cursor: dict[str, str] | None = None) -> dict[str, Any]:
+    """``page``'s table, info and number, with the page's tokens (``after``, ``before``) and what its info says
+    (``count``: the bounded count, so the exact one can be put in later by ``count_info``)."""
     by, desc = _sort(sort)
     size = int(page_size) if page_size in PAGE_SIZES else PAGE_SIZE
     start = time.perf_counter()
     try:
-        total = store.count(flt)
-        last = max(1, math.ceil(total / size))
-        number = min(max(1, int(_num(page_no) or 1)), last)
-        rows = store.list_episodes(flt, order_by=by, descending=desc, limit=size, offset=(number - 1) * size)
+        total = store.count_upto(flt, COUNT_BOUND)
+        number = max(1, int(_num(page_no) or 1))
+        if total.exact:
+            number = min(number, max(1, math.ceil(total.n / size)))
+        shown = store.page_episodes(flt, by, desc, size, **cursor, matches=total) if cursor else None
+        if shown is None or not shown.rows:
+            shown = store.page_episodes(flt, by, desc, size, offset=(number - 1) * size, matches=total)
+        if not shown.rows and number > 1:  # past the end of a selection counted no further than the bound
+            total = MatchCount(store.count(flt), True)
+            number = max(1, math.ceil(total.n / size))
+            shown = store.page_episodes(flt, by, desc, size, offset=(number - 1) * size, matches=total)
+        rows = list(shown.rows)
         run_level = store.run_level_kinds([r.run_id for r in rows if r.run_id])
     except RollscopeError as e:
-        return render_table([], by, desc, "—", columns=columns), note(str(e), "error"), 1
+        return {"table": render_table([], by, desc, "—", columns=columns), "info": note(str(e), "error"), "number": 1,
+                "after": None, "before": None, "count": None}
     ms = (time.perf_counter() - start) * 1000
-    if total:
-        first = (number - 1) * size + 1
-        everything = store.count()
-        of_all = f" (of {everything:,})" if everything != total else ""
-        info = note(
-            f"Episodes {first:,}–{first + len(rows) - 1:,} of {total:,} matching{of_all} · page {number:,} of {last:,}"
-            f" · sorted by {by} {'▼' if desc else '▲'} · {ms:.0f} ms · click a row to open it, a header to sort,"
-            " tick rows to act on them together"
-        )
+    count = None
+    if rows:
+        count = {"n": total.n, "exact": total.exact, "first": (number - 1) * size + 1, "rows": len(rows),
+                 "page": number, "size": size, "by": by, "desc": desc, "ms": ms, "all": None}
+        if total.exact:  # the whole database's count, when it is under the bound too (else it comes with exact_count)
+            everything = store.count_upto(EpisodeFilter(), COUNT_BOUND)
+            count["all"] = everything.n if everything.exact else None
+        info = count_info(count)
         empty = ""
-    elif store.count() == 0:
+    elif store.count_upto(EpisodeFilter(), 1).n == 0:
         empty = (f"No episodes in {store.path} yet: run `rollscope run --db {store.path}` (or Launch) to make some, "
                  f"or build the demo (`rollscope demo --db {store.path}`, or the button below).")
         info = note(empty)
@@ -128,7 +145,34 @@ def page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: A
         empty = "No episode matches these filters."
         info = note(empty)
     table = render_table(rows, by, desc, empty, run_level, selected, columns)
-    return table, info + render_run_notes(run_level), number
+    return {"table": table, "info": info + render_run_notes(run_level), "number": number, "after": shown.after,
+            "before": shown.before, "count": count, "notes": render_run_notes(run_level)}
+
+
+def count_info(count: dict[str, Any]) -> str:
+    """The line above the table: which rows of how many, the page, the sort and the time. A count that stopped
+    at its bound says "10,000+" and leaves out the last page (``exact_count`` fills them in)."""
+    n, first, number = count["n"], count["first"], count["page"]
+    of_all = f" (of {count['all']:,})" if count.get("all") not in (None, n) else ""
+    matching = f"{n:,}" if count["exact"] else f"{n:,}+"
+    pages = f"page {number:,} of {max(1, math.ceil(n / count['size'])):,}" if count["exact"] else f"page {number:,}"
+    counting = "" if count["exact"] else " (counting…)"
+    return note(
+        f"Episodes {first:,}–{first + count['rows'] - 1:,} of {matching} matching{of_all}{counting} · {pages}"
+        f" · sorted by {count['by']} {'▼' if count['desc'] else '▲'} · {count['ms']:.0f} ms · click a row to open it,"
+        " a header to sort, tick rows to act on them together"
+    )
+
+
+def exact_count(store: Store, shown: Any) -> dict[str, Any] | None:
+    """``shown`` (what the table was drawn with) with its count made exact: the selection's and the database's,
+    counted whole after the page is on screen; None when both were exact already."""
+    count = shown.get("count") if isinstance(shown, dict) else None
+    if not isinstance(count, dict) or count["exact"] and count.get("all") is not None:
+        return None
+    n = count["n"] if count["exact"] else store.count(episode_filter(**shown["filters"]))
+    everything = store.count()
+    return {**shown, "count": {**shown["count"], "n": n, "all": everything, "exact": True}}
 
 
 def figures(store: Store, flt: EpisodeFilter) -> dict[str, Any]:
@@ -191,6 +235,7 @@ class BrowseTab:
     stamp: gr.State  # the store's episodes_stamp() when the table was last drawn
     timer: gr.Timer
     demo: DemoControls  # "Build the demo", on an empty database
+    store: Store
 
     @property
     def inputs(self) -> list[Any]:
@@ -214,13 +259,19 @@ class BrowseTab:
         """The charts, ``plot0``, ``plot1``… in the order ``figures`` draws them."""
         return Outputs(**{f"plot{i}": plot for i, plot in enumerate(self.plots)})
 
+    @property
+    def count_event(self) -> tuple[Any, ...]:
+        """The exact count's step (``_counted``): what follows a drawn table, as ``then``'s arguments."""
+        return (_counted(self.store, self), [self.shown], [self.info, self.shown])
+
     def wire_load(self, demo: gr.Blocks, store: Store) -> None:
         """On every page load (so a reload shows episodes written since): choices, first page, charts."""
         loaded_out = self.choice_outputs + Outputs(stamp=self.stamp)
         loaded = demo.load(lambda: loaded_out.values(**choices(store), stamp=store.episodes_stamp()),
                            outputs=loaded_out.components)
-        loaded.then(_show(store, self), inputs=self.inputs, outputs=self.outputs.components).then(
-            _charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
+        shown = loaded.then(_show(store, self), inputs=self.inputs, outputs=self.outputs.components)
+        shown.then(*self.count_event)
+        shown.then(_charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
         self.demo.wire_load(demo, store)
 
     def wire_request(self, store: Store, request: gr.State, tabs: gr.Tabs) -> None:
@@ -237,9 +288,10 @@ class BrowseTab:
                               sort=dict(DEFAULT_SORT), page_box=1, more=gr.Accordion(open=True),
                               columns=shown if "step" in shown else [*shown, "step"])
 
-        request.change(apply, inputs=[request, self.columns], outputs=out.components).then(
-            _show(store, self), inputs=self.inputs, outputs=self.outputs.components
-        ).then(_charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
+        shown = request.change(apply, inputs=[request, self.columns], outputs=out.components).then(
+            _show(store, self), inputs=self.inputs, outputs=self.outputs.components)
+        shown.then(*self.count_event)
+        shown.then(_charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
 
 
 def cleared_filters() -> dict[str, Any]:
@@ -284,12 +336,15 @@ def more_label(filter_values: dict[str, Any]) -> str:
 
 
 def _drawn(store: Store, filter_values: dict[str, Any], sort: Any, number: Any, size: Any,
-           selected: Any, columns: Any = None) -> dict[str, Any]:
+           selected: Any, columns: Any = None, cursor: dict[str, str] | None = None) -> dict[str, Any]:
     """Values for ``BrowseTab.outputs``: the table drawn with these filters (by name), sort, page, page size and
-    columns."""
-    table, info, number = page(store, episode_filter(**filter_values), sort, number, size, selected, columns)
-    return {"table": table, "info": _bad_bounds(filter_values) + info, "page_box": number,
-            "shown": {"filters": filter_values, "sort": sort, "page": number, "size": size, "columns": columns},
+    columns (``cursor``: the page's token, from the page beside it)."""
+    drawn = _page(store, episode_filter(**filter_values), sort, number, size, selected, columns, cursor)
+    number = drawn["number"]
+    return {"table": drawn["table"], "info": _bad_bounds(filter_values) + drawn["info"], "page_box": number,
+            "shown": {"filters": filter_values, "sort": sort, "page": number, "size": size, "columns": columns,
+                      "after": drawn["after"], "before": drawn["before"], "count": drawn["count"],
+                      "notes": drawn.get("notes", "")},
             "more": gr.Accordion(label=more_label(filter_values))}
 
 
@@ -301,6 +356,39 @@ def _show(store: Store, tab: BrowseTab, delta: int = 0, first: bool = False) -> 
         number = 1 if first else int(_num(page_no) or 1) + delta
         return out.values(**_drawn(store, tab.filters.read(filter_values), sort, number, size, selected, columns))
     return show
+
+
+def _step(store: Store, tab: BrowseTab, delta: int) -> Any:
+    """Prev (-1) and Next (+1): the page beside the one shown, read from its token (keyset pagination: as fast
+    at page 20,000 as at page 2) when the table shows what the controls say, else counted to by offset."""
+    out = tab.outputs
+    side = "after" if delta > 0 else "before"
+
+    def step(*values: Any) -> list[Any]:
+        *filter_values, sort, page_no, size, selected, columns, shown = values
+        read = tab.filters.read(filter_values)
+        number = int(_num(page_no) or 1)
+        cursor = None
+        if isinstance(shown, dict) and [shown.get(k) for k in ("filters", "sort", "page", "size")] == \
+                [read, sort, number, size]:
+            if not shown.get(side):  # the first or the last page: it stays
+                return out.values(**_drawn(store, read, sort, number, size, selected, columns))
+            cursor = {side: str(shown[side])}
+        return out.values(**_drawn(store, read, sort, number + delta, size, selected, columns, cursor))
+    return step
+
+
+def _counted(store: Store, tab: BrowseTab) -> Any:
+    """After a table is drawn: the exact count, when the table's stopped at its bound."""
+    out = Outputs(info=tab.info, shown=tab.shown)
+
+    def count(shown: Any) -> list[Any]:
+        done = exact_count(store, shown)
+        if done is None:
+            return out.skip()
+        info = _bad_bounds(done["filters"]) + count_info(done["count"]) + str(done.get("notes") or "")
+        return out.values(info=info, shown=done)
+    return count
 
 
 def _charts(store: Store, tab: BrowseTab) -> Any:
@@ -427,34 +515,37 @@ def build(store: Store) -> BrowseTab:
                       reward_max=reward_max, turns_min=turns_min, turns_max=turns_max, tags=tags, starred=starred,
                       source=source, findings=findings, step=step, search_context=search_context, outcome=outcome)
     tab = BrowseTab(filters, apply, reset, refresh, more, columns, info, table, bulk_file, prev, nxt, page_box,
-                    page_size, sort, plots, gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S), demo)
+                    page_size, sort, plots, gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S), demo,
+                    store)
     drawn = tab.outputs
 
     def refilter(trigger: Any) -> None:
-        trigger(_show(store, tab, first=True), inputs=tab.inputs, outputs=drawn.components).then(
-            _charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components
-        )
+        shown = trigger(_show(store, tab, first=True), inputs=tab.inputs, outputs=drawn.components)
+        shown.then(*tab.count_event)
+        shown.then(_charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components)
 
     for control in (apply.click, text.submit, reward_min.submit, reward_max.submit, turns_min.submit,
                     turns_max.submit, step.submit, env.input, task.input, status.input, run.input, tags.input,
                     starred.input, source.input, findings.input, search_context.input, outcome.input):
         refilter(control)
-    prev.click(_show(store, tab, -1), inputs=tab.inputs, outputs=drawn.components)
-    nxt.click(_show(store, tab, +1), inputs=tab.inputs, outputs=drawn.components)
-    page_box.submit(_show(store, tab), inputs=tab.inputs, outputs=drawn.components)
-    page_size.input(_show(store, tab, first=True), inputs=tab.inputs, outputs=drawn.components)
+    prev.click(_step(store, tab, -1), inputs=[*tab.inputs, tab.shown], outputs=drawn.components).then(*tab.count_event)
+    nxt.click(_step(store, tab, +1), inputs=[*tab.inputs, tab.shown], outputs=drawn.components).then(*tab.count_event)
+    page_box.submit(_show(store, tab), inputs=tab.inputs, outputs=drawn.components).then(*tab.count_event)
+    page_size.input(_show(store, tab, first=True), inputs=tab.inputs, outputs=drawn.components).then(
+        *tab.count_event)
     columns.input(_show(store, tab), inputs=tab.inputs, outputs=drawn.components)
     cleared = filters + Outputs(sort=sort, page_box=page_box)
 
     def defaults() -> list[Any]:
         return cleared.values(**cleared_filters(), sort=dict(DEFAULT_SORT), page_box=1)
 
-    reset.click(defaults, outputs=cleared.components).then(
-        _show(store, tab), inputs=tab.inputs, outputs=drawn.components
-    ).then(_charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components)
-    refresh.click(lambda: tab.choice_outputs.values(**choices(store)), outputs=tab.choice_outputs.components).then(
-        _show(store, tab), inputs=tab.inputs, outputs=drawn.components
-    ).then(_charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components)
+    for shown in (reset.click(defaults, outputs=cleared.components).then(
+                      _show(store, tab), inputs=tab.inputs, outputs=drawn.components),
+                  refresh.click(lambda: tab.choice_outputs.values(**choices(store)),
+                                outputs=tab.choice_outputs.components).then(
+                      _show(store, tab), inputs=tab.inputs, outputs=drawn.components)):
+        shown.then(*tab.count_event)
+        shown.then(_charts(store, tab), inputs=filters.components, outputs=tab.chart_outputs.components)
     clicked = drawn + Outputs(sort=sort, selected=tab.selected, bulk_file=bulk_file, tags=tags)
 
     def on_table_click(evt: gr.EventData, *values: Any) -> list[Any]:
@@ -476,8 +567,9 @@ def build(store: Store) -> BrowseTab:
         new = {"by": column, "desc": (not desc) if column == by else column not in ("id", "env", "task_id")}
         return clicked.values(**_drawn(store, filters.read(filter_values), new, 1, size, selected, cols), sort=new)
 
-    table.click(on_table_click, inputs=tab.inputs, outputs=clicked.components).then(
-        None, js=script("download_new", **DOWNLOAD))
+    table_clicked = table.click(on_table_click, inputs=tab.inputs, outputs=clicked.components)
+    table_clicked.then(None, js=script("download_new", **DOWNLOAD))
+    table_clicked.then(*tab.count_event)
     ticked = Outputs(stamp=tab.stamp) + tab.choice_outputs + drawn + tab.chart_outputs
 
     def on_tick(stamp: Any, shown: Any, selected: Any) -> list[Any]:
@@ -493,75 +585,3 @@ def build(store: Store) -> BrowseTab:
     tab.timer.tick(on_tick, inputs=[tab.stamp, tab.shown, tab.selected], outputs=ticked.components,
                    show_progress="hidden")
     return tab
-
-
-# -- "Build the demo" ------------------------------------------------------------------------------------------------
-# Browse's "Build the demo" button: on an empty database, the demo's runs (``engine.build_demo``) are built in
-# the background (``jobs.DemoJob``), like a Launch batch, and Browse shows them as they are stored.
-#
-# The button shows only on an empty database this server may write; the message under it follows the build
-# (a timer polls it while it runs) and then says which tag shows what. A reloaded page finds the build again,
-# and a database that holds the demo's tags gets the guide folded.
-
-POLL_S = 1.0
-
-
-@dataclass
-class DemoControls:
-    """The button, the message that follows the build, and the timer that polls it."""
-
-    row: gr.Row  # hidden when it has nothing to say, so it takes no room
-    button: gr.Button
-    message: gr.HTML
-    timer: gr.Timer
-    jobs: DemoJobs
-
-    @property
-    def outputs(self) -> Outputs:
-        return Outputs(row=self.row, button=self.button, message=self.message, timer=self.timer)
-
-    def shown(self, store: Store) -> dict[str, Any]:
-        """Values for ``outputs``: the build this server ran, else the offer (an empty database this server may
-        write), else the guide to the demo's tags the database holds."""
-        job = self.jobs.latest()
-        if job is not None:
-            status = job.status()
-            return {"row": gr.Row(visible=True), "button": gr.Button(visible=False),
-                    "message": demo_progress(status), "timer": gr.Timer(active=status.active)}
-        empty = not store.read_only and store.count() == 0
-        message = demo_offer() if empty else demo_present(store.tag_counts())
-        return {"row": gr.Row(visible=bool(message)), "button": gr.Button(visible=empty), "message": message,
-                "timer": gr.Timer(active=False)}
-
-    def wire_load(self, blocks: gr.Blocks, store: Store) -> None:
-        """On every page load: the offer, the build under way, or the guide."""
-        blocks.load(lambda: self.outputs.values(**self.shown(store)), outputs=self.outputs.components)
-
-
-def demo_controls(store: Store, jobs: DemoJobs | None = None) -> DemoControls:
-    """Lay out the button and its message in the current Blocks context and wire the click and the poll."""
-    with gr.Row(elem_classes="rs-actions rs-demo-row", equal_height=True, visible=False) as row:
-        button = gr.Button("▶ Build the demo", variant="primary", visible=False, scale=0, min_width=210,
-                           elem_id="rs-demo-build")
-        message = html("", "rs-demo-message")
-    controls = DemoControls(row, button, message, gr.Timer(POLL_S, active=False), jobs or DemoJobs())
-    out = controls.outputs
-
-    def start() -> list[Any]:
-        if store.count() and controls.jobs.latest() is None:
-            return out.values(row=gr.Row(visible=True), button=gr.Button(visible=False), message=note(
-                f"{store.path} holds episodes now: the demo is built into an empty database "
-                "(`rollscope demo --db NEW.db`, or `--force` to add it to these)", "warn"))
-        controls.jobs.start(store)
-        return out.values(**controls.shown(store))
-
-    def poll() -> list[Any]:
-        job = controls.jobs.latest()
-        if job is None:
-            return out.values(timer=gr.Timer(active=False))
-        status = job.status()
-        return out.values(message=demo_progress(status), timer=gr.Timer(active=status.active))
-
-    button.click(start, outputs=out.components, concurrency_limit=None)
-    controls.timer.tick(poll, outputs=out.components, show_progress="hidden", concurrency_limit=None)
-    return controls

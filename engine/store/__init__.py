@@ -7,7 +7,7 @@
 - ``codec``: the compact form of token arrays and turns;
 - ``runs``: per rollout step aggregates of training runs, and the files ``watch`` has read;
 - ``index``: the slim episode index, its full-text search and aggregates; ``filter``: ``EpisodeFilter``
-  (also ``--where``) and ``EpisodeSummary``.
+  (also ``--where``) and ``EpisodeSummary``; ``paging``: keyset page tokens and bounded counts.
 
 Tables: ``meta`` (schema version), ``migrations`` (the steps applied), ``runs``, ``episodes`` (one row per
 episode: filterable columns plus the rest of the record as JSON), ``turns`` (one row per turn),
@@ -23,10 +23,11 @@ from .base import damaged
 from .core import Store
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
 from .index import Bins, BrowseStats, RewardBins, RewardStats, search_texts
+from .paging import EpisodePage, MatchCount
 from .runs import RunOverview, RunSummary, StepStats, WatchedFile
 from .schema import DB_SCHEMA
 
 __all__ = [
-    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodeSummary", "RewardBins", "RewardStats", "RunOverview", "RunSummary", "StepStats", "Store", "WatchedFile",
+    "DB_SCHEMA", "SORTABLE", "Bins", "BrowseStats", "EpisodeFilter", "EpisodePage", "EpisodeSummary", "MatchCount", "RewardBins", "RewardStats", "RunOverview", "RunSummary", "StepStats", "Store", "WatchedFile",
     "damaged", "search_texts",
 ]

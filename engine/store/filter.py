@@ -146,6 +146,17 @@ class EpisodeFilter:
                 raise ConfigError(f"--where {clause!r}: {value!r} is not a number") from None
         return cls(**kw)
 
+    # The filters whose columns ``episode_stats`` counts by (``schema.STATS_KEY``).
+    STATS_FILTERS: ClassVar[frozenset[str]] = frozenset({
+        "env", "status", "reward_min", "reward_max", "run_id", "preset", "min_turns", "max_turns", "rollout_step",
+        "outcome"})
+
+    @property
+    def on_stats(self) -> bool:
+        """Whether the maintained aggregates (``episode_stats``) answer this filter: it filters on their columns
+        alone, so ``sql()`` selects their rows as it selects the episodes."""
+        return all(f.name in self.STATS_FILTERS or getattr(self, f.name) == f.default for f in fields(self))
+
     def sql(self) -> tuple[str, list[Any]]:
         where: list[str] = []
         args: list[Any] = []

@@ -304,6 +304,8 @@ class IndexQueries(StoreBase):
         back the first ``group_limit`` by id.
         """
         where, args = _where(flt)
+        # Counts by status, turns and reward come from the maintained aggregates when they answer the filter.
+        counted = flt is None or bool(getattr(flt, "on_stats", False))
         conn, lock = self._reader()
         with lock:
             self._maybe_analyze(conn)
@@ -315,13 +317,15 @@ class IndexQueries(StoreBase):
                 q(f"CREATE TEMP TABLE browse_sel AS SELECT rid FROM episode_index WHERE {where}", args)
                 where, args = "rid IN (SELECT rid FROM temp.browse_sel)", []
             sel = f"FROM episode_index WHERE {where}"
-            total, n_tasks, tok_lo, tok_hi = q(
-                f"SELECT COUNT(*), COUNT(DISTINCT task_id), MIN(n_tokens), MAX(n_tokens) {sel}", args).fetchone()
+            by, n = (f"FROM episode_stats WHERE {where}", "SUM(n)") if counted else (sel, "COUNT(*)")
+            total = q(f"SELECT {n} {by}", args).fetchone()[0]
             if not total:
                 return BrowseStats()
-            status = q(f"SELECT status, COUNT(*) {sel} GROUP BY status ORDER BY 2 DESC", args).fetchall()
-            turns = q(f"SELECT n_turns, COUNT(*) {sel} GROUP BY n_turns ORDER BY 1", args).fetchall()
-            rewards, n_sets = _reward_sets(q, sel, args, reward_sets, max_bars)
+            status = q(f"SELECT status, {n} {by} GROUP BY status ORDER BY 2 DESC, 1", args).fetchall()
+            turns = q(f"SELECT n_turns, {n} {by} GROUP BY n_turns ORDER BY 1", args).fetchall()
+            rewards, n_sets = _reward_sets(q, by, args, reward_sets, max_bars, n)
+            n_tasks, tok_lo, tok_hi = q(f"SELECT COUNT(DISTINCT task_id), MIN(n_tokens), MAX(n_tokens) {sel}",
+                                        args).fetchone()
             tokens = _binned(q, sel, args, "n_tokens", tok_lo, tok_hi, max_bars)
             trainable = _binned(q, sel, args, "n_trainable", tok_lo, tok_hi, max_bars)
             stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
@@ -350,9 +354,11 @@ class IndexQueries(StoreBase):
 _REWARD_ROWS = 4096
 
 
-def _reward_sets(q: Any, sel: str, args: list[Any], limit: int, bars: int) -> tuple[tuple[RewardBins, ...], int]:
-    """The reward bars of the ``limit`` most frequent (env, preset) pairs, and how many pairs there are."""
-    rows = q(f"SELECT env, preset, reward, COUNT(*) {sel} GROUP BY env, preset, reward LIMIT ?",
+def _reward_sets(q: Any, sel: str, args: list[Any], limit: int, bars: int, n: str = "COUNT(*)"
+                 ) -> tuple[tuple[RewardBins, ...], int]:
+    """The reward bars of the ``limit`` most frequent (env, preset) pairs, and how many pairs there are (``n``:
+    how a row counts, ``SUM(n)`` for the rows of ``episode_stats``)."""
+    rows = q(f"SELECT env, preset, reward, {n} {sel} GROUP BY env, preset, reward LIMIT ?",
              [*args, _REWARD_ROWS + 1]).fetchall()
     if len(rows) <= _REWARD_ROWS:
         values: dict[tuple[Any, Any], list[tuple[float, int]]] = {}
@@ -361,15 +367,15 @@ def _reward_sets(q: Any, sel: str, args: list[Any], limit: int, bars: int) -> tu
         sets = sorted(values.items(), key=lambda kv: (-sum(n for _, n in kv[1]), str(kv[0][0]), str(kv[0][1])))
         return tuple(RewardBins(str(env or ""), str(preset or ""), sum(n for _, n in vs), _bars(vs, bars))
                      for (env, preset), vs in sets[:limit]), len(sets)
-    sets = q(f"SELECT env, preset, COUNT(*), MIN(reward), MAX(reward) {sel} GROUP BY env, preset "
+    sets = q(f"SELECT env, preset, {n}, MIN(reward), MAX(reward) {sel} GROUP BY env, preset "
              "ORDER BY 3 DESC, 1, 2", args).fetchall()
     out = []
-    for env, preset, n, lo, hi in sets[:limit]:
+    for env, preset, size, lo, hi in sets[:limit]:
         one = f"{sel} AND env IS ? AND preset IS ?"
-        found = q(f"SELECT reward, COUNT(*) {one} GROUP BY reward ORDER BY 1 LIMIT ?",
+        found = q(f"SELECT reward, {n} {one} GROUP BY reward ORDER BY 1 LIMIT ?",
                    [*args, env, preset, bars + 1]).fetchall()
-        bins = _discrete(found) if len(found) <= bars else _binned(q, one, [*args, env, preset], "reward", lo, hi, bars)
-        out.append(RewardBins(str(env or ""), str(preset or ""), int(n), bins))
+        bins = _discrete(found) if len(found) <= bars else _binned(q, one, [*args, env, preset], "reward", lo, hi, bars, n)
+        out.append(RewardBins(str(env or ""), str(preset or ""), int(size), bins))
     return tuple(out), len(sets)
 
 
@@ -393,15 +399,16 @@ def _discrete(rows: Sequence[tuple[Any, Any]]) -> Bins:
     return Bins(tuple(values), tuple(int(c) for _, c in rows), 0.8 * min(gaps) if gaps else 1.0)
 
 
-def _binned(q: Any, sel: str, args: list[Any], column: str, lo: float, hi: float, bars: int) -> Bins:
+def _binned(q: Any, sel: str, args: list[Any], column: str, lo: float, hi: float, bars: int,
+            n: str = "COUNT(*)") -> Bins:
     """``bars`` equal bins of ``column`` over [lo, hi] (one bin when lo == hi)."""
     if lo is None:
         return Bins()
     if hi <= lo:
-        n = q(f"SELECT COUNT(*) {sel}", args).fetchone()[0]
-        return Bins((float(lo),), (int(n),), 1.0)
+        total = q(f"SELECT {n} {sel}", args).fetchone()[0]
+        return Bins((float(lo),), (int(total),), 1.0)
     width = (hi - lo) / bars
-    rows = q(f"SELECT MIN(MAX(CAST(({column} - ?) / ? AS INTEGER), 0), {bars - 1}) AS b, COUNT(*) {sel} "
+    rows = q(f"SELECT MIN(MAX(CAST(({column} - ?) / ? AS INTEGER), 0), {bars - 1}) AS b, {n} {sel} "
              "GROUP BY b ORDER BY b", [lo, width, *args]).fetchall()
     counts = [0] * bars
     for b, c in rows:

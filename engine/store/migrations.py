@@ -60,6 +60,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0011_outcomes", 7, schema.add_outcomes,
               "each episode's outcome (why it earned its reward) in the record and its kind in a column, computed by "
               "its env for the episodes stored before"),
+    Migration("0012_episode_stats", 8, schema.create_episode_stats,
+              "the charts' aggregates (episodes per run, rollout step, env, preset, status, outcome, reward and turns), "
+              "kept by triggers and filled from the episodes stored before"),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

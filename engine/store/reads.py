@@ -13,6 +13,7 @@ from ..records.episode import Episode, Finding, TokenArrays
 from . import codec
 from .base import StoreBase
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
+from .paging import Cursor, EpisodePage, MatchCount, ranges
 
 
 class Reads(StoreBase):
@@ -94,18 +95,73 @@ class Reads(StoreBase):
         limit: int = 100,
         offset: int = 0,
     ) -> list[EpisodeSummary]:
+        return list(self.page_episodes(flt, order_by, descending, limit, offset=offset).rows)
+
+    def page_episodes(
+        self,
+        flt: EpisodeFilter | None = None,
+        order_by: str = "created_at",
+        descending: bool = True,
+        limit: int = 50,
+        *,
+        after: str | None = None,
+        before: str | None = None,
+        offset: int = 0,
+        matches: MatchCount | None = None,
+    ) -> EpisodePage:
+        """A page of the filtered episodes sorted by ``order_by`` (ties by row, in the same direction), with the
+        tokens of the pages either side. ``after`` (a page's ``after``) gives the page that follows it and
+        ``before`` (a page's ``before``) the one that precedes it, each a walk of the sorted column's index from
+        that row, whatever the depth (keyset pagination); without either, the page ``offset`` rows in. The pages
+        are the ones ``offset`` gives, for as long as the episodes do not change.
+
+        ``matches`` (the filter's ``count_upto``): when the filter selects more than its bound, the page is read
+        along the sorted column's index, checking the filter row by row, which finds a page after about
+        ``limit`` * (episodes / matches) rows; SQLite's planner would rather sort every match when the filter has
+        an index of its own (a status, a reward range), and that sort grows with the database."""
         if order_by not in SORTABLE:
             raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
+        if after is not None and before is not None:
+            raise ConfigError("a page follows one page or precedes another: give after or before, not both")
         where, args = (flt or EpisodeFilter()).sql()
-        direction = "DESC" if descending else "ASC"
+        token = after if after is not None else before
+        cursor = Cursor.parse(token, order_by, descending) if token is not None else None
+        walk_desc = descending if before is None else not descending
+        direction = "DESC" if walk_desc else "ASC"
         # Page first, then look up the tags and the reasons of that page only (a reason is read from
         # ``episodes`` by primary key: the browse index does not hold it).
         names = [f.name for f in fields(EpisodeSummary) if f.name not in EpisodeSummary.PAGE_LOOKUPS]
-        sql = (
-            f"SELECT {', '.join(names)} FROM episode_index "
-            f"WHERE {where} ORDER BY {order_by} {direction}, rid {direction} LIMIT ? OFFSET ?"
-        )
-        rows = [dict(zip(names, r, strict=True)) for r in self.browse_query(sql, [*args, limit, offset])]
+        walk = f" INDEXED BY episode_index_{order_by}" if matches is not None and not matches.exact and \
+            order_by != "id" else ""
+        select = f"SELECT rid, {', '.join(names)} FROM episode_index{walk} WHERE ({where})"
+        order = f"ORDER BY {order_by} {direction}, rid {direction}"
+        found: list[tuple[Any, ...]] = []
+        if cursor is None:
+            found = self.browse_query(f"{select} {order} LIMIT ? OFFSET ?", [*args, limit + 1, max(0, offset)])
+        else:
+            for cond, more in ranges(order_by, walk_desc, cursor.value, cursor.rid):
+                if len(found) > limit:
+                    break
+                found += self.browse_query(f"{select} AND {cond} {order} LIMIT ?", [*args, *more, limit + 1 - len(found)])
+        further = len(found) > limit
+        found = found[:limit]
+        if before is not None:
+            found.reverse()
+        rows = [dict(zip(["rid", *names], r, strict=True)) for r in found]
+
+        def mark(r: dict[str, Any]) -> str:
+            return Cursor(order_by, descending, r[order_by], int(r["rid"])).token()
+
+        if before is None:
+            nxt = mark(rows[-1]) if rows and further else None
+            prev = mark(rows[0]) if rows and (cursor is not None or offset > 0) else None
+        else:
+            nxt = mark(rows[-1]) if rows else None
+            prev = mark(rows[0]) if rows and further else None
+        return EpisodePage(tuple(self._summaries(rows)), nxt, prev)
+
+    def _summaries(self, rows: list[dict[str, Any]]) -> list[EpisodeSummary]:
+        """Index rows as summaries, with the tags and the reasons of these rows looked up."""
         tags: dict[str, list[str]] = {}
         reasons: dict[str, str] = {}
         if rows:
@@ -127,16 +183,29 @@ class Reads(StoreBase):
         where, args = (flt or EpisodeFilter()).sql()
         return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
 
+    def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
+        """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are
+        at most ``bound``, else "at least ``bound``" (``MatchCount.exact`` False; ``count`` gives the exact one).
+        Reads at most ``bound`` + 1 index entries, so it costs the same in a database of any size."""
+        where, args = (flt or EpisodeFilter()).sql()
+        n = int(self.browse_query(f"SELECT COUNT(*) FROM (SELECT 1 FROM episode_index WHERE {where} LIMIT ?)",
+                                  [*args, bound + 1])[0][0])
+        return MatchCount(min(n, bound), n <= bound)
+
     def outcome_counts(self, flt: EpisodeFilter | None = None, by: str | None = None) -> dict[Any, dict[str, int]]:
         """Episodes per outcome kind of the filter's selection (episodes without one are left out), grouped by
         ``by`` (None: one group, keyed None; or ``rollout_step``, ``run_id``, ``env``, ``task_id``, ``preset``,
         ``group_id``): {group: {kind: n}}, kinds most first."""
         if by not in (None, "rollout_step", "run_id", "env", "task_id", "preset", "group_id"):
             raise ConfigError(f"no grouping of outcomes by {by!r}")
-        where, args = (flt or EpisodeFilter()).sql()
+        flt = flt or EpisodeFilter()
+        where, args = flt.sql()
         key = by or "NULL"
-        rows = self.browse_query(f"SELECT {key}, outcome, COUNT(*) FROM episode_index WHERE ({where}) AND outcome "
-                                 f"IS NOT NULL GROUP BY {key}, outcome ORDER BY {key}, COUNT(*) DESC", args)
+        # From the maintained aggregates when their columns answer the question.
+        table, n = ("episode_stats", "SUM(n)") if flt.on_stats and by not in ("task_id", "group_id") else \
+            ("episode_index", "COUNT(*)")
+        rows = self.browse_query(f"SELECT {key}, outcome, {n} FROM {table} WHERE ({where}) AND outcome "
+                                 f"IS NOT NULL GROUP BY {key}, outcome ORDER BY {key}, {n} DESC, outcome", args)
         out: dict[Any, dict[str, int]] = {}
         for group, kind, n in rows:
             out.setdefault(group, {})[str(kind)] = int(n)

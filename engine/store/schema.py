@@ -7,8 +7,9 @@ Browse's ``episode_index``, ``runs.pid`` and the compressed token arrays (``toke
 added ``rollout_step`` (the trainer's step an imported episode came from) and ``watched_files`` (what
 ``rollscope watch`` has imported); 6 indexes system prompts and tool schemas apart from what a search
 looks in by default (``search_refs.part`` -1), then repairs numbers that are not finite; 7 added ``outcome`` (the
-kind of each episode's outcome, in ``episodes`` and the browse index), filled on the open after it. Every step is written
-to be safe on a file that already has what it adds.
+kind of each episode's outcome, in ``episodes`` and the browse index), filled on the open after it; 8 added
+``episode_stats``, the charts' aggregates kept by triggers. Every step is written to be safe on a file that already has
+what it adds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 7
+DB_SCHEMA = 8
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
@@ -236,6 +237,54 @@ def add_outcomes(db: sqlite_utils.Database) -> None:
     create_browse_index(db, INDEX_COLUMNS)
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_step_outcome ON episode_index (run_id, rollout_step, outcome)")
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('outcomes_fill', '1')")
+
+
+# The columns ``episode_stats`` counts episodes by: a row per run, rollout step, env, preset, status, outcome kind,
+# reward and number of turns that some episode has.
+STATS_KEY = ("run_id", "rollout_step", "env", "preset", "status", "outcome", "reward", "n_turns")
+
+
+def create_episode_stats(db: sqlite_utils.Database) -> None:
+    """Schema 8: ``episode_stats``, the episodes counted per ``STATS_KEY`` (with their trainable tokens and how many
+    have an error), kept equal to ``episode_index`` by triggers on it (so every write, delete, re-import and re-check
+    of an episode updates it in the same transaction), and filled from the episodes stored before.
+
+    The charts of a run, or of a filter on these columns alone, read a few thousand of these rows instead of every
+    episode: a run's rewards take few values (a scorer's 0 and 1, a rubric's levels), so a rollout step of 1,024
+    episodes makes a few dozen rows. Rewards that take a new value in every episode make a row per episode, and
+    read no faster than the index."""
+    key = ", ".join(STATS_KEY)
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS episode_stats (run_id TEXT, rollout_step INTEGER, env TEXT, preset TEXT, "
+        "status TEXT, outcome TEXT, reward REAL, n_turns INTEGER, n INTEGER NOT NULL, trainable INTEGER NOT NULL, "
+        "with_errors INTEGER NOT NULL)"
+    )
+    db.execute(f"CREATE INDEX IF NOT EXISTS episode_stats_key ON episode_stats ({key})")
+
+    def match(row: str) -> str:
+        return " AND ".join(f"{c} IS {row}.{c}" for c in STATS_KEY)
+
+    def add(row: str) -> str:
+        return (f"INSERT INTO episode_stats ({key}, n, trainable, with_errors) SELECT "
+                f"{', '.join(f'{row}.{c}' for c in STATS_KEY)}, 0, 0, 0 "
+                f"WHERE NOT EXISTS (SELECT 1 FROM episode_stats WHERE {match(row)}); "
+                f"UPDATE episode_stats SET n = n + 1, trainable = trainable + IFNULL({row}.n_trainable, 0), "
+                f"with_errors = with_errors + (IFNULL({row}.n_errors, 0) > 0) WHERE {match(row)};")
+
+    def remove(row: str) -> str:
+        return (f"UPDATE episode_stats SET n = n - 1, trainable = trainable - IFNULL({row}.n_trainable, 0), "
+                f"with_errors = with_errors - (IFNULL({row}.n_errors, 0) > 0) WHERE {match(row)}; "
+                f"DELETE FROM episode_stats WHERE {match(row)} AND n <= 0;")
+
+    for event, body in (("INSERT", add("new")), ("DELETE", remove("old")), ("UPDATE", remove("old") + " " + add("new"))):
+        db.execute(f"DROP TRIGGER IF EXISTS episode_stats_{event.lower()}")
+        db.execute(f"CREATE TRIGGER episode_stats_{event.lower()} AFTER {event} ON episode_index BEGIN {body} END")
+    db.execute("DELETE FROM episode_stats")
+    db.execute(f"INSERT INTO episode_stats ({key}, n, trainable, with_errors) SELECT {key}, COUNT(*), "
+               f"IFNULL(SUM(n_trainable), 0), SUM(IFNULL(n_errors, 0) > 0) FROM episode_index GROUP BY {key}")
+    # A run's root findings per step are read from its episodes with errors alone.
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_errors ON episode_index (run_id, rollout_step) "
+               "WHERE n_errors > 0")
 
 
 def create_watched_files(db: sqlite_utils.Database) -> None:

@@ -190,23 +190,26 @@ class Writes(StoreBase):
                 chunk = []
         return n + (self._save_chunk(chunk) if chunk else 0)
 
-    def save_batches(self, episodes: Iterable[Episode], batch: int = 64, replace: bool = True
-                     ) -> Iterator[tuple[Episode, str, str | None]]:
-        """Write whole episodes, ``batch`` per transaction and each in a savepoint: yields (episode, what was
-        done: ``new``, ``replaced``, ``unchanged`` or ``kept``, why it could not be stored or None) once its
-        batch is committed. One episode that fails is rolled back alone; the others of its batch are kept.
+    def save_batches(self, episodes: Iterable[Episode], batch: int = 256, replace: bool = True,
+                     batch_tokens: int = 2_000_000) -> Iterator[tuple[Episode, str, str | None]]:
+        """Write whole episodes, ``batch`` per transaction (fewer when they hold more than ``batch_tokens`` tokens
+        together, so a batch of long episodes stays small in memory) and each in a savepoint: yields (episode,
+        what was done: ``new``, ``replaced``, ``unchanged`` or ``kept``, why it could not be stored or None) once
+        its batch is committed. One episode that fails is rolled back alone; the others of its batch are kept.
 
         An episode already stored keeps its star, note and tags (a person's work; tags the record carries
         are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
         left when it does not (``unchanged``); without, it is left as it is (``kept``). When ``episodes``
         raises, those read before are written, then the error goes on."""
         chunk: list[Episode] = []
+        tokens = 0
         try:
             for ep in episodes:
                 chunk.append(ep)
-                if len(chunk) >= batch:
+                tokens += ep.n_tokens
+                if len(chunk) >= batch or tokens >= batch_tokens:
                     yield from self._save_savepoints(chunk, replace)
-                    chunk = []
+                    chunk, tokens = [], 0
         except Exception:  # the reading failed (a damaged file): what was read before is kept, then the error
             if chunk:
                 yield from self._save_savepoints(chunk, replace)
@@ -217,6 +220,10 @@ class Writes(StoreBase):
     def _save_savepoints(self, chunk: list[Episode], replace: bool) -> list[tuple[Episode, str, str | None]]:
         out: list[tuple[Episode, str, str | None]] = []
         with self._writing("save episodes"):
+            # One transaction for the batch: a SAVEPOINT outside a transaction opens one of its own and its RELEASE
+            # commits it, which would make each episode a transaction.
+            if not self.db.conn.in_transaction:
+                self.db.conn.execute("BEGIN")
             for ep in chunk:
                 present = self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
                 if present and not replace:

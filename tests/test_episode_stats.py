@@ -1,0 +1,117 @@
+"""The charts' maintained aggregates (``episode_stats``) on a real SQLite file: after every kind of write (new
+episodes, a live episode's turns and its end, statuses, stars, deletes, re-imports, re-checks) they equal a count
+of the episodes made from scratch, and the charts read from them say what the same charts counted from the episodes
+say."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from engine.records.episode import Finding, Severity, Status
+from engine.store import EpisodeFilter, Store
+from engine.store.schema import STATS_KEY
+from tests.test_store_paging import varied
+
+GOLDEN = Path(__file__).parent / "golden"
+KEY = ", ".join(STATS_KEY)
+
+
+def recount(path: Path) -> list[tuple[object, ...]]:
+    """The aggregates counted from the episodes themselves (the ``episodes`` table, not the index)."""
+    conn = sqlite3.connect(path)
+    try:
+        return sorted(conn.execute(
+            f"SELECT {KEY}, COUNT(*), IFNULL(SUM(n_trainable), 0), SUM(IFNULL(n_errors, 0) > 0) FROM episodes "
+            f"GROUP BY {KEY}").fetchall(), key=repr)
+    finally:
+        conn.close()
+
+
+def maintained(store: Store) -> list[tuple[object, ...]]:
+    return sorted(store.browse_query(f"SELECT {KEY}, n, trainable, with_errors FROM episode_stats"), key=repr)
+
+
+def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path) -> None:
+    path = tmp_path / "stats.db"
+    store = Store(path)
+    eps = [varied(i) for i in range(240)]
+    store.save_episodes(eps)
+    assert maintained(store) == recount(path) and len(maintained(store)) < len(eps)
+
+    # A live episode: turn by turn (running), then finished with its reward.
+    live = varied(500)
+    running = live.evolve(status=Status.RUNNING, turns=live.turns[:1], reward=0.0, outcome=None)
+    store.save_turn(running, running.turns[0])
+    assert maintained(store) == recount(path)
+    store.finish_episode(live)
+    assert maintained(store) == recount(path)
+
+    store.set_status([eps[0].id, eps[1].id], Status.INTERRUPTED, "gone")
+    store.set_starred(eps[2].id, True)
+    store.curate([eps[3].id, eps[4].id], add_tags=["look"], note="seen")
+    assert maintained(store) == recount(path)
+
+    # Deleted by hand (the sqlite3 shell): the triggers follow whatever writes to the episodes.
+    store.db.execute("DELETE FROM episodes WHERE id IN (?, ?, ?)", [eps[5].id, eps[6].id, eps[7].id])
+    store.db.conn.commit()
+    assert maintained(store) == recount(path)
+
+    # Re-imported: some changed (reward, run, step), some the same, one new.
+    again = [eps[10].evolve(reward=0.123), eps[11].evolve(run_id="other"), eps[12], varied(900),
+             eps[13].evolve(source=dataclasses.replace(eps[13].source, details={"rollout_step": 77}))]
+    states = [state for _, state, error in store.save_batches(again) if error is None]
+    assert states == ["replaced", "replaced", "unchanged", "new", "replaced"]
+    assert maintained(store) == recount(path)
+
+    # Re-checked: the check's findings written over the stored episode.
+    bad = Finding("mask_misaligned", Severity.ERROR, "planted", 0, 0, 1, {})
+    for ep in (eps[20], eps[21]):
+        store.finish_episode(ep.evolve(findings=(*ep.findings, bad)))
+    assert maintained(store) == recount(path)
+    assert sum(r[-1] for r in maintained(store)) == sum(r[-1] for r in recount(path)) > 0
+    store.close()
+
+
+def test_charts_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Path) -> None:
+    store = Store(tmp_path / "charts.db")
+    store.save_episodes(varied(i) for i in range(300))
+    filters = [EpisodeFilter(), EpisodeFilter(env="price"), EpisodeFilter(status=("completed",), reward_min=0.5),
+               EpisodeFilter(run_id="run1", rollout_step=2), EpisodeFilter(outcome=("success",), min_turns=2)]
+    for flt in filters:
+        assert flt.on_stats
+        # search_context without a text changes no row, but the aggregates cannot tell: counted from the episodes.
+        counted = dataclasses.replace(flt, search_context=True)
+        assert not counted.on_stats
+        assert store.stats(flt) == store.stats(counted)
+        for by in (None, "rollout_step", "run_id", "env", "preset"):
+            assert store.outcome_counts(flt, by) == store.outcome_counts(counted, by)
+    assert not EpisodeFilter(tags=("x",)).on_stats and not EpisodeFilter(task_id="t").on_stats
+    for run in ("run0", "run1", "run2"):
+        steps = store.step_stats(run)
+        assert [s.step for s in steps] == [0, 1, 2, 3, 4]
+        for s in steps:
+            rows = [r for r in store.list_episodes(EpisodeFilter(run_id=run, rollout_step=s.step), limit=1000)]
+            rewards = [r.reward for r in rows]
+            assert s.n == len(rows) and s.reward_min == min(rewards) and s.reward_max == max(rewards)
+            assert s.reward_mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-12)
+            assert s.truncated == sum(r.status == "truncated" for r in rows)
+            assert s.aborted == sum(r.status in ("aborted", "failed") for r in rows)
+            assert s.response_tokens == pytest.approx(sum(r.n_trainable for r in rows) / len(rows))
+            kinds = [r.outcome for r in rows if r.outcome]
+            assert s.outcomes == {k: kinds.count(k) for k in set(kinds)}
+    store.close()
+
+
+@pytest.mark.parametrize("golden", ["dbschema6.sqlite", "dbschema7.sqlite"])
+def test_an_older_database_gets_its_aggregates_filled(tmp_path: Path, golden: str) -> None:
+    path = tmp_path / golden
+    shutil.copy(GOLDEN / golden, path)
+    store = Store(path)
+    assert store.applied[-1] == "0012_episode_stats"
+    assert maintained(store) == recount(path) and sum(r[-3] for r in maintained(store)) == store.count() == 10
+    store.close()

@@ -1,0 +1,156 @@
+"""Keyset pages and bounded counts on a real SQLite file: the pages a token walks are the pages an offset gives,
+over every sortable column in both directions, with ties and NULLs; a bounded count is exact under its bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import EpisodePage, MatchCount
+from engine.errors import ConfigError
+from engine.records.episode import Episode
+from engine.records.outcome import OUTCOME_KINDS, Outcome
+from engine.records.provenance import Source
+from engine.store import SORTABLE, EpisodeFilter, Store
+from tests.synthetic import synthetic_episode
+
+N = 420
+PAGE = 37  # odd, so pages cross the ties of every column
+
+
+def varied(i: int) -> Episode:
+    """Episode ``i`` with the columns that may be NULL set on some episodes and not on others: group, run,
+    rollout step, outcome. Rewards and statuses repeat (ties)."""
+    ep = synthetic_episode(i)
+    step = i % 5 if i % 9 else None
+    kind = OUTCOME_KINDS[i % len(OUTCOME_KINDS)] if i % 4 else None
+    outcome = None if kind is None else Outcome(kind, None, None, None, (), (), (), (), None, "planted")
+    return ep.evolve(group_id=None if i % 7 == 0 else ep.group_id, run_id=None if i % 11 == 0 else f"run{i % 3}",
+                     source=Source(kind="slime", details={} if step is None else {"rollout_step": step}),
+                     outcome=outcome, created_at=1.7e9 + (i // 4))  # four episodes a second: ties in time too
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    s = Store(tmp_path_factory.mktemp("paging") / "paging.db")
+    s.save_episodes(varied(i) for i in range(N))
+    return s
+
+
+def test_the_planted_columns_hold_nulls_and_values(store: Store) -> None:
+    for col in ("group_id", "run_id", "rollout_step", "outcome"):
+        nulls, values = store.browse_query(f"SELECT SUM({col} IS NULL), SUM({col} IS NOT NULL) FROM episode_index")[0]
+        assert nulls > PAGE and values > PAGE, col
+
+
+@pytest.mark.parametrize("column", SORTABLE)
+def test_keyset_pages_are_the_offset_pages_forward_and_back(store: Store, column: str) -> None:
+    flt = EpisodeFilter(min_turns=2)
+    total = store.count(flt)
+    assert PAGE * 4 < total < N
+    for descending in (True, False):
+        by_offset = [[r.id for r in store.list_episodes(flt, column, descending, PAGE, k)]
+                     for k in range(0, total, PAGE)]
+        assert sorted(i for p in by_offset for i in p) == sorted(store.episode_ids(flt))
+        forward: list[list[str]] = []
+        page = store.page_episodes(flt, column, descending, PAGE)
+        assert page.before is None
+        while True:
+            forward.append([r.id for r in page.rows])
+            if page.after is None:
+                break
+            page = store.page_episodes(flt, column, descending, PAGE, after=page.after)
+        assert forward == by_offset
+        back: list[list[str]] = []
+        while page.before is not None:
+            page = store.page_episodes(flt, column, descending, PAGE, before=page.before)
+            back.append([r.id for r in page.rows])
+        assert back[::-1] == by_offset[:-1]
+        # Read along the sorted column's index (a filter that selects many): the same pages.
+        many = MatchCount(10, False)
+        walked = store.page_episodes(flt, column, descending, PAGE, matches=many)
+        assert [r.id for r in walked.rows] == by_offset[0]
+        assert [r.id for r in store.page_episodes(flt, column, descending, PAGE, after=walked.after,
+                                                  matches=many).rows] == by_offset[1]
+        # A page reached by an offset carries the tokens of its neighbours.
+        middle = store.page_episodes(flt, column, descending, PAGE, offset=2 * PAGE)
+        assert middle.before is not None and middle.after is not None
+        assert [r.id for r in store.page_episodes(flt, column, descending, PAGE, after=middle.after).rows] \
+            == by_offset[3]
+        assert [r.id for r in store.page_episodes(flt, column, descending, PAGE, before=middle.before).rows] \
+            == by_offset[1]
+
+
+def test_a_token_belongs_to_its_sort(store: Store) -> None:
+    page = store.page_episodes(order_by="reward", descending=True, limit=10)
+    assert isinstance(page, EpisodePage) and page.after
+    with pytest.raises(ConfigError, match="sort by reward descending"):
+        store.page_episodes(order_by="reward", descending=False, after=page.after)
+    with pytest.raises(ConfigError, match="not a page token"):
+        store.page_episodes(order_by="reward", after="garbage!")
+    with pytest.raises(ConfigError, match="not both"):
+        store.page_episodes(order_by="reward", after=page.after, before=page.after)
+
+
+def _steps(store: Store, fn) -> int:
+    """SQLite virtual machine steps the Browse connection runs for ``fn`` (its work, whatever the clock says)."""
+    conn, _ = store._reader()
+    count = [0]
+
+    def tick() -> int:
+        count[0] += 1
+        return 0
+
+    conn.set_progress_handler(tick, 10)
+    try:
+        fn()
+    finally:
+        conn.set_progress_handler(None, 0)
+    return count[0]
+
+
+def test_a_deep_page_costs_what_the_first_costs(store: Store) -> None:
+    size = 5
+    deep = store.page_episodes(order_by="n_tokens", limit=size, offset=N - 3 * size)
+    assert deep.after is not None
+    first = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size))
+    by_token = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size, after=deep.after))
+    by_offset = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size, offset=N - 2 * size))
+    assert by_token < 1.5 * first and by_offset > 3 * by_token, (first, by_token, by_offset)
+
+
+def test_a_bounded_count_is_exact_under_its_bound_and_says_at_least_over_it(store: Store) -> None:
+    for flt in (EpisodeFilter(), EpisodeFilter(env="price"), EpisodeFilter(status=("completed",), reward_min=0.5),
+                EpisodeFilter(run_id="run1", tags=("bug",)), EpisodeFilter(env="none-such")):
+        n = store.count(flt)
+        assert store.count_upto(flt, bound=n) == MatchCount(n, True)
+        assert store.count_upto(flt, bound=n + 5) == MatchCount(n, True)
+        if n:
+            short = store.count_upto(flt, bound=n - 1)
+            assert short == MatchCount(n - 1, False)
+            assert short.label == f"{n - 1:,}+" and short.words == f"at least {n - 1:,}"
+    assert store.count_upto(bound=N).label == f"{N:,}"
+
+
+def test_browse_shows_a_bounded_count_then_the_exact_one_and_pages_by_token(store: Store, monkeypatch) -> None:
+    from dashboard.tabs import browse
+
+    monkeypatch.setattr(browse, "COUNT_BOUND", 100)
+    values = {**browse.cleared_filters(), "turns_min": "2"}
+    total = store.count(EpisodeFilter(min_turns=2))
+    sort = {"by": "reward", "desc": True}
+    drawn = browse._drawn(store, values, sort, 1, 25, None)
+    shown = drawn["shown"]
+    assert "Episodes 1–25 of 100+ matching (counting…) · page 1 ·" in drawn["info"]
+    assert shown["count"]["exact"] is False and shown["before"] is None and shown["after"]
+    done = browse.exact_count(store, shown)
+    assert done is not None and done["count"]["exact"] and done["count"]["n"] == total
+    assert f"of {total:,} matching (of {N:,}) · page 1 of {-(-total // 25):,}" in browse.count_info(done["count"])
+    assert browse.exact_count(store, done) is None  # counted once
+    second = browse._drawn(store, values, sort, 2, 25, None, cursor={"after": shown["after"]})
+    assert second["table"] == browse._drawn(store, values, sort, 2, 25, None)["table"]
+    assert "Episodes 26–50 of 100+" in second["info"]
+    back = browse._drawn(store, values, sort, 1, 25, None, cursor={"before": second["shown"]["before"]})
+    assert back["table"] == drawn["table"] and back["shown"]["before"] is None
+    # A page past the end of a selection counted no further than the bound: the last page, counted exactly.
+    far = browse._drawn(store, values, sort, 99, 25, None)
+    assert far["page_box"] == -(-total // 25) and f"of {total:,} matching" in far["info"]
