@@ -203,7 +203,7 @@ def test_a_reply_cut_by_response_length_is_trained_up_to_the_cut(qwen3_tokenizer
     found = checked(ep, tok)
     [cut] = of(found, "response_cut_trained")
     gen = ep.turns[last.turn].generation.token_ids
-    assert (cut.token_start, cut.token_end, cut.turn) == (n - 1, n, last.turn)
+    assert (cut.token_start, cut.token_end, cut.turn) == (last.start, n, last.turn) and cut.evidence["cut_at"] == n
     assert cut.evidence["kept"] == n - last.start and cut.evidence["cut_tokens"] == len(gen) - (n - last.start)
     assert cut.caused_by is None and cut.severity is Severity.WARNING
     assert not of(found, "truncated_turn")  # one finding for one cut
@@ -275,3 +275,25 @@ def test_a_boxed_answer_our_checker_accepts_and_verls_strict_score_refuses(smol_
         hashes, _ = run(MathEnv, tok, 0, overrides={0: f"So the answer is \\boxed{{{truth}}}.\n#### {truth}"})
         assert not of(checked(hashes, tok), "strict_score_refused")
         assert not VERL_KINDS & {f.kind for f in under_tito(ep, MathEnv, tok)}
+
+
+def test_a_record_without_its_turns_is_checked_from_its_ids_mask_and_knobs(qwen3_tokenizer):
+    """What a verl dump holds: ids, mask, the knobs; no turn records, no segments. The traps read the same."""
+    tok = _copy(qwen3_tokenizer)
+    tok.chat_template = DATED_STYLE
+    two = ('<tool_call>\n{"name": "find_user_id_by_email", "arguments": {"email": "nobody@example.com"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "x"}}\n</tool_call>')
+    kw = '{"date_string": "Thursday, 26 November 2026, 15:00 UTC"}'
+    for knobs in ({"response_length": "4096"}, {"response_length": "300"}):
+        ep, _ = run(RetailEnv, tok, 0, overrides={1: two}, apply_chat_template_kwargs=kw, prompt_length=8192,
+                    max_tool_response_length=40, **knobs)
+        first = next(i for i, m in enumerate(ep.messages) if m.role == "assistant")
+        bare = ep.evolve(turns=(), segments=(), messages=ep.messages[:first])
+        live = {(f.kind, f.token_start, f.turn) for f in checked(ep, tok) if f.kind in VERL_KINDS}
+        found = checked(bare, tok)
+        assert {(f.kind, f.token_start, f.turn) for f in found if f.kind in VERL_KINDS} == live
+        kinds = {k for k, _, _ in live}
+        assert {"im_end_newline_missing", "system_cut_wrong", "tool_call_dropped"} <= kinds
+        cut_short = knobs["response_length"] == "300"
+        assert ("response_cut_trained" in kinds) == cut_short and ("tool_result_truncated" in kinds) != cut_short
+        assert all(f.evidence["raw_length"] is None for f in of(found, "tool_result_truncated"))

@@ -55,7 +55,7 @@ RECURRING = frozenset({"tool_call_parse_error", "tool_call_dropped", "truncated_
 RANK = {
     "system_cut_wrong": -2, "im_end_newline_missing": -1, "template_not_prefix_stable": 0, "system_block_injected": 1, "generation_prompt_missing": 2,
     "retokenization_drift": 3, "tokens_not_rendering": 4, "response_length_mismatch": 5, "mask_misaligned": 6,
-    "logprobs_misaligned": 7, "logprobs_missing": 8,
+    "logprobs_misaligned": 7, "logprobs_missing": 8, "response_cut_trained": 9, "truncated_turn": 10,
 }
 POSITIONS_CAP = 200  # the checks list at most this many positions in a finding's evidence
 # Kinds that describe the preset, the template or the source rather than one episode: when every episode of

@@ -36,6 +36,7 @@ from .verl_layout import (
     Block,
     answers,
     blocks,
+    chatml_messages,
     conversation,
     ground_truth,
     is_verl,
@@ -63,6 +64,7 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
     eot = chat.end_of_turn_ids(tok)
     nl = newline_ids(tok)
     glued: list[int] = []
+    glued_turns: list[int] = []
     first_want: dict[int, list[int] | None] = {}
     cuts: list[dict[str, Any]] = []
     for reply, answer in answers(blocks(ep)):
@@ -76,6 +78,7 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
         tail_ids = chat.encode(tok, tail)
         if after_eot and tail_ids and tail_ids[0] in nl and ids[start] not in nl:
             glued.append(start)
+            glued_turns.append(reply.turn)
             first_want[start] = want
         if want is None:
             continue
@@ -99,7 +102,7 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
             f"{'s' if len(glued) != 1 else ''}, first at token {at}); the model is trained on contexts it never "
             "sees when served", turn=turn_of(ep, at), token_start=at, token_end=at + 1,
             evidence={"positions": glued[:200], "template_gives": template_gives, "ids_give": ids_give,
-                      "turns": sorted({turn_of(ep, p) for p in glued if turn_of(ep, p) is not None})}))
+                      "turns": sorted(set(glued_turns))}))
     if cuts:
         c = cuts[0]
         at = c["start"]
@@ -110,7 +113,8 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
             "system_cut_wrong", ERROR,
             f"turn {c['turn']}: verl cut the answer's standalone render by {c['cut']} tokens, the default system "
             f"block it measured without the chat-template kwargs, where this render's block is {c['block']} "
-            f"tokens: {what}" + (f"; the same in {len(cuts) - 1} more answers" if len(cuts) > 1 else ""),
+            f"tokens: {what}" + (f"; the same in {len(cuts) - 1} more answer{'s' if len(cuts) > 2 else ''}"
+                                 if len(cuts) > 1 else ""),
             turn=c["turn"], token_start=at, token_end=at + (c["tokens"] if not lost else 1),
             evidence={"cut": c["cut"], "block": c["block"], "lost" if lost else "left": c["text"],
                       "tokens": c["tokens"], "positions": [x["start"] for x in cuts][:200],
@@ -130,8 +134,7 @@ def _cut_of(tok: Tokenizer, msgs: Sequence[Any], kw: dict[str, Any], got: list[i
     if full[len(full) - len(want):] != want:
         return None
     block = len(full) - len(want)
-    cut = next((c for c in range(len(full)) if got and full[c : c + len(got)] == got
-                and (c + len(got) == len(full) or c + len(got) < len(full))), None)
+    cut = next((c for c in range(len(full)) if got and full[c : c + len(got)] == got), None)
     if cut is None or cut == block:
         return None
     lo, hi = sorted((cut, block))
@@ -213,8 +216,8 @@ def check_response_cut(ep: Episode, o: CheckOptions) -> list[Finding]:
         f"verl cuts the response at response_length={limit} in the middle of turn {last.turn}'s reply: "
         f"{kept} of its tokens are kept and trained (mask 1) as if the reply stopped there"
         + (f", {cut} generated tokens after them are gone" if cut else ""),
-        turn=last.turn, token_start=n - 1, token_end=n,
-        evidence={"response_length": limit, "reply_start": last.start, "kept": kept, "cut_tokens": cut})]
+        turn=last.turn, token_start=last.start, token_end=n,
+        evidence={"response_length": limit, "cut_at": n, "kept": kept, "cut_tokens": cut})]
 
 
 def check_tool_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
@@ -228,7 +231,8 @@ def check_tool_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
     out: list[Finding] = []
     for reply, answer in answers(bs):
         t = turn_record(ep, reply.turn)
-        texts = [m.content for m in t.observation if m.role == "tool"] if t is not None else []
+        texts = [m.content for m in t.observation if m.role == "tool"] if t is not None else \
+            _tool_texts(o.tokenizer, ep.tokens.ids[answer.start : answer.end].tolist())
         raws = raw_observations(t) if t is not None else None
         for i, text in enumerate(texts):
             raw = raws[i] if raws is not None and i < len(raws) else None
@@ -245,6 +249,20 @@ def check_tool_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
                 turn=reply.turn, token_start=answer.start, token_end=answer.end,
                 evidence={"raw_length": len(raw) if raw is not None else None, "kept": limit, "side": side,
                           "marker": marker, "call": i}))
+    return out
+
+
+def _tool_texts(tok: Tokenizer | None, ids: list[int]) -> list[str]:
+    """The tool results in an answer's ids, for a record without its turns: ``tool`` messages, or the
+    ``<tool_response>`` blocks a template writes as a user turn."""
+    msgs = chatml_messages(tok, ids) if tok is not None else None
+    out = []
+    for m in msgs or []:
+        c = m.content
+        if m.role == "tool":
+            out.append(c)
+        elif c.startswith("<tool_response>\n") and c.endswith("\n</tool_response>"):
+            out += c[len("<tool_response>\n") : -len("\n</tool_response>")].split("\n</tool_response>\n<tool_response>\n")
     return out
 
 
@@ -267,8 +285,12 @@ def check_dropped_calls(ep: Episode, o: CheckOptions) -> list[Finding]:
     ids = ep.tokens.ids.tolist()
     bs = blocks(ep)
     replies = [b for b in bs if b.trained]
+    # Records stored before the checks named them carry the loop's own finding: not said twice.
+    said = {f.turn for f in ep.all_findings() if f.kind == "tool_call_dropped"}
     out: list[Finding] = []
     for r in replies:
+        if r.turn in said:
+            continue
         followed = any(a is r for a, _ in answers(bs))
         if not followed and not _parsed_last(ep, len(replies)):
             continue
