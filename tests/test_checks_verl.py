@@ -207,6 +207,7 @@ def test_a_reply_cut_by_response_length_is_trained_up_to_the_cut(qwen3_tokenizer
     assert cut.evidence["kept"] == n - last.start and cut.evidence["cut_tokens"] == len(gen) - (n - last.start)
     assert cut.caused_by is None and cut.severity is Severity.WARNING
     assert not of(found, "truncated_turn")  # one finding for one cut
+    assert not of(found, "retokenization_drift")  # the kept ids are the generated ones, up to the cut
     # A reply that ends inside the budget is not cut.
     whole, _ = run(RetailEnv, tok, 0, **WIDE)
     assert not of(checked(whole, tok), "response_cut_trained")

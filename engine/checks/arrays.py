@@ -41,6 +41,8 @@ def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
         seg = next((s for s in t.segments if s.kind == "assistant"), None)
         if seg is not None:
             stored = ep.tokens.ids[seg.start : seg.end].tolist()
+            if ep.config.token_mode == "verl" and seg.end == len(ep.tokens) and gen[: len(stored)] == stored:
+                continue  # verl's final cut at response_length ends the reply early (response_cut_trained)
             at = first_diff(stored[: len(gen)], gen)
             if at is not None:
                 out.append(

@@ -175,7 +175,7 @@ def check_think_kept(ep: Episode, o: CheckOptions) -> list[Finding]:
         if open_id not in region:
             continue
         idx = first_reply + k
-        if idx < len(template_replies) and "<think>" not in template_replies[idx]:
+        if 0 <= idx < len(template_replies) and "<think>" not in template_replies[idx]:
             kept.append((h + len(header) + region.index(open_id), r.turn, idx))
     if not kept:
         return []

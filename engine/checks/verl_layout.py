@@ -63,21 +63,17 @@ class Block:
 def blocks(ep: Episode) -> list[Block]:
     """The response's runs of equal mask, each with its turn (the segments' where they say, else counted)."""
     mask = ep.tokens.loss_mask
-    n, p = len(mask), ep.prompt_len
-    seg_turn = {s.start: s.turn for s in ep.segments}
+    n = len(mask)
     out: list[Block] = []
     replies = -1
-    i = p
+    i = ep.prompt_len
     while i < n:
         j = i
         while j < n and mask[j] == mask[i]:
             j += 1
         trained = bool(mask[i])
-        if trained:
-            replies += 1
-        turn = next((ep.segments[k].turn for k in range(len(ep.segments))
-                     if ep.segments[k].start <= i < ep.segments[k].end), None)
-        turn = seg_turn.get(i, turn)
+        replies += trained
+        turn = next((s.turn for s in ep.segments if s.start <= i < s.end), None)
         out.append(Block(i, j, trained, turn if turn is not None else max(replies, 0)))
         i = j
     return out
@@ -120,12 +116,7 @@ def template_answer(tok: Tokenizer, messages: Sequence[Any], kw: dict[str, Any])
     after = with_msgs[with_msgs.rfind(_DUMMY) + len(_DUMMY):]
     if not after.startswith(closing) or not with_gp.startswith(with_msgs):
         raise RollscopeError("the chat template changes a reply's closing when messages follow it")
-    tail = closing
-    for eot in chat.end_of_turn_texts(tok):
-        if closing.startswith(eot):
-            tail = closing[len(eot):]
-            break
-    return tail, chat.encode(tok, after[len(closing):] + with_gp[len(with_msgs):])
+    return tail_text(tok, kw), chat.encode(tok, after[len(closing):] + with_gp[len(with_msgs):])
 
 
 def generation_prompt_rest(tok: Tokenizer, kw: dict[str, Any]) -> list[int]:
@@ -165,10 +156,8 @@ def chatml_messages(tok: Tokenizer, ids: Sequence[int]) -> list[Any] | None:
     return out or None
 
 
-# -- the checks ------------------------------------------------------------------------------------------
-
-
 def tail_text(tok: Tokenizer, kw: dict[str, Any]) -> str:
+    """What the template writes after a reply's end-of-turn token (``\\n`` for ChatML)."""
     closing = _closing(tok, kw)
     for eot in chat.end_of_turn_texts(tok):
         if closing.startswith(eot):
@@ -193,6 +182,9 @@ def conversation(tok: Tokenizer, ids: Sequence[int]) -> list[Any]:
     while out and out[-1].role == "assistant" and not out[-1].content:
         out.pop()
     return out
+
+
+# -- the rendering check ---------------------------------------------------------------------------------
 
 
 def verl_expected_ids(ep: Episode, tok: Tokenizer) -> list[int] | None:
