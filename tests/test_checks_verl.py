@@ -298,3 +298,20 @@ def test_a_record_without_its_turns_is_checked_from_its_ids_mask_and_knobs(qwen3
         cut_short = knobs["response_length"] == "300"
         assert ("response_cut_trained" in kinds) == cut_short and ("tool_result_truncated" in kinds) != cut_short
         assert all(f.evidence["raw_length"] is None for f in of(found, "tool_result_truncated"))
+
+
+def test_an_answer_the_cut_ate_whole_is_named_where_it_should_start(qwen3_tokenizer):
+    tok = _copy(qwen3_tokenizer)
+    tok.chat_template = SMOLLM3_STYLE
+    truth = str(MathEnv().task(MathEnv().tasks[0]).solutions[0])
+    # Right at once: verl's answer ("Your response is correct!") is shorter than the cut, so nothing of it is
+    # appended; the episode ends on the reply.
+    ep, _ = run(MathEnv, tok, 0, overrides={0: f"#### {truth}"}, apply_chat_template_kwargs='{"enable_thinking": false}',
+                **WIDE)
+    reply = next(s for s in ep.segments if s.kind == "assistant")
+    assert ep.turns[0].observation and reply.end == len(ep.tokens) and ep.tokens.loss_mask[-1] == 1
+    [cut] = of(checked(ep, tok), "system_cut_wrong")
+    assert cut.token_start == len(ep.tokens) - 1 and cut.turn == 0
+    assert cut.evidence["lost"] == "<|im_start|>user\nYour response is correct!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n"
+    assert cut.evidence["cut"] == len(ref.initialize_system_prompt(tok)) > cut.evidence["block"]
+    assert not VERL_KINDS & {f.kind for f in under_tito(ep, MathEnv, tok)}

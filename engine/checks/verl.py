@@ -89,6 +89,8 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
         cut = _cut_of(tok, msgs or [], kw, got)
         if cut is not None:
             cuts.append({"turn": reply.turn, "start": start, **cut})
+    cuts += _answers_eaten(ep, tok, kw)
+    cuts.sort(key=lambda c: c["start"])
     out: list[Finding] = []
     if glued:
         at = glued[0]
@@ -119,6 +121,33 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
             evidence={"cut": c["cut"], "block": c["block"], "lost" if lost else "left": c["text"],
                       "tokens": c["tokens"], "positions": [x["start"] for x in cuts][:200],
                       "kwargs": kw, "measured": len(vt.system_prompt_ids(tok))}))
+    return out
+
+
+def _answers_eaten(ep: Episode, tok: Tokenizer, kw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Answers of which the cut left nothing: the turn's record holds an answer, no mask-0 token follows its
+    reply, and verl's cut of the answer's render (by the measured block) is empty, where the render's own block
+    is shorter. Only a record with its turns can show it."""
+    bs = blocks(ep)
+    following = {id(a) for a, _ in answers(bs)}
+    measured = len(vt.system_prompt_ids(tok))
+    n = len(ep.tokens)
+    out = []
+    for r in (b for b in bs if b.trained and id(b) not in following):
+        t = turn_record(ep, r.turn)
+        if t is None or not t.observation:
+            continue
+        dicts = [{"role": m.role, "content": m.content} for m in t.observation]
+        try:
+            full = vt.template_ids(tok, dicts, kwargs=kw)
+            _, want = template_answer(tok, list(t.observation), kw)
+        except RollscopeError:
+            continue
+        block = len(full) - len(want)
+        if full[block:] != want or measured < len(full) or block >= len(full):
+            continue
+        out.append({"turn": r.turn, "start": min(r.end, n - 1), "kind": "lost", "cut": measured, "block": block,
+                    "tokens": len(full) - block, "text": chat.decode(tok, full[block:])})
     return out
 
 

@@ -68,12 +68,15 @@ def blocks(ep: Episode) -> list[Block]:
     replies = -1
     i = ep.prompt_len
     while i < n:
+        turn = next((s.turn for s in ep.segments if s.start <= i < s.end), None)
         j = i
-        while j < n and mask[j] == mask[i]:
+        # A run of one mask value; where segments say so, a new turn starts a new block (two replies with no
+        # answer between them: verl's cut ate the whole answer).
+        while j < n and mask[j] == mask[i] and (j == i or not ep.segments
+                                                 or next((s.turn for s in ep.segments if s.start == j), turn) == turn):
             j += 1
         trained = bool(mask[i])
         replies += trained
-        turn = next((s.turn for s in ep.segments if s.start <= i < s.end), None)
         out.append(Block(i, j, trained, turn if turn is not None else max(replies, 0)))
         i = j
     return out
