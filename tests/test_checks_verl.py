@@ -74,7 +74,8 @@ def test_missing_newline_after_im_end_is_one_run_level_root(request, tmp_path, t
     tok = request.getfixturevalue(tname)
     store = Store(tmp_path / "v.db")
     for task in range(3):
-        ep, _ = run(RetailEnv if task < 2 else MathEnv, tok, task, rate=0.3, seed=task, **WIDE)
+        ep, _ = run(RetailEnv if task < 2 else MathEnv, tok, task, rate=0.3, seed=task,
+                    calculate_log_probs="true" if task == 1 else "false", **WIDE)
         found = checked(ep, tok)
         [nl] = of(found, "im_end_newline_missing")
         starts = answer_starts(ep)
