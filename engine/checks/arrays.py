@@ -25,6 +25,7 @@ from .base import (
     skip,
     turn_at,
 )
+from .verl_layout import generation_prompt_rest, is_verl, template_kwargs
 
 
 def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
@@ -41,7 +42,7 @@ def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
         seg = next((s for s in t.segments if s.kind == "assistant"), None)
         if seg is not None:
             stored = ep.tokens.ids[seg.start : seg.end].tolist()
-            if ep.config.token_mode == "verl" and seg.end == len(ep.tokens) and gen[: len(stored)] == stored:
+            if is_verl(ep) and seg.end == len(ep.tokens) and gen[: len(stored)] == stored:
                 continue  # verl's final cut at response_length ends the reply early (response_cut_trained)
             at = first_diff(stored[: len(gen)], gen)
             if at is not None:
@@ -154,10 +155,8 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
         if not ep.segments:
             return out + [skip("mask_misaligned", "no ChatML tokenizer and no segments to tell assistant tokens")]
         spans = [(s.start, s.end) for s in ep.segments if s.kind == "assistant"]
-    if ep.config.token_mode == "verl" and tok is not None:
+    if is_verl(ep) and tok is not None:
         # verl's generation prompt may go on past the assistant header (an empty think block): template text.
-        from .verl_layout import generation_prompt_rest, template_kwargs
-
         rest = generation_prompt_rest(tok, template_kwargs(ep))
         ids_ = ep.tokens.ids
         spans = [(s + len(rest), e) if rest and ids_[s : s + len(rest)].tolist() == rest else (s, e) for s, e in spans]
@@ -322,7 +321,7 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
             for p in range(f.token_start, f.token_end or f.token_start + 1)}
     if said and missing.size:
         missing = np.array([p for p in missing.tolist() if p not in said], dtype=np.int64)
-    if missing.size and ep.config.token_mode == "verl" and not loop_config(ep).calculate_log_probs \
+    if missing.size and is_verl(ep) and not loop_config(ep).calculate_log_probs \
             and bool(np.all(np.isnan(lp[ep.prompt_len:]))):
         return [Finding("logprobs_absent", INFO, "verl's calculate_log_probs is off: the response carries no "
                         "logprobs (as verl's AgentLoopOutput has none)",

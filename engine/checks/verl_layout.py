@@ -20,14 +20,15 @@ _DUMMY = "\u2063RSVERL\u2063"
 
 
 def is_verl(ep: Episode) -> bool:
-    return ep.config.token_mode == "verl"
+    """Laid out by verl's agent loop: the verl-tool preset's episodes, and rows verl's ``AgentLoopOutput`` wrote
+    (their knobs, where the row does not carry Rollscope's config, are verl's defaults)."""
+    return ep.config.token_mode == "verl" or (ep.source.kind == "verl"
+                                              and ep.source.details.get("shape") == "AgentLoopOutput")
 
 
 def raw_observations(turn: Turn) -> list[str] | None:
     """The env's raw output of each tool call the turn ran, before verl's truncation (None when not recorded)."""
-    raw = getattr(turn, "raw_observation", None)
-    if raw is None:
-        raw = turn.info.get("raw_observation")
+    raw = getattr(turn, "raw_observation", None) or turn.info.get("raw_observation")
     return [str(r) for r in raw] if isinstance(raw, (list, tuple)) else None
 
 
