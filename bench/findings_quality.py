@@ -201,6 +201,9 @@ def plants(toks: dict[str, tuple[Any, str]]) -> dict[str, Score]:
 KNOWN_BUGS = {
     ("smollm2", "slime-tau-seed"): "generation_prompt_missing",  # the seed slices after each generation prompt
     ("smollm2", "areal-math"): "system_block_injected",  # realhf renders feedback alone; SmolLM2 adds a system
+    # verl appends each answer right after the reply's <|im_end|>, without the template's newline.
+    ("smollm2", "verl-tool"): "im_end_newline_missing",
+    ("qwen3", "verl-tool"): "im_end_newline_missing",
 }
 
 

@@ -39,3 +39,51 @@ QWEN25_STYLE = r"""
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
 """
+
+
+# Like SmolLM3's template: every conversation opens with a system block that names the reasoning mode, from the
+# ``enable_thinking`` kwarg (true unless given), and a default instruction that is longer in thinking mode; the
+# generation prompt opens an empty think block when thinking is off. So the default block depends on the
+# chat-template kwargs: verl measures it without them.
+SMOLLM3_STYLE = r"""
+{%- set think = enable_thinking if enable_thinking is defined else true -%}
+{{- '<|im_start|>system\n## Metadata\n\nReasoning Mode: ' + ('/think' if think else '/no_think') + '\n\n## Custom Instructions\n\n' -}}
+{%- if messages[0]['role'] == 'system' -%}
+    {{- messages[0]['content'] -}}
+{%- elif think -%}
+    {{- 'You are a helpful AI assistant named SmolLM, trained by Hugging Face. Your role as an assistant involves thoroughly exploring questions through a systematic thinking process before providing the final precise and accurate solutions.' -}}
+{%- else -%}
+    {{- 'You are a helpful AI assistant named SmolLM, trained by Hugging Face.' -}}
+{%- endif -%}
+{{- '<|im_end|>\n' -}}
+{%- for message in messages -%}
+    {%- if message['role'] == 'user' -%}
+        {{- '<|im_start|>user\n' + message['content'] + '<|im_end|>\n' -}}
+    {%- elif message['role'] == 'assistant' -%}
+        {{- '<|im_start|>assistant\n' + message['content'] + '<|im_end|>\n' -}}
+    {%- elif message['role'] == 'tool' -%}
+        {{- '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' -}}
+    {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{- '<|im_start|>assistant\n' + ('' if think else '<think>\n\n</think>\n') -}}
+{%- endif -%}
+"""
+
+# Like Llama 3.1's template, in ChatML: the system block names today's date, from the ``date_string`` kwarg
+# ("26 Jul 2024" unless given). A longer date than the default leaves the end of the block in every answer verl
+# cuts by the length it measured without the kwargs.
+DATED_STYLE = r"""
+{%- if date_string is not defined -%}{%- set date_string = '26 Jul 2024' -%}{%- endif -%}
+{{- '<|im_start|>system\nCutting Knowledge Date: December 2023\nToday Date: ' + date_string + '\n\n' -}}
+{{- messages[0]['content'] if messages[0]['role'] == 'system' else 'You are a helpful assistant.' -}}
+{{- '<|im_end|>\n' -}}
+{%- for message in messages -%}
+    {%- if message['role'] == 'user' or message['role'] == 'assistant' -%}
+        {{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}
+    {%- elif message['role'] == 'tool' -%}
+        {{- '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' -}}
+    {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"""

@@ -161,6 +161,9 @@ def test_every_kind_is_planted():
                                            "logprob_mismatch"}
     # Found on live preset episodes in tests/test_checks_presets.py.
     kinds |= {"system_block_injected", "template_newline_trained", "tool_call_dropped"}
+    # verl's traps, found on live verl-tool episodes in tests/test_checks_verl.py.
+    kinds |= {"im_end_newline_missing", "system_cut_wrong", "think_kept", "response_cut_trained",
+              "tool_result_truncated", "strict_score_refused"}
     from engine.checks import KINDS
 
     # answer_extraction_failed: realhf's split cannot fail on byte-level BPE tokenizers.

@@ -131,7 +131,9 @@ def test_show_folds_the_system_prompt_and_lists_findings_by_root(tmp_path):
     assert record.messages[0].role == "system" and len(system.splitlines()) > 10
     assert system not in shown and "--full shows them" in shown and system in full
     head, *lines = shown.split("--- findings", 1)[1].splitlines()
-    assert head == " (checks v1)"  # the checks ran on it: a live run's episodes are checked
+    from engine import CHECKS_VERSION
+
+    assert head == f" (checks v{CHECKS_VERSION})"  # the checks ran on it: a live run's episodes are checked
     assert lines[0].startswith("diagnosis: ") and "generation_prompt_missing" in lines[0] + lines[1]
     roots_ = [ln for ln in lines[1:] if ln.startswith("  [")]
     follow = [ln for ln in lines[1:] if ln.startswith("      <- ")]

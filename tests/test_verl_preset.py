@@ -19,6 +19,8 @@ import pytest
 
 from engine.backends.base import GenerationRequest
 from engine.backends.scripted import ScriptedBackend
+from engine.checks import CheckOptions, with_checks
+from engine.envs import gsm8k
 from engine.envs.math import MathEnv
 from engine.envs.retail import RetailEnv
 from engine.errors import EnvError
@@ -159,8 +161,8 @@ def test_small_response_length_cuts_a_reply_and_refuses_a_tool_result(request, t
     ep, backend = run(RetailEnv, tok, 0, prompt_length=8192, response_length=70, calculate_log_probs="true")
     assert_equal(ep, backend, reference(ep, tok, RetailEnv))
     assert len(ep.tokens) == ep.prompt_len + 70 and ep.status is Status.TRUNCATED
-    cut = [f for t in ep.turns for f in t.findings if f.kind == "truncated_turn"]
-    assert cut and cut[0].evidence["cut_tokens"] > 0
+    cut = [f for f in with_checks(ep, CheckOptions(tokenizer=tok)).all_findings() if f.kind == "response_cut_trained"]
+    assert len(cut) == 1 and cut[0].evidence["cut_tokens"] > 0
     # A tool result that would reach response_length is not appended, though the tool ran.
     refused = None
     for n in range(60, 200, 7):
@@ -199,7 +201,7 @@ def test_malformed_call_two_calls_and_unknown_tool(qwen25_tokenizer, qwen3_token
         # The malformed call is dropped; with no valid call the reply goes to the user (the interaction).
         assert t0.info["dropped"][0]["why"].endswith("no arguments") and t0.raw_observation == ()
         assert t0.observation[0].role == "user"
-        assert [f.kind for f in t0.findings] == ["tool_call_dropped"]
+        assert not t0.findings  # the checks name the dropped call on its tokens (tests/test_checks_verl.py)
         # Two calls, max_parallel_calls 1: the second never runs.
         assert len(t1.raw_observation) == 1 and "max_parallel_calls=1" in t1.info["dropped"][0]["why"]
         assert t1.info["dropped"][0]["call"]["name"] == "get_user_details"
@@ -241,12 +243,12 @@ def test_gsm8k_interaction_flexible_and_verls_strict_score(smol_tokenizer):
     assert verl_loop.gsm8k_interaction(boxed, truth) == (True, "Your response is correct!", 1.0)
     assert ref.gsm8k_generate_response([{"role": "assistant", "content": boxed}], truth)[0] is True
     # ...while verl's default gsm8k reward (strict) refuses it: no '#### N'.
-    assert verl_loop.gsm8k_score(boxed, truth) == ref.compute_score(boxed, truth) == 0.0
-    assert verl_loop.gsm8k_score(f"#### {truth}", truth) == 1.0
+    assert gsm8k.gsm8k_score(boxed, truth) == ref.compute_score(boxed, truth) == 0.0
+    assert gsm8k.gsm8k_score(f"#### {truth}", truth) == 1.0
     for text in (f"#### 1,{truth}", f"#### {truth}.0", "x" * 400 + f"#### {truth}", f"#### {truth}" + "x" * 300,
                  f"#### 3 then #### {truth}", "no number", "#### -.", f"$ #### ${truth}"):
         for method in ("strict", "flexible"):
-            assert verl_loop.gsm8k_extract(text, method) == ref.extract_solution(text, method), (text, method)
+            assert gsm8k.gsm8k_extract(text, method) == ref.extract_solution(text, method), (text, method)
     wrong = verl_loop.gsm8k_interaction("I think 0.", "7")
     assert wrong == (False, "Your response is incorrect! You need to reflect on your answer and try again.", 0.0)
     ep, _ = run(MathEnv, smol_tokenizer, 0, overrides={0: boxed})

@@ -7,7 +7,7 @@ never change the episode; :func:`with_checks` returns a copy carrying their
 findings, linked to their root causes (``diagnosis``).
 
 ``rendering`` holds the checks against the chat template, ``arrays`` those
-on the token arrays, ``base`` what they share, ``diagnosis`` the links from a
+on the token arrays, ``verl`` those of verl's agent loop (its answers, cuts, parser and scorer), ``base`` what they share, ``diagnosis`` the links from a
 finding to its cause and the one-line diagnosis (and the reading of records
 whose upgrade needs those rules), ``fanout`` the checks run on worker
 processes or Ray. Imports the records, tokens and backends (a local model
@@ -38,10 +38,12 @@ from .rendering import (
     injected_system_blocks,
     tito_expected_ids,
 )
+from .verl import VERL_CHECKS
+from .verl_layout import raw_observations
 
 CHECKS: tuple[Check, ...] = (
     check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
-    check_response_length, check_logprob_mismatch, check_turn_records,
+    check_response_length, check_logprob_mismatch, check_turn_records, *VERL_CHECKS,
 )
 
 
@@ -65,6 +67,6 @@ __all__ = [
     "CHECKS", "CHECKS_VERSION", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "Check", "CheckOptions", "assistant_spans",
     "check_chat_markup", "check_drift", "check_injected_system", "check_logprob_mismatch", "check_logprobs",
     "check_mask", "check_rendering", "check_response_length", "check_template", "check_truncation",
-    "check_turn_records", "closing_newlines", "injected_system_blocks", "run_checks", "tito_expected_ids",
+    "check_turn_records", "closing_newlines", "injected_system_blocks", "raw_observations", "run_checks", "tito_expected_ids",
     "with_checks",
 ]

@@ -20,10 +20,12 @@ from .base import (
     chatml_ids,
     first_diff,
     id_evidence,
+    loop_config,
     position_runs,
     skip,
     turn_at,
 )
+from .verl_layout import generation_prompt_rest, is_verl, template_kwargs
 
 
 def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
@@ -40,6 +42,8 @@ def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
         seg = next((s for s in t.segments if s.kind == "assistant"), None)
         if seg is not None:
             stored = ep.tokens.ids[seg.start : seg.end].tolist()
+            if is_verl(ep) and seg.end == len(ep.tokens) and gen[: len(stored)] == stored:
+                continue  # verl's final cut at response_length ends the reply early (response_cut_trained)
             at = first_diff(stored[: len(gen)], gen)
             if at is not None:
                 out.append(
@@ -151,6 +155,11 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
         if not ep.segments:
             return out + [skip("mask_misaligned", "no ChatML tokenizer and no segments to tell assistant tokens")]
         spans = [(s.start, s.end) for s in ep.segments if s.kind == "assistant"]
+    if is_verl(ep) and tok is not None:
+        # verl's generation prompt may go on past the assistant header (an empty think block): template text.
+        rest = generation_prompt_rest(tok, template_kwargs(ep))
+        ids_ = ep.tokens.ids
+        spans = [(s + len(rest), e) if rest and ids_[s : s + len(rest)].tolist() == rest else (s, e) for s, e in spans]
     # Replies inside the record's prompt are context for this sample (AReaL's per-turn rows train only
     # their own turn), not output to train.
     spans = [(s, e) for s, e in spans if e > ep.prompt_len]
@@ -312,6 +321,11 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
             for p in range(f.token_start, f.token_end or f.token_start + 1)}
     if said and missing.size:
         missing = np.array([p for p in missing.tolist() if p not in said], dtype=np.int64)
+    if missing.size and is_verl(ep) and not loop_config(ep).calculate_log_probs \
+            and bool(np.all(np.isnan(lp[ep.prompt_len:]))):
+        return [Finding("logprobs_absent", INFO, "verl's calculate_log_probs is off: the response carries no "
+                        "logprobs (as verl's AgentLoopOutput has none)",
+                        evidence={"source": ep.source.kind, "trainable": int(np.count_nonzero(mask))})]
     if missing.size and _no_logprobs_at_all(ep):
         # Nothing was lost: the source (or the backend) has none. Said once, and nothing else to check here.
         live = ep.source.live

@@ -39,7 +39,7 @@ INFO = Severity.INFO
 # Findings that say the token ids themselves are wrong from their first token on.
 STRUCTURAL = frozenset({
     "template_not_prefix_stable", "system_block_injected", "generation_prompt_missing", "retokenization_drift",
-    "tokens_not_rendering",
+    "tokens_not_rendering", "im_end_newline_missing", "system_cut_wrong",
 })
 # Findings computed on the token arrays, which a wrong id sequence before them can explain.
 TOKEN_LEVEL = frozenset({
@@ -50,18 +50,19 @@ LOGPROB = frozenset({"logprobs_missing", "logprobs_misaligned"})
 # Per-turn failures that, repeated in later turns, are one cause recurring (a model that never writes a
 # parsable call, a length limit every reply hits).
 RECURRING = frozenset({"tool_call_parse_error", "tool_call_dropped", "truncated_turn", "answer_extraction_failed",
-                       "logprobs_misaligned", "retokenization_drift"})
+                       "logprobs_misaligned", "retokenization_drift", "strict_score_refused"})
 # At the same first token, the lower rank is the root: the more specific explanation wins.
 RANK = {
-    "template_not_prefix_stable": 0, "system_block_injected": 1, "generation_prompt_missing": 2,
+    "system_cut_wrong": -2, "im_end_newline_missing": -1, "template_not_prefix_stable": 0, "system_block_injected": 1, "generation_prompt_missing": 2,
     "retokenization_drift": 3, "tokens_not_rendering": 4, "response_length_mismatch": 5, "mask_misaligned": 6,
-    "logprobs_misaligned": 7, "logprobs_missing": 8,
+    "logprobs_misaligned": 7, "logprobs_missing": 8, "response_cut_trained": 9, "truncated_turn": 10,
 }
 POSITIONS_CAP = 200  # the checks list at most this many positions in a finding's evidence
 # Kinds that describe the preset, the template or the source rather than one episode: when every episode of
 # a run has one, it is reported once for the run.
 RUN_KINDS = frozenset({"template_newline_trained", "logprobs_absent", "template_not_prefix_stable",
-                       "system_block_injected", "generation_prompt_missing"})
+                       "system_block_injected", "generation_prompt_missing", "im_end_newline_missing",
+                       "system_cut_wrong"})
 
 
 def _positions(f: Finding) -> set[int]:
@@ -100,6 +101,8 @@ def follows(cause: Finding, effect: Finding) -> bool:
     if structural and effect.kind in TOKEN_LEVEL and cause.token_start is not None \
             and effect.token_start is not None and effect.token_start >= cause.token_start:
         return True
+    if cause.kind == "response_cut_trained" and effect.kind == "truncated_turn":
+        return cause.turn is not None and cause.turn == effect.turn  # the server's cut and verl's, one reply
     if cause.kind == "retokenization_drift" and cause.severity is Severity.ERROR and effect.kind in LOGPROB:
         return cause.turn is not None and cause.turn == effect.turn
     if cause.kind == "mask_misaligned" and "loss_mask_length" in cause.evidence and effect.kind in (
@@ -249,6 +252,12 @@ def _phrase(f: Finding) -> str:
         "internal_error": "Rollscope failed",
         "logprob_mismatch": "rollout logprobs differ from teacher-forced ones",
         "answer_extraction_failed": f"no answer could be extracted at {w}",
+        "im_end_newline_missing": "no newline follows <|im_end|> where the template writes one (verl)",
+        "system_cut_wrong": f"verl's system-block cut took the wrong length at {w}",
+        "think_kept": f"the context keeps <think> blocks the template drops, from {w}",
+        "response_cut_trained": f"verl cut {w}'s reply at response_length and trains it",
+        "tool_result_truncated": f"a tool result was truncated at {w}",
+        "strict_score_refused": f"verl's strict score refuses the right answer at {w}",
     }
     return phrases.get(f.kind, f"{f.kind} at {w}")
 

@@ -20,6 +20,7 @@ from .base import (
     skip,
     turn_at,
 )
+from .verl_layout import check_verl_rendering, is_verl
 
 
 def _message_turns(ep: Episode) -> list[int]:
@@ -42,7 +43,7 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
     msgs = list(ep.messages)
     turns = _message_turns(ep)
     already = {f.turn for t in ep.turns for f in t.findings if f.kind == "template_not_prefix_stable"}
-    harmless = keeps_ids(ep)
+    harmless = keeps_ids(ep) or is_verl(ep)  # verl never re-renders history either (its <think>: think_kept)
     out: list[Finding] = []
     prev = render_for(ep, tok, msgs[:1], False)
     for k in range(1, len(msgs)):
@@ -137,6 +138,8 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
         return [skip("tokens_not_rendering", "the record holds the prompt but not the conversation after it: "
                       "nothing to render the response from; only the chat markup is checked"),
                 *check_chat_markup(ep, o)]
+    if is_verl(ep):
+        return check_verl_rendering(ep, o)
     ids = ep.tokens.ids.tolist()
     header = _assistant_header(tok)
     keeps = keeps_ids(ep) and bool(ep.turns) and all(t.generation is not None for t in ep.turns)

@@ -15,12 +15,12 @@ On ``math`` the interaction is verl's gsm8k one (``verl/interactions/gsm8k_inter
 from __future__ import annotations
 
 import json
-import re
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..envs.gsm8k import gsm8k_score
 from ..presets import VERL_GSM8K_CORRECT, VERL_GSM8K_WRONG
 from ..records import textsafe
 from ..records.episode import RESPOND, Action, Finding, Generation, Message, Severity, Status, ToolCall, Turn
@@ -28,31 +28,6 @@ from ..tokens import chat
 from ..tokens import verl as vt
 from ..tokens.toolcalls import tool_names
 from .turn import ENV_FAILURES, execute
-
-# verl/utils/reward_score/gsm8k.py
-_CLIP = 300
-_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
-_FLEXIBLE = re.compile(r"(\-?[0-9\.\,]+)")
-
-
-def gsm8k_extract(solution: str, method: str = "strict") -> str | None:
-    """``extract_solution``: the last 300 characters; strict takes the last ``#### N``, flexible the last number."""
-    if len(solution) > _CLIP:
-        solution = solution[-_CLIP:]
-    if method == "strict":
-        found = _STRICT.findall(solution)
-        return found[-1].replace(",", "").replace("$", "") if found else None
-    answer = None
-    for answer in reversed(_FLEXIBLE.findall(solution)):
-        if answer not in ("", "."):
-            break
-    return answer
-
-
-def gsm8k_score(solution: str, ground_truth: str, method: str = "strict") -> float:
-    """``compute_score`` with format_score 0 and score 1: the extracted answer compared with the truth as text."""
-    answer = gsm8k_extract(solution, method)
-    return 1.0 if answer is not None and answer == ground_truth else 0.0
 
 
 def gsm8k_interaction(reply: str, ground_truth: str) -> tuple[bool, str, float]:
@@ -185,10 +160,7 @@ async def commit(s: Any, generation: Generation) -> Turn:
         dropped: list[dict[str, Any]] = [{"text": d.text, "why": f"the hermes parser drops it: {d.why}"} for d in drops]
         dropped += [{"call": {"name": c.name, "arguments": c.arguments},
                      "why": f"past max_parallel_calls={cfg.max_parallel_calls}"} for c in calls[cfg.max_parallel_calls:]]
-        for d in dropped:
-            findings.append(Finding("tool_call_dropped", Severity.WARNING, f"turn {t}: a tool call was dropped: {d['why']}",
-                                    turn=t, token_start=prompt_len, token_end=len(b), evidence=d))
-        if dropped:
+        if dropped:  # the checks name them on their tokens (checks/verl.py), from the ids
             info["dropped"] = dropped
         t_env = time.perf_counter()
         if calls:
@@ -237,7 +209,7 @@ async def commit(s: Any, generation: Generation) -> Turn:
                     end = (Status.COMPLETED, "the interaction ended the episode")
         timings["env_s"] = time.perf_counter() - t_env
     if end is not None:
-        _final_cut(s, t, findings)
+        _final_cut(s)
     timings["total_s"] = timings["generate_s"] + timings.get("env_s", 0.0)
     info["verl"] = {"user_turns": st.user_turns, "assistant_turns": st.assistant_turns,
                     "turn_scores": list(st.turn_scores), "tool_rewards": list(st.tool_rewards)}
@@ -266,13 +238,13 @@ async def _interact(s: Any, content: str) -> tuple[bool, str, float, dict[str, A
     return bool(result.done), answer, float(result.reward), {"env_info": dict(result.info)}
 
 
-def _final_cut(s: Any, t: int, findings: list[Finding]) -> None:
-    """``response_ids[: response_length]``: the arrays cut at prompt + response_length."""
+def _final_cut(s: Any) -> None:
+    """``response_ids[: response_length]``: the arrays cut at prompt + response_length (a reply cut in the middle
+    is named by the checks, ``response_cut_trained``)."""
     b = s._ctx.builder
     limit = s.verl.prompt_len + s.config.response_length
     if len(b) <= limit:
         return
-    cut = len(b) - limit
     del b.ids[limit:], b.mask[limit:], b.logprobs[limit:], b.versions[limit:]
     kept = []
     for seg in b.segments:
@@ -280,11 +252,5 @@ def _final_cut(s: Any, t: int, findings: list[Finding]) -> None:
             continue
         if seg.end > limit:
             seg = type(seg)(seg.start, limit, seg.kind, seg.turn, seg.trainable)
-            if seg.kind == "assistant":
-                findings.append(Finding(
-                    "truncated_turn", Severity.WARNING,
-                    f"verl cuts the response at response_length={s.config.response_length}: the last {cut} tokens of "
-                    f"turn {seg.turn}'s reply are gone and the rest is trained", turn=seg.turn,
-                    token_start=seg.start, token_end=limit, evidence={"cut_tokens": cut}))
         kept.append(seg)
     b.segments[:] = kept
