@@ -13,8 +13,7 @@ from dashboard.views.outcome import kind_badge, render_outcome
 from dashboard.views.run_charts import outcome_figure
 from engine import Status, reward_partings
 from engine.envs.math import MathEnv
-from tests.planted_outcomes import outcome_run
-from tests.test_outcomes import _math
+from tests.planted_outcomes import math_episode, outcome_run
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +68,7 @@ def test_a_running_episode_and_an_outcome_with_markup_are_said_plainly(run):
 def test_math_lists_each_turn_answer_with_its_verdict_and_the_reference(smol_tokenizer):
     ref = MathEnv().task(MathEnv().tasks[0]).solutions[0]
     right = "The answer is \\boxed{{{}}}."
-    ep, _ = _math(smol_tokenizer, [right.format(int(ref) + 1), right.format(ref), "I give up."])
+    ep, _ = math_episode(smol_tokenizer, [right.format(int(ref) + 1), right.format(ref), "I give up."])
     html = render_outcome(ep)
     assert ep.outcome.kind == "right_answer_not_scored" and "right answer not scored" in html
     rows = re.findall(r'<tr data-turn="(\d)">(.*?)</tr>', html)
@@ -80,7 +79,7 @@ def test_math_lists_each_turn_answer_with_its_verdict_and_the_reference(smol_tok
     assert f"(reference <code>{ref}</code>)" in html and 'data-jump="conv-turn-1"' in html
     # Past six turns, the right ones and the scored one stay in view; the rest fold.
     wrong = right.format(int(ref) + 1)
-    ep, _ = _math(smol_tokenizer, [wrong, wrong, right.format(ref), wrong, wrong, wrong, wrong, wrong, wrong])
+    ep, _ = math_episode(smol_tokenizer, [wrong, wrong, right.format(ref), wrong, wrong, wrong, wrong, wrong, wrong])
     shown, folded = render_outcome(ep).split('class="rs-oc-same"')
     assert re.findall(r'<tr data-turn="(\d)">', shown) == ["0", "1", "2", "3", "4", "8"]
     assert re.findall(r'<tr data-turn="(\d)">', folded) == ["5", "6", "7"] and "3 more turns" in folded
