@@ -93,9 +93,9 @@ def test_the_outcome_chart_stacks_the_steps_counts_and_the_partings_table(run, t
     stats = store.step_stats("planted-run")
     fig = outcome_figure(stats)
     assert fig.layout.barmode == "stack"
-    got = {(int(x), t.name): int(y) for t in fig.data for x, y in zip(t.x, t.y) if y}
+    got = {(int(x), t.meta): int(y) for t in fig.data for x, y in zip(t.x, t.y) if y}
     assert got == {(step, k): n for step, by in store.outcome_counts(by="rollout_step").items() for k, n in by.items()}
-    assert [t.name for t in fig.data] == ["success", "not_called", "wrong_arguments", "extra_write", "missing_output"]
+    assert [t.meta for t in fig.data] == ["success", "not_called", "wrong_arguments", "extra_write", "missing_output"]
     assert not outcome_figure([replace(s, outcomes={}) for s in stats]).data  # nothing to stack: said, not drawn
     group = [p.episode for p in run.values() if p.episode.group_id]
     table = render_partings(reward_partings(group))
@@ -103,3 +103,71 @@ def test_the_outcome_chart_stacks_the_steps_counts_and_the_partings_table(run, t
     assert f'data-open="{run["success"].episode.id}" data-turn="{run["wrong_arguments"].turns[0]}"' in table
     assert _marked(table, "rs-oc-want")[0] == "ordered by mistake" and render_partings(()) == ""
     store.close()
+
+
+def test_a_huge_outcome_sends_a_bounded_panel(run):
+    """A 1 MB reason, value, key, output and database field, and thousands of arguments and rows, are cut."""
+    from engine import DbChange, MathAnswer
+
+    ep = run["wrong_arguments-1"].episode
+    o = ep.outcome
+    mb = "x" * 1_000_000
+    args = {**o.taken.arguments, "address1": mb, mb: 1, **{f"k{i}": i for i in range(5000)}}
+    huge = replace(o, text=mb, taken=replace(o.taken, arguments=args),
+                   expected=replace(o.expected, arguments={**o.expected.arguments, "nested": {"deep": [mb] * 50}}),
+                   missing_outputs=(mb,) * 500,
+                   db_diff=tuple(DbChange(mb, mb, mb, {"v": mb}, mb) for _ in range(3000)))
+    html = render_outcome(ep.evolve(outcome=huge))
+    assert len(html) < 300_000, len(html)
+    assert "more characters not sent to the browser" in html
+    assert "more arguments not sent to the browser" in html and "more rows not sent" in html
+    assert "and 480 more" in html
+    math = replace(o, kind="wrong_answer", expected=None, taken=None, db_diff=(), reference_answer=mb,
+                   answers=tuple(MathAnswer(i, mb, False, mb) for i in range(3000)))
+    html = render_outcome(ep.evolve(outcome=math))
+    assert len(html) < 500_000, len(html)
+    assert "(scored)" in html.split('class="rs-oc-same"')[0]  # the scored (last) turn stays in view
+
+
+def test_another_envs_reason_is_neither_pass_nor_fail_and_kinds_read_alike(run):
+    from engine import OUTCOME_LABELS, Outcome
+
+    ep = run["success"].episode.evolve(env="judge", reward=1.0, outcome=Outcome.other("the judge liked it"))
+    html = render_outcome(ep)
+    assert 'class="rs-oc-kind rs-oc-neutral" data-kind="other"' in html and "the judge liked it" in html
+    assert "rs-oc-fail" not in html and "rs-oc-pass" not in html
+    assert [re.sub("<[^>]+>", "", kind_badge(k)) for k in OUTCOME_LABELS] == list(OUTCOME_LABELS.values())
+    # A finished record without an outcome says it has none, not that it runs.
+    none = render_outcome(ep.evolve(outcome=None, status=Status.COMPLETED))
+    assert "this record has none" in none and "still running" not in none
+
+
+def test_one_tool_is_named_once_and_the_runs_legend_uses_the_engines_words_and_colours(run, tmp_path):
+    from engine import OUTCOME_COLORS, Store, kind_label
+
+    html = render_outcome(run["wrong_arguments-1"].episode)
+    name = run["wrong_arguments-1"].episode.outcome.expected.name
+    assert html.count('class="rs-call-name"') == 1 and 'class="rs-oc-tool"' in html
+    assert html.count(name.replace("_", "_<wbr>")) == 1
+    extra = render_outcome(run["extra_write"].episode)  # one side only: named under it
+    assert 'class="rs-oc-tool"' not in extra
+    store = Store(tmp_path / "o.db")
+    store.save_episodes([p.episode for p in run.values()])
+    fig = outcome_figure(store.step_stats("planted-run"))
+    store.close()
+    kinds = ["success", "not_called", "wrong_arguments", "extra_write", "missing_output"]
+    assert [(t.meta, t.name, t.marker.color) for t in fig.data] == [(k, kind_label(k), OUTCOME_COLORS[k])
+                                                                      for k in kinds]
+    assert "wrong arguments: %{y}" in fig.data[2].hovertemplate
+
+
+def test_a_lower_reward_sample_that_ended_early_shows_ended(run):
+    best, short = run["success"].episode, run["not_called"].episode
+    short = short.evolve(turns=short.turns[:run["not_called"].turns[0] - 1])  # ended after its last read
+    (p,) = reward_partings([best, short])
+    table = render_partings((p,))
+    assert p.turn is None and p.rewarded_turn is not None
+    assert "(ended)" in table and f'data-turn="{p.rewarded_turn}"' in table
+    said = re.sub("<[^>]+>", "", table)  # the words on the page
+    assert f"open #0 at turn {p.rewarded_turn}" in said and f"#{short.sample_index} had ended" in said
+    assert "best-reward" in said and "unrewarded" not in said

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from engine import kind_label
 from engine.backends.tokenizers import load_tokenizer
 from engine.store import EpisodeFilter, Store
 from tests.browser.conftest import _run_sync, serve
@@ -85,7 +86,7 @@ def test_outcomes_in_episode_browse_runs_and_group(page: Any, site: Site, screen
     link.click()
     turn = page.locator(f"#conv-turn-{o.turn}")
     page.wait_for_function(f"() => document.getElementById('conv-turn-{o.turn}').classList.contains('rs-flash')")
-    assert _in_view(page, f"#conv-turn-{o.turn}") or turn.evaluate("e => e.getBoundingClientRect().top < innerHeight")
+    assert turn.evaluate("e => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.top < innerHeight; }")
     assert o.taken.arguments["zip"] in turn.inner_text()
 
     # -- Browse: the outcome column by default, and the filter to one kind.
@@ -98,8 +99,8 @@ def test_outcomes_in_episode_browse_runs_and_group(page: Any, site: Site, screen
     page.screenshot(path=str(screenshots / "outcome_browse.png"))
     page.locator("#rs-filter-outcome input").click()
     assert [t.split("\n")[-1] for t in page.locator("#rs-filter-outcome").get_by_role("option").all_inner_texts()] == [
-        "any", *(f"{k} ({n})" for k, n in store.outcome_counts()[None].items())]
-    page.get_by_role("option", name="wrong_arguments (2)", exact=True).click()
+        "any", *(f"{kind_label(k)} ({n})" for k, n in store.outcome_counts()[None].items())]
+    page.get_by_role("option", name="wrong arguments (2)", exact=True).click()
     page.locator("#rs-browse-info", has_text="of 2 matching").wait_for()
     shown = {r.get_attribute("data-id") for r in table.locator("tr[data-id]").all()}
     assert shown == {s.id for s in store.list_episodes(EpisodeFilter.from_where(["outcome=wrong_arguments"]))}
@@ -112,7 +113,7 @@ def test_outcomes_in_episode_browse_runs_and_group(page: Any, site: Site, screen
     _tab(page, "runs")
     chart = page.locator("#rs-run-outcomes .js-plotly-plot")
     chart.wait_for()
-    traces = chart.evaluate("e => e.data.map(t => [t.name, t.type, Array.from(t.x), Array.from(t.y)])")
+    traces = chart.evaluate("e => e.data.map(t => [t.meta, t.type, Array.from(t.x), Array.from(t.y)])")
     layout = chart.evaluate("e => e._fullLayout.barmode")
     want = store.outcome_counts(EpisodeFilter(run_id=RUN_ID), by="rollout_step")
     assert layout == "stack" and {t[1] for t in traces} == {"bar"}
