@@ -149,8 +149,10 @@ def test_one_tool_is_named_once_and_the_runs_legend_uses_the_engines_words_and_c
     name = run["wrong_arguments-1"].episode.outcome.expected.name
     assert html.count('class="rs-call-name"') == 1 and 'class="rs-oc-tool"' in html
     assert html.count(name.replace("_", "_<wbr>")) == 1
+    # The sentence says what the table shows: folded under it; with one call, it stays in view.
+    assert html.index("rs-oc-calls") < html.index('<summary>in words</summary><div class="rs-oc-text">')
     extra = render_outcome(run["extra_write"].episode)  # one side only: named under it
-    assert 'class="rs-oc-tool"' not in extra
+    assert 'class="rs-oc-tool"' not in extra and "in words" not in extra and 'class="rs-oc-text"' in extra
     store = Store(tmp_path / "o.db")
     store.save_episodes([p.episode for p in run.values()])
     fig = outcome_figure(store.step_stats("planted-run"))

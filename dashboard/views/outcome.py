@@ -201,9 +201,11 @@ def render_outcome(ep: Episode) -> str:
                 f'<div class="rs-oc-none rs-dim">No outcome: {esc(why)}.</div></div>')
     turn = f'<span class="rs-oc-at">at {_turn_links(ep, o.turn)}</span>' if o.turn is not None else ""
     text, cut_off = cut(o.text, limit=TEXT_CHARS)
+    said = f'<div class="rs-oc-text">{esc(text)}{esc(" " + cut_note(cut_off)) if cut_off else ""}</div>'
+    if o.expected is not None and o.taken is not None:  # the table below says it: the sentence folds
+        said = f'<details class="rs-oc-words"><summary>in words</summary>{said}</details>'
     parts = [f'<div class="rs-outcome" data-kind="{esc(o.kind)}" data-turn="{"" if o.turn is None else o.turn}">'
-             f"{head}{kind_badge(o.kind)}{turn}</div>",
-             f'<div class="rs-oc-text">{esc(text)}{esc(" " + cut_note(cut_off)) if cut_off else ""}</div>', _calls(o)]
+             f"{head}{kind_badge(o.kind)}{turn}</div>", _calls(o), said]
     if o.missing_outputs:
         more = len(o.missing_outputs) - OUTPUTS
         parts.append('<div class="rs-oc-part"><span class="rs-oc-k">Outputs never said:</span> '

@@ -63,7 +63,9 @@ def test_outcomes_in_episode_browse_runs_and_group(page: Any, site: Site, screen
     assert _in_view(page, f"{EPISODE} .rs-oc-kind") and _in_view(page, f"{EPISODE} .rs-oc-calls")
     assert panel.locator(".rs-oc-kind").inner_text() == "wrong arguments"
     assert panel.get_attribute("data-turn") == str(o.turn) == str(address.turns[0])
-    assert page.locator(f"{EPISODE} .rs-oc-text").inner_text() == o.text
+    # The sentence repeats the table: folded under it, as `rollscope explain` words it.
+    assert page.locator(f"{EPISODE} .rs-oc-words .rs-oc-text").text_content() == o.text
+    assert not page.locator(f"{EPISODE} .rs-oc-text").is_visible()
     rows = page.locator(f"{EPISODE} .rs-oc-calls tr.rs-oc-differs")
     assert [r.get_attribute("data-arg") for r in rows.all()] == ["address1", "zip"]
     for key in ("address1", "zip"):
@@ -78,7 +80,13 @@ def test_outcomes_in_episode_browse_runs_and_group(page: Any, site: Site, screen
     colours = mark.evaluate("e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).color]")
     assert colours == ["rgb(253, 230, 138)", "rgb(120, 53, 15)"]
     db = page.locator(f"{EPISODE} .rs-oc-dbdiff")
-    assert db.locator("summary").text_content() == f"the database vs the reference's: {len(o.db_diff)} differences"
+    assert db.locator("summary").text_content() == f"The database vs the reference's: {len(o.db_diff)} differences"
+    assert db.locator("summary").evaluate("e => getComputedStyle(e).textTransform") == "none"
+    # One tool, named once above both columns; no argument name is cut.
+    assert page.locator(f"{EPISODE} .rs-oc-tool").inner_text() == f"call {o.expected.name}"
+    assert page.locator(f"{EPISODE} .rs-oc-calls .rs-call-name").count() == 0
+    assert page.locator(f"{EPISODE} .rs-oc-calls tbody th").evaluate_all(
+        "ths => ths.every(t => t.scrollWidth <= t.clientWidth && getComputedStyle(t).textOverflow !== 'ellipsis')")
     assert db.locator(".rs-oc-db tr", has_text=o.db_diff[0].field).count() == 1
     page.screenshot(path=str(screenshots / "outcome_panel.png"))
     link = page.locator(f"{EPISODE} a.rs-oc-turn")
@@ -136,6 +144,9 @@ def test_outcomes_in_episode_browse_runs_and_group(page: Any, site: Site, screen
     assert [(r.get_attribute("data-unrewarded"), r.get_attribute("data-turn")) for r in partings.all()] == [
         (p.episode.id, str(p.turns[0])) for p in group[1:]]
     wrong = partings.first
+    assert wrong.locator("a.rs-part-link").all_inner_texts() == [
+        f"open #{group[0].episode.sample_index} at turn {group[1].turns[0]} ↗",
+        f"open #{group[1].episode.sample_index} at turn {group[1].turns[0]} ↗"]
     assert wrong.locator(".rs-part-r mark.rs-oc-want").count() >= 1 and wrong.locator(".rs-part-u mark.rs-oc-diff").count() >= 1
     page.screenshot(path=str(screenshots / "outcome_group.png"), full_page=True)
     k = group[1].turns[0]
