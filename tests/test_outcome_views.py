@@ -173,3 +173,16 @@ def test_a_lower_reward_sample_that_ended_early_shows_ended(run):
     said = re.sub("<[^>]+>", "", table)  # the words on the page
     assert f"open #0 at turn {p.rewarded_turn}" in said and f"#{short.sample_index} had ended" in said
     assert "best-reward" in said and "unrewarded" not in said
+
+
+def test_the_groups_actions_at_the_divergence_are_cut(run):
+    from dashboard.views.group import ACTION_CHARS, render
+    from engine import group_view
+
+    best, wrong = run["success"].episode, run["wrong_arguments"].episode
+    k = run["wrong_arguments"].turns[0]
+    call = wrong.turns[k].tool_calls[0]
+    huge = replace(wrong.turns[k], tool_calls=(replace(call, arguments={**call.arguments, "reason": "y" * 1_000_000}),))
+    g = group_view([best, wrong.evolve(turns=(*wrong.turns[:k], huge, *wrong.turns[k + 1:]))])
+    html = render(g)
+    assert g.diverge_turn == k and len(html) < 20 * ACTION_CHARS + 20_000, len(html)

@@ -49,7 +49,11 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
         parts.append(note("The samples made the same calls throughout (replies to the user are not compared).",
                           "info"))
     else:
-        rows = "".join(f'<tr><td>{s.episode.sample_index}</td><td><code>{esc(a)}</code></td></tr>'
+        def shown(a: str) -> str:
+            kept, more = cut(a, limit=ACTION_CHARS)
+            return esc(kept) + ("…" if more else "")
+
+        rows = "".join(f'<tr><td>{s.episode.sample_index}</td><td><code>{shown(a)}</code></td></tr>'
                        for s, a in zip(g.samples, g.actions_at_divergence))
         parts.append(f'<div class="rs-group-diverge" data-turn="{g.diverge_turn}">'
                      + note(f"The samples first make different calls at turn {g.diverge_turn}.", "info")
