@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from engine import ConfigError, flat_groups, group_view, load_group, reward_partings
+from engine.analysis.groups import action_text
 from engine.backends.tokenizers import load_tokenizer
 from engine.loop.rewards import group_advantages
 from engine.store import Store
-from tests.groupdata import DIVERGE_AT, group
+from tests.groupdata import DIVERGE_AT, WRONG_LOOKUP, group
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +35,15 @@ def test_an_extra_reply_to_the_user_is_not_a_parting_and_shifts_no_later_call(to
     assert p.unrewarded_action.startswith("say: Order #")
     (p,) = reward_partings([eps[0], lower.evolve(turns=lower.turns[:-3])])  # ended after its last read
     assert (p.rewarded_turn, p.turn, p.unrewarded_action) == (5, None, "(ended)")
+
+
+def test_a_call_the_others_do_not_make_is_where_the_samples_part(tok):
+    eps = group(tok, "g-call", 0, 3, deviate=(2,), reply=WRONG_LOOKUP)
+    g = group_view(eps)
+    assert g.diverge_turn == DIVERGE_AT  # the others' next call is a turn later: the earliest turn is named
+    assert g.actions_at_divergence[0] == g.actions_at_divergence[1] != g.actions_at_divergence[2]
+    assert g.actions_at_divergence[2] == action_text(eps[2].turns[DIVERGE_AT])
+    assert g.actions_at_divergence[2].startswith('get_order_details({"order_id": "#W0000000"})')
     rewards = [s.reward for s in g.samples]
     assert [round(s.advantage, 6) for s in g.samples] == [round(a, 6) for a in group_advantages(rewards)]
     if g.spread:
