@@ -89,6 +89,25 @@ def test_outcomes_in_episode_browse_runs_and_group(page: Any, site: Site, screen
         "ths => ths.every(t => t.scrollWidth <= t.clientWidth && getComputedStyle(t).textOverflow !== 'ellipsis')")
     assert db.locator(".rs-oc-db tr", has_text=o.db_diff[0].field).count() == 1
     page.screenshot(path=str(screenshots / "outcome_panel.png"))
+    # In dark mode (Gradio's .dark on the body) math's right and wrong verdicts read: 4.5:1 or more.
+    ratios = page.evaluate("""() => {
+        const lum = c => { const v = c.match(/\\d+/g).slice(0, 3).map(x => x / 255)
+            .map(x => x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4);
+            return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
+        document.body.classList.add('dark');
+        const box = document.querySelector('#rs-episode-outcome');
+        const out = ['rs-oc-yes', 'rs-oc-no'].map(cls => {
+            const s = document.createElement('span'); s.className = cls; s.textContent = 'x'; box.appendChild(s);
+            let e = s;  // the colour behind it: the nearest box with a background
+            while (e.parentElement && getComputedStyle(e).backgroundColor.replace(/\\s/g, '').endsWith(',0)')) {
+                e = e.parentElement; }
+            const fg = lum(getComputedStyle(s).color), bg = lum(getComputedStyle(e).backgroundColor);
+            s.remove(); return (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05); });
+        document.body.classList.remove('dark');
+        return out;
+    }""")
+    assert min(ratios) >= 4.5, ratios
+    print(f"dark-mode contrast of right / wrong: {ratios[0]:.1f}:1 / {ratios[1]:.1f}:1")
     link = page.locator(f"{EPISODE} a.rs-oc-turn")
     assert link.get_attribute("href") == f"?episode={ep.id}&turn={o.turn}"
     link.click()
