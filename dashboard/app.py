@@ -32,7 +32,7 @@ from engine import Store, try_tokenizer  # noqa: E402
 from . import server  # noqa: E402
 from .assets import script, stylesheet  # noqa: E402
 from .background.watching import WatchManager  # noqa: E402
-from .gradio_glue import Outputs, event_data, html  # noqa: E402
+from .gradio_glue import Outputs, event_data, html, turn_of  # noqa: E402
 from .tabs import browse as browse_tab  # noqa: E402
 from .tabs import compare as compare_tab  # noqa: E402
 from .tabs import episode as episode_tab  # noqa: E402
@@ -117,15 +117,13 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
             # Any tab opens an episode by setting episode_request to its id
             # (or to {"id": ..., ...} with a nonce, to reopen the same one; with "turn": k, playback at turn k).
             if isinstance(request, dict):
-                turn = request.get("turn")
-                return show(request.get("id"), int(turn) if isinstance(turn, int) else None)
+                return show(request.get("id"), turn_of(request.get("turn")))
             return show(request)
 
         def open_from_query(request: gr.Request) -> list[Any]:
             # /?episode=ID&turn=K&token=N: playback at turn K; the token view marks token N (assets/tokens.js).
             query = request.query_params if request else {}
-            turn = str(query.get("turn") or "")
-            return show(query.get("episode"), int(turn) if turn.isdigit() else None)
+            return show(query.get("episode"), turn_of(query.get("turn")))
 
         browse.table.click(open_row, outputs=opened.components).then(
             None, inputs=[episode.id_box], js=script("set_url")

@@ -24,6 +24,18 @@ def event_data(evt: gr.EventData) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def turn_of(value: Any) -> int | None:
+    """A turn number as an event or a query sent it (an int, a whole float, or digits), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and value >= 0 else None
+    text = str(value or "")
+    return int(text) if text.isdigit() else None
+
+
 _renders = itertools.count()
 
 

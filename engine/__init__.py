@@ -119,7 +119,18 @@ from .records.episode import (
     ToolCall,
     Turn,
 )
-from .records.outcome import OUTCOME_KINDS, PASSING_KINDS, DbChange, MathAnswer, Outcome, OutcomeCall
+from .records.outcome import (
+    OUTCOME_COLORS,
+    OUTCOME_KINDS,
+    OUTCOME_LABELS,
+    PASSING_KINDS,
+    DbChange,
+    MathAnswer,
+    Outcome,
+    OutcomeCall,
+    kind_label,
+    kind_passed,
+)
 from .records.provenance import BackendInfo, EnvInfo, RunConfig, Source
 from .records.schema import episode_schema
 from .store import (
@@ -141,7 +152,7 @@ from .tokens.chat import decode
 from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "OUTCOME_KINDS", "PASSING_KINDS", "POLICIES",
+    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
     "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
     "WATCH_FORMATS",
     "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
@@ -157,7 +168,7 @@ __all__ = [
     "apply_settings", "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare",
     "consequences", "decode", "default_preset", "diagnosis", "env_factory", "episode_schema", "episode_tokenizer",
     "export", "find_qwen3", "findings_up_to", "flat_groups", "forget_tokenizers", "fork", "format_knob",
-    "get_preset", "group_view", "import_path", "knobs", "link_findings", "linked", "load_config_file", "load_group",
+    "get_preset", "group_view", "import_path", "kind_label", "kind_passed", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
     "output_diff", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
     "prompt_tokens", "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary", "retokenized",

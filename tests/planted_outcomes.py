@@ -12,7 +12,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engine.backends.base import SamplingParams
 from engine.backends.scripted import ScriptedBackend
+from engine.envs.math import MathEnv
 from engine.envs.retail import RetailEnv
 from engine.envs.retail.data import base_db
 from engine.envs.retail.kinds import ANYTHING_ELSE
@@ -83,6 +85,20 @@ def extra_write(task_id: str) -> Plant:
 def silent_last(task_id: str) -> Plant:
     last = get_task(task_id).script[-1].text
     return lambda r, h: ANYTHING_ELSE if r == last else None
+
+
+def math_episode(tok: Any, replies: list[str], max_new_tokens: int = 256) -> tuple[Episode, str]:
+    """A math episode of the first task whose replies are ``replies`` in turn (the last one repeated), and the
+    task's reference answer."""
+    task_id = MathEnv().tasks[0]
+
+    def reference(tid: str, history: list[Any], rng: Any, rate: float) -> str:
+        return replies[min(sum(m.role == "assistant" for m in history), len(replies) - 1)]
+
+    config = replace(PRESETS["tito"], max_turns=len(replies), stop_on_success=False)
+    ep = asyncio.run(run_episode(MathEnv(), ScriptedBackend(reference, tok), tok, config, task_id,
+                                 sampling=SamplingParams(max_new_tokens=max_new_tokens)))
+    return ep, MathEnv().task(task_id).solutions[0]
 
 
 @dataclass(frozen=True)

@@ -57,3 +57,10 @@ def test_assets_say_what_is_missing() -> None:
     with pytest.raises(OSError):
         script("no_such_script")
     assert stylesheet("dashboard").startswith("<style>") and stylesheet("no_such_sheet") == ""
+
+
+def test_a_turn_reads_alike_from_an_event_and_a_query():
+    from dashboard.gradio_glue import turn_of
+
+    assert [turn_of(v) for v in (3, 3.0, "3", 0, "")] == [3, 3, 3, 0, None]
+    assert [turn_of(v) for v in (2.5, -1, "-1", "x", True, None)] == [None] * 6

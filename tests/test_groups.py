@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine import ConfigError, flat_groups, group_view, load_group
+from engine import ConfigError, flat_groups, group_view, load_group, reward_partings
+from engine.analysis.groups import action_text
 from engine.backends.tokenizers import load_tokenizer
 from engine.loop.rewards import group_advantages
 from engine.store import Store
-from tests.groupdata import DIVERGE_AT, group
+from tests.groupdata import DIVERGE_AT, WRONG_LOOKUP, group
 
 
 @pytest.fixture(scope="module")
@@ -16,12 +17,33 @@ def tok():
     return load_tokenizer(None)
 
 
-def test_samples_that_leave_the_policy_at_a_known_turn(tok):
+def test_an_extra_reply_to_the_user_is_not_a_parting_and_shifts_no_later_call(tok):
+    # Sample 2 stops to think aloud at turn DIVERGE_AT, then makes the same calls one turn later each.
     eps = group(tok, "g-div", 0, 3, deviate=(2,))
+    assert eps[2].n_turns == eps[0].n_turns + 1
+    assert eps[2].turns[DIVERGE_AT].generation.text.startswith("Let me think")
     g = group_view(eps)
-    assert g.diverge_turn == DIVERGE_AT
+    assert (g.diverge_turn, g.actions_at_divergence) == (None, ())
+    lower = eps[2].evolve(reward=0.0)
+    (p,) = reward_partings([eps[0], lower])
+    assert not p.parts and (p.turn, p.rewarded_turn, p.unrewarded_action) == (None, None, "")
+    # A call it leaves out is where it parts, at its own turn and the other's.
+    # Where the best sample cancels (two turns after its last read), this one, a turn behind, still talks.
+    cut = lower.evolve(turns=lower.turns[:-2])  # ends before its cancel (turn 6)
+    (p,) = reward_partings([eps[0], cut])
+    assert (p.rewarded_turn, p.turn) == (5, 5) and p.rewarded_action.startswith("cancel_pending_order(")
+    assert p.unrewarded_action.startswith("say: Order #")
+    (p,) = reward_partings([eps[0], lower.evolve(turns=lower.turns[:-3])])  # ended after its last read
+    assert (p.rewarded_turn, p.turn, p.unrewarded_action) == (5, None, "(ended)")
+
+
+def test_a_call_the_others_do_not_make_is_where_the_samples_part(tok):
+    eps = group(tok, "g-call", 0, 3, deviate=(2,), reply=WRONG_LOOKUP)
+    g = group_view(eps)
+    assert g.diverge_turn == DIVERGE_AT  # the others' next call is a turn later: the earliest turn is named
     assert g.actions_at_divergence[0] == g.actions_at_divergence[1] != g.actions_at_divergence[2]
-    assert g.actions_at_divergence[2].startswith("say: Let me think")
+    assert g.actions_at_divergence[2] == action_text(eps[2].turns[DIVERGE_AT])
+    assert g.actions_at_divergence[2].startswith('get_order_details({"order_id": "#W0000000"})')
     rewards = [s.reward for s in g.samples]
     assert [round(s.advantage, 6) for s in g.samples] == [round(a, 6) for a in group_advantages(rewards)]
     if g.spread:

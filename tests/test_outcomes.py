@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import json
 import subprocess
 import sys
@@ -18,7 +17,6 @@ from collections import Counter
 import pytest
 
 from engine import Store, formats
-from engine.backends.base import SamplingParams
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.math import MathEnv
 from engine.envs.outcomes import explain
@@ -34,6 +32,7 @@ from engine.records.episode import Action, Status
 from engine.records.outcome import DbChange, OutcomeCall
 from tests.conftest import ROOT
 from tests.fakes import openai_tool_call, tau_cancel_result
+from tests.planted_outcomes import math_episode
 
 
 def _planted(tok, task_id: str, plant):
@@ -134,35 +133,23 @@ def test_at_a_mistake_rate_every_completed_episode_is_explained_as_its_reward_sa
 # -- math ------------------------------------------------------------------------
 
 
-def _math(tok, replies, max_new_tokens=256):
-    task_id = MathEnv().tasks[0]
-
-    def reference(tid, history, rng, rate):
-        return replies[min(sum(m.role == "assistant" for m in history), len(replies) - 1)]
-
-    config = dataclasses.replace(PRESETS["tito"], max_turns=len(replies), stop_on_success=False)
-    ep = asyncio.run(run_episode(MathEnv(), ScriptedBackend(reference, tok), tok, config, task_id,
-                                 sampling=SamplingParams(max_new_tokens=max_new_tokens)))
-    return ep, MathEnv().task(task_id).solutions[0]
-
-
 def test_math_outcomes_name_each_case(smol_tokenizer):
     right = "Let me see.\nThe answer is \\boxed{{{}}}."
     task_answer = MathEnv().task(MathEnv().tasks[0]).solutions[0]
     wrong = right.format(int(task_answer) + 1)
     ok = right.format(task_answer)
-    ep, ref = _math(smol_tokenizer, [ok])
+    ep, ref = math_episode(smol_tokenizer, [ok])
     assert (ep.outcome.kind, ep.outcome.turn, ep.outcome.reference_answer) == ("correct", 0, ref)
-    ep, _ = _math(smol_tokenizer, [wrong, ok, wrong])
+    ep, _ = math_episode(smol_tokenizer, [wrong, ok, wrong])
     o = ep.outcome
     assert (o.kind, o.turn) == ("right_answer_not_scored", 1)
     assert [(a.turn, a.extracted, a.correct) for a in o.answers] == [
         (0, str(int(ref) + 1), False), (1, ref, True), (2, str(int(ref) + 1), False)]
-    ep, _ = _math(smol_tokenizer, [wrong, wrong])
+    ep, _ = math_episode(smol_tokenizer, [wrong, wrong])
     assert (ep.outcome.kind, ep.outcome.turn) == ("wrong_answer", 1)
-    ep, _ = _math(smol_tokenizer, [f"The answer is {ref}."])
+    ep, _ = math_episode(smol_tokenizer, [f"The answer is {ref}."])
     assert (ep.outcome.kind, ep.outcome.turn, ep.outcome.answers[0].extracted) == ("no_boxed", 0, None)
-    ep, _ = _math(smol_tokenizer, ["Let me think about this carefully, step by step, before I answer. " * 8 + ok],
+    ep, _ = math_episode(smol_tokenizer, ["Let me think about this carefully, step by step, before I answer. " * 8 + ok],
                   max_new_tokens=12)
     assert ep.turns[0].generation.finish_reason == "length"
     assert (ep.outcome.kind, ep.outcome.turn) == ("cut_by_length", 0)

@@ -19,7 +19,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import SORTABLE, EpisodeFilter, MatchCount, RollscopeError, Status, Store
+from engine import SORTABLE, EpisodeFilter, MatchCount, RollscopeError, Status, Store, kind_label
 
 from ..assets import script
 from ..demo_button import DemoControls, demo_controls
@@ -198,7 +198,7 @@ def choices(store: Store) -> dict[str, Any]:
             *((f"root: {k} ({n:,})", ROOT + k) for k, n in root_kinds),
             *((f"{k} ({n:,})", k) for k, n in kinds),
         ]),
-        "outcome": gr.Dropdown(choices=[("any", ALL), *((f"{k} ({n:,})", k)
+        "outcome": gr.Dropdown(choices=[("any", ALL), *((f"{kind_label(k)} ({n:,})", k)
                                                          for k, n in store.outcome_counts().get(None, {}).items())]),
     }
 

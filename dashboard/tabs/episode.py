@@ -61,9 +61,9 @@ class EpisodeTab:
 
     @property
     def outputs(self) -> Outputs:
-        return Outputs(id_box=self.id_box, header=self.header, outcome=self.outcome, findings=self.findings, conversation=self.conversation,
-                       tokens=self.tokens, chart=self.chart, chart_box=self.chart_box, current=self.current, starred=self.starred,
-                       star_button=self.star_button, tags=self.tags, note=self.note, fork_turn=self.fork_turn,
+        return Outputs(id_box=self.id_box, header=self.header, outcome=self.outcome, findings=self.findings,
+                       conversation=self.conversation, tokens=self.tokens, chart=self.chart, chart_box=self.chart_box,
+                       current=self.current, starred=self.starred, star_button=self.star_button, tags=self.tags, note=self.note, fork_turn=self.fork_turn,
                        saved=self.saved)
 
     def wire_fork(self, fn: Callable[[str, int], dict[str, Any]], outputs: Outputs) -> None:
@@ -93,7 +93,8 @@ def _tags_update(choices: list[str], value: list[str]) -> gr.Dropdown:
 
 
 def _blank(header: str, episode_id: str = "") -> dict[str, Any]:
-    return {"id_box": episode_id, "header": header, "outcome": "", "findings": "", "conversation": "", "tokens": "", "chart": None,
+    return {"id_box": episode_id, "header": header, "outcome": "", "findings": "", "conversation": "", "tokens": "",
+            "chart": None,
             "chart_box": gr.Accordion(open=False),
             "current": None, "starred": False, "star_button": gr.Button(_star_label(False)),
             "tags": _tags_update([], []), "note": "", "fork_turn": gr.Dropdown(choices=[], value=None), "saved": ""}

@@ -22,7 +22,7 @@ from ..assets import script
 from ..background.jobs import JobManager, JobStatus
 from ..controls import BackendControls, LoopControls, backend_controls, loop_controls, loop_table
 from ..controls import parse as parse_backend
-from ..gradio_glue import Outputs, event_data, html
+from ..gradio_glue import Outputs, event_data, html, turn_of
 from ..views import launch as views
 from ..views.html import note
 
@@ -173,5 +173,5 @@ def open_request(evt: gr.EventData) -> Any:
     episode_id = data.get("open")
     if not episode_id:
         return gr.skip()
-    turn = data.get("turn")
-    return {"id": str(episode_id), "at": time.time(), **({"turn": int(turn)} if isinstance(turn, int | float) else {})}
+    turn = turn_of(data.get("turn"))
+    return {"id": str(episode_id), "at": time.time(), **({"turn": turn} if turn is not None else {})}

@@ -4,8 +4,8 @@ Start checks the form at once (folder, format, tokenizer) and runs the watch in 
 server (``dashboard.background.watching``): new dumps are imported and checked into this database as the
 trainer writes them. Below, the run view plots the chosen run one point per rollout step, marks the
 steps where the data changed for the worse, stacks each step's outcome kinds (why its episodes earned
-their reward), and lists the steps; a step opens its episodes in Browse. One ``gr.Timer`` polls the watch and a cheap stamp of the store, so the view grows while a
-run is written (by this server or a ``rollscope watch`` elsewhere) and stays still otherwise; a
+their reward), and lists the steps; a step opens its episodes in Browse. One ``gr.Timer`` polls the watch
+and a cheap stamp of the store, so the view grows while a run is written (by this server or a ``rollscope watch`` elsewhere) and stays still otherwise; a
 reloaded page finds a running watch again.
 """
 
@@ -126,7 +126,8 @@ def view_values(store: Store, run: str | None, key: Any = None) -> dict[str, Any
         return {}
     marked = step_changes(stats)
     return {"alerts": alerts_note(stats, marked), "plot": run_charts.run_figure(stats, run or "", marked),
-            "outcomes": run_charts.outcome_figure(stats, run or ""), "steps": step_table(stats, marked), "view_key": new_key}
+            "outcomes": run_charts.outcome_figure(stats, run or ""), "steps": step_table(stats, marked),
+            "view_key": new_key}
 
 
 def _run_choices(store: Store, current: str | None, follow: str | None) -> tuple[list[tuple[str, str]], str | None]:

@@ -2,8 +2,9 @@
 
 Each sample row links to its episode (``data-open``: ``assets/open_episode.js``; with ``data-turn``, at that
 turn); the run's other groups with zero reward spread are plain ``?group=`` links. Where the rewards spread,
-each unrewarded sample is shown beside the rewarded one it parts from (``engine.reward_partings``): both
-actions at that turn, the words that differ marked, each a link to the turn in its episode.
+each lower-reward sample is shown beside the best-reward one it parts from (``engine.reward_partings``): both
+actions where they part, the words that differ marked (the whole action where the two share little), each a
+link to its turn in its episode.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Sequence
 
 from engine import Episode, Finding, GroupView, Parting, RewardStats, word_diff
 
+from .episode import deep_link
 from .html import chip, esc, fmt_num, heads, note, status_badge
 from .limits import cut
 from .outcome import kind_badge
 
 ACTION_CHARS = 600  # an action is cut to this in the partings table
+SHARED = 0.5  # two actions sharing less than this part of the shorter one's text are marked whole
 
 
 def _roots(sample_roots: Sequence[Finding]) -> str:
@@ -34,7 +37,8 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
     first = g.samples[0].episode
     parts = [f'<div class="rs-group" data-group="{esc(g.group_id)}" data-samples="{len(g.samples)}">',
              '<div class="rs-head-line">'
-             f'{chip("group", g.group_id)}{chip("task", g.task_id)}{chip("env", first.env)}{chip("preset", first.preset)}'
+             f'{chip("group", g.group_id)}{chip("task", g.task_id)}{chip("env", first.env)}'
+             f'{chip("preset", first.preset)}'
              f'{chip("samples", len(g.samples))}{chip("reward spread", fmt_num(g.spread))}</div>',
              f'<div class="rs-dim rs-group-norm">advantage = {esc(g.normalization)}</div>']
     if g.zero_spread:
@@ -42,13 +46,18 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
             f"Zero reward spread: every sample got {fmt_num(g.samples[0].reward)}, so every advantage is 0 and "
             "this group gives no learning signal.", "warn") + "</div>")
     if g.diverge_turn is None:
-        parts.append(note("The samples took the same actions at every turn.", "info"))
+        parts.append(note("The samples made the same calls throughout (replies to the user are not compared).",
+                          "info"))
     else:
-        rows = "".join(f'<tr><td>{s.episode.sample_index}</td><td><code>{esc(a)}</code></td></tr>'
+        def shown(a: str) -> str:
+            kept, more = cut(a, limit=ACTION_CHARS)
+            return esc(kept) + ("…" if more else "")
+
+        rows = "".join(f'<tr><td>{s.episode.sample_index}</td><td><code>{shown(a)}</code></td></tr>'
                        for s, a in zip(g.samples, g.actions_at_divergence))
         parts.append(f'<div class="rs-group-diverge" data-turn="{g.diverge_turn}">'
-                     + note(f"The samples first take different actions at turn {g.diverge_turn}.", "info")
-                     + f'<details><summary>What each sample did at turn {g.diverge_turn}</summary>'
+                     + note(f"The samples first make different calls at turn {g.diverge_turn}.", "info")
+                     + f'<details><summary>What each sample did there</summary>'
                        f'<table class="rs-table"><thead><tr><th>sample</th><th>action</th></tr></thead>'
                        f"<tbody>{rows}</tbody></table></details></div>")
     parts.append(render_partings(g.partings))
@@ -64,7 +73,8 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
             f'<td><a href="#" data-open="{esc(ep.id)}"><code>{esc(ep.id)}</code></a></td>'
             f"<td>{fmt_num(s.reward)}</td><td>{adv}</td><td>{status_badge(ep.status.value)}</td>"
             f"<td>{ep.n_turns}</td><td>{ep.tokens.n_trainable:,}</td><td>{_roots(s.roots)}</td></tr>")
-    parts.append(f'<table class="rs-table rs-group-table"><thead><tr>{head}</tr></thead>'
+    parts.append('<h4 class="rs-h rs-group-samples">Samples</h4>'
+                 f'<table class="rs-table rs-group-table"><thead><tr>{head}</tr></thead>'
                  f'<tbody>{"".join(body)}</tbody></table>')
     others = [f for f in flat if f[0] != g.group_id]
     if others:
@@ -105,16 +115,20 @@ def render_list(total: int, groups: Sequence[RewardStats]) -> str:
             f"<tbody>{rows}</tbody></table></div></div>")
 
 
-def _turn_link(ep: Episode, turn: int, label: str) -> str:
-    return (f'<a class="rs-part-link" href="?episode={esc(ep.id)}&amp;turn={turn}" data-open="{esc(ep.id)}" '
-            f'data-turn="{turn}" title="open episode {esc(ep.id)} at turn {turn}">{label}</a>')
+def _turn_link(ep: Episode, turn: int | None) -> str:
+    if turn is None:
+        return f'<span class="rs-dim">#{ep.sample_index} had ended</span>'
+    return (f'<a class="rs-part-link" href="{esc(deep_link(ep.id, turn))}" data-open="{esc(ep.id)}" '
+            f'data-turn="{turn}" title="open episode {esc(ep.id)} at turn {turn}">open #{ep.sample_index} at turn '
+            f"{turn} ↗</a>")
 
 
-def _action(ops: list[tuple[str, str]], keep: str) -> str:
-    """One side of the two actions' word diff (``del``: the rewarded one's words, marked green; ``ins``: the
-    unrewarded one's, amber), a run of changed words (and the spaces between them) in one mark."""
+def _action(ops: list[tuple[str, str]], keep: str, whole: bool) -> str:
+    """One side of the two actions' word diff (``del``: the best-reward one's words, marked green; ``ins``: the
+    lower-reward one's, amber), a run of changed words (and the spaces between them) in one mark; ``whole``:
+    the two share little, so the whole action is one mark."""
     cls = "rs-oc-want" if keep == "del" else "rs-oc-diff"
-    side = [(op != "same", text) for op, text in ops if op in ("same", keep)]
+    side = [(whole or op != "same", text) for op, text in ops if op in ("same", keep)]
     # Spaces between two changed pieces belong to the change.
     side = [(True, t) if not changed and not t.strip() and 0 < i < len(side) - 1 and side[i - 1][0] and side[i + 1][0]
             else (changed, t) for i, (changed, t) in enumerate(side)]
@@ -135,30 +149,42 @@ def _action(ops: list[tuple[str, str]], keep: str) -> str:
     return f'<code class="rs-part-action">{"".join(out)}</code>'
 
 
+def _share_little(a: str, b: str, ops: list[tuple[str, str]]) -> bool:
+    """The two actions have less than ``SHARED`` of the shorter one's words in common (a call beside a reply)."""
+    shared = sum(len(t) for op, t in ops if op == "same" and t.strip())
+    return shared < SHARED * min(len(a), len(b))
+
+
 def render_partings(partings: Sequence[Parting]) -> str:
-    """Per unrewarded sample: the rewarded sample it parts from, the turn, both actions there ('' for none)."""
+    """Per lower-reward sample: the best-reward sample it parts from, the turn in each, both actions there."""
     if not partings:
         return ""
     rows = []
     for p in partings:
         r, u = p.rewarded, p.unrewarded
-        who = (f"<td>#{u.sample_index} · {fmt_num(u.reward)} "
-               f"{kind_badge(u.outcome.kind if u.outcome else None)}</td><td>#{r.sample_index} · {fmt_num(r.reward)}</td>")
-        if p.turn is None:
+        badge = kind_badge(u.outcome.kind if u.outcome else None)
+        who = (f"<td>#{u.sample_index} · {fmt_num(u.reward)} {badge}</td>"
+               f"<td>#{r.sample_index} · {fmt_num(r.reward)}</td>")
+        if not p.parts:
             rows.append(f'<tr class="rs-parting" data-unrewarded="{esc(u.id)}" data-turn="">{who}<td colspan="3" '
-                        'class="rs-dim">the same actions at every turn: the reward differs by what the env or user '
+                        'class="rs-dim">the same calls throughout: the reward differs by what the env or user '
                         "did</td></tr>")
             continue
-        ops = word_diff(p.rewarded_action, p.unrewarded_action)
+        a, b = cut(p.rewarded_action, limit=ACTION_CHARS * 4)[0], cut(p.unrewarded_action, limit=ACTION_CHARS * 4)[0]
+        ops = word_diff(a, b)
+        whole = _share_little(a, b, ops)
         rows.append(
-            f'<tr class="rs-parting" data-unrewarded="{esc(u.id)}" data-rewarded="{esc(r.id)}" data-turn="{p.turn}">'
-            f"{who}<td>turn {p.turn}<br>{_turn_link(r, p.turn, f'#{r.sample_index} ↗')} "
-            f"{_turn_link(u, p.turn, f'#{u.sample_index} ↗')}</td>"
-            f'<td class="rs-part-r">{_action(ops, "del")}</td><td class="rs-part-u">{_action(ops, "ins")}</td></tr>')
-    first = min((p.turn for p in partings if p.turn is not None), default=None)
-    said = ("Where each sample below the best reward leaves the closest rewarded sample: the first action that "
-            "separates a rewarded path from an unrewarded one" + (f" (earliest: turn {first})." if first is not None
-                                                                   else "."))
-    head = heads(("unrewarded sample", "parts from", "at", "rewarded action", "unrewarded action"))
-    return (f'<div class="rs-partings">{note(said, "info")}<div class="rs-table-wrap"><table class="rs-table '
-            f'rs-parting-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div></div>')
+            f'<tr class="rs-parting" data-unrewarded="{esc(u.id)}" data-rewarded="{esc(r.id)}" '
+            f'data-turn="{"" if p.turn is None else p.turn}" '
+            f'data-rewarded-turn="{"" if p.rewarded_turn is None else p.rewarded_turn}">'
+            f"{who}<td>{_turn_link(r, p.rewarded_turn)}<br>{_turn_link(u, p.turn)}</td>"
+            f'<td class="rs-part-r">{_action(ops, "del", whole)}</td>'
+            f'<td class="rs-part-u">{_action(ops, "ins", whole)}</td></tr>')
+    said = ("Where each sample below the best reward leaves the best-reward sample that shares the most calls with "
+            "it: the first call that separates a best-reward path from a lower-reward one. Replies to the user "
+            "are not compared (samples word them differently).")
+    head = heads(("lower-reward sample", "parts from (best reward)", "where", "best-reward action",
+                  "lower-reward action"))
+    return (f'<div class="rs-partings"><h4 class="rs-h">Where the rewards part</h4>{note(said, "info")}'
+            f'<div class="rs-table-wrap"><table class="rs-table rs-parting-table"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div></div>')

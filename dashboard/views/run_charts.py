@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine import OUTCOME_KINDS, StepChange, StepStats
+from engine import OUTCOME_COLORS, OUTCOME_KINDS, StepChange, StepStats, kind_label
 
 from .charts import ACCENT, STATUS_COLORS, TRAIN, empty, layout
 
@@ -23,7 +23,9 @@ MAX_KINDS = 6
 KIND_COLORS = ("#dc2626", "#7c3aed", "#d97706", "#0891b2", "#db2777", "#65a30d")
 OTHER_COLOR = "#6b7280"
 ALERT_COLOR = "#dc2626"
-
+LEGEND = {"orientation": "h", "yref": "container", "y": 0.99, "yanchor": "top", "x": 1, "xanchor": "right",
+          "font": {"size": 10}}
+"""Both figures' legend: one row at the top right, above the plots."""
 
 
 def kind_series(stats: Sequence[StepStats], max_kinds: int = MAX_KINDS) -> list[tuple[str, list[int]]]:
@@ -89,22 +91,14 @@ def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[St
     fig.update_annotations(font_size=11, selector={"showarrow": False, "xref": "paper"})
     layout(fig, title, height=660, showlegend=True, barmode="stack", uirevision=run_id or "run",
            margin={"l": 52, "r": 12, "t": 64, "b": 40})
-    fig.update_layout(legend={"orientation": "h", "yref": "container", "y": 0.99, "yanchor": "top", "x": 1,
-                              "xanchor": "right", "font": {"size": 10}})
+    fig.update_layout(legend=LEGEND)
     return fig
-
-
-# One color per outcome kind: green for the kinds that earned the reward, one hue per way of missing it.
-OUTCOME_COLORS = {
-    "success": "#16a34a", "correct": "#16a34a", "not_called": "#7c3aed", "wrong_arguments": "#dc2626",
-    "extra_write": "#d97706", "missing_output": "#0891b2", "wrong_answer": "#dc2626", "no_boxed": "#7c3aed",
-    "cut_by_length": "#d97706", "right_answer_not_scored": "#0891b2", "other": OTHER_COLOR,
-}
 
 
 def outcome_figure(stats: Sequence[StepStats], run_id: str = "") -> go.Figure:
     """Episodes per outcome kind at each rollout step (``StepStats.outcomes``), stacked: why the run's episodes
-    earned their reward, step by step. One trace per kind present, in ``OUTCOME_KINDS`` order."""
+    earned their reward, step by step. One trace per kind present, in ``OUTCOME_KINDS`` order, named and
+    coloured as the engine says (``kind_label``, ``OUTCOME_COLORS``); each trace's ``meta`` is its kind."""
     title = "Outcomes by rollout step (why each episode earned its reward)"
     present = [k for k in OUTCOME_KINDS if any(s.outcomes.get(k) for s in stats)]
     if not present:
@@ -112,14 +106,14 @@ def outcome_figure(stats: Sequence[StepStats], run_id: str = "") -> go.Figure:
     x = [s.step for s in stats]
     fig = go.Figure()
     for kind in present:
-        fig.add_bar(x=x, y=[s.outcomes.get(kind, 0) for s in stats], name=kind,
+        label = kind_label(kind).replace("\\", "&#92;")  # plotly reads text as HTML
+        fig.add_bar(x=x, y=[s.outcomes.get(kind, 0) for s in stats], name=label, meta=kind,
                     marker_color=OUTCOME_COLORS.get(kind, OTHER_COLOR),
                     customdata=[[s.n] for s in stats],
-                    hovertemplate=f"step %{{x}}<br>{kind}: %{{y}} of %{{customdata[0]}} episodes<extra></extra>")
+                    hovertemplate=f"step %{{x}}<br>{label}: %{{y}} of %{{customdata[0]}} episodes<extra></extra>")
     fig.update_xaxes(title_text="rollout step", dtick=1 if x[-1] - x[0] <= 30 else None)
     fig.update_yaxes(title_text="episodes", rangemode="tozero")
     layout(fig, title, height=280, showlegend=True, barmode="stack", uirevision=run_id or "run",
            margin={"l": 52, "r": 12, "t": 56, "b": 40})
-    fig.update_layout(legend={"orientation": "h", "yref": "container", "y": 0.99, "yanchor": "top", "x": 1,
-                              "xanchor": "right", "font": {"size": 10}})
+    fig.update_layout(legend=LEGEND)
     return fig

@@ -29,6 +29,33 @@ OutcomeKind = Literal[
 OUTCOME_KINDS: tuple[str, ...] = typing.get_args(OutcomeKind)
 # The kinds that say the episode earned its reward (the rest say why it did not).
 PASSING_KINDS = frozenset({"success", "correct"})
+# Each kind as people read it: the one wording every view (panel, Browse, the Runs legend, the CLI) uses.
+OUTCOME_LABELS: dict[str, str] = {
+    "success": "success", "not_called": "not called", "wrong_arguments": "wrong arguments",
+    "extra_write": "extra write", "missing_output": "missing output", "correct": "correct",
+    "wrong_answer": "wrong answer", "no_boxed": "no \\boxed{}", "cut_by_length": "cut by length",
+    "right_answer_not_scored": "right answer not scored", "other": "other",
+}
+# One colour a kind, no two alike, so a run that mixes kinds reads apart in a stacked chart: greens for the
+# passing kinds, grey for ``other`` (neither pass nor fail), distinct warm and cool hues for the failures.
+OUTCOME_COLORS: dict[str, str] = {
+    "success": "#16a34a", "correct": "#0d9488", "not_called": "#dc2626", "wrong_arguments": "#ea580c",
+    "extra_write": "#a16207", "missing_output": "#0891b2", "wrong_answer": "#be185d", "no_boxed": "#7c3aed",
+    "cut_by_length": "#2563eb", "right_answer_not_scored": "#c026d3", "other": "#6b7280",
+}
+
+
+def kind_label(kind: str) -> str:
+    """How ``kind`` reads in every view (an unknown kind as itself)."""
+    return OUTCOME_LABELS.get(kind, kind)
+
+
+def kind_passed(kind: str) -> bool | None:
+    """True for the kinds that earned the reward, False for those that say why it was not earned, None for
+    ``other`` (another env's own reason, which says neither)."""
+    if kind == "other":
+        return None
+    return kind in PASSING_KINDS
 
 
 @dataclass(frozen=True)
@@ -148,6 +175,21 @@ class Outcome:
             reference_answer=f.text_or_none("reference_answer"),
             text=f.text("text"),
         )
+
+    @property
+    def passed(self) -> bool | None:
+        """Whether the kind says the reward was earned (``kind_passed``): None for ``other``."""
+        return kind_passed(self.kind)
+
+    @property
+    def scored_turn(self) -> int | None:
+        """Math: the turn whose answer the checker scored (the last one answered); None for other envs."""
+        return self.answers[-1].turn if self.answers else None
+
+    @property
+    def other_tool(self) -> bool:
+        """Both calls named and the agent called another tool than the reference's."""
+        return self.expected is not None and self.taken is not None and self.expected.name != self.taken.name
 
     @classmethod
     def other(cls, text: str, turn: int | None = None) -> Outcome:

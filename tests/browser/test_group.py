@@ -14,14 +14,14 @@ import pytest
 from engine.backends.tokenizers import load_tokenizer
 from engine.store import Store
 from tests.browser.conftest import serve
-from tests.groupdata import DIVERGE_AT, group
+from tests.groupdata import DIVERGE_AT, WRONG_LOOKUP, group
 
 
 def _seed(path: Path) -> None:
     tok = load_tokenizer(None)
     store = Store(path)
-    for ep in group(tok, "grouprun:div", 0, 3, deviate=(1,)) + group(tok, "grouprun:flat", 1, 4) \
-            + group(tok, "grouprun:big", 2, 16, deviate=tuple(range(8, 16))):
+    for ep in group(tok, "grouprun:div", 0, 3, deviate=(1,), reply=WRONG_LOOKUP) + group(tok, "grouprun:flat", 1, 4) \
+            + group(tok, "grouprun:big", 2, 16, deviate=tuple(range(8, 16)), reply=WRONG_LOOKUP):
         store.save_episode(ep)
     store.close()
 
@@ -49,7 +49,7 @@ def test_a_group_that_parts_ways_then_open_and_compare(page: Any, site: str, scr
     assert view.locator("tr.rs-group-sample").count() == 3
     diverge = view.locator(".rs-group-diverge")
     assert diverge.get_attribute("data-turn") == str(DIVERGE_AT)
-    assert f"first take different actions at turn {DIVERGE_AT}" in diverge.inner_text()
+    assert f"first make different calls at turn {DIVERGE_AT}" in diverge.inner_text()
     assert "std" in view.locator(".rs-group-norm").inner_text()
     # The run's zero-spread group is listed with a link to it.
     assert view.locator("a.rs-flat-group").count() >= 1
