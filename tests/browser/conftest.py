@@ -129,7 +129,8 @@ def page(browser: Any) -> Iterator[Any]:
     """A fresh laptop-sized page; console errors are collected on ``page.errors``."""
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     pg = context.new_page()
-    pg.set_default_timeout(20_000)
+    # Generous: two test processes share two cores, and a page waits on background polls (watch, charts).
+    pg.set_default_timeout(45_000)
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
     pg.errors = errors
