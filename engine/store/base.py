@@ -66,10 +66,14 @@ class StoreBase:
         """How a read-only store reads its file (``readonly.ReadOnlyFile``); provided by ``core``."""
         raise NotImplementedError
 
-    def _writing(self, what: str) -> Any:
-        """The lock and a transaction for a change; a StoreError when the store is read-only."""
+    def _refuse_read_only(self, what: str) -> None:
+        """A StoreError when the store is read-only, saying it cannot do ``what``."""
         if self.read_only:
             raise StoreError(f"{self.path} is open read-only (no write permission): cannot {what}")
+
+    def _writing(self, what: str) -> Any:
+        """The lock and a transaction for a change; a StoreError when the store is read-only."""
+        self._refuse_read_only(what)
         return _Writing(self)
 
     def _require(self, episode_id: str) -> dict[str, Any]:
