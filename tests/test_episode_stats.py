@@ -115,3 +115,25 @@ def test_an_older_database_gets_its_aggregates_filled(tmp_path: Path, golden: st
     assert "0012_episode_stats" in store.applied
     assert maintained(store) == recount(path) and sum(r[-3] for r in maintained(store)) == store.count() == 10
     store.close()
+
+
+
+def test_counts_of_filters_on_the_aggregates_columns_are_exact_and_cost_the_same_at_any_size(tmp_path: Path) -> None:
+    from tests.synthetic import synthetic_episode
+    from tests.test_store_paging import _steps
+
+    store = Store(tmp_path / "count.db")
+    filters = [EpisodeFilter(), EpisodeFilter(env="price"), EpisodeFilter(status=("completed",), reward_min=0.5),
+               EpisodeFilter(run_id="run1"), EpisodeFilter(env="none-such")]
+    cost: list[list[int]] = []
+    for start in (0, 300):  # the same rows of the aggregates, twice the episodes
+        store.save_episodes(synthetic_episode(i).evolve(run_id=f"run{i % 2}", reward=float(i % 2))
+                            for i in range(start, start + 300))
+        for flt in filters:
+            by_index = dataclasses.replace(flt, search_context=True)  # the same rows, counted from the browse index
+            assert flt.on_stats and not by_index.on_stats
+            assert store.count(flt) == store.count(by_index) == len(store.episode_ids(flt))
+        cost.append([_steps(store, lambda f=f: store.count(f)) for f in filters])
+    assert store.count() == 600 and store.count(EpisodeFilter(run_id="run1")) == 300
+    assert all(after <= before + 1 for before, after in zip(*cost, strict=True)), cost
+    store.close()

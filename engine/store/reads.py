@@ -222,8 +222,17 @@ class Reads(StoreBase):
         ]
 
     def count(self, flt: EpisodeFilter | None = None) -> int:
-        where, args = (flt or EpisodeFilter()).sql()
+        """How many episodes ``flt`` selects: exact, from the maintained aggregates when they answer the filter (every
+        episode, or a filter on their columns alone: a few thousand rows at any size), else from the browse index."""
+        flt = flt or EpisodeFilter()
+        where, args = flt.sql()
+        if flt.on_stats and self._has_stats():
+            return int(self.browse_query(f"SELECT IFNULL(SUM(n), 0) FROM episode_stats WHERE {where}", args)[0][0])
         return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
+
+    def _has_stats(self) -> bool:
+        """Whether the file holds the maintained aggregates (a read-only file of schema 7 does not)."""
+        return bool(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'episode_stats'"))
 
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are
