@@ -137,3 +137,28 @@ def test_counts_of_filters_on_the_aggregates_columns_are_exact_and_cost_the_same
     assert store.count() == 600 and store.count(EpisodeFilter(run_id="run1")) == 300
     assert all(after <= before + 1 for before, after in zip(*cost, strict=True)), cost
     store.close()
+
+
+def test_a_read_only_file_from_before_the_aggregates_opens_and_charts_from_its_episodes(tmp_path: Path) -> None:
+    old = tmp_path / "seven.sqlite"
+    shutil.copy(GOLDEN / "dbschema7.sqlite", old)
+    conn = sqlite3.connect(old)
+    with conn:  # rollout steps, so a run has per-step charts (the schema-7 triggers copy them to the browse index)
+        conn.execute("UPDATE episodes SET rollout_step = rowid % 3")
+    conn.close()
+    upgraded = tmp_path / "upgraded.sqlite"
+    shutil.copy(old, upgraded)
+    now = Store(upgraded)
+    assert "0012_episode_stats" in now.applied
+    store = Store(old, read_only=True)  # 0012 adds derived data only: it opens without it
+    assert not store._has_stats()
+    runs = store.distinct("run_id")
+    assert runs and [s.run_id for s in store.runs_with_steps()]
+    for flt in (EpisodeFilter(), EpisodeFilter(status=("completed",)), EpisodeFilter(run_id=runs[0])):
+        assert store.count(flt) == now.count(flt)
+        assert store.stats(flt) == now.stats(flt)
+        assert store.outcome_counts(flt, "run_id") == now.outcome_counts(flt, "run_id")
+    for run in runs:
+        assert store.step_stats(run) == now.step_stats(run) and now.step_stats(run)
+    store.close()
+    now.close()

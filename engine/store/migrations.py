@@ -65,7 +65,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               "its env for the episodes stored before"),
     Migration("0012_episode_stats", 8, schema.create_episode_stats,
               "the charts' aggregates (episodes per run, rollout step, env, preset, status, outcome, reward and turns), "
-              "kept by triggers and filled from the episodes stored before"),
+              "kept by triggers and filled from the episodes stored before", derived=True),
     Migration("0013_run_time_index", 9, schema.add_run_time_index,
               "an index of each run's episodes in time, so an older run's newest episodes are read first", derived=True),
 )

@@ -230,10 +230,6 @@ class Reads(StoreBase):
             return int(self.browse_query(f"SELECT IFNULL(SUM(n), 0) FROM episode_stats WHERE {where}", args)[0][0])
         return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
 
-    def _has_stats(self) -> bool:
-        """Whether the file holds the maintained aggregates (a read-only file of schema 7 does not)."""
-        return bool(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'episode_stats'"))
-
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are
         at most ``bound``, else "at least ``bound``" (``MatchCount.exact`` False; ``count`` gives the exact one).
@@ -255,7 +251,8 @@ class Reads(StoreBase):
         where, args = flt.sql()
         key = by or "NULL"
         # From the maintained aggregates when their columns answer the question.
-        table, n = ("episode_stats", "SUM(n)") if flt.on_stats and by not in ("task_id", "group_id") else \
+        table, n = ("episode_stats", "SUM(n)") if flt.on_stats and by not in ("task_id", "group_id") and \
+            self._has_stats() else \
             ("episode_index", "COUNT(*)")
         rows = self.browse_query(f"SELECT {key}, outcome, {n} FROM {table} WHERE ({where}) AND outcome "
                                  f"IS NOT NULL GROUP BY {key}, outcome ORDER BY {key}, {n} DESC, outcome", args)
