@@ -162,3 +162,22 @@ def test_a_read_only_file_from_before_the_aggregates_opens_and_charts_from_its_e
         assert store.step_stats(run) == now.step_stats(run) and now.step_stats(run)
     store.close()
     now.close()
+
+
+def test_a_steps_mean_reward_leaves_out_the_episodes_without_one(tmp_path: Path) -> None:
+    path = tmp_path / "nulls.db"
+    store = Store(path)
+    store.save_episodes(varied(i) for i in range(120))
+    # A reward SQLite keeps as NULL (the sqlite3 shell, an earlier version's NaN): the aggregates follow the row.
+    gone = store.list_episodes(EpisodeFilter(run_id="run1", rollout_step=2), limit=3)
+    store.db.execute(f"UPDATE episodes SET reward = NULL WHERE id IN ({','.join('?' * len(gone))})",
+                     [r.id for r in gone])
+    store.db.conn.commit()
+    assert maintained(store) == recount(path)
+    conn = sqlite3.connect(path)
+    want = dict(conn.execute("SELECT rollout_step, AVG(reward) FROM episodes WHERE run_id = 'run1' AND rollout_step "
+                             "IS NOT NULL GROUP BY rollout_step").fetchall())
+    conn.close()
+    got = {s.step: s.reward_mean for s in store.step_stats("run1")}
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], abs=1e-12) for k in want), (got, want)
+    store.close()

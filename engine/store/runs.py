@@ -137,7 +137,9 @@ class RunQueries(StoreBase):
         outcomes from the maintained aggregates (``episode_stats``), root findings from the episodes with errors."""
         stats = self._stats_rows()
         rows = self.browse_query(
-            "SELECT rollout_step, SUM(n), SUM(reward * n) / SUM(n), MIN(reward), MAX(reward), "
+            # The mean of the rewards there are (AVG's): a row of episodes without a reward is left out of it.
+            "SELECT rollout_step, SUM(n), SUM(reward * n) / SUM(CASE WHEN reward IS NOT NULL THEN n END), MIN(reward), "
+            "MAX(reward), "
             "SUM(n * (status = 'truncated')), SUM(n * (status IN ('aborted', 'failed'))), 1.0 * SUM(trainable) / SUM(n) "
             f"FROM {stats} WHERE run_id = ? AND rollout_step IS NOT NULL GROUP BY rollout_step "
             "ORDER BY rollout_step", [run_id])
