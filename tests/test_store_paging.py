@@ -93,6 +93,13 @@ def test_a_token_belongs_to_its_sort(store: Store) -> None:
         store.page_episodes(order_by="reward", after="garbage!")
     with pytest.raises(ConfigError, match="not both"):
         store.page_episodes(order_by="reward", after=page.after, before=page.after)
+    # A token belongs to its filter too: another would silently page from a place in a different selection.
+    with pytest.raises(ConfigError, match="another filter"):
+        store.page_episodes(EpisodeFilter(env="price"), order_by="reward", after=page.after)
+    narrow = store.page_episodes(EpisodeFilter(env="price"), order_by="reward", limit=10)
+    with pytest.raises(ConfigError, match="another filter"):
+        store.page_episodes(EpisodeFilter(env="math"), order_by="reward", before=narrow.after)
+    assert store.page_episodes(EpisodeFilter(env="price"), order_by="reward", limit=10, after=narrow.after).rows
 
 
 def _steps(store: Store, fn) -> int:

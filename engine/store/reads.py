@@ -13,7 +13,7 @@ from ..records.episode import Episode, Finding, TokenArrays
 from . import codec
 from .base import StoreBase
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
-from .paging import Cursor, EpisodePage, MatchCount, ranges
+from .paging import Cursor, EpisodePage, MatchCount, filter_mark, ranges
 
 # The indexes of the browse index that hold one value of a filter's column in the order of a sorted column.
 _PAIRED = {("run_id", "created_at"): "episode_index_run_created", ("run_id", "rollout_step"): "episode_index_run_step",
@@ -133,7 +133,8 @@ class Reads(StoreBase):
             raise ConfigError("a page follows one page or precedes another: give after or before, not both")
         where, args = (flt or EpisodeFilter()).sql()
         token = after if after is not None else before
-        cursor = Cursor.parse(token, order_by, descending) if token is not None else None
+        scope = filter_mark(where, args)
+        cursor = Cursor.parse(token, order_by, descending, scope) if token is not None else None
         walk_desc = descending if before is None else not descending
         direction = "DESC" if walk_desc else "ASC"
         # Page first, then look up the tags and the reasons of that page only (a reason is read from
@@ -180,7 +181,7 @@ class Reads(StoreBase):
         rows = [dict(zip(["rid", *names], r, strict=True)) for r in found]
 
         def mark(r: dict[str, Any]) -> str:
-            return Cursor(order_by, descending, r[order_by], int(r["rid"])).token()
+            return Cursor(order_by, descending, r[order_by], int(r["rid"]), scope).token()
 
         if before is None:
             nxt = mark(rows[-1]) if rows and further else None
