@@ -93,6 +93,8 @@ def test_a_token_belongs_to_its_sort(store: Store) -> None:
         store.page_episodes(order_by="reward", after="garbage!")
     with pytest.raises(ConfigError, match="not both"):
         store.page_episodes(order_by="reward", after=page.after, before=page.after)
+    with pytest.raises(ConfigError, match="or an offset, not both"):
+        store.page_episodes(order_by="reward", after=page.after, offset=20)
     # A token belongs to its filter too: another would silently page from a place in a different selection.
     with pytest.raises(ConfigError, match="another filter"):
         store.page_episodes(EpisodeFilter(env="price"), order_by="reward", after=page.after)

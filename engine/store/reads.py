@@ -131,6 +131,9 @@ class Reads(StoreBase):
             raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
         if after is not None and before is not None:
             raise ConfigError("a page follows one page or precedes another: give after or before, not both")
+        if offset and (after is not None or before is not None):
+            raise ConfigError("a page is read from a token (after, before) or an offset, not both: the offset would be "
+                              "ignored")
         where, args = (flt or EpisodeFilter()).sql()
         token = after if after is not None else before
         scope = filter_mark(where, args)
