@@ -112,6 +112,72 @@ def test_an_older_database_gets_its_aggregates_filled(tmp_path: Path, golden: st
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
     store = Store(path)
-    assert store.applied[-1] == "0012_episode_stats"
+    assert "0012_episode_stats" in store.applied
     assert maintained(store) == recount(path) and sum(r[-3] for r in maintained(store)) == store.count() == 10
+    store.close()
+
+
+
+def test_counts_of_filters_on_the_aggregates_columns_are_exact_and_cost_the_same_at_any_size(tmp_path: Path) -> None:
+    from tests.synthetic import synthetic_episode
+    from tests.test_store_paging import _steps
+
+    store = Store(tmp_path / "count.db")
+    filters = [EpisodeFilter(), EpisodeFilter(env="price"), EpisodeFilter(status=("completed",), reward_min=0.5),
+               EpisodeFilter(run_id="run1"), EpisodeFilter(env="none-such")]
+    cost: list[list[int]] = []
+    for start in (0, 300):  # the same rows of the aggregates, twice the episodes
+        store.save_episodes(synthetic_episode(i).evolve(run_id=f"run{i % 2}", reward=float(i % 2))
+                            for i in range(start, start + 300))
+        for flt in filters:
+            by_index = dataclasses.replace(flt, search_context=True)  # the same rows, counted from the browse index
+            assert flt.on_stats and not by_index.on_stats
+            assert store.count(flt) == store.count(by_index) == len(store.episode_ids(flt))
+        cost.append([_steps(store, lambda f=f: store.count(f)) for f in filters])
+    assert store.count() == 600 and store.count(EpisodeFilter(run_id="run1")) == 300
+    assert all(after <= before + 1 for before, after in zip(*cost, strict=True)), cost
+    store.close()
+
+
+def test_a_read_only_file_from_before_the_aggregates_opens_and_charts_from_its_episodes(tmp_path: Path) -> None:
+    old = tmp_path / "seven.sqlite"
+    shutil.copy(GOLDEN / "dbschema7.sqlite", old)
+    conn = sqlite3.connect(old)
+    with conn:  # rollout steps, so a run has per-step charts (the schema-7 triggers copy them to the browse index)
+        conn.execute("UPDATE episodes SET rollout_step = rowid % 3")
+    conn.close()
+    upgraded = tmp_path / "upgraded.sqlite"
+    shutil.copy(old, upgraded)
+    now = Store(upgraded)
+    assert "0012_episode_stats" in now.applied
+    store = Store(old, read_only=True)  # 0012 adds derived data only: it opens without it
+    assert not store._has_stats()
+    runs = store.distinct("run_id")
+    assert runs and [s.run_id for s in store.runs_with_steps()]
+    for flt in (EpisodeFilter(), EpisodeFilter(status=("completed",)), EpisodeFilter(run_id=runs[0])):
+        assert store.count(flt) == now.count(flt)
+        assert store.stats(flt) == now.stats(flt)
+        assert store.outcome_counts(flt, "run_id") == now.outcome_counts(flt, "run_id")
+    for run in runs:
+        assert store.step_stats(run) == now.step_stats(run) and now.step_stats(run)
+    store.close()
+    now.close()
+
+
+def test_a_steps_mean_reward_leaves_out_the_episodes_without_one(tmp_path: Path) -> None:
+    path = tmp_path / "nulls.db"
+    store = Store(path)
+    store.save_episodes(varied(i) for i in range(120))
+    # A reward SQLite keeps as NULL (the sqlite3 shell, an earlier version's NaN): the aggregates follow the row.
+    gone = store.list_episodes(EpisodeFilter(run_id="run1", rollout_step=2), limit=3)
+    store.db.execute(f"UPDATE episodes SET reward = NULL WHERE id IN ({','.join('?' * len(gone))})",
+                     [r.id for r in gone])
+    store.db.conn.commit()
+    assert maintained(store) == recount(path)
+    conn = sqlite3.connect(path)
+    want = dict(conn.execute("SELECT rollout_step, AVG(reward) FROM episodes WHERE run_id = 'run1' AND rollout_step "
+                             "IS NOT NULL GROUP BY rollout_step").fetchall())
+    conn.close()
+    got = {s.step: s.reward_mean for s in store.step_stats("run1")}
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], abs=1e-12) for k in want), (got, want)
     store.close()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from engine.errors import StoreError
 from engine.store import Store
 from tests.synthetic import synthetic_episodes
 
@@ -26,3 +30,34 @@ def test_a_batch_is_one_transaction_with_a_savepoint_per_episode(tmp_path: Path)
     assert [state for _, state, _ in done] == ["new"] * 150 and store.count() == 150
     assert outside == []
     store.close()
+
+
+def test_a_full_database_keeps_every_episode_before_the_one_that_failed_and_says_so(tmp_path: Path) -> None:
+    """SQLite rolls back the whole transaction when the file cannot grow (``max_page_count`` stands in for a full
+    disk): the episodes of the batch before the failing one are written again and kept, a record that is bad on its
+    own is still listed and skipped, and the error names the cause, what is stored and what is not."""
+    store = Store(tmp_path / "full.db")
+    pages = store.db.execute("PRAGMA page_count").fetchone()[0]
+    store.db.execute(f"PRAGMA max_page_count = {pages + 300}")  # room for two batches of 64 and part of a third
+    eps = list(synthetic_episodes(300))
+    eps[140] = eps[140].evolve(reward=float("nan"))  # refused on its own, in the batch that fills the file
+    done: list[tuple[str, str, str | None]] = []
+    with pytest.raises(StoreError) as caught:
+        for ep, state, error in store.save_batches(eps, batch=64):
+            done.append((ep.id, state, error))
+    message = str(caught.value)
+    assert "database or disk is full" in message and "savepoint" not in message
+    stored = [eid for eid, _, error in done if error is None]
+    skipped = [(eid, error) for eid, _, error in done if error is not None]
+    assert len(stored) > 130, len(stored)  # more than the two batches committed before
+    assert skipped == [(eps[140].id, skipped[0][1])] and "reward" in skipped[0][1]
+    failed = eps[len(done)]
+    assert stored == [ep.id for ep in eps[: len(done)] if ep.id != eps[140].id]
+    assert f"episode {failed.id}" in message and f"{len(stored)} episodes" in message and stored[-1] in message
+    store.close()
+    again = Store(tmp_path / "full.db")  # a new connection: only what was committed
+    assert sorted(again.episode_ids()) == sorted(stored)
+    # Room again: importing the same episodes again finds the stored ones and writes the rest.
+    states = Counter(state for _, state, error in again.save_batches(eps, batch=64) if error is None)
+    assert states == {"unchanged": len(stored), "new": len(eps) - len(stored) - 1}
+    again.close()

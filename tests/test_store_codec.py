@@ -149,13 +149,15 @@ def test_every_migration_is_applied_once_and_recorded(tmp_path):
                                            ("dbschema4.sqlite", "0007_rollout_steps"),
                                            ("dbschema5.sqlite", "0009_search_context"),
                                            ("dbschema6.sqlite", "0011_outcomes"),
-                                           ("dbschema7.sqlite", "0012_episode_stats")])
+                                           ("dbschema7.sqlite", "0012_episode_stats"),
+                                           ("dbschema8.sqlite", "0013_run_time_index")])
 def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golden, first):
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
     before = sqlite3.connect(path)
     n = before.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
-    packed = golden in ("dbschema4.sqlite", "dbschema5.sqlite", "dbschema6.sqlite", "dbschema7.sqlite")
+    packed = golden in ("dbschema4.sqlite", "dbschema5.sqlite", "dbschema6.sqlite", "dbschema7.sqlite",
+                        "dbschema8.sqlite")
     raw = {r[0]: r[1:] for r in before.execute(
         f"SELECT episode_id, {'packed' if packed else 'ids, loss_mask, logprobs, versions'} FROM tokens")}
     before.close()
@@ -163,7 +165,8 @@ def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golde
     names = [m.name for m in migrations.MIGRATIONS]
     assert store.applied == names[names.index(first):]
     # The steps the file had are recorded as applied by the earlier version (before the table existed: no time).
-    had_table = golden in ("dbschema4.sqlite", "dbschema5.sqlite", "dbschema6.sqlite", "dbschema7.sqlite")
+    had_table = golden in ("dbschema4.sqlite", "dbschema5.sqlite", "dbschema6.sqlite", "dbschema7.sqlite",
+                           "dbschema8.sqlite")
     assert [(n, t is None) for n, t in migrations.history(store.db)][: names.index(first)] == \
         [(n, not had_table or n < "0004") for n in names[: names.index(first)]]
     assert store.count() == n
@@ -196,7 +199,8 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
     monkeypatch.undo()
     store = Store(path)
     assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files", "0009_search_context",
-                             "0010_finite_numbers", "0011_outcomes", "0012_episode_stats"]
+                             "0010_finite_numbers", "0011_outcomes", "0012_episode_stats",
+                             "0013_run_time_index"]
     assert store.count() == 10
     store.close()
 

@@ -3,6 +3,9 @@ over every sortable column in both directions, with ties and NULLs; a bounded co
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from engine import EpisodePage, MatchCount
@@ -10,9 +13,10 @@ from engine.errors import ConfigError
 from engine.records.episode import Episode
 from engine.records.outcome import OUTCOME_KINDS, Outcome
 from engine.records.provenance import Source
-from engine.store import SORTABLE, EpisodeFilter, Store
+from engine.store import SORTABLE, EpisodeFilter, Store, migrations
 from tests.synthetic import synthetic_episode
 
+GOLDEN = Path(__file__).parent / "golden"
 N = 420
 PAGE = 37  # odd, so pages cross the ties of every column
 
@@ -89,6 +93,15 @@ def test_a_token_belongs_to_its_sort(store: Store) -> None:
         store.page_episodes(order_by="reward", after="garbage!")
     with pytest.raises(ConfigError, match="not both"):
         store.page_episodes(order_by="reward", after=page.after, before=page.after)
+    with pytest.raises(ConfigError, match="or an offset, not both"):
+        store.page_episodes(order_by="reward", after=page.after, offset=20)
+    # A token belongs to its filter too: another would silently page from a place in a different selection.
+    with pytest.raises(ConfigError, match="another filter"):
+        store.page_episodes(EpisodeFilter(env="price"), order_by="reward", after=page.after)
+    narrow = store.page_episodes(EpisodeFilter(env="price"), order_by="reward", limit=10)
+    with pytest.raises(ConfigError, match="another filter"):
+        store.page_episodes(EpisodeFilter(env="math"), order_by="reward", before=narrow.after)
+    assert store.page_episodes(EpisodeFilter(env="price"), order_by="reward", limit=10, after=narrow.after).rows
 
 
 def _steps(store: Store, fn) -> int:
@@ -154,3 +167,58 @@ def test_browse_shows_a_bounded_count_then_the_exact_one_and_pages_by_token(stor
     # A page past the end of a selection counted no further than the bound: the last page, counted exactly.
     far = browse._drawn(store, values, sort, 99, 25, None)
     assert far["page_box"] == -(-total // 25) and f"of {total:,} matching" in far["info"]
+
+
+RUNS, PER_RUN = 4, 150
+
+
+@pytest.fixture(scope="module")
+def in_time(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """Runs one after the other, as in a database a trainer fills: run0 the oldest, run3 the newest."""
+    s = Store(tmp_path_factory.mktemp("runs") / "runs.db")
+    s.save_episodes(synthetic_episode(i).evolve(run_id=f"run{i // PER_RUN}", created_at=1.7e9 + i)
+                    for i in range(RUNS * PER_RUN))
+    return s
+
+
+def test_an_older_run_newest_first_reads_its_own_rows_not_every_newer_one(in_time: Store) -> None:
+    many = MatchCount(10, False)  # more than the bound: the sorted column's index would be walked
+    old, new = EpisodeFilter(run_id="run0"), EpisodeFilter(run_id=f"run{RUNS - 1}")
+    cost = {name: _steps(in_time, lambda f=f: in_time.page_episodes(f, "created_at", True, 20, matches=many))
+            for name, f in (("old", old), ("new", new))}
+    assert cost["old"] < 2 * cost["new"], cost
+    # Sorted by a column no index holds by run: the walk gives up after four times the rows a page should take
+    # (fewer the more the count says match) and the run's matches are sorted instead. The same pages either way.
+    conn, _ = in_time._reader()
+    sql: list[str] = []
+    conn.set_trace_callback(sql.append)
+    try:
+        for flt in (old, new):
+            for column in ("created_at", "env", "sample_index", "reward"):
+                for descending in (True, False):
+                    by_offset = [r.id for r in in_time.list_episodes(flt, column, descending, PER_RUN)]
+                    assert len(by_offset) == PER_RUN
+                    for counted in (MatchCount(PER_RUN // 2, False), MatchCount(RUNS * PER_RUN, False)):
+                        walked: list[str] = []
+                        page = in_time.page_episodes(flt, column, descending, 20, matches=counted)
+                        while True:
+                            walked += [r.id for r in page.rows]
+                            if page.after is None:
+                                break
+                            page = in_time.page_episodes(flt, column, descending, 20, after=page.after, matches=counted)
+                        assert walked == by_offset, (flt.run_id, column, descending, counted)
+    finally:
+        conn.set_trace_callback(None)
+    assert any("WHERE rid IN (SELECT rid" in q for q in sql) and any("INDEXED BY" in q for q in sql)
+
+
+def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_them(tmp_path: Path) -> None:
+    path = tmp_path / "eight.sqlite"
+    shutil.copy(GOLDEN / "dbschema8.sqlite", path)
+    store = Store(path, read_only=True)  # 0013 adds an index only: its readers do without it
+    assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index"]
+    run = store.list_episodes(limit=1)[0].run_id
+    flt = EpisodeFilter(run_id=run)
+    page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))
+    assert [r.id for r in page.rows] == [r.id for r in store.list_episodes(flt, limit=2)]
+    store.close()

@@ -66,10 +66,14 @@ class StoreBase:
         """How a read-only store reads its file (``readonly.ReadOnlyFile``); provided by ``core``."""
         raise NotImplementedError
 
-    def _writing(self, what: str) -> Any:
-        """The lock and a transaction for a change; a StoreError when the store is read-only."""
+    def _refuse_read_only(self, what: str) -> None:
+        """A StoreError when the store is read-only, saying it cannot do ``what``."""
         if self.read_only:
             raise StoreError(f"{self.path} is open read-only (no write permission): cannot {what}")
+
+    def _writing(self, what: str) -> Any:
+        """The lock and a transaction for a change; a StoreError when the store is read-only."""
+        self._refuse_read_only(what)
         return _Writing(self)
 
     def _require(self, episode_id: str) -> dict[str, Any]:
@@ -92,3 +96,15 @@ class StoreBase:
 
     def browse_query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
+
+    def _has_stats(self) -> bool:
+        """Whether the file holds the maintained aggregates, ``episode_stats`` (a read-only file of schema 7 does not:
+        its readers count from the browse index instead)."""
+        return bool(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'episode_stats'"))
+
+    def _stats_rows(self) -> str:
+        """What to read ``episode_stats``' columns from: the table, or the browse index a row an episode."""
+        if self._has_stats():
+            return "episode_stats"
+        return ("(SELECT run_id, rollout_step, env, preset, status, outcome, reward, n_turns, 1 AS n, "
+                "IFNULL(n_trainable, 0) AS trainable, IFNULL(n_errors, 0) > 0 AS with_errors FROM episode_index)")

@@ -113,7 +113,7 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
             raise StoreError(f"cannot open {self.path} as a Rollscope database: {e}") from e
         if row is None:
             raise StoreError(f"{self.path} is not a Rollscope database")
-        todo = [m for m in migrations.pending(self.db) if not m.repair]
+        todo = [m for m in migrations.pending(self.db) if not m.repair and not m.derived]
         if int(row[0]) > DB_SCHEMA:
             raise StoreError(f"{self.path} was written by a newer Rollscope (database schema {row[0]}, this one "
                              f"reads {DB_SCHEMA}); upgrade")

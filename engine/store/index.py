@@ -305,7 +305,7 @@ class IndexQueries(StoreBase):
         """
         where, args = _where(flt)
         # Counts by status, turns and reward come from the maintained aggregates when they answer the filter.
-        counted = flt is None or bool(getattr(flt, "on_stats", False))
+        counted = (flt is None or bool(getattr(flt, "on_stats", False))) and self._has_stats()
         conn, lock = self._reader()
         with lock:
             self._maybe_analyze(conn)

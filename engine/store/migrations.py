@@ -26,13 +26,16 @@ from . import schema
 @dataclass(frozen=True)
 class Migration:
     """One step: ``name`` (``NNNN_what``), the schema the file has after it, and what it does. A ``repair``
-    changes rows, not tables: a read-only file that lacks it still opens (and reads as it is)."""
+    changes rows, not tables: a read-only file that lacks it still opens (and reads as it is). A ``derived`` step
+    adds only what the stored rows give again (an index, aggregates): a read-only file that lacks it opens, and
+    its readers do without it."""
 
     name: str
     schema: int
     apply: Callable[[sqlite_utils.Database], None]
     doc: str
     repair: bool = False
+    derived: bool = False
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -62,7 +65,9 @@ MIGRATIONS: tuple[Migration, ...] = (
               "its env for the episodes stored before"),
     Migration("0012_episode_stats", 8, schema.create_episode_stats,
               "the charts' aggregates (episodes per run, rollout step, env, preset, status, outcome, reward and turns), "
-              "kept by triggers and filled from the episodes stored before"),
+              "kept by triggers and filled from the episodes stored before", derived=True),
+    Migration("0013_run_time_index", 9, schema.add_run_time_index,
+              "an index of each run's episodes in time, so an older run's newest episodes are read first", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

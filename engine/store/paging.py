@@ -10,6 +10,7 @@ the values to the NULLs (or back) is read in two index ranges, each a single ran
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -47,35 +48,44 @@ class EpisodePage:
     before: str | None
 
 
+def filter_mark(where: str, args: list[Any]) -> str:
+    """A short mark of a filter (its SQL and arguments), so a page token is refused with another filter."""
+    raw = json.dumps([where, args], separators=(",", ":"), default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class Cursor:
-    """A place in one sort of the episode table: just after (or before) the row whose sorted column holds
-    ``value`` and whose ``rid`` is ``rid``."""
+    """A place in one sort of one filter's episodes (``scope``: the filter's ``filter_mark``): just after (or
+    before) the row whose sorted column holds ``value`` and whose ``rid`` is ``rid``."""
 
     by: str
     descending: bool
     value: Any
     rid: int
+    scope: str
 
     def token(self) -> str:
-        raw = json.dumps([self.by, self.descending, self.value, self.rid], separators=(",", ":"))
+        raw = json.dumps([self.by, self.descending, self.value, self.rid, self.scope], separators=(",", ":"))
         return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
     @classmethod
-    def parse(cls, token: str, by: str, descending: bool) -> Cursor:
-        """The cursor a token names; a ConfigError when it is not a token or was made for another sort."""
+    def parse(cls, token: str, by: str, descending: bool, scope: str) -> Cursor:
+        """The cursor a token names; a ConfigError when it is not a token or was made for another sort or filter."""
         try:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-            t_by, t_desc, value, rid = json.loads(raw)
-            if not isinstance(rid, int) or not isinstance(t_by, str) or value is not None and \
-                    not isinstance(value, str | int | float):
+            t_by, t_desc, value, rid, t_scope = json.loads(raw)
+            if not isinstance(rid, int) or not isinstance(t_by, str) or not isinstance(t_scope, str) or \
+                    value is not None and not isinstance(value, str | int | float):
                 raise ValueError
         except (ValueError, TypeError):
             raise ConfigError(f"{token!r} is not a page token (take one from a page: its after or before)") from None
         if (t_by, bool(t_desc)) != (by, descending):
             raise ConfigError(f"the page token is for the sort by {t_by} {'descending' if t_desc else 'ascending'}, "
                               f"not by {by} {'descending' if descending else 'ascending'}: start again from page 1")
-        return cls(by, descending, value, rid)
+        if t_scope != scope:
+            raise ConfigError("the page token is for another filter: start again from page 1")
+        return cls(by, descending, value, rid, scope)
 
 
 def ranges(col: str, walk_desc: bool, value: Any, rid: int) -> list[tuple[str, list[Any]]]:

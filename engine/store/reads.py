@@ -13,7 +13,12 @@ from ..records.episode import Episode, Finding, TokenArrays
 from . import codec
 from .base import StoreBase
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
-from .paging import Cursor, EpisodePage, MatchCount, ranges
+from .paging import Cursor, EpisodePage, MatchCount, filter_mark, ranges
+
+# The indexes of the browse index that hold one value of a filter's column in the order of a sorted column.
+_PAIRED = {("run_id", "created_at"): "episode_index_run_created", ("run_id", "rollout_step"): "episode_index_run_step",
+           ("status", "created_at"): "episode_index_status_created", ("status", "reward"): "episode_index_status_reward",
+           ("task_id", "reward"): "episode_index_task_reward", ("group_id", "reward"): "episode_index_group_reward"}
 
 
 class Reads(StoreBase):
@@ -115,34 +120,63 @@ class Reads(StoreBase):
         that row, whatever the depth (keyset pagination); without either, the page ``offset`` rows in. The pages
         are the ones ``offset`` gives, for as long as the episodes do not change.
 
-        ``matches`` (the filter's ``count_upto``): when the filter selects more than its bound, the page is read
-        along the sorted column's index, checking the filter row by row, which finds a page after about
-        ``limit`` * (episodes / matches) rows; SQLite's planner would rather sort every match when the filter has
-        an index of its own (a status, a reward range), and that sort grows with the database."""
+        ``matches`` (the filter's ``count_upto``): when the filter selects more than its bound, the page is first
+        looked for along the sorted column's index, checking the filter row by row, which finds a page after about
+        ``limit`` * (episodes / matches) rows when the matches are spread through the sort (SQLite's planner would
+        rather sort every match when the filter has an index of its own, a status or a reward range, and that sort
+        grows with the database). The walk reads no more than four times that many rows: when the matches lie
+        together elsewhere in the sort (an older run, newest first: step and time move together), the page is read
+        as the planner would, from the filter's own index, and costs a sort of the matches."""
         if order_by not in SORTABLE:
             raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
         if after is not None and before is not None:
             raise ConfigError("a page follows one page or precedes another: give after or before, not both")
+        if offset and (after is not None or before is not None):
+            raise ConfigError("a page is read from a token (after, before) or an offset, not both: the offset would be "
+                              "ignored")
         where, args = (flt or EpisodeFilter()).sql()
         token = after if after is not None else before
-        cursor = Cursor.parse(token, order_by, descending) if token is not None else None
+        scope = filter_mark(where, args)
+        cursor = Cursor.parse(token, order_by, descending, scope) if token is not None else None
         walk_desc = descending if before is None else not descending
         direction = "DESC" if walk_desc else "ASC"
         # Page first, then look up the tags and the reasons of that page only (a reason is read from
         # ``episodes`` by primary key: the browse index does not hold it).
         names = [f.name for f in fields(EpisodeSummary) if f.name not in EpisodeSummary.PAGE_LOOKUPS]
-        walk = f" INDEXED BY episode_index_{order_by}" if matches is not None and not matches.exact and \
-            order_by != "id" else ""
-        select = f"SELECT rid, {', '.join(names)} FROM episode_index{walk} WHERE ({where})"
+        walk = matches is not None and not matches.exact and order_by != "id" and not self._ordered_by_index(flt, order_by)
         order = f"ORDER BY {order_by} {direction}, rid {direction}"
+
+        def read(cond: str, more: list[Any], want: int, skip: int = 0) -> list[tuple[Any, ...]]:
+            """The first ``want`` matches after ``skip`` in the index range ``cond``."""
+            if walk:
+                assert matches is not None
+                total = int(self.browse_query("SELECT IFNULL(MAX(rid), 0) FROM episode_index")[0][0])
+                budget = 4 * (want + skip) * max(1, -(-total // max(1, matches.n)))
+                # A subquery with a LIMIT is not merged into its query: SQLite runs it as a co-routine that hands
+                # over its rows in its order, and the query stops taking them at its own LIMIT.
+                ranged = (f"SELECT rid, {', '.join(names)} FROM episode_index INDEXED BY episode_index_{order_by} "
+                          f"WHERE {cond} {order} LIMIT ?")
+                rows = self.browse_query(f"SELECT * FROM ({ranged}) WHERE ({where}) LIMIT ? OFFSET ?",
+                                         [*more, budget, *args, want, skip])
+                if len(rows) >= want or int(self.browse_query(
+                        f"SELECT COUNT(*) FROM (SELECT 1 FROM episode_index INDEXED BY episode_index_{order_by} "
+                        f"WHERE {cond} LIMIT ?)", [*more, budget])[0][0]) < budget:
+                    return rows  # a page, or the whole range walked
+                # The matches lie elsewhere: sorted by their sorted column and row alone, then the page's rows read.
+                return self.browse_query(
+                    f"SELECT rid, {', '.join(names)} FROM episode_index WHERE rid IN (SELECT rid FROM episode_index "
+                    f"WHERE ({where}) AND {cond} {order} LIMIT ? OFFSET ?) {order}", [*args, *more, want, skip])
+            return self.browse_query(f"SELECT rid, {', '.join(names)} FROM episode_index WHERE ({where}) AND {cond} "
+                                     f"{order} LIMIT ? OFFSET ?", [*args, *more, want, skip])
+
         found: list[tuple[Any, ...]] = []
         if cursor is None:
-            found = self.browse_query(f"{select} {order} LIMIT ? OFFSET ?", [*args, limit + 1, max(0, offset)])
+            found = read("1", [], limit + 1, max(0, offset))
         else:
             for cond, more in ranges(order_by, walk_desc, cursor.value, cursor.rid):
                 if len(found) > limit:
                     break
-                found += self.browse_query(f"{select} AND {cond} {order} LIMIT ?", [*args, *more, limit + 1 - len(found)])
+                found += read(cond, more, limit + 1 - len(found))
         further = len(found) > limit
         found = found[:limit]
         if before is not None:
@@ -150,7 +184,7 @@ class Reads(StoreBase):
         rows = [dict(zip(["rid", *names], r, strict=True)) for r in found]
 
         def mark(r: dict[str, Any]) -> str:
-            return Cursor(order_by, descending, r[order_by], int(r["rid"])).token()
+            return Cursor(order_by, descending, r[order_by], int(r["rid"]), scope).token()
 
         if before is None:
             nxt = mark(rows[-1]) if rows and further else None
@@ -159,6 +193,18 @@ class Reads(StoreBase):
             nxt = mark(rows[-1]) if rows else None
             prev = mark(rows[0]) if rows and further else None
         return EpisodePage(tuple(self._summaries(rows)), nxt, prev)
+
+    def _ordered_by_index(self, flt: EpisodeFilter | None, order_by: str) -> bool:
+        """Whether an index holds the filter's one run, status, task or group in ``order_by``'s order: its page is
+        one range of that index, which SQLite's planner picks."""
+        if flt is None:
+            return False
+        one = {"run_id": flt.run_id, "status": flt.status[0] if len(flt.status) == 1 else None,
+               "task_id": flt.task_id, "group_id": flt.group_id}
+        wanted = {_PAIRED[col, order_by] for col, value in one.items() if value and (col, order_by) in _PAIRED}
+        return bool(wanted) and bool(self.browse_query(
+            f"SELECT 1 FROM sqlite_master WHERE type = 'index' AND name IN ({','.join('?' * len(wanted))})",
+            sorted(wanted)))
 
     def _summaries(self, rows: list[dict[str, Any]]) -> list[EpisodeSummary]:
         """Index rows as summaries, with the tags and the reasons of these rows looked up."""
@@ -180,13 +226,20 @@ class Reads(StoreBase):
         ]
 
     def count(self, flt: EpisodeFilter | None = None) -> int:
-        where, args = (flt or EpisodeFilter()).sql()
+        """How many episodes ``flt`` selects: exact, from the maintained aggregates when they answer the filter (every
+        episode, or a filter on their columns alone: a few thousand rows at any size), else from the browse index."""
+        flt = flt or EpisodeFilter()
+        where, args = flt.sql()
+        if flt.on_stats and self._has_stats():
+            return int(self.browse_query(f"SELECT IFNULL(SUM(n), 0) FROM episode_stats WHERE {where}", args)[0][0])
         return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
 
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are
         at most ``bound``, else "at least ``bound``" (``MatchCount.exact`` False; ``count`` gives the exact one).
-        Reads at most ``bound`` + 1 index entries, so it costs the same in a database of any size."""
+        Stops after ``bound`` + 1 matches: a filter an index answers reads that many index entries at most, but one
+        that selects fewer than ``bound`` episodes, or that no index answers (a tag, a text, has findings), checks
+        every row it does not match, up to the whole index."""
         where, args = (flt or EpisodeFilter()).sql()
         n = int(self.browse_query(f"SELECT COUNT(*) FROM (SELECT 1 FROM episode_index WHERE {where} LIMIT ?)",
                                   [*args, bound + 1])[0][0])
@@ -202,7 +255,8 @@ class Reads(StoreBase):
         where, args = flt.sql()
         key = by or "NULL"
         # From the maintained aggregates when their columns answer the question.
-        table, n = ("episode_stats", "SUM(n)") if flt.on_stats and by not in ("task_id", "group_id") else \
+        table, n = ("episode_stats", "SUM(n)") if flt.on_stats and by not in ("task_id", "group_id") and \
+            self._has_stats() else \
             ("episode_index", "COUNT(*)")
         rows = self.browse_query(f"SELECT {key}, outcome, {n} FROM {table} WHERE ({where}) AND outcome "
                                  f"IS NOT NULL GROUP BY {key}, outcome ORDER BY {key}, {n} DESC, outcome", args)

@@ -135,10 +135,13 @@ class RunQueries(StoreBase):
     def step_stats(self, run_id: str) -> list[StepStats]:
         """One ``StepStats`` per rollout step of ``run_id``, in step order: counts, rewards, statuses, tokens and
         outcomes from the maintained aggregates (``episode_stats``), root findings from the episodes with errors."""
+        stats = self._stats_rows()
         rows = self.browse_query(
-            "SELECT rollout_step, SUM(n), SUM(reward * n) / SUM(n), MIN(reward), MAX(reward), "
+            # The mean of the rewards there are (AVG's): a row of episodes without a reward is left out of it.
+            "SELECT rollout_step, SUM(n), SUM(reward * n) / SUM(CASE WHEN reward IS NOT NULL THEN n END), MIN(reward), "
+            "MAX(reward), "
             "SUM(n * (status = 'truncated')), SUM(n * (status IN ('aborted', 'failed'))), 1.0 * SUM(trainable) / SUM(n) "
-            "FROM episode_stats WHERE run_id = ? AND rollout_step IS NOT NULL GROUP BY rollout_step "
+            f"FROM {stats} WHERE run_id = ? AND rollout_step IS NOT NULL GROUP BY rollout_step "
             "ORDER BY rollout_step", [run_id])
         kinds: dict[int, Counter[str]] = {}
         errors: Counter[int] = Counter()
@@ -149,7 +152,7 @@ class RunQueries(StoreBase):
             kinds.setdefault(int(step), Counter()).update(k for k in str(root_kinds).split(",") if k)
         outcomes: dict[int, Counter[str]] = {}
         for step, kind, n in self.browse_query(
-                "SELECT rollout_step, outcome, SUM(n) FROM episode_stats WHERE run_id = ? AND rollout_step IS NOT "
+                f"SELECT rollout_step, outcome, SUM(n) FROM {stats} WHERE run_id = ? AND rollout_step IS NOT "
                 "NULL AND outcome IS NOT NULL GROUP BY rollout_step, outcome", [run_id]):
             outcomes.setdefault(int(step), Counter())[str(kind)] = int(n)
         return [

@@ -8,7 +8,7 @@ added ``rollout_step`` (the trainer's step an imported episode came from) and ``
 ``rollscope watch`` has imported); 6 indexes system prompts and tool schemas apart from what a search
 looks in by default (``search_refs.part`` -1), then repairs numbers that are not finite; 7 added ``outcome`` (the
 kind of each episode's outcome, in ``episodes`` and the browse index), filled on the open after it; 8 added
-``episode_stats``, the charts' aggregates kept by triggers. Every step is written to be safe on a file that already has
+``episode_stats``, the charts' aggregates kept by triggers; 9 an index of each run's episodes in time. Every step is written to be safe on a file that already has
 what it adds.
 """
 
@@ -25,7 +25,7 @@ from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 8
+DB_SCHEMA = 9
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
@@ -285,6 +285,13 @@ def create_episode_stats(db: sqlite_utils.Database) -> None:
     # A run's root findings per step are read from its episodes with errors alone.
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_errors ON episode_index (run_id, rollout_step) "
                "WHERE n_errors > 0")
+
+
+def add_run_time_index(db: sqlite_utils.Database) -> None:
+    """Schema 9: ``episode_index`` by run then time, so a run's episodes newest first (Browse's default sort) are one
+    range of an index: step and time move together in a run, so a walk of the time index from the newest episode
+    reads every newer run's before it reaches an older one."""
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_created ON episode_index (run_id, created_at)")
 
 
 def create_watched_files(db: sqlite_utils.Database) -> None:

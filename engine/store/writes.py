@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -32,6 +33,34 @@ _COLUMN_FIELDS = {
     "id", "run_id", "env", "task_id", "group_id", "sample_index", "preset", "status", "reason", "reward",
     "parent_id", "fork_turn", "starred", "note", "created_at", "schema_version", "tags", "turns", "tokens",
 }
+
+
+# SQLite's errors of the file rather than of the record written (``sqlite_errorname`` prefixes): the writing stops.
+_FILE_ERRORS = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY", "SQLITE_NOMEM",
+                "SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CANTOPEN", "SQLITE_PROTOCOL", "SQLITE_INTERRUPT")
+
+
+def file_error(e: BaseException) -> bool:
+    """Whether ``e`` is an error of the database file (full, unwritable, locked, damaged, out of memory): one that
+    the next episode would meet too, where a bad record's error is its own."""
+    if isinstance(e, MemoryError):
+        return True
+    name = getattr(e, "sqlite_errorname", "") or ""
+    return isinstance(e, sqlite3.Error) and name.startswith(_FILE_ERRORS)
+
+
+def _file_advice(e: BaseException) -> str:
+    """What to do about an error of the file, as the start of a sentence."""
+    name = getattr(e, "sqlite_errorname", "") or ""
+    if name.startswith("SQLITE_FULL"):
+        return "Make room on its disk"
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return "Another process is writing to it: wait until it is done"
+    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
+        return "Give this process write access to the file and its folder"
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return "Recover what it holds (`sqlite3 FILE .recover | sqlite3 recovered.db`) and use the recovered file"
+    return "Fix the cause"
 
 
 class Writes(StoreBase):
@@ -195,7 +224,13 @@ class Writes(StoreBase):
         """Write whole episodes, ``batch`` per transaction (fewer when they hold more than ``batch_tokens`` tokens
         together, so a batch of long episodes stays small in memory) and each in a savepoint: yields (episode,
         what was done: ``new``, ``replaced``, ``unchanged`` or ``kept``, why it could not be stored or None) once
-        its batch is committed. One episode that fails is rolled back alone; the others of its batch are kept.
+        its batch is committed. An episode that fails on its own (a bad record) is rolled back alone, and listed;
+        the others of its batch are kept.
+
+        An error of the database file (full, unwritable, locked, damaged: ``file_error``) stops the writing: the
+        episodes before the one it hit are committed (written again in a transaction of their own when SQLite
+        rolled the whole batch back) and yielded, then a StoreError names the cause, how many episodes are stored
+        and from which one on none is.
 
         An episode already stored keeps its star, note and tags (a person's work; tags the record carries
         are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
@@ -203,46 +238,136 @@ class Writes(StoreBase):
         raises, those read before are written, then the error goes on."""
         chunk: list[Episode] = []
         tokens = 0
-        try:
-            for ep in episodes:
-                chunk.append(ep)
-                tokens += ep.n_tokens
-                if len(chunk) >= batch or tokens >= batch_tokens:
-                    yield from self._save_savepoints(chunk, replace)
-                    chunk, tokens = [], 0
-        except Exception:  # the reading failed (a damaged file): what was read before is kept, then the error
-            if chunk:
-                yield from self._save_savepoints(chunk, replace)
-            raise
+        stored: list[Episode] = []  # a list, not a count: the last one is named when the writing stops
+        source = iter(episodes)
+        end = object()
+        while True:
+            try:
+                item = next(source, end)
+            except Exception:  # the reading failed (a damaged file): what was read before is kept, then the error
+                if chunk:
+                    yield from self._store_batch(chunk, replace, stored)
+                raise
+            if item is end:
+                break
+            assert isinstance(item, Episode)
+            chunk.append(item)
+            tokens += item.n_tokens
+            if len(chunk) >= batch or tokens >= batch_tokens:
+                yield from self._store_batch(chunk, replace, stored)
+                chunk, tokens = [], 0
         if chunk:
-            yield from self._save_savepoints(chunk, replace)
+            yield from self._store_batch(chunk, replace, stored)
 
-    def _save_savepoints(self, chunk: list[Episode], replace: bool) -> list[tuple[Episode, str, str | None]]:
+    def _store_batch(self, chunk: list[Episode], replace: bool, stored: list[Episode]
+                     ) -> Iterator[tuple[Episode, str, str | None]]:
+        """``_save_savepoints`` of one batch: yields what it committed (adding the stored ones to ``stored``), then
+        raises the StoreError that says why it stopped, if it did."""
+        done, stop = self._save_savepoints(chunk, replace)
+        for ep, state, error in done:
+            if error is None:
+                stored.append(ep)
+            yield ep, state, error
+        if stop is None:
+            return
+        failed, first_lost, cause = stop
+        where = f" ({failed.source.file}:{failed.source.line})" if failed.source.file and \
+            failed.source.line is not None else ""
+        n = len(stored)
+        kept = (f"the {n} episode{'s' if n != 1 else ''} written before it {'are' if n != 1 else 'is'} stored "
+                f"(the last {stored[-1].id})") if stored else "no episode is stored"
+        lost = f"{failed.id}" if first_lost is failed else f"{first_lost.id} (the first of its batch)"
+        raise StoreError(
+            f"could not store episode {failed.id}{where} in {self.path}: {cause}. Of this write, {kept}; not stored: "
+            f"{lost} and every episode after it. {_file_advice(cause)}, then import again: the stored episodes are "
+            "found and left as they are") from cause
+
+    def _save_savepoints(self, chunk: list[Episode], replace: bool
+                         ) -> tuple[list[tuple[Episode, str, str | None]], tuple[Episode, Episode, BaseException] | None]:
+        """Write ``chunk`` in one transaction, each episode in a savepoint, and commit it: what is committed, and
+        when an error of the file stopped it, (the episode it hit, the first episode not stored, the error)."""
+        self._refuse_read_only("save episodes")
+        with self._lock:
+            done, stop = self._write_batch(chunk, replace)
+            committed = self._commit()
+            if stop is None and committed is None:
+                return done, None
+            if stop is None:  # the commit itself failed: nothing of the batch is stored
+                assert committed is not None
+                return [r for r in done if r[1] == "kept"], (chunk[0], chunk[0], committed)
+            failed, cause = stop
+            if committed is None and not self._lost:
+                return done, (failed, failed, cause)
+            # SQLite rolled the whole transaction back (a full disk or an I/O error may): the episodes before the
+            # one that failed are written again, once, in a transaction of their own.
+            before = chunk[: chunk.index(failed)]
+            again, stop_again = self._write_batch(before, replace) if before else ([], None)
+            if before and stop_again is None and self._commit() is None:
+                return again, (failed, failed, cause)
+            self._rollback()
+            return [r for r in done if r[1] == "kept"], (failed, chunk[0], cause)
+
+    _lost = False  # set by ``_write_batch``: the error that stopped it also ended its transaction
+
+    def _write_batch(self, chunk: list[Episode], replace: bool
+                     ) -> tuple[list[tuple[Episode, str, str | None]], tuple[Episode, BaseException] | None]:
+        """Write ``chunk`` in a transaction left open (each episode in a savepoint: one that fails on its own is rolled
+        back and listed): what was written, and the episode and error of the file that stopped it (``file_error``),
+        with ``_lost`` saying whether SQLite ended the transaction with it."""
+        conn = self.db.conn
         out: list[tuple[Episode, str, str | None]] = []
-        with self._writing("save episodes"):
-            # One transaction for the batch: a SAVEPOINT outside a transaction opens one of its own and its RELEASE
-            # commits it, which would make each episode a transaction.
-            if not self.db.conn.in_transaction:
-                self.db.conn.execute("BEGIN")
-            for ep in chunk:
-                present = self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
+        self._lost = False
+        # One transaction for the batch: a SAVEPOINT outside a transaction opens one of its own and its RELEASE
+        # commits it, which would make each episode a transaction.
+        conn.execute("BEGIN")
+        for ep in chunk:
+            try:
+                present = conn.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
                 if present and not replace:
                     out.append((ep, "kept", None))
                     continue
-                self.db.execute("SAVEPOINT episode")
-                try:
-                    if present:
-                        state = self._save_again(ep)
-                    else:
-                        self._save_whole(ep, fresh=True)
-                        state = "new"
-                except Exception as e:  # noqa: BLE001 - reported per episode, the batch goes on
-                    self.db.execute("ROLLBACK TO episode")
-                    out.append((ep, "replaced" if present else "new", f"{type(e).__name__}: {e}"))
+                conn.execute("SAVEPOINT episode")
+            except sqlite3.Error as e:
+                self._lost = not conn.in_transaction
+                return out, (ep, e)
+            try:
+                if present:
+                    state = self._save_again(ep)
                 else:
-                    out.append((ep, state, None))
-                self.db.execute("RELEASE episode")
-        return out
+                    self._save_whole(ep, fresh=True)
+                    state = "new"
+            except Exception as e:  # noqa: BLE001 - a bad record is reported alone, the batch goes on
+                if file_error(e) or not conn.in_transaction:
+                    try:  # the episodes before it stay in the transaction, to be committed
+                        conn.execute("ROLLBACK TO episode")
+                        conn.execute("RELEASE episode")
+                    except sqlite3.Error:
+                        self._rollback()
+                    self._lost = not conn.in_transaction
+                    return out, (ep, e)
+                conn.execute("ROLLBACK TO episode")
+                out.append((ep, "replaced" if present else "new", f"{type(e).__name__}: {e}"))
+            else:
+                out.append((ep, state, None))
+            conn.execute("RELEASE episode")
+        return out, None
+
+    def _commit(self) -> BaseException | None:
+        """Commit the open transaction (none open: nothing to do); the error when the commit failed (rolled back)."""
+        try:
+            if self.db.conn.in_transaction:
+                self.db.conn.commit()
+        except sqlite3.Error as e:
+            self._rollback()
+            return e
+        return None
+
+    def _rollback(self) -> None:
+        try:
+            if self.db.conn.in_transaction:
+                self.db.conn.rollback()
+        except sqlite3.Error:
+            pass  # the rollback of a file that failed: SQLite undoes the transaction when the file opens again
 
     def _save_again(self, ep: Episode) -> str:
         """Store ``ep`` over its stored copy, keeping the copy's star, note and tags (with ``ep``'s tags added):
