@@ -112,6 +112,6 @@ def test_an_older_database_gets_its_aggregates_filled(tmp_path: Path, golden: st
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
     store = Store(path)
-    assert store.applied[-1] == "0012_episode_stats"
+    assert "0012_episode_stats" in store.applied
     assert maintained(store) == recount(path) and sum(r[-3] for r in maintained(store)) == store.count() == 10
     store.close()

@@ -63,6 +63,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0012_episode_stats", 8, schema.create_episode_stats,
               "the charts' aggregates (episodes per run, rollout step, env, preset, status, outcome, reward and turns), "
               "kept by triggers and filled from the episodes stored before"),
+    Migration("0013_prompt_pieces", 9, schema.allow_prompt_pieces,
+              "a turn's prompt text stored as pieces of the previous turn's prompt and reply, also where the chat "
+              "template rewrote part of the conversation (rows stored before read as they are)"),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

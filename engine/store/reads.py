@@ -55,11 +55,12 @@ class Reads(StoreBase):
             tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
                       else TokenArrays.from_blobs(*tok[:4]))
             turns: list[dict[str, Any]] = []
-            previous: tuple[int, str | None] = (-2, None)
+            previous: dict[str, Any] | None = None
             for idx, data in rows:
-                t = codec.unpack_turn(data, tokens, previous[1] if previous[0] == idx - 1 else None)
+                t = codec.unpack_turn(data, tokens, previous if previous is not None and previous.get("index") == idx - 1
+                                      else None)
                 turns.append(t)
-                previous = (idx, t.get("prompt_text"))
+                previous = t
             d = codec.unpack_json(row["data"])
         except StoreError as e:
             raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
