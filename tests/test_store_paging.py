@@ -154,3 +154,43 @@ def test_browse_shows_a_bounded_count_then_the_exact_one_and_pages_by_token(stor
     # A page past the end of a selection counted no further than the bound: the last page, counted exactly.
     far = browse._drawn(store, values, sort, 99, 25, None)
     assert far["page_box"] == -(-total // 25) and f"of {total:,} matching" in far["info"]
+
+
+def test_a_page_is_read_while_the_charts_are_still_counting(store: Store) -> None:
+    """The charts of a filter the aggregates cannot answer (a text search) count on a connection of their own:
+    held mid-query there (SQLite's progress handler waits), a page, its bounded count and the next page read
+    at once."""
+    import threading
+
+    conn, _ = store._reader(background=True)
+    counting, release = threading.Event(), threading.Event()
+
+    def hold() -> int:
+        counting.set()
+        release.wait(30)
+        return 0
+
+    conn.set_progress_handler(hold, 1000)
+    flt = EpisodeFilter(text="order")
+    charts: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: charts.update(stats=store.stats(flt), n=store.count(flt)))
+    worker.start()
+    try:
+        assert counting.wait(30)
+        done = threading.Event()
+        pages: list[EpisodePage] = []
+
+        def browse() -> None:
+            first = store.page_episodes(flt, "reward", True, PAGE)
+            pages.extend([first, store.page_episodes(flt, "reward", True, PAGE, after=first.after)])
+            store.count_upto(flt)
+            done.set()
+
+        threading.Thread(target=browse, daemon=True).start()
+        assert done.wait(20), "the page waited for the charts"
+        assert "stats" not in charts and len(pages) == 2 and pages[0].rows and pages[1].rows
+    finally:
+        release.set()
+        worker.join(30)
+        conn.set_progress_handler(None, 0)
+    assert charts["stats"].total == charts["n"] == store.count_upto(flt, bound=N).n

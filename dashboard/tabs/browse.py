@@ -2,7 +2,10 @@
 
 Filters go to ``EpisodeFilter`` and the store does the work (indexes, the
 full-text index, aggregates in SQL), so a page comes back fast at 100,000
-episodes. The table shows first; the charts follow in a second step. A
+episodes. The table shows first, before anything else is computed; the
+filters' choices, the exact count and the charts follow, each in a step of
+its own, and the store counts the charts and the exact count on a connection
+of their own, so the next page never waits for them. A
 ``gr.Timer`` asks the store for a cheap stamp every few seconds and, when
 episodes were added (a watch, a batch, an import elsewhere), shows the same
 filters, sort and page again in place.
@@ -233,6 +236,7 @@ class BrowseTab:
     shown: gr.State
     selected: gr.State  # the id of the row last opened
     stamp: gr.State  # the store's episodes_stamp() when the table was last drawn
+    charted: gr.State  # the stamp the charts and the filters' choices were last drawn for
     timer: gr.Timer
     demo: DemoControls  # "Build the demo", on an empty database
     store: Store
@@ -265,14 +269,27 @@ class BrowseTab:
         return (_counted(self.store, self), [self.shown], [self.info, self.shown])
 
     def wire_load(self, demo: gr.Blocks, store: Store) -> None:
-        """On every page load (so a reload shows episodes written since): choices, first page, charts."""
-        loaded_out = self.choice_outputs + Outputs(stamp=self.stamp)
-        loaded = demo.load(lambda: loaded_out.values(**choices(store), stamp=store.episodes_stamp()),
-                           outputs=loaded_out.components)
-        shown = loaded.then(_show(store, self), inputs=self.inputs, outputs=self.outputs.components)
+        """On every page load (so a reload shows episodes written since): the first page before anything else,
+        then the filters' choices, the exact count and the charts, each a step of its own that fills in as it
+        comes (none waits for another)."""
+        shown = demo.load(_show(store, self), inputs=self.inputs, outputs=self.outputs.components)
+        shown.then(*self.choices_event)
         shown.then(*self.count_event)
         shown.then(_charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
         self.demo.wire_load(demo, store)
+
+    @property
+    def choices_event(self) -> tuple[Any, ...]:
+        """The filters' choices and the store's stamp (what the timer compares with), as ``then``'s arguments;
+        ``charted`` says the charts and choices are of that stamp."""
+        out = self.choice_outputs + Outputs(stamp=self.stamp, charted=self.charted)
+
+        def chosen() -> list[Any]:
+            stamp = store.episodes_stamp()
+            return out.values(**choices(store), stamp=stamp, charted=stamp)
+
+        store = self.store
+        return (chosen, None, out.components)
 
     def wire_request(self, store: Store, request: gr.State, tabs: gr.Tabs) -> None:
         """Show Browse when ``request`` is set to ``{"run", "step"}``: that run's episodes of that rollout step,
@@ -515,8 +532,8 @@ def build(store: Store) -> BrowseTab:
                       reward_max=reward_max, turns_min=turns_min, turns_max=turns_max, tags=tags, starred=starred,
                       source=source, findings=findings, step=step, search_context=search_context, outcome=outcome)
     tab = BrowseTab(filters, apply, reset, refresh, more, columns, info, table, bulk_file, prev, nxt, page_box,
-                    page_size, sort, plots, gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S), demo,
-                    store)
+                    page_size, sort, plots, gr.State(None), gr.State(None), gr.State(None), gr.State(None),
+                    gr.Timer(REFRESH_S), demo, store)
     drawn = tab.outputs
 
     def refilter(trigger: Any) -> None:
@@ -570,7 +587,8 @@ def build(store: Store) -> BrowseTab:
     table_clicked = table.click(on_table_click, inputs=tab.inputs, outputs=clicked.components)
     table_clicked.then(None, js=script("download_new", **DOWNLOAD))
     table_clicked.then(*tab.count_event)
-    ticked = Outputs(stamp=tab.stamp) + tab.choice_outputs + drawn + tab.chart_outputs
+    ticked = Outputs(stamp=tab.stamp) + drawn
+    followed = Outputs(charted=tab.charted) + tab.choice_outputs + tab.chart_outputs
 
     def on_tick(stamp: Any, shown: Any, selected: Any) -> list[Any]:
         now = store.episodes_stamp()
@@ -580,8 +598,15 @@ def build(store: Store) -> BrowseTab:
         values = _drawn(store, shown["filters"], shown["sort"], number, shown["size"], selected, shown.get("columns"))
         if values["page_box"] == number:
             del values["page_box"]
-        return ticked.values(stamp=now, **choices(store), **values, **figures(store, episode_filter(**shown["filters"])))
+        return ticked.values(stamp=now, **values)
+
+    def after_tick(stamp: Any, charted: Any, shown: Any) -> list[Any]:
+        # New episodes were drawn in the table: their choices and charts follow, as a step of their own.
+        if stamp == charted or not shown:
+            return followed.skip()
+        return followed.values(charted=stamp, **choices(store), **figures(store, episode_filter(**shown["filters"])))
 
     tab.timer.tick(on_tick, inputs=[tab.stamp, tab.shown, tab.selected], outputs=ticked.components,
-                   show_progress="hidden")
+                   show_progress="hidden").then(after_tick, inputs=[tab.stamp, tab.charted, tab.shown],
+                                                outputs=followed.components, show_progress="hidden")
     return tab

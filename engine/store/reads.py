@@ -181,8 +181,10 @@ class Reads(StoreBase):
         ]
 
     def count(self, flt: EpisodeFilter | None = None) -> int:
+        """How many episodes ``flt`` selects, counted whole (on the connection of what follows a page, so a
+        page read meanwhile does not wait for it)."""
         where, args = (flt or EpisodeFilter()).sql()
-        return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
+        return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args, background=True)[0][0])
 
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are
