@@ -6,8 +6,8 @@ text may be an object instead of a string::
 
     {"$pieces": [[0, 51234], "<|im_start|>tool\\n...", [51300, 52010], ...]}
 
-Each piece is either a ``[start, end]`` slice of the *base*, or text as it is; the prompt is the pieces
-joined. The base is the previous turn's prompt text (restored) followed by the previous turn's generated
+Each piece is either a ``[start, end]`` slice of the *base* (counted in code points, as Python indexes a
+string), or text as it is; the prompt is the pieces joined. The base is the previous turn's prompt text (restored) followed by the previous turn's generated
 text (``generation.text``, "" without one): a prompt that extends the last one is one slice and the
 appended text, and one whose template rewrote history (Qwen3 drops the ``<think>`` of earlier replies)
 is the slices it kept around what changed. The first turn, and a turn whose previous turn has no prompt
@@ -22,8 +22,8 @@ from ..errors import FormatError
 
 KEY = "$pieces"
 DOC = ("A prompt text as pieces of the base: the previous turn's prompt text followed by its generation's text "
-       "(\"\" without one). Each piece is [start, end], the base's characters start to end, or text as it is; the "
-       "prompt text is the pieces joined.")
+       "(\"\" without one). Each piece is [start, end], the base's characters start to end (counted in Unicode code "
+       "points, not bytes or UTF-16 units), or text as it is; the prompt text is the pieces joined.")
 _ANCHOR = 32  # characters that must agree for a slice to be taken
 _MIN_SLICE = 24  # a shorter match is cheaper written out
 _MAX_SEARCHES = 24  # past this many searches for where the texts agree again, the rest is written out
