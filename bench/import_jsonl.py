@@ -1,38 +1,75 @@
 """Import speed of a JSONL file of episodes, against parsing the same file with ``json.loads`` alone.
 
-The file is ``rollscope export --format jsonl`` of ``--episodes`` synthetic episodes (``tests/synthetic.py``:
-small math and tool episodes of one to six turns), written once into ``--dir`` and reused. Prints episodes a
-second for ``json.loads`` alone and for ``import_path`` into a fresh database, their ratio, and the bytes an
-episode takes in the file and in the database.
+The file is ``rollscope export --format jsonl`` of ``--episodes`` episodes of one ``--kind``, written once into
+``--dir`` and reused:
+- ``synthetic``: small math and tool episodes of one to six turns (``tests/synthetic.py``; their prompts were
+  sent as ids, so they carry no prompt text);
+- ``math``: math episodes run by the loop (scripted policy, SmolLM2's template, the ``areal-math`` preset with
+  ``token_mode=retokenize``, so each turn's prompt is text), one to five turns;
+- ``retail``: 60-turn retail episodes of 32,000 tokens whose prompts are Qwen3's template's render of the
+  conversation so far, the thinking of earlier replies dropped at every user answer
+  (``tests/synthetic.rendered_retail_episode``; needs the Qwen3 tokenizer, ``ROLLSCOPE_QWEN3_TOKENIZER``).
+``--full-prompts`` writes every prompt text whole (as exports did before prompts were written as pieces). Prints
+episodes a second for ``json.loads`` alone and for ``import_path`` into a fresh database, their ratio, and the
+bytes an episode takes in the file and in the database.
 
-    python bench/import_jsonl.py [--episodes 2000] [--dir /tmp/rollscope-import-jsonl]
+    python bench/import_jsonl.py [--episodes 2000] [--kind synthetic] [--full-prompts] [--dir /tmp/rollscope-import-jsonl]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import export, import_path  # noqa: E402
+from engine.records.episode import Episode  # noqa: E402
 from engine.store import Store  # noqa: E402
-from tests.synthetic import synthetic_episodes  # noqa: E402
+from tests.synthetic import rendered_retail_episode, synthetic_episodes  # noqa: E402
+
+
+def episodes(kind: str, n: int) -> Iterator[Episode]:
+    if kind == "synthetic":
+        yield from synthetic_episodes(n)
+    elif kind == "math":
+        from engine.backends.scripted import ScriptedBackend
+        from engine.backends.tokenizers import load_tokenizer
+        from engine.envs.math import MathEnv
+        from engine.loop.stepper import run_episode
+        from engine.presets import PRESETS
+
+        tok, env = load_tokenizer(None), MathEnv()
+        cfg = PRESETS["areal-math"].with_(token_mode="retokenize")
+        for i in range(n):
+            be = ScriptedBackend(env.reference_reply, tok, mistake_rate=0.5, seed=i)
+            yield asyncio.run(run_episode(env, be, tok, cfg, env.tasks[i % len(env.tasks)], preset="areal-math"))
+    else:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(os.environ.get("ROLLSCOPE_QWEN3_TOKENIZER", ".cache/tokenizers/qwen3"))
+        for i in range(n):
+            yield rendered_retail_episode(tok, seed=i)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=2000)
+    ap.add_argument("--kind", choices=("synthetic", "math", "retail"), default="synthetic")
+    ap.add_argument("--full-prompts", action="store_true", help="write every prompt text whole")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "rollscope-import-jsonl")
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
-    src = a.dir / f"episodes-{a.episodes}.jsonl"
+    src = a.dir / f"{a.kind}-{a.episodes}{'-full' if a.full_prompts else ''}.jsonl"
     if not src.exists():
-        export(synthetic_episodes(a.episodes), "jsonl", src)
+        export(episodes(a.kind, a.episodes), "jsonl", src, full_prompts=a.full_prompts)
     start = time.perf_counter()
     with open(src, "rb") as f:
         n = sum(1 for line in f if json.loads(line))

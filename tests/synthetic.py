@@ -8,7 +8,8 @@ check the store's answers against the records themselves.
 ``long_episode`` builds one big episode (tens of thousands of real token ids
 of a real tokenizer, dozens of turns, findings including a
 ``logprob_mismatch`` with its per-token ``diff``) for the Episode view's
-speed figures.
+speed figures; ``rendered_retail_episode`` gives its turns the prompt texts a
+render-based loop records.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from engine.records.episode import (
     Turn,
 )
 from engine.records.provenance import BackendInfo, RunConfig, SamplingParams, Source
+from engine.tokens import chat
 
 ENVS = ("math", "retail", "price")
 STATUSES = (Status.COMPLETED, Status.COMPLETED, Status.COMPLETED, Status.TRUNCATED, Status.ABORTED, Status.FAILED)
@@ -268,6 +270,30 @@ def long_episode(tokenizer: Any, n_tokens: int = 32_000, n_turns: int = 60, seed
         tokens=TokenArrays(ids, mask, lps), prompt_len=prompt_len, segments=tuple(segments),
         findings=(mismatch,), created_at=1.7e9,
     )
+
+
+def rendered_retail_episode(tok: Any, seed: int = 0, n_turns: int = 60) -> Episode:
+    """``long_episode`` as a render-based loop records it: each turn's prompt text is ``tok``'s chat template's
+    render of the conversation so far. Every reply thinks first (``<think>…</think>``); every tenth turn the user
+    answers, the other turns a tool, so a template that drops the thinking of replies before the last user
+    message (Qwen3's) rewrites the conversation there."""
+    ep = long_episode(tok, n_tokens=32_000 * n_turns // 60, n_turns=n_turns, seed=seed, tools=3)
+    ep = replace(ep, id=f"retail{seed:05d}", findings=())  # without the per-token logprob diff
+    tools = [{"type": "function", "function": {"name": "get_order", "description": "Look an order up.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    rng = random.Random(seed + 3)
+    messages = list(ep.messages[:2])
+    replies = [m for m in ep.messages[2:] if m.role == "assistant"]
+    turns = []
+    for t, turn in enumerate(ep.turns):
+        prompt = chat.render(tok, messages, tools, add_generation_prompt=True)
+        thought = " ".join(rng.choice(("the", "order", "refund", "policy", "check", "user")) for _ in range(40))
+        content = f"<think>\n{thought}\n</think>\n\n{replies[t].content}"
+        obs = (Message("user", f"ok, and what about item {t}? " + thought[:60]),) if t % 10 == 9 else turn.observation
+        turns.append(replace(turn, prompt_text=prompt, generation=replace(turn.generation, text=content + "<|im_end|>"),
+                             observation=obs))
+        messages += [Message("assistant", content, tool_calls=replies[t].tool_calls), *obs]
+    return replace(ep, turns=tuple(turns), messages=tuple(messages), tools=tuple(tools))
 
 
 # -- one hostile episode ----------------------------------------------------------

@@ -53,7 +53,8 @@ def test_the_copy_in_docs_is_what_rollscope_schema_prints():
 
 
 @pytest.mark.parametrize("name", ["schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
-                                  "schema4-episodes.jsonl", "schema5-episodes.jsonl"])
+                                  "schema4-episodes.jsonl", "schema5-episodes.jsonl",
+                                  "schema6-episodes.jsonl"])
 def test_earlier_files_read_upgraded_and_export_valid_records(name):
     report = jsonl.ReadReport()
     episodes = list(jsonl.read(GOLDEN / name, report))
@@ -116,9 +117,10 @@ def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path)
     its env computes included: read from a file, filled when a database opens)."""
     by_file = {name: {e.id: e.to_dict() for e in jsonl.read(GOLDEN / name)}
                for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
-                            "schema4-episodes.jsonl", "schema5-episodes.jsonl")}
+                            "schema4-episodes.jsonl", "schema5-episodes.jsonl",
+                            "schema6-episodes.jsonl")}
     for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
-                 "dbschema6.sqlite", "dbschema7.sqlite", "dbschema8.sqlite"):
+                 "dbschema6.sqlite", "dbschema7.sqlite", "dbschema8.sqlite", "dbschema9.sqlite"):
         shutil.copy(GOLDEN / name, tmp_path / name)
         store = Store(tmp_path / name)
         try:

@@ -87,7 +87,7 @@ def test_turns_refer_to_the_arrays_only_where_they_hold_the_generation(tmp_path,
     for ep in (tito, retok):
         turn = ep.turns[1]
         d = turn.to_dict()
-        packed = codec.unpack_json(codec.pack_turn(turn, ep.tokens, ep.turns[0].prompt_text))
+        packed = codec.unpack_json(codec.pack_turn(turn, ep.tokens, ep.turns[0]))
         start = next(x.start for x in ep.turns[1].segments if x.kind == "assistant")
         n = len(ep.turns[1].generation.token_ids)
         if ep is tito:  # the generation is the arrays' span
@@ -97,25 +97,31 @@ def test_turns_refer_to_the_arrays_only_where_they_hold_the_generation(tmp_path,
             turn = replace(turn, generation=replace(turn.generation,
                                                     token_ids=tuple(i + 1 for i in turn.generation.token_ids)))
             d = turn.to_dict()
-            packed = codec.unpack_json(codec.pack_turn(turn, ep.tokens, ep.turns[0].prompt_text))
+            packed = codec.unpack_json(codec.pack_turn(turn, ep.tokens, ep.turns[0]))
             assert packed["generation"]["token_ids"] == d["generation"]["token_ids"]
             assert packed["generation"]["logprobs"] == d["generation"]["logprobs"]
-        assert codec.unpack_turn(codec.pack_turn(turn, ep.tokens, ep.turns[0].prompt_text), ep.tokens,
-                                 ep.turns[0].prompt_text) == d
+        assert codec.unpack_turn(codec.pack_turn(turn, ep.tokens, ep.turns[0]), ep.tokens,
+                                 ep.turns[0].to_dict()) == d
     store = Store(tmp_path / "x.db")
     store.save_episodes([tito, retok])
     assert store.get_episode(tito.id) == tito and store.get_episode(retok.id) == retok
     store.close()
 
 
-def test_a_prompt_that_extends_the_last_is_stored_as_the_rest():
+def test_a_prompt_that_extends_the_last_is_stored_as_pieces_and_an_older_row_reads_as_it_is():
     long = "<|im_start|>system\n" + "policy " * 40
-    turn = Turn(index=1, prompt_text=long + "more", prompt_len=0, generation=None)
-    packed = codec.unpack_json(codec.pack_turn(turn, None, long))
-    assert packed["prompt_text"] == {"$extends": len(long), "rest": "more"}
-    assert codec.unpack_turn(codec.pack_turn(turn, None, long), TokenArrays(), long) == turn.to_dict()
+    before = Turn(index=0, prompt_text=long, prompt_len=0, generation=Generation("reply " * 10))
+    turn = Turn(index=1, prompt_text=long + "reply " * 10 + "more", prompt_len=0, generation=None)
+    packed = codec.unpack_json(codec.pack_turn(turn, None, before))
+    assert packed["prompt_text"] == {"$pieces": [[0, len(long) + 60], "more"]}
+    assert codec.unpack_turn(codec.pack_turn(turn, None, before), TokenArrays(), before.to_dict()) == turn.to_dict()
+    with pytest.raises(StoreError, match="previous turn has no prompt text"):
+        codec.unpack_turn(codec.pack_turn(turn, None, before), TokenArrays(), None)
+    # The form database schema 8 wrote: the length of the previous prompt kept, and the rest.
+    old = codec.pack_json({**turn.to_dict(), "prompt_text": {"$extends": len(long), "rest": "reply " * 10 + "more"}})
+    assert codec.unpack_turn(old, TokenArrays(), before.to_dict()) == turn.to_dict()
     with pytest.raises(StoreError, match="previous prompt"):
-        codec.unpack_turn(codec.pack_turn(turn, None, long), TokenArrays(), None)
+        codec.unpack_turn(old, TokenArrays(), None)
 
 
 def test_a_live_episode_reads_the_same_turn_by_turn_and_finished(tmp_path, smol_tokenizer):
@@ -150,14 +156,15 @@ def test_every_migration_is_applied_once_and_recorded(tmp_path):
                                            ("dbschema5.sqlite", "0009_search_context"),
                                            ("dbschema6.sqlite", "0011_outcomes"),
                                            ("dbschema7.sqlite", "0012_episode_stats"),
-                                           ("dbschema8.sqlite", "0013_run_time_index")])
+                                           ("dbschema8.sqlite", "0013_run_time_index"),
+                                           ("dbschema9.sqlite", "0014_prompt_pieces")])
 def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golden, first):
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
     before = sqlite3.connect(path)
     n = before.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
     packed = golden in ("dbschema4.sqlite", "dbschema5.sqlite", "dbschema6.sqlite", "dbschema7.sqlite",
-                        "dbschema8.sqlite")
+                        "dbschema8.sqlite", "dbschema9.sqlite")
     raw = {r[0]: r[1:] for r in before.execute(
         f"SELECT episode_id, {'packed' if packed else 'ids, loss_mask, logprobs, versions'} FROM tokens")}
     before.close()
@@ -166,7 +173,7 @@ def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golde
     assert store.applied == names[names.index(first):]
     # The steps the file had are recorded as applied by the earlier version (before the table existed: no time).
     had_table = golden in ("dbschema4.sqlite", "dbschema5.sqlite", "dbschema6.sqlite", "dbschema7.sqlite",
-                           "dbschema8.sqlite")
+                           "dbschema8.sqlite", "dbschema9.sqlite")
     assert [(n, t is None) for n, t in migrations.history(store.db)][: names.index(first)] == \
         [(n, not had_table or n < "0004") for n in names[: names.index(first)]]
     assert store.count() == n
@@ -200,7 +207,7 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
     store = Store(path)
     assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files", "0009_search_context",
                              "0010_finite_numbers", "0011_outcomes", "0012_episode_stats",
-                             "0013_run_time_index"]
+                             "0013_run_time_index", "0014_prompt_pieces"]
     assert store.count() == 10
     store.close()
 

@@ -215,10 +215,50 @@ def test_an_older_run_newest_first_reads_its_own_rows_not_every_newer_one(in_tim
 def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_them(tmp_path: Path) -> None:
     path = tmp_path / "eight.sqlite"
     shutil.copy(GOLDEN / "dbschema8.sqlite", path)
-    store = Store(path, read_only=True)  # 0013 adds an index only: its readers do without it
-    assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index"]
+    store = Store(path, read_only=True)  # 0013 adds an index, 0014 only marks the file: readers do without both
+    assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index", "0014_prompt_pieces"]
     run = store.list_episodes(limit=1)[0].run_id
     flt = EpisodeFilter(run_id=run)
     page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))
     assert [r.id for r in page.rows] == [r.id for r in store.list_episodes(flt, limit=2)]
     store.close()
+
+
+def test_a_page_is_read_while_the_charts_are_still_counting(store: Store) -> None:
+    """The charts of a filter the aggregates cannot answer (a text search) count on a connection of their own:
+    held mid-query there (SQLite's progress handler waits), a page, its bounded count and the next page read
+    at once."""
+    import threading
+
+    conn, _ = store._reader(background=True)
+    counting, release = threading.Event(), threading.Event()
+
+    def hold() -> int:
+        counting.set()
+        release.wait(30)
+        return 0
+
+    conn.set_progress_handler(hold, 1000)
+    flt = EpisodeFilter(text="order")
+    charts: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: charts.update(stats=store.stats(flt), n=store.count(flt)))
+    worker.start()
+    try:
+        assert counting.wait(30)
+        done = threading.Event()
+        pages: list[EpisodePage] = []
+
+        def browse() -> None:
+            first = store.page_episodes(flt, "reward", True, PAGE)
+            pages.extend([first, store.page_episodes(flt, "reward", True, PAGE, after=first.after)])
+            store.count_upto(flt)
+            done.set()
+
+        threading.Thread(target=browse, daemon=True).start()
+        assert done.wait(20), "the page waited for the charts"
+        assert "stats" not in charts and len(pages) == 2 and pages[0].rows and pages[1].rows
+    finally:
+        release.set()
+        worker.join(30)
+        conn.set_progress_handler(None, 0)
+    assert charts["stats"].total == charts["n"] == store.count_upto(flt, bound=N).n

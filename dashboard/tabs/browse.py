@@ -2,7 +2,10 @@
 
 Filters go to ``EpisodeFilter`` and the store does the work (indexes, the
 full-text index, aggregates in SQL), so a page comes back fast at 100,000
-episodes. The table shows first; the charts follow in a second step. A
+episodes. The table shows first, before anything else is computed; the
+filters' choices, the exact count and the charts follow, each in a step of
+its own, and the store counts the charts and the exact count on a connection
+of their own, so the next page never waits for them. A
 ``gr.Timer`` asks the store for a cheap stamp every few seconds and, when
 episodes were added (a watch, a batch, an import elsewhere), shows the same
 filters, sort and page again in place.
@@ -14,7 +17,6 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -22,6 +24,7 @@ import gradio as gr
 from engine import SORTABLE, EpisodeFilter, MatchCount, RollscopeError, Status, Store, kind_label
 
 from ..assets import script
+from ..bulk import bulk
 from ..demo_button import DemoControls, demo_controls
 from ..gradio_glue import Outputs, event_data, html
 from ..views import charts
@@ -233,6 +236,7 @@ class BrowseTab:
     shown: gr.State
     selected: gr.State  # the id of the row last opened
     stamp: gr.State  # the store's episodes_stamp() when the table was last drawn
+    charted: gr.State  # the stamp the charts and the filters' choices were last drawn for
     timer: gr.Timer
     demo: DemoControls  # "Build the demo", on an empty database
     store: Store
@@ -265,14 +269,27 @@ class BrowseTab:
         return (_counted(self.store, self), [self.shown], [self.info, self.shown])
 
     def wire_load(self, demo: gr.Blocks, store: Store) -> None:
-        """On every page load (so a reload shows episodes written since): choices, first page, charts."""
-        loaded_out = self.choice_outputs + Outputs(stamp=self.stamp)
-        loaded = demo.load(lambda: loaded_out.values(**choices(store), stamp=store.episodes_stamp()),
-                           outputs=loaded_out.components)
-        shown = loaded.then(_show(store, self), inputs=self.inputs, outputs=self.outputs.components)
+        """On every page load (so a reload shows episodes written since): the first page before anything else,
+        then the filters' choices, the exact count and the charts, each a step of its own that fills in as it
+        comes (none waits for another)."""
+        shown = demo.load(_show(store, self), inputs=self.inputs, outputs=self.outputs.components)
+        shown.then(*self.choices_event)
         shown.then(*self.count_event)
         shown.then(_charts(store, self), inputs=self.filters.components, outputs=self.chart_outputs.components)
         self.demo.wire_load(demo, store)
+
+    @property
+    def choices_event(self) -> tuple[Any, ...]:
+        """The filters' choices and the store's stamp (what the timer compares with), as ``then``'s arguments;
+        ``charted`` says the charts and choices are of that stamp."""
+        out = self.choice_outputs + Outputs(stamp=self.stamp, charted=self.charted)
+
+        def chosen() -> list[Any]:
+            stamp = store.episodes_stamp()
+            return out.values(**choices(store), stamp=stamp, charted=stamp)
+
+        store = self.store
+        return (chosen, None, out.components)
 
     def wire_request(self, store: Store, request: gr.State, tabs: gr.Tabs) -> None:
         """Show Browse when ``request`` is set to ``{"run", "step"}``: that run's episodes of that rollout step,
@@ -403,50 +420,6 @@ def _bound(label: str, elem_id: str) -> gr.Textbox:
     return gr.Textbox(label=label, placeholder="any", max_lines=1, min_width=90, scale=1, elem_id=elem_id)
 
 
-BULK_ACTIONS = ("tag", "untag", "star", "unstar", "export")
-MAX_BULK = 10_000
-
-
-def bulk(store: Store, data: dict[str, Any]) -> tuple[str, Path | None]:
-    """Do what ``browse_table.js`` asked for the ticked rows: ``{"bulk": action, "ids": [...], "tag": ...,
-    "format": ...}``. (a note saying what was done, the exported file or None). Every id is checked before
-    anything changes, and a change is one transaction (``Store.curate``)."""
-    action = str(data.get("bulk") or "")
-    raw = data.get("ids")
-    ids = [str(i) for i in raw if isinstance(i, str) and i] if isinstance(raw, list) else []
-    if action not in BULK_ACTIONS:
-        return note(f"unknown action {action!r}", "error"), None
-    if not ids:
-        return note("No rows are ticked: tick the rows to act on (the box in the header ticks the whole page).",
-                    "warn"), None
-    if len(ids) > MAX_BULK:
-        return note(f"{len(ids):,} rows ticked: at most {MAX_BULK:,} at once; use Export with a filter or "
-                    "`rollscope tag --where`", "error"), None
-    n = len(ids)
-    rows = f"{n:,} episode{'s' if n != 1 else ''}"
-    try:
-        if action == "export":
-            from .export import write
-
-            fmt = str(data.get("format") or "jsonl")
-            path, written = write(store, EpisodeFilter(ids=tuple(store.resolve_id(i) for i in ids)), fmt)
-            return note(f"Exported {written:,} ticked episode{'s' if written != 1 else ''} as {fmt}: {path.name} "
-                        "(downloading; the link below downloads it again)", "ok"), path
-        if store.read_only:
-            return note(f"{store.path} is open read-only: nothing changed", "error"), None
-        if action in ("tag", "untag"):
-            tag = str(data.get("tag") or "").strip()
-            if not tag:
-                return note("Type a tag in the box beside Tag first.", "warn"), None
-            add, remove = ([tag], []) if action == "tag" else ([], [tag])
-            store.curate(ids, add_tags=add, remove_tags=remove)
-            return note(f"{'Tagged' if action == 'tag' else 'Untagged'} {rows} {tag!r}", "ok"), None
-        store.curate(ids, starred=action == "star")
-        return note(f"{'Starred' if action == 'star' else 'Unstarred'} {rows}", "ok"), None
-    except RollscopeError as e:
-        return note(str(e), "error"), None
-
-
 # One click exports and downloads: browse_table.js marks the export (download_mark.js's record, under this key),
 # and once the table's click has put a new file in the file component, download_new.js clicks its link.
 DOWNLOAD = {"ROOT": "#rs-bulk-file", "KEY": "rsBrowseExport", "MESSAGE": "#rs-browse-info"}
@@ -515,8 +488,8 @@ def build(store: Store) -> BrowseTab:
                       reward_max=reward_max, turns_min=turns_min, turns_max=turns_max, tags=tags, starred=starred,
                       source=source, findings=findings, step=step, search_context=search_context, outcome=outcome)
     tab = BrowseTab(filters, apply, reset, refresh, more, columns, info, table, bulk_file, prev, nxt, page_box,
-                    page_size, sort, plots, gr.State(None), gr.State(None), gr.State(None), gr.Timer(REFRESH_S), demo,
-                    store)
+                    page_size, sort, plots, gr.State(None), gr.State(None), gr.State(None), gr.State(None),
+                    gr.Timer(REFRESH_S), demo, store)
     drawn = tab.outputs
 
     def refilter(trigger: Any) -> None:
@@ -570,7 +543,8 @@ def build(store: Store) -> BrowseTab:
     table_clicked = table.click(on_table_click, inputs=tab.inputs, outputs=clicked.components)
     table_clicked.then(None, js=script("download_new", **DOWNLOAD))
     table_clicked.then(*tab.count_event)
-    ticked = Outputs(stamp=tab.stamp) + tab.choice_outputs + drawn + tab.chart_outputs
+    ticked = Outputs(stamp=tab.stamp) + drawn
+    followed = Outputs(charted=tab.charted) + tab.choice_outputs + tab.chart_outputs
 
     def on_tick(stamp: Any, shown: Any, selected: Any) -> list[Any]:
         now = store.episodes_stamp()
@@ -580,8 +554,15 @@ def build(store: Store) -> BrowseTab:
         values = _drawn(store, shown["filters"], shown["sort"], number, shown["size"], selected, shown.get("columns"))
         if values["page_box"] == number:
             del values["page_box"]
-        return ticked.values(stamp=now, **choices(store), **values, **figures(store, episode_filter(**shown["filters"])))
+        return ticked.values(stamp=now, **values)
+
+    def after_tick(stamp: Any, charted: Any, shown: Any) -> list[Any]:
+        # New episodes were drawn in the table: their choices and charts follow, as a step of their own.
+        if stamp == charted or not shown:
+            return followed.skip()
+        return followed.values(charted=stamp, **choices(store), **figures(store, episode_filter(**shown["filters"])))
 
     tab.timer.tick(on_tick, inputs=[tab.stamp, tab.shown, tab.selected], outputs=ticked.components,
-                   show_progress="hidden")
+                   show_progress="hidden").then(after_tick, inputs=[tab.stamp, tab.charted, tab.shown],
+                                                outputs=followed.components, show_progress="hidden")
     return tab

@@ -22,6 +22,9 @@ def register(sub: Any) -> None:
     ex.add_argument("--id", action="append", default=[], help="only this episode (repeatable; an id prefix is enough)")
     ex.add_argument("--tag", action="append", default=[], help="only episodes with this tag (repeatable: all of them)")
     ex.add_argument("--starred", action="store_true", help="only starred episodes")
+    ex.add_argument("--full-prompts", action="store_true",
+                    help="jsonl: write every turn's prompt text whole (by default a prompt that repeats the turn "
+                         "before is written as pieces of it, which `rollscope import` restores)")
     ex.set_defaults(handler=cmd_export)
 
 
@@ -40,7 +43,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     if not store.count(flt):
         raise ConfigError("no episodes match: nothing to export (`rollscope ls` with the same --where lists what "
                           "there is)")
-    n = export(store.iter_episodes(flt), a.format, a.output)
+    n = export(store.iter_episodes(flt), a.format, a.output, full_prompts=a.full_prompts)
     # On stderr: with -o - the episodes themselves are on stdout.
     print(f"exported {n} episodes ({a.format}) to {a.output}", file=sys.stderr)
     return 0

@@ -34,6 +34,7 @@ store); the launch layer and the front ends sit above.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -257,25 +258,31 @@ def _stored_before(e: FormatError, stored: dict[str, tuple[list[int], set[str]]]
     return type(e)(said, e.where, e.field)
 
 
-def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path) -> int:
+def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, full_prompts: bool = False) -> int:
     """Write episodes in format ``fmt`` to ``out_path`` (``-``: stdout, text formats only).
 
     The file appears under its name only when complete: it is written to
     ``OUT.part`` and renamed. Returns the number of episodes written.
+    ``full_prompts``: JSONL gives every turn's prompt text whole, not as pieces of the turn before.
     """
     if fmt not in EXPORTERS:
         raise ConfigError(f"unknown export format {fmt!r}; one of {', '.join(EXPORTERS)}")
+    stream = STREAM_WRITERS.get(fmt)
+    exporter = EXPORTERS[fmt]
+    if full_prompts and fmt == "jsonl":
+        stream = functools.partial(jsonl.write, full_prompts=True)
+        exporter = _text(stream)
     if str(out_path) == "-":
-        if fmt not in STREAM_WRITERS:
+        if stream is None:
             raise ConfigError(f"{fmt} is a binary format; give an output file with -o")
-        return STREAM_WRITERS[fmt](episodes, sys.stdout)
+        return stream(episodes, sys.stdout)
     out = Path(out_path)
     if out.is_dir():
         raise ConfigError(f"{out} is a folder; give an output file name")
     if not out.parent.is_dir():
         raise ConfigError(f"no folder {out.parent}: create it first, or give -o a file in a folder that exists")
     with atomic_path(out) as tmp:
-        n = EXPORTERS[fmt](episodes, tmp)
+        n = exporter(episodes, tmp)
     return n
 
 

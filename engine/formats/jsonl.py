@@ -3,7 +3,9 @@
 Each line is ``Episode.to_dict()``: at least ``id, env, task_id, status,
 reward, turn_rewards, messages, tokens, loss_mask, logprobs, prompt_len,
 tools, turns`` plus the rest of the record and ``schema_version``. NaN
-logprobs are written as ``null``.
+logprobs are written as ``null``. A turn's prompt text that repeats the turn
+before it is written as pieces of it (``records.prompts``; ``full_prompts``
+writes every one whole); reading restores it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import IO, Any
 
 from ..checks.diagnosis import read_episode
 from ..errors import FormatError
+from ..records import prompts
 from ..records.episode import Episode
 from .base import ImportContext, discover, json_lines, json_object
 from .limits import MAX_RECORD_MB, bounded_lines, over_limit
@@ -25,14 +28,17 @@ REQUIRED = ("id", "env", "task_id", "status", "reward", "turn_rewards", "message
             "logprobs", "prompt_len", "tools", "turns")
 
 
-def dumps(ep: Episode) -> str:
-    return json.dumps(ep.to_dict(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+def dumps(ep: Episode, full_prompts: bool = False) -> str:
+    d = ep.to_dict()
+    if not full_prompts:
+        d["turns"] = prompts.compact_turns(d["turns"])
+    return json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def write(episodes: Iterable[Episode], out: IO[str]) -> int:
+def write(episodes: Iterable[Episode], out: IO[str], full_prompts: bool = False) -> int:
     n = 0
     for ep in episodes:
-        out.write(dumps(ep))
+        out.write(dumps(ep, full_prompts))
         out.write("\n")
         n += 1
     return n

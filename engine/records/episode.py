@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..errors import FormatError
+from . import prompts
 from .generation import FINISH_REASONS as FINISH_REASONS  # re-exported: the records' face
 from .generation import FinishReason as FinishReason
 from .generation import Generation as Generation
@@ -28,9 +29,10 @@ from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; im
 
 # 2: findings carry id and caused_by; 3: typed config, backend and source, every field required;
 # 4: which checks produced the findings (checked); 5: why it earned its reward (outcome); 6: each turn's raw tool
-# outputs (raw_observation) and the episode's reference answer (ground_truth), out of ``info``
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+# outputs (raw_observation) and the episode's reference answer (ground_truth), out of ``info``; 7: a turn's prompt
+# text may be given as pieces of the turn before it (``records.prompts``)
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
@@ -269,7 +271,9 @@ class Turn:
     index: int
     """0-based turn number."""
     prompt_text: str | None
-    """The prompt text the backend received (None when it was sent ids)."""
+    """The prompt text the backend received (None when it was sent ids). A record may give it as pieces of the
+    previous turn's prompt text and generated text (``{"$pieces": [[start, end], "text", ...]}``: slices of
+    that text and text as it is, joined); it is read whole."""
     prompt_len: int
     """Token position where this turn's prompt ends in the episode's array."""
     generation: Generation | None
@@ -482,6 +486,9 @@ class Episode:
             from .upgrade import upgrade
 
             f = Fields(upgrade(d, SCHEMA_VERSION), nonfinite=f.nonfinite)
+        turns = prompts.restore_turns(f.d.get("turns"))
+        if turns is not f.d.get("turns"):
+            f = Fields({**f.d, "turns": turns}, nonfinite=f.nonfinite)
         return cls(  # fields read in record order, so the first bad one is the one named
             id=f.text("id"),
             env=f.text("env"),

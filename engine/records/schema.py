@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import FormatError
 from ..presets import LATER_KNOBS, LoopConfig
-from . import episode, generation, outcome, provenance
+from . import episode, generation, outcome, prompts, provenance
 from .episode import SCHEMA_VERSION, Episode
 from .numbers import nonfinite_positions, spell
 
@@ -133,6 +133,15 @@ def episode_schema() -> dict[str, Any]:
     defs["Generation"]["properties"]["logprobs"] = {
         "anyOf": [{"type": "array", "items": {"type": ["number", "null"]}}, {"type": "null"}],
         "description": lp["description"]}
+    # A later turn's prompt text may be pieces of the turn before it (``records.prompts``).
+    pt = defs["Turn"]["properties"]["prompt_text"]
+    defs["Turn"]["properties"]["prompt_text"] = {"anyOf": [*pt["anyOf"], {"$ref": "#/$defs/PromptPieces"}],
+                                                 "description": pt["description"]}
+    defs["PromptPieces"] = {
+        "type": "object", "description": prompts.DOC, "required": [prompts.KEY], "additionalProperties": False,
+        "properties": {prompts.KEY: {"type": "array", "description": "The pieces, in order.", "items": {"anyOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2}]}}}}
     return {"$schema": DIALECT, "$id": SCHEMA_ID, "title": "Rollscope episode", **top, "$defs": defs}
 
 

@@ -27,6 +27,8 @@ takes a record dict of version N and returns one of version N + 1.
 * 5 -> 6: ``raw_observation`` on each turn and ``ground_truth`` on the episode are new fields; the verl-tool loop
   of version 5 kept them in ``info`` (``info.raw_observation``, ``info.verl.ground_truth`` on every turn of a math
   episode). They move out of ``info``: a turn without them gets an empty list, an episode null.
+* 6 -> 7: a turn's ``prompt_text`` may be given as pieces of the turn before it (``records.prompts``); a
+  version-6 record holds every prompt whole, which version 7 reads as it is.
 """
 
 from __future__ import annotations
@@ -143,8 +145,12 @@ def _v5_to_v6(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _v6_to_v7(d: dict[str, Any]) -> dict[str, Any]:
+    return {**d, "schema_version": 7}
+
+
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7}
 
 
 def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:

@@ -60,6 +60,8 @@ class StoreBase:
     read_only: bool = False
     _read_conn: sqlite3.Connection | None = None
     _read_lock: threading.Lock
+    _bg_conn: sqlite3.Connection | None = None
+    _bg_lock: threading.Lock
     _analyzed_rows: int = 0
 
     def _read_only_file(self) -> Any:
@@ -94,7 +96,7 @@ class StoreBase:
     def _write_search(self, ep: Episode, turn: int | None = None) -> None:
         raise NotImplementedError
 
-    def browse_query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def browse_query(self, sql: str, args: Sequence[Any] = (), background: bool = False) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
     def _has_stats(self) -> bool:

@@ -11,9 +11,10 @@ mask value, version and logprob bit comes back (NaN comes back as NaN).
 
 Turns (``turns.data``): the turn's JSON without what the episode's arrays already hold. A generation
 whose ids (and logprobs) are the episode's ids (and logprobs) at the turn's assistant span says
-``{"$span": [start, end]}`` instead; a prompt text that extends the previous turn's says how much of it
-it keeps and adds the rest. The JSON is then zstd-compressed. Rows written before hold JSON text and
-read as they are.
+``{"$span": [start, end]}`` instead; a prompt text is given as pieces of the previous turn's prompt and
+generated text (``records.prompts``, as the JSONL export writes it), whether it extends that prompt or
+rewrote part of it. The JSON is then zstd-compressed. Rows written before hold JSON text, or a prompt
+that extended the previous one as ``{"$extends": n, "rest": ...}``, and read as they are.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from ..errors import StoreError
+from ..errors import FormatError, StoreError
+from ..records import prompts
 from ..records.episode import Turn
 from ..records.token_arrays import TokenArrays
 
@@ -147,9 +149,10 @@ def unpack_json(data: str | bytes) -> Any:
         raise StoreError(f"stored JSON cannot be decompressed: {e}") from None
 
 
-def pack_turn(turn: Turn, tokens: TokenArrays | None, previous_prompt: str | None) -> str | bytes:
+def pack_turn(turn: Turn, tokens: TokenArrays | None, previous: Turn | None) -> str | bytes:
     """A turn in its compact stored form; ``tokens``: the episode's final arrays, which the generation may
-    refer to (None: it may not)."""
+    refer to (None: it may not); ``previous``: the turn before it (index - 1), whose prompt and generated text
+    the prompt may refer to (None: it may not)."""
     gen = turn.generation
     refs: dict[str, Any] = {}
     if tokens is not None and gen is not None and gen.token_ids:
@@ -168,15 +171,19 @@ def pack_turn(turn: Turn, tokens: TokenArrays | None, previous_prompt: str | Non
     d = turn.to_dict()
     if refs:
         d["generation"].update(refs)
-    prompt = d.get("prompt_text")
-    if isinstance(prompt, str) and previous_prompt and len(previous_prompt) > 64 and prompt.startswith(previous_prompt):
-        d["prompt_text"] = {"$extends": len(previous_prompt), "rest": prompt[len(previous_prompt):]}
+    if previous is not None and turn.prompt_text is not None:
+        d["prompt_text"] = prompts.compact(turn.prompt_text, _source(previous.prompt_text, previous.generation))
     return pack_json(d)
 
 
-def unpack_turn(data: str | bytes, tokens: TokenArrays, previous_prompt: str | None) -> dict[str, Any]:
+def _source(prompt: Any, gen: Any) -> str | None:
+    text = gen.get("text") if isinstance(gen, dict) else getattr(gen, "text", None)
+    return prompts.base(prompt if isinstance(prompt, str) else None, text if isinstance(text, str) else None)
+
+
+def unpack_turn(data: str | bytes, tokens: TokenArrays, previous: dict[str, Any] | None) -> dict[str, Any]:
     """A stored turn row as the turn's ``to_dict()``: JSON text as older versions wrote it, or the
-    compact form (``previous_prompt``: the prompt text of the turn before, read first)."""
+    compact form (``previous``: the turn before it, index - 1, read first; None when there is none)."""
     d = unpack_json(data)
     if not isinstance(d, dict):
         raise StoreError("a stored turn is not a JSON object")
@@ -193,8 +200,16 @@ def unpack_turn(data: str | bytes, tokens: TokenArrays, previous_prompt: str | N
                 else:
                     gen[key] = [None if math.isnan(x) else x for x in tokens.logprobs[a:b].tolist()]
     prompt = d.get("prompt_text")
-    if isinstance(prompt, dict) and "$extends" in prompt:
-        if previous_prompt is None or len(previous_prompt) < int(prompt["$extends"]):
-            raise StoreError("a stored turn's prompt extends a previous prompt that is not there")
-        d["prompt_text"] = previous_prompt[: int(prompt["$extends"])] + str(prompt.get("rest", ""))
+    if isinstance(prompt, dict):
+        before = previous.get("prompt_text") if previous is not None else None
+        if "$extends" in prompt:  # the form rows of database schema 8 and before hold
+            if not isinstance(before, str) or len(before) < int(prompt["$extends"]):
+                raise StoreError("a stored turn's prompt extends a previous prompt that is not there")
+            d["prompt_text"] = before[: int(prompt["$extends"])] + str(prompt.get("rest", ""))
+        else:
+            try:
+                d["prompt_text"] = prompts.restore(
+                    prompt, _source(before, previous.get("generation") if previous is not None else None))
+            except FormatError as e:
+                raise StoreError(f"a stored turn's prompt cannot be restored: {e}") from None
     return d

@@ -209,34 +209,39 @@ class IndexQueries(StoreBase):
 
     # -- reading for Browse ----------------------------------------------------
 
-    def _reader(self) -> tuple[sqlite3.Connection, threading.Lock]:
-        """A second connection for Browse's reads, so a long aggregate never holds up a turn commit.
+    def _reader(self, background: bool = False) -> tuple[sqlite3.Connection, threading.Lock]:
+        """A connection for Browse's reads, apart from the store's own, so a long aggregate never holds up a
+        turn commit (WAL lets it read the last committed state while the store's connection writes).
 
-        WAL lets it read the last committed state while the store's own
-        connection writes.
+        ``background``: the connection of the reads that follow a page (the charts' aggregates, exact counts),
+        so a page never waits for them: a filter the maintained aggregates cannot answer counts its charts
+        from the episodes there while the next page is read here.
         """
+        name = "_bg" if background else "_read"
         with self._lock:
-            if getattr(self, "_read_conn", None) is None:
+            conn = getattr(self, f"{name}_conn", None)
+            if conn is None:
                 if self.read_only:
                     conn = self._read_only_file().connect()
                 else:
                     conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
                 conn.execute("PRAGMA temp_store=MEMORY")
-                self._read_conn = conn
-                self._read_lock = threading.Lock()
-            assert self._read_conn is not None
-            return self._read_conn, self._read_lock
+                setattr(self, f"{name}_conn", conn)
+                setattr(self, f"{name}_lock", threading.Lock())
+            return conn, getattr(self, f"{name}_lock")
 
     def close_reader(self) -> None:
         with self._lock:
-            conn = getattr(self, "_read_conn", None)
-            if conn is not None:
-                conn.close()
-                self._read_conn = None
+            for name in ("_read_conn", "_bg_conn"):
+                conn = getattr(self, name, None)
+                if conn is not None:
+                    conn.close()
+                    setattr(self, name, None)
 
-    def browse_query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of a read-only query on the Browse connection."""
-        conn, lock = self._reader()
+    def browse_query(self, sql: str, args: Sequence[Any] = (), background: bool = False) -> list[tuple[Any, ...]]:
+        """Rows of a read-only query on the Browse connection (``background``: on the one for what follows a
+        page)."""
+        conn, lock = self._reader(background)
         with lock:
             return conn.execute(sql, list(args)).fetchall()
 
@@ -288,7 +293,7 @@ class IndexQueries(StoreBase):
         stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
         rows = self.browse_query(f"SELECT group_id, MIN(task_id), {stat}, MIN(env), MIN(preset) FROM episode_index "
                                  f"WHERE ({where}) AND group_id IS NOT NULL GROUP BY group_id HAVING COUNT(*) > 1 "
-                                 "ORDER BY group_id", args)
+                                 "ORDER BY group_id", args, background=True)
         return len(rows), [_reward_stats(r) for r in rows[:limit]]
 
     def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000, max_bars: int = 30,
@@ -306,7 +311,7 @@ class IndexQueries(StoreBase):
         where, args = _where(flt)
         # Counts by status, turns and reward come from the maintained aggregates when they answer the filter.
         counted = (flt is None or bool(getattr(flt, "on_stats", False))) and self._has_stats()
-        conn, lock = self._reader()
+        conn, lock = self._reader(background=True)
         with lock:
             self._maybe_analyze(conn)
             q = conn.execute

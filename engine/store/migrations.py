@@ -27,8 +27,9 @@ from . import schema
 class Migration:
     """One step: ``name`` (``NNNN_what``), the schema the file has after it, and what it does. A ``repair``
     changes rows, not tables: a read-only file that lacks it still opens (and reads as it is). A ``derived`` step
-    adds only what the stored rows give again (an index, aggregates): a read-only file that lacks it opens, and
-    its readers do without it."""
+    adds only what the stored rows give again (an index, aggregates), or nothing but the number that keeps an older
+    version from misreading what this one writes: a read-only file that lacks it opens, and its readers do without
+    it."""
 
     name: str
     schema: int
@@ -68,6 +69,9 @@ MIGRATIONS: tuple[Migration, ...] = (
               "kept by triggers and filled from the episodes stored before", derived=True),
     Migration("0013_run_time_index", 9, schema.add_run_time_index,
               "an index of each run's episodes in time, so an older run's newest episodes are read first", derived=True),
+    Migration("0014_prompt_pieces", 10, schema.allow_prompt_pieces,
+              "a turn's prompt text stored as pieces of the previous turn's prompt and reply, also where the chat "
+              "template rewrote part of the conversation (rows stored before read as they are)", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

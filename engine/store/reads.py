@@ -60,11 +60,12 @@ class Reads(StoreBase):
             tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
                       else TokenArrays.from_blobs(*tok[:4]))
             turns: list[dict[str, Any]] = []
-            previous: tuple[int, str | None] = (-2, None)
+            previous: dict[str, Any] | None = None
             for idx, data in rows:
-                t = codec.unpack_turn(data, tokens, previous[1] if previous[0] == idx - 1 else None)
+                t = codec.unpack_turn(data, tokens, previous if previous is not None and previous.get("index") == idx - 1
+                                      else None)
                 turns.append(t)
-                previous = (idx, t.get("prompt_text"))
+                previous = t
             d = codec.unpack_json(row["data"])
         except StoreError as e:
             raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
@@ -227,12 +228,14 @@ class Reads(StoreBase):
 
     def count(self, flt: EpisodeFilter | None = None) -> int:
         """How many episodes ``flt`` selects: exact, from the maintained aggregates when they answer the filter (every
-        episode, or a filter on their columns alone: a few thousand rows at any size), else from the browse index."""
+        episode, or a filter on their columns alone: a few thousand rows at any size), else from the browse index;
+        on the connection of what follows a page, so a page read meanwhile does not wait for it."""
         flt = flt or EpisodeFilter()
         where, args = flt.sql()
         if flt.on_stats and self._has_stats():
-            return int(self.browse_query(f"SELECT IFNULL(SUM(n), 0) FROM episode_stats WHERE {where}", args)[0][0])
-        return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args)[0][0])
+            return int(self.browse_query(f"SELECT IFNULL(SUM(n), 0) FROM episode_stats WHERE {where}", args,
+                                         background=True)[0][0])
+        return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args, background=True)[0][0])
 
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are

@@ -8,7 +8,9 @@ added ``rollout_step`` (the trainer's step an imported episode came from) and ``
 ``rollscope watch`` has imported); 6 indexes system prompts and tool schemas apart from what a search
 looks in by default (``search_refs.part`` -1), then repairs numbers that are not finite; 7 added ``outcome`` (the
 kind of each episode's outcome, in ``episodes`` and the browse index), filled on the open after it; 8 added
-``episode_stats``, the charts' aggregates kept by triggers; 9 an index of each run's episodes in time. Every step is written to be safe on a file that already has
+``episode_stats``, the charts' aggregates kept by triggers; 9 an index of each run's episodes in time; 10 lets a
+turn row give its prompt text as pieces of the turn before it (``records.prompts``), where 9 and before gave a
+prompt that extended it only. Every step is written to be safe on a file that already has
 what it adds.
 """
 
@@ -25,7 +27,7 @@ from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 9
+DB_SCHEMA = 10
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
@@ -370,3 +372,9 @@ def nonfinite_episodes(db: sqlite_utils.Database) -> list[str]:
         if np.isinf(lp).any():
             found.add(eid)
     return sorted(found)
+
+
+def allow_prompt_pieces(db: sqlite_utils.Database) -> None:
+    """Schema 10: turn rows written from now on may give their prompt text as pieces of the turn before it
+    (``codec.pack_turn``), which a Rollscope of schema 9 cannot read; the schema number keeps one from
+    trying. Rows stored before (whole prompts, ``$extends``) read as they are, so nothing is rewritten."""

@@ -161,12 +161,11 @@ class Writes(StoreBase):
         arrays may still be re-rendered by a later turn)."""
         k = turn.index - 1
         before = ep.turns[k] if 0 <= k < len(ep.turns) and ep.turns[k].index == k else None
-        previous = before.prompt_text if before is not None else None
         self._upsert(
             "turns",
             {
                 "episode_id": ep.id, "idx": turn.index, "reward": turn.reward, "done": int(turn.done),
-                "data": codec.pack_turn(turn, ep.tokens if spans else None, previous),
+                "data": codec.pack_turn(turn, ep.tokens if spans else None, before),
             },
             ("episode_id", "idx"),
         )

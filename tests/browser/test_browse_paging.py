@@ -80,3 +80,42 @@ def test_next_and_prev_walk_the_offset_pages_and_the_count_fills_in(page: Any, s
     _info(page, f"Episodes 51–100 of {N} matching · page 2 of 3 · sorted by reward")
     assert _rows(page) == after
     assert page.errors == []
+
+
+def test_the_first_rows_come_before_anything_else_and_the_charts_fill_in_after(page: Any,
+                                                                             site: tuple[str, Store]) -> None:
+    """One page load, watched from the browser: the Gradio events it asks the server for (in the order they are
+    sent: a step that follows another is sent when that one is done) and when the rows and the charts appear."""
+    url, _ = site
+    joined: list[int] = []
+    page.on("request", lambda r: joined.append(r.post_data_json["fn_index"])
+            if r.method == "POST" and "/queue/join" in r.url else None)
+    page.add_init_script("""window.__rsSeen = {}; new MutationObserver(() => {
+        const seen = window.__rsSeen, now = performance.now();
+        if (!seen.rows && document.querySelector('#rs-episode-table tr[data-id]')) seen.rows = now;
+        if (!seen.chart && document.querySelector('#rs-chart-0 .js-plotly-plot')) seen.chart = now;
+    }).observe(document, {subtree: true, childList: true});""")
+    page.goto(url)
+    page.locator("#rs-chart-0 .js-plotly-plot").first.wait_for(timeout=60_000)
+    _info(page, f"of {N} matching · page 1 of 3")
+    page.wait_for_function("() => window.__rsSeen.rows && window.__rsSeen.chart")
+    seen = page.evaluate("() => window.__rsSeen")
+    assert seen["rows"] < seen["chart"], seen
+    # Which component each event fills: the table (rs-episode-table), the env filter's choices, the charts.
+    fills = page.evaluate("""() => {
+        const cfg = window.gradio_config, elem = {};
+        for (const c of cfg.components) elem[c.id] = c.props && c.props.elem_id;
+        const out = {};
+        for (const d of cfg.dependencies) out[d.id] = (d.outputs || []).map(o => elem[o]).filter(Boolean);
+        return out;
+    }""")
+
+    def first(elem_id: str) -> int:
+        return next(k for k, fn in enumerate(joined) if elem_id in fills[str(fn)])
+
+    table = first("rs-episode-table")
+    assert table < first("rs-filter-env") and table < first("rs-chart-0"), [fills[str(fn)] for fn in joined]
+    # Nothing of Browse's was asked for before its table: every event before it fills other tabs.
+    browse = {"rs-episode-table", "rs-filter-env", "rs-chart-0", "rs-browse-info"}
+    assert not [fills[str(fn)] for fn in joined[:table] if browse & set(fills[str(fn)])]
+    assert not page.errors
