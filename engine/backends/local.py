@@ -211,6 +211,9 @@ class LocalBackend:
             prompt_tokens=len(job.prompt),
             cached_tokens=result.cached_tokens,
             model=self._loaded.name,
+            top_ids=tuple(tuple(r) for r in result.top_ids),
+            top_logprobs=tuple(tuple(r) for r in result.top_logprobs),
+            entropy=tuple(result.entropy) if request.sampling.top_logprobs > 0 else None,
         )
 
     def _job(self, request: GenerationRequest) -> Job:
@@ -227,7 +230,7 @@ class LocalBackend:
         return Job(prompt, s.max_new_tokens, s.temperature, s.top_p, tuple(s.stop), seed,
                    decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
                    stop_ids=frozenset(self._stop_ids), on_progress=request.on_progress,
-                   on_prefill=request.on_prefill)
+                   on_prefill=request.on_prefill, top_k=max(0, s.top_logprobs))
 
     def worker(self) -> ModelWorker:
         """The worker that runs this backend's model (shared by every backend on the same model)."""

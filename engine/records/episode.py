@@ -28,9 +28,11 @@ from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; im
 
 # 2: findings carry id and caused_by; 3: typed config, backend and source, every field required;
 # 4: which checks produced the findings (checked); 5: why it earned its reward (outcome); 6: each turn's raw tool
-# outputs (raw_observation) and the episode's reference answer (ground_truth), out of ``info``
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+# outputs (raw_observation) and the episode's reference answer (ground_truth), out of ``info``; 7: per token the
+# entropy and the top K alternatives (entropy, top_ids, top_logprobs, entropy_estimated), on the episode and on each
+# generation, and how many were asked for (sampling.top_logprobs)
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
@@ -390,7 +392,8 @@ class Episode:
     turns: tuple[Turn, ...] = ()
     """The turns, in order."""
     tokens: TokenArrays = field(default_factory=TokenArrays)
-    """The token arrays (serialized as tokens, loss_mask, logprobs and versions)."""
+    """The token arrays (serialized as tokens, loss_mask, logprobs, versions, entropy, top_ids, top_logprobs and
+    entropy_estimated)."""
     prompt_len: int = 0
     """Length of the first prompt in tokens."""
     segments: tuple[Segment, ...] = ()
@@ -470,7 +473,7 @@ class Episode:
         """The record ``d`` (version 2 or later, upgraded; a version-1 record goes through ``engine.read_episode``); a
         missing or mistyped field, or a number that is not finite, is a ``FormatError``.
 
-        ``tokens``, when given (the store keeps them as blobs), stands for the four token lists. A logprob that
+        ``tokens``, when given (the store keeps them as blobs), stands for the token lists. A logprob that
         is not a finite number is read as unknown and added to ``nonfinite`` (``records.marks``).
         """
         f = Fields(d, nonfinite=nonfinite)
