@@ -235,3 +235,60 @@ def test_without_k_the_clients_ask_for_none(server, prompt_ids, smol_tokenizer):
     chat = OpenAIBackend(server.url, "smollm2", mode="chat")
     asyncio.run(chat.generate(GenerationRequest(None, prompt_ids, req.sampling, messages=QUESTION)))
     assert "top_logprobs" not in server.bodies[-1][1]
+
+
+# -- recomputed by teacher forcing ----------------------------------------------------------------
+
+
+def _imported(ep: Episode) -> Episode:
+    """``ep`` as an import without alternatives would hold it: no backend named, none recorded."""
+    from dataclasses import replace
+
+    from engine.records.provenance import Source
+
+    bare = ep.tokens.evolve(entropy=None, top_ids=None, top_logprobs=None, entropy_estimated=False)
+    turns = tuple(replace(t, generation=replace(t.generation, top_ids=(), top_logprobs=(), entropy=None))
+                  for t in ep.turns)
+    return ep.evolve(id="imported-" + ep.id, tokens=bare, turns=turns, backend=None,
+                     config=replace(ep.config, sampling=replace(ep.config.sampling, top_logprobs=0)),
+                     source=Source(kind="slime", file="run.jsonl", line=1))
+
+
+def test_check_recompute_logprobs_fills_an_imported_episodes_trained_tokens_and_stores_them(episode, tmp_path,
+                                                                                               capsys):
+    from engine.cli.main import main
+
+    ep = _imported(episode)
+    assert not ep.tokens.has_alternatives
+    db = tmp_path / "db.sqlite"
+    store = Store(db)
+    try:
+        store.save_episode(ep)
+    finally:
+        store.close()
+    assert main(["check", str(db), "--recompute-logprobs", "--model", "smollm2", "--top-logprobs", "3"]) == 0
+    capsys.readouterr()
+    store = Store(db)
+    try:
+        back = store.get_episode(ep.id)
+    finally:
+        store.close()
+    t, live = back.tokens, episode.tokens
+    trained = t.loss_mask == 1
+    assert t.top_k == 3 and not t.entropy_estimated
+    assert np.array_equal(np.isfinite(t.entropy), trained) and np.array_equal(t.top_ids[:, 0] >= 0, trained)
+    # The same numbers the embedded model recorded while it generated (exact, the same convention).
+    assert np.abs(t.entropy[trained] - live.entropy[trained]).max() < 1e-4
+    assert np.array_equal(t.top_ids[trained], live.top_ids[trained][:, :3])
+    assert np.abs(t.top_logprobs[trained] - live.top_logprobs[trained][:, :3]).max() < 1e-4
+    assert any(f.kind == "logprob_mismatch" for f in back.findings)  # the same pass compared the logprobs
+    assert back.tokens.ids.tolist() == ep.tokens.ids.tolist() and back.turns[0].generation.top_ids == ()
+
+
+def test_without_a_model_to_run_nothing_is_filled(episode):
+    from engine.checks.fanout import Fanout, check_episodes
+
+    ep = _imported(episode)
+    with Fanout(1) as one:
+        (checked,) = list(check_episodes(one, [ep], recompute_logprobs=True))
+    assert checked.tokens == ep.tokens
