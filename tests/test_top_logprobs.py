@@ -292,3 +292,24 @@ def test_without_a_model_to_run_nothing_is_filled(episode):
     with Fanout(1) as one:
         (checked,) = list(check_episodes(one, [ep], recompute_logprobs=True))
     assert checked.tokens == ep.tokens
+
+
+def test_an_export_to_slime_or_areal_says_in_one_line_what_it_left_out(episode, tmp_path, capsys):
+    from engine.cli.main import main
+
+    db = tmp_path / "db.sqlite"
+    store = Store(db)
+    try:
+        store.save_episode(episode)
+        store.save_episode(_imported(episode))  # nothing to leave out of this one
+    finally:
+        store.close()
+    for fmt in ("slime", "areal", "jsonl", "parquet"):
+        assert main(["export", "--db", str(db), "--format", fmt, "-o", str(tmp_path / f"out.{fmt}")]) == 0
+        err = capsys.readouterr().err.splitlines()
+        said = [line for line in err if "left out" in line]
+        if fmt in ("slime", "areal"):
+            assert said == [f"{fmt}: left out the per-token entropy and top-K alternatives of 1 episode (the format "
+                            "has no place for them; jsonl and parquet keep them)"], err
+        else:
+            assert not said, err
