@@ -302,7 +302,7 @@ def teacher_forced(model_spec: str | None, ids: list[int], start: int, temperatu
     lp = scaled_logprobs(logits, temperature)
     target = torch.tensor(ids[start:]).unsqueeze(-1)
     chosen = lp.gather(-1, target).squeeze(-1)
-    entropy = -torch.where(torch.isfinite(lp), lp.exp() * lp, torch.zeros_like(lp)).sum(-1)
+    entropy = -torch.nansum(lp.exp() * lp, dim=-1)  # a -inf logprob's 0 * -inf (NaN) adds nothing
     values, top = torch.topk(lp, min(k, lp.shape[-1]), dim=-1) if k else (torch.zeros(n, 0), torch.zeros(n, 0))
     out = TeacherForced(chosen.numpy().astype(np.float32), entropy.numpy().astype(np.float32),
                         top.numpy().astype(np.int32), values.numpy().astype(np.float32))

@@ -89,10 +89,9 @@ def entropy_and_top(logprobs: torch.Tensor, k: int) -> tuple[float, list[int], l
     """(entropy in nats, the ``k`` most likely ids, their logprobs) of one position's scaled logprobs."""
     import torch
 
-    finite = torch.isfinite(logprobs)
-    terms = torch.where(finite, logprobs.exp() * logprobs, torch.zeros_like(logprobs))
     values, ids = torch.topk(logprobs, min(k, logprobs.shape[-1]))
-    return float(-terms.sum()), [int(x) for x in ids], [float(x) for x in values]
+    # A token of probability 0 (logprob -inf) adds nothing: its 0 * -inf is NaN, which nansum leaves out.
+    return float(-torch.nansum(logprobs.exp() * logprobs)), ids.tolist(), values.tolist()
 
 
 def sample(logprobs: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:

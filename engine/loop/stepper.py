@@ -38,10 +38,10 @@ from ..records.episode import (
     TokenArrays,
     ToolCall,
     Turn,
+    with_generations,
 )
 from ..records.outcome import Outcome
 from ..records.provenance import BackendInfo, EnvInfo, RunConfig
-from ..records.token_arrays import with_generations
 from ..tokens import chat, modes
 from ..tokens.tokenizer import Tokenizer
 from ..tokens.toolcalls import ParseResult

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -11,7 +10,6 @@ import numpy as np
 from . import alternatives
 
 if TYPE_CHECKING:
-    from .episode import Turn
     from .reading import Fields
 
 
@@ -210,35 +208,3 @@ def _int_array(f: Fields, key: str, low: int, high: int, what: str) -> np.ndarra
         raise f.fail(key, f"must be a list of {what}")
     return arr
 
-
-def with_generations(tokens: TokenArrays, turns: Sequence[Turn]) -> TokenArrays:
-    """``tokens`` with the entropy and top K each turn's generation carries, placed on its assistant tokens: from
-    the turn's first assistant token on, for as long as the arrays hold the generated ids (a re-encoded reply
-    keeps them only while its ids are the generated ones). Unchanged when no generation carries any."""
-    gens = [(t, t.generation) for t in turns if t.generation is not None
-            and (t.generation.top_ids or t.generation.entropy is not None)]
-    if not gens:
-        return tokens
-    n = len(tokens)
-    k = max((len(r) for _, g in gens for r in g.top_ids), default=0)
-    entropy = tokens.entropy.copy()
-    top_ids = np.full((n, k), -1, dtype=np.int32)
-    top_lps = np.full((n, k), np.nan, dtype=np.float32)
-    estimated = tokens.entropy_estimated
-    if tokens.top_k:
-        kk = min(k, tokens.top_k)
-        top_ids[:, :kk], top_lps[:, :kk] = tokens.top_ids[:, :kk], tokens.top_logprobs[:, :kk]
-    for turn, gen in gens:
-        start = next((s.start for s in turn.segments if s.kind == "assistant"), None)
-        if start is None:
-            continue
-        m = 0
-        while m < len(gen.token_ids) and start + m < n and int(tokens.ids[start + m]) == gen.token_ids[m]:
-            m += 1
-        if gen.entropy is not None:
-            entropy[start:start + m] = np.asarray(gen.entropy[:m], dtype=np.float32)
-            estimated = estimated or gen.entropy_estimated
-        for i, (row_ids, row_lps) in enumerate(zip(gen.top_ids[:m], gen.top_logprobs[:m])):
-            top_ids[start + i, :len(row_ids)] = row_ids
-            top_lps[start + i, :len(row_lps)] = row_lps
-    return tokens.evolve(entropy=entropy, top_ids=top_ids, top_logprobs=top_lps, entropy_estimated=estimated)
