@@ -36,13 +36,14 @@ def storage(backend, tok, episodes: int) -> dict[int, tuple[float, float]]:
 
     out = {}
     for k in (0, 5):
-        total = generated = n = 0
+        total = generated = n = arrays = 0
         for i in range(episodes):
             env = MathEnv()
             sampling = SamplingParams(temperature=0.8, max_new_tokens=40, seed=100 + i, top_logprobs=k)
             ep = asyncio.run(run_episode(env, backend, tok, PRESETS["tito"].with_(max_turns=2), env.tasks[i],
                                          preset="tito", sampling=sampling))
             size = len(codec.pack_tokens(ep.tokens))
+            arrays += size
             previous = None
             for t in ep.turns:
                 size += len(codec.pack_turn(t, ep.tokens, previous))
@@ -52,7 +53,8 @@ def storage(backend, tok, episodes: int) -> dict[int, tuple[float, float]]:
             generated += sum(s.end - s.start for s in ep.segments if s.kind == "assistant")
         out[k] = (total / n, total / generated)
         print(f"K={k}: {total} bytes stored for {n} tokens ({generated} generated): "
-              f"{total / n:.2f} bytes per token, {total / generated:.2f} per generated token", flush=True)
+              f"{total / n:.2f} bytes per token, {total / generated:.2f} per generated token "
+              f"(token arrays {arrays / n:.2f} per token, turns {(total - arrays) / n:.2f})", flush=True)
     return out
 
 

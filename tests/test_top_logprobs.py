@@ -113,6 +113,12 @@ def test_store_jsonl_and_parquet_keep_them_exactly(episode, tmp_path):
         store.close()
     assert back.tokens == episode.tokens and back.turns == episode.turns
     assert back.to_dict() == episode.to_dict()
+    # Stored once: a turn's generation refers to the arrays for its alternatives, as for its ids and logprobs.
+    from engine.store import codec
+
+    first = episode.turns[0]
+    stored = codec.unpack_json(codec.pack_turn(first, episode.tokens, None))["generation"]
+    assert all(isinstance(stored[k], dict) and "$span" in stored[k] for k in ("top_ids", "top_logprobs", "entropy"))
     buf = io.StringIO()
     jsonl.write([episode], buf)
     record = json.loads(buf.getvalue())
