@@ -7,7 +7,9 @@ token. Chat (``logprobs: true, top_logprobs: K``) answers ``logprobs.content[i].
 of ``{token, logprob, bytes}``. Each position's alternatives are ordered most likely first and cut to K; one whose
 id cannot be told (a token string no single vocabulary entry spells) is left out. A server gives no more than the
 top K, so the entropy is estimated from them (``records.alternatives.estimate_entropy``, a lower bound) and the
-generation says so.
+generation says so. They are taken as the server gives them, like its logprobs: servers differ on whether the
+temperature scales them, so at a temperature other than 1 they follow the server's convention, which need not be
+the embedded model's.
 """
 
 from __future__ import annotations
