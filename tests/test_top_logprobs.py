@@ -319,3 +319,51 @@ def test_an_export_to_slime_or_areal_says_in_one_line_what_it_left_out(episode, 
                             "has no place for them; jsonl and parquet keep them)"], err
         else:
             assert not said, err
+
+
+def test_the_packed_form_keeps_ragged_rows_entropy_alone_and_the_estimate_flag_bit_for_bit():
+    from engine.records.episode import TokenArrays
+    from engine.store import codec
+
+    rng = np.random.default_rng(1)
+    n = 300
+    ids = rng.integers(0, 49152, n)
+    mask = (np.arange(n) >= 100).astype(np.uint8)
+    lps = np.where(mask == 1, -rng.random(n), np.nan)
+    entropy = np.where(mask == 1, rng.random(n) * 3, np.nan).astype(np.float32)
+    rows = [[] if m == 0 else rng.integers(0, 49152, int(rng.integers(1, 6))).tolist() for m in mask]
+    row_lps = [(-np.sort(rng.random(len(r)))[::-1] * 4).tolist() for r in rows]
+    row_lps[150][0] = None  # unknown
+    cases = [
+        TokenArrays(ids, mask, lps, None, entropy, rows, row_lps, entropy_estimated=True),
+        TokenArrays(ids, mask, lps, None, entropy),  # entropy without top K
+        TokenArrays(ids, mask, lps, None, None, rows, row_lps),  # top K without entropy
+    ]
+    for t in cases:
+        blob = codec.pack_tokens(t)
+        assert blob[4:6] == (2).to_bytes(2, "little")
+        back = codec.unpack_tokens(blob)
+        assert back == t and back.top_k == t.top_k and back.entropy_estimated == t.entropy_estimated
+        assert back.top_logprobs.tobytes() == t.top_logprobs.tobytes() and back.entropy.tobytes() == t.entropy.tobytes()
+        # And through JSON: a row keeps only what it has.
+        d = t.to_dict()
+        assert TokenArrays.from_dict(d) == t
+    d = cases[0].to_dict()
+    assert d["top_ids"][150] == rows[150] and d["top_logprobs"][150][0] is None and d["top_ids"][0] == []
+    assert d["entropy_estimated"] is True
+
+
+def test_a_record_whose_alternatives_disagree_is_refused_with_the_field_named(episode):
+    from engine.errors import FormatError
+
+    d = episode.to_dict()
+    at = next(i for i, r in enumerate(d["top_ids"]) if r)
+    d["top_logprobs"][at] = d["top_logprobs"][at][:-1]
+    with pytest.raises(FormatError) as e:
+        jsonl.parse_line(json.dumps(d), "x")
+    assert e.value.field == f"top_logprobs.{at}"
+    d = episode.to_dict()
+    d["entropy"] = d["entropy"][:-1]
+    with pytest.raises(FormatError) as e:
+        jsonl.parse_line(json.dumps(d), "x")
+    assert e.value.field == "entropy"
