@@ -43,7 +43,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import uvicorn
@@ -91,6 +91,8 @@ class Sampled:
     matched: int | str | None
     latency: float
     cached: int
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
+    """Per generated token, its most likely (id, logprob), most likely first, as many as were asked for."""
 
 
 class ThreadedServer:
@@ -190,6 +192,7 @@ class ProtocolServer(ThreadedServer):
         self.log_level = log_level
         self.calls: Counter[str] = Counter()
         self.bodies: list[tuple[str, Any]] = []
+        self.answers: list[Sampled] = []  # what the model produced for each request, kept with the bodies
         self._stop_ids = end_of_turn_ids(self.tok)
         eot_texts = end_of_turn_texts(self.tok)
         self._eot = self.tok.convert_tokens_to_ids(eot_texts[0]) if eot_texts else None
@@ -295,7 +298,12 @@ class ProtocolServer(ThreadedServer):
                 text = self.tok.decode(ids, skip_special_tokens=False)
                 matched = next((s for s in sampling.stop if s and s in text), None)
         self._seen = ([prompt + ids] + self._seen)[:64]
-        return Sampled(prompt, ids, list(gen.logprobs or ()), gen.finish_reason, matched, time.perf_counter() - t0, cached)
+        top = [list(zip(i, lp)) for i, lp in zip(gen.top_ids, gen.top_logprobs)]
+        out = Sampled(prompt, ids, list(gen.logprobs or ()), gen.finish_reason, matched, time.perf_counter() - t0,
+                      cached, top)
+        if self.keep_bodies:
+            self.answers.append(out)
+        return out
 
     def _cached(self, prompt: list[int]) -> int:
         # A radix cache in miniature: the longest prefix shared with a recent sequence.
@@ -335,6 +343,7 @@ class ProtocolServer(ThreadedServer):
             max_new_tokens=int(sp.get("max_new_tokens", 128)),
             stop=(stop,) if isinstance(stop, str) else tuple(stop),
             seed=sp.get("sampling_seed"),
+            top_logprobs=int(body.get("top_logprobs_num") or 0) if body.get("return_logprob") else 0,
         )
         s = await self._sample(prompt, sampling)
         if s.finish == "abort":
@@ -357,6 +366,9 @@ class ProtocolServer(ThreadedServer):
             meta["output_token_logprobs"] = [
                 [lp, t, self.tok.decode([t]) if with_text else None] for lp, t in zip(s.logprobs, s.ids)
             ]
+            if sampling.top_logprobs:
+                meta["output_top_logprobs"] = [
+                    [[lp, t, self.tok.decode([t]) if with_text else None] for t, lp in row] for row in s.top]
         text = self._text(s, skip_special=sp.get("skip_special_tokens", True), trim=not sp.get("no_stop_trim", False))
         return {"text": text, "output_ids": s.ids, "meta_info": meta}
 
@@ -377,6 +389,19 @@ class ProtocolServer(ThreadedServer):
             stop=(stop,) if isinstance(stop, str) else tuple(stop),
             seed=body.get("seed"),
         )
+
+    @staticmethod
+    def _top_n(body: dict[str, Any], chat: bool) -> int:
+        """How many alternatives a request asks for: chat's ``top_logprobs`` (with ``logprobs: true``), or
+        completions' ``logprobs`` (an integer); each 0 to 20, as OpenAI's API allows."""
+        n = body.get("top_logprobs") if chat else body.get("logprobs")
+        if chat and n is not None and not body.get("logprobs"):
+            raise BadRequest("top_logprobs needs logprobs: true")
+        if n is None or isinstance(n, bool):
+            return 0
+        if not isinstance(n, int) or not 0 <= n <= 20:
+            raise BadRequest(f"{'top_logprobs' if chat else 'logprobs'} must be an integer from 0 to 20")
+        return n
 
     def _token_str(self, t: int, as_ids: bool) -> str:
         return f"token_id:{t}" if as_ids else self.tok.decode([t])
@@ -403,7 +428,7 @@ class ProtocolServer(ThreadedServer):
             prompt_ids = list(prompt)
         else:
             raise BadRequest("prompt must be a string or a list of token ids")
-        s = await self._sample(prompt_ids, sampling)
+        s = await self._sample(prompt_ids, replace(sampling, top_logprobs=self._top_n(body, chat=False)))
         text = self._text(s, skip_special=body.get("skip_special_tokens", True), trim=True)
         choice: dict[str, Any] = {
             "index": 0,
@@ -423,7 +448,9 @@ class ProtocolServer(ThreadedServer):
             choice["logprobs"] = {
                 "tokens": tokens,
                 "token_logprobs": s.logprobs,
-                "top_logprobs": [{tok_s: lp} for tok_s, lp in zip(tokens, s.logprobs)],
+                # The most likely and, when it is not among them, the sampled token (OpenAI's and vLLM's form).
+                "top_logprobs": [{**{self._token_str(t, as_ids): a for t, a in row}, tok_s: lp}
+                                 for tok_s, lp, row in zip(tokens, s.logprobs, s.top or [[]] * len(tokens))],
                 "text_offset": offsets,
             }
         if body.get("return_token_ids"):
@@ -448,7 +475,8 @@ class ProtocolServer(ThreadedServer):
                 raise BadRequest(f"messages[{i}]: a tool message needs tool_call_id")
         tools = body.get("tools") or None
         rendered = self.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        s = await self._sample(self.tok.encode(rendered, add_special_tokens=False), sampling)
+        n_top = self._top_n(body, chat=True)
+        s = await self._sample(self.tok.encode(rendered, add_special_tokens=False), replace(sampling, top_logprobs=n_top))
         text = self._text(s, skip_special=True, trim=True)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish = self._finish(s)
@@ -469,9 +497,11 @@ class ProtocolServer(ThreadedServer):
         if body.get("logprobs"):
             as_ids = bool(body.get("return_tokens_as_token_ids"))
             entries = []
-            for t, lp in zip(s.ids, s.logprobs):
+            for i, (t, lp) in enumerate(zip(s.ids, s.logprobs)):
                 tok_s = self._token_str(t, as_ids)
-                entries.append({"token": tok_s, "logprob": lp, "bytes": list(tok_s.encode("utf-8")), "top_logprobs": []})
+                top = [{"token": self._token_str(a, as_ids), "logprob": b,
+                        "bytes": list(self._token_str(a, as_ids).encode("utf-8"))} for a, b in (s.top[i] if s.top else [])]
+                entries.append({"token": tok_s, "logprob": lp, "bytes": list(tok_s.encode("utf-8")), "top_logprobs": top})
             choice["logprobs"] = {"content": entries}
         out: dict[str, Any] = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",

@@ -54,7 +54,7 @@ def test_the_copy_in_docs_is_what_rollscope_schema_prints():
 
 @pytest.mark.parametrize("name", ["schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
                                   "schema4-episodes.jsonl", "schema5-episodes.jsonl",
-                                  "schema6-episodes.jsonl"])
+                                  "schema6-episodes.jsonl", "schema7-episodes.jsonl"])
 def test_earlier_files_read_upgraded_and_export_valid_records(name):
     report = jsonl.ReadReport()
     episodes = list(jsonl.read(GOLDEN / name, report))
@@ -118,7 +118,7 @@ def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path)
     by_file = {name: {e.id: e.to_dict() for e in jsonl.read(GOLDEN / name)}
                for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
                             "schema4-episodes.jsonl", "schema5-episodes.jsonl",
-                            "schema6-episodes.jsonl")}
+                            "schema6-episodes.jsonl", "schema7-episodes.jsonl")}
     for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
                  "dbschema6.sqlite", "dbschema7.sqlite", "dbschema8.sqlite", "dbschema9.sqlite"):
         shutil.copy(GOLDEN / name, tmp_path / name)
@@ -214,8 +214,37 @@ def test_a_parquet_export_holds_records_that_conform(tmp_path):
         record = json.loads(row["record"])
         record.update(tokens=row["tokens"], loss_mask=row["loss_mask"], versions=row["versions"],
                       logprobs=[None if math.isnan(x) else x for x in row["logprobs"]])
+        assert row["top_k"] == 0 and not row["top_ids"] and all(math.isnan(x) for x in row["entropy"])
+        assert len(row["entropy"]) == len(row["tokens"])
+        record.update(entropy=[], top_ids=[], top_logprobs=[])
         assert not list(v.iter_errors(record)), problems(record)
         assert Episode.from_dict(record).to_dict() == record
+
+
+def _with_no_alternatives(d: dict) -> dict:
+    """A record of version 6 as version 8 reads it: no entropy, no top K, none asked for."""
+    d.update(entropy=[], top_ids=[], top_logprobs=[], entropy_estimated=False)
+    if d["config"]["sampling"] is not None:
+        d["config"]["sampling"]["top_logprobs"] = 0
+    for t in d["turns"]:
+        if t["generation"] is not None:
+            t["generation"].update(top_ids=[], top_logprobs=[], entropy=None, entropy_estimated=False)
+    return d
+
+
+def test_schema_6_records_read_with_no_alternatives_and_nothing_else_changed():
+    """Version 8 added per token entropy and top K (7 changed no field): a version-6 record reads with none of them, the rest as it was,
+    and its export conforms."""
+    lines = (GOLDEN / "schema6-episodes.jsonl").read_text(encoding="utf-8").splitlines()
+    v = validator()
+    for line in lines:
+        old = json.loads(line)
+        assert old["schema_version"] == 6 and "entropy" not in old
+        ep = Episode.from_dict(json.loads(line))
+        want = _with_no_alternatives({**old, "schema_version": SCHEMA_VERSION})
+        assert ep.to_dict() == want
+        assert ep.tokens.top_k == 0 and not ep.tokens.has_alternatives
+        assert not list(v.iter_errors(ep.to_dict())), problems(ep.to_dict())
 
 
 def test_schema_5_verl_records_move_raw_observation_and_ground_truth_out_of_info():
@@ -233,7 +262,7 @@ def test_schema_5_verl_records_move_raw_observation_and_ground_truth_out_of_info
             t["raw_observation"] = t["info"].pop("raw_observation", [])
             truth = t["info"].get("verl", {}).pop("ground_truth", truth)
         want.update(schema_version=SCHEMA_VERSION, ground_truth=truth)
-        assert ep.to_dict() == want
+        assert ep.to_dict() == _with_no_alternatives(want)
         assert ep.ground_truth == truth and all("raw_observation" not in t.info for t in ep.turns)
         for t_old, t in zip(old["turns"], ep.turns, strict=True):
             assert list(t.raw_observation) == t_old["info"].get("raw_observation", [])

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..errors import BackendError, ModelNotFound
 from ..records.episode import Generation
 from ..tokens.chat import end_of_turn_ids
@@ -211,6 +213,9 @@ class LocalBackend:
             prompt_tokens=len(job.prompt),
             cached_tokens=result.cached_tokens,
             model=self._loaded.name,
+            top_ids=tuple(tuple(r) for r in result.top_ids),
+            top_logprobs=tuple(tuple(r) for r in result.top_logprobs),
+            entropy=tuple(result.entropy) if request.sampling.top_logprobs > 0 else None,
         )
 
     def _job(self, request: GenerationRequest) -> Job:
@@ -227,7 +232,7 @@ class LocalBackend:
         return Job(prompt, s.max_new_tokens, s.temperature, s.top_p, tuple(s.stop), seed,
                    decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
                    stop_ids=frozenset(self._stop_ids), on_progress=request.on_progress,
-                   on_prefill=request.on_prefill)
+                   on_prefill=request.on_prefill, top_k=max(0, s.top_logprobs))
 
     def worker(self) -> ModelWorker:
         """The worker that runs this backend's model (shared by every backend on the same model)."""
@@ -252,6 +257,60 @@ def context_length(model_spec: str | None, device: str = "cpu") -> int | None:
     return int(n) if n else None
 
 
+@dataclass(frozen=True)
+class TeacherForced:
+    """What one teacher-forced pass gives for ``ids[start:]``: each token's logprob, the entropy of the
+    distribution it was drawn from, and that distribution's ``k`` most likely ids with their logprobs."""
+
+    logprobs: np.ndarray
+    entropy: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
+
+
+_LAST: list[tuple[tuple[Any, ...], TeacherForced]] = []  # the last pass, which the checks ask for twice
+_LAST_LOCK = threading.Lock()
+
+
+def teacher_forced(model_spec: str | None, ids: list[int], start: int, temperature: float = 0.0, k: int = 0,
+                   device: str = "cpu") -> TeacherForced:
+    """Logprobs, entropies and top ``k`` of ``ids[start:]`` given ``ids[:start]``, in one forward pass.
+
+    Uses the same (shared, locked) model as :class:`LocalBackend` for ``model_spec`` and the same logprob
+    convention, so for a generation at ``temperature`` the result should match what it recorded up to float
+    noise. The last pass is remembered: asked again for the same ids (with no larger ``k``), it is not rerun.
+    """
+    import torch
+
+    if not 1 <= start <= len(ids):
+        raise ValueError(f"start must be in [1, {len(ids)}] (a non-empty prefix), not {start}")
+    key = (model_spec, device, float(temperature), start, np.asarray(ids, dtype=np.int64).tobytes())
+    with _LAST_LOCK:
+        if _LAST and _LAST[0][0] == key and _LAST[0][1].top_ids.shape[1] >= k:
+            got = _LAST[0][1]
+            return TeacherForced(got.logprobs, got.entropy, got.top_ids[:, :k], got.top_logprobs[:, :k])
+    n = len(ids) - start
+    if n == 0:
+        return TeacherForced(np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros((0, k), np.int32),
+                             np.zeros((0, k), np.float32))
+    loaded = _load_model(model_spec, device)
+    with loaded.lock, torch.inference_mode():
+        torch.set_num_threads(thread_count())
+        x = torch.tensor([ids], device=loaded.device)
+        # Position i predicts token i+1: keep logits for positions start-1 .. len-2.
+        logits = loaded.model(input_ids=x, logits_to_keep=n + 1).logits[0, :-1].to("cpu")
+    lp = scaled_logprobs(logits, temperature)
+    target = torch.tensor(ids[start:]).unsqueeze(-1)
+    chosen = lp.gather(-1, target).squeeze(-1)
+    entropy = -torch.nansum(lp.exp() * lp, dim=-1)  # a -inf logprob's 0 * -inf (NaN) adds nothing
+    values, top = torch.topk(lp, min(k, lp.shape[-1]), dim=-1) if k else (torch.zeros(n, 0), torch.zeros(n, 0))
+    out = TeacherForced(chosen.numpy().astype(np.float32), entropy.numpy().astype(np.float32),
+                        top.numpy().astype(np.int32), values.numpy().astype(np.float32))
+    with _LAST_LOCK:
+        _LAST[:] = [(key, out)]
+    return out
+
+
 def teacher_forced_logprobs(
     model_spec: str | None,
     ids: list[int],
@@ -259,25 +318,5 @@ def teacher_forced_logprobs(
     temperature: float = 0.0,
     device: str = "cpu",
 ) -> list[float]:
-    """Logprobs of ``ids[start:]`` given ``ids[:start]``, in one forward pass.
-
-    Uses the same (shared, locked) model as :class:`LocalBackend` for
-    ``model_spec`` and the same logprob convention, so for a generation at
-    ``temperature`` the result should match its logprobs up to float noise.
-    """
-    import torch
-
-    if not 1 <= start <= len(ids):
-        raise ValueError(f"start must be in [1, {len(ids)}] (a non-empty prefix), not {start}")
-    if start == len(ids):
-        return []
-    loaded = _load_model(model_spec, device)
-    with loaded.lock, torch.inference_mode():
-        torch.set_num_threads(thread_count())
-        x = torch.tensor([ids], device=loaded.device)
-        # Position i predicts token i+1: keep logits for positions start-1 .. len-2.
-        keep = len(ids) - start + 1
-        logits = loaded.model(input_ids=x, logits_to_keep=keep).logits[0, :-1].to("cpu")
-        lp = scaled_logprobs(logits, temperature)
-        target = torch.tensor(ids[start:]).unsqueeze(-1)
-        return [float(v) for v in lp.gather(-1, target).squeeze(-1)]
+    """Logprobs of ``ids[start:]`` given ``ids[:start]``, in one forward pass (:func:`teacher_forced`)."""
+    return [float(v) for v in teacher_forced(model_spec, ids, start, temperature, 0, device).logprobs]

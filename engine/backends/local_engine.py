@@ -85,6 +85,15 @@ def scaled_logprobs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1)
 
 
+def entropy_and_top(logprobs: torch.Tensor, k: int) -> tuple[float, list[int], list[float]]:
+    """(entropy in nats, the ``k`` most likely ids, their logprobs) of one position's scaled logprobs."""
+    import torch
+
+    values, ids = torch.topk(logprobs, min(k, logprobs.shape[-1]))
+    # A token of probability 0 (logprob -inf) adds nothing: its 0 * -inf is NaN, which nansum leaves out.
+    return float(-torch.nansum(logprobs.exp() * logprobs)), ids.tolist(), values.tolist()
+
+
 def sample(logprobs: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:
     """One token: the argmax when greedy, else a draw from the top-p head with ``generator``."""
     import torch
@@ -119,10 +128,15 @@ class Job:
     stop_ids: frozenset[int] = frozenset()
     on_progress: ProgressHook | None = None
     on_prefill: PrefillHook | None = None
+    top_k: int = 0
+    """Alternatives recorded per generated token (with the exact entropy), 0 for none."""
     future: concurrent.futures.Future[JobResult] = field(default_factory=concurrent.futures.Future)
     # state
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
     cached: int = 0
     done_prefill: int = 0
     kv: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
@@ -152,6 +166,9 @@ class JobResult:
     cached_tokens: int
     latency_s: float
     first_token_s: float | None
+    entropy: list[float] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
 
 
 class ModelWorker:
@@ -318,6 +335,11 @@ class ModelWorker:
         nxt = sample(lp, job.temperature, job.top_p, job.generator)
         job.ids.append(nxt)
         job.logprobs.append(float(lp[nxt]))
+        if job.top_k > 0:
+            h, ids, values = entropy_and_top(lp, job.top_k)
+            job.entropy.append(h)
+            job.top_ids.append(ids)
+            job.top_logprobs.append(values)
         if job.first_token_s is None:
             job.first_token_s = time.perf_counter() - job.started
         text: str | None = None
@@ -342,7 +364,8 @@ class ModelWorker:
     def _finish(self, job: Job, finish: FinishReason) -> None:
         if job.result is None:
             job.result = JobResult(list(job.ids), list(job.logprobs), finish, job.cached,
-                                   time.perf_counter() - job.started, job.first_token_s)
+                                   time.perf_counter() - job.started, job.first_token_s, list(job.entropy),
+                                   list(job.top_ids), list(job.top_logprobs))
 
     @staticmethod
     def _resolve(job: Job) -> None:

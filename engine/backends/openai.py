@@ -4,14 +4,14 @@ Two modes:
 
 ``completions`` -- ``POST {base}/completions`` with ``prompt`` as token ids
 (tito) or text (retokenize), ``max_tokens``, ``temperature``, ``top_p``,
-``stop``, ``seed``, ``logprobs: 1``. Reads ``choices[0].text``,
+``stop``, ``seed``, ``logprobs: 1`` (K when the sampling asks for K alternatives). Reads ``choices[0].text``,
 ``choices[0].finish_reason``, ``choices[0].logprobs.tokens`` /
-``token_logprobs`` and ``usage``.
+``token_logprobs`` (/ ``top_logprobs``) and ``usage``.
 
 ``chat`` -- ``POST {base}/chat/completions`` with ``messages`` (the request's
-conversation as OpenAI dicts) and ``tools``, ``logprobs: true``. Reads
+conversation as OpenAI dicts) and ``tools``, ``logprobs: true`` (and ``top_logprobs: K``). Reads
 ``choices[0].message.content`` and ``tool_calls``, and
-``choices[0].logprobs.content[*].token`` / ``logprob``. The server renders
+``choices[0].logprobs.content[*].token`` / ``logprob`` (/ ``top_logprobs``). The server renders
 the prompt with its own chat template, so the token trace is exact only
 when that template is the loop's.
 
@@ -69,6 +69,7 @@ from ..records.episode import Generation, Message
 from ..tokens.chat import decode
 from ..tokens.tokenizer import Tokenizer
 from ..tokens.toolcalls import parse_hermes
+from . import topk
 from .base import PROMPT_AS_TEXT, PROMPT_IDS, GenerationRequest
 from .http import (
     MAX_ANSWER_BYTES,
@@ -168,6 +169,8 @@ class OpenAIBackend:
             if request.tools:
                 body["tools"] = [_as_openai_tool(t) for t in request.tools]
             body["logprobs"] = True
+            if s.top_logprobs > 0:
+                body["top_logprobs"] = s.top_logprobs
         else:
             if request.prompt_ids is not None and PROMPT_IDS not in self.refused:
                 body["prompt"] = [int(x) for x in request.prompt_ids]
@@ -178,7 +181,7 @@ class OpenAIBackend:
                 body["prompt"] = request.prompt_text
             else:
                 raise BackendError("openai (completions): the request has neither prompt_ids nor prompt_text")
-            body["logprobs"] = 1
+            body["logprobs"] = max(1, s.top_logprobs)
         if s.stop:
             body["stop"] = list(s.stop)
         if s.seed is not None:
@@ -241,6 +244,7 @@ class OpenAIBackend:
             server_text = hermes_text(content, calls, a.where)
             entries = a.get("logprobs.content", list, None, obj=choice)
             tokens, lps, raw_bytes = self._chat_logprobs(a, entries)
+            top = None if entries is None else [e.get("top_logprobs") for e in entries]
         else:
             server_text = a.need("text", str, obj=choice)
             lp = a.get("logprobs", dict, None, obj=choice)
@@ -248,6 +252,7 @@ class OpenAIBackend:
             values = a.get("token_logprobs", list, None, obj=lp) if lp is not None else None
             lps = None if values is None else [as_logprob(v) for v in values]
             raw_bytes = None
+            top = a.get("top_logprobs", list, None, obj=lp) if lp is not None else None
 
         found = self._ids(a, choice, tokens, raw_bytes)
         logprobs = tuple(lps) if found is not None and lps is not None and len(lps) == len(found) else None
@@ -268,7 +273,42 @@ class OpenAIBackend:
             prompt_tokens=int(a.get("usage.prompt_tokens", int, n_prompt)),
             cached_tokens=int(a.get("usage.prompt_tokens_details.cached_tokens", int, 0)),
             model=str(data.get("model") or self.model),
+            **topk.fields(self._top(top, request) if logprobs is not None else None, len(ids),
+                          request.sampling.top_logprobs),
         )
+
+    def _top(self, top: list[Any] | None, request: GenerationRequest) -> list[topk.Pairs] | None:
+        """Per token, (id, logprob) of each alternative whose id can be told: completions give an object of token
+        string to logprob, chat a list of ``{token, logprob, bytes}``."""
+        if top is None or request.sampling.top_logprobs <= 0:
+            return None
+        out: list[topk.Pairs] = []
+        for row in top:
+            if isinstance(row, dict):
+                entries = [(k, v, None) for k, v in row.items()]
+            elif isinstance(row, list):
+                entries = [(e.get("token"), e.get("logprob"), e.get("bytes")) for e in row if isinstance(e, dict)]
+            else:
+                entries = []
+            pairs = []
+            for token, lp, raw in entries:
+                tid = self._token_id(token, raw)
+                if tid is not None:
+                    pairs.append((tid, as_logprob(lp)))
+            out.append(pairs)
+        return out
+
+    def _token_id(self, token: Any, raw: Any) -> int | None:
+        spelled = _spelled_id(token)
+        if spelled is not None or self.tokenizer is None or not isinstance(token, str):
+            return spelled
+        text = token
+        if isinstance(raw, list) and raw:
+            try:
+                text = bytes(raw).decode("utf-8")
+            except (ValueError, TypeError):
+                return None
+        return _single_token(self.tokenizer, text)
 
     def _chat_logprobs(
         self, a: Answer, entries: list[Any] | None

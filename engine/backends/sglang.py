@@ -7,7 +7,7 @@ Request (one prompt, not streamed)::
     "sampling_params": {"temperature", "top_p", "max_new_tokens", "stop",
                         "sampling_seed" (when seeded),
                         "skip_special_tokens": false, "no_stop_trim": true},
-    "return_logprob": true
+    "return_logprob": true, "top_logprobs_num": K     # K when the sampling asks for alternatives
 
 Answer, as sglang's ``TokenizerManager`` builds it::
 
@@ -16,7 +16,8 @@ Answer, as sglang's ``TokenizerManager`` builds it::
                                     | {"type": "abort", "message": "..."},
                    "prompt_tokens", "completion_tokens", "cached_tokens",
                    "weight_version", "e2e_latency",
-                   "output_token_logprobs": [[logprob, token_id, text_or_null], ...]}}
+                   "output_token_logprobs": [[logprob, token_id, text_or_null], ...],
+                   "output_top_logprobs": [[[logprob, token_id, text_or_null], ...K], ...]}}
 
 Token ids and logprobs come from ``output_token_logprobs`` (one triple per
 generated token, the stop token included), else from ``output_ids`` without
@@ -50,6 +51,7 @@ from ..errors import BackendError
 from ..records.episode import Generation
 from ..tokens.chat import decode
 from ..tokens.tokenizer import Tokenizer
+from . import topk
 from .base import GenerationRequest
 from .http import (
     MAX_ANSWER_BYTES,
@@ -118,6 +120,8 @@ class SGLangBackend:
         if s.seed is not None:
             sampling["sampling_seed"] = s.seed
         body: dict[str, Any] = {"sampling_params": sampling, "return_logprob": True}
+        if s.top_logprobs > 0:
+            body["top_logprobs_num"] = s.top_logprobs
         if request.prompt_ids is not None:
             body["input_ids"] = [int(x) for x in request.prompt_ids]
         elif request.prompt_text is not None:
@@ -170,7 +174,23 @@ class SGLangBackend:
             weight_version=as_version(meta.get("weight_version")),
             model=self.model_name,
             finish_detail=_detail(raw_finish),
+            **topk.fields(self._read_top(a, meta, request), len(ids), request.sampling.top_logprobs),
         )
+
+    def _read_top(self, a: Answer, meta: dict[str, Any], request: GenerationRequest) -> list[topk.Pairs] | None:
+        """``meta_info.output_top_logprobs``: per generated token, ``[logprob, token_id, text]`` triples."""
+        if request.sampling.top_logprobs <= 0:
+            return None
+        rows = a.get("output_top_logprobs", list, obj=meta)
+        if rows is None:
+            return None
+        out: list[topk.Pairs] = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, list):
+                raise BackendError(f"{a.where}: 'meta_info.output_top_logprobs[{i}]' is {row!r:.60}, expected a list")
+            out.append([(self._int(a, t[1], f"meta_info.output_top_logprobs[{i}][{j}][1]"), as_logprob(t[0]))
+                        for j, t in enumerate(row) if isinstance(t, (list, tuple)) and len(t) >= 2])
+        return out
 
     def _read_triples(self, a: Answer, triples: list[Any]) -> tuple[tuple[int, ...], tuple[float, ...], tuple[Any, ...]]:
         ids: list[int] = []

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ..errors import ConfigError
-from ..records.episode import Episode, Finding
+from ..records.episode import Episode, Finding, TokenArrays
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -206,6 +206,8 @@ class CheckJob:
     recompute_logprobs: bool = False
     model: str | None = None
     threshold: float = 0.5
+    top_logprobs: int | None = None
+    """With ``recompute_logprobs``: alternatives recomputed per trained token (None: as recorded, else 5)."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,8 @@ class Checked:
     tokenizer_error: tuple[str, str] | None = None
     checked: str | None = None
     """The checks' version (``Episode.checked``)."""
+    tokens: TokenArrays | None = None
+    """The episode's arrays with the entropy and top K the model recomputed (``recompute_logprobs``), if it ran."""
 
 
 _CACHES: dict[str | None, Any] = {}
@@ -227,6 +231,7 @@ def check_chunk(jobs: list[CheckJob]) -> list[Checked]:
     """The checks of each job's episode (in a worker, or inline)."""
     from ..backends.tokenizers import TokenizerCache
     from . import CheckOptions, with_checks
+    from .recompute import recomputed
 
     out = []
     for job in jobs:
@@ -236,10 +241,12 @@ def check_chunk(jobs: list[CheckJob]) -> list[Checked]:
         before = dict(cache.errors)
         opts = CheckOptions(tokenizer=cache.get(job.episode), recompute_logprobs=job.recompute_logprobs,
                             model=job.model, logprob_threshold=job.threshold)
-        checked = with_checks(job.episode, opts)
+        # Filled first: the logprob check then reuses the same teacher-forced pass.
+        filled = recomputed(job.episode, job.model, job.top_logprobs) if job.recompute_logprobs else None
+        checked = with_checks(job.episode if filled is None else job.episode.evolve(tokens=filled), opts)
         new_error = next(((k, v) for k, v in cache.errors.items() if k not in before), None)
         out.append(Checked(checked.id, checked.findings, tuple(t.findings for t in checked.turns), new_error,
-                           checked.checked))
+                           checked.checked, filled))
     return out
 
 
@@ -248,11 +255,13 @@ def apply_findings(ep: Episode, checked: Checked) -> Episode:
     if checked.episode_id != ep.id or len(checked.turn_findings) != len(ep.turns):
         raise ValueError(f"findings of {checked.episode_id} do not fit episode {ep.id}")
     turns = tuple(t if t.findings == f else replace(t, findings=f) for t, f in zip(ep.turns, checked.turn_findings))
-    return ep.evolve(findings=checked.findings, turns=turns, checked=checked.checked)
+    tokens = ep.tokens if checked.tokens is None else checked.tokens
+    return ep.evolve(findings=checked.findings, turns=turns, checked=checked.checked, tokens=tokens)
 
 
 def check_episodes(fanout: Fanout, episodes: Iterable[Episode], *, tokenizer: str | None = None,
                    recompute_logprobs: bool = False, model: str | None = None, threshold: float = 0.5,
+                   top_logprobs: int | None = None,
                    errors: dict[str, str] | None = None, chunk: int = 4) -> Iterator[Episode]:
     """Each episode with its checks' findings, in order, the checks run by ``fanout``'s workers.
 
@@ -264,7 +273,7 @@ def check_episodes(fanout: Fanout, episodes: Iterable[Episode], *, tokenizer: st
     def jobs() -> Iterator[CheckJob]:
         for ep in episodes:
             held.append(ep)
-            yield CheckJob(ep, tokenizer, recompute_logprobs, model, threshold)
+            yield CheckJob(ep, tokenizer, recompute_logprobs, model, threshold, top_logprobs)
 
     for checked in fanout.map(check_chunk, jobs(), chunk=chunk):
         ep = held.popleft()

@@ -25,6 +25,9 @@ def register(sub: Any) -> None:
     ck.add_argument("--recompute-logprobs", action="store_true",
                     help="teacher-force a local model and compare its logprobs with the rollout's")
     ck.add_argument("--model", help="with --recompute-logprobs: local model folder (default: the episode's own local model)")
+    ck.add_argument("--top-logprobs", type=int, metavar="K",
+                    help="with --recompute-logprobs: also fill, at every trained token, the exact entropy and the K "
+                         "most likely tokens (default: as many as the episode recorded, else 5), and store them")
     ck.add_argument("--threshold", type=float, default=0.5, help="logprob difference that counts as a mismatch")
     ck.add_argument("--no-store", action="store_true", help="database only: do not save the findings back")
     ck.add_argument("--info", action="store_true", help="also print info findings (what was not checked, and why)")
@@ -86,7 +89,8 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     shown: list[tuple[str, str, list[Finding]]] = []
     runs: dict[str, list[set[str]]] = {}  # run id -> kinds of run-level candidates, one set per episode
     for checked in check_episodes(pool, episodes, tokenizer=a.tokenizer, recompute_logprobs=a.recompute_logprobs,
-                                  model=a.model, threshold=a.threshold, errors=tokenizer_errors):
+                                  model=a.model, threshold=a.threshold, errors=tokenizer_errors,
+                                  top_logprobs=a.top_logprobs):
         n_eps += 1
         if store is not None and not a.no_store:
             store.finish_episode(checked)

@@ -43,7 +43,10 @@ def cmd_export(a: argparse.Namespace) -> int:
     if not store.count(flt):
         raise ConfigError("no episodes match: nothing to export (`rollscope ls` with the same --where lists what "
                           "there is)")
-    n = export(store.iter_episodes(flt), a.format, a.output, full_prompts=a.full_prompts)
+    notes: list[str] = []
+    n = export(store.iter_episodes(flt), a.format, a.output, notes, full_prompts=a.full_prompts)
     # On stderr: with -o - the episodes themselves are on stdout.
     print(f"exported {n} episodes ({a.format}) to {a.output}", file=sys.stderr)
+    for note in notes:
+        print(note, file=sys.stderr)
     return 0

@@ -41,6 +41,9 @@ def register(sub: Any) -> None:
     r.add_argument("--top-p", type=float, default=1.0)
     r.add_argument("--max-new-tokens", type=positive_int, default=256)
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--top-logprobs", type=int, default=0, metavar="K",
+                   help="record at each generated token its K most likely tokens with their logprobs, and the "
+                        "entropy (exact on the local model, estimated from the top K on a server; 0 = none, at most 20)")
     r.add_argument("--concurrency", type=positive_int, default=4)
     r.add_argument("--mistake-rate", type=rate, default=0.2, help="scripted policy: share of wrong turns (0 = always right)")
     r.add_argument("--run", metavar="NAME", help="name the run (default: a fresh id); a name already used is refused")
@@ -55,7 +58,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     settings = knob_settings(a.set) | ({"max_turns": str(a.max_turns)} if a.max_turns is not None else {})
     backend_settings = BackendSettings.parse(a.policy, a.model, a.url, a.api, a.tokenizer, a.temperature, a.top_p,
-                                             a.max_new_tokens, a.mistake_rate, a.seed, a.timeout, a.retries)
+                                             a.max_new_tokens, a.mistake_rate, a.seed, a.timeout, a.retries,
+                                             a.top_logprobs)
     plan = plan_run(a.env, a.tasks, a.samples, a.preset, settings, a.concurrency, backend_settings,
                     config_file=a.config, problems=a.problems, user=UserSettings(a.user, a.user_model, a.user_url),
                     max_episodes=None, preflight=False, run_name=a.run, tags=a.tag)

@@ -258,13 +258,38 @@ def _stored_before(e: FormatError, stored: dict[str, tuple[list[int], set[str]]]
     return type(e)(said, e.where, e.field)
 
 
-def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, full_prompts: bool = False) -> int:
+def left_out(fmt: str, n: int) -> str:
+    """The line an export in ``fmt`` says of what it left out of ``n`` episodes: their per-token entropy and top K,
+    which only the lossless formats carry."""
+    return (f"{fmt}: left out the per-token entropy and top-K alternatives of {n} episode{'s' if n != 1 else ''} "
+            f"(the format has no place for them; jsonl and parquet keep them)")
+
+
+def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, notes: list[str] | None = None,
+           full_prompts: bool = False) -> int:
     """Write episodes in format ``fmt`` to ``out_path`` (``-``: stdout, text formats only).
 
     The file appears under its name only when complete: it is written to
-    ``OUT.part`` and renamed. Returns the number of episodes written.
+    ``OUT.part`` and renamed. Returns the number of episodes written. A format that cannot carry what some
+    episodes hold (their entropy and top K) adds one line saying so to ``notes``.
     ``full_prompts``: JSONL gives every turn's prompt text whole, not as pieces of the turn before.
     """
+    if fmt not in LOSSLESS:
+        dropped = [0]
+
+        def counted(eps: Iterable[Episode]) -> Iterator[Episode]:
+            for ep in eps:
+                dropped[0] += ep.tokens.has_alternatives
+                yield ep
+
+        n = _export(counted(episodes), fmt, out_path, full_prompts)
+        if dropped[0] and notes is not None:
+            notes.append(left_out(fmt, dropped[0]))
+        return n
+    return _export(episodes, fmt, out_path, full_prompts)
+
+
+def _export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, full_prompts: bool) -> int:
     if fmt not in EXPORTERS:
         raise ConfigError(f"unknown export format {fmt!r}; one of {', '.join(EXPORTERS)}")
     stream = STREAM_WRITERS.get(fmt)
@@ -289,5 +314,5 @@ def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, full_pro
 __all__ = [
     "EXPORTERS", "IMPORTERS", "LOSSLESS", "MAX_RECORD_MB", "STREAM_WRITERS", "Exporter", "ImportContext", "ImportReport", "Importer",
     "LineRange",
-    "export", "import_path",
+    "export", "import_path", "left_out",
 ]

@@ -5,7 +5,9 @@ group_id, sample_index, preset, status, reason, reward, n_turns, n_tokens,
 n_trainable, prompt_len, source, tags, starred, created_at, tokenizer``),
 the token arrays as list columns (``tokens`` int32, ``loss_mask`` uint8,
 ``logprobs`` float32 with NaN where unknown, ``versions`` int32 with -1
-where none), and ``record``: the rest of the episode as Rollscope JSON, so a
+where none), the entropy and top K (``entropy`` float32 per token, NaN where unknown; ``top_k``, K; ``top_ids``
+int32 and ``top_logprobs`` float32, K per token row after row, -1 and NaN where a token has none), and
+``record``: the rest of the episode as Rollscope JSON, so a
 Parquet file imports back losslessly. Rows are written and read in batches,
 so neither direction holds the whole file in memory.
 """
@@ -27,8 +29,10 @@ from .base import ImportContext, discover
 from .limits import over_limit
 
 BATCH = 256
-ARRAYS = {"tokens": "ids", "loss_mask": "loss_mask", "logprobs": "logprobs", "versions": "versions"}
+ARRAYS = {"tokens": "ids", "loss_mask": "loss_mask", "logprobs": "logprobs", "versions": "versions",
+          "entropy": "entropy", "top_ids": "top_ids", "top_logprobs": "top_logprobs"}
 _TOKEN_KEYS = ("tokens", "loss_mask", "logprobs", "versions")
+_ALTERNATIVES = ("entropy", "top_ids", "top_logprobs")  # not in files written before schema 8
 
 
 def _schema() -> Any:
@@ -42,7 +46,8 @@ def _schema() -> Any:
         ("tags", pa.list_(pa.string())), ("starred", pa.bool_()), ("created_at", pa.float64()),
         ("tokenizer", pa.string()),
         ("tokens", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())), ("logprobs", pa.list_(pa.float32())),
-        ("versions", pa.list_(pa.int32())), ("record", pa.string()),
+        ("versions", pa.list_(pa.int32())), ("entropy", pa.list_(pa.float32())), ("top_k", pa.int32()),
+        ("top_ids", pa.list_(pa.int32())), ("top_logprobs", pa.list_(pa.float32())), ("record", pa.string()),
     ])
 
 
@@ -69,17 +74,18 @@ def _batch(eps: list[Episode]) -> Any:
     cols["n_trainable"] = [e.tokens.n_trainable for e in eps]
     cols["source"] = [e.source.kind for e in eps]
     cols["tags"] = [list(e.tags) for e in eps]
+    cols["top_k"] = [e.tokens.top_k for e in eps]
     records = []
     for e in eps:
         d = e.to_dict()
-        for k in _TOKEN_KEYS:
+        for k in (*_TOKEN_KEYS, *_ALTERNATIVES):
             d.pop(k, None)
         records.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
     cols["record"] = records
     arrays = []
     for f in schema:
         if f.name in ARRAYS:
-            arrays.append(_list_column([getattr(e.tokens, ARRAYS[f.name]) for e in eps], f.type.value_type))
+            arrays.append(_list_column([getattr(e.tokens, ARRAYS[f.name]).reshape(-1) for e in eps], f.type.value_type))
         else:
             arrays.append(pa.array(cols[f.name], type=f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -123,6 +129,19 @@ def _row_sizes(batch: Any) -> np.ndarray:
     return out
 
 
+def _tokens(batch: Any, i: int, record: dict[str, Any], alternatives: bool) -> TokenArrays:
+    ids, mask, lps, versions = (_row_arrays(batch, k, i) for k in _TOKEN_KEYS)
+    if not alternatives:
+        return TokenArrays(ids, mask, lps, versions)
+    k = int(batch.column("top_k")[i].as_py() or 0)
+    n = len(ids)
+    top_ids, top_lps = _row_arrays(batch, "top_ids", i), _row_arrays(batch, "top_logprobs", i)
+    if len(top_ids) != n * k or len(top_lps) != n * k:
+        raise FormatError(f"top_ids holds {len(top_ids)} values, not top_k {k} for each of {n} tokens")
+    return TokenArrays(ids, mask, lps, versions, _row_arrays(batch, "entropy", i), top_ids.reshape(n, k),
+                       top_lps.reshape(n, k), bool(record.get("entropy_estimated", False)))
+
+
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     """Stream episodes from Parquet files this module wrote, a batch of rows at a time."""
     import pyarrow as pa
@@ -139,7 +158,8 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
             raise FormatError(f"not a Rollscope Parquet export: no column {missing[0]!r}", str(f))
         ctx.expect(pf.metadata.num_rows)
         row = 0
-        for batch in pf.iter_batches(batch_size=64, columns=["record", *_TOKEN_KEYS]):
+        more = [c for c in ("top_k", *_ALTERNATIVES) if c in pf.schema_arrow.names]
+        for batch in pf.iter_batches(batch_size=64, columns=["record", *_TOKEN_KEYS, *more]):
             sizes = _row_sizes(batch)
             column = batch.column("record")
             for i in range(batch.num_rows):
@@ -151,7 +171,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                 rec = column[i].as_py()
                 try:
                     d = jsonbounds.loads(rec, limit=None)
-                    ep = read_episode(d, tokens=TokenArrays(*(_row_arrays(batch, k, i) for k in _TOKEN_KEYS)))
+                    ep = read_episode(d, tokens=_tokens(batch, i, d, bool(more)))
                 except FormatError as e:
                     ctx.skip(e.at(where))
                     continue

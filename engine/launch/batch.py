@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import time
 import traceback
@@ -204,13 +205,7 @@ def _sampling_for(spec: BatchSpec, task_id: str, sample: int) -> SamplingParams:
     # (Python's hash() of a str changes from process to process, so a digest is used.)
     digest = hashlib.sha256(f"{spec.seed}|{task_id}|{sample}".encode()).digest()
     seed = int.from_bytes(digest[:4], "little") & 0x7FFFFFFF if spec.sampling.seed is None else spec.sampling.seed
-    return SamplingParams(
-        temperature=spec.sampling.temperature,
-        top_p=spec.sampling.top_p,
-        max_new_tokens=spec.sampling.max_new_tokens,
-        stop=spec.sampling.stop,
-        seed=seed,
-    )
+    return dataclasses.replace(spec.sampling, seed=seed)
 
 
 def _postfix(done: list[Episode]) -> dict[str, Any]:

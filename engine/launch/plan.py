@@ -84,6 +84,10 @@ def check_reachable(url: str, timeout: float = REACH_TIMEOUT_S) -> None:
         raise ConfigError(f"cannot reach {url} ({type(e).__name__}: {e}): is the server running?") from None
 
 
+MAX_TOP_LOGPROBS = 20
+"""The most alternatives a generated token may record (OpenAI's API allows 20)."""
+
+
 @dataclass(frozen=True)
 class BackendSettings:
     """Which policy answers, and how it samples."""
@@ -102,11 +106,13 @@ class BackendSettings:
     """HTTP policies: seconds one try may take, the whole answer included."""
     retries: int = 3
     """HTTP policies: tries after the first when the server does not answer or answers 5xx."""
+    top_logprobs: int = 0
+    """The most likely tokens recorded at each generated position, with their logprobs and the entropy (0: none)."""
 
     @classmethod
     def parse(cls, policy: Any, model: Any, url: Any, api_mode: Any, tokenizer: Any, temperature: Any, top_p: Any,
               max_new_tokens: Any, mistake_rate: Any, seed: Any, timeout: Any = None,
-              retries: Any = None) -> BackendSettings:
+              retries: Any = None, top_logprobs: Any = None) -> BackendSettings:
         """Settings from what a person gave; ConfigError names the value that is wrong."""
         policy = str(policy or "").strip()
         if policy not in POLICIES:
@@ -129,6 +135,7 @@ class BackendSettings:
             seed=int(number(seed, "seed", whole=True, default=0)),
             timeout=number(timeout, "timeout (seconds)", lo=0.0, lo_open=True, hi=3600.0, default=60.0),
             retries=int(number(retries, "retries", lo=0, hi=20, whole=True, default=3)),
+            top_logprobs=int(number(top_logprobs, "top logprobs", lo=0, hi=MAX_TOP_LOGPROBS, whole=True, default=0)),
         )
 
     @property
@@ -146,7 +153,7 @@ class BackendSettings:
 
     def sampling(self, seed: int | None = None) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens,
-                              seed=seed)
+                              seed=seed, top_logprobs=self.top_logprobs)
 
     def preflight(self) -> None:
         """The quick checks worth a network round trip: is the server there at all."""
@@ -172,6 +179,8 @@ class BackendSettings:
         extra = f", mistake rate {self.mistake_rate:g}" if self.policy == "scripted" else ""
         if self.policy in ("sglang", "openai"):
             extra += f", timeout {self.timeout:g}s, {self.retries} retries"
+        if self.top_logprobs:
+            extra += f", top {self.top_logprobs} logprobs"
         return (f"{self.policy}{where} (T={self.temperature:g}, top_p={self.top_p:g}, "
                 f"max {self.max_new_tokens} new tokens{extra})")
 

@@ -38,6 +38,7 @@ from ..records.episode import (
     TokenArrays,
     ToolCall,
     Turn,
+    with_generations,
 )
 from ..records.outcome import Outcome
 from ..records.provenance import BackendInfo, EnvInfo, RunConfig
@@ -398,7 +399,7 @@ class Stepper:
             returns=tuple(returns),
             messages=self.messages,
             turns=tuple(self.turns),
-            tokens=TokenArrays(b.ids, b.mask, b.logprobs, b.versions),
+            tokens=with_generations(TokenArrays(b.ids, b.mask, b.logprobs, b.versions), self.turns),
             segments=tuple(b.segments),
             findings=tuple(self.findings),
             outcome=self.outcome if self.status is not Status.RUNNING else None,

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import enum
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
+
+import numpy as np
 
 from ..errors import FormatError
 from . import prompts
@@ -30,9 +33,11 @@ from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; im
 # 2: findings carry id and caused_by; 3: typed config, backend and source, every field required;
 # 4: which checks produced the findings (checked); 5: why it earned its reward (outcome); 6: each turn's raw tool
 # outputs (raw_observation) and the episode's reference answer (ground_truth), out of ``info``; 7: a turn's prompt
-# text may be given as pieces of the turn before it (``records.prompts``)
-SCHEMA_VERSION = 7
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+# text may be given as pieces of the turn before it (``records.prompts``); 8: per token the entropy and the top K
+# alternatives (entropy, top_ids, top_logprobs, entropy_estimated), on the episode and on each generation, and
+# how many were asked for (sampling.top_logprobs)
+SCHEMA_VERSION = 8
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
@@ -394,7 +399,8 @@ class Episode:
     turns: tuple[Turn, ...] = ()
     """The turns, in order."""
     tokens: TokenArrays = field(default_factory=TokenArrays)
-    """The token arrays (serialized as tokens, loss_mask, logprobs and versions)."""
+    """The token arrays (serialized as tokens, loss_mask, logprobs, versions, entropy, top_ids, top_logprobs and
+    entropy_estimated)."""
     prompt_len: int = 0
     """Length of the first prompt in tokens."""
     segments: tuple[Segment, ...] = ()
@@ -474,7 +480,7 @@ class Episode:
         """The record ``d`` (version 2 or later, upgraded; a version-1 record goes through ``engine.read_episode``); a
         missing or mistyped field, or a number that is not finite, is a ``FormatError``.
 
-        ``tokens``, when given (the store keeps them as blobs), stands for the four token lists. A logprob that
+        ``tokens``, when given (the store keeps them as blobs), stands for the token lists. A logprob that
         is not a finite number is read as unknown and added to ``nonfinite`` (``records.marks``).
         """
         f = Fields(d, nonfinite=nonfinite)
@@ -534,6 +540,39 @@ def raw_observations(turn: Turn) -> tuple[str, ...]:
         return turn.raw_observation
     old = turn.info.get("raw_observation")
     return tuple(str(x) for x in old) if isinstance(old, list) else ()
+
+
+def with_generations(tokens: TokenArrays, turns: Sequence[Turn]) -> TokenArrays:
+    """``tokens`` with the entropy and top K each turn's generation carries, placed on its assistant tokens: from
+    the turn's first assistant token on, for as long as the arrays hold the generated ids (a re-encoded reply
+    keeps them only while its ids are the generated ones). Unchanged when no generation carries any."""
+    gens = [(t, t.generation) for t in turns if t.generation is not None
+            and (t.generation.top_ids or t.generation.entropy is not None)]
+    if not gens:
+        return tokens
+    n = len(tokens)
+    k = max((len(r) for _, g in gens for r in g.top_ids), default=0)
+    entropy = tokens.entropy.copy()
+    top_ids = np.full((n, k), -1, dtype=np.int32)
+    top_lps = np.full((n, k), np.nan, dtype=np.float32)
+    estimated = tokens.entropy_estimated
+    if tokens.top_k:
+        kk = min(k, tokens.top_k)
+        top_ids[:, :kk], top_lps[:, :kk] = tokens.top_ids[:, :kk], tokens.top_logprobs[:, :kk]
+    for turn, gen in gens:
+        start = next((s.start for s in turn.segments if s.kind == "assistant"), None)
+        if start is None:
+            continue
+        m = 0
+        while m < len(gen.token_ids) and start + m < n and int(tokens.ids[start + m]) == gen.token_ids[m]:
+            m += 1
+        if gen.entropy is not None:
+            entropy[start:start + m] = np.asarray(gen.entropy[:m], dtype=np.float32)
+            estimated = estimated or gen.entropy_estimated
+        for i, (row_ids, row_lps) in enumerate(zip(gen.top_ids[:m], gen.top_logprobs[:m])):
+            top_ids[start + i, :len(row_ids)] = row_ids
+            top_lps[start + i, :len(row_lps)] = row_lps
+    return tokens.evolve(entropy=entropy, top_ids=top_ids, top_logprobs=top_lps, entropy_estimated=estimated)
 
 
 def _backend(f: Fields | None) -> BackendInfo | None:

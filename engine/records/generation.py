@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import alternatives
 from .numbers import nan_to_none
 from .reading import Fields
 
@@ -41,14 +42,26 @@ class Generation:
     """The model that answered (``manual`` for text a person wrote, ``imported`` for an import)."""
     finish_detail: str = ""
     """What the server said beyond the reason (an abort's message)."""
+    top_ids: tuple[tuple[int, ...], ...] = ()
+    """The most likely token ids at each generated position, most likely first, as many as were asked for
+    (``top_logprobs`` of the sampling; a server may give fewer); empty when none were asked for."""
+    top_logprobs: tuple[tuple[float, ...], ...] = ()
+    """Their logprobs, in the logprob convention (null where unknown), at float32 precision."""
+    entropy: tuple[float, ...] | None = None
+    """The entropy (nats) of the distribution each generated token was sampled from (null where unknown);
+    None when not asked for."""
+    entropy_estimated: bool = False
+    """Whether the entropy is estimated from a server's top K (a lower bound of it: the top K's own terms
+    plus the rest of the mass at the least of their probabilities) rather than computed from the logits."""
 
     def __post_init__(self) -> None:
         if self.logprobs:
-            try:
-                arr = np.asarray(self.logprobs, dtype=np.float32)
-            except (TypeError, ValueError):  # a None among them
-                arr = np.asarray([math.nan if x is None else x for x in self.logprobs], dtype=np.float32)
-            object.__setattr__(self, "logprobs", tuple(arr.tolist()))
+            object.__setattr__(self, "logprobs", _f32(self.logprobs))
+        if self.entropy:
+            object.__setattr__(self, "entropy", _f32(self.entropy))
+        if self.top_logprobs:
+            object.__setattr__(self, "top_logprobs", tuple(_f32(row) for row in self.top_logprobs))
+            object.__setattr__(self, "top_ids", tuple(tuple(int(x) for x in row) for row in self.top_ids))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Generation):
@@ -70,6 +83,10 @@ class Generation:
             "weight_version": self.weight_version,
             "model": self.model,
             "finish_detail": self.finish_detail,
+            "top_ids": [list(r) for r in self.top_ids],
+            "top_logprobs": [nan_to_none(r) for r in self.top_logprobs],
+            "entropy": nan_to_none(self.entropy),
+            "entropy_estimated": self.entropy_estimated,
         }
 
     @classmethod
@@ -78,6 +95,9 @@ class Generation:
 
     @classmethod
     def from_fields(cls, f: Fields) -> Generation:
+        top_ids = alternatives.read_rows(f.raw("top_ids"), f.name("top_ids"), False)
+        top_lps = alternatives.read_rows(f.raw("top_logprobs"), f.name("top_logprobs"), True)
+        alternatives.check_pair(top_ids, top_lps, f.name("top_logprobs"))
         return cls(
             text=f.text("text"),
             token_ids=f.ints("token_ids"),
@@ -89,4 +109,16 @@ class Generation:
             weight_version=f.int_or_none("weight_version"),
             model=f.text("model"),
             finish_detail=f.text("finish_detail"),
+            top_ids=tuple(tuple(r) for r in top_ids),
+            top_logprobs=tuple(tuple(r) for r in top_lps),
+            entropy=f.logprobs_or_none("entropy"),
+            entropy_estimated=f.boolean("entropy_estimated"),
         )
+
+
+def _f32(values: Any) -> tuple[float, ...]:
+    try:
+        arr = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError):  # a None among them
+        arr = np.asarray([math.nan if x is None else x for x in values], dtype=np.float32)
+    return tuple(arr.tolist())

@@ -15,7 +15,6 @@ import numpy as np
 
 from .episode import Episode, Finding, Severity, Turn
 from .numbers import is_finite, nonfinite_positions, spell
-from .token_arrays import TokenArrays
 
 
 def _runs(positions: Iterable[int]) -> list[tuple[int, int]]:
@@ -125,7 +124,7 @@ def unknown_logprobs(ep: Episode, flagged: Sequence[tuple[str, int, float]] = ()
     if changed:
         arrays = ep.tokens
         clean = np.where(np.isinf(arrays.logprobs), np.float32(np.nan), arrays.logprobs)
-        out = out.evolve(tokens=TokenArrays(arrays.ids, arrays.loss_mask, clean, arrays.versions), turns=tuple(turns))
+        out = out.evolve(tokens=arrays.evolve(logprobs=clean), turns=tuple(turns))
     return out
 
 

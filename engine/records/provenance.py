@@ -37,15 +37,18 @@ class SamplingParams:
     """Strings that end a generation."""
     seed: int | None = None
     """The sampling seed, when one was set."""
+    top_logprobs: int = 0
+    """How many of the most likely tokens each generated position records, with their logprobs (0: none)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
-                "stop": list(self.stop), "seed": self.seed}
+                "stop": list(self.stop), "seed": self.seed, "top_logprobs": self.top_logprobs}
 
     @classmethod
     def from_fields(cls, f: Fields) -> SamplingParams:
         return cls(temperature=f.number("temperature"), top_p=f.number("top_p"),
-                   max_new_tokens=f.integer("max_new_tokens"), stop=f.texts("stop"), seed=f.int_or_none("seed"))
+                   max_new_tokens=f.integer("max_new_tokens"), stop=f.texts("stop"), seed=f.int_or_none("seed"),
+                   top_logprobs=f.integer("top_logprobs"))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ SCHEMA_ID = f"https://rollscope.dev/schema/episode/{SCHEMA_VERSION}.json"
 # Keys ``to_dict`` leaves out while they hold their default.
 _OMITTED_WHEN_EMPTY = {"Message": {"name", "tool_calls"}, "ToolCall": {"id"}, "LoopConfig": set(LATER_KNOBS)}
 # What the token arrays are written as (``TokenArrays.to_dict``), with what each holds.
-_TOKEN_KEYS = {
+_TOKEN_KEYS: dict[str, tuple[dict[str, Any], str]] = {
     "tokens": ({"type": "array", "items": {"type": "integer"}}, "Token ids of the whole episode, prompt included."),
     "loss_mask": ({"type": "array", "items": {"enum": [0, 1]}},
                   "1 where the trainer puts loss (tokens the model generated), 0 elsewhere; one per token."),
@@ -40,6 +40,16 @@ _TOKEN_KEYS = {
                  "Rollout logprob per token; null where unknown (prompt, env and hand-written tokens)."),
     "versions": ({"type": "array", "items": {"type": "integer"}},
                  "Policy version that generated each token; -1 where none."),
+    "entropy": ({"type": "array", "items": {"type": ["number", "null"]}},
+                "Entropy (nats) of the distribution each token was sampled from, in the logprob convention; null "
+                "where unknown (tokens the model did not generate); an empty list when no token has one."),
+    "top_ids": ({"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                "The most likely token ids at each token, most likely first (up to sampling.top_logprobs); an "
+                "empty list for a token the model did not generate; an empty list in all when none were recorded."),
+    "top_logprobs": ({"type": "array", "items": {"type": "array", "items": {"type": ["number", "null"]}}},
+                     "The logprobs of top_ids, entry for entry."),
+    "entropy_estimated": ({"type": "boolean"},
+                          "Whether some entropy is estimated from a server's top K (a lower bound) rather than exact."),
 }
 
 
@@ -142,6 +152,15 @@ def episode_schema() -> dict[str, Any]:
         "properties": {prompts.KEY: {"type": "array", "description": "The pieces, in order.", "items": {"anyOf": [
             {"type": "string"},
             {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2}]}}}}
+    for key in ("entropy", "top_logprobs"):  # unknown values are written as null
+        prop = defs["Generation"]["properties"][key]
+        items: dict[str, Any] = {"type": ["number", "null"]}
+        if key == "top_logprobs":
+            defs["Generation"]["properties"][key] = {"type": "array", "items": {"type": "array", "items": items},
+                                                     "description": prop["description"]}
+        else:
+            defs["Generation"]["properties"][key] = {
+                "anyOf": [{"type": "array", "items": items}, {"type": "null"}], "description": prop["description"]}
     return {"$schema": DIALECT, "$id": SCHEMA_ID, "title": "Rollscope episode", **top, "$defs": defs}
 
 

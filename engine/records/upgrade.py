@@ -149,8 +149,28 @@ def _v6_to_v7(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "schema_version": 7}
 
 
+_NO_ALTERNATIVES: dict[str, Any] = {"top_ids": [], "top_logprobs": [], "entropy_estimated": False}
+
+
+def _v7_turn(t: Any) -> Any:
+    gen = t.get("generation") if isinstance(t, dict) else None
+    if not isinstance(gen, dict):
+        return t
+    return {**t, "generation": {**_NO_ALTERNATIVES, "entropy": None, **gen}}
+
+
+def _v7_to_v8(d: dict[str, Any]) -> dict[str, Any]:
+    out = {**_NO_ALTERNATIVES, "entropy": [], **d, "schema_version": 8}
+    config = d.get("config")
+    if isinstance(config, dict) and isinstance(config.get("sampling"), dict):
+        out["config"] = {**config, "sampling": {"top_logprobs": 0, **config["sampling"]}}
+    if isinstance(d.get("turns"), list):
+        out["turns"] = [_v7_turn(t) for t in d["turns"]]
+    return out
+
+
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7}
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}
 
 
 def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:

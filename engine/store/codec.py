@@ -6,6 +6,11 @@ Token arrays (``tokens.packed``): one zstd frame over
 - the loss mask and the policy versions, run-length encoded (they change a few times an episode);
 - where the logprobs are NaN, run-length encoded, then the other logprobs, byte-shuffled float32s.
 
+An episode with entropy or top K (format 2; one without is written as format 1, as before) adds
+- where the entropy is NaN, run-length encoded, then the other entropies, byte-shuffled float32s;
+- which tokens have alternatives, run-length encoded, then those tokens' K ids and K logprobs, byte-shuffled.
+K and whether the entropy is estimated go in the header's flags.
+
 A 16-byte header before the frame says the format and the length. The round trip is exact: every id,
 mask value, version and logprob bit comes back (NaN comes back as NaN).
 
@@ -30,11 +35,13 @@ import zstandard
 
 from ..errors import FormatError, StoreError
 from ..records import prompts
+from ..records.alternatives import rows
 from ..records.episode import Turn
 from ..records.token_arrays import TokenArrays
 
 MAGIC = b"RSTK"
 VERSION = 1
+VERSION_ALTERNATIVES = 2
 _HEADER = struct.Struct("<4sHHII")  # magic, format version, flags, n tokens, n sections
 _LEVEL = 3
 _SMALL = 200  # JSON shorter than this stays text: compressing it saves nothing
@@ -81,17 +88,30 @@ def pack_tokens(t: TokenArrays) -> bytes:
         nan_v.tobytes(), nan_l.tobytes(),
         _shuffle(lp[~nan]),
     ]
+    version, flags = VERSION, 0
+    if t.has_alternatives:
+        version, flags = VERSION_ALTERNATIVES, int(t.entropy_estimated) | (t.top_k << 1)
+        ent = t.entropy.astype("<f4")
+        ent_nan = np.isnan(ent)
+        ent_v, ent_l = _runs(ent_nan.astype(np.uint8))
+        has = (t.top_ids[:, 0] >= 0) if t.top_k else np.zeros(n, dtype=bool)
+        has_v, has_l = _runs(has.astype(np.uint8))
+        sections += [
+            ent_v.tobytes(), ent_l.tobytes(), _shuffle(ent[~ent_nan]),
+            has_v.tobytes(), has_l.tobytes(),
+            _shuffle(t.top_ids[has].astype("<i4").reshape(-1)), _shuffle(t.top_logprobs[has].astype("<f4").reshape(-1)),
+        ]
     lengths = struct.pack(f"<{len(sections)}I", *(len(s) for s in sections))
     body = _compressor.compress(lengths + b"".join(sections))
-    return _HEADER.pack(MAGIC, VERSION, 0, n, len(sections)) + body
+    return _HEADER.pack(MAGIC, version, flags, n, len(sections)) + body
 
 
 def unpack_tokens(blob: bytes) -> TokenArrays:
     """The arrays back from ``pack_tokens``; a StoreError for a blob that is not one."""
     if len(blob) < _HEADER.size:
         raise StoreError("packed token arrays are cut short")
-    magic, version, _flags, n, count = _HEADER.unpack_from(blob)
-    if magic != MAGIC or version != VERSION or count != 8:
+    magic, version, flags, n, count = _HEADER.unpack_from(blob)
+    if magic != MAGIC or (version, count) not in ((VERSION, 8), (VERSION_ALTERNATIVES, 15)):
         raise StoreError(f"packed token arrays in an unknown format ({magic!r}, version {version})")
     try:
         raw = _decompressor.decompress(blob[_HEADER.size:])
@@ -111,7 +131,20 @@ def unpack_tokens(blob: bytes) -> TokenArrays:
     logprobs[~nan] = _unshuffle(parts[7], "<f4")
     if not (ids.size == mask.size == versions.size == nan.size == n):
         raise StoreError("packed token arrays disagree in length")
-    return TokenArrays(ids, mask, logprobs, versions)
+    if version == VERSION:
+        return TokenArrays(ids, mask, logprobs, versions)
+    k = flags >> 1
+    ent_nan = _expand(np.frombuffer(parts[8], dtype=np.uint8), np.frombuffer(parts[9], dtype="<u4")).astype(bool)
+    has = _expand(np.frombuffer(parts[11], dtype=np.uint8), np.frombuffer(parts[12], dtype="<u4")).astype(bool)
+    if not (ent_nan.size == has.size == n):
+        raise StoreError("packed token arrays disagree in length")
+    entropy = np.full(n, np.nan, dtype="<f4")
+    entropy[~ent_nan] = _unshuffle(parts[10], "<f4")
+    top_ids = np.full((n, k), -1, dtype="<i4")
+    top_lps = np.full((n, k), np.nan, dtype="<f4")
+    top_ids[has] = _unshuffle(parts[13], "<i4").reshape(-1, k) if k else top_ids[has]
+    top_lps[has] = _unshuffle(parts[14], "<f4").reshape(-1, k) if k else top_lps[has]
+    return TokenArrays(ids, mask, logprobs, versions, entropy, top_ids, top_lps, bool(flags & 1))
 
 
 # -- turns -----------------------------------------------------------------------
@@ -165,15 +198,37 @@ def pack_turn(turn: Turn, tokens: TokenArrays | None, previous: Turn | None) -> 
                     np.asarray(gen.logprobs, dtype=np.float64), tokens.logprobs[start:start + n].astype(np.float64),
                     equal_nan=True):
                 refs["logprobs"] = {"$span": [start, start + n]}
+            if _same_alternatives(gen, tokens, start, n):
+                refs["top_ids"] = refs["top_logprobs"] = {"$span": [start, start + n]}
+            if gen.entropy is not None and len(gen.entropy) == n and np.array_equal(
+                    np.asarray(gen.entropy, dtype=np.float32), tokens.entropy[start:start + n], equal_nan=True):
+                refs["entropy"] = {"$span": [start, start + n]}
     if refs and gen is not None:
         # Leave the lists out before they are built: they are what the refs stand for.
-        turn = replace(turn, generation=replace(gen, token_ids=(), logprobs=None if "logprobs" in refs else gen.logprobs))
+        turn = replace(turn, generation=replace(
+            gen, token_ids=(), logprobs=None if "logprobs" in refs else gen.logprobs,
+            top_ids=() if "top_ids" in refs else gen.top_ids, top_logprobs=() if "top_ids" in refs else gen.top_logprobs,
+            entropy=None if "entropy" in refs else gen.entropy))
     d = turn.to_dict()
     if refs:
         d["generation"].update(refs)
     if previous is not None and turn.prompt_text is not None:
         d["prompt_text"] = prompts.compact(turn.prompt_text, _source(previous.prompt_text, previous.generation))
     return pack_json(d)
+
+
+def _same_alternatives(gen: Any, tokens: TokenArrays, start: int, n: int) -> bool:
+    """Whether the generation's top K are the arrays' at ``[start, start + n)``."""
+    if len(gen.top_ids) != n or not n:
+        return False
+    ids, lps = rows(tokens.top_ids[start:start + n], tokens.top_logprobs[start:start + n])
+    if [list(r) for r in gen.top_ids] != ids:
+        return False
+    return all(np.array_equal(np.asarray(r, dtype=np.float32), np.asarray([math.nan if x is None else x for x in w],
+                                                                           dtype=np.float32), equal_nan=True)
+               for r, w in zip(gen.top_logprobs, lps))
+
+
 
 
 def _source(prompt: Any, gen: Any) -> str | None:
@@ -189,7 +244,7 @@ def unpack_turn(data: str | bytes, tokens: TokenArrays, previous: dict[str, Any]
         raise StoreError("a stored turn is not a JSON object")
     gen = d.get("generation")
     if gen:
-        for key in ("token_ids", "logprobs"):
+        for key in ("token_ids", "logprobs", "top_ids", "top_logprobs", "entropy"):
             ref = gen.get(key)
             if isinstance(ref, dict) and "$span" in ref:
                 a, b = ref["$span"]
@@ -197,8 +252,13 @@ def unpack_turn(data: str | bytes, tokens: TokenArrays, previous: dict[str, Any]
                     raise StoreError(f"a stored turn refers to tokens {a}:{b} of an episode of {len(tokens)}")
                 if key == "token_ids":
                     gen[key] = tokens.ids[a:b].tolist()
+                elif key == "top_ids":
+                    gen["top_ids"], gen["top_logprobs"] = rows(tokens.top_ids[a:b], tokens.top_logprobs[a:b])
+                elif key == "top_logprobs":
+                    continue  # with top_ids
                 else:
-                    gen[key] = [None if math.isnan(x) else x for x in tokens.logprobs[a:b].tolist()]
+                    values = (tokens.logprobs if key == "logprobs" else tokens.entropy)[a:b].tolist()
+                    gen[key] = [None if math.isnan(x) else x for x in values]
     prompt = d.get("prompt_text")
     if isinstance(prompt, dict):
         before = previous.get("prompt_text") if previous is not None else None
