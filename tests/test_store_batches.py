@@ -36,10 +36,17 @@ def test_a_full_database_keeps_every_episode_before_the_one_that_failed_and_says
     """SQLite rolls back the whole transaction when the file cannot grow (``max_page_count`` stands in for a full
     disk): the episodes of the batch before the failing one are written again and kept, a record that is bad on its
     own is still listed and skipped, and the error names the cause, what is stored and what is not."""
+    eps = list(synthetic_episodes(300))
+    # How many pages a batch of 64 takes in this version's stored form, measured on a scratch file.
+    scratch = Store(tmp_path / "scratch.db")
+    before = scratch.db.execute("PRAGMA page_count").fetchone()[0]
+    list(scratch.save_batches(eps[:64], batch=64))
+    per_batch = scratch.db.execute("PRAGMA page_count").fetchone()[0] - before
+    scratch.close()
     store = Store(tmp_path / "full.db")
     pages = store.db.execute("PRAGMA page_count").fetchone()[0]
-    store.db.execute(f"PRAGMA max_page_count = {pages + 300}")  # room for two batches of 64 and part of a third
-    eps = list(synthetic_episodes(300))
+    # Room for two batches of 64 and half a third: the file fills near episode 160.
+    store.db.execute(f"PRAGMA max_page_count = {pages + int(2.5 * per_batch)}")
     eps[140] = eps[140].evolve(reward=float("nan"))  # refused on its own, in the batch that fills the file
     done: list[tuple[str, str, str | None]] = []
     with pytest.raises(StoreError) as caught:
