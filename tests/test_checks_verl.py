@@ -48,7 +48,11 @@ class Replay:
 
 
 def checked(ep: Episode, tok: Any) -> list[Finding]:
-    return list(with_checks(ep, CheckOptions(tokenizer=tok)).all_findings())
+    """The episode's findings after the checks, which checking the checked episode again leaves as they are."""
+    once = with_checks(ep, CheckOptions(tokenizer=tok))
+    again = with_checks(once, CheckOptions(tokenizer=tok))
+    assert [f.to_dict() for f in again.all_findings()] == [f.to_dict() for f in once.all_findings()]
+    return list(once.all_findings())
 
 
 def of(found: list[Finding], kind: str) -> list[Finding]:
@@ -239,7 +243,7 @@ def test_a_truncated_tool_result_is_info_on_its_tokens_with_the_raw_length(qwen3
     assert not VERL_KINDS & {f.kind for f in under_tito(ep, RetailEnv, tok)}
 
 
-def test_dropped_tool_calls_say_which_and_why_on_their_tokens(qwen3_tokenizer, qwen25_tokenizer):
+def test_dropped_tool_calls_say_which_and_why_on_their_tokens(tmp_path, qwen3_tokenizer, qwen25_tokenizer):
     two = ('<tool_call>\n{"name": "find_user_id_by_email", "arguments": {"email": "nobody@example.com"}}\n</tool_call>\n'
            '<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "x"}}\n</tool_call>')
     overrides = {0: '<tool_call>\n{"name": "find_user_id_by_email"}\n</tool_call>', 1: two}
@@ -248,6 +252,14 @@ def test_dropped_tool_calls_say_which_and_why_on_their_tokens(qwen3_tokenizer, q
         found = checked(ep, tok)
         drops = of(found, "tool_call_dropped")
         assert [f.turn for f in drops] == [0, 1]  # one finding a turn, none from the loop beside it
+        # Checked again as `rollscope check` does, from the stored record its last check wrote: the same findings.
+        store = Store(tmp_path / f"{len(tok)}.db")
+        again = ep
+        for k in range(3):
+            store.save_episode(with_checks(again, CheckOptions(tokenizer=tok)).evolve(id=f"d{k:015d}", run_id="runD"))
+            again = store.get_episode(f"d{k:015d}")
+            assert [f.to_dict() for f in again.all_findings()] == [f.to_dict() for f in found]
+        store.close()
         open_id = tok.convert_tokens_to_ids("<tool_call>")
         a0, a1 = (next(s for s in ep.segments if s.kind == "assistant" and s.turn == k) for k in (0, 1))
         opens1 = [i for i in range(a1.start, a1.end) if ep.tokens.ids[i] == open_id]

@@ -314,8 +314,9 @@ def check_dropped_calls(ep: Episode, o: CheckOptions) -> list[Finding]:
     ids = ep.tokens.ids.tolist()
     bs = blocks(ep)
     replies = [b for b in bs if b.trained]
-    # Records stored before the checks named them carry the loop's own finding: not said twice.
-    said = {f.turn for f in ep.all_findings() if f.kind == "tool_call_dropped"}
+    # A turn where the loop recorded the drop itself (another parser's, or a record from before the checks named
+    # it) is not said twice. Only the turns' findings: the episode's are this check's own from an earlier run.
+    said = {t.index for t in ep.turns for f in t.findings if f.kind == "tool_call_dropped"}
     out: list[Finding] = []
     for r in replies:
         if r.turn in said:
