@@ -330,3 +330,37 @@ def test_an_answer_the_cut_ate_whole_is_named_where_it_should_start(qwen3_tokeni
     assert cut.evidence["lost"] == "<|im_start|>user\nYour response is correct!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n"
     assert cut.evidence["cut"] == len(ref.initialize_system_prompt(tok)) > cut.evidence["block"]
     assert not VERL_KINDS & {f.kind for f in under_tito(ep, MathEnv, tok)}
+
+
+def test_the_newline_is_said_once_for_a_run_whose_other_episodes_it_cannot_apply_to(tmp_path, capsys, qwen3_tokenizer):
+    from engine.cli import main
+
+    tok = qwen3_tokenizer
+    truth = str(MathEnv().task(MathEnv().tasks[0]).solutions[0])
+    wrong = [run(MathEnv, tok, k, overrides={0: "It is 3."}, **WIDE)[0] for k in (1, 2)]
+    # One reply allowed: verl ends the episode before the interaction answers.
+    at_once, _ = run(MathEnv, tok, 0, overrides={0: f"#### {truth}"}, max_assistant_turns=1, **WIDE)
+    refused, _ = run(MathEnv, tok, 3, prompt_length=16)  # verl's dataset refuses the prompt
+    assert len(refused.tokens) == refused.prompt_len and at_once.tokens.loss_mask[-1] == 1
+    store = Store(tmp_path / "r.db")
+    for i, ep in enumerate([*wrong, at_once, refused]):
+        store.save_episode(ep.evolve(id=f"m{i:015d}", run_id="runM"))
+    # A run where one episode has it and one cannot: nothing to say for the run.
+    for i, ep in enumerate([wrong[0], at_once]):
+        store.save_episode(ep.evolve(id=f"o{i:015d}", run_id="runO"))
+    store.close()
+    assert main(["check", str(tmp_path / "r.db"), "--tokenizer", tok.name_or_path]) == 1
+    out = capsys.readouterr().out
+    *body, summary = out.splitlines()
+    assert "run runM: im_end_newline_missing in all 2 episodes it applies to (2 could not be checked for it)" in out
+    assert "im_end_newline_missing (run-level) 2" in summary and "run-level: im_end_newline_missing" in summary
+    assert "run runO:" not in out and "im_end_newline_missing 1" in summary
+    # The episodes it cannot apply to say so (and nothing else of it); the dashboard's rule agrees with the CLI's.
+    store = Store(tmp_path / "r.db")
+    for i in (2, 3):
+        found = store.get_episode(f"m{i:015d}").all_findings()
+        assert [f.message for f in found if "im_end_newline_missing" in f.message] == \
+            ["im_end_newline_missing: not checked: no answer follows a reply"]
+    levels = store.run_level_kinds(["runM", "runO"])
+    assert "im_end_newline_missing" in levels["runM"][1] and "im_end_newline_missing" not in levels.get("runO", (0, []))[1]
+    store.close()

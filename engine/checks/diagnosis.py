@@ -59,10 +59,29 @@ RANK = {
 }
 POSITIONS_CAP = 200  # the checks list at most this many positions in a finding's evidence
 # Kinds that describe the preset, the template or the source rather than one episode: when every episode of
-# a run has one, it is reported once for the run.
+# a run has one (or could not be checked for it: ``run_level``), it is reported once for the run.
 RUN_KINDS = frozenset({"template_newline_trained", "logprobs_absent", "template_not_prefix_stable",
                        "system_block_injected", "generation_prompt_missing", "im_end_newline_missing",
                        "system_cut_wrong"})
+
+
+def unchecked_kind(f: Finding) -> str | None:
+    """The kind a ``not_checked`` finding says its check could not look for in this episode (None otherwise)."""
+    if f.kind != "not_checked":
+        return None
+    check = f.evidence.get("check")
+    return check if isinstance(check, str) else f.message.split(":", 1)[0]
+
+
+def run_level(episodes: Sequence[tuple[set[str], set[str]]]) -> set[str]:
+    """The kinds said once for a run, from each episode's (run kinds it has above info, kinds its checks could not
+    look for): a kind two or more episodes have and every other one could not have been checked for (a prompt
+    refused, a reply no answer followed)."""
+    if len(episodes) < 2:
+        return set()
+    has = [h for h, _ in episodes]
+    return {k for k in set().union(*has) if sum(k in h for h in has) >= 2
+            and all(k in h or k in unchecked for h, unchecked in episodes)}
 
 
 def _positions(f: Finding) -> set[int]:

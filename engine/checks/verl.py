@@ -67,7 +67,8 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
     glued_turns: list[int] = []
     first_want: dict[int, list[int] | None] = {}
     cuts: list[dict[str, Any]] = []
-    for reply, answer in answers(blocks(ep)):
+    pairs = answers(blocks(ep))
+    for reply, answer in pairs:
         msgs = observation(ep, tok, reply, answer)
         try:
             tail, want = template_answer(tok, msgs or [], kw) if msgs else (tail_text(tok, kw), None)
@@ -91,7 +92,9 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
             cuts.append({"turn": reply.turn, "start": start, **cut})
     cuts += _answers_eaten(ep, tok, kw)
     cuts.sort(key=lambda c: c["start"])
-    out: list[Finding] = []
+    # Said so, that the run-level rule does not count this episode against the kind (a prompt refused, a first
+    # reply the episode ended on).
+    out: list[Finding] = [] if pairs else [skip("im_end_newline_missing", "no answer follows a reply")]
     if glued:
         at = glued[0]
         answer_ids = first_want.get(at) or ids[at : at + 2]
