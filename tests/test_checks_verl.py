@@ -364,3 +364,67 @@ def test_the_newline_is_said_once_for_a_run_whose_other_episodes_it_cannot_apply
     levels = store.run_level_kinds(["runM", "runO"])
     assert "im_end_newline_missing" in levels["runM"][1] and "im_end_newline_missing" not in levels.get("runO", (0, []))[1]
     store.close()
+
+
+def test_verl_rows_imported_without_their_knobs_say_so_and_take_them_from_set_or_config(tmp_path, capsys,
+                                                                                        qwen3_tokenizer):
+    """Rows verl wrote (no Rollscope record): the checks assume verl's defaults and say so; the knobs the run set,
+    given to import as `run` takes them (--set, --config), are recorded and checked with."""
+    import json
+
+    from engine.cli import main
+    from engine.formats.verl_agent_loop import row
+
+    tok = qwen3_tokenizer
+    two = ('<tool_call>\n{"name": "find_user_id_by_email", "arguments": {"email": "nobody@example.com"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "x"}}\n</tool_call>')
+    kw = '{"enable_thinking": false}'
+    no_thinking, _ = run(MathEnv, tok, 1, overrides={0: "It is 3."}, apply_chat_template_kwargs=kw, **WIDE)
+    parallel, _ = run(RetailEnv, tok, 0, overrides={1: two}, max_parallel_calls=2, **WIDE)
+    assert not of(checked(parallel, tok), "tool_call_dropped")  # both calls ran
+    files = {}
+    for name, ep in (("thinking", no_thinking), ("parallel", parallel)):
+        r = row(ep)
+        del r["extra_fields"]["rollscope"]  # as verl writes it
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text(json.dumps(r) + "\n")
+    config = tmp_path / "knobs.json"
+    config.write_text(json.dumps({"base": "verl-tool", "knobs": {**WIDE, "max_parallel_calls": 2}}))
+
+    def imported(name: str, *knobs: str) -> Episode:
+        db = tmp_path / f"{name}{len(knobs)}.db"
+        assert main(["import", str(files[name]), "--format", "verl", "--db", str(db), "--tokenizer",
+                     tok.name_or_path, "--check", "--quiet", *knobs]) == 0
+        capsys.readouterr()
+        store = Store(db)
+        [eid] = store.episode_ids()
+        ep = store.get_episode(eid)
+        store.close()
+        return ep
+
+    # Without the knobs: one info that names what is assumed; what depends on a knob says it assumed it.
+    for name in files:
+        ep = imported(name)
+        assert ep.config.loop is None
+        [said] = [f for f in ep.findings if f.evidence.get("check") == "verl_knobs"]
+        assert said.severity is Severity.INFO and "max_parallel_calls=1" in said.message
+        assert "--set KNOB=VALUE" in said.message and said.evidence["assumed"]["apply_chat_template_kwargs"] == "{}"
+    dropped = of(list(imported("parallel").all_findings()), "tool_call_dropped")
+    assert dropped and "past max_parallel_calls=1 (verl's default, assumed: the record does not say)" in \
+        dropped[0].message
+    [no_truth] = [f for f in imported("thinking").findings if f.evidence.get("check") == "strict_score_refused"]
+    assert "no ground truth" in no_truth.message
+    # With them (--set as `run` takes it; --config a preset file): recorded, and no false alarm.
+    ep = imported("thinking", "--set", f"apply_chat_template_kwargs={kw}", "--set", "response_length=4096",
+                  "--set", "prompt_length=8192")
+    assert ep.config.loop is not None and ep.config.loop.apply_chat_template_kwargs == kw
+    found = list(ep.all_findings())
+    assert not [f for f in found if f.evidence.get("check") == "verl_knobs"]
+    assert not of(found, "mask_misaligned")  # the empty think block is the generation prompt's, not the reply
+    ep = imported("parallel", "--config", str(config))
+    assert ep.config.loop is not None and ep.config.loop.max_parallel_calls == 2
+    assert not of(list(ep.all_findings()), "tool_call_dropped")
+    # Knobs for rows that record what they ran with are refused, saying why.
+    assert main(["import", str(files["thinking"]), "--format", "jsonl", "--db", str(tmp_path / "x.db"),
+                 "--set", "max_parallel_calls=2"]) != 0
+    assert "to --format verl rows" in capsys.readouterr().err and not (tmp_path / "x.db").exists()

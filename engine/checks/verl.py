@@ -27,6 +27,7 @@ from typing import Any
 
 from ..envs.gsm8k import gsm8k_extract, gsm8k_score
 from ..errors import RollscopeError
+from ..presets import LoopConfig
 from ..records.episode import Episode, Finding
 from ..tokens import chat
 from ..tokens import verl as vt
@@ -40,6 +41,7 @@ from .verl_layout import (
     conversation,
     ground_truth,
     is_verl,
+    knob,
     newline_ids,
     observation,
     raw_observations,
@@ -51,6 +53,24 @@ from .verl_layout import (
 )
 
 MARKERS = {"left": "...(truncated)", "right": "(truncated)...", "middle": "...(truncated)..."}
+# verl's knobs the checks read, under verl's names.
+VERL_KNOBS = ("response_length", "prompt_length", "max_assistant_turns", "max_user_turns", "max_parallel_calls",
+              "max_tool_response_length", "tool_response_truncate_side", "format", "calculate_log_probs",
+              "apply_chat_template_kwargs")
+
+
+def check_verl_knobs(ep: Episode, o: CheckOptions) -> list[Finding]:
+    """A verl row that does not say which knobs its loop ran with: the checks assume verl's defaults, and say so
+    once (info), with what to give instead."""
+    if not is_verl(ep) or ep.config.loop is not None:
+        return []
+    assumed = {k: getattr(LoopConfig(), k) for k in VERL_KNOBS}
+    said = ", ".join(f"{k}={v}" for k, v in assumed.items())
+    return [Finding(
+        "not_checked", INFO,
+        f"verl's knobs: not checked: the record does not say which knobs verl's loop ran with, so the verl checks "
+        f"assume verl's defaults ({said}); where the run set others, give them: rollscope import --format verl "
+        "--set KNOB=VALUE (or --config FILE)", evidence={"check": "verl_knobs", "assumed": assumed})]
 
 
 def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
@@ -117,7 +137,8 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
         out.append(Finding(
             "system_cut_wrong", ERROR,
             f"turn {c['turn']}: verl cut the answer's standalone render by {c['cut']} tokens, the default system "
-            f"block it measured without the chat-template kwargs, where this render's block is {c['block']} "
+            f"block it measured without the chat-template kwargs ({knob(ep, 'apply_chat_template_kwargs')}), where "
+            f"this render's block is {c['block']} "
             f"tokens: {what}" + (f"; the same in {len(cuts) - 1} more answer{'s' if len(cuts) > 2 else ''}"
                                  if len(cuts) > 1 else ""),
             turn=c["turn"], token_start=at, token_end=at + (c["tokens"] if not lost else 1),
@@ -245,7 +266,7 @@ def check_response_cut(ep: Episode, o: CheckOptions) -> list[Finding]:
         return []
     return [Finding(
         "response_cut_trained", WARNING,
-        f"verl cuts the response at response_length={limit} in the middle of turn {last.turn}'s reply: "
+        f"verl cuts the response at {knob(ep, 'response_length')} in the middle of turn {last.turn}'s reply: "
         f"{kept} of its tokens are kept and trained (mask 1) as if the reply stopped there"
         + (f", {cut} generated tokens after them are gone" if cut else ""),
         turn=last.turn, token_start=last.start, token_end=n,
@@ -275,8 +296,8 @@ def check_tool_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
                 continue
             out.append(Finding(
                 "tool_result_truncated", INFO,
-                f"turn {reply.turn}: the tool's text was cut to max_tool_response_length={limit} characters "
-                f"({side}: {marker!r})" + (f" from {len(raw)}" if raw is not None else
+                f"turn {reply.turn}: the tool's text was cut to {knob(ep, 'max_tool_response_length')} characters "
+                f"({knob(ep, 'tool_response_truncate_side')}: {marker!r})" + (f" from {len(raw)}" if raw is not None else
                                            "; the record does not hold the raw length"),
                 turn=reply.turn, token_start=answer.start, token_end=answer.end,
                 evidence={"raw_length": len(raw) if raw is not None else None, "kept": limit, "side": side,
@@ -334,7 +355,7 @@ def check_dropped_calls(ep: Episode, o: CheckOptions) -> list[Finding]:
         dropped: list[dict[str, Any]] = [{"text": d.text, "why": f"the hermes parser drops it: {d.why}", "block": i}
                                          for i, d in _drop_blocks(tok, gen, drops)]
         dropped += [{"call": {"name": c.name, "arguments": c.arguments}, "block": i,
-                     "why": f"past max_parallel_calls={cfg.max_parallel_calls}"}
+                     "why": f"past {knob(ep, 'max_parallel_calls')}"}
                     for i, c in _call_blocks(tok, gen, calls)[cfg.max_parallel_calls:]]
         if not dropped:
             continue
@@ -408,6 +429,8 @@ def check_strict_score(ep: Episode, o: CheckOptions) -> list[Finding]:
     """A math answer Rollscope's checker accepts that verl's strict gsm8k score refuses (no ``#### N``)."""
     gt = ground_truth(ep)
     tok = o.tokenizer
+    if is_verl(ep) and gt is None and not ep.tools:
+        return [skip("strict_score_refused", "the record holds no ground truth to score a math answer against")]
     if not is_verl(ep) or gt is None or tok is None:
         return []
     from ..envs.math import check_answer  # math_verify loads only for math episodes
@@ -437,5 +460,5 @@ def check_strict_score(ep: Episode, o: CheckOptions) -> list[Finding]:
     return out
 
 
-VERL_CHECKS = (check_verl_answers, check_think_kept, check_response_cut, check_tool_truncation,
+VERL_CHECKS = (check_verl_knobs, check_verl_answers, check_think_kept, check_response_cut, check_tool_truncation,
                check_dropped_calls, check_strict_score)

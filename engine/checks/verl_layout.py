@@ -27,6 +27,13 @@ def is_verl(ep: Episode) -> bool:
                                               and ep.source.details.get("shape") == "AgentLoopOutput")
 
 
+def knob(ep: Episode, name: str) -> str:
+    """``name=value`` of one of verl's knobs as a finding says it, marked as assumed when the record does not hold
+    the knobs it ran with (an ``AgentLoopOutput`` row imported without ``--set``/``--config``)."""
+    said = f"{name}={getattr(loop_config(ep), name)}"
+    return said if ep.config.loop is not None else f"{said} (verl's default, assumed: the record does not say)"
+
+
 def raw_observations(turn: Turn) -> list[str] | None:
     """The env's raw output of each tool call the turn ran, before verl's truncation (None when not recorded)."""
     return list(turn_raw_observations(turn)) or None
