@@ -180,7 +180,7 @@ def test_think_blocks_the_template_drops_are_kept(qwen3_tokenizer):
     assert think.token_start == replies[0].start and think.turn == 0 and think.caused_by is None
     assert think.evidence["positions"] == [s.start for s in replies[:-1]]  # every reply a later turn reads
     assert think.evidence["turns"] == [0, 1]
-    assert "<think>" not in think.evidence["template_gives"] and "It is 3." in think.evidence["template_gives"]
+    assert think.evidence["template_gives"] == "It is 3."  # reply 0's text, the template's think block dropped
     assert think.evidence["kept"] == "<think>\nTurn 0: check the arithmetic twice.\n</think>"
     assert not VERL_KINDS & {f.kind for f in under_tito(ep, MathEnv, tok)}
 
@@ -195,6 +195,9 @@ def test_enable_thinking_false_keeps_the_empty_think_block_of_each_generation_pr
     # The empty think block the generation prompt wrote before reply 0 (the prompt's last tokens).
     assert tok.decode(ep.tokens.ids[think.token_start : first.start].tolist()) == "<think>\n\n</think>\n\n"
     assert think.turn == 0 and think.evidence["turns"] == [0]
+    # Reply 0 held against the template's reply 0 (the episode ends on a generation prompt, its own empty think
+    # block, which is no reply of the conversation).
+    assert think.evidence["template_gives"] == "It is 3."
     # The empty think block is template text, never trained: the mask check says nothing of it.
     assert not of(found, "mask_misaligned") and not of(found, "system_cut_wrong")
 

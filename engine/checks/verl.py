@@ -211,8 +211,8 @@ def check_think_kept(ep: Episode, o: CheckOptions) -> list[Finding]:
     replies = [b for b in bs if b.trained]
     if len(replies) < 2:
         return []
-    msgs = conversation(tok, ids)
     kw = template_kwargs(ep)
+    msgs = conversation(tok, ids, kw)
     try:
         rendered = chat.render(tok, msgs, None, False, **kw)
     except RollscopeError:
