@@ -290,6 +290,11 @@ def test_a_boxed_answer_our_checker_accepts_and_verls_strict_score_refuses(smol_
         assert tok.decode(ep.tokens.ids[strict.token_start : a0.end].tolist()).lstrip().startswith("\\boxed")
         assert strict.evidence["extracted"] == truth and strict.evidence["strict"] is None
         assert strict.evidence["flexible"] == truth  # what verl's interaction took: "correct" there
+        # Said as the record shows it: the interaction's verdict and reward, then the reward manager's score.
+        assert ep.turns[0].reward == 1.0 and ep.turns[0].observation[0].content == "Your response is correct!"
+        assert "verl's gsm8k interaction (flexible score) accepted it, reward 1;" in strict.message
+        assert "verl's reward manager on gsm8k data (strict score: the last '#### N' in the last 300 characters " \
+            "of the response) would give 0" in strict.message
         # '#### N' is what the strict score takes: nothing to say.
         hashes, _ = run(MathEnv, tok, 0, overrides={0: f"So the answer is \\boxed{{{truth}}}.\n#### {truth}"})
         assert not of(checked(hashes, tok), "strict_score_refused")

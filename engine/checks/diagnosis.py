@@ -276,7 +276,7 @@ def _phrase(f: Finding) -> str:
         "think_kept": f"the context keeps <think> blocks the template drops, from {w}",
         "response_cut_trained": f"verl cut {w}'s reply at response_length and trains it",
         "tool_result_truncated": f"a tool result was truncated at {w}",
-        "strict_score_refused": f"verl's strict score refuses the right answer at {w}",
+        "strict_score_refused": f"verl's reward manager (strict gsm8k score) would refuse the right answer at {w}",
     }
     return phrases.get(f.kind, f"{f.kind} at {w}")
 

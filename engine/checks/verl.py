@@ -16,8 +16,9 @@ the same way:
   trained up to the cut;
 * ``tool_result_truncated`` (info): a tool's text cut to ``max_tool_response_length`` characters;
 * ``tool_call_dropped``: a call the hermes parser drops, or one past ``max_parallel_calls``;
-* ``strict_score_refused``: a math answer Rollscope's checker accepts that verl's strict gsm8k score
-  (its default reward) refuses: ``\\boxed{}`` without ``#### N``.
+* ``strict_score_refused``: a math answer Rollscope's checker (and verl's gsm8k interaction, which scores it
+  flexibly) accepts that the strict gsm8k score of verl's reward manager refuses: ``\\boxed{}`` without
+  ``#### N``.
 """
 
 from __future__ import annotations
@@ -448,15 +449,20 @@ def check_strict_score(ep: Episode, o: CheckOptions) -> list[Finding]:
             full = chat.decode(tok, ids[r.start : r.end])
             pos = chat.token_at_char(tok, ids[r.start : r.end], full, full.rfind("\\boxed"))
             at = r.start + (pos or 0)
+        # What verl's gsm8k interaction scores (flexible, on '#### ' + the reply), and so what the episode shows.
+        flexible = gsm8k_extract("#### " + text if not text.startswith("#### ") else text, "flexible")
+        t = turn_record(ep, r.turn)
+        said = ("verl's gsm8k interaction (flexible score) accepted it"
+                + (f", reward {t.reward:g}" if t is not None else "") if flexible == gt
+                else "Rollscope's math checker accepts it")
         out.append(Finding(
             "strict_score_refused", WARNING,
-            f"turn {r.turn}: the answer {extracted!r} is right by Rollscope's math checker, but verl's strict gsm8k "
-            f"score (its default reward) is 0: it takes only the last '#### N' in the last 300 characters "
+            f"turn {r.turn}: the answer {extracted!r} is right and {said}; verl's reward manager on gsm8k data "
+            f"(strict score: the last '#### N' in the last 300 characters of the response) would give 0 "
             f"(found {gsm8k_extract(text, 'strict')!r})",
             turn=r.turn, token_start=at, token_end=at + 1,
             evidence={"ground_truth": gt, "extracted": extracted, "strict": gsm8k_extract(text, "strict"),
-                      "flexible": gsm8k_extract("#### " + text if not text.startswith("#### ") else text,
-                                                "flexible")}))
+                      "flexible": flexible}))
     return out
 
 
