@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from engine.checks import CheckOptions, raw_observations, with_checks
-from engine.checks.diagnosis import consequences, roots
+from engine.checks.diagnosis import consequences, diagnosis, roots
 from engine.envs.math import MathEnv
 from engine.envs.retail import RetailEnv
 from engine.loop.stepper import run_episode
@@ -215,6 +215,12 @@ def test_a_reply_cut_by_response_length_is_trained_up_to_the_cut(qwen3_tokenizer
     assert cut.evidence["kept"] == n - last.start and cut.evidence["cut_tokens"] == len(gen) - (n - last.start)
     assert cut.caused_by is None and cut.severity is Severity.WARNING
     assert not of(found, "truncated_turn")  # one finding for one cut
+    # The episode ended there for the same reason: one diagnosis entry, the cut.
+    [ended] = of(found, "truncated_episode")
+    assert "response_length=70" in ended.message and ended.caused_by == cut.id
+    assert [r.kind for r in roots(found) if r.severity is not Severity.INFO] == ["im_end_newline_missing",
+                                                                                 "response_cut_trained"]
+    assert "the episode was cut" not in diagnosis(found) and "response_length" in diagnosis(found)
     assert not of(found, "retokenization_drift")  # the kept ids are the generated ones, up to the cut
     # A reply that ends inside the budget is not cut.
     whole, _ = run(RetailEnv, tok, 0, **WIDE)

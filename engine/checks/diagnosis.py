@@ -18,6 +18,8 @@ in ``caused_by``. A finding with ``caused_by`` None is a root. The rules:
   untrained one that is carries one.
 * A reply whose trained ids are not its generated ids causes the logprob
   findings of its turn.
+* verl's cut of a reply at ``response_length`` causes the turn's length
+  findings: the server's stop on it, and the episode's end for reaching it.
 
 At the same first token the more specific finding is the root (``RANK``).
 ``info`` findings (what could not be checked, what is harmless here) are
@@ -122,6 +124,10 @@ def follows(cause: Finding, effect: Finding) -> bool:
         return True
     if cause.kind == "response_cut_trained" and effect.kind == "truncated_turn":
         return cause.turn is not None and cause.turn == effect.turn  # the server's cut and verl's, one reply
+    if cause.kind == "response_cut_trained" and effect.kind == "truncated_episode":
+        # The episode ended because the response reached response_length: the same cut.
+        return cause.turn is not None and cause.turn == effect.turn \
+            and f"response_length={cause.evidence.get('response_length')}" in effect.message
     if cause.kind == "retokenization_drift" and cause.severity is Severity.ERROR and effect.kind in LOGPROB:
         return cause.turn is not None and cause.turn == effect.turn
     if cause.kind == "mask_misaligned" and "loss_mask_length" in cause.evidence and effect.kind in (
