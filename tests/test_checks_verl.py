@@ -222,6 +222,19 @@ def test_a_reply_cut_by_response_length_is_trained_up_to_the_cut(qwen3_tokenizer
                                                                                  "response_cut_trained"]
     assert "the episode was cut" not in diagnosis(found) and "response_length" in diagnosis(found)
     assert not of(found, "retokenization_drift")  # the kept ids are the generated ones, up to the cut
+    # A reply that ends on its <|im_end|> exactly at the limit is whole; in a record without its generations
+    # (a row verl wrote) and without a tokenizer to tell its end-of-turn id, the check says it did not look
+    # rather than calling it cut.
+    truth = str(MathEnv().task(MathEnv().tasks[0]).solutions[0])
+    one, _ = run(MathEnv, tok, 0, overrides={0: f"#### {truth}"}, max_assistant_turns=1, **WIDE)
+    assert one.tokens.ids[-1] == tok.convert_tokens_to_ids("<|im_end|>") and one.tokens.loss_mask[-1] == 1
+    exact = one.evolve(turns=(), segments=(), messages=one.messages[:-1], config=dataclasses.replace(
+        one.config, loop=dataclasses.replace(one.config.loop, response_length=len(one.tokens) - one.prompt_len)))
+    assert not of(checked(exact, tok), "response_cut_trained")
+    blind = list(with_checks(exact, CheckOptions()).all_findings())
+    assert not of(blind, "response_cut_trained")
+    assert [f.message for f in blind if f.evidence.get("check") == "response_cut_trained"] == \
+        ["response_cut_trained: not checked: no tokenizer to tell a reply's end-of-turn token"]
     # A reply that ends inside the budget is not cut.
     whole, _ = run(RetailEnv, tok, 0, **WIDE)
     assert not of(checked(whole, tok), "response_cut_trained")

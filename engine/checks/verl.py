@@ -256,8 +256,9 @@ def check_response_cut(ep: Episode, o: CheckOptions) -> list[Finding]:
         return []
     last = bs[-1]
     tok = o.tokenizer
-    eot = chat.end_of_turn_ids(tok) if tok is not None else set()
-    if int(ep.tokens.ids[n - 1]) in eot:
+    if tok is None:  # a reply that ends exactly at the limit is whole when its last id ends the turn
+        return [skip("response_cut_trained", "no tokenizer to tell a reply's end-of-turn token")]
+    if int(ep.tokens.ids[n - 1]) in chat.end_of_turn_ids(tok):
         return []
     t = turn_record(ep, last.turn)
     gen = list(t.generation.token_ids) if t is not None and t.generation is not None else []
