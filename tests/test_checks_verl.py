@@ -250,8 +250,18 @@ def test_a_truncated_tool_result_is_info_on_its_tokens_with_the_raw_length(qwen3
     assert [f.turn for f in cut] == [t.index for t in turns] and turns
     for f, t in zip(cut, turns, strict=True):
         seg = next(s for s in ep.segments if s.kind == "tool" and s.turn == t.index)
-        assert (f.token_start, f.token_end) == (seg.start, seg.end) and f.severity is Severity.INFO
+        assert seg.start < f.token_start < f.token_end < seg.end and f.severity is Severity.INFO
+        # On the tool's own text, not on the answer's markup around it.
+        assert _spells(tok, ep, f, t.observation[0].content)
         assert f.evidence["raw_length"] == len(raw_observations(t)[0]) and f.evidence["kept"] == 40
+    # Two results in one answer: each on its own tokens (the same text twice).
+    call = '<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W3479475"}}\n</tool_call>'
+    both, _ = run(RetailEnv, tok, 0, overrides={3: f"{call}\n{call}"}, max_parallel_calls=2,
+                  max_tool_response_length=40, tool_response_truncate_side="left", **WIDE)
+    pair = [f for f in of(checked(both, tok), "tool_result_truncated") if f.turn == 3]
+    texts = [m.content for m in both.turns[3].observation]
+    assert len(pair) == 2 and texts[0] == texts[1] and pair[0].token_end <= pair[1].token_start
+    assert all(_spells(tok, both, f, text) for f, text in zip(pair, texts, strict=True))
     # Without the raw outputs (an import that lacks them) the marker still says so, the raw length unknown.
     field = {"raw_observation": ()} if hasattr(ep.turns[0], "raw_observation") else {}
     bare = ep.evolve(turns=tuple(dataclasses.replace(t, info={k: v for k, v in t.info.items()
@@ -263,6 +273,12 @@ def test_a_truncated_tool_result_is_info_on_its_tokens_with_the_raw_length(qwen3
     whole, _ = run(RetailEnv, tok, 0, max_tool_response_length=100000, **WIDE)
     assert not of(checked(whole, tok), "tool_result_truncated")
     assert not VERL_KINDS & {f.kind for f in under_tito(ep, RetailEnv, tok)}
+
+
+def _spells(tok: Any, ep: Episode, f: Finding, text: str) -> bool:
+    """Whether the finding's tokens spell ``text``, give or take the newline a token shares with it."""
+    got = tok.decode(ep.tokens.ids[f.token_start : f.token_end].tolist())
+    return text in got and len(got) <= len(text) + 2 and "<" not in got.replace(text, "")
 
 
 def test_dropped_tool_calls_say_which_and_why_on_their_tokens(tmp_path, qwen3_tokenizer, qwen25_tokenizer):

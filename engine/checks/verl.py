@@ -289,7 +289,11 @@ def check_tool_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
         texts = [m.content for m in t.observation if m.role == "tool"] if t is not None else \
             _tool_texts(o.tokenizer, ep.tokens.ids[answer.start : answer.end].tolist())
         raws = raw_observations(t) if t is not None else None
+        answer_ids = ep.tokens.ids[answer.start : answer.end].tolist()
+        full = chat.decode(o.tokenizer, answer_ids) if o.tokenizer is not None else ""
+        at = 0  # where in the answer's text the next result is looked for (results come in call order)
         for i, text in enumerate(texts):
+            span, at = _text_span(o.tokenizer, answer_ids, full, text, at)
             raw = raws[i] if raws is not None and i < len(raws) else None
             if raw is not None:
                 if raw == text or vt.truncate_tool_text(raw, limit, side) != text:
@@ -301,10 +305,24 @@ def check_tool_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
                 f"turn {reply.turn}: the tool's text was cut to {knob(ep, 'max_tool_response_length')} characters "
                 f"({knob(ep, 'tool_response_truncate_side')}: {marker!r})" + (f" from {len(raw)}" if raw is not None else
                                            "; the record does not hold the raw length"),
-                turn=reply.turn, token_start=answer.start, token_end=answer.end,
+                turn=reply.turn, token_start=answer.start + span[0] if span else answer.start,
+                token_end=answer.start + span[1] if span else answer.end,
                 evidence={"raw_length": len(raw) if raw is not None else None, "kept": limit, "side": side,
                           "marker": marker, "call": i}))
     return out
+
+
+def _text_span(tok: Tokenizer | None, ids: list[int], full: str, text: str,
+               after: int) -> tuple[tuple[int, int] | None, int]:
+    """([start, end) of the tokens that spell ``text`` in ``ids``, whose decoding is ``full``, looking from
+    character ``after`` on; where the next search starts). None when the text is not found there."""
+    c = full.find(text, after) if tok is not None and text else -1
+    if c < 0:
+        return None, after
+    assert tok is not None
+    a = chat.token_at_char(tok, ids, full, c)
+    b = chat.token_at_char(tok, ids, full, c + len(text) - 1)
+    return ((a, b + 1) if a is not None and b is not None else None), c + len(text)
 
 
 def _tool_texts(tok: Tokenizer | None, ids: list[int]) -> list[str]:
