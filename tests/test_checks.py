@@ -246,6 +246,11 @@ def test_qwen3_retokenize_is_flagged_and_tito_is_clean(qwen3_tokenizer, thinking
     assert not errors(found), show(found)
     # the rewrite is still reported, as harmless
     assert {f.severity for f in found if f.kind == "template_not_prefix_stable"} == {INFO}
+    # once: checking the checked episode again finds the same, neither a copy of each rewrite nor fewer
+    for ep in (retok, tito):
+        once = with_checks(ep, CheckOptions(tokenizer=tok))
+        twice = with_checks(with_checks(once, CheckOptions(tokenizer=tok)), CheckOptions(tokenizer=tok))
+        assert [f.to_dict() for f in twice.all_findings()] == [f.to_dict() for f in once.all_findings()]
     if thinking:
         # tito trained on the think blocks the model generated
         seg = planted.seg(tito, "assistant", 0)

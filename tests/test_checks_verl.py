@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from engine.checks import CheckOptions, raw_observations, with_checks
-from engine.checks.diagnosis import consequences, roots
+from engine.checks.diagnosis import consequences, diagnosis, roots
 from engine.envs.math import MathEnv
 from engine.envs.retail import RetailEnv
 from engine.loop.stepper import run_episode
@@ -48,7 +48,11 @@ class Replay:
 
 
 def checked(ep: Episode, tok: Any) -> list[Finding]:
-    return list(with_checks(ep, CheckOptions(tokenizer=tok)).all_findings())
+    """The episode's findings after the checks, which checking the checked episode again leaves as they are."""
+    once = with_checks(ep, CheckOptions(tokenizer=tok))
+    again = with_checks(once, CheckOptions(tokenizer=tok))
+    assert [f.to_dict() for f in again.all_findings()] == [f.to_dict() for f in once.all_findings()]
+    return list(once.all_findings())
 
 
 def of(found: list[Finding], kind: str) -> list[Finding]:
@@ -176,7 +180,7 @@ def test_think_blocks_the_template_drops_are_kept(qwen3_tokenizer):
     assert think.token_start == replies[0].start and think.turn == 0 and think.caused_by is None
     assert think.evidence["positions"] == [s.start for s in replies[:-1]]  # every reply a later turn reads
     assert think.evidence["turns"] == [0, 1]
-    assert "<think>" not in think.evidence["template_gives"] and "It is 3." in think.evidence["template_gives"]
+    assert think.evidence["template_gives"] == "It is 3."  # reply 0's text, the template's think block dropped
     assert think.evidence["kept"] == "<think>\nTurn 0: check the arithmetic twice.\n</think>"
     assert not VERL_KINDS & {f.kind for f in under_tito(ep, MathEnv, tok)}
 
@@ -191,6 +195,9 @@ def test_enable_thinking_false_keeps_the_empty_think_block_of_each_generation_pr
     # The empty think block the generation prompt wrote before reply 0 (the prompt's last tokens).
     assert tok.decode(ep.tokens.ids[think.token_start : first.start].tolist()) == "<think>\n\n</think>\n\n"
     assert think.turn == 0 and think.evidence["turns"] == [0]
+    # Reply 0 held against the template's reply 0 (the episode ends on a generation prompt, its own empty think
+    # block, which is no reply of the conversation).
+    assert think.evidence["template_gives"] == "It is 3."
     # The empty think block is template text, never trained: the mask check says nothing of it.
     assert not of(found, "mask_misaligned") and not of(found, "system_cut_wrong")
 
@@ -208,7 +215,26 @@ def test_a_reply_cut_by_response_length_is_trained_up_to_the_cut(qwen3_tokenizer
     assert cut.evidence["kept"] == n - last.start and cut.evidence["cut_tokens"] == len(gen) - (n - last.start)
     assert cut.caused_by is None and cut.severity is Severity.WARNING
     assert not of(found, "truncated_turn")  # one finding for one cut
+    # The episode ended there for the same reason: one diagnosis entry, the cut.
+    [ended] = of(found, "truncated_episode")
+    assert "response_length=70" in ended.message and ended.caused_by == cut.id
+    assert [r.kind for r in roots(found) if r.severity is not Severity.INFO] == ["im_end_newline_missing",
+                                                                                 "response_cut_trained"]
+    assert "the episode was cut" not in diagnosis(found) and "response_length" in diagnosis(found)
     assert not of(found, "retokenization_drift")  # the kept ids are the generated ones, up to the cut
+    # A reply that ends on its <|im_end|> exactly at the limit is whole; in a record without its generations
+    # (a row verl wrote) and without a tokenizer to tell its end-of-turn id, the check says it did not look
+    # rather than calling it cut.
+    truth = str(MathEnv().task(MathEnv().tasks[0]).solutions[0])
+    one, _ = run(MathEnv, tok, 0, overrides={0: f"#### {truth}"}, max_assistant_turns=1, **WIDE)
+    assert one.tokens.ids[-1] == tok.convert_tokens_to_ids("<|im_end|>") and one.tokens.loss_mask[-1] == 1
+    exact = one.evolve(turns=(), segments=(), messages=one.messages[:-1], config=dataclasses.replace(
+        one.config, loop=dataclasses.replace(one.config.loop, response_length=len(one.tokens) - one.prompt_len)))
+    assert not of(checked(exact, tok), "response_cut_trained")
+    blind = list(with_checks(exact, CheckOptions()).all_findings())
+    assert not of(blind, "response_cut_trained")
+    assert [f.message for f in blind if f.evidence.get("check") == "response_cut_trained"] == \
+        ["response_cut_trained: not checked: no tokenizer to tell a reply's end-of-turn token"]
     # A reply that ends inside the budget is not cut.
     whole, _ = run(RetailEnv, tok, 0, **WIDE)
     assert not of(checked(whole, tok), "response_cut_trained")
@@ -224,8 +250,18 @@ def test_a_truncated_tool_result_is_info_on_its_tokens_with_the_raw_length(qwen3
     assert [f.turn for f in cut] == [t.index for t in turns] and turns
     for f, t in zip(cut, turns, strict=True):
         seg = next(s for s in ep.segments if s.kind == "tool" and s.turn == t.index)
-        assert (f.token_start, f.token_end) == (seg.start, seg.end) and f.severity is Severity.INFO
+        assert seg.start < f.token_start < f.token_end < seg.end and f.severity is Severity.INFO
+        # On the tool's own text, not on the answer's markup around it.
+        assert _spells(tok, ep, f, t.observation[0].content)
         assert f.evidence["raw_length"] == len(raw_observations(t)[0]) and f.evidence["kept"] == 40
+    # Two results in one answer: each on its own tokens (the same text twice).
+    call = '<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W3479475"}}\n</tool_call>'
+    both, _ = run(RetailEnv, tok, 0, overrides={3: f"{call}\n{call}"}, max_parallel_calls=2,
+                  max_tool_response_length=40, tool_response_truncate_side="left", **WIDE)
+    pair = [f for f in of(checked(both, tok), "tool_result_truncated") if f.turn == 3]
+    texts = [m.content for m in both.turns[3].observation]
+    assert len(pair) == 2 and texts[0] == texts[1] and pair[0].token_end <= pair[1].token_start
+    assert all(_spells(tok, both, f, text) for f, text in zip(pair, texts, strict=True))
     # Without the raw outputs (an import that lacks them) the marker still says so, the raw length unknown.
     field = {"raw_observation": ()} if hasattr(ep.turns[0], "raw_observation") else {}
     bare = ep.evolve(turns=tuple(dataclasses.replace(t, info={k: v for k, v in t.info.items()
@@ -239,7 +275,13 @@ def test_a_truncated_tool_result_is_info_on_its_tokens_with_the_raw_length(qwen3
     assert not VERL_KINDS & {f.kind for f in under_tito(ep, RetailEnv, tok)}
 
 
-def test_dropped_tool_calls_say_which_and_why_on_their_tokens(qwen3_tokenizer, qwen25_tokenizer):
+def _spells(tok: Any, ep: Episode, f: Finding, text: str) -> bool:
+    """Whether the finding's tokens spell ``text``, give or take the newline a token shares with it."""
+    got = tok.decode(ep.tokens.ids[f.token_start : f.token_end].tolist())
+    return text in got and len(got) <= len(text) + 2 and "<" not in got.replace(text, "")
+
+
+def test_dropped_tool_calls_say_which_and_why_on_their_tokens(tmp_path, qwen3_tokenizer, qwen25_tokenizer):
     two = ('<tool_call>\n{"name": "find_user_id_by_email", "arguments": {"email": "nobody@example.com"}}\n</tool_call>\n'
            '<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "x"}}\n</tool_call>')
     overrides = {0: '<tool_call>\n{"name": "find_user_id_by_email"}\n</tool_call>', 1: two}
@@ -248,6 +290,14 @@ def test_dropped_tool_calls_say_which_and_why_on_their_tokens(qwen3_tokenizer, q
         found = checked(ep, tok)
         drops = of(found, "tool_call_dropped")
         assert [f.turn for f in drops] == [0, 1]  # one finding a turn, none from the loop beside it
+        # Checked again as `rollscope check` does, from the stored record its last check wrote: the same findings.
+        store = Store(tmp_path / f"{len(tok)}.db")
+        again = ep
+        for k in range(3):
+            store.save_episode(with_checks(again, CheckOptions(tokenizer=tok)).evolve(id=f"d{k:015d}", run_id="runD"))
+            again = store.get_episode(f"d{k:015d}")
+            assert [f.to_dict() for f in again.all_findings()] == [f.to_dict() for f in found]
+        store.close()
         open_id = tok.convert_tokens_to_ids("<tool_call>")
         a0, a1 = (next(s for s in ep.segments if s.kind == "assistant" and s.turn == k) for k in (0, 1))
         opens1 = [i for i in range(a1.start, a1.end) if ep.tokens.ids[i] == open_id]
@@ -275,6 +325,11 @@ def test_a_boxed_answer_our_checker_accepts_and_verls_strict_score_refuses(smol_
         assert tok.decode(ep.tokens.ids[strict.token_start : a0.end].tolist()).lstrip().startswith("\\boxed")
         assert strict.evidence["extracted"] == truth and strict.evidence["strict"] is None
         assert strict.evidence["flexible"] == truth  # what verl's interaction took: "correct" there
+        # Said as the record shows it: the interaction's verdict and reward, then the reward manager's score.
+        assert ep.turns[0].reward == 1.0 and ep.turns[0].observation[0].content == "Your response is correct!"
+        assert "verl's gsm8k interaction (flexible score) accepted it, reward 1;" in strict.message
+        assert "verl's reward manager on gsm8k data (strict score: the last '#### N' in the last 300 characters " \
+            "of the response) would give 0" in strict.message
         # '#### N' is what the strict score takes: nothing to say.
         hashes, _ = run(MathEnv, tok, 0, overrides={0: f"So the answer is \\boxed{{{truth}}}.\n#### {truth}"})
         assert not of(checked(hashes, tok), "strict_score_refused")
@@ -318,3 +373,101 @@ def test_an_answer_the_cut_ate_whole_is_named_where_it_should_start(qwen3_tokeni
     assert cut.evidence["lost"] == "<|im_start|>user\nYour response is correct!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n"
     assert cut.evidence["cut"] == len(ref.initialize_system_prompt(tok)) > cut.evidence["block"]
     assert not VERL_KINDS & {f.kind for f in under_tito(ep, MathEnv, tok)}
+
+
+def test_the_newline_is_said_once_for_a_run_whose_other_episodes_it_cannot_apply_to(tmp_path, capsys, qwen3_tokenizer):
+    from engine.cli import main
+
+    tok = qwen3_tokenizer
+    truth = str(MathEnv().task(MathEnv().tasks[0]).solutions[0])
+    wrong = [run(MathEnv, tok, k, overrides={0: "It is 3."}, **WIDE)[0] for k in (1, 2)]
+    # One reply allowed: verl ends the episode before the interaction answers.
+    at_once, _ = run(MathEnv, tok, 0, overrides={0: f"#### {truth}"}, max_assistant_turns=1, **WIDE)
+    refused, _ = run(MathEnv, tok, 3, prompt_length=16)  # verl's dataset refuses the prompt
+    assert len(refused.tokens) == refused.prompt_len and at_once.tokens.loss_mask[-1] == 1
+    store = Store(tmp_path / "r.db")
+    for i, ep in enumerate([*wrong, at_once, refused]):
+        store.save_episode(ep.evolve(id=f"m{i:015d}", run_id="runM"))
+    # A run where one episode has it and one cannot: nothing to say for the run.
+    for i, ep in enumerate([wrong[0], at_once]):
+        store.save_episode(ep.evolve(id=f"o{i:015d}", run_id="runO"))
+    store.close()
+    assert main(["check", str(tmp_path / "r.db"), "--tokenizer", tok.name_or_path]) == 1
+    out = capsys.readouterr().out
+    *body, summary = out.splitlines()
+    assert "run runM: im_end_newline_missing in all 2 episodes it applies to (2 could not be checked for it)" in out
+    assert "im_end_newline_missing (run-level) 2" in summary and "run-level: im_end_newline_missing" in summary
+    assert "run runO:" not in out and "im_end_newline_missing 1" in summary
+    # The episodes it cannot apply to say so (and nothing else of it); the dashboard's rule agrees with the CLI's.
+    store = Store(tmp_path / "r.db")
+    for i in (2, 3):
+        found = store.get_episode(f"m{i:015d}").all_findings()
+        assert [f.message for f in found if "im_end_newline_missing" in f.message] == \
+            ["im_end_newline_missing: not checked: no answer follows a reply"]
+    levels = store.run_level_kinds(["runM", "runO"])
+    assert "im_end_newline_missing" in levels["runM"][1] and "im_end_newline_missing" not in levels.get("runO", (0, []))[1]
+    store.close()
+
+
+def test_verl_rows_imported_without_their_knobs_say_so_and_take_them_from_set_or_config(tmp_path, capsys,
+                                                                                        qwen3_tokenizer):
+    """Rows verl wrote (no Rollscope record): the checks assume verl's defaults and say so; the knobs the run set,
+    given to import as `run` takes them (--set, --config), are recorded and checked with."""
+    import json
+
+    from engine.cli import main
+    from engine.formats.verl_agent_loop import row
+
+    tok = qwen3_tokenizer
+    two = ('<tool_call>\n{"name": "find_user_id_by_email", "arguments": {"email": "nobody@example.com"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "x"}}\n</tool_call>')
+    kw = '{"enable_thinking": false}'
+    no_thinking, _ = run(MathEnv, tok, 1, overrides={0: "It is 3."}, apply_chat_template_kwargs=kw, **WIDE)
+    parallel, _ = run(RetailEnv, tok, 0, overrides={1: two}, max_parallel_calls=2, **WIDE)
+    assert not of(checked(parallel, tok), "tool_call_dropped")  # both calls ran
+    files = {}
+    for name, ep in (("thinking", no_thinking), ("parallel", parallel)):
+        r = row(ep)
+        del r["extra_fields"]["rollscope"]  # as verl writes it
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text(json.dumps(r) + "\n")
+    config = tmp_path / "knobs.json"
+    config.write_text(json.dumps({"base": "verl-tool", "knobs": {**WIDE, "max_parallel_calls": 2}}))
+
+    def imported(name: str, *knobs: str) -> Episode:
+        db = tmp_path / f"{name}{len(knobs)}.db"
+        assert main(["import", str(files[name]), "--format", "verl", "--db", str(db), "--tokenizer",
+                     tok.name_or_path, "--check", "--quiet", *knobs]) == 0
+        capsys.readouterr()
+        store = Store(db)
+        [eid] = store.episode_ids()
+        ep = store.get_episode(eid)
+        store.close()
+        return ep
+
+    # Without the knobs: one info that names what is assumed; what depends on a knob says it assumed it.
+    for name in files:
+        ep = imported(name)
+        assert ep.config.loop is None
+        [said] = [f for f in ep.findings if f.evidence.get("check") == "verl_knobs"]
+        assert said.severity is Severity.INFO and "max_parallel_calls=1" in said.message
+        assert "--set KNOB=VALUE" in said.message and said.evidence["assumed"]["apply_chat_template_kwargs"] == "{}"
+    dropped = of(list(imported("parallel").all_findings()), "tool_call_dropped")
+    assert dropped and "past max_parallel_calls=1 (verl's default, assumed: the record does not say)" in \
+        dropped[0].message
+    [no_truth] = [f for f in imported("thinking").findings if f.evidence.get("check") == "strict_score_refused"]
+    assert "no ground truth" in no_truth.message
+    # With them (--set as `run` takes it; --config a preset file): recorded, and no false alarm.
+    ep = imported("thinking", "--set", f"apply_chat_template_kwargs={kw}", "--set", "response_length=4096",
+                  "--set", "prompt_length=8192")
+    assert ep.config.loop is not None and ep.config.loop.apply_chat_template_kwargs == kw
+    found = list(ep.all_findings())
+    assert not [f for f in found if f.evidence.get("check") == "verl_knobs"]
+    assert not of(found, "mask_misaligned")  # the empty think block is the generation prompt's, not the reply
+    ep = imported("parallel", "--config", str(config))
+    assert ep.config.loop is not None and ep.config.loop.max_parallel_calls == 2
+    assert not of(list(ep.all_findings()), "tool_call_dropped")
+    # Knobs for rows that record what they ran with are refused, saying why.
+    assert main(["import", str(files["thinking"]), "--format", "jsonl", "--db", str(tmp_path / "x.db"),
+                 "--set", "max_parallel_calls=2"]) != 0
+    assert "to --format verl rows" in capsys.readouterr().err and not (tmp_path / "x.db").exists()

@@ -41,6 +41,8 @@ from .rendering import (
 from .verl import VERL_CHECKS
 from .verl_layout import raw_observations
 
+RECHECKED = frozenset({"truncated_turn", "truncated_episode", "template_not_prefix_stable"})
+
 CHECKS: tuple[Check, ...] = (
     check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
     check_response_length, check_logprob_mismatch, check_turn_records, *VERL_CHECKS,
@@ -59,7 +61,9 @@ def run_checks(ep: Episode, options: CheckOptions | None = None) -> list[Finding
 def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
     """The episode with the checks' findings attached (replacing earlier check findings), and the checks' version
     in ``checked``."""
-    loop_found = [f for f in ep.findings if f.kind in LOOP_KINDS and f.kind not in ("truncated_turn", "truncated_episode")]
+    # The checks write these kinds at the episode level too (the loop, on its turns): the episode's own are an
+    # earlier check's, replaced like the rest, so checking twice finds the same.
+    loop_found = [f for f in ep.findings if f.kind in LOOP_KINDS and f.kind not in RECHECKED]
     return link(ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options)), checked=CHECKS_VERSION))
 
 

@@ -18,6 +18,8 @@ in ``caused_by``. A finding with ``caused_by`` None is a root. The rules:
   untrained one that is carries one.
 * A reply whose trained ids are not its generated ids causes the logprob
   findings of its turn.
+* verl's cut of a reply at ``response_length`` causes the turn's length
+  findings: the server's stop on it, and the episode's end for reaching it.
 
 At the same first token the more specific finding is the root (``RANK``).
 ``info`` findings (what could not be checked, what is harmless here) are
@@ -59,10 +61,29 @@ RANK = {
 }
 POSITIONS_CAP = 200  # the checks list at most this many positions in a finding's evidence
 # Kinds that describe the preset, the template or the source rather than one episode: when every episode of
-# a run has one, it is reported once for the run.
+# a run has one (or could not be checked for it: ``run_level``), it is reported once for the run.
 RUN_KINDS = frozenset({"template_newline_trained", "logprobs_absent", "template_not_prefix_stable",
                        "system_block_injected", "generation_prompt_missing", "im_end_newline_missing",
                        "system_cut_wrong"})
+
+
+def unchecked_kind(f: Finding) -> str | None:
+    """The kind a ``not_checked`` finding says its check could not look for in this episode (None otherwise)."""
+    if f.kind != "not_checked":
+        return None
+    check = f.evidence.get("check")
+    return check if isinstance(check, str) else f.message.split(":", 1)[0]
+
+
+def run_level(episodes: Sequence[tuple[set[str], set[str]]]) -> set[str]:
+    """The kinds said once for a run, from each episode's (run kinds it has above info, kinds its checks could not
+    look for): a kind two or more episodes have and every other one could not have been checked for (a prompt
+    refused, a reply no answer followed)."""
+    if len(episodes) < 2:
+        return set()
+    has = [h for h, _ in episodes]
+    return {k for k in set().union(*has) if sum(k in h for h in has) >= 2
+            and all(k in h or k in unchecked for h, unchecked in episodes)}
 
 
 def _positions(f: Finding) -> set[int]:
@@ -103,6 +124,10 @@ def follows(cause: Finding, effect: Finding) -> bool:
         return True
     if cause.kind == "response_cut_trained" and effect.kind == "truncated_turn":
         return cause.turn is not None and cause.turn == effect.turn  # the server's cut and verl's, one reply
+    if cause.kind == "response_cut_trained" and effect.kind == "truncated_episode":
+        # The episode ended because the response reached response_length: the same cut.
+        return cause.turn is not None and cause.turn == effect.turn \
+            and f"response_length={cause.evidence.get('response_length')}" in effect.message
     if cause.kind == "retokenization_drift" and cause.severity is Severity.ERROR and effect.kind in LOGPROB:
         return cause.turn is not None and cause.turn == effect.turn
     if cause.kind == "mask_misaligned" and "loss_mask_length" in cause.evidence and effect.kind in (
@@ -257,7 +282,7 @@ def _phrase(f: Finding) -> str:
         "think_kept": f"the context keeps <think> blocks the template drops, from {w}",
         "response_cut_trained": f"verl cut {w}'s reply at response_length and trains it",
         "tool_result_truncated": f"a tool result was truncated at {w}",
-        "strict_score_refused": f"verl's strict score refuses the right answer at {w}",
+        "strict_score_refused": f"verl's reward manager (strict gsm8k score) would refuse the right answer at {w}",
     }
     return phrases.get(f.kind, f"{f.kind} at {w}")
 

@@ -16,8 +16,9 @@ the same way:
   trained up to the cut;
 * ``tool_result_truncated`` (info): a tool's text cut to ``max_tool_response_length`` characters;
 * ``tool_call_dropped``: a call the hermes parser drops, or one past ``max_parallel_calls``;
-* ``strict_score_refused``: a math answer Rollscope's checker accepts that verl's strict gsm8k score
-  (its default reward) refuses: ``\\boxed{}`` without ``#### N``.
+* ``strict_score_refused``: a math answer Rollscope's checker (and verl's gsm8k interaction, which scores it
+  flexibly) accepts that the strict gsm8k score of verl's reward manager refuses: ``\\boxed{}`` without
+  ``#### N``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..envs.gsm8k import gsm8k_extract, gsm8k_score
 from ..errors import RollscopeError
+from ..presets import LoopConfig
 from ..records.episode import Episode, Finding
 from ..tokens import chat
 from ..tokens import verl as vt
@@ -40,6 +42,7 @@ from .verl_layout import (
     conversation,
     ground_truth,
     is_verl,
+    knob,
     newline_ids,
     observation,
     raw_observations,
@@ -51,6 +54,24 @@ from .verl_layout import (
 )
 
 MARKERS = {"left": "...(truncated)", "right": "(truncated)...", "middle": "...(truncated)..."}
+# verl's knobs the checks read, under verl's names.
+VERL_KNOBS = ("response_length", "prompt_length", "max_assistant_turns", "max_user_turns", "max_parallel_calls",
+              "max_tool_response_length", "tool_response_truncate_side", "format", "calculate_log_probs",
+              "apply_chat_template_kwargs")
+
+
+def check_verl_knobs(ep: Episode, o: CheckOptions) -> list[Finding]:
+    """A verl row that does not say which knobs its loop ran with: the checks assume verl's defaults, and say so
+    once (info), with what to give instead."""
+    if not is_verl(ep) or ep.config.loop is not None:
+        return []
+    assumed = {k: getattr(LoopConfig(), k) for k in VERL_KNOBS}
+    said = ", ".join(f"{k}={v}" for k, v in assumed.items())
+    return [Finding(
+        "not_checked", INFO,
+        f"verl's knobs: not checked: the record does not say which knobs verl's loop ran with, so the verl checks "
+        f"assume verl's defaults ({said}); where the run set others, give them: rollscope import --format verl "
+        "--set KNOB=VALUE (or --config FILE)", evidence={"check": "verl_knobs", "assumed": assumed})]
 
 
 def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
@@ -67,7 +88,8 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
     glued_turns: list[int] = []
     first_want: dict[int, list[int] | None] = {}
     cuts: list[dict[str, Any]] = []
-    for reply, answer in answers(blocks(ep)):
+    pairs = answers(blocks(ep))
+    for reply, answer in pairs:
         msgs = observation(ep, tok, reply, answer)
         try:
             tail, want = template_answer(tok, msgs or [], kw) if msgs else (tail_text(tok, kw), None)
@@ -91,7 +113,9 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
             cuts.append({"turn": reply.turn, "start": start, **cut})
     cuts += _answers_eaten(ep, tok, kw)
     cuts.sort(key=lambda c: c["start"])
-    out: list[Finding] = []
+    # Said so, that the run-level rule does not count this episode against the kind (a prompt refused, a first
+    # reply the episode ended on).
+    out: list[Finding] = [] if pairs else [skip("im_end_newline_missing", "no answer follows a reply")]
     if glued:
         at = glued[0]
         answer_ids = first_want.get(at) or ids[at : at + 2]
@@ -114,7 +138,8 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
         out.append(Finding(
             "system_cut_wrong", ERROR,
             f"turn {c['turn']}: verl cut the answer's standalone render by {c['cut']} tokens, the default system "
-            f"block it measured without the chat-template kwargs, where this render's block is {c['block']} "
+            f"block it measured without the chat-template kwargs ({knob(ep, 'apply_chat_template_kwargs')}), where "
+            f"this render's block is {c['block']} "
             f"tokens: {what}" + (f"; the same in {len(cuts) - 1} more answer{'s' if len(cuts) > 2 else ''}"
                                  if len(cuts) > 1 else ""),
             turn=c["turn"], token_start=at, token_end=at + (c["tokens"] if not lost else 1),
@@ -187,8 +212,8 @@ def check_think_kept(ep: Episode, o: CheckOptions) -> list[Finding]:
     replies = [b for b in bs if b.trained]
     if len(replies) < 2:
         return []
-    msgs = conversation(tok, ids)
     kw = template_kwargs(ep)
+    msgs = conversation(tok, ids, kw)
     try:
         rendered = chat.render(tok, msgs, None, False, **kw)
     except RollscopeError:
@@ -231,8 +256,9 @@ def check_response_cut(ep: Episode, o: CheckOptions) -> list[Finding]:
         return []
     last = bs[-1]
     tok = o.tokenizer
-    eot = chat.end_of_turn_ids(tok) if tok is not None else set()
-    if int(ep.tokens.ids[n - 1]) in eot:
+    if tok is None:  # a reply that ends exactly at the limit is whole when its last id ends the turn
+        return [skip("response_cut_trained", "no tokenizer to tell a reply's end-of-turn token")]
+    if int(ep.tokens.ids[n - 1]) in chat.end_of_turn_ids(tok):
         return []
     t = turn_record(ep, last.turn)
     gen = list(t.generation.token_ids) if t is not None and t.generation is not None else []
@@ -242,7 +268,7 @@ def check_response_cut(ep: Episode, o: CheckOptions) -> list[Finding]:
         return []
     return [Finding(
         "response_cut_trained", WARNING,
-        f"verl cuts the response at response_length={limit} in the middle of turn {last.turn}'s reply: "
+        f"verl cuts the response at {knob(ep, 'response_length')} in the middle of turn {last.turn}'s reply: "
         f"{kept} of its tokens are kept and trained (mask 1) as if the reply stopped there"
         + (f", {cut} generated tokens after them are gone" if cut else ""),
         turn=last.turn, token_start=last.start, token_end=n,
@@ -263,7 +289,11 @@ def check_tool_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
         texts = [m.content for m in t.observation if m.role == "tool"] if t is not None else \
             _tool_texts(o.tokenizer, ep.tokens.ids[answer.start : answer.end].tolist())
         raws = raw_observations(t) if t is not None else None
+        answer_ids = ep.tokens.ids[answer.start : answer.end].tolist()
+        full = chat.decode(o.tokenizer, answer_ids) if o.tokenizer is not None else ""
+        at = 0  # where in the answer's text the next result is looked for (results come in call order)
         for i, text in enumerate(texts):
+            span, at = _text_span(o.tokenizer, answer_ids, full, text, at)
             raw = raws[i] if raws is not None and i < len(raws) else None
             if raw is not None:
                 if raw == text or vt.truncate_tool_text(raw, limit, side) != text:
@@ -272,13 +302,27 @@ def check_tool_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
                 continue
             out.append(Finding(
                 "tool_result_truncated", INFO,
-                f"turn {reply.turn}: the tool's text was cut to max_tool_response_length={limit} characters "
-                f"({side}: {marker!r})" + (f" from {len(raw)}" if raw is not None else
+                f"turn {reply.turn}: the tool's text was cut to {knob(ep, 'max_tool_response_length')} characters "
+                f"({knob(ep, 'tool_response_truncate_side')}: {marker!r})" + (f" from {len(raw)}" if raw is not None else
                                            "; the record does not hold the raw length"),
-                turn=reply.turn, token_start=answer.start, token_end=answer.end,
+                turn=reply.turn, token_start=answer.start + span[0] if span else answer.start,
+                token_end=answer.start + span[1] if span else answer.end,
                 evidence={"raw_length": len(raw) if raw is not None else None, "kept": limit, "side": side,
                           "marker": marker, "call": i}))
     return out
+
+
+def _text_span(tok: Tokenizer | None, ids: list[int], full: str, text: str,
+               after: int) -> tuple[tuple[int, int] | None, int]:
+    """([start, end) of the tokens that spell ``text`` in ``ids``, whose decoding is ``full``, looking from
+    character ``after`` on; where the next search starts). None when the text is not found there."""
+    c = full.find(text, after) if tok is not None and text else -1
+    if c < 0:
+        return None, after
+    assert tok is not None
+    a = chat.token_at_char(tok, ids, full, c)
+    b = chat.token_at_char(tok, ids, full, c + len(text) - 1)
+    return ((a, b + 1) if a is not None and b is not None else None), c + len(text)
 
 
 def _tool_texts(tok: Tokenizer | None, ids: list[int]) -> list[str]:
@@ -314,8 +358,9 @@ def check_dropped_calls(ep: Episode, o: CheckOptions) -> list[Finding]:
     ids = ep.tokens.ids.tolist()
     bs = blocks(ep)
     replies = [b for b in bs if b.trained]
-    # Records stored before the checks named them carry the loop's own finding: not said twice.
-    said = {f.turn for f in ep.all_findings() if f.kind == "tool_call_dropped"}
+    # A turn where the loop recorded the drop itself (another parser's, or a record from before the checks named
+    # it) is not said twice. Only the turns' findings: the episode's are this check's own from an earlier run.
+    said = {t.index for t in ep.turns for f in t.findings if f.kind == "tool_call_dropped"}
     out: list[Finding] = []
     for r in replies:
         if r.turn in said:
@@ -330,7 +375,7 @@ def check_dropped_calls(ep: Episode, o: CheckOptions) -> list[Finding]:
         dropped: list[dict[str, Any]] = [{"text": d.text, "why": f"the hermes parser drops it: {d.why}", "block": i}
                                          for i, d in _drop_blocks(tok, gen, drops)]
         dropped += [{"call": {"name": c.name, "arguments": c.arguments}, "block": i,
-                     "why": f"past max_parallel_calls={cfg.max_parallel_calls}"}
+                     "why": f"past {knob(ep, 'max_parallel_calls')}"}
                     for i, c in _call_blocks(tok, gen, calls)[cfg.max_parallel_calls:]]
         if not dropped:
             continue
@@ -404,6 +449,8 @@ def check_strict_score(ep: Episode, o: CheckOptions) -> list[Finding]:
     """A math answer Rollscope's checker accepts that verl's strict gsm8k score refuses (no ``#### N``)."""
     gt = ground_truth(ep)
     tok = o.tokenizer
+    if is_verl(ep) and gt is None and not ep.tools:
+        return [skip("strict_score_refused", "the record holds no ground truth to score a math answer against")]
     if not is_verl(ep) or gt is None or tok is None:
         return []
     from ..envs.math import check_answer  # math_verify loads only for math episodes
@@ -421,17 +468,22 @@ def check_strict_score(ep: Episode, o: CheckOptions) -> list[Finding]:
             full = chat.decode(tok, ids[r.start : r.end])
             pos = chat.token_at_char(tok, ids[r.start : r.end], full, full.rfind("\\boxed"))
             at = r.start + (pos or 0)
+        # What verl's gsm8k interaction scores (flexible, on '#### ' + the reply), and so what the episode shows.
+        flexible = gsm8k_extract("#### " + text if not text.startswith("#### ") else text, "flexible")
+        t = turn_record(ep, r.turn)
+        said = ("verl's gsm8k interaction (flexible score) accepted it"
+                + (f", reward {t.reward:g}" if t is not None else "") if flexible == gt
+                else "Rollscope's math checker accepts it")
         out.append(Finding(
             "strict_score_refused", WARNING,
-            f"turn {r.turn}: the answer {extracted!r} is right by Rollscope's math checker, but verl's strict gsm8k "
-            f"score (its default reward) is 0: it takes only the last '#### N' in the last 300 characters "
+            f"turn {r.turn}: the answer {extracted!r} is right and {said}; verl's reward manager on gsm8k data "
+            f"(strict score: the last '#### N' in the last 300 characters of the response) would give 0 "
             f"(found {gsm8k_extract(text, 'strict')!r})",
             turn=r.turn, token_start=at, token_end=at + 1,
             evidence={"ground_truth": gt, "extracted": extracted, "strict": gsm8k_extract(text, "strict"),
-                      "flexible": gsm8k_extract("#### " + text if not text.startswith("#### ") else text,
-                                                "flexible")}))
+                      "flexible": flexible}))
     return out
 
 
-VERL_CHECKS = (check_verl_answers, check_think_kept, check_response_cut, check_tool_truncation,
+VERL_CHECKS = (check_verl_knobs, check_verl_answers, check_think_kept, check_response_cut, check_tool_truncation,
                check_dropped_calls, check_strict_score)

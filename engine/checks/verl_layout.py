@@ -27,6 +27,13 @@ def is_verl(ep: Episode) -> bool:
                                               and ep.source.details.get("shape") == "AgentLoopOutput")
 
 
+def knob(ep: Episode, name: str) -> str:
+    """``name=value`` of one of verl's knobs as a finding says it, marked as assumed when the record does not hold
+    the knobs it ran with (an ``AgentLoopOutput`` row imported without ``--set``/``--config``)."""
+    said = f"{name}={getattr(loop_config(ep), name)}"
+    return said if ep.config.loop is not None else f"{said} (verl's default, assumed: the record does not say)"
+
+
 def raw_observations(turn: Turn) -> list[str] | None:
     """The env's raw output of each tool call the turn ran, before verl's truncation (None when not recorded)."""
     return list(turn_raw_observations(turn)) or None
@@ -169,14 +176,18 @@ def turn_of(ep: Episode, pos: int) -> int | None:
     return None
 
 
-def conversation(tok: Tokenizer, ids: Sequence[int]) -> list[Any]:
-    """Every ChatML message in ``ids``, assistant replies included (the last, open one too)."""
+def conversation(tok: Tokenizer, ids: Sequence[int], kw: dict[str, Any]) -> list[Any]:
+    """Every ChatML message in ``ids``, assistant replies included (the last, open one too, unless it holds only
+    what the generation prompt writes with the kwargs: Qwen3's empty think block with ``enable_thinking`` off)."""
     out = []
-    for part in chat.decode(tok, ids).split("<|im_start|>")[1:]:
+    parts = chat.decode(tok, ids).split("<|im_start|>")[1:]
+    for part in parts:
         role, _, content = part.split("<|im_end|>")[0].partition("\n")
         if role in ("system", "user", "assistant", "tool"):
             out.append(Message(role, content))  # type: ignore[arg-type]
-    while out and out[-1].role == "assistant" and not out[-1].content:
+    # An open last message is the next generation prompt, not a reply (a reply ends with <|im_end|>).
+    if out and out[-1].role == "assistant" and parts and "<|im_end|>" not in parts[-1] \
+            and out[-1].content in ("", chat.decode(tok, generation_prompt_rest(tok, kw))):
         out.pop()
     return out
 

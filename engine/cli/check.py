@@ -57,7 +57,7 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> int:
     """``cmd_check`` with the checks run by ``pool`` and a database opened by ``open_db``."""
-    from ..checks.diagnosis import RUN_KINDS, consequences, diagnosis, roots
+    from ..checks.diagnosis import RUN_KINDS, consequences, diagnosis, roots, run_level, unchecked_kind
     from ..checks.fanout import check_episodes
     from ..formats import jsonl
     from ..store import EpisodeFilter
@@ -87,7 +87,8 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     # Per episode, only what the report needs (the checked episode itself is stored or dropped at once):
     # its id, its run, its findings without the per-token difference lists.
     shown: list[tuple[str, str, list[Finding]]] = []
-    runs: dict[str, list[set[str]]] = {}  # run id -> kinds of run-level candidates, one set per episode
+    # run id -> per episode: (the run-level candidates it has, the kinds its checks could not look for)
+    runs: dict[str, list[tuple[set[str], set[str]]]] = {}
     for checked in check_episodes(pool, episodes, tokenizer=a.tokenizer, recompute_logprobs=a.recompute_logprobs,
                                   model=a.model, threshold=a.threshold, errors=tokenizer_errors,
                                   top_logprobs=a.top_logprobs):
@@ -98,14 +99,17 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
                  for f in checked.all_findings()]
         run_key = checked.run_id or checked.source.file or "(no run)"
         runs.setdefault(run_key, []).append(
-            {f.kind for f in found if f.kind in RUN_KINDS and f.severity.value != "info"})
+            ({f.kind for f in found if f.kind in RUN_KINDS and f.severity.value != "info"},
+             {k for k in map(unchecked_kind, found) if k is not None}))
         shown.append((checked.id, run_key, found))
-    # A kind every episode of a run has is the run's (its preset, template or source): said once.
-    run_level = {run: set.intersection(*sets) for run, sets in runs.items() if len(sets) > 1}
+    # A kind every episode of a run has is the run's (its preset, template or source): said once. An episode
+    # its check could not look at (a prompt refused, no answer after a reply) does not count against it.
+    run_levels = {run: run_level(sets) for run, sets in runs.items()}
+    run_level_of = {run: kinds for run, kinds in run_levels.items() if kinds}
     root_counts: dict[str, int] = {}
     n_err = n_caused = 0
     for episode_id, run, found in shown:
-        common = run_level.get(run, set())
+        common = run_level_of.get(run, set())
         rs = [r for r in roots(found) if r.kind not in common]
         for f in found:
             if f.severity.value == "error":
@@ -139,11 +143,15 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
                 if f.severity.value == "info":
                     print(f"  {_finding_line(f)}")
     if not a.json:
-        for run, kinds in sorted(run_level.items()):
+        for run, kinds in sorted(run_level_of.items()):
             for kind in sorted(kinds):
                 sample = next(f for _, r, found in shown if r == run for f in found
                               if f.kind == kind and f.severity.value != "info")
-                print(f"run {run}: {kind} in all {len(runs[run])} episodes ({sample.severity.value}): {sample.message}")
+                n = sum(kind in has for has, _ in runs[run])
+                rest = len(runs[run]) - n
+                print(f"run {run}: {kind} in all {n} episodes"
+                      + (f" it applies to ({rest} could not be checked for it)" if rest else "")
+                      + f" ({sample.severity.value}): {sample.message}")
     skipped = list(report.errors) if report is not None else []
     for err in skipped:
         print(f"rollscope: skipped {err}", file=sys.stderr)
@@ -156,7 +164,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
         print(f"rollscope: nothing checked: {why}", file=sys.stderr)
         return 2
     summary = ", ".join(f"{k} {v}" for k, v in sorted(root_counts.items(), key=lambda kv: -kv[1])) or "none"
-    run_kinds = sorted({k for kinds in run_level.values() for k in kinds})
+    run_kinds = sorted({k for kinds in run_level_of.values() for k in kinds})
     print(f"checked {n_eps} episodes{f' ({len(skipped)} malformed records skipped)' if skipped else ''}: "
           f"{sum(root_counts.values())} root errors by kind: {summary}; {n_caused} findings follow from a root"
           + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import DEFAULT_DB, fanout, fanout_options, open_store, record_option
+from .common import DEFAULT_DB, fanout, fanout_options, knob_settings, open_store, record_option
 
 
 def register(sub: Any) -> None:
@@ -22,6 +22,12 @@ def register(sub: Any) -> None:
     im.add_argument("--env", help="the env the records ran in, when they do not say (taubench: recognized from "
                     "the policy text; messages: a record's own env comes first), e.g. taubench:airline")
     im.add_argument("--run", help="put the episodes in this run (the run view plots a run by rollout step)")
+    im.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                    help="--format verl: a knob verl's loop ran with, by verl's name, for rows that do not record "
+                    "their knobs, e.g. --set max_parallel_calls=2 (repeatable; the others: the verl-tool preset's, "
+                    "verl's defaults); recorded as the episodes' config and read by the checks")
+    im.add_argument("--config", help="--format verl: a preset file (JSON, as `rollscope presets --json` prints) with "
+                    "the knobs verl's loop ran with, instead of the verl-tool preset's")
     im.add_argument("--check", action="store_true", help="run the fidelity checks on each new episode as it is "
                     "imported (on --workers processes, or --ray)")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -37,12 +43,19 @@ def cmd_import(a: argparse.Namespace) -> int:
 
     if not Path(a.file).exists():  # before the database is created for nothing
         raise FormatError("no such file", a.file)
+    loop = None
+    if a.set or a.config:  # as `run` reads them, with verl-tool the preset the knobs change
+        from ..formats import check_knobbed
+        from ..launch.plan import loop_config
+
+        _, loop = loop_config(None if a.config else "verl-tool", a.env or "", knob_settings(a.set), a.config)
+        check_knobbed(a.format, loop)  # before the database is created for nothing
     store = open_store(a.db, must_exist=False)
     pool = fanout(a) if a.check else None
     try:
         report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
                              progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,
-                             fanout=pool, max_record_mb=a.max_record_mb)
+                             fanout=pool, max_record_mb=a.max_record_mb, loop=loop)
     finally:
         if pool is not None:
             pool.close()

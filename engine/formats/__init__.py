@@ -43,6 +43,7 @@ from typing import IO, Any
 
 from ..envs.outcomes import explain
 from ..errors import ConfigError, FormatError
+from ..presets import LoopConfig
 from ..records import textsafe
 from ..records.episode import Episode
 from ..tokens.tokenizer import Tokenizer
@@ -87,6 +88,8 @@ EXPORTERS: dict[str, Exporter] = {
     "parquet": parquet.write,
 }
 LOSSLESS = frozenset({"jsonl", "parquet"})
+# Formats whose rows may not say the loop's knobs they ran with (``import --set``/``--config`` give them).
+KNOBBED = frozenset({"verl"})
 # Formats whose records carry their own tokenizer name (or need none).
 SELF_DESCRIBED = frozenset({"jsonl", "parquet"})
 
@@ -139,10 +142,20 @@ def _resolve_tokenizer(tokenizer: Tokenizer | str | None) -> tuple[Tokenizer | N
     return tokenizer, str(getattr(tokenizer, "name_or_path", "") or "")
 
 
+def check_knobbed(fmt: str, loop: LoopConfig | None) -> None:
+    """ConfigError unless ``loop`` (``import --set``/``--config``) can be the knobs of ``fmt``'s rows."""
+    if loop is not None and fmt not in KNOBBED:
+        raise ConfigError(f"--set and --config give the knobs of verl's loop to --format verl rows, which do not "
+                          f"record them; {fmt} records say what they ran with")
+    if loop is not None and loop.token_mode != "verl":
+        raise ConfigError(f"the knobs are token_mode={loop.token_mode}'s, but verl's AgentLoopOutput rows come from "
+                          "verl's loop: give --set knobs of the verl-tool preset, or a --config with base verl-tool")
+
+
 def import_path(
     path: str | Path, fmt: str, store: Any, *, tokenizer: Tokenizer | str | None = None, progress: bool = False, env: str | None = None,
     run_id: str | None = None, check: bool = False, fanout: Any = None, lines: LineRange | None = None,
-    max_record_mb: float = MAX_RECORD_MB,
+    max_record_mb: float = MAX_RECORD_MB, loop: LoopConfig | None = None,
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
 
@@ -153,7 +166,9 @@ def import_path(
     the fidelity checks on each new episode before it is stored, on ``fanout``'s workers (an
     ``engine.checks.fanout.Fanout``; default: this process). ``lines`` reads only part of a JSONL file (``watch``
     on a growing file). ``max_record_mb`` is the largest record read (a line, a sample, a row): a larger one is
-    skipped and listed, read no further than the format allows. Malformed records are skipped and listed in the report; a missing, unreadable or
+    skipped and listed, read no further than the format allows. ``loop`` is the knobs verl's loop ran with
+    (``--set``/``--config``), recorded on each ``verl`` row that does not carry its own; the verl checks read them.
+    Malformed records are skipped and listed in the report; a missing, unreadable or
     unsafe file (a pickle that would run code) raises ``FormatError``; what was read before it is stored.
     Episodes are written a batch per transaction, each in a savepoint of its own: one that cannot be
     stored is listed, the rest kept.
@@ -163,6 +178,7 @@ def import_path(
     p = Path(path)
     if not p.exists():
         raise FormatError("no such file", str(p))
+    check_knobbed(fmt, loop)
     max_record = record_limit(max_record_mb)
     tok, name = _resolve_tokenizer(tokenizer)
     report = ImportReport(fmt)
@@ -180,7 +196,7 @@ def import_path(
         fmt, tok, name, env=env or "", errors=report.errors, notes=report.notes, files=report.files,
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
-        lines=lines, max_record=max_record,
+        lines=lines, max_record=max_record, loop=loop,
     )
     replace = fmt in LOSSLESS
     stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
+from ..presets import LoopConfig
 from ..records import jsonbounds, numbers, textsafe
 from ..records.episode import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
 from ..tokens.tokenizer import Tokenizer
@@ -74,6 +75,8 @@ class ImportContext:
     """The largest record read, in bytes (``--max-record-mb``); a larger one is skipped and named."""
     self_described: bool = False
     """Set by a reader whose records named their own tokenizer (no ``--tokenizer`` needed for them)."""
+    loop: LoopConfig | None = None
+    """The loop's knobs the records ran with (``import --set`` / ``--config``), for records that do not say."""
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""

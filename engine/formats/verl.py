@@ -80,6 +80,9 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                 reader = _shape(d, f)
                 if reader is record_to_episode:
                     ctx.note(RECONSTRUCTED_NOTE if ctx.tokenizer is not None else NO_TOKENIZER_NOTE)
+                    if ctx.loop is not None:
+                        ctx.note(f"{f}: a rollout_data_dir dump is not laid out by verl's agent loop: the knobs "
+                                 "given (--set, --config) are not recorded on its samples")
             try:
                 ep = reader(d, where, f, int(where.rsplit(":", 1)[1]), ctx)
             except FormatError as e:

@@ -23,8 +23,9 @@ For a ``verl-tool`` episode the arrays are verl's to the token. Another preset's
 shape: mask-0 logprobs become 0.0, ``response_logprobs`` is null unless every generated id has one, and
 ``turn_scores`` are its turn rewards; where that loses a logprob, the record keeps the episode's own (``logprobs``). Reading, a row with a ``rollscope``
 record comes back as that episode; a row verl wrote itself becomes an episode whose turns come from the mask
-(``base.mask_structure``). A field verl's model has that the row lacks, or holds under another name, is named
-in a note and read as its default.
+(``base.mask_structure``), with the knobs ``import --set``/``--config`` give as its ``config.loop`` (none given: none
+recorded, and the checks say they assume verl's defaults). A field verl's model has that the row lacks, or holds
+under another name, is named in a note and read as its default.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,7 +42,7 @@ import numpy as np
 from ..errors import FormatError
 from ..records.episode import Episode, Message, Status, TokenArrays
 from ..records.numbers import nan_to_none
-from ..records.provenance import Source
+from ..records.provenance import RunConfig, Source
 from .base import ImportContext, int_array, jsonable, logprob_array, mask_array, mask_structure, reward_value, stable_id
 
 # AgentLoopOutput's fields in the model's order, and AgentLoopMetrics'.
@@ -198,6 +200,11 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
             ctx.note(f"{where}: the Rollscope record's prompt is {ep.prompt_len} tokens, prompt_ids {prompt_len}: "
                      "the ids are kept")
             ep = ep.evolve(prompt_len=prompt_len)
+        if ctx.loop is not None and ep.config.loop is not None:
+            ctx.note(f"{path}: rows whose Rollscope record holds its knobs keep them; --set and --config apply to "
+                     "the rows without one")
+        elif ctx.loop is not None:
+            ep = ep.evolve(config=replace(ep.config, loop=ctx.loop))
         return ep
     if "reward_score" in v and v["reward_score"] is None:
         ctx.note(f"{path}: reward_score is null (verl's loop leaves it to the reward manager, which had not scored "
@@ -228,6 +235,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         tokens=TokenArrays(ids, mask, lps, versions),
         prompt_len=prompt_len,
         segments=segments,
+        config=RunConfig(loop=ctx.loop),  # None: the row does not say (the checks assume verl's defaults)
         source=Source.imported("verl", str(path), line=line, index=line - 1, **details),
     )
 

@@ -260,8 +260,9 @@ class IndexQueries(StoreBase):
         return sorted(counts.items())
 
     def run_level_kinds(self, run_ids: Sequence[str]) -> dict[str, tuple[int, list[str]]]:
-        """For each run: (its episode count, the kinds that every one of its episodes has, among the kinds that
-        describe a preset, template or source). Runs of one episode have none."""
+        """For each run: (its episode count, the kinds that every one of its episodes has or could not be checked
+        for, two or more having it, among the kinds that describe a preset, template or source). Runs of one
+        episode have none."""
         from ..checks.diagnosis import RUN_KINDS
 
         runs = sorted({r for r in run_ids if r})
@@ -275,10 +276,15 @@ class IndexQueries(StoreBase):
             f"SELECT e.run_id, f.kind, COUNT(DISTINCT f.episode_id) FROM findings f JOIN episode_index e "
             f"ON e.id = f.episode_id WHERE e.run_id IN ({marks}) AND f.kind IN ({','.join('?' * len(kinds))}) "
             "AND f.severity != 'info' GROUP BY e.run_id, f.kind", [*runs, *kinds])
+        # Episodes a check could not look at for the kind (``not_checked`` names it first) do not count against it.
+        unchecked = {(run, kind): int(n) for run, kind, n in self.browse_query(
+            f"SELECT e.run_id, substr(f.message, 1, instr(f.message, ':') - 1) AS k, COUNT(DISTINCT f.episode_id) "
+            f"FROM findings f JOIN episode_index e ON e.id = f.episode_id WHERE e.run_id IN ({marks}) "
+            "AND f.kind = 'not_checked' GROUP BY e.run_id, k", runs)}
         out: dict[str, tuple[int, list[str]]] = {}
         for run, kind, n in rows:
             size = sizes.get(run, 0)
-            if size > 1 and int(n) == size:
+            if int(n) >= 2 and int(n) + unchecked.get((run, kind), 0) == size:
                 out.setdefault(run, (size, []))[1].append(kind)
         return out
 
