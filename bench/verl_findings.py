@@ -31,25 +31,11 @@ from engine.envs.math import MathEnv  # noqa: E402
 from engine.envs.retail import RetailEnv  # noqa: E402
 from engine.loop.stepper import run_episode  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
-from engine.records.episode import Episode, Finding, Generation, Severity  # noqa: E402
+from engine.records.episode import Episode, Finding, Severity  # noqa: E402
+from tests.fakes import Replay  # noqa: E402
 
 QWEN3 = Path(os.environ.get("ROLLSCOPE_QWEN3_TOKENIZER")
              or Path(__file__).resolve().parents[1] / ".cache" / "tokenizers" / "qwen3")
-
-
-class Replay:
-    name = "replay"
-
-    def __init__(self, gens: list[Generation]) -> None:
-        self.gens, self.i = gens, 0
-
-    async def generate(self, request: Any) -> Generation:
-        g = self.gens[min(self.i, len(self.gens) - 1)]
-        self.i += 1
-        return g
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name}
 
 
 def tokenizer(template: str | None) -> Any:

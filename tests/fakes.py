@@ -113,3 +113,20 @@ def airline_result(i: int, trial: int, *, older: bool, reads_user: bool, cancels
     traj += [{"role": "assistant", "content": f"Done: {rid} is cancelled. Anything else?"},
              {"role": "user", "content": "No, thanks. ###STOP###"}]
     return {"task_id": i, "reward": reward, "info": {}, "traj": traj, "trial": trial}
+
+
+class Replay:
+    """The generations of a recorded episode, in order, as a backend (the last one again if a loop asks more)."""
+
+    name = "replay"
+
+    def __init__(self, gens: list[Generation]) -> None:
+        self.gens, self.i = gens, 0
+
+    async def generate(self, request: Any) -> Generation:
+        g = self.gens[min(self.i, len(self.gens) - 1)]
+        self.i += 1
+        return g
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}

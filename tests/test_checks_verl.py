@@ -23,28 +23,12 @@ from engine.records.episode import Episode, Finding, Generation, Severity
 from engine.store import Store
 from engine.tokens import verl as vt
 from tests import reference_verl as ref
+from tests.fakes import Replay
 from tests.templates import DATED_STYLE, SMOLLM3_STYLE
 from tests.test_verl_preset import WIDE, run
 
 VERL_KINDS = {"im_end_newline_missing", "system_cut_wrong", "think_kept", "response_cut_trained",
               "tool_result_truncated", "tool_call_dropped", "strict_score_refused"}
-
-
-class Replay:
-    """The generations of a recorded episode, in order, as a backend (the last one again if a loop asks more)."""
-
-    name = "replay"
-
-    def __init__(self, gens: list[Generation]) -> None:
-        self.gens, self.i = gens, 0
-
-    async def generate(self, request: Any) -> Generation:
-        g = self.gens[min(self.i, len(self.gens) - 1)]
-        self.i += 1
-        return g
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name}
 
 
 def checked(ep: Episode, tok: Any) -> list[Finding]:

@@ -32,26 +32,7 @@ from engine.records.episode import Action, Status
 from engine.records.outcome import DbChange, OutcomeCall
 from tests.conftest import ROOT
 from tests.fakes import openai_tool_call, tau_cancel_result
-from tests.planted_outcomes import math_episode
-
-
-def _planted(tok, task_id: str, plant):
-    """A retail episode of the reference agent, where ``plant(reply, history)`` may replace one reply; returns
-    (episode, the turns where a reply was replaced)."""
-    env = RetailEnv()
-    at: list[int] = []
-
-    def reference(tid, history, rng, rate):
-        reply = env.reference_reply(tid, history, rng, 0.0)
-        instead = plant(reply, history)
-        if instead is None:
-            return reply
-        at.append(sum(m.role == "assistant" for m in history))
-        return instead
-
-    backend = ScriptedBackend(reference, tok, mistake_rate=0.0)
-    ep = asyncio.run(run_episode(RetailEnv(), backend, tok, PRESETS["slime-tau"], task_id, preset="slime-tau"))
-    return ep, at
+from tests.planted_outcomes import math_episode, planted
 
 
 def _write(task_id: str) -> Action:
@@ -62,7 +43,7 @@ def test_a_write_with_a_wrong_argument_is_named_at_its_turn_with_both_values(smo
     ref = _write("cancel-00")
     other = next(r for r in CANCEL_REASONS if r != ref.arguments["reason"])
     slip = Action(ref.name, {**ref.arguments, "reason": other})
-    ep, at = _planted(smol_tokenizer, "cancel-00", lambda r, h: tool_call_text(slip) if r == tool_call_text(ref) else None)
+    ep, at = planted(smol_tokenizer, "cancel-00", lambda r, h: tool_call_text(slip) if r == tool_call_text(ref) else None)
     o = ep.outcome
     assert ep.status is Status.COMPLETED and ep.reward == 0.0 and len(at) == 1
     assert (o.kind, o.turn, o.differing_arguments) == ("wrong_arguments", at[0], ("reason",))
@@ -74,7 +55,7 @@ def test_a_write_with_a_wrong_argument_is_named_at_its_turn_with_both_values(smo
 
 def test_a_write_never_made_is_not_called(smol_tokenizer):
     ref = _write("cancel-00")
-    ep, at = _planted(smol_tokenizer, "cancel-00", lambda r, h: ANYTHING_ELSE if r == tool_call_text(ref) else None)
+    ep, at = planted(smol_tokenizer, "cancel-00", lambda r, h: ANYTHING_ELSE if r == tool_call_text(ref) else None)
     o = ep.outcome
     assert ep.reward == 0.0 and at
     assert (o.kind, o.turn, o.taken, o.differing_arguments) == ("not_called", None, None, ())
@@ -92,7 +73,7 @@ def test_a_write_the_reference_lacks_is_an_extra_write(smol_tokenizer):
         done = any(m.role == "assistant" and '"modify_user_address"' in m.content for m in history)
         return tool_call_text(extra) if reply == last and not done else None
 
-    ep, at = _planted(smol_tokenizer, "cancel-00", plant)
+    ep, at = planted(smol_tokenizer, "cancel-00", plant)
     o = ep.outcome
     assert ep.reward == 0.0 and len(at) == 1
     assert (o.kind, o.turn, o.expected) == ("extra_write", at[0], None)
@@ -104,14 +85,14 @@ def test_an_output_never_said_is_a_missing_output(smol_tokenizer):
     task = get_task("tracking-00")  # its tracking number is said only in the last reply
     last = task.script[-1].text
     assert task.outputs and task.outputs[0] in last
-    ep, at = _planted(smol_tokenizer, "tracking-00", lambda r, h: ANYTHING_ELSE if r == last else None)
+    ep, at = planted(smol_tokenizer, "tracking-00", lambda r, h: ANYTHING_ELSE if r == last else None)
     o = ep.outcome
     assert ep.reward == 0.0 and at
     assert (o.kind, o.missing_outputs, o.db_diff, o.expected, o.taken) == ("missing_output", task.outputs, (), None, None)
 
 
 def test_the_reference_run_is_a_success(smol_tokenizer):
-    ep, at = _planted(smol_tokenizer, "return-00", lambda r, h: None)
+    ep, at = planted(smol_tokenizer, "return-00", lambda r, h: None)
     assert ep.reward == 1.0 and not at
     assert (ep.outcome.kind, ep.outcome.turn, ep.outcome.db_diff) == ("success", None, ())
 
@@ -243,7 +224,7 @@ def test_show_prints_the_outcome_under_the_reward(tmp_path, smol_tokenizer):
     ref = _write("cancel-00")
     slip = Action(ref.name, {**ref.arguments, "reason": "ordered by mistake" if ref.arguments["reason"] !=
                              "ordered by mistake" else "no longer needed"})
-    ep, at = _planted(smol_tokenizer, "cancel-00", lambda r, h: tool_call_text(slip) if r == tool_call_text(ref) else None)
+    ep, at = planted(smol_tokenizer, "cancel-00", lambda r, h: tool_call_text(slip) if r == tool_call_text(ref) else None)
     store = Store(tmp_path / "x.db")
     store.save_episode(ep)
     store.close()
@@ -261,7 +242,7 @@ def test_an_old_record_gets_its_outcome_when_read(kind, smol_tokenizer):
     from engine.checks.diagnosis import read_episode
 
     ref = _write("cancel-00")
-    ep, _ = _planted(smol_tokenizer, "cancel-00", lambda r, h: ANYTHING_ELSE if r == tool_call_text(ref) else None)
+    ep, _ = planted(smol_tokenizer, "cancel-00", lambda r, h: ANYTHING_ELSE if r == tool_call_text(ref) else None)
     d = copy.deepcopy(ep.to_dict())
     d["schema_version"] = 4
     del d["outcome"]
