@@ -164,8 +164,7 @@ def _wrong_reply(answer: str, rng: random.Random) -> str:
 
 def outcome(ep: Episode) -> Outcome:
     """The math outcome: each turn's extracted answer and verdict (the env's own, as the turn recorded it, else
-    checked again here), the reference, and which case decided the reward. The scored turn is the last; where the
-    episode's reward is the first turn's return (AReaL's fixed turns), the text says that every turn counted."""
+    checked again here), the reference, and which case decided the reward. The scored turn is the last."""
     solutions: tuple[str, ...] | None = None
     problems = ep.config.env.details.get("problems") if ep.config.env is not None else None
     try:
@@ -190,17 +189,7 @@ def outcome(ep: Episode) -> Outcome:
         return Outcome("no_boxed", None, None, None, (), (), (), (), ref, "the agent never answered")
     last = answers[-1]
 
-    loop = ep.config.loop
-    summed = loop is not None and loop.episode_reward == "first_return" and len(answers) > 1
-    discount = loop.turn_discount if loop is not None else 1.0
-
     def said(kind: OutcomeKind, turn: int, text: str) -> Outcome:
-        if summed:
-            # The first turn's return sums every turn's reward (discounted): each answer counts, not the last alone.
-            right = ", ".join(str(a.turn) for a in answers if a.correct) or "none"
-            wrong = ", ".join(str(a.turn) for a in answers if not a.correct) or "none"
-            text += (f"; the reward {ep.reward:g} is the first turn's return, every turn's reward summed "
-                     f"(discount {discount:g}): right at turns {right}, wrong at {wrong}")
         return Outcome(kind, turn, None, None, (), (), (), tuple(answers), ref, text)
 
     if last.correct:
