@@ -80,6 +80,9 @@ def main() -> None:
         print(f"  {env:7s} {kind:26s} {k:5d}  {100 * k / len(failed):5.1f}%")
     explained = sum(k for (_, kind), k in kinds.items() if kind not in ("other", "none"))
     print(f"  named by a kind other than `other`: {explained} of {len(failed)} ({100 * explained / len(failed):.1f}%)")
+    # An outcome that says the reward was earned beside a reward of 0 or less would be a false all-clear.
+    contradicting = sum(1 for e in failed if e.outcome is not None and e.outcome.passed)
+    print(f"  a passing kind (success, correct) beside a reward of 0 or less: {contradicting}")
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()

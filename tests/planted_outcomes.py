@@ -87,7 +87,7 @@ def silent_last(task_id: str) -> Plant:
     return lambda r, h: ANYTHING_ELSE if r == last else None
 
 
-def math_episode(tok: Any, replies: list[str], max_new_tokens: int = 256) -> tuple[Episode, str]:
+def math_episode(tok: Any, replies: list[str], max_new_tokens: int = 256, preset: str = "tito") -> tuple[Episode, str]:
     """A math episode of the first task whose replies are ``replies`` in turn (the last one repeated), and the
     task's reference answer."""
     task_id = MathEnv().tasks[0]
@@ -95,7 +95,7 @@ def math_episode(tok: Any, replies: list[str], max_new_tokens: int = 256) -> tup
     def reference(tid: str, history: list[Any], rng: Any, rate: float) -> str:
         return replies[min(sum(m.role == "assistant" for m in history), len(replies) - 1)]
 
-    config = replace(PRESETS["tito"], max_turns=len(replies), stop_on_success=False)
+    config = replace(PRESETS[preset], max_turns=len(replies), stop_on_success=False)
     ep = asyncio.run(run_episode(MathEnv(), ScriptedBackend(reference, tok), tok, config, task_id,
                                  sampling=SamplingParams(max_new_tokens=max_new_tokens)))
     return ep, MathEnv().task(task_id).solutions[0]

@@ -157,9 +157,15 @@ def test_a_read_only_file_from_before_the_aggregates_opens_and_charts_from_its_e
     for flt in (EpisodeFilter(), EpisodeFilter(status=("completed",)), EpisodeFilter(run_id=runs[0])):
         assert store.count(flt) == now.count(flt)
         assert store.stats(flt) == now.stats(flt)
-        assert store.outcome_counts(flt, "run_id") == now.outcome_counts(flt, "run_id")
+        # The kinds as stored: the read-only file lacks 0015, which explains summed math rewards again.
+        ro, rw = store.outcome_counts(flt, "run_id"), now.outcome_counts(flt, "run_id")
+        assert {r: sum(c.values()) for r, c in ro.items()} == {r: sum(c.values()) for r, c in rw.items()}
+        assert {r: c for r, c in ro.items() if "correct" not in c and "right_answer_not_scored" not in c} == \
+            {r: c for r, c in rw.items() if "correct" not in c and "some_turns_wrong" not in c}
     for run in runs:
-        assert store.step_stats(run) == now.step_stats(run) and now.step_stats(run)
+        ro_steps, rw_steps = store.step_stats(run), now.step_stats(run)
+        assert [dataclasses.replace(s, outcomes={}) for s in ro_steps] == [dataclasses.replace(s, outcomes={}) for s in rw_steps] and rw_steps
+        assert [sum(s.outcomes.values()) for s in ro_steps] == [sum(s.outcomes.values()) for s in rw_steps]
     store.close()
     now.close()
 

@@ -18,6 +18,7 @@ import pytest
 
 from engine import Store, formats
 from engine.backends.scripted import ScriptedBackend
+from engine.checks.diagnosis import read_episode
 from engine.envs.math import MathEnv
 from engine.envs.outcomes import explain
 from engine.envs.retail import RetailEnv
@@ -134,6 +135,51 @@ def test_math_outcomes_name_each_case(smol_tokenizer):
                   max_new_tokens=12)
     assert ep.turns[0].generation.finish_reason == "length"
     assert (ep.outcome.kind, ep.outcome.turn) == ("cut_by_length", 0)
+    assert not ep.outcome.every_turn and ep.outcome.scored_turns == (0,)
+
+
+def test_a_math_reward_summed_over_turns_is_explained_by_every_turn(smol_tokenizer):
+    """AReaL's fixed turns: the reward is the first turn's return, each turn's shaped reward (+1 right, -1 wrong)
+    summed, so a right last answer can stand beside a reward of -1. The outcome counts every turn, from the first
+    wrong one, and says neither pass nor fail where right and wrong turns mix."""
+    task_answer = MathEnv().task(MathEnv().tasks[0]).solutions[0]
+    right = "Let me see.\nThe answer is \\boxed{{{}}}."
+    wrong, ok = right.format(int(task_answer) + 1), right.format(task_answer)
+    ep, _ = math_episode(smol_tokenizer, [wrong, wrong, ok], preset="areal-math")
+    o = ep.outcome
+    assert ep.reward == -1.0 and (o.kind, o.turn, o.every_turn, o.passed) == ("some_turns_wrong", 0, True, None)
+    assert o.scored_turns == (0, 1, 2)
+    assert o.text == "right at turn 2, wrong at turns 0 and 1; every turn's reward counts (the reward -1 sums them)"
+    ep, _ = math_episode(smol_tokenizer, [ok, wrong, ok], preset="areal-math")
+    assert ep.reward == 1.0 and (ep.outcome.kind, ep.outcome.turn) == ("some_turns_wrong", 1)
+    ep, _ = math_episode(smol_tokenizer, [ok, ok], preset="areal-math")
+    assert ep.reward == 2.0 and (ep.outcome.kind, ep.outcome.turn, ep.outcome.passed) == ("correct", 1, True)
+    ep, _ = math_episode(smol_tokenizer, [wrong, f"The answer is {task_answer}."], preset="areal-math")
+    assert ep.reward == -2.0 and (ep.outcome.kind, ep.outcome.turn) == ("no_boxed", 1)
+    assert ep.outcome.text.startswith("every turn answered wrong and each counts (the reward -2 sums them)")
+    # The same replies under a loop scored by the last turn: the early right answer was not scored.
+    ep, _ = math_episode(smol_tokenizer, [ok, wrong])
+    assert (ep.outcome.kind, ep.outcome.every_turn, ep.outcome.passed) == ("right_answer_not_scored", False, False)
+    assert explain(ep) == ep.outcome
+
+
+def test_an_outcome_of_record_version_8_is_computed_again_only_where_the_reward_sums_turns(smol_tokenizer):
+    """Version 8 explained a summed reward by the last answer alone: read, that outcome is computed again; any
+    other outcome is kept as it was written, and says it counted the last turn."""
+    task_answer = MathEnv().task(MathEnv().tasks[0]).solutions[0]
+    right = "The answer is \\boxed{{{}}}."
+    ep, _ = math_episode(smol_tokenizer, [right.format(int(task_answer) + 1), right.format(task_answer)],
+                         preset="areal-math")
+    d = ep.to_dict()
+    old = {k: v for k, v in d["outcome"].items() if k != "every_turn"}
+    v8 = {**d, "schema_version": 8, "outcome": {**old, "kind": "correct", "turn": 1, "text": "turn 1: right"}}
+    assert read_episode(v8).outcome == ep.outcome and ep.outcome.kind == "some_turns_wrong"
+    retail = asyncio.run(run_episode(RetailEnv(), ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer),
+                                     smol_tokenizer, PRESETS["slime-tau"], RetailEnv().tasks[0]))
+    d = retail.to_dict()
+    stale = {**{k: v for k, v in d["outcome"].items() if k != "every_turn"}, "text": "as version 8 said it"}
+    got = read_episode({**d, "schema_version": 8, "outcome": stale}).outcome
+    assert got.text == "as version 8 said it" and got.every_turn is False and got.kind == retail.outcome.kind
 
 
 # -- tau-bench results ---------------------------------------------------------------
@@ -246,7 +292,8 @@ def test_an_older_golden_database_gets_its_outcomes_on_open_once(tmp_path):
     shutil.copy(ROOT / "tests" / "golden" / "dbschema6.sqlite", path)
     store = Store(path)
     assert "0011_outcomes" in store.applied and store.filled == 10
-    assert store.outcome_counts() == {None: {"correct": 4, "right_answer_not_scored": 2, "other": 2,
+    # The areal-math episodes' rewards sum every turn: right and wrong turns together are some_turns_wrong.
+    assert store.outcome_counts() == {None: {"correct": 3, "some_turns_wrong": 3, "other": 2,
                                              "wrong_arguments": 1, "success": 1}}
     (ep,) = store.iter_episodes(formats_filter("outcome=wrong_arguments"))
     assert (ep.env, ep.task_id, ep.outcome.differing_arguments) == ("retail", "cancel-00", ("reason",))
@@ -258,4 +305,37 @@ def test_an_older_golden_database_gets_its_outcomes_on_open_once(tmp_path):
     again = Store(path)
     assert again.applied == [] and again.filled == 0
     assert next(again.iter_episodes(formats_filter("outcome=wrong_arguments"))).outcome == ep.outcome
+    again.close()
+
+
+def test_a_schema_10_golden_database_explains_its_summed_math_rewards_again_once(tmp_path):
+    """``0015_summed_outcomes``: the stored areal-math episodes, explained by their last answer, get the outcome of
+    every turn, in the record and in the column Browse filters on; the others keep theirs; a second open does
+    nothing."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    shutil.copy(ROOT / "tests" / "golden" / "dbschema10.sqlite", path)
+    conn = sqlite3.connect(path)
+    before = dict(conn.execute("SELECT id, outcome FROM episodes"))
+    conn.close()
+    store = Store(path)
+    assert "0015_summed_outcomes" in store.applied and store.filled == 5
+    eps = {e.id: e for e in store.iter_episodes()}
+    summed = {eid for eid, e in eps.items() if e.outcome.every_turn}
+    assert len(summed) == 5 and all(eps[eid].config.loop.episode_reward == "first_return" for eid in summed)
+    assert all(e.outcome.kind == before[eid] for eid, e in eps.items() if eid not in summed)
+    assert {before[eid] for eid in summed} == {"correct", "right_answer_not_scored"}
+    assert sorted(eps[eid].outcome.kind for eid in summed) == ["correct", "correct", "some_turns_wrong",
+                                                               "some_turns_wrong", "some_turns_wrong"]
+    for eid in summed:  # the reward, as the outcome says, is each turn's +1 or -1 summed
+        o = eps[eid].outcome
+        assert eps[eid].reward == sum(1 if a.correct else -1 for a in o.answers), eid
+    rows = [e.id for e in store.iter_episodes(formats_filter("outcome=some_turns_wrong"))]
+    assert sorted(rows) == sorted(eid for eid in summed if eps[eid].outcome.kind == "some_turns_wrong")
+    store.close()
+    again = Store(path)
+    assert again.applied == [] and again.filled == 0
+    assert {e.id: e.outcome for e in again.iter_episodes()} == {eid: e.outcome for eid, e in eps.items()}
     again.close()

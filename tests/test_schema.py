@@ -113,14 +113,15 @@ def test_a_record_that_does_not_conform_is_named_at_its_field(tmp_path):
 
 
 def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path):
-    """The eleven golden files hold the same 10 episodes: upgraded, they are equal field for field (the outcome
+    """The golden files hold the same 10 episodes: upgraded, they are equal field for field (the outcome
     its env computes included: read from a file, filled when a database opens)."""
     by_file = {name: {e.id: e.to_dict() for e in jsonl.read(GOLDEN / name)}
                for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
                             "schema4-episodes.jsonl", "schema5-episodes.jsonl",
-                            "schema6-episodes.jsonl", "schema7-episodes.jsonl")}
+                            "schema6-episodes.jsonl", "schema7-episodes.jsonl", "schema8-episodes.jsonl")}
     for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
-                 "dbschema6.sqlite", "dbschema7.sqlite", "dbschema8.sqlite", "dbschema9.sqlite"):
+                 "dbschema6.sqlite", "dbschema7.sqlite", "dbschema8.sqlite", "dbschema9.sqlite",
+                 "dbschema10.sqlite"):
         shutil.copy(GOLDEN / name, tmp_path / name)
         store = Store(tmp_path / name)
         try:
@@ -222,8 +223,13 @@ def test_a_parquet_export_holds_records_that_conform(tmp_path):
 
 
 def _with_no_alternatives(d: dict) -> dict:
-    """A record of version 6 as version 8 reads it: no entropy, no top K, none asked for."""
+    """A record of version 6 as version 9 reads it: no entropy, no top K, none asked for (8); an outcome that says
+    the reward counted the last turn, or none where the reward sums every turn's (9: ``read_episode`` computes
+    that one again)."""
     d.update(entropy=[], top_ids=[], top_logprobs=[], entropy_estimated=False)
+    if d["outcome"] is not None:
+        summed = d["env"] == "math" and d["config"]["loop"]["episode_reward"] == "first_return"
+        d["outcome"] = None if summed else {**d["outcome"], "every_turn": False}
     if d["config"]["sampling"] is not None:
         d["config"]["sampling"]["top_logprobs"] = 0
     for t in d["turns"]:
@@ -233,8 +239,8 @@ def _with_no_alternatives(d: dict) -> dict:
 
 
 def test_schema_6_records_read_with_no_alternatives_and_nothing_else_changed():
-    """Version 8 added per token entropy and top K (7 changed no field): a version-6 record reads with none of them, the rest as it was,
-    and its export conforms."""
+    """Version 8 added per token entropy and top K (7 changed no field), 9 ``every_turn`` on the outcome: a version-6
+    record reads with none of them, the rest as it was, and its export conforms."""
     lines = (GOLDEN / "schema6-episodes.jsonl").read_text(encoding="utf-8").splitlines()
     v = validator()
     for line in lines:

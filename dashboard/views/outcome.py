@@ -6,7 +6,7 @@ the reference's; for math, what the checker took from each turn. Links to the de
 tab's own: ``data-jump`` scrolls the timeline (``conv-turn-N``) or the token view (``turn-N``), and the href
 is the turn's deep link. Also the outcome kind as Browse's cell. Pure functions of records: no Gradio, no
 store; the kinds' wording, pass or fail and the scored turn are the engine's (``engine.kind_label``,
-``kind_passed``, ``Outcome.scored_turn``). Every outside string goes through ``esc`` and is cut to the display
+``kind_passed``, ``Outcome.scored_turns``). Every outside string goes through ``esc`` and is cut to the display
 limits (``limits.cut``), and each list to a number of rows, so a record of any size sends a bounded panel.
 """
 
@@ -165,18 +165,20 @@ def _answers(ep: Episode, o: Outcome) -> str:
     ``ANSWER_ROWS`` turns, those with a right answer and the scored one stay in view and the rest fold."""
     if not o.answers and o.reference_answer is None:
         return ""
-    scored = o.scored_turn
+    scored = set(o.scored_turns)
 
     def row(a: MathAnswer) -> str:
         got = ('<span class="rs-dim">none</span>' if a.extracted is None
                else f"<code>{_short(a.extracted, VALUE_CHARS)}</code>")
         verdict = '<span class="rs-oc-yes">right</span>' if a.correct else '<span class="rs-oc-no">wrong</span>'
         link = jump(f"conv-turn-{a.turn}", f"turn {a.turn} ↓", "rs-jump rs-oc-turn", href=deep_link(ep.id, a.turn))
-        return (f'<tr data-turn="{a.turn}"><td>{link}{" (scored)" if a.turn == scored else ""}</td><td>{got}</td>'
+        return (f'<tr data-turn="{a.turn}"><td>{link}{" (scored)" if a.turn in scored and not o.every_turn else ""}</td><td>{got}</td>'
                 f"<td>{verdict}</td><td>{_short(a.finish_reason)}</td></tr>")
 
-    # In view: the scored turn, then right answers, then the earliest turns, ANSWER_ROWS in all; the rest fold.
-    ranked = sorted(range(len(o.answers)), key=lambda i: (o.answers[i].turn != scored, not o.answers[i].correct, i))
+    # In view: the scored turn, then right answers, then the earliest turns, ANSWER_ROWS in all; the rest fold. Where
+    # every turn is scored: the outcome's turn (the first wrong one), then the others in order.
+    ranked = sorted(range(len(o.answers)), key=lambda i: (
+        o.answers[i].turn != o.turn, i) if o.every_turn else (o.answers[i].turn not in scored, not o.answers[i].correct, i))
     wanted = set(ranked[:ANSWER_ROWS])
     keep = [a for i, a in enumerate(o.answers) if i in wanted]
     rest = [a for i, a in enumerate(o.answers) if i not in wanted]

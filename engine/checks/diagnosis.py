@@ -34,7 +34,7 @@ from typing import Any
 
 from ..records.episode import SCHEMA_VERSION, Episode, Finding, Severity, TokenArrays
 from ..records.marks import unknown_logprobs
-from ..records.upgrade import upgrade
+from ..records.upgrade import sums_turns, upgrade
 
 INFO = Severity.INFO
 
@@ -362,11 +362,13 @@ def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:
 
 def read_episode(d: dict[str, Any], tokens: TokenArrays | None = None) -> Episode:
     """``Episode.from_dict`` for a record of any readable version, version 1 included (its findings linked here),
-    a record from before version 5 with the outcome its env computes (``envs.outcomes``), with the number policy's marks: a logprob that was not a finite number is unknown, its tokens marked
+    a record from before version 5 with the outcome its env computes (``envs.outcomes``), as is one from before
+    version 9 whose reward sums every turn's (``upgrade.sums_turns``), with the number policy's marks: a logprob that was not a finite number is unknown, its tokens marked
     ``logprob_not_finite`` (``records.marks``)."""
     nonfinite: list[tuple[str, int, float]] = []
     ep = unknown_logprobs(Episode.from_dict(upgrade_v1(d) if _is_v1(d) else d, tokens, nonfinite), nonfinite)
-    if _version(d) < 5 and ep.outcome is None:  # 4 -> 5: the outcome, from the env that scored it
+    # 4 -> 5: the outcome, from the env that scored it; 8 -> 9: a math outcome of a reward summed over turns, again.
+    if ep.outcome is None and (_version(d) < 5 or (_version(d) < 9 and sums_turns(d))):
         from ..envs.outcomes import explain
 
         ep = ep.evolve(outcome=explain(ep))

@@ -164,7 +164,9 @@ def _wrong_reply(answer: str, rng: random.Random) -> str:
 
 def outcome(ep: Episode) -> Outcome:
     """The math outcome: each turn's extracted answer and verdict (the env's own, as the turn recorded it, else
-    checked again here), the reference, and which case decided the reward. The scored turn is the last."""
+    checked again here), the reference, and which case decided the reward. The scored turn is the last, unless the
+    episode's reward is the first turn's return (``sums_turns``): then every answer counts, and right and wrong
+    answers together are ``some_turns_wrong``, from the first wrong one."""
     solutions: tuple[str, ...] | None = None
     problems = ep.config.env.details.get("problems") if ep.config.env is not None else None
     try:
@@ -188,10 +190,28 @@ def outcome(ep: Episode) -> Outcome:
     if not answers:
         return Outcome("no_boxed", None, None, None, (), (), (), (), ref, "the agent never answered")
     last = answers[-1]
+    every = sums_turns(ep)
 
     def said(kind: OutcomeKind, turn: int, text: str) -> Outcome:
-        return Outcome(kind, turn, None, None, (), (), (), tuple(answers), ref, text)
+        return Outcome(kind, turn, None, None, (), (), (), tuple(answers), ref, text, every_turn=every)
 
+    if every and len(answers) > 1:
+        right = [a.turn for a in answers if a.correct]
+        wrong = [a for a in answers if not a.correct]
+        summed = f"every turn's reward counts (the reward {ep.reward:g} sums them)"
+        if not wrong:
+            return said("correct", last.turn, f"every turn answered right ({last.extracted!r}); {summed}")
+        if right:
+            return said("some_turns_wrong", wrong[0].turn,
+                        f"right at turn{_plural(right)}, wrong at turn{_plural([a.turn for a in wrong])}; {summed}")
+        summed = f"every turn answered wrong and each counts (the reward {ep.reward:g} sums them)"
+        if last.extracted is None and last.finish_reason == "length":
+            return said("cut_by_length", last.turn, f"{summed}; the last, turn {last.turn}, was cut by the length "
+                                                    f"limit before any \\boxed{{}} answer")
+        if last.extracted is None:
+            return said("no_boxed", last.turn, f"{summed}; the last, turn {last.turn}, has no \\boxed{{}} answer")
+        return said("wrong_answer", last.turn, f"{summed}; the last, turn {last.turn}, answered {last.extracted!r} "
+                                               f"(the reference is {ref!r})")
     if last.correct:
         return said("correct", last.turn, f"turn {last.turn}: {last.extracted!r} is right")
     early = next((a for a in answers if a.correct), None)
@@ -206,3 +226,16 @@ def outcome(ep: Episode) -> Outcome:
         return said("no_boxed", last.turn,
                     f"turn {last.turn} has no \\boxed{{}} answer to check (the reference is {ref!r})")
     return said("wrong_answer", last.turn, f"turn {last.turn} answered {last.extracted!r}; the reference is {ref!r}")
+
+
+def sums_turns(ep: Episode) -> bool:
+    """Whether the episode's reward sums every turn's: the first turn's return (``episode_reward =
+    first_return``, AReaL's fixed turns), where each answer is scored, not the last alone."""
+    return ep.config.loop is not None and ep.config.loop.episode_reward == "first_return"
+
+
+def _plural(turns: list[int]) -> str:
+    """"s 0, 1 and 3" or " 2": the turns after the word turn."""
+    if len(turns) == 1:
+        return f" {turns[0]}"
+    return "s " + ", ".join(str(t) for t in turns[:-1]) + f" and {turns[-1]}"

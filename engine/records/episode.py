@@ -35,9 +35,10 @@ from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; im
 # outputs (raw_observation) and the episode's reference answer (ground_truth), out of ``info``; 7: a turn's prompt
 # text may be given as pieces of the turn before it (``records.prompts``); 8: per token the entropy and the top K
 # alternatives (entropy, top_ids, top_logprobs, entropy_estimated), on the episode and on each generation, and
-# how many were asked for (sampling.top_logprobs)
-SCHEMA_VERSION = 8
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+# how many were asked for (sampling.top_logprobs); 9: the outcome says whether the reward counts every turn's answer
+# (every_turn), a math outcome of a reward summed over turns computed again
+SCHEMA_VERSION = 9
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)

@@ -9,7 +9,8 @@ Kinds by env:
   output the task requires was never said), ``success``;
 - math: ``correct``, ``wrong_answer``, ``no_boxed`` (no ``\\boxed{}`` to check), ``cut_by_length`` (the
   scored turn hit the length limit before any answer), ``right_answer_not_scored`` (a right answer in a turn
-  that was not the scored one);
+  that was not the scored one), and where the reward sums every turn's (``every_turn``: AReaL's fixed turns,
+  the first turn's return) ``some_turns_wrong`` (right at some turns, wrong at others: each counted);
 - anything else: ``other``, with the env's own reason as text.
 """
 
@@ -24,7 +25,7 @@ from .textsafe import from_json_safe, json_safe
 
 OutcomeKind = Literal[
     "success", "not_called", "wrong_arguments", "extra_write", "missing_output",
-    "correct", "wrong_answer", "no_boxed", "cut_by_length", "right_answer_not_scored", "other",
+    "correct", "wrong_answer", "no_boxed", "cut_by_length", "right_answer_not_scored", "some_turns_wrong", "other",
 ]
 OUTCOME_KINDS: tuple[str, ...] = typing.get_args(OutcomeKind)
 # The kinds that say the episode earned its reward (the rest say why it did not).
@@ -34,15 +35,18 @@ OUTCOME_LABELS: dict[str, str] = {
     "success": "success", "not_called": "not called", "wrong_arguments": "wrong arguments",
     "extra_write": "extra write", "missing_output": "missing output", "correct": "correct",
     "wrong_answer": "wrong answer", "no_boxed": "no \\boxed{}", "cut_by_length": "cut by length",
-    "right_answer_not_scored": "right answer not scored", "other": "other",
+    "right_answer_not_scored": "right answer not scored", "some_turns_wrong": "some turns wrong", "other": "other",
 }
 # One colour a kind, no two alike, so a run that mixes kinds reads apart in a stacked chart: greens for the
-# passing kinds, grey for ``other`` (neither pass nor fail), distinct warm and cool hues for the failures.
+# passing kinds, grey for ``other`` and lime for ``some_turns_wrong`` (neither pass nor fail), distinct warm and cool hues for the failures.
 OUTCOME_COLORS: dict[str, str] = {
     "success": "#16a34a", "correct": "#0d9488", "not_called": "#dc2626", "wrong_arguments": "#ea580c",
     "extra_write": "#a16207", "missing_output": "#0891b2", "wrong_answer": "#be185d", "no_boxed": "#7c3aed",
-    "cut_by_length": "#2563eb", "right_answer_not_scored": "#c026d3", "other": "#6b7280",
+    "cut_by_length": "#2563eb", "right_answer_not_scored": "#c026d3", "some_turns_wrong": "#65a30d",
+    "other": "#6b7280",
 }
+# The kinds that say neither pass nor fail: another env's own reason, and a reward summed over right and wrong turns.
+NEITHER_KINDS = frozenset({"other", "some_turns_wrong"})
 
 
 def kind_label(kind: str) -> str:
@@ -52,8 +56,9 @@ def kind_label(kind: str) -> str:
 
 def kind_passed(kind: str) -> bool | None:
     """True for the kinds that earned the reward, False for those that say why it was not earned, None for
-    ``other`` (another env's own reason, which says neither)."""
-    if kind == "other":
+    ``other`` (another env's own reason, which says neither) and ``some_turns_wrong`` (a reward summed over right
+    and wrong turns: part earned, part not)."""
+    if kind in NEITHER_KINDS:
         return None
     return kind in PASSING_KINDS
 
@@ -149,6 +154,9 @@ class Outcome:
     """Math: the reference answer (null for other envs)."""
     text: str
     """The outcome in one sentence (for any other env, the env's own reason)."""
+    every_turn: bool = False
+    """Math: the reward counts every turn's answer (the first turn's return, each turn's reward summed: AReaL's
+    fixed turns), not the last answer alone."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -157,7 +165,7 @@ class Outcome:
             "taken": None if self.taken is None else self.taken.to_dict(),
             "differing_arguments": list(self.differing_arguments), "missing_outputs": list(self.missing_outputs),
             "db_diff": [c.to_dict() for c in self.db_diff], "answers": [a.to_dict() for a in self.answers],
-            "reference_answer": self.reference_answer, "text": self.text,
+            "reference_answer": self.reference_answer, "text": self.text, "every_turn": self.every_turn,
         }
 
     @classmethod
@@ -174,6 +182,7 @@ class Outcome:
             answers=tuple(MathAnswer.from_fields(a) for a in f.subs("answers")),
             reference_answer=f.text_or_none("reference_answer"),
             text=f.text("text"),
+            every_turn=f.boolean("every_turn"),
         )
 
     @property
@@ -185,6 +194,13 @@ class Outcome:
     def scored_turn(self) -> int | None:
         """Math: the turn whose answer the checker scored (the last one answered); None for other envs."""
         return self.answers[-1].turn if self.answers else None
+
+    @property
+    def scored_turns(self) -> tuple[int, ...]:
+        """Math: the turns whose answers the reward counts: every one where ``every_turn``, else the last."""
+        if self.every_turn:
+            return tuple(a.turn for a in self.answers)
+        return (self.answers[-1].turn,) if self.answers else ()
 
     @property
     def other_tool(self) -> bool:

@@ -29,6 +29,13 @@ takes a record dict of version N and returns one of version N + 1.
   episode). They move out of ``info``: a turn without them gets an empty list, an episode null.
 * 6 -> 7: a turn's ``prompt_text`` may be given as pieces of the turn before it (``records.prompts``); a
   version-6 record holds every prompt whole, which version 7 reads as it is.
+* 7 -> 8: ``entropy``, ``top_ids``, ``top_logprobs`` and ``entropy_estimated`` (per token, on the episode and each
+  generation) and ``sampling.top_logprobs`` are new: none recorded.
+* 8 -> 9: the outcome says whether the reward counts every turn's answer (``every_turn``). A math episode whose
+  reward is the first turn's return (``config.loop.episode_reward = first_return``, AReaL's fixed turns) was
+  explained by its last answer alone; its outcome reads as null here and ``read_episode`` computes it again. Every
+  other outcome gains ``every_turn: false``. An outcome that already says it (the store refilled it,
+  ``0015_summed_outcomes``) is kept.
 """
 
 from __future__ import annotations
@@ -169,8 +176,24 @@ def _v7_to_v8(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def sums_turns(d: dict[str, Any], env: str | None = None) -> bool:
+    """Whether a record (version 3 or later) is a math episode whose reward is the first turn's return; ``env``
+    where the record leaves it out (the store keeps it in a column)."""
+    config = d.get("config")
+    loop = config.get("loop") if isinstance(config, dict) else None
+    return (env or d.get("env")) == "math" and isinstance(loop, dict) and loop.get("episode_reward") == "first_return"
+
+
+def _v8_to_v9(d: dict[str, Any]) -> dict[str, Any]:
+    outcome = d.get("outcome")
+    if isinstance(outcome, dict) and "every_turn" not in outcome:
+        outcome = None if sums_turns(d) else {**outcome, "every_turn": False}
+    return {**d, "schema_version": 9, "outcome": outcome}
+
+
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
+    8: _v8_to_v9}
 
 
 def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:

@@ -72,6 +72,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0014_prompt_pieces", 10, schema.allow_prompt_pieces,
               "a turn's prompt text stored as pieces of the previous turn's prompt and reply, also where the chat "
               "template rewrote part of the conversation (rows stored before read as they are)", derived=True),
+    Migration("0015_summed_outcomes", 11, schema.refill_summed_outcomes,
+              "the outcome of each math episode whose reward sums every turn's (the first turn's return) computed "
+              "again, so right and wrong turns together read as some_turns_wrong, not as the last answer alone",
+              derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -27,7 +27,7 @@ from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 10
+DB_SCHEMA = 11
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
@@ -378,3 +378,11 @@ def allow_prompt_pieces(db: sqlite_utils.Database) -> None:
     """Schema 10: turn rows written from now on may give their prompt text as pieces of the turn before it
     (``codec.pack_turn``), which a Rollscope of schema 9 cannot read; the schema number keeps one from
     trying. Rows stored before (whole prompts, ``$extends``) read as they are, so nothing is rewritten."""
+
+
+def refill_summed_outcomes(db: sqlite_utils.Database) -> None:
+    """Schema 11: records of version 9 (an outcome that says whether the reward counts every turn), which a
+    Rollscope of schema 10 cannot read. The math episodes stored before are explained again on the open after this
+    step (``Store``, ``outcomes_fill``): those whose reward is the first turn's return get the outcome of every turn,
+    the rest keep theirs."""
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('outcomes_fill', '1')")

@@ -416,10 +416,23 @@ class Writes(StoreBase):
 
     def _fill_outcomes(self) -> int:
         """Give each finished episode stored before outcomes existed (record version 4 or earlier) the outcome its
-        env computes (``read_episode`` does, ``envs.outcomes``), one transaction each; returns how many. An
-        episode that cannot be read is left as it is (its readers say why, and compute its outcome as they read)."""
+        env computes (``read_episode`` does, ``envs.outcomes``), and each math episode of a record version before 9
+        whose reward sums every turn's (``upgrade.sums_turns``) its outcome computed again, one transaction each;
+        returns how many. An episode that cannot be read is left as it is (its readers say why, and compute its
+        outcome as they read)."""
+        from ..records.upgrade import sums_turns
+
         ids = [r[0] for r in self.db.execute(
             "SELECT id FROM episodes WHERE outcome IS NULL AND status != 'running' AND schema_version < 5")]
+        for eid, data in self.db.execute(
+                "SELECT id, data FROM episodes WHERE env = 'math' AND status != 'running' "
+                "AND schema_version < 9").fetchall():
+            try:
+                d = codec.unpack_json(data) or {}
+            except (StoreError, ValueError):  # a damaged row: its readers say why
+                continue
+            if sums_turns(d, "math") and isinstance(d.get("outcome"), dict) and "every_turn" not in d["outcome"]:
+                ids.append(eid)
         n = 0
         for eid in ids:
             try:
@@ -428,8 +441,8 @@ class Writes(StoreBase):
                 continue
             if ep.outcome is None:
                 continue
-            # Only the outcome is added: the row keeps its record version (its turns rows are read as that
-            # version), and the upgrade to 5 keeps an outcome it finds.
+            # Only the outcome is written: the row keeps its record version (its turns rows are read as that
+            # version), and the upgrades to 5 and 9 keep an outcome that says ``every_turn``.
             with self._writing("fill an episode's outcome"):
                 row = self.db.execute("SELECT data FROM episodes WHERE id = ?", [eid]).fetchone()
                 data = {**(codec.unpack_json(row[0]) or {}), "outcome": ep.outcome.to_dict()}
