@@ -20,6 +20,10 @@
    view, scrolled to its end, on the page's own clock; and the same from
    clicking Open in a loaded page. A small episode alongside gives the
    app's own start-up time, which every link pays.
+4. Browser, on the Browse database of 2.: from loading ``/`` in a new tab
+   (the app's files cached) to the frame with Browse's first rows, the
+   matching count, and the first chart; median of 3.
+    python bench/dashboard_speed.py --episodes 1000000 --db /tmp/rs-1m.db --no-episode   # 2. and 4. alone
 """
 
 from __future__ import annotations
@@ -120,10 +124,11 @@ def browse_figures(db: Path, n: int) -> None:
         assert after is not None
         return {"after": after}
 
-    deep, last = token(flt, 300), token(EpisodeFilter(), total // 50)
+    at = max(2, min(300, matching // 50))  # page 300, or the filter's last where it has fewer
+    deep, last = token(flt, at), token(EpisodeFilter(), total // 50)
     cases = {
-        "same filter, page 300 (offset)": lambda: browse.page(store, flt, None, 300),
-        "same filter, page 300 (Next, keyset)": lambda: browse.page(store, flt, None, 300, cursor=deep),
+        f"same filter, page {at} (offset)": lambda: browse.page(store, flt, None, at),
+        f"same filter, page {at} (Next, keyset)": lambda: browse.page(store, flt, None, at, cursor=deep),
         "same filter, sorted by turns": lambda: browse.page(store, flt, {"by": "n_turns", "desc": True}, 1),
         "no filter, sorted by reward": lambda: browse.page(store, EpisodeFilter(), {"by": "reward", "desc": True}, 1),
         "no filter, last page (offset)": lambda: browse.page(store, EpisodeFilter(), None, total // 50),
@@ -238,20 +243,75 @@ def browser_figure(workdir: Path, long_ids: dict[str, str], runs: int = 3) -> No
         print(row(size, times))
 
 
+SEEN_JS = """window.__rsSeen = {}; new MutationObserver(() => {
+    const seen = window.__rsSeen, now = performance.now();
+    if (!seen.rows && document.querySelector('#rs-episode-table tr[data-id]')) seen.rows = now;
+    const info = document.querySelector('#rs-browse-info');
+    if (!seen.count && info && /matching/.test(info.textContent) && !/counting/.test(info.textContent)) seen.count = now;
+    if (!seen.chart && document.querySelector('#rs-chart-0 .js-plotly-plot')) seen.chart = now;
+}).observe(document, {subtree: true, childList: true, characterData: true});"""
+
+
+def browse_load_figure(db: Path, runs: int = 3) -> None:
+    """Seconds from navigation start to Browse's first rows, its exact count and its first chart, in Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    from dashboard.app import build_app
+    from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, _free_port
+
+    store = Store(db)
+    total = store.count()
+    store.close()
+    demo = build_app(str(db))
+    port = _free_port()
+    demo.launch(prevent_thread_lock=True, server_port=port, server_name="127.0.0.1", quiet=True)
+    url = f"http://127.0.0.1:{port}/"
+    seen: dict[str, list[float]] = {"rows": [], "count": [], "chart": []}
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            context = b.new_context(viewport={"width": 1440, "height": 900})
+            context.add_init_script(SEEN_JS)
+            warm = context.new_page()  # the app's files in the browser's cache
+            warm.goto(url)
+            warm.wait_for_function("() => window.__rsSeen.rows && window.__rsSeen.chart", timeout=300_000)
+            warm.close()
+            for _ in range(runs):
+                page = context.new_page()
+                page.goto(url)
+                page.wait_for_function("() => window.__rsSeen.rows && window.__rsSeen.count && window.__rsSeen.chart",
+                                       timeout=300_000, polling="raf")
+                got = page.evaluate("() => window.__rsSeen")
+                for k in seen:
+                    seen[k].append(got[k] / 1000)
+                page.close()
+            b.close()
+    finally:
+        demo.close()
+    print(f"\n4. Browser (Playwright, chromium, headless, 1440x900): Browse on {total:,} episodes, a new tab loading /")
+    print("   (the app's files cached); seconds from navigation start, each run, then the median")
+    for k, what in (("rows", "first rows on screen"), ("count", "exact count shown"), ("chart", "first chart drawn")):
+        print(f"   {what:22s} {', '.join(f'{t:.2f}' for t in seen[k])} s; median {statistics.median(seen[k]):.2f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=100_000)
     ap.add_argument("--db", type=Path, default=Path(tempfile.gettempdir()) / "rollscope-bench-100k.db")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--no-browse", action="store_true", help="leave out the Browse figures (and their database)")
+    ap.add_argument("--no-episode", action="store_true", help="leave out the long episodes' figures (1. and 3.)")
     a = ap.parse_args()
     print(f"cpus {os.cpu_count()}, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
-        long_ids = {size: episode_view(Path(tmp), size) for size in LONG}
+        long_ids = {} if a.no_episode else {size: episode_view(Path(tmp), size) for size in LONG}
         if not a.no_browse:
             browse_figures(a.db, a.episodes)
         if not a.no_browser:
-            browser_figure(Path(tmp), long_ids)
+            if not a.no_episode:
+                browser_figure(Path(tmp), long_ids)
+            if not a.no_browse:
+                browse_load_figure(a.db)
 
 
 if __name__ == "__main__":
