@@ -32,9 +32,11 @@ GROUP_TASK = "cancel-00"
 GROUP_ID = f"{RUN_ID}:{GROUP_TASK}"
 
 
-def planted(tok: Any, task_id: str, plant: Plant, run: Runner = asyncio.run, **kw: Any) -> tuple[Episode, list[int]]:
-    """A retail episode of the reference agent, where ``plant(reply, history)`` may replace one reply; returns
-    (episode, the turns where a reply was replaced). ``kw`` goes to the loop (run_id, group_id, ...)."""
+def planted(tok: Any, task_id: str, plant: Plant, run: Runner = asyncio.run, preset: str = "slime-tau",
+            **kw: Any) -> tuple[Episode, list[int]]:
+    """A retail episode of the reference agent under ``preset``, where ``plant(reply, history)`` may replace one
+    reply; returns (episode, the turns where a reply was replaced). ``kw`` goes to the loop (run_id, group_id,
+    ...)."""
     env = RetailEnv()
     at: list[int] = []
 
@@ -47,7 +49,7 @@ def planted(tok: Any, task_id: str, plant: Plant, run: Runner = asyncio.run, **k
         return instead
 
     backend = ScriptedBackend(reference, tok, mistake_rate=0.0)
-    ep = run(run_episode(RetailEnv(), backend, tok, PRESETS["slime-tau"], task_id, preset="slime-tau", **kw))
+    ep = run(run_episode(RetailEnv(), backend, tok, PRESETS[preset], task_id, preset=preset, **kw))
     return ep, at
 
 

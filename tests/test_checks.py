@@ -164,6 +164,8 @@ def test_every_kind_is_planted():
     # verl's traps, found on live verl-tool episodes in tests/test_checks_verl.py.
     kinds |= {"im_end_newline_missing", "system_cut_wrong", "think_kept", "response_cut_trained",
               "tool_result_truncated", "strict_score_refused"}
+    # The wrong argument's token, on planted retail and tau-bench episodes in tests/test_wrong_argument.py.
+    kinds |= {"wrong_argument_token"}
     from engine.checks import KINDS
 
     # answer_extraction_failed: realhf's split cannot fail on byte-level BPE tokenizers.

@@ -7,7 +7,8 @@ never change the episode; :func:`with_checks` returns a copy carrying their
 findings, linked to their root causes (``diagnosis``).
 
 ``rendering`` holds the checks against the chat template, ``arrays`` those
-on the token arrays, ``verl`` those of verl's agent loop (its answers, cuts, parser and scorer), ``base`` what they share, ``diagnosis`` the links from a
+on the token arrays, ``verl`` those of verl's agent loop (its answers, cuts, parser and scorer), ``arguments`` the token where a
+wrong tool argument was generated and what else the model could have said there, ``base`` what they share, ``diagnosis`` the links from a
 finding to its cause and the one-line diagnosis (and the reading of records
 whose upgrade needs those rules), ``fanout`` the checks run on worker
 processes or Ray. Imports the records, tokens and backends (a local model
@@ -17,6 +18,7 @@ teacher-forces logprobs); nothing above.
 from __future__ import annotations
 
 from ..records.episode import Episode, Finding
+from .arguments import check_wrong_argument
 from .arrays import (
     assistant_spans,
     check_drift,
@@ -45,7 +47,7 @@ RECHECKED = frozenset({"truncated_turn", "truncated_episode", "template_not_pref
 
 CHECKS: tuple[Check, ...] = (
     check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
-    check_response_length, check_logprob_mismatch, check_turn_records, *VERL_CHECKS,
+    check_response_length, check_logprob_mismatch, check_turn_records, *VERL_CHECKS, check_wrong_argument,
 )
 
 
@@ -71,6 +73,6 @@ __all__ = [
     "CHECKS", "CHECKS_VERSION", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "Check", "CheckOptions", "assistant_spans",
     "check_chat_markup", "check_drift", "check_injected_system", "check_logprob_mismatch", "check_logprobs",
     "check_mask", "check_rendering", "check_response_length", "check_template", "check_truncation",
-    "check_turn_records", "closing_newlines", "injected_system_blocks", "raw_observations", "run_checks", "tito_expected_ids",
+    "check_turn_records", "check_wrong_argument", "closing_newlines", "injected_system_blocks", "raw_observations", "run_checks", "tito_expected_ids",
     "with_checks",
 ]
