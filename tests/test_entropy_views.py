@@ -75,6 +75,17 @@ def test_each_generated_token_gets_its_entropy_bucket_and_the_hover_its_top_k(re
     assert legend and "&lt; 0.1" in legend.group(1) and "≥ 3" in legend.group(1)
 
 
+def test_an_estimated_entropy_says_it_is_a_lower_bound(plain):
+    estimated, _ = with_alternatives(plain, k=K, seed=4, estimated=True)
+    page = token_view(estimated)
+    assert _meta(page)["est"] == 1 and "(estimates from the top K: lower bounds)" in page
+    te = turn_entropy(estimated)[0]
+    block = alt_view.forks_block(estimated, te, {})
+    assert "estimates from the top K: lower bounds" in block
+    assert "lower bound" not in alt_view.forks_block(plain.evolve(tokens=estimated.tokens.evolve(
+        entropy_estimated=False)), te, {})
+
+
 def test_past_the_limit_only_the_highest_entropy_tokens_alternatives_are_sent(recorded, monkeypatch):
     monkeypatch.setattr(alt_view, "ALTERNATIVES_SENT", 20 * K)
     meta = _meta(token_view(recorded))

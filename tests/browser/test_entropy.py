@@ -35,6 +35,7 @@ K = 5
 class Site:
     url: str
     episode: Episode  # top K and entropy recorded
+    estimated: Episode  # top K, and the entropy estimated from them
     plain: Episode  # neither
     texts: dict[int, str]  # each id of the vocabulary the test reads, decoded alone
 
@@ -43,22 +44,24 @@ class Site:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     db = tmp_path_factory.mktemp("entropy") / "rollscope.db"
 
-    def seed() -> tuple[Episode, Episode, dict[int, str]]:
+    def seed() -> tuple[Episode, Episode, Episode, dict[int, str]]:
         tok = load_tokenizer(None)
         plain = play(MathEnv, tok, "areal-math", task=1, mistake_rate=0.5, seed=2, tokenizer_name="smollm2")
         ep, _ = with_alternatives(plain.evolve(id="topk-" + plain.id), k=K, seed=4)
+        estimated, _ = with_alternatives(plain.evolve(id="estimated-" + plain.id), k=K, seed=4, estimated=True)
         store = Store(db)
         store.save_episode(ep)
+        store.save_episode(estimated)
         store.save_episode(plain)
         store.close()
         ids = sorted({int(i) for i in ep.tokens.top_ids.ravel() if i >= 0} | set(ep.tokens.ids.tolist()))
         texts = tok.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return ep, plain, dict(zip(ids, texts, strict=True))
+        return ep, estimated, plain, dict(zip(ids, texts, strict=True))
 
     with ThreadPoolExecutor(max_workers=1) as pool:  # Playwright may run a loop in this thread
-        ep, plain, texts = pool.submit(seed).result()
+        ep, estimated, plain, texts = pool.submit(seed).result()
     with serve(db) as url:
-        yield Site(url, ep, plain, texts)
+        yield Site(url, ep, estimated, plain, texts)
 
 
 def _open(page: Any, url: str) -> None:
@@ -188,9 +191,16 @@ def test_an_episode_without_entropy_greys_its_toggle_and_says_why(page: Any, sit
     page.wait_for_function(f"() => document.querySelector('{TOKENS} .rs-hover').textContent.includes(' id ')")
     assert "entropy" not in page.locator(f"{TOKENS} .rs-hover").inner_text()
     assert page.locator(f"{TOKENS} .rs-hover-alts span").count() == 0
+    page.screenshot(path=str(screenshots / "episode_without_entropy.png"))
+    # An entropy estimated from a server's top K says it is a lower bound, in the hover and the legend.
+    est = site.estimated
+    _open(page, f"{site.url}/?episode={est.id}")
+    fork = turn_entropy(est)[0].forks[0]
+    _hover(page, fork.position)
+    assert f"entropy {fork.entropy:.3f} nats (estimate, lower bound)" in page.locator(f"{TOKENS} .rs-hover").inner_text()
+    assert "lower bounds" in (page.locator(f"{TOKENS} .rs-ent-legend").text_content() or "")
     # Opening the episode with entropy takes the grey away.
     _open(page, f"{site.url}/?episode={site.episode.id}")
     page.wait_for_function("""() => getComputedStyle([...document.querySelectorAll('#rs-token-toggles label')]
         .find(e => e.textContent.includes('entropy'))).opacity === '1'""")
-    page.screenshot(path=str(screenshots / "episode_without_entropy.png"))
     assert not page.errors
