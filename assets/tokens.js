@@ -43,6 +43,8 @@ const tvData = (view) => {
   for (const s of m.seg || []) segAt.set(s[0], s);
   view._rsData = {
     m, n, mask, lp: dense(m.lp || []), diff: m.diff ? dense(m.diff) : null, at: tvLocal(m.win),
+    ent: m.ent ? dense(m.ent) : null, alt: new Map((m.alt || []).map((row) => [row[0], row])),
+    altText: new Map((m.aid || []).map((id, k) => [id, m.atx[k]])),
     text: m.vtx ? new Map(m.vid.map((id, k) => [id, m.vtx[k]])) : null, over: new Map(m.over || []),
     shown: new Map(), segAt, turnAt: new Map((m.turns || []).map(([t, i]) => [i, t])),
     turnStart: new Map(m.turns || []), starts: new Set(m.starts || []),
@@ -70,9 +72,52 @@ const describe = (d, i) => {
   if (d.diff && !Number.isNaN(d.diff[j])) {
     text += ` · Δ recomputed−rollout ${d.diff[j] >= 0 ? "+" : ""}${d.diff[j].toFixed(4)}`;
   }
+  if (d.ent && !Number.isNaN(d.ent[j])) {
+    text += ` · entropy ${d.ent[j].toFixed(3)} nats${m.est ? " (estimate, lower bound)" : ""}`;
+  }
   const found = runAt(m.find, i);
   if (found) text += ` · finding: ${found[2]}`;
   return text;
+};
+// A probability as views/alternatives.py prints it.
+const tvPercent = (p) => (p === null || Number.isNaN(p) ? "?" : p >= 0.01 ? `${Math.round(p * 100)}%` : "<1%");
+// The top K recorded at token i as [text, class] pieces, the sampled one marked; [] where none were recorded,
+// a note where they were not sent (over the display limit).
+const tvAlternatives = (d, i) => {
+  const m = d.m, row = d.alt.get(i), id = m.ids[d.at(i)];
+  const text = (t) => JSON.stringify(d.altText.has(t) ? d.altText.get(t) : (d.text && d.text.get(t)) ?? `id ${t}`);
+  if (!row) {
+    const known = d.ent && !Number.isNaN(d.ent[d.at(i)]);
+    return known && m.altcut ? [[`top K not sent for this token (${m.altcut.toLocaleString("en-US")} tokens' are over `
+      + "the display limit: rollscope show --json prints them)", "rs-alt-none"]] : [];
+  }
+  const [, ids, lps] = row;
+  const out = [[`top ${ids.length}:`, "rs-alt-k"]];
+  ids.forEach((t, r) => {
+    const p = lps[r] === null ? NaN : Math.exp(lps[r]);
+    out.push([`${text(t)} ${tvPercent(p)}${t === id ? " ✓ sampled" : ""}`, t === id ? "rs-alt rs-alt-sampled" : "rs-alt"]);
+  });
+  if (!ids.includes(id)) {
+    const lp = d.lp[d.at(i)];
+    out.push([`sampled ${text(id)} ${tvPercent(Number.isNaN(lp) ? NaN : Math.exp(lp))}, not in the top ${ids.length}`,
+      "rs-alt rs-alt-sampled"]);
+  }
+  return out;
+};
+const tvShowAlternatives = (view, d, i) => {
+  const box = view.querySelector(".rs-hover-alts");
+  if (!box) return "";
+  const frag = document.createDocumentFragment();
+  const pieces = tvAlternatives(d, i);
+  for (const [text, cls] of pieces) {
+    const span = document.createElement("span");
+    span.className = cls;
+    span.textContent = text;
+    frag.append(span);
+  }
+  box.textContent = "";
+  box.append(frag);
+  return pieces.map(([text]) => text).join(" ");
 };
 // What a token shows: its text with newlines drawn (↵) and kept, "◦" for a piece of a character, or its id.
 const tvShown = (d, i) => {
@@ -400,8 +445,10 @@ element.addEventListener("mouseover", (event) => {
   if (!tok) return;
   const view = tok.closest(".rs-tokview");
   if (!view) return;
-  const text = describe(tvData(view), Number(tok.dataset.i));
-  tok.title = text;
+  const d = tvData(view), i = Number(tok.dataset.i);
+  const text = describe(d, i);
+  const alts = tvShowAlternatives(view, d, i);
+  tok.title = alts ? `${text}\n${alts}` : text;
   const bar = view.querySelector(".rs-hover");
   if (bar) bar.textContent = text;
 });

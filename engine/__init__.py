@@ -31,6 +31,15 @@ from .analysis.at_turn import (
     turn_span,
 )
 from .analysis.compare import Comparison, TurnDiff, calls_text, compare, observation_text, opening_messages, word_diff
+from .analysis.entropy import (
+    FORKS_PER_TURN,
+    ForkToken,
+    TokenChoice,
+    TurnEntropy,
+    alternatives_at,
+    has_entropy,
+    turn_entropy,
+)
 from .analysis.groups import (
     GROUP_NORMALIZATION,
     GroupSample,
@@ -152,27 +161,27 @@ from .tokens.chat import decode
 from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
+    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
     "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
     "WATCH_FORMATS",
     "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
     "BatchSpec", "Bins", "BrowseStats", "CheckOptions", "Comparison", "ConfigError", "DemoPart", "DemoReport",
     "DbChange", "DemoRun", "Env", "EnvError", "EnvInfo", "Episode", "EpisodeFilter", "EpisodePage", "EpisodeSummary",
-    "Finding", "ForkReport", "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart",
+    "Finding", "ForkReport", "ForkToken", "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart",
     "HandStepper", "LoopConfig", "MatchCount", "MathAnswer", "Message", "ModelNotFound", "Outcome", "OutcomeCall",
     "OutputChange", "Parting", "PromptView", "ReplayCause", "ReplayResult", "RewardBins", "RewardSoFar",
     "RewardStats", "RollscopeError", "RunConfig", "RunOverview", "RunPlan", "RunSummary", "SamplingParams", "Segment", "Severity",
-    "Source", "Status", "StepChange", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays",
+    "Source", "Status", "StepChange", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays", "TokenChoice",
     "TokenDiff", "TokenDiffRow", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
-    "TurnSpan", "TurnVerdict", "UserSettings", "WatchEvent", "Watcher",
-    "apply_settings", "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare",
+    "TurnEntropy", "TurnSpan", "TurnVerdict", "UserSettings", "WatchEvent", "Watcher",
+    "alternatives_at", "apply_settings", "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare",
     "consequences", "decode", "default_preset", "diagnosis", "env_factory", "episode_schema", "episode_tokenizer",
     "export", "find_qwen3", "findings_up_to", "flat_groups", "forget_tokenizers", "fork", "format_knob",
-    "get_preset", "group_view", "import_path", "kind_label", "kind_passed", "knobs", "link_findings", "linked", "load_config_file", "load_group",
+    "get_preset", "group_view", "has_entropy", "import_path", "kind_label", "kind_passed", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
     "output_diff", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
     "prompt_tokens", "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary", "retokenized",
     "reward_partings", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
-    "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_span", "user_played_by", "with_checks",
+    "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_entropy", "turn_span", "user_played_by", "with_checks",
     "word_diff",
 ]

@@ -27,7 +27,8 @@ from . import playback as playback_tab
 
 EMPTY = note("No episode selected: pick a row in Browse, or enter an episode id above.")
 CHART_OPEN_TURNS = 6  # the per-turn chart is folded for episodes of this many turns or fewer
-HEAT, MISMATCH, SPECIAL = "logprob heat map", "logprob mismatch heat map", "special tokens"
+HEAT, ENTROPY, MISMATCH, SPECIAL = \
+    "logprob heat map", "entropy heat map", "logprob mismatch heat map", "special tokens"
 
 
 def _star_label(starred: bool) -> str:
@@ -162,8 +163,9 @@ def build(store: Store) -> EpisodeTab:
     def token_column() -> None:
         # Beside the turn card: the token view, where playback outlines the turn's tokens.
         with gr.Row(equal_height=True, elem_classes="rs-viewbar"):
-            html('<h4 class="rs-h">Tokens</h4>')
-            token_parts["toggles"] = gr.CheckboxGroup([HEAT, MISMATCH, SPECIAL], value=[SPECIAL], show_label=False,
+            # As narrow as its word, so the toggles keep one line beside it.
+            html('<h4 class="rs-h">Tokens</h4>', scale=0, min_width=0, elem_classes="rs-h-narrow")
+            token_parts["toggles"] = gr.CheckboxGroup([HEAT, ENTROPY, MISMATCH, SPECIAL], value=[SPECIAL], show_label=False,
                                                       container=False, elem_id="rs-token-toggles", scale=3)
         token_parts["tokens"] = html("", "rs-episode-tokens", script("tokens"))
 
@@ -193,7 +195,8 @@ def build(store: Store) -> EpisodeTab:
     for trigger in (open_button.click, id_box.submit):
         trigger(open_typed, inputs=[id_box], outputs=shown.components).then(
             None, inputs=[id_box], js=script("set_url"))
-    toggles.change(None, inputs=[toggles], js=script("token_toggles", HEAT=HEAT, MISMATCH=MISMATCH, SPECIAL=SPECIAL))
+    toggles.change(None, inputs=[toggles], js=script("token_toggles", HEAT=HEAT, ENTROPY=ENTROPY, MISMATCH=MISMATCH,
+                                                                SPECIAL=SPECIAL))
 
     starring = Outputs(starred=starred, star_button=star_button, saved=saved, header=header)
 

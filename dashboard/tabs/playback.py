@@ -23,11 +23,24 @@ from typing import Any
 
 import gradio as gr
 
-from engine import Episode, ReplayResult, Store, StoreError, decode, prompt_at, prompt_tokens, replay_stored
+from engine import (
+    Episode,
+    ReplayResult,
+    Store,
+    StoreError,
+    TurnEntropy,
+    decode,
+    has_entropy,
+    prompt_at,
+    prompt_tokens,
+    replay_stored,
+    turn_entropy,
+)
 
 from ..assets import script
 from ..gradio_glue import Outputs, event_data, fresh, html
 from ..views import playback as views
+from ..views.alternatives import fork_ids
 from ..views.tokens import episode_tokenizer
 
 DECODED_KEPT = 16  # decoded prompts kept per episode
@@ -43,6 +56,23 @@ class Loaded:
     latest: ReplayResult | None = None
     decoded: dict[int, str] = field(default_factory=dict)  # turn -> its prompt's tokens decoded
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _entropy: tuple[TurnEntropy, ...] | None = None
+
+    def entropy(self, k: int) -> tuple[TurnEntropy | None, dict[int, str]]:
+        """Turn ``k``'s mean entropy and forks (``engine.turn_entropy``, computed once for the episode) and the
+        texts of the ids its forks show; (None, {}) for an episode without entropy."""
+        if not has_entropy(self.ep):
+            return None, {}
+        with self.lock:
+            if self._entropy is None:
+                self._entropy = turn_entropy(self.ep)
+        te = self._entropy[k]
+        ids = fork_ids(te)
+        if self.tokenizer is None or not ids:
+            return te, {}
+        texts = self.tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False,
+                                            clean_up_tokenization_spaces=False)
+        return te, {i: str(t) for i, t in zip(ids, texts, strict=True)}
 
     def decoded_prompt(self, k: int) -> str | None:
         """Turn ``k``'s prompt tokens (``engine.prompt_tokens``: the generation prompt included) decoded, once:
@@ -108,7 +138,8 @@ def turn_card(loaded: Loaded, k: int, follow: bool = True) -> str:
     # A dump imported without a tokenizer keeps only the generated ids: decode them when we can.
     spoken = (decode(loaded.tokenizer, list(g.token_ids)) if g is not None and not g.text and g.token_ids
               and loaded.tokenizer is not None else None)
-    return views.render_turn(ep, k, prompt, previous, loaded.latest, spoken, follow)
+    entropy, texts = loaded.entropy(k)
+    return views.render_turn(ep, k, prompt, previous, loaded.latest, spoken, follow, entropy, texts)
 
 
 def _slider(n_turns: int, k: int) -> gr.Slider:

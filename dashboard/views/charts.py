@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine import Bins, BrowseStats, Episode, RewardBins, RewardStats
+from engine import Bins, BrowseStats, Episode, RewardBins, RewardStats, turn_entropy
 
 STATUS_COLORS = {
     "completed": "#16a34a",
@@ -247,10 +247,13 @@ class TurnSeries:
     generated: tuple[int, ...]
     logprob_mean: tuple[float, ...]
     with_findings: tuple[int, ...]
+    entropy_mean: tuple[float, ...] = ()
+    """Mean entropy (nats) of each turn's generated tokens (``engine.turn_entropy``); empty when the episode has
+    none."""
 
 
 def turn_series(ep: Episode) -> TurnSeries:
-    """Reward (shaped, as trained on), return, tokens generated and mean logprob per turn."""
+    """Reward (shaped, as trained on), return, tokens generated, mean logprob and mean entropy per turn."""
     n = ep.n_turns
     # turn_rewards are what the trainer sees (shaped when the preset shapes);
     # fall back to the env's raw reward per turn.
@@ -271,20 +274,26 @@ def turn_series(ep: Episode) -> TurnSeries:
         values = values[~np.isnan(values)]
         lp_mean.append(float(values.mean()) if values.size else math.nan)
     flagged = {t.index for t in ep.turns if t.findings} | {f.turn for f in ep.findings if f.turn is not None}
+    entropy = tuple(te.mean for te in turn_entropy(ep, forks=0))
     return TurnSeries(
         turns=tuple(t.index for t in ep.turns), reward=tuple(rewards), returns=tuple(returns),
         generated=tuple(generated), logprob_mean=tuple(lp_mean), with_findings=tuple(sorted(flagged)),
+        entropy_mean=entropy if any(not math.isnan(v) for v in entropy) else (),
     )
 
 
 def turn_chart(ep: Episode) -> go.Figure:
-    """Three stacked panels sharing the turn axis: reward and return, tokens generated, mean logprob."""
+    """Three stacked panels sharing the turn axis: reward and return, tokens generated, mean logprob (and, on a
+    second axis, mean entropy where the episode has it)."""
     title = "Per turn"
     if not ep.turns:
         return empty(title, "this episode has no turns")
     s = turn_series(ep)
+    ent = bool(s.entropy_mean)
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, row_heights=[0.4, 0.3, 0.3],
-                        subplot_titles=("reward and return", "tokens generated", "mean logprob"))
+                        specs=[[{}], [{}], [{"secondary_y": ent}]],
+                        subplot_titles=("reward and return", "tokens generated",
+                                        "mean logprob and mean entropy" if ent else "mean logprob"))
     x = list(s.turns)
     fig.add_bar(x=x, y=list(s.reward), name="reward", marker_color=ACCENT, row=1, col=1,
                 hovertemplate="turn %{x}<br>reward %{y:.4g}<extra></extra>")
@@ -300,6 +309,13 @@ def turn_chart(ep: Episode) -> go.Figure:
     fig.add_scatter(x=x, y=[None if math.isnan(v) else v for v in s.logprob_mean], name="mean logprob",
                     mode="lines+markers", line={"color": "#d97706"}, row=3, col=1, connectgaps=False,
                     hovertemplate="turn %{x}<br>mean logprob %{y:.4f}<extra></extra>")
+    if ent:
+        fig.add_scatter(x=x, y=[None if math.isnan(v) else v for v in s.entropy_mean], name="mean entropy",
+                        mode="lines+markers", line={"color": "#0284c7", "dash": "dot"}, row=3, col=1,
+                        secondary_y=True, connectgaps=False,
+                        hovertemplate="turn %{x}<br>mean entropy %{y:.3f} nats<extra></extra>")
+        fig.update_yaxes(title_text="nats", title_font_size=10, rangemode="tozero", showgrid=False, row=3, col=1,
+                         secondary_y=True)
     fig.update_xaxes(title_text="turn", row=3, col=1, dtick=1 if len(x) <= 30 else None)
     fig.update_annotations(font_size=11)
     layout(fig, title, height=440, showlegend=True, margin={"l": 48, "r": 12, "t": 64, "b": 36})

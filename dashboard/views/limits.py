@@ -17,6 +17,9 @@ it would have been ("… N more characters"), with how to see it whole
   with the view folded: it sends the first and last ``TOKEN_EDGE`` tokens and
   ``TOKEN_WINDOW`` around each finding's first token (findings in order, while
   ``TOKENS_FOLDED`` lasts), and says what it left out.
+- ``ALTERNATIVES_SENT``: top-K alternatives the token view sends for its
+  hover (token x K); past it, those of the highest-entropy tokens, and the
+  hover of the others says theirs were not sent.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ TOKENS_DRAWN = 200_000
 TOKENS_FOLDED = 20_000
 TOKEN_EDGE = 2_000
 TOKEN_WINDOW = 400
+ALTERNATIVES_SENT = 60_000
 
 
 def see_whole(episode_id: str = "", tokens: bool = False) -> str:

@@ -24,6 +24,7 @@ from engine import (
     ReplayResult,
     RewardSoFar,
     Turn,
+    TurnEntropy,
     TurnSpan,
     TurnVerdict,
     common_prefix,
@@ -35,6 +36,7 @@ from engine import (
 
 # The timeline's own message and finding blocks, so a turn looks the same in
 # playback as in the timeline below it.
+from .alternatives import forks_block
 from .episode import finding_block, message_block
 from .html import badge, call_block, chip, error_line, esc, fmt_num, json_details, note, text_block, to_json
 from .limits import PROMPT_CHARS, Budget, cut_note
@@ -207,12 +209,14 @@ def _verdict_chip(v: TurnVerdict | None, latest: ReplayResult | None) -> str:
 
 def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | None = None,
                 latest: ReplayResult | None = None, decoded_generation: str | None = None,
-                follow: bool = True) -> str:
-    """The playback card of turn ``k``: prompt, generation, action, env answer, rewards and findings so far.
+                follow: bool = True, entropy: TurnEntropy | None = None, texts: dict[int, str] | None = None) -> str:
+    """The playback card of turn ``k``: prompt, generation and its forks, action, env answer, rewards and findings
+    so far.
 
     ``previous_prompt`` (turn k-1's) marks what is new in this one;
     ``decoded_generation`` stands in for a generation stored without text;
-    ``follow`` asks the playback script to scroll the timeline and token view to the turn.
+    ``follow`` asks the playback script to scroll the timeline and token view to the turn;
+    ``entropy`` is the turn's (``engine.turn_entropy``), its forks' ids shown with ``texts`` (``fork_ids``).
     Its texts are cut to the display limits (``limits``: one ``Budget`` for the card, the prompt's end).
     """
     budget = Budget()
@@ -231,7 +235,8 @@ def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | 
         f"{_verdict_chip(verdict, latest)}</div>{gaps}"
         '<div class="rs-pb-grid">'
         f'<div class="rs-pb-col">{_prompt_block(prompt, previous_prompt, t, span, k)}</div>'
-        f'<div class="rs-pb-col">{_generation_block(t, decoded_generation, budget)}{_action_block(t, budget)}'
+        f'<div class="rs-pb-col">{_generation_block(t, decoded_generation, budget)}'
+        f'{forks_block(ep, entropy, texts or {}) if entropy is not None else ""}{_action_block(t, budget)}'
         f"{_env_block(t, budget)}"
         f"{_findings_block(ep, k)}</div>"
         "</div></div>"

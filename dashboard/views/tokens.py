@@ -12,8 +12,16 @@ leave it, so the page holds a few thousand spans whatever the episode's
 length. Long context (a run of ordinary tokens in a ``prompt`` or ``system``
 segment: the system prompt, tool schemas) is folded behind one control that
 unfolds it. The hover reads the same data; the toggles (logprob heat map,
-mismatch heat map, special tokens) are classes on an ancestor, so switching
-them is a style change in the browser, not a new page from the server.
+mismatch heat map, entropy heat map, special tokens) are classes on an
+ancestor, so switching them is a style change in the browser, not a new page
+from the server.
+
+Where the episode recorded them, each generated token's entropy (``ent``,
+heat classes ``e0``..``e5``) and its top K alternatives (``alt``, their
+texts in ``aid``/``atx``) come along; the hover lists the alternatives with
+their probabilities, the sampled one marked. At most
+``limits.ALTERNATIVES_SENT`` alternatives are sent: past it, those of the
+highest-entropy tokens (``altcut`` counts the tokens whose were not).
 
 An episode past the display limits (``limits.TOKENS_DRAWN``) opens folded:
 only the tokens of a few windows (its ends, around its findings) are
@@ -28,18 +36,18 @@ attribute and are set as text by the script, never parsed as markup.
 from __future__ import annotations
 
 import bisect
-import codecs
 import json
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from engine import Episode, Finding, Severity, linked, tokenizer_spec, try_tokenizer
 
+from .alternatives import ENTROPY_BOUNDS, alternatives_sent, entropy_legend
 from .html import SEVERITY_ORDER, esc, note
 from .limits import TOKENS_DRAWN, see_whole, token_windows
+from .token_texts import decode_token_texts, special_token_ids
 
 Windows = list[tuple[int, int]] | None
 """The [start, end) runs of tokens a folded view sends (``limits.token_windows``), or None: every token."""
@@ -57,95 +65,6 @@ BLOCK_MAX = 1024
 FOLD_KINDS = ("prompt", "system")
 FOLD_MIN = 256
 FOLD_KEEP = 24
-
-
-# -- token texts ----------------------------------------------------------
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    # GPT-2's reversible byte <-> printable character map, used by every
-    # byte-level BPE vocabulary (SmolLM2, Qwen, Llama 3).
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs), strict=True))
-
-
-_UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
-_SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
-
-
-def _byte_reader(tokenizer: Any) -> Any:
-    """A function id -> raw bytes for byte-level or byte-fallback vocabularies, else None."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    decoder = repr(getattr(backend, "decoder", None))
-    if "ByteLevel" in decoder:
-        def read(i: int) -> bytes:
-            piece = tokenizer.convert_ids_to_tokens(i)
-            if all(c in _UNICODE_TO_BYTE for c in piece):
-                return bytes(_UNICODE_TO_BYTE[c] for c in piece)
-            return piece.encode("utf-8")
-        return read
-    if "ByteFallback" in decoder:
-        def read_sp(i: int) -> bytes:
-            piece = tokenizer.convert_ids_to_tokens(i)
-            m = _SP_BYTE.match(piece)
-            return bytes([int(m.group(1), 16)]) if m else piece.replace("▁", " ").encode("utf-8")
-        return read_sp
-    return None
-
-
-def decode_token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    """The text of each token, in order, such that the texts join to the decoded sequence.
-
-    Each distinct id is decoded once. A token holding only part of a UTF-8
-    character (byte-level BPE splits CJK and emoji across tokens) decodes
-    alone to U+FFFD; for those, bytes are fed through an incremental UTF-8
-    decoder so the character appears on the token that completes it and the
-    earlier pieces get ``""`` (the token view marks them as partial).
-    """
-    ids = [int(i) for i in ids]
-    uniq = sorted(set(ids))
-    texts = tokenizer.batch_decode([[i] for i in uniq], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    plain = dict(zip(uniq, texts, strict=True))
-    broken = {i for i, s in plain.items() if "\ufffd" in s}
-    read = _byte_reader(tokenizer) if broken else None
-    if read is None:
-        return [plain[i] for i in ids]
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    out: list[str] = []
-    dangling = False  # bytes of an unfinished character in the decoder
-    for i in ids:
-        if i in broken:
-            out.append(decoder.decode(read(i)))
-            dangling = bool(decoder.getstate()[0])
-            continue
-        if dangling:
-            # Bytes left dangling by a cut-off character: show them as U+FFFD
-            # on the token that left them, as a full decode would.
-            tail = decoder.decode(b"", final=True)
-            if out:
-                out[-1] += tail
-            decoder.reset()
-            dangling = False
-        out.append(plain[i])
-    if dangling and out:
-        out[-1] += decoder.decode(b"", final=True)
-    return out
-
-
-def special_token_ids(tokenizer: Any) -> set[int]:
-    """Ids the tokenizer marks special (``<|im_start|>``, ``<|im_end|>``, ...)."""
-    out = {int(i) for i in getattr(tokenizer, "all_special_ids", ()) if i is not None}
-    for i, tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
-        if getattr(tok, "special", False):
-            out.add(int(i))
-    return out
 
 
 # -- what the view shows --------------------------------------------------
@@ -257,7 +176,8 @@ def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     ``tok-flag`` where a finding marks the token (with ``tok-root`` where a root finding marks it,
     ``tok-caused`` where only findings that follow from one do), ``tok-partial`` for a piece of a
     multi-token character, ``tok-id`` when ids are shown instead of texts, ``l0``..``l5`` (logprob
-    bucket, see ``LOGPROB_BOUNDS``) and ``d0``..``d4`` (mismatch bucket, ``DIFF_BOUNDS``).
+    bucket, see ``LOGPROB_BOUNDS``), ``d0``..``d4`` (mismatch bucket, ``DIFF_BOUNDS``) and ``e0``..``e5``
+    (entropy bucket, ``ENTROPY_BOUNDS``).
     ``diff`` is the per-token logprob mismatch (NaN where unknown); ``found`` is ``finding_marks`` of the
     episode's findings, when the caller has it.
     """
@@ -278,6 +198,7 @@ def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     dheat = np.zeros(n, dtype=np.int64)
     if diff is not None:
         dheat = _buckets(np.abs(pick(diff)), DIFF_BOUNDS) + 1
+    eheat = _buckets(pick(tok.entropy).astype(np.float64), ENTROPY_BOUNDS) + 1
     marks, _, rooted = found or finding_marks(linked(ep.all_findings()), len(tok))
 
     def local(positions: Iterable[int]) -> np.ndarray:
@@ -292,7 +213,7 @@ def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[i
         flag[local(marks)] = 2
         if rooted:
             flag[local(rooted)] = 1
-    key = mask + 2 * special + 4 * text + 12 * heat + 84 * dheat + 588 * flag
+    key = mask + 2 * special + 4 * text + 12 * heat + 84 * dheat + 588 * flag + 1764 * eheat
     codes, index = np.unique(key, return_inverse=True)
     names = []
     for k in codes.tolist():
@@ -301,7 +222,8 @@ def token_classes(ep: Episode, token_texts: list[str] | None, special_ids: set[i
         cls += ("", " tok-partial", " tok-id")[k // 4 % 3]
         cls += f" l{k // 12 % 7 - 1}" if k // 12 % 7 else ""
         cls += f" d{k // 84 % 7 - 1}" if k // 84 % 7 else ""
-        cls += ("", " tok-flag tok-root", " tok-flag tok-caused")[k // 588]
+        cls += ("", " tok-flag tok-root", " tok-flag tok-caused")[k // 588 % 3]
+        cls += f" e{k // 1764 - 1}" if k // 1764 else ""
         names.append(cls)
     return names, index.reshape(-1).tolist()
 
@@ -364,7 +286,8 @@ def _clip(runs: Sequence[Sequence[Any]], windows: Windows) -> list[list[Any]]:
 
 
 def token_payload(ep: Episode, token_texts: list[str] | None, special_ids: set[int],
-                  diff: list[float | None] | None = None, windows: Windows = None) -> dict[str, Any]:
+                  diff: list[float | None] | None = None, windows: Windows = None,
+                  texts_of: Callable[[list[int]], list[str]] | None = None) -> dict[str, Any]:
     """What the browser draws the view from and the hover reads (see the module's docstring):
 
     ``n`` tokens; ``ids``; ``vid``/``vtx`` the distinct ids and their texts and ``over`` [position, text]
@@ -373,7 +296,9 @@ def token_payload(ep: Episode, token_texts: list[str] | None, special_ids: set[i
     [start, values] runs of known values; ``ver`` [start, end, version] runs; ``seg`` [start, end, kind,
     turn] runs covering every token once; ``turns`` [turn, first token]; ``find`` [start, end, kinds]
     runs of finding marks and ``starts`` where findings start; ``blocks`` and ``fold`` as ``blocks`` and
-    ``folds`` say.
+    ``folds`` say. Where the episode has them: ``ent`` [start, values] runs of known entropies, ``est`` 1 when
+    they are estimates, ``alt`` and ``altcut`` as ``alternatives_sent`` gives them (positions are the
+    episode's), ``aid``/``atx`` the alternatives' ids and texts (``texts_of`` decodes them; none without it).
 
     A folded view (``windows``, see ``limits.token_windows``) sends the tokens of its windows only, and says
     which in ``win`` [start, end]: ``ids``, ``c`` and ``token_texts`` hold those tokens in order, and
@@ -435,6 +360,16 @@ def token_payload(ep: Episode, token_texts: list[str] | None, special_ids: set[i
         meta["ver"] = [[a, b, int(v[a])] for known in _runs(v >= 0) for a, b in _same(v, *known)]
     if diffs is not None:
         meta["diff"] = _sparse(diffs if sel is None else diffs[sel])
+    entropy = (tok.entropy if sel is None else tok.entropy[sel]).astype(np.float64)
+    if np.isfinite(entropy).any():
+        meta["ent"] = _sparse(entropy)
+        meta["est"] = int(tok.entropy_estimated)
+    alt, left = alternatives_sent(ep, sel)
+    if alt:
+        meta["alt"], meta["altcut"] = alt, left
+        if texts_of is not None:
+            uniq = sorted({i for row in alt for i in row[1]})
+            meta["aid"], meta["atx"] = uniq, texts_of(uniq)
     return meta
 
 
@@ -445,12 +380,15 @@ def _same(values: np.ndarray, start: int, end: int) -> list[tuple[int, int]]:
     return list(zip(edges, edges[1:], strict=False))
 
 
-def _legend(has_diff: bool) -> str:
+def _legend(has_diff: bool, entropy: str = "", alternatives: bool = False) -> str:
     diff = '<span class="rs-swatch sw-diff d3">mismatch</span>' if has_diff else ""
     heat = "".join(f'<span class="rs-swatch sw-l{k}">{label}</span>' for k, label in enumerate(
         ("≥ -0.1", "≥ -0.5", "≥ -1", "≥ -2", "≥ -4", "< -4")))
     diff_scale = "".join(f'<span class="rs-swatch sw-d{k}">{label}</span>' for k, label in enumerate(
         ("< .05", "< .2", "< .5", "< 1", "≥ 1")))
+    # The hover's second line lists the top K where the episode has them; its room is kept, so hovering
+    # moves nothing.
+    alts = '<div class="rs-hover-alts"></div>' if alternatives else ""
     return (
         '<div class="rs-legend">'
         '<span class="rs-swatch sw-train">trainable (mask 1)</span>'
@@ -460,9 +398,9 @@ def _legend(has_diff: bool) -> str:
         f'<span class="rs-swatch sw-flag sw-caused">follows from a root</span>{diff}'
         '<span class="rs-swatch sw-nl">↵ newline</span>'
         f'<span class="rs-heat-legend">logprob {heat}</span>'
-        f'<span class="rs-diff-legend">|recomputed − rollout| {diff_scale}</span>'
+        f'<span class="rs-diff-legend">|recomputed − rollout| {diff_scale}</span>{entropy}'
         '<div class="rs-hover" aria-live="polite">hover a token for its id, logprob, mask and turn</div>'
-        "</div>"
+        f"{alts}</div>"
     )
 
 
@@ -485,6 +423,7 @@ def render_tokens(
     *,
     tokenizer_error: str | None = None,
     windows: Windows = None,
+    texts_of: Callable[[list[int]], list[str]] | None = None,
 ) -> str:
     """The token view of ``ep``: its header and, in ``data-meta``, the tokens (``token_payload``); folded to
     ``windows`` (``token_texts`` are theirs) with a note saying what was left out and how to see it.
@@ -509,7 +448,7 @@ def render_tokens(
     if diff_note:
         notes.append(diff_note)
     n_found = len(ep.all_findings())
-    meta = token_payload(ep, token_texts, special_ids, diff, windows)
+    meta = token_payload(ep, token_texts, special_ids, diff, windows, texts_of)
     folded = sum(b - a for a, b, _ in meta["fold"])
     summary = (
         f'<div class="rs-tok-summary">{n:,} tokens · prompt {ep.prompt_len:,} · response {ep.response_len:,} · '
@@ -522,8 +461,9 @@ def render_tokens(
     data = esc(json.dumps(meta, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
     return (
         f'<div class="rs-tokview{" rs-tokview-folded" if windows else ""}" data-episode="{esc(ep.id)}" '
-        f'data-meta="{data}">'
-        f'<div class="rs-tokhead">{summary}{_legend(diff is not None)}{_turn_nav(ep)}</div>{note_html}'
+        f'data-entropy="{int("ent" in meta)}" data-meta="{data}">'
+        f'<div class="rs-tokhead">{summary}{_legend(diff is not None, entropy_legend(ep), "alt" in meta)}'
+        f'{_turn_nav(ep)}</div>{note_html}'
         '<div class="rs-tokens"></div></div>'
     )
 
@@ -578,4 +518,10 @@ def token_view(ep: Episode) -> str:
     if tok is None:
         return render_tokens(ep, None, set(), tokenizer_error=error, windows=windows)
     ids = ep.tokens.ids if windows is None else np.concatenate([ep.tokens.ids[a:b] for a, b in windows])
-    return render_tokens(ep, decode_token_texts(tok, ids.tolist()), special_token_ids(tok), windows=windows)
+
+    def texts_of(alt_ids: list[int]) -> list[str]:  # each alternative alone, as the model would have said it
+        return [str(x) for x in tok.batch_decode([[i] for i in alt_ids], skip_special_tokens=False,
+                                                 clean_up_tokenization_spaces=False)]
+
+    return render_tokens(ep, decode_token_texts(tok, ids.tolist()), special_token_ids(tok), windows=windows,
+                         texts_of=texts_of)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
+from ..analysis.entropy import ForkToken, TurnEntropy, has_entropy, turn_entropy
+from ..backends.tokenizers import tokenizer_spec, try_tokenizer
 from ..records.episode import Episode, Finding, Message
 from .common import DEFAULT_DB, open_store
 from .explain import outcome_lines
@@ -58,6 +61,42 @@ def findings_by_root(ep: Episode) -> list[str]:
     return out
 
 
+SHOWN_CHOICES = 3
+"""Alternatives a fork line names (the most likely ones, and the sampled one wherever it ranks)."""
+
+
+def _token(tokenizer: Any, token_id: int) -> str:
+    """A token's text, quoted so that its spaces and newlines show; its id when there is no tokenizer."""
+    if tokenizer is None:
+        return f"id {token_id}"
+    return json.dumps(str(tokenizer.decode([token_id], skip_special_tokens=False)), ensure_ascii=False)
+
+
+def _percent(p: float) -> str:
+    return "?" if math.isnan(p) else f"{p:.0%}" if p >= 0.01 else "<1%"
+
+
+def fork_text(f: ForkToken, tokenizer: Any) -> str:
+    """One fork: its position, its token, its entropy and the alternatives with their probabilities, the sampled
+    one marked (and given by its own logprob when it is not among the top K)."""
+    shown = [c for r, c in enumerate(f.alternatives) if r < SHOWN_CHOICES or c.sampled]
+    choices = [f"{_token(tokenizer, c.token_id)} {_percent(c.prob)}{' sampled' if c.sampled else ''}" for c in shown]
+    if f.alternatives and f.sampled_rank is None:
+        prob = _percent(math.exp(f.logprob)) if math.isfinite(f.logprob) else "?"
+        choices.append(f"sampled {_token(tokenizer, f.token_id)} {prob}, not in the top {len(f.alternatives)}")
+    return (f"#{f.position} {_token(tokenizer, f.token_id)} {f.entropy:.2f} nats"
+            + (f" ({', '.join(choices)})" if choices else ""))
+
+
+def entropy_line(te: TurnEntropy, estimated: bool, tokenizer: Any) -> str:
+    """A turn's mean entropy and its forks, on one line."""
+    if not te.known:
+        return "[entropy] none recorded for this turn"
+    bound = " (estimated: a lower bound)" if estimated else ""
+    forks = " · ".join(fork_text(f, tokenizer) for f in te.forks)
+    return f"[entropy] mean {te.mean:.3f} nats over {te.known} tokens{bound}; forks: {forks}"
+
+
 def cmd_show(a: argparse.Namespace) -> int:
     store = open_store(a.db, must_exist=True)
     ep = store.get_episode(store.resolve_id(a.episode_id))
@@ -74,10 +113,14 @@ def cmd_show(a: argparse.Namespace) -> int:
         if m.role == "assistant":
             break
         print(_opening(m, a.full))
-    for t in ep.turns:
+    entropy = turn_entropy(ep) if has_entropy(ep) else None
+    tokenizer = try_tokenizer(tokenizer_spec(ep))[0] if entropy else None
+    for k, t in enumerate(ep.turns):
         g = t.generation
         print(f"\n--- turn {t.index}  reward {t.reward}  done {t.done}  finish {g.finish_reason if g else '-'}  "
               f"{len(g.token_ids) if g else 0} tokens  {t.timings.get('total_s', 0):.3f}s")
+        if entropy:
+            print(entropy_line(entropy[k], ep.tokens.entropy_estimated, tokenizer))
         if g is not None:
             print(f"[assistant] {g.text}")
         if t.parse_error:
