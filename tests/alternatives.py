@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.envs.math import MathEnv
 from engine.records.alternatives import estimate_entropy
 from engine.records.episode import Episode
+from tests.planted import play
 
 
 @dataclass(frozen=True)
@@ -62,3 +64,8 @@ def with_alternatives(ep: Episode, k: int = 5, seed: int = 0, vocab: int = 49152
     tokens = t.evolve(logprobs=logprobs, entropy=entropy, top_ids=top_ids, top_logprobs=top_lps,
                       entropy_estimated=estimated)
     return ep.evolve(tokens=tokens), Truth(dist)
+
+
+def plain_math_episode(tokenizer: object) -> Episode:
+    """The entropy tests' episode before any alternatives: areal-math task 1, five turns, right and wrong answers."""
+    return play(MathEnv, tokenizer, "areal-math", task=1, mistake_rate=0.5, seed=2, tokenizer_name="smollm2")

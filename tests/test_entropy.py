@@ -11,17 +11,15 @@ import pytest
 
 from engine import FORKS_PER_TURN, alternatives_at, has_entropy, turn_entropy
 from engine.cli.main import main
-from engine.envs.math import MathEnv
 from engine.store import Store
-from tests.alternatives import with_alternatives
-from tests.planted import play
+from tests.alternatives import plain_math_episode, with_alternatives
 
 K = 5
 
 
 @pytest.fixture(scope="module")
 def plain(smol_tokenizer):
-    return play(MathEnv, smol_tokenizer, "areal-math", task=1, mistake_rate=0.5, seed=2, tokenizer_name="smollm2")
+    return plain_math_episode(smol_tokenizer)
 
 
 @pytest.fixture(scope="module")

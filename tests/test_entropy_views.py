@@ -19,16 +19,14 @@ from dashboard.views import charts
 from dashboard.views.playback import render_turn
 from dashboard.views.tokens import token_view
 from engine import PromptView, turn_entropy
-from engine.envs.math import MathEnv
-from tests.alternatives import with_alternatives
-from tests.planted import play
+from tests.alternatives import plain_math_episode, with_alternatives
 
 K = 5
 
 
 @pytest.fixture(scope="module")
 def plain(smol_tokenizer):
-    return play(MathEnv, smol_tokenizer, "areal-math", task=1, mistake_rate=0.5, seed=2, tokenizer_name="smollm2")
+    return plain_math_episode(smol_tokenizer)
 
 
 @pytest.fixture(scope="module")
