@@ -51,7 +51,7 @@ from .analysis.groups import (
     reward_partings,
 )
 from .analysis.replays import ReplayCause, replay_causes, replay_summary
-from .analysis.steps import StepChange, step_changes
+from .analysis.steps import ENTROPY_DROP, StepChange, step_changes
 from .analysis.tokendiff import TD_CHANGED, TD_ONLY_A, TD_ONLY_B, TokenDiff, TokenDiffRow, retokenized, token_diff
 from .backends.base import Backend, GenerationRequest, SamplingParams
 from .backends.tokenizers import (
@@ -114,6 +114,7 @@ from .presets import (
     load_config_file,
     parse_settings,
 )
+from .records.alternatives import NEAR_ZERO_ENTROPY
 from .records.episode import (
     SCHEMA_VERSION,
     Action,
@@ -161,7 +162,7 @@ from .tokens.chat import decode
 from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
+    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENTROPY_DROP", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "NEAR_ZERO_ENTROPY", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
     "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
     "WATCH_FORMATS",
     "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
