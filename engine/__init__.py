@@ -30,7 +30,18 @@ from .analysis.at_turn import (
     rewrites_at,
     turn_span,
 )
-from .analysis.compare import Comparison, TurnDiff, calls_text, compare, observation_text, opening_messages, word_diff
+from .analysis.compare import (
+    Comparison,
+    PartingSide,
+    TokenParting,
+    TurnDiff,
+    calls_text,
+    compare,
+    observation_text,
+    opening_messages,
+    token_parting,
+    word_diff,
+)
 from .analysis.entropy import (
     FORKS_PER_TURN,
     ForkToken,
@@ -51,7 +62,7 @@ from .analysis.groups import (
     reward_partings,
 )
 from .analysis.replays import ReplayCause, replay_causes, replay_summary
-from .analysis.steps import StepChange, step_changes
+from .analysis.steps import ENTROPY_DROP, StepChange, step_changes
 from .analysis.tokendiff import TD_CHANGED, TD_ONLY_A, TD_ONLY_B, TokenDiff, TokenDiffRow, retokenized, token_diff
 from .backends.base import Backend, GenerationRequest, SamplingParams
 from .backends.tokenizers import (
@@ -114,6 +125,7 @@ from .presets import (
     load_config_file,
     parse_settings,
 )
+from .records.alternatives import NEAR_ZERO_ENTROPY
 from .records.episode import (
     SCHEMA_VERSION,
     Action,
@@ -161,7 +173,7 @@ from .tokens.chat import decode
 from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
+    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENTROPY_DROP", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "NEAR_ZERO_ENTROPY", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
     "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
     "WATCH_FORMATS",
     "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
@@ -169,10 +181,10 @@ __all__ = [
     "DbChange", "DemoRun", "Env", "EnvError", "EnvInfo", "Episode", "EpisodeFilter", "EpisodePage", "EpisodeSummary",
     "Finding", "ForkReport", "ForkToken", "FormatError", "Generation", "GenerationRequest", "GroupSample", "GroupView", "HandStart",
     "HandStepper", "LoopConfig", "MatchCount", "MathAnswer", "Message", "ModelNotFound", "Outcome", "OutcomeCall",
-    "OutputChange", "Parting", "PromptView", "ReplayCause", "ReplayResult", "RewardBins", "RewardSoFar",
+    "OutputChange", "Parting", "PartingSide", "PromptView", "ReplayCause", "ReplayResult", "RewardBins", "RewardSoFar",
     "RewardStats", "RollscopeError", "RunConfig", "RunOverview", "RunPlan", "RunSummary", "SamplingParams", "Segment", "Severity",
     "Source", "Status", "StepChange", "StepResult", "StepStats", "Stepper", "Store", "StoreError", "TemplateError", "TokenArrays", "TokenChoice",
-    "TokenDiff", "TokenDiffRow", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
+    "TokenDiff", "TokenDiffRow", "TokenParting", "Tokenizer", "TokenizerCache", "TokenizerNotFound", "ToolCall", "Turn", "TurnDiff",
     "TurnEntropy", "TurnSpan", "TurnVerdict", "UserSettings", "WatchEvent", "Watcher",
     "alternatives_at", "apply_settings", "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare",
     "consequences", "decode", "default_preset", "diagnosis", "env_factory", "episode_schema", "episode_tokenizer",
@@ -182,6 +194,6 @@ __all__ = [
     "output_diff", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
     "prompt_tokens", "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary", "retokenized",
     "reward_partings", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
-    "run_episode", "step_changes", "token_diff", "tokenizer_spec", "try_tokenizer", "turn_entropy", "turn_span", "user_played_by", "with_checks",
+    "run_episode", "step_changes", "token_diff", "token_parting", "tokenizer_spec", "try_tokenizer", "turn_entropy", "turn_span", "user_played_by", "with_checks",
     "word_diff",
 ]

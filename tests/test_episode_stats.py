@@ -1,7 +1,7 @@
 """The charts' maintained aggregates (``episode_stats``) on a real SQLite file: after every kind of write (new
 episodes, a live episode's turns and its end, statuses, stars, deletes, re-imports, re-checks) they equal a count
-of the episodes made from scratch, and the charts read from them say what the same charts counted from the episodes
-say."""
+of the episodes made from scratch (their entropy figures counted again from the stored token arrays), and the charts
+read from them say what the same charts counted from the episodes say."""
 
 from __future__ import annotations
 
@@ -10,41 +10,74 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from engine.records.episode import Finding, Severity, Status
-from engine.store import EpisodeFilter, Store
+from engine.records.episode import Episode, Finding, Severity, Status
+from engine.store import EpisodeFilter, Store, codec
 from engine.store.schema import STATS_KEY
 from tests.test_store_paging import varied
 
 GOLDEN = Path(__file__).parent / "golden"
 KEY = ", ".join(STATS_KEY)
+# Entropies planted on generated tokens: two under the near-zero line (0.01 nats), three over it.
+PLANTED = (0.0005, 0.004, 0.3, 1.2, 2.5)
+
+
+def entropic(i: int, values: tuple[float, ...] = PLANTED) -> Episode:
+    """``varied(i)`` with an entropy on each trainable token, drawn from ``values`` (every fourth episode has none,
+    as an episode generated without ``--top-logprobs``)."""
+    ep = varied(i)
+    if i % 4 == 0:
+        return ep
+    t = ep.tokens
+    rng = np.random.default_rng(i)
+    return ep.evolve(tokens=t.evolve(entropy=np.where(t.loss_mask == 1, rng.choice(values, size=len(t)), np.nan)))
+
+
+def _entropy_of(packed: bytes | None) -> tuple[int, float, int]:
+    """(tokens with an entropy, their sum in nats, how many under 0.01 nats), from a stored token blob."""
+    if packed is None:
+        return 0, 0.0, 0
+    e = codec.unpack_tokens(packed).entropy.astype(np.float64)
+    known = e[~np.isnan(e)]
+    return len(known), float(known.sum()), int(np.count_nonzero(known < 0.01))
 
 
 def recount(path: Path) -> list[tuple[object, ...]]:
-    """The aggregates counted from the episodes themselves (the ``episodes`` table, not the index)."""
+    """The aggregates counted from the episodes themselves (the ``episodes`` table, not the index), their entropy
+    figures from the stored token arrays (micro-nats summed per episode, as the store keeps them)."""
     conn = sqlite3.connect(path)
     try:
-        return sorted(conn.execute(
-            f"SELECT {KEY}, COUNT(*), IFNULL(SUM(n_trainable), 0), SUM(IFNULL(n_errors, 0) > 0) FROM episodes "
-            f"GROUP BY {KEY}").fetchall(), key=repr)
+        rows = conn.execute(f"SELECT {KEY}, n_trainable, n_errors, t.packed FROM episodes e LEFT JOIN tokens t "
+                            "ON t.episode_id = e.id").fetchall()
     finally:
         conn.close()
+    out: dict[tuple[object, ...], list[int]] = {}
+    for *key, trainable, errors, packed in rows:
+        n_ent, total, low = _entropy_of(packed)
+        sums = out.setdefault(tuple(key), [0] * 6)
+        for j, v in enumerate((1, trainable or 0, int((errors or 0) > 0), n_ent, round(total * 1e6), low)):
+            sums[j] += v
+    return sorted((tuple([*k, *v]) for k, v in out.items()), key=repr)
 
 
 def maintained(store: Store) -> list[tuple[object, ...]]:
-    return sorted(store.browse_query(f"SELECT {KEY}, n, trainable, with_errors FROM episode_stats"), key=repr)
+    return sorted(store.browse_query(f"SELECT {KEY}, n, trainable, with_errors, n_entropy, entropy_micronats, "
+                                     "n_low_entropy FROM episode_stats"), key=repr)
 
 
 def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path) -> None:
     path = tmp_path / "stats.db"
     store = Store(path)
-    eps = [varied(i) for i in range(240)]
+    eps = [entropic(i) for i in range(240)]
     store.save_episodes(eps)
     assert maintained(store) == recount(path) and len(maintained(store)) < len(eps)
+    totals = [sum(r[-k] for r in maintained(store)) for k in (3, 1)]
+    assert totals[0] > 1000 and 0.3 < totals[1] / totals[0] < 0.5  # two of five planted values are near zero
 
     # A live episode: turn by turn (running), then finished with its reward.
-    live = varied(500)
+    live = entropic(500)
     running = live.evolve(status=Status.RUNNING, turns=live.turns[:1], reward=0.0, outcome=None)
     store.save_turn(running, running.turns[0])
     assert maintained(store) == recount(path)
@@ -61,12 +94,16 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
     store.db.conn.commit()
     assert maintained(store) == recount(path)
 
-    # Re-imported: some changed (reward, run, step), some the same, one new.
-    again = [eps[10].evolve(reward=0.123), eps[11].evolve(run_id="other"), eps[12], varied(900),
-             eps[13].evolve(source=dataclasses.replace(eps[13].source, details={"rollout_step": 77}))]
+    # Re-imported: some changed (reward, run, step, entropy), some the same, one new.
+    sharp = entropic(14, (0.001,))
+    again = [eps[10].evolve(reward=0.123), eps[11].evolve(run_id="other"), eps[12], entropic(900),
+             eps[13].evolve(source=dataclasses.replace(eps[13].source, details={"rollout_step": 77})), sharp]
     states = [state for _, state, error in store.save_batches(again) if error is None]
-    assert states == ["replaced", "replaced", "unchanged", "new", "replaced"]
+    assert states == ["replaced", "replaced", "unchanged", "new", "replaced", "replaced"]
     assert maintained(store) == recount(path)
+    row = store.browse_query("SELECT n_entropy, entropy_micronats, n_low_entropy FROM episode_index WHERE id = ?",
+                             [sharp.id])[0]
+    assert row == (sharp.tokens.n_trainable, round(0.001 * 1e6 * sharp.tokens.n_trainable), sharp.tokens.n_trainable)
 
     # Re-checked: the check's findings written over the stored episode.
     bad = Finding("mask_misaligned", Severity.ERROR, "planted", 0, 0, 1, {})
@@ -79,7 +116,7 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
 
 def test_charts_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Path) -> None:
     store = Store(tmp_path / "charts.db")
-    store.save_episodes(varied(i) for i in range(300))
+    store.save_episodes(entropic(i) for i in range(300))
     filters = [EpisodeFilter(), EpisodeFilter(env="price"), EpisodeFilter(status=("completed",), reward_min=0.5),
                EpisodeFilter(run_id="run1", rollout_step=2), EpisodeFilter(outcome=("success",), min_turns=2)]
     for flt in filters:
@@ -104,6 +141,12 @@ def test_charts_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Pat
             assert s.response_tokens == pytest.approx(sum(r.n_trainable for r in rows) / len(rows))
             kinds = [r.outcome for r in rows if r.outcome]
             assert s.outcomes == {k: kinds.count(k) for k in set(kinds)}
+            # The entropy figures, from every episode's arrays: what the aggregates say.
+            known = np.concatenate([e[~np.isnan(e)] for e in (store.get_episode(r.id).tokens.entropy.astype(
+                np.float64) for r in rows)])
+            assert s.entropy_tokens == len(known) > 0 and s.near_zero_entropy == int((known < 0.01).sum())
+            assert s.entropy_mean == pytest.approx(known.mean(), abs=1e-6)
+            assert s.near_zero_rate == s.near_zero_entropy / s.entropy_tokens
     store.close()
 
 
@@ -113,7 +156,7 @@ def test_an_older_database_gets_its_aggregates_filled(tmp_path: Path, golden: st
     shutil.copy(GOLDEN / golden, path)
     store = Store(path)
     assert "0012_episode_stats" in store.applied
-    assert maintained(store) == recount(path) and sum(r[-3] for r in maintained(store)) == store.count() == 10
+    assert maintained(store) == recount(path) and sum(r[len(STATS_KEY)] for r in maintained(store)) == store.count() == 10
     store.close()
 
 
@@ -187,3 +230,37 @@ def test_a_steps_mean_reward_leaves_out_the_episodes_without_one(tmp_path: Path)
     got = {s.step: s.reward_mean for s in store.step_stats("run1")}
     assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], abs=1e-12) for k in want), (got, want)
     store.close()
+
+
+def test_a_database_from_before_the_entropy_figures_gets_them_from_its_token_arrays(tmp_path: Path) -> None:
+    path = tmp_path / "eleven.sqlite"
+    shutil.copy(GOLDEN / "dbschema11-entropy.sqlite", path)
+    store = Store(path)
+    assert "0016_entropy_stats" in store.applied
+    assert maintained(store) == recount(path)
+    # Nine of its twelve episodes carry an entropy on every trainable token; each one's figures are its arrays'.
+    for eid, n_entropy, micronats, low in store.browse_query(
+            "SELECT id, n_entropy, entropy_micronats, n_low_entropy FROM episode_index"):
+        e = store.get_episode(eid).tokens.entropy.astype(np.float64)
+        known = e[~np.isnan(e)]
+        assert (n_entropy, micronats, low) == (len(known), round(known.sum() * 1e6), int((known < 0.01).sum()))
+    assert store.browse_query("SELECT COUNT(*) FROM episode_index WHERE n_entropy > 0") == [(9,)]
+    steps = {s.step: s for run in ("run0", "run1", "run2") for s in store.step_stats(run)}
+    assert steps and any(s.entropy_mean is not None for s in steps.values())
+    store.close()
+
+
+def test_a_read_only_file_from_before_the_entropy_figures_reads_its_steps_without_them(tmp_path: Path) -> None:
+    path = tmp_path / "eleven.sqlite"
+    shutil.copy(GOLDEN / "dbschema11-entropy.sqlite", path)
+    upgraded = tmp_path / "upgraded.sqlite"
+    shutil.copy(path, upgraded)
+    now = Store(upgraded)
+    store = Store(path, read_only=True)  # 0016 adds derived data only: it opens without it
+    for run in ("run0", "run1", "run2"):
+        old, new = store.step_stats(run), now.step_stats(run)
+        assert old and all(s.entropy_tokens == 0 and s.entropy_mean is None for s in old)
+        assert [dataclasses.replace(s, entropy_tokens=0, entropy_mean=None, near_zero_entropy=0) for s in new] == old
+    assert any(s.entropy_tokens for run in ("run0", "run1", "run2") for s in now.step_stats(run))
+    store.close()
+    now.close()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dashboard.background.watching import FAILED, STOPPED, WATCHING, WatchManager
@@ -261,3 +262,78 @@ def test_ticked_rows_are_tagged_starred_and_exported_together(run: tuple[Store, 
     message, _ = browse_tab.bulk(store, {"bulk": "star", "ids": [ids[2], "nosuchepisode"]})
     assert "rs-error" in message and "nosuchepisode" in message
     assert sorted(store.episode_ids(browse_tab.episode_filter(starred="starred"))) == sorted(ids[:2])
+
+
+def _collapsing_run(store: Store) -> dict[int, np.ndarray]:
+    """Run ``collapse``: 6 rollout steps of 8 episodes, an entropy on every trainable token. Steps 0-3 draw it from
+    (0.005, 0.8, 1.4, 2.0) nats, steps 4-5 from (0.001, 0.002, 0.003, 0.4): the policy collapses at step 4. Returns
+    each step's entropies, for an independent count."""
+    from engine.records.episode import Status
+    from engine.records.provenance import Source
+    from tests.synthetic import synthetic_episode
+
+    planted: dict[int, list[np.ndarray]] = {}
+    eps = []
+    for i in range(48):
+        step = i // 8
+        values = (0.005, 0.8, 1.4, 2.0) if step < 4 else (0.001, 0.002, 0.003, 0.4)
+        ep = synthetic_episode(i)
+        t = ep.tokens
+        entropy = np.where(t.loss_mask == 1, np.random.default_rng(i).choice(values, size=len(t)), np.nan)
+        planted.setdefault(step, []).append(entropy[t.loss_mask == 1])
+        # Completed, and nothing else changes from step to step: the collapse is the only news.
+        eps.append(ep.evolve(run_id="collapse", tokens=t.evolve(entropy=entropy), status=Status.COMPLETED,
+                             source=Source(kind="slime", details={"rollout_step": step})))
+    store.save_episodes(eps)
+    return {k: np.concatenate(v).astype(np.float32).astype(np.float64) for k, v in planted.items()}
+
+
+def test_an_entropy_collapse_is_read_from_the_aggregates_and_marked(tmp_path: Path) -> None:
+    store = Store(tmp_path / "collapse.db")
+    planted = _collapsing_run(store)
+    stats = store.step_stats("collapse")
+    assert [s.step for s in stats] == [0, 1, 2, 3, 4, 5]
+    for s in stats:
+        e = planted[s.step]
+        assert s.entropy_tokens == len(e) > 100 and s.near_zero_entropy == int((e < 0.01).sum())
+        assert s.entropy_mean == pytest.approx(e.mean(), abs=1e-6)
+    assert 0.9 < stats[3].entropy_mean < 1.2 and 0.15 < stats[3].near_zero_rate < 0.35  # type: ignore[operator]
+    assert stats[4].entropy_mean < 0.15 and stats[4].near_zero_rate > 0.65  # type: ignore[operator]
+
+    marked = step_changes(stats)
+    assert [(c.step, c.what, c.collapse) for c in marked] == [(4, "near-zero entropy", True),
+                                                               (4, "mean entropy", True)]
+    low, mean = marked
+    assert (low.before, low.after) == (stats[3].near_zero_rate, stats[4].near_zero_rate)
+    assert (mean.before, mean.after) == (stats[3].entropy_mean, stats[4].entropy_mean)
+    assert mean.text() == (f"step 4: mean entropy {stats[3].entropy_mean:.3g} → {stats[4].entropy_mean:.3g} nats "
+                           "(entropy collapse)")
+
+    fig = run_charts.run_figure(stats, "collapse", marked)
+    assert list(_trace(fig, "mean entropy").y) == [s.entropy_mean for s in stats]
+    assert list(_trace(fig, "near-zero entropy").y) == pytest.approx([100 * planted[k].__lt__(0.01).mean()
+                                                                     for k in range(6)])
+    assert [s.x0 for s in fig.layout.shapes] == [4] * 5  # the line on all five panels
+    note = alerts_note(stats, marked)
+    assert "The data changed at step 4" in note and "near-zero-entropy tokens" in note and "entropy collapse" in note
+    table = step_table(stats, marked)
+    assert table.count("rs-step-alert") == 1 and "⚠ 4" in table
+    assert f">{stats[4].entropy_mean:.3g}</td>" in table and "<th class=\"rs-num\">near-zero entropy</th>" in table
+    store.close()
+
+
+def test_a_run_without_entropy_draws_no_entropy_panel_and_a_step_without_it_marks_nothing() -> None:
+    def step(k: int, tokens: int = 0, mean: float | None = None, low: int = 0) -> StepStats:
+        return StepStats(k, 10, 0.5, 0.0, 1.0, 0, 0, 100.0, 0, {}, entropy_tokens=tokens, entropy_mean=mean,
+                         near_zero_entropy=low)
+
+    plain = [step(0), step(1)]
+    fig = run_charts.run_figure(plain, "r")
+    assert not [t for t in fig.data if t.name in ("mean entropy", "near-zero entropy")]
+    assert "entropy" not in step_table(plain) and "entropy" not in alerts_note(plain, [])
+    # Entropy known at step 0 only (a later step generated without it): no collapse can be said.
+    assert step_changes([step(0, 100, 1.5, 5), step(1)]) == []
+    # A fall from an already collapsed mean is noise, not a new collapse; a rise of the near-zero share still counts.
+    assert step_changes([step(0, 100, 0.08, 10), step(1, 100, 0.02, 10)]) == []
+    assert [c.what for c in step_changes([step(0, 100, 1.0, 10), step(1, 100, 0.9, 40)])] == ["near-zero entropy"]
+    assert "Nor did the entropy collapse" in alerts_note([step(0, 100, 1.0, 10), step(1, 100, 0.9, 20)], [])

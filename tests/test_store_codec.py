@@ -157,14 +157,15 @@ def test_every_migration_is_applied_once_and_recorded(tmp_path):
                                            ("dbschema6.sqlite", "0011_outcomes"),
                                            ("dbschema7.sqlite", "0012_episode_stats"),
                                            ("dbschema8.sqlite", "0013_run_time_index"),
-                                           ("dbschema9.sqlite", "0014_prompt_pieces")])
+                                           ("dbschema9.sqlite", "0014_prompt_pieces"),
+                                           ("dbschema10.sqlite", "0015_summed_outcomes"),
+                                           ("dbschema11.sqlite", "0016_entropy_stats")])
 def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golden, first):
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
     before = sqlite3.connect(path)
     n = before.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
-    packed = golden in ("dbschema4.sqlite", "dbschema5.sqlite", "dbschema6.sqlite", "dbschema7.sqlite",
-                        "dbschema8.sqlite", "dbschema9.sqlite")
+    packed = golden not in ("dbschema2.sqlite", "dbschema3.sqlite")
     raw = {r[0]: r[1:] for r in before.execute(
         f"SELECT episode_id, {'packed' if packed else 'ids, loss_mask, logprobs, versions'} FROM tokens")}
     before.close()
@@ -172,8 +173,7 @@ def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golde
     names = [m.name for m in migrations.MIGRATIONS]
     assert store.applied == names[names.index(first):]
     # The steps the file had are recorded as applied by the earlier version (before the table existed: no time).
-    had_table = golden in ("dbschema4.sqlite", "dbschema5.sqlite", "dbschema6.sqlite", "dbschema7.sqlite",
-                           "dbschema8.sqlite", "dbschema9.sqlite")
+    had_table = golden not in ("dbschema2.sqlite", "dbschema3.sqlite")
     assert [(n, t is None) for n, t in migrations.history(store.db)][: names.index(first)] == \
         [(n, not had_table or n < "0004") for n in names[: names.index(first)]]
     assert store.count() == n
@@ -207,7 +207,8 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
     store = Store(path)
     assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files", "0009_search_context",
                              "0010_finite_numbers", "0011_outcomes", "0012_episode_stats",
-                             "0013_run_time_index", "0014_prompt_pieces", "0015_summed_outcomes"]
+                             "0013_run_time_index", "0014_prompt_pieces", "0015_summed_outcomes",
+                             "0016_entropy_stats"]
     assert store.count() == 10
     store.close()
 

@@ -25,6 +25,7 @@ from engine import (
     episode_tokenizer,
     retokenized,
     token_diff,
+    token_parting,
 )
 
 from ..assets import script
@@ -64,8 +65,11 @@ def view(store: Store, a: Any, b: Any) -> dict[str, Any]:
         ep_b = store.get_episode(store.resolve_id(b_id))
     except RollscopeError as e:
         return {"view": views.empty(str(e), "error")}
+    # The parting token is read with A's tokenizer (the two share their prompt, so their vocabulary).
+    tokenizer, _ = episode_tokenizer(ep_a)
+    parting = token_parting(ep_a, ep_b, tokenizer)
     # A token diff drawn for an earlier pair does not describe this one.
-    return {"a": ep_a.id, "b": ep_b.id, "view": views.render_comparison(compare(ep_a, ep_b)),
+    return {"a": ep_a.id, "b": ep_b.id, "view": views.render_comparison(compare(ep_a, ep_b), parting),
             "tokens": token_views.empty()}
 
 

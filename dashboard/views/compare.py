@@ -1,6 +1,7 @@
 """Escaped HTML for the Compare tab: two episodes side by side, aligned by turn.
 
-Pure functions of ``engine.Comparison``. Texts that differ are
+Pure functions of ``engine.Comparison`` (and of ``engine.TokenParting``: the token where the two part, with both
+tokens' probabilities under each). Texts that differ are
 shown as word-level diffs (``<del>`` on A's side, ``<ins>`` on B's); every
 piece of text is escaped first, the markup is ours. Turns identical in both
 fold away so the eye lands on the first divergence.
@@ -11,7 +12,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from engine import Comparison, Episode, Message, Turn, TurnDiff, calls_text, observation_text, word_diff
+from engine import (
+    Comparison,
+    Episode,
+    Message,
+    PartingSide,
+    TokenParting,
+    Turn,
+    TurnDiff,
+    calls_text,
+    observation_text,
+    word_diff,
+)
 
 from .html import chip, esc, fmt_num, note, status_badge, text_block
 
@@ -134,14 +146,65 @@ def _rewards_table(cmp: Comparison) -> str:
     )
 
 
-def render_comparison(cmp: Comparison) -> str:
-    """The whole Compare view: both headers, the verdict, the rewards, the opening and every turn."""
+def _prob(p: float) -> str:
+    return f"{p:.2f}" if p >= 0.005 else f"{p:.1e}"
+
+
+def _token(text: str, token_id: int) -> str:
+    """A token as its text in quotes (whitespace visible), or its id when there is no tokenizer."""
+    shown = repr(text) if text else f"id {token_id}"
+    return f'<code title="token id {token_id}">{esc(shown)}</code>'
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 < 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _under(side: str, c: PartingSide, own: str, other: str) -> str:
+    """What one sample's distribution at the parting says of both tokens."""
+    mine = (f'{own} <span class="rs-prob">{_prob(c.own_prob)}</span> <span class="rs-dim">(sampled)</span>'
+            if c.own_prob is not None else f'{own} <span class="rs-dim">(its own; no logprob recorded)</span>')
+    state = c.other_state
+    if state == "found":
+        assert c.other_rank is not None
+        prob = f'<span class="rs-prob">{_prob(c.other_prob)}</span> ' if c.other_prob is not None else ""
+        theirs = (f'{other} {prob}<span class="rs-dim">({_ordinal(c.other_rank)} of its top {c.top_k}'
+                  f'{"" if prob else "; its logprob unknown"})</span>')
+    elif state == "not_in_top_k":
+        theirs = f'{other} <span class="rs-dim">not among its top {c.top_k}</span>'
+    else:
+        theirs = (f'{other} <span class="rs-dim">unknown: no top-K alternatives were recorded there (generated '
+                  "without --top-logprobs)</span>")
+    return f'<li data-side="{side}" data-state="{state}">Under {side.upper()}: {mine}, {theirs}</li>'
+
+
+def render_parting(parting: TokenParting | None) -> str:
+    """The token where the two episodes part: which token each wrote there, and both tokens' probabilities under each
+    sample's distribution at that position (from its top K); or why there is none to weigh."""
+    if parting is None or parting.position is None and not parting.why:
+        return ""
+    pos = "" if parting.position is None else str(parting.position)
+    if not parting.generated:
+        return (f'<div class="rs-cmp-parting rs-dim" data-position="{pos}" data-state="none">Token parting: '
+                f"{esc(parting.why)}.</div>")
+    a, b = parting.a, parting.b
+    assert a is not None and b is not None
+    ta, tb = _token(parting.text_a, a.own_id), _token(parting.text_b, b.own_id)
+    turn = (f' (<a href="#cmp-turn-{parting.turn}">turn {parting.turn}</a>)' if parting.turn is not None else "")
+    return (f'<div class="rs-cmp-parting" data-position="{pos}" data-turn="{"" if parting.turn is None else parting.turn}"'
+            f' data-state="generated"><b>They part at token {pos}</b>{turn}: A generated {ta}, B generated {tb}.'
+            f"<ul>{_under('a', a, ta, tb)}{_under('b', b, tb, ta)}</ul></div>")
+
+
+def render_comparison(cmp: Comparison, parting: TokenParting | None = None) -> str:
+    """The whole Compare view: both headers, the verdict, the token where the two part (``parting``), the rewards,
+    the opening and every turn."""
     first = cmp.first_divergence
     kind = "ok" if first is None else "warn"
     parts = ['<div class="rs-compare">',
              f'<div class="rs-cmp-row">{_episode_card(cmp.a, "A")}{_episode_card(cmp.b, "B")}</div>',
              f'<div class="rs-cmp-verdict" data-first="{"" if first is None else first}">{note(cmp.summary(), kind)}</div>',
-             _rewards_table(cmp)]
+             render_parting(parting), _rewards_table(cmp)]
     oa, ob = _messages(cmp.opening_a), _messages(cmp.opening_b)
     same = cmp.opening_same
     head = ("Opening (system prompt and first observation): same in both" if same

@@ -2,8 +2,10 @@
 
 Pure functions of the store's per-step aggregates (``Store.step_stats``): no Gradio, no store.
 ``run_figure`` draws four panels sharing the step axis (reward with its min-max band, truncation and
-abort rates, response tokens, root findings by kind) and marks on every panel the steps where the
-data changed for the worse (``engine.step_changes``); ``outcome_figure`` stacks the outcome kinds per step.
+abort rates, response tokens, root findings by kind), and a fifth when the run recorded entropy (the mean entropy of
+the generated tokens, and the share of them near zero), and marks on every panel the steps where the
+data changed for the worse (``engine.step_changes``: an entropy collapse too); ``outcome_figure`` stacks the outcome
+kinds per step.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine import OUTCOME_COLORS, OUTCOME_KINDS, StepChange, StepStats, kind_label
+from engine import NEAR_ZERO_ENTROPY, OUTCOME_COLORS, OUTCOME_KINDS, StepChange, StepStats, kind_label
 
 from .charts import ACCENT, STATUS_COLORS, TRAIN, empty, layout
 
@@ -23,6 +25,8 @@ MAX_KINDS = 6
 KIND_COLORS = ("#dc2626", "#7c3aed", "#d97706", "#0891b2", "#db2777", "#65a30d")
 OTHER_COLOR = "#6b7280"
 ALERT_COLOR = "#dc2626"
+ENTROPY_COLOR = "#7c3aed"
+NEAR_ZERO_COLOR = "#d97706"
 LEGEND = {"orientation": "h", "yref": "container", "y": 0.99, "yanchor": "top", "x": 1, "xanchor": "right",
           "font": {"size": 10}}
 """Both figures' legend: one row at the top right, above the plots."""
@@ -43,15 +47,22 @@ def kind_series(stats: Sequence[StepStats], max_kinds: int = MAX_KINDS) -> list[
 
 def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[StepChange] = ()) -> go.Figure:
     """Four panels over the rollout steps: reward, truncated and aborted %, response tokens, root errors
-    by kind; the steps in ``marked`` are dashed red lines on every panel."""
+    by kind; a fifth, when some step knows its entropy: the mean entropy of the generated tokens (nats, left axis) and
+    the share of them near zero (%, right axis). The steps in ``marked`` are dashed red lines on every panel."""
     title = f"Run {run_id} by rollout step" if run_id else "Run by rollout step"
     if not stats:
         return empty(title, "no episodes with a rollout step in this run yet")
     x = [s.step for s in stats]
-    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        row_heights=[0.3, 0.22, 0.22, 0.26],
-                        subplot_titles=("reward: mean and min–max", "truncated and aborted (% of episodes)",
-                                        "mean response tokens (trainable)", "episodes with root errors, by kind"))
+    entropy = any(s.entropy_tokens for s in stats)
+    titles = ["reward: mean and min–max", "truncated and aborted (% of episodes)", "mean response tokens (trainable)",
+              "episodes with root errors, by kind"]
+    if entropy:
+        titles.append(f"entropy of generated tokens: mean (nats) and near zero (< {NEAR_ZERO_ENTROPY:g} nats, %)")
+    rows = len(titles)
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06 if entropy else 0.07,
+                        row_heights=[0.25, 0.17, 0.17, 0.21, 0.2] if entropy else [0.3, 0.22, 0.22, 0.26],
+                        specs=[[{}]] * 4 + ([[{"secondary_y": True}]] if entropy else []),
+                        subplot_titles=titles)
     fig.add_scatter(x=x, y=[s.reward_max for s in stats], mode="lines", line={"width": 0}, name="reward max",
                     hoverinfo="skip", showlegend=False, row=1, col=1)
     fig.add_scatter(x=x, y=[s.reward_min for s in stats], mode="lines", line={"width": 0}, fill="tonexty",
@@ -81,18 +92,39 @@ def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[St
         customdata=[[s.n, 100 * s.error_rate] for s in stats], row=4, col=1,
         hovertemplate="step %{x}<br>%{y} of %{customdata[0]} episodes have a root error (%{customdata[1]:.0f}%)"
                       "<extra></extra>")
+    if entropy:
+        _entropy_panel(fig, stats, row=5)
     for step in sorted({a.step for a in marked}):
         fig.add_vline(x=step, line={"color": ALERT_COLOR, "dash": "dash", "width": 1.5}, row="all", col=1)
         fig.add_annotation(x=step, y=1, xref="x", yref="y domain", text=f"⚠ {step}", showarrow=False,
                            yanchor="bottom", font={"color": ALERT_COLOR, "size": 11})
-    fig.update_xaxes(title_text="rollout step", row=4, col=1, dtick=1 if x[-1] - x[0] <= 30 else None)
+    fig.update_xaxes(title_text="rollout step", row=rows, col=1, dtick=1 if x[-1] - x[0] <= 30 else None)
     fig.update_yaxes(ticksuffix="%", rangemode="tozero", row=2, col=1)
     fig.update_yaxes(rangemode="tozero", row=4, col=1)
     fig.update_annotations(font_size=11, selector={"showarrow": False, "xref": "paper"})
-    layout(fig, title, height=660, showlegend=True, barmode="stack", uirevision=run_id or "run",
-           margin={"l": 52, "r": 12, "t": 64, "b": 40})
+    layout(fig, title, height=820 if entropy else 660, showlegend=True, barmode="stack", uirevision=run_id or "run",
+           margin={"l": 52, "r": 44 if entropy else 12, "t": 64, "b": 40})
     fig.update_layout(legend=LEGEND)
     return fig
+
+
+def _entropy_panel(fig: go.Figure, stats: Sequence[StepStats], row: int) -> None:
+    """The mean entropy per step on the left axis and the share of near-zero-entropy tokens on the right; a step
+    that knows no entropy is a gap in both."""
+    x = [s.step for s in stats]
+    fig.add_scatter(
+        x=x, y=[s.entropy_mean for s in stats], mode="lines+markers", name="mean entropy",
+        line={"color": ENTROPY_COLOR}, customdata=[[s.entropy_tokens] for s in stats], row=row, col=1,
+        secondary_y=False,
+        hovertemplate="step %{x}<br>mean entropy %{y:.3g} nats over %{customdata[0]:,} tokens<extra></extra>")
+    fig.add_scatter(
+        x=x, y=[None if s.near_zero_rate is None else 100 * s.near_zero_rate for s in stats], mode="lines+markers",
+        name="near-zero entropy", line={"color": NEAR_ZERO_COLOR, "dash": "dot"},
+        customdata=[[s.near_zero_entropy, s.entropy_tokens] for s in stats], row=row, col=1, secondary_y=True,
+        hovertemplate=f"step %{{x}}<br>%{{y:.0f}}% of tokens under {NEAR_ZERO_ENTROPY:g} nats "
+                      "(%{customdata[0]:,} of %{customdata[1]:,})<extra></extra>")
+    fig.update_yaxes(title_text="nats", rangemode="tozero", row=row, col=1, secondary_y=False)
+    fig.update_yaxes(ticksuffix="%", range=[0, 100], showgrid=False, row=row, col=1, secondary_y=True)
 
 
 def outcome_figure(stats: Sequence[StepStats], run_id: str = "") -> go.Figure:

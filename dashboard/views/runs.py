@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from engine import RunOverview, RunSummary, StepChange, StepStats, WatchEvent
+from engine import ENTROPY_DROP, RunOverview, RunSummary, StepChange, StepStats, WatchEvent
 
 from ..background.watching import FAILED, STOPPED, STOPPING, WATCHING, WatchStatus
 from .html import badge, chip, esc, heads, note
@@ -21,7 +21,8 @@ LOG_LINES = 40
 
 _STATE_CLASS = {WATCHING: "info", STOPPING: "warn", STOPPED: "muted", FAILED: "bad"}
 _EVENT_CLASS = {"done": "ok", "partial": "ok", "waiting": "muted", "failed": "bad"}
-NUMERIC = frozenset({"step", "episodes", "reward", "min … max", "truncated", "aborted", "response tokens"})
+NUMERIC = frozenset({"step", "episodes", "reward", "min … max", "truncated", "aborted", "response tokens", "entropy",
+                     "near-zero entropy"})
 
 
 def _clock(ts: float | None) -> str:
@@ -98,8 +99,11 @@ def alerts_note(stats: Sequence[StepStats], marked: Sequence[StepChange], limit:
         return note(f"One rollout step so far (step {stats[0].step}): a change shows from the second step on, "
                     "against the step before it; this step's own shares are in the table.")
     if not marked:
+        entropy = (" Nor did the entropy collapse (the share of near-zero-entropy tokens rising by 20 points, or the "
+                   f"mean entropy falling to {ENTROPY_DROP:.0%} of the step before's or less)."
+                   if any(s.entropy_tokens for s in stats) else "")
         return note("No jumps: at no step did the share of episodes with root errors, aborted or truncated rise "
-                    "by 20 points or more.", "ok")
+                    f"by 20 points or more.{entropy}", "ok")
     first = marked[0]
     items = "".join(f"<li>{esc(a.text())}</li>" for a in marked[:limit])
     more = f"<li>and {len(marked) - limit} more</li>" if len(marked) > limit else ""
@@ -120,15 +124,25 @@ def _pct(part: int, rate: float) -> str:
     return f"{rate:.0%} <span class=\"rs-dim\">({part:,})</span>" if part else "0%"
 
 
+def _entropy_cells(s: StepStats) -> str:
+    """The step's mean entropy and share of near-zero-entropy tokens ("—" where it knows none)."""
+    if s.near_zero_rate is None or s.entropy_mean is None:
+        return '<td class="rs-num rs-dim">—</td><td class="rs-num rs-dim">—</td>'
+    return (f'<td class="rs-num" title="over {s.entropy_tokens:,} generated tokens">{s.entropy_mean:.3g}</td>'
+            f'<td class="rs-num">{_pct(s.near_zero_entropy, s.near_zero_rate)}</td>')
+
+
 def step_table(stats: Sequence[StepStats], marked: Sequence[StepChange] = ()) -> str:
-    """The run's steps, newest first; a step marked by an alert is highlighted, and each row opens Browse."""
+    """The run's steps, newest first; a step marked by an alert is highlighted, and each row opens Browse. A run
+    that recorded entropy gets its mean (nats) and share of near-zero-entropy tokens per step."""
     if not stats:
         return ""
     flagged: dict[int, list[str]] = {}
     for a in marked:
         flagged.setdefault(a.step, []).append(a.text())
-    head = heads(("step", "episodes", "reward", "min … max", "truncated", "aborted", "response tokens", "root errors",
-                  ""), NUMERIC)
+    entropy = any(s.entropy_tokens for s in stats)
+    head = heads(("step", "episodes", "reward", "min … max", "truncated", "aborted", "response tokens",
+                  *(("entropy", "near-zero entropy") if entropy else ()), "root errors", ""), NUMERIC)
     rows = []
     for s in reversed(stats):
         why = flagged.get(s.step)
@@ -140,7 +154,8 @@ def step_table(stats: Sequence[StepStats], marked: Sequence[StepChange] = ()) ->
             f'<td class="rs-num rs-dim">{s.reward_min:.4g} … {s.reward_max:.4g}</td>'
             f'<td class="rs-num">{_pct(s.truncated, s.truncated_rate)}</td>'
             f'<td class="rs-num">{_pct(s.aborted, s.aborted_rate)}</td>'
-            f'<td class="rs-num">{s.response_tokens:,.0f}</td><td>{_root_cell(s)}</td>'
+            f'<td class="rs-num">{s.response_tokens:,.0f}</td>{_entropy_cells(s) if entropy else ""}'
+            f'<td>{_root_cell(s)}</td>'
             '<td class="rs-step-open">episodes ▸</td></tr>')
     return (f'<div class="rs-table-wrap"><table class="rs-table rs-live rs-steps"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')

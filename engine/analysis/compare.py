@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..records.episode import Episode, Message, Turn
+from ..tokens.tokenizer import Tokenizer
 
 # What a turn can differ in, in the order a reader checks them.
 FIELDS = ("assistant text", "tool calls", "parse error", "observation", "reward", "done")
@@ -168,5 +170,120 @@ def observation_text(t: Turn | None) -> str:
     return "\n".join(f"[{m.role}{' ' + m.name if m.name else ''}] {m.content}" for m in t.observation)
 
 
-__all__ = ["FIELDS", "Comparison", "TurnDiff", "calls_text", "compare", "diff_turn", "observation_text", "opening_messages",
-           "word_diff"]
+@dataclass(frozen=True)
+class PartingSide:
+    """One sample's side of a parting: its own token there, the other sample's, and how likely each was under this
+    sample's distribution at that position."""
+
+    own_id: int
+    other_id: int
+    own_logprob: float | None
+    """Its own token's logprob (the rollout logprob; else the one its top K gives; None when neither is known)."""
+    other_logprob: float | None
+    """The other sample's token's logprob among this sample's top K; None when it is not there or none was
+    recorded."""
+    other_rank: int | None
+    """Where the other token stands in this sample's top K (1: the most likely); None when it is not there."""
+    top_k: int
+    """How many alternatives this sample recorded at the position (0: none: generated without ``--top-logprobs``)."""
+
+    @property
+    def own_prob(self) -> float | None:
+        return None if self.own_logprob is None else math.exp(self.own_logprob)
+
+    @property
+    def other_prob(self) -> float | None:
+        return None if self.other_logprob is None else math.exp(self.other_logprob)
+
+    @property
+    def other_state(self) -> str:
+        """``found`` (the other token is among this sample's top K), ``not_in_top_k`` or ``no_top_k``."""
+        if not self.top_k:
+            return "no_top_k"
+        return "found" if self.other_rank is not None else "not_in_top_k"
+
+
+@dataclass(frozen=True)
+class TokenParting:
+    """Where two episodes' token arrays first differ. ``position`` is None when they never do (or one ends where the
+    other goes on); ``a``/``b`` are None when the parting is not a token both generated (``why`` says where it is)."""
+
+    position: int | None
+    turn: int | None = None
+    """The turn whose generation holds the parting token (A's)."""
+    a: PartingSide | None = None
+    b: PartingSide | None = None
+    text_a: str = ""
+    """A's token there, decoded ('' without a tokenizer)."""
+    text_b: str = ""
+    why: str = ""
+    """When there are no probabilities to show: why, in a sentence."""
+
+    @property
+    def generated(self) -> bool:
+        """Whether the two part at a token both generated (the probabilities are then in ``a`` and ``b``)."""
+        return self.a is not None and self.b is not None
+
+
+def _kind_at(ep: Episode, p: int) -> str:
+    """What kind of token ``p`` of ``ep`` is: its segment's kind; without segments (an import), ``assistant`` where
+    the loss mask trains it, else ``unknown``."""
+    for seg in ep.segments:
+        if seg.start <= p < seg.end:
+            return str(seg.kind)
+    if not ep.segments and p < len(ep.tokens) and ep.tokens.loss_mask[p]:
+        return "assistant"
+    return "unknown"
+
+
+def _turn_at(ep: Episode, p: int) -> int | None:
+    return next((seg.turn for seg in ep.segments if seg.start <= p < seg.end), None)
+
+
+def _choice(ep: Episode, p: int, other_id: int) -> PartingSide:
+    t = ep.tokens
+    own = int(t.ids[p])
+    ids = t.top_ids[p].tolist() if t.top_k else []
+    lps = t.top_logprobs[p].tolist() if t.top_k else []
+    k = sum(1 for i in ids if i >= 0)
+
+    def among(token: int) -> tuple[float | None, int | None]:
+        for rank, (i, lp) in enumerate(zip(ids[:k], lps[:k]), start=1):
+            if i == token:
+                return (lp if math.isfinite(lp) else None), rank
+        return None, None
+
+    rollout = float(t.logprobs[p])
+    own_lp = rollout if math.isfinite(rollout) else among(own)[0]
+    other_lp, rank = among(other_id)
+    return PartingSide(own, other_id, own_lp, other_lp, rank, k)
+
+
+def token_parting(a: Episode, b: Episode, tokenizer: Tokenizer | None = None) -> TokenParting:
+    """Where ``a``'s and ``b``'s token arrays first differ and, when both generated the token there, each one's
+    probabilities of both tokens from its top K (``tokenizer``: to decode the two tokens)."""
+    ia, ib = a.tokens.ids, b.tokens.ids
+    n = min(len(ia), len(ib))
+    differ = (ia[:n] != ib[:n]).nonzero()[0]
+    if not len(differ):
+        if len(ia) == len(ib):
+            return TokenParting(None, why="their token arrays are the same: they never part")
+        longer, shorter = ("A", "B") if len(ia) > len(ib) else ("B", "A")
+        return TokenParting(None, why=f"{shorter}'s tokens end at token {n} where {longer}'s go on: no token of both "
+                                      "to set side by side")
+    p = int(differ[0])
+    kind_a, kind_b = _kind_at(a, p), _kind_at(b, p)
+    if kind_a != "assistant" or kind_b != "assistant":
+        where = kind_a if kind_a == kind_b else f"A's {kind_a}, B's {kind_b}"
+        return TokenParting(p, _turn_at(a, p), why=f"they part at token {p}, in the {where} tokens: not a token both "
+                                                   "generated, so no model choice to weigh")
+    id_a, id_b = int(ia[p]), int(ib[p])
+    texts = ("", "")
+    if tokenizer is not None:
+        texts = (str(tokenizer.decode([id_a], skip_special_tokens=False)),
+                 str(tokenizer.decode([id_b], skip_special_tokens=False)))
+    return TokenParting(p, _turn_at(a, p), _choice(a, p, id_b), _choice(b, p, id_a), texts[0], texts[1])
+
+
+__all__ = ["FIELDS", "Comparison", "PartingSide", "TokenParting", "TurnDiff", "calls_text", "compare", "diff_turn",
+           "observation_text", "opening_messages", "token_parting", "word_diff"]

@@ -19,6 +19,16 @@ import numpy as np
 
 from ..errors import FormatError
 
+NEAR_ZERO_ENTROPY = 0.01
+"""Entropy (nats) under which a generated token counts as near-zero: the model all but certain of it (a token at
+probability 0.999 with the rest spread thin sits near 0.008 nats). A run whose share of such tokens climbs step after
+step is collapsing onto fixed answers. The store counts them per episode as it writes it (``entropy_figures``): a
+change of this number needs a migration that counts the stored episodes again."""
+
+MICRONATS = 1_000_000
+"""The store keeps an episode's sum of entropies in whole micro-nats, so that sums and differences of sums (the
+maintained aggregates add an episode's and take it away again) are exact: a recount gives the same integer."""
+
 
 def estimate_entropy(top_logprobs: Sequence[float]) -> float:
     """The entropy (nats) of a distribution of which only the ``top_logprobs`` are known.
@@ -35,6 +45,16 @@ def estimate_entropy(top_logprobs: Sequence[float]) -> float:
     head = float(-(p * np.asarray(lps, dtype=np.float64)).sum())
     rest = max(0.0, 1.0 - float(p.sum()))
     return head + rest * -min(lps)
+
+
+def entropy_figures(entropy: np.ndarray) -> tuple[int, int, int]:
+    """(tokens with a known entropy, the sum of their entropies in micro-nats, how many are under
+    ``NEAR_ZERO_ENTROPY``) of an episode's entropy array (NaN where unknown: tokens not generated, or generated
+    without it). The store keeps these per episode; a run's step reads their sums."""
+    known = entropy[np.isfinite(entropy)].astype(np.float64)
+    if known.size == 0:
+        return 0, 0, 0
+    return int(known.size), int(round(float(known.sum()) * MICRONATS)), int((known < NEAR_ZERO_ENTROPY).sum())
 
 
 def padded(rows: Sequence[Sequence[Any]], fill: Any, dtype: Any, n: int, what: str) -> np.ndarray:

@@ -105,8 +105,15 @@ class StoreBase:
         return bool(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'episode_stats'"))
 
     def _stats_rows(self) -> str:
-        """What to read ``episode_stats``' columns from: the table, or the browse index a row an episode."""
+        """What to read ``episode_stats``' columns from: the table, or the browse index a row an episode. A read-only
+        file from before the entropy figures (schema 12) reads 0 for them: none known."""
         if self._has_stats():
-            return "episode_stats"
+            have = {r[0] for r in self.browse_query("SELECT name FROM pragma_table_info('episode_stats')")}
+            if "n_entropy" in have:
+                return "episode_stats"
+            return ("(SELECT *, 0 AS n_entropy, 0 AS entropy_micronats, 0 AS n_low_entropy FROM episode_stats)")
+        have = {r[0] for r in self.browse_query("SELECT name FROM pragma_table_info('episode_index')")}
+        entropy = ", ".join(c if c in have else f"0 AS {c}" for c in ("n_entropy", "entropy_micronats", "n_low_entropy"))
         return ("(SELECT run_id, rollout_step, env, preset, status, outcome, reward, n_turns, 1 AS n, "
-                "IFNULL(n_trainable, 0) AS trainable, IFNULL(n_errors, 0) > 0 AS with_errors FROM episode_index)")
+                f"IFNULL(n_trainable, 0) AS trainable, IFNULL(n_errors, 0) > 0 AS with_errors, {entropy} "
+                "FROM episode_index)")

@@ -76,6 +76,10 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the outcome of each math episode whose reward sums every turn's (the first turn's return) computed "
               "again, so right and wrong turns together read as some_turns_wrong, not as the last answer alone",
               derived=True),
+    Migration("0016_entropy_stats", 12, schema.add_entropy_stats,
+              "each episode's entropy figures (generated tokens with a known entropy, their sum, how many are near "
+              "zero) in the episodes, the browse index and the charts' aggregates, filled from the stored token "
+              "arrays", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..records.alternatives import MICRONATS
 from .base import StoreBase
 
 
@@ -36,6 +37,13 @@ class StepStats:
     """Episodes per root finding kind."""
     outcomes: dict[str, int] = field(default_factory=dict)
     """Episodes per outcome kind (why they earned their reward), most first."""
+    entropy_tokens: int = 0
+    """Generated tokens with a known entropy (recorded with ``--top-logprobs``, or filled by
+    ``--recompute-logprobs``); 0: the step's entropy is unknown."""
+    entropy_mean: float | None = None
+    """Their mean entropy (nats); None when none is known."""
+    near_zero_entropy: int = 0
+    """How many of them have an entropy under ``alternatives.NEAR_ZERO_ENTROPY`` (the model all but certain)."""
 
     @property
     def truncated_rate(self) -> float:
@@ -49,6 +57,11 @@ class StepStats:
     def error_rate(self) -> float:
         """The share of episodes with at least one root error finding."""
         return self.with_errors / self.n if self.n else 0.0
+
+    @property
+    def near_zero_rate(self) -> float | None:
+        """The share of the step's tokens with a known entropy whose entropy is near zero; None when none is known."""
+        return self.near_zero_entropy / self.entropy_tokens if self.entropy_tokens else None
 
 
 @dataclass(frozen=True)
@@ -134,13 +147,15 @@ class RunQueries(StoreBase):
 
     def step_stats(self, run_id: str) -> list[StepStats]:
         """One ``StepStats`` per rollout step of ``run_id``, in step order: counts, rewards, statuses, tokens and
-        outcomes from the maintained aggregates (``episode_stats``), root findings from the episodes with errors."""
+        outcomes and entropy figures from the maintained aggregates (``episode_stats``), root findings from the
+        episodes with errors."""
         stats = self._stats_rows()
         rows = self.browse_query(
             # The mean of the rewards there are (AVG's): a row of episodes without a reward is left out of it.
             "SELECT rollout_step, SUM(n), SUM(reward * n) / SUM(CASE WHEN reward IS NOT NULL THEN n END), MIN(reward), "
             "MAX(reward), "
-            "SUM(n * (status = 'truncated')), SUM(n * (status IN ('aborted', 'failed'))), 1.0 * SUM(trainable) / SUM(n) "
+            "SUM(n * (status = 'truncated')), SUM(n * (status IN ('aborted', 'failed'))), 1.0 * SUM(trainable) / SUM(n), "
+            "SUM(n_entropy), SUM(entropy_micronats), SUM(n_low_entropy) "
             f"FROM {stats} WHERE run_id = ? AND rollout_step IS NOT NULL GROUP BY rollout_step "
             "ORDER BY rollout_step", [run_id])
         kinds: dict[int, Counter[str]] = {}
@@ -160,7 +175,10 @@ class RunQueries(StoreBase):
                       reward_max=float(r[4] or 0), truncated=int(r[5] or 0), aborted=int(r[6] or 0),
                       response_tokens=float(r[7] or 0), with_errors=errors[int(r[0])],
                       root_kinds=dict(kinds.get(int(r[0]), Counter()).most_common()),
-                      outcomes=dict(outcomes.get(int(r[0]), Counter()).most_common()))
+                      outcomes=dict(outcomes.get(int(r[0]), Counter()).most_common()),
+                      entropy_tokens=int(r[8] or 0),
+                      entropy_mean=int(r[9] or 0) / MICRONATS / int(r[8]) if r[8] else None,
+                      near_zero_entropy=int(r[10] or 0))
             for r in rows
         ]
 

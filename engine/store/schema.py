@@ -10,8 +10,10 @@ looks in by default (``search_refs.part`` -1), then repairs numbers that are not
 kind of each episode's outcome, in ``episodes`` and the browse index), filled on the open after it; 8 added
 ``episode_stats``, the charts' aggregates kept by triggers; 9 an index of each run's episodes in time; 10 lets a
 turn row give its prompt text as pieces of the turn before it (``records.prompts``), where 9 and before gave a
-prompt that extended it only. Every step is written to be safe on a file that already has
-what it adds.
+prompt that extended it only; 11 explains the math episodes whose reward sums every turn's again (record version 9);
+12 added each episode's entropy figures (``n_entropy``, ``entropy_micronats``, ``n_low_entropy``: its generated tokens
+with a known entropy, their sum, how many are near zero) to ``episodes``, the browse index and ``episode_stats``,
+filled from the stored token arrays. Every step is written to be safe on a file that already has what it adds.
 """
 
 from __future__ import annotations
@@ -27,18 +29,23 @@ from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 11
+DB_SCHEMA = 12
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
     "id", "env", "task_id", "status", "reward", "n_turns", "n_tokens", "n_trainable", "preset", "model", "run_id",
     "group_id", "sample_index", "created_at", "starred", "n_findings", "n_errors", "source", "parent_id",
-    "diagnosis", "root_kinds", "rollout_step", "outcome",
+    "diagnosis", "root_kinds", "rollout_step", "outcome", "n_entropy", "entropy_micronats", "n_low_entropy",
 )
-# The index columns the browse index had before ``rollout_step`` (its triggers were made from these), and before
-# ``outcome``.
-INDEX_COLUMNS_4 = INDEX_COLUMNS[:-2]
-INDEX_COLUMNS_5 = INDEX_COLUMNS[:-1]
+# Per episode: its generated tokens with a known entropy, the sum of their entropies in micro-nats (an integer, so
+# the maintained sums equal a recount exactly), and how many are under ``alternatives.NEAR_ZERO_ENTROPY``. Summed,
+# never sorted by: the browse index has no index on them.
+ENTROPY_COLUMNS = INDEX_COLUMNS[-3:]
+# The index columns the browse index had before ``rollout_step`` (its triggers were made from these), before
+# ``outcome``, and before the entropy figures.
+INDEX_COLUMNS_4 = INDEX_COLUMNS[:-5]
+INDEX_COLUMNS_5 = INDEX_COLUMNS[:-4]
+INDEX_COLUMNS_7 = INDEX_COLUMNS[:-3]
 
 
 def _columns(db: sqlite_utils.Database, table: str) -> set[str]:
@@ -178,7 +185,7 @@ def create_browse_index(db: sqlite_utils.Database, columns: Sequence[str] = INDE
         db.execute(f"DROP TRIGGER IF EXISTS episodes_index_{event.lower()}")
         db.execute(f"CREATE TRIGGER episodes_index_{event.lower()} AFTER {event} ON episodes BEGIN {body} END")
     for col in columns:
-        if col not in ("id", "diagnosis"):
+        if col not in ("id", "diagnosis", *ENTROPY_COLUMNS):
             db.execute(f"CREATE INDEX IF NOT EXISTS episode_index_{col} ON episode_index ({col})")
     # Per-task and per-group reward aggregates read these and nothing else.
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_task_reward ON episode_index (task_id, reward)")
@@ -236,7 +243,7 @@ def add_outcomes(db: sqlite_utils.Database) -> None:
     for table in ("episodes", "episode_index"):
         if "outcome" not in _columns(db, table):
             db.execute(f"ALTER TABLE {table} ADD COLUMN outcome TEXT")
-    create_browse_index(db, INDEX_COLUMNS)
+    create_browse_index(db, INDEX_COLUMNS_7)
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_step_outcome ON episode_index (run_id, rollout_step, outcome)")
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('outcomes_fill', '1')")
 
@@ -246,47 +253,99 @@ def add_outcomes(db: sqlite_utils.Database) -> None:
 STATS_KEY = ("run_id", "rollout_step", "env", "preset", "status", "outcome", "reward", "n_turns")
 
 
-def create_episode_stats(db: sqlite_utils.Database) -> None:
+# What ``episode_stats`` sums over the episodes of a row: (column, what an episode adds, given the browse index row as
+# ``{r}``). Schema 8 summed the first three; schema 12 added the entropy figures.
+STATS_SUMS_8 = (
+    ("n", "1"),
+    ("trainable", "IFNULL({r}.n_trainable, 0)"),
+    ("with_errors", "(IFNULL({r}.n_errors, 0) > 0)"),
+)
+STATS_SUMS = STATS_SUMS_8 + tuple((c, f"IFNULL({{r}}.{c}, 0)") for c in ENTROPY_COLUMNS)
+
+
+def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, str]] = STATS_SUMS_8) -> None:
     """Schema 8: ``episode_stats``, the episodes counted per ``STATS_KEY`` (with their trainable tokens and how many
-    have an error), kept equal to ``episode_index`` by triggers on it (so every write, delete, re-import and re-check
-    of an episode updates it in the same transaction), and filled from the episodes stored before.
+    have an error; from schema 12 their entropy figures too: ``sums``), kept equal to ``episode_index`` by triggers on
+    it (so every write, delete, re-import and re-check of an episode updates it in the same transaction), and filled
+    from the episodes stored before. A table of other sums is made again.
 
     The charts of a run, or of a filter on these columns alone, read a few thousand of these rows instead of every
     episode: a run's rewards take few values (a scorer's 0 and 1, a rubric's levels), so a rollout step of 1,024
     episodes makes a few dozen rows. Rewards that take a new value in every episode make a row per episode, and
     read no faster than the index."""
     key = ", ".join(STATS_KEY)
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS episode_stats (run_id TEXT, rollout_step INTEGER, env TEXT, preset TEXT, "
-        "status TEXT, outcome TEXT, reward REAL, n_turns INTEGER, n INTEGER NOT NULL, trainable INTEGER NOT NULL, "
-        "with_errors INTEGER NOT NULL)"
-    )
+    names = [c for c, _ in sums]
+    if "episode_stats" in db.table_names() and [c.name for c in db.table("episode_stats").columns][len(STATS_KEY):] \
+            != names:
+        db.execute("DROP TABLE episode_stats")
+    db.execute(f"CREATE TABLE IF NOT EXISTS episode_stats (run_id TEXT, rollout_step INTEGER, env TEXT, preset TEXT, "
+               f"status TEXT, outcome TEXT, reward REAL, n_turns INTEGER, "
+               f"{', '.join(f'{c} INTEGER NOT NULL' for c in names)})")
     db.execute(f"CREATE INDEX IF NOT EXISTS episode_stats_key ON episode_stats ({key})")
 
     def match(row: str) -> str:
         return " AND ".join(f"{c} IS {row}.{c}" for c in STATS_KEY)
 
+    def change(row: str, sign: str) -> str:
+        return ", ".join(f"{c} = {c} {sign} {term.format(r=row)}" for c, term in sums)
+
     def add(row: str) -> str:
-        return (f"INSERT INTO episode_stats ({key}, n, trainable, with_errors) SELECT "
-                f"{', '.join(f'{row}.{c}' for c in STATS_KEY)}, 0, 0, 0 "
+        return (f"INSERT INTO episode_stats ({key}, {', '.join(names)}) SELECT "
+                f"{', '.join(f'{row}.{c}' for c in STATS_KEY)}, {', '.join('0' for _ in names)} "
                 f"WHERE NOT EXISTS (SELECT 1 FROM episode_stats WHERE {match(row)}); "
-                f"UPDATE episode_stats SET n = n + 1, trainable = trainable + IFNULL({row}.n_trainable, 0), "
-                f"with_errors = with_errors + (IFNULL({row}.n_errors, 0) > 0) WHERE {match(row)};")
+                f"UPDATE episode_stats SET {change(row, '+')} WHERE {match(row)};")
 
     def remove(row: str) -> str:
-        return (f"UPDATE episode_stats SET n = n - 1, trainable = trainable - IFNULL({row}.n_trainable, 0), "
-                f"with_errors = with_errors - (IFNULL({row}.n_errors, 0) > 0) WHERE {match(row)}; "
+        return (f"UPDATE episode_stats SET {change(row, '-')} WHERE {match(row)}; "
                 f"DELETE FROM episode_stats WHERE {match(row)} AND n <= 0;")
 
     for event, body in (("INSERT", add("new")), ("DELETE", remove("old")), ("UPDATE", remove("old") + " " + add("new"))):
         db.execute(f"DROP TRIGGER IF EXISTS episode_stats_{event.lower()}")
         db.execute(f"CREATE TRIGGER episode_stats_{event.lower()} AFTER {event} ON episode_index BEGIN {body} END")
     db.execute("DELETE FROM episode_stats")
-    db.execute(f"INSERT INTO episode_stats ({key}, n, trainable, with_errors) SELECT {key}, COUNT(*), "
-               f"IFNULL(SUM(n_trainable), 0), SUM(IFNULL(n_errors, 0) > 0) FROM episode_index GROUP BY {key}")
+    totals = ", ".join(f"IFNULL(SUM({term.format(r='episode_index')}), 0)" for _, term in sums)
+    db.execute(f"INSERT INTO episode_stats ({key}, {', '.join(names)}) SELECT {key}, {totals} FROM episode_index "
+               f"GROUP BY {key}")
     # A run's root findings per step are read from its episodes with errors alone.
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_errors ON episode_index (run_id, rollout_step) "
                "WHERE n_errors > 0")
+
+
+def add_entropy_stats(db: sqlite_utils.Database) -> None:
+    """Schema 12: each episode's entropy figures (``ENTROPY_COLUMNS``) in ``episodes`` and the browse index, and their
+    sums in ``episode_stats``, so a run's mean entropy and share of near-zero-entropy tokens per rollout step are read
+    from the aggregates rather than counted from every token array. The episodes stored before get theirs from their
+    token arrays: only arrays in the packed form with alternatives (``codec.VERSION_ALTERNATIVES``) hold an entropy;
+    the rest keep 0."""
+    from ..records.alternatives import entropy_figures
+    from .codec import VERSION_ALTERNATIVES, unpack_tokens
+
+    for table in ("episodes", "episode_index"):
+        have = _columns(db, table)
+        for col in ENTROPY_COLUMNS:
+            if col not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0")
+    # Filled in episodes alone, then copied to the browse index in one statement, then the aggregates made again
+    # from it: the triggers that would copy each row (and count it) are made after.
+    for trigger in ("episodes_index_insert", "episodes_index_update", "episodes_index_delete", "episode_stats_insert",
+                    "episode_stats_delete", "episode_stats_update"):
+        db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    version = VERSION_ALTERNATIVES.to_bytes(2, "little")
+    ids = [r[0] for r in db.execute("SELECT episode_id FROM tokens WHERE packed IS NOT NULL AND "
+                                    "substr(packed, 5, 2) = ?", [version])]
+    for eid in ids:  # one blob at a time: together they may not fit in memory
+        packed = db.execute("SELECT packed FROM tokens WHERE episode_id = ?", [eid]).fetchone()[0]
+        try:
+            figures = entropy_figures(unpack_tokens(packed).entropy)
+        except StoreError:  # an unreadable row is its reader's to report
+            continue
+        if figures[0]:
+            db.execute(f"UPDATE episodes SET {', '.join(f'{c} = ?' for c in ENTROPY_COLUMNS)} WHERE id = ?",
+                       [*figures, eid])
+    create_browse_index(db, INDEX_COLUMNS)  # its triggers again, with the new columns
+    db.execute(f"UPDATE episode_index SET {', '.join(f'{c} = e.{c}' for c in ENTROPY_COLUMNS)} FROM episodes AS e "
+               "WHERE e.id = episode_index.id AND e.n_entropy > 0")
+    create_episode_stats(db, STATS_SUMS)
 
 
 def add_run_time_index(db: sqlite_utils.Database) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ..records import marks, numbers, textsafe
+from ..records.alternatives import entropy_figures
 from ..records.episode import Episode, Status, Turn
 from . import codec
 from .base import StoreBase
@@ -86,6 +87,7 @@ class Writes(StoreBase):
         data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS}
         all_findings = ep.all_findings()
         diag, root_kinds = diagnosis_columns(all_findings)
+        n_entropy, entropy_micronats, n_low_entropy = entropy_figures(ep.tokens.entropy)
         return {
             "id": ep.id,
             "run_id": ep.run_id,
@@ -115,6 +117,9 @@ class Writes(StoreBase):
             "root_kinds": root_kinds,
             "rollout_step": ep.source.rollout_step,
             "outcome": ep.outcome.kind if ep.outcome is not None else None,
+            "n_entropy": n_entropy,
+            "entropy_micronats": entropy_micronats,
+            "n_low_entropy": n_low_entropy,
             "pid": os.getpid() if ep.status is Status.RUNNING else None,
             "schema_version": ep.schema_version,
             "data": codec.pack_json(data),
