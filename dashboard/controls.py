@@ -7,7 +7,16 @@ from typing import Any
 
 import gradio as gr
 
-from engine import POLICIES, PRESET_INFO, BackendSettings, ConfigError, LoopConfig, RollscopeError, apply_settings
+from engine import (
+    MAX_TOP_LOGPROBS,
+    POLICIES,
+    PRESET_INFO,
+    BackendSettings,
+    ConfigError,
+    LoopConfig,
+    RollscopeError,
+    apply_settings,
+)
 
 from .gradio_glue import Outputs, html
 from .views.html import note
@@ -37,12 +46,13 @@ class BackendControls:
     seed: gr.Number
     timeout: gr.Number
     retries: gr.Number
+    top_logprobs: gr.Number
     help: gr.Markdown
 
     @property
     def inputs(self) -> list[Any]:
         return [self.policy, self.model, self.url, self.api_mode, self.tokenizer, self.temperature, self.top_p,
-                self.max_new_tokens, self.mistake_rate, self.seed, self.timeout, self.retries]
+                self.max_new_tokens, self.mistake_rate, self.seed, self.timeout, self.retries, self.top_logprobs]
 
 
 def parse(*values: Any) -> BackendSettings:
@@ -60,6 +70,7 @@ def _visibility(policy: str) -> dict[str, Any]:
         "mistake_rate": gr.Number(visible=policy == "scripted"),
         "timeout": gr.Number(visible=http),
         "retries": gr.Number(visible=http),
+        "top_logprobs": gr.Number(visible=policy != "scripted"),
         "help": gr.Markdown(POLICY_HELP.get(policy, "")),
     }
 
@@ -92,11 +103,14 @@ def backend_controls(prefix: str, policy: str = "scripted", mistake_rate: float 
                             elem_id=f"{prefix}-timeout", info="the whole answer and every retry included")
         retries = gr.Number(3, label="retries", precision=0, minimum=0, min_width=90, visible=http,
                             elem_id=f"{prefix}-retries")
+        top_k = gr.Number(0, label="top logprobs (K)", precision=0, minimum=0, maximum=MAX_TOP_LOGPROBS,
+                          min_width=110, visible=policy != "scripted", elem_id=f"{prefix}-top-logprobs",
+                          info="record each token's K likeliest and the entropy")
     help_md = gr.Markdown(POLICY_HELP.get(policy, ""), elem_classes="rs-help")
     controls = BackendControls(pol, model, url, api, tok, temperature, top_p, max_new, mistakes, seed, timeout,
-                               retries, help_md)
+                               retries, top_k, help_md)
     shown = Outputs(model=model, url=url, api_mode=api, mistake_rate=mistakes, timeout=timeout, retries=retries,
-                    help=help_md)
+                    top_logprobs=top_k, help=help_md)
     pol.change(lambda p: shown.values(**_visibility(p)), inputs=[pol], outputs=shown.components)
     return controls
 

@@ -95,6 +95,7 @@ from .launch.demo import DEMO_PARTS, DemoPart, DemoReport, DemoRun, build_demo, 
 from .launch.plan import (
     AUTO,
     MAX_EPISODES,
+    MAX_TOP_LOGPROBS,
     PRESET_CHOICES,
     BackendSettings,
     HandStart,
@@ -173,7 +174,7 @@ from .tokens.chat import decode
 from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENTROPY_DROP", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "NEAR_ZERO_ENTROPY", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
+    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENTROPY_DROP", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "MAX_TOP_LOGPROBS", "NEAR_ZERO_ENTROPY", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
     "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
     "WATCH_FORMATS",
     "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",

@@ -154,6 +154,33 @@ def test_backend_settings_are_checked():
         BackendSettings.parse("scripted", "", "", "completions", "", "hot", 1, 256, 0, 0)
     s = BackendSettings.parse("local", "/models/x", "", "completions", "", None, None, None, None, None)
     assert s.tokenizer_spec == "/models/x" and s.temperature == 1.0 and s.max_new_tokens == 256
+    assert s.top_logprobs == 0 and s.sampling().top_logprobs == 0
+
+
+def test_top_logprobs_reach_the_sampling_and_the_scripted_policy_refuses_them():
+    """The Launch and Step forms' top-logprobs field (the last of ``BackendControls.inputs``): a model's policy
+    records them; the scripted one has no distribution, so asking it for them is refused, not silently empty."""
+    s = BackendSettings.parse("local", "", "", "completions", "", 1, 1, 64, 0, 0, 60, 3, "5")
+    assert s.top_logprobs == 5 and s.sampling(seed=1).top_logprobs == 5 and "top 5 logprobs" in s.describe()
+    with pytest.raises(ConfigError, match="scripted policy .* no distribution to record"):
+        BackendSettings.parse("scripted", "", "", "completions", "", 1, 1, 64, 0, 0, 60, 3, 5)
+    assert BackendSettings.parse("scripted", "", "", "completions", "", 1, 1, 64, 0, 0, 60, 3, 0).top_logprobs == 0
+    with pytest.raises(ConfigError, match="top logprobs"):
+        BackendSettings.parse("local", "", "", "completions", "", 1, 1, 64, 0, 0, 60, 3, 21)
+
+
+def test_the_policy_form_asks_for_top_logprobs_where_a_model_can_give_them():
+    import gradio as gr
+
+    from dashboard.controls import _visibility, backend_controls, parse
+
+    with gr.Blocks():
+        form = backend_controls("t", policy="local")
+    assert form.inputs[-1] is form.top_logprobs and form.top_logprobs.visible
+    values = ["local", "", "", "completions", "", 1.0, 1.0, 64, 0.0, 0, 60, 3, 4]
+    assert len(values) == len(form.inputs) and parse(*values).top_logprobs == 4
+    assert _visibility("scripted")["top_logprobs"].visible is False
+    assert _visibility("sglang")["top_logprobs"].visible is True
 
 
 def test_an_unreachable_server_is_reported_before_the_batch(tmp_path):

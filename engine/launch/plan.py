@@ -123,6 +123,10 @@ class BackendSettings:
             raise ConfigError(f"the {policy} policy needs the server's URL, e.g. http://127.0.0.1:30000")
         if policy == "openai" and not model:
             raise ConfigError("the openai policy needs the served model's name")
+        top_k = int(number(top_logprobs, "top logprobs", lo=0, hi=MAX_TOP_LOGPROBS, whole=True, default=0))
+        if top_k and policy == "scripted":
+            raise ConfigError("the scripted policy writes its replies from a script, with no distribution to record: "
+                              "top logprobs needs the local, sglang or openai policy (or 0)")
         api_mode = str(api_mode or "completions")
         if api_mode not in ("completions", "chat"):
             raise ConfigError(f"API must be completions or chat, not {api_mode!r}")
@@ -135,7 +139,7 @@ class BackendSettings:
             seed=int(number(seed, "seed", whole=True, default=0)),
             timeout=number(timeout, "timeout (seconds)", lo=0.0, lo_open=True, hi=3600.0, default=60.0),
             retries=int(number(retries, "retries", lo=0, hi=20, whole=True, default=3)),
-            top_logprobs=int(number(top_logprobs, "top logprobs", lo=0, hi=MAX_TOP_LOGPROBS, whole=True, default=0)),
+            top_logprobs=top_k,
         )
 
     @property
