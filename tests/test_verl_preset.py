@@ -391,3 +391,37 @@ def test_rollscope_run_taubench_under_verl_tool(tmp_path):
         store.close()
     assert {e.preset for e in eps} == {"verl-tool"} and all(e.config.loop.token_mode == "verl" for e in eps)
     assert all(e.config.loop.prompt_length == 8192 and any(t.raw_observation for t in e.turns) for e in eps)
+
+
+def test_replay_reproduces_verl_episodes_and_names_what_changed(qwen3_tokenizer):
+    """Replay makes each turn's answer as verl's loop made it (its tool messages cut as verl cuts them, an unknown
+    tool's error, the gsm8k interaction on math): a verl-tool episode reproduces, where the env's own words read as
+    a divergence at turn 0 of every episode; a stored answer that differs is named at its turn."""
+    from dataclasses import replace
+
+    from engine.loop.replay import replay_stored
+
+    two = ('<tool_call>\n{"name": "find_user_id_by_email", "arguments": {"email": "nobody@example.com"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "x"}}\n</tool_call>')
+    overrides = {1: two, 2: '<tool_call>\n{"name": "teleport", "arguments": {"to": "Zürich"}}\n</tool_call>'}
+    retail, _ = run(RetailEnv, qwen3_tokenizer, 0, overrides=overrides, max_tool_response_length="40", **WIDE)
+    assert retail.turns[2].observation[0].content == "Error when executing tool: 'teleport'"
+    assert any(t.info.get("truncated") for t in retail.turns)  # a tool output cut at 40 characters
+    math_ep, _ = run(MathEnv, qwen3_tokenizer, 1, overrides={0: "I think it is 99999."}, **WIDE)
+    assert any(t.observation and t.observation[0].content == verl_loop.VERL_GSM8K_WRONG for t in math_ep.turns)
+    for ep in (retail, math_ep):
+        res = asyncio.run(replay_stored(ep))
+        assert res.reproducible and res.reproduced, (ep.env, res.headline())
+        assert res.reward_reproduced and res.replayed_reward == ep.turns[-1].reward
+    # A stored tool output that differs from what the env says now: named at its turn, the rest reproduces.
+    k = next(t.index for t in retail.turns if t.raw_observation and not t.observation[0].content.startswith("Error"))
+    changed = [replace(t, observation=(Message("tool", "{}"),)) if t.index == k else t for t in retail.turns]
+    res = asyncio.run(replay_stored(retail.evolve(turns=tuple(changed))))
+    assert not res.reproduced and res.divergence is not None and res.divergence.turn == k
+    assert res.divergence.field == "observation" and res.reward_reproduced
+    # A stored interaction answer that is not verl's: named too.
+    k = next(t.index for t in math_ep.turns if t.observation)
+    changed = [replace(t, observation=(Message("user", "Your answer is correct."),)) if t.index == k else t
+               for t in math_ep.turns]
+    res = asyncio.run(replay_stored(math_ep.evolve(turns=tuple(changed))))
+    assert res.divergence is not None and (res.divergence.turn, res.divergence.field) == (k, "observation")

@@ -10,7 +10,7 @@ opening message (before any turn), the env failing, or the env ending the
 episode before the record does. The reward the env gives where it has not
 ended an episode the record ended is no final one, and stays unknown. This
 tells a policy problem from an env problem: an env that is nondeterministic,
-whose data changed since the run, or whose reward function drifted.
+whose data changed since the run, or whose reward function drifted. verl's loop answers as it does (``verl.replay_turn``).
 
 Each differing tool output is one :class:`TurnVerdict` naming the tool, with
 its structural diff (``outputdiff``); ``divergence`` is the first. A
@@ -39,9 +39,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..envs.base import Env
+from ..envs.base import Env, StepResult
 from ..presets import LoopConfig
 from ..records.episode import RESPOND, Action, Episode, Message
+from . import verl
 from .outputdiff import OutputChange, output_diff, shape, short
 from .rewards import same_reward
 from .turn import ENV_FAILURES, conversation_observation, execute, messages_dicts, stored_actions
@@ -360,7 +361,8 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
             continue
         stored_error = next((f.message for f in turn.findings if f.kind == "env_error"), None)
         try:
-            res = await execute(env, actions)
+            res = (StepResult(*await verl.replay_turn(env, config, ep.tools, turn, ep.ground_truth))
+                   if config.token_mode == "verl" else await execute(env, actions))
         except ENV_FAILURES as e:
             now = f"{type(e).__name__}: {e}"
             if stored_error == now:  # the record ended here too, with the turn's reward as stored
@@ -372,7 +374,7 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
         if stored_error is not None:
             verdicts.append(TurnVerdict(turn.index, False, "env_error", stored_error, None))
             return result()
-        seen = conversation_observation(config, res)
+        seen = res.observation if config.token_mode == "verl" else conversation_observation(config, res)
         found = observation_verdicts(turn.index, turn.observation, seen)
         if not same_reward(res.reward, turn.reward):
             found.append(_differing(turn.index, "reward", turn.reward, res.reward))

@@ -98,26 +98,70 @@ def _mask0(s: Any, ids: list[int], kind: Any, t: int) -> None:
 
 async def _call_tool(s: Any, call: vt.HermesCall) -> tuple[str, str, float, ToolCall | None]:
     """``_call_tool``: (raw text, text as appended, tool reward, the call as executed)."""
+    return await call_tool(s.env, tool_names(s.tools), s.config, call.name, call.arguments)
+
+
+async def call_tool(env: Any, names: Any, cfg: Any, name: str, arguments: str) -> tuple[str, str, float, ToolCall | None]:
+    """One call as verl's ``_call_tool`` makes it on ``env`` (whose tools are ``names``): (raw text, text as
+    appended, tool reward, the call as executed; None where nothing ran)."""
     try:
-        args = json.loads(call.arguments)
+        args = json.loads(arguments)
     except ValueError as e:  # cannot happen for a re-dumped value; kept as verl words any failure
         return (f"{vt.TOOL_ERROR_PREFIX}{e}",) * 2 + (0.0, None)
-    if call.name not in tool_names(s.tools):
-        text = f"{vt.TOOL_ERROR_PREFIX}{KeyError(call.name)}"
+    if name not in names:
+        text = f"{vt.TOOL_ERROR_PREFIX}{KeyError(name)}"
         return text, text, 0.0, None
     if not isinstance(args, dict):
         text = f"{vt.TOOL_ERROR_PREFIX}arguments must be a JSON object, not {type(args).__name__}"
         return text, text, 0.0, None
-    executed = ToolCall(call.name, args)
+    executed = ToolCall(name, args)
     try:
-        result = await execute(s.env, [Action(call.name, args)])
+        result = await execute(env, [Action(name, args)])
     except ENV_FAILURES as e:
         text = f"{vt.TOOL_ERROR_PREFIX}{e}"
         return text, text, 0.0, executed
     raw = "".join(m.content for m in result.observation)
-    cfg = s.config
     return raw, vt.truncate_tool_text(raw, cfg.max_tool_response_length, cfg.tool_response_truncate_side), \
         float(result.reward), executed
+
+
+async def replay_turn(env: Any, cfg: Any, tools: Any, turn: Turn, ground_truth: str | None
+                      ) -> tuple[tuple[Message, ...], float, bool]:
+    """What verl's loop appends after a stored turn's reply, made again on ``env``: (observation, reward, done).
+
+    Tool calls run one at a time as ``_call_tool`` runs them, each answer one ``tool`` message (cut as verl cuts
+    it); a call that never ran (an unknown tool: its error needs no env) is answered as stored. A reply without
+    calls goes to the interaction: verl's gsm8k one on math (the env still checks it, as the loop does), else
+    the env's user."""
+    if turn.tool_calls or turn.raw_observation:
+        known = tool_names(tools)
+        calls = iter(turn.tool_calls)
+        unknown = len(turn.observation) - len(turn.tool_calls)  # calls that never ran: unknown tools
+        msgs: list[Message] = []
+        reward = 0.0
+        for stored in turn.observation:
+            said = stored.content[len(vt.TOOL_ERROR_PREFIX):] if stored.content.startswith(vt.TOOL_ERROR_PREFIX) else ""
+            if unknown > 0 and len(said) > 1 and said[0] == said[-1] == "'" and said[1:-1] not in known:
+                msgs.append(stored)  # an unknown tool: verl answers it without the env
+                unknown -= 1
+                reward = 0.0
+                continue
+            call = next(calls, None)
+            if call is None:
+                break
+            arguments = json.dumps(call.arguments, ensure_ascii=False)
+            _, text, reward, _ = await call_tool(env, {call.name}, cfg, call.name, arguments)
+            msgs.append(Message("tool", text or ""))
+        return tuple(msgs), reward, False
+    action = turn.action
+    content = action.text if action is not None and action.text is not None else \
+        str(action.arguments.get("content", "")) if action is not None else ""
+    if ground_truth is not None:
+        ends, answer, reward = gsm8k_interaction(content, ground_truth)
+        await execute(env, [Action(RESPOND, {"content": content}, content)])
+        return (Message("user", answer),), reward, ends
+    result = await execute(env, [Action(RESPOND, {"content": content}, content)])
+    return (Message("user", "".join(m.content for m in result.observation)),), float(result.reward), bool(result.done)
 
 
 async def commit(s: Any, generation: Generation) -> Turn:
