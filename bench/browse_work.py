@@ -3,7 +3,8 @@ the SQLite virtual machine instructions each runs (the work, whatever else the m
 
 Before: the exact count and an ``OFFSET`` page (``Store.count``, ``list_episodes``), charts counted from the
 episode index (a filter the aggregates cannot answer). Now: the count to its bound and the page by token
-(``Store.count_upto``, ``page_episodes``), charts from ``episode_stats``.
+(``Store.count_upto``, ``page_episodes``), charts from the maintained aggregates (``episode_stats``, and
+``length_stats``, ``task_stats``, ``group_stats`` for the lengths, tasks and groups).
 
     python bench/browse_work.py [--db /tmp/rollscope-bench-100k.db]
 """
@@ -26,8 +27,9 @@ from engine.store import EpisodeFilter, Store  # noqa: E402
 
 
 def work(store: Store, fn: Callable[[], Any], repeat: int = 5) -> tuple[float, float]:
-    """(median milliseconds, millions of VM instructions) of ``fn`` on the Browse connection."""
-    conn, _ = store._reader()
+    """(median milliseconds, millions of VM instructions) of ``fn`` on the Browse connections (the page's, and the
+    one the charts and counts read on)."""
+    conns = [store._reader()[0], store._reader(background=True)[0]]
     ticks = [0]
 
     def tick() -> int:
@@ -35,11 +37,13 @@ def work(store: Store, fn: Callable[[], Any], repeat: int = 5) -> tuple[float, f
         return 0
 
     fn()
-    conn.set_progress_handler(tick, 1000)
+    for conn in conns:
+        conn.set_progress_handler(tick, 1000)
     try:
         fn()
     finally:
-        conn.set_progress_handler(None, 0)
+        for conn in conns:
+            conn.set_progress_handler(None, 0)
     runs = []
     for _ in range(repeat):
         start = time.perf_counter()

@@ -8,14 +8,15 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine.records.episode import Episode, Finding, Severity, Status
-from engine.store import EpisodeFilter, Store, codec
-from engine.store.schema import STATS_KEY
+from engine.store import BrowseStats, EpisodeFilter, Store, codec
+from engine.store.schema import CHART_KEY, CHART_TABLES, STATS_KEY, length_bucket
 from tests.test_store_paging import varied
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -62,9 +63,44 @@ def recount(path: Path) -> list[tuple[object, ...]]:
     return sorted((tuple([*k, *v]) for k, v in out.items()), key=repr)
 
 
+CHART = [c for c, _ in CHART_KEY]
+
+
+def chart_recount(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Browse's other aggregates counted from the episodes themselves: per length bin, task and group."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(f"SELECT {', '.join(CHART)}, n_tokens, n_trainable, task_id, group_id FROM episodes"
+                            ).fetchall()
+    finally:
+        conn.close()
+    out: dict[str, Counter[tuple[object, ...]]] = {t: Counter() for t in CHART_TABLES}
+    for *key, tokens, trainable, task, group in rows:
+        out["length_stats"][(*key, "tokens", length_bucket(tokens or 0))] += 1
+        out["length_stats"][(*key, "trainable", length_bucket(trainable or 0))] += 1
+        out["task_stats"][(task, *key)] += 1
+        out["group_stats"][(group, task, *key)] += 1
+    return {t: sorted(((*k, n) for k, n in c.items()), key=repr) for t, c in out.items()}
+
+
+def chart_maintained(store: Store) -> dict[str, list[tuple[object, ...]]]:
+    return {t: sorted(store.browse_query(f"SELECT * FROM {t}"), key=repr) for t in CHART_TABLES}
+
+
 def maintained(store: Store) -> list[tuple[object, ...]]:
     return sorted(store.browse_query(f"SELECT {KEY}, n, trainable, with_errors, n_entropy, entropy_micronats, "
                                      "n_low_entropy FROM episode_stats"), key=repr)
+
+
+def assert_same_stats(a: BrowseStats, b: BrowseStats) -> None:
+    """The same charts: every count equal, and the tasks' and groups' means and spreads equal but for the last bits
+    (a sum of n rewards of a value, or of each reward once, is added in another order)."""
+    assert dataclasses.replace(a, tasks=(), groups=()) == dataclasses.replace(b, tasks=(), groups=())
+    for mine, theirs in ((a.tasks, b.tasks), (a.groups, b.groups)):
+        assert [dataclasses.replace(r, mean=0.0, std=0.0) for r in mine] == \
+            [dataclasses.replace(r, mean=0.0, std=0.0) for r in theirs]
+        assert [x for r in mine for x in (r.mean, r.std)] == pytest.approx([x for r in theirs for x in (r.mean, r.std)],
+                                                                           abs=1e-12)
 
 
 def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path) -> None:
@@ -72,7 +108,7 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
     store = Store(path)
     eps = [entropic(i) for i in range(240)]
     store.save_episodes(eps)
-    assert maintained(store) == recount(path) and len(maintained(store)) < len(eps)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path) and len(maintained(store)) < len(eps)
     totals = [sum(r[-k] for r in maintained(store)) for k in (3, 1)]
     assert totals[0] > 1000 and 0.3 < totals[1] / totals[0] < 0.5  # two of five planted values are near zero
 
@@ -80,19 +116,19 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
     live = entropic(500)
     running = live.evolve(status=Status.RUNNING, turns=live.turns[:1], reward=0.0, outcome=None)
     store.save_turn(running, running.turns[0])
-    assert maintained(store) == recount(path)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
     store.finish_episode(live)
-    assert maintained(store) == recount(path)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
 
     store.set_status([eps[0].id, eps[1].id], Status.INTERRUPTED, "gone")
     store.set_starred(eps[2].id, True)
     store.curate([eps[3].id, eps[4].id], add_tags=["look"], note="seen")
-    assert maintained(store) == recount(path)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
 
     # Deleted by hand (the sqlite3 shell): the triggers follow whatever writes to the episodes.
     store.db.execute("DELETE FROM episodes WHERE id IN (?, ?, ?)", [eps[5].id, eps[6].id, eps[7].id])
     store.db.conn.commit()
-    assert maintained(store) == recount(path)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
 
     # Re-imported: some changed (reward, run, step, entropy), some the same, one new.
     sharp = entropic(14, (0.001,))
@@ -100,7 +136,7 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
              eps[13].evolve(source=dataclasses.replace(eps[13].source, details={"rollout_step": 77})), sharp]
     states = [state for _, state, error in store.save_batches(again) if error is None]
     assert states == ["replaced", "replaced", "unchanged", "new", "replaced", "replaced"]
-    assert maintained(store) == recount(path)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
     row = store.browse_query("SELECT n_entropy, entropy_micronats, n_low_entropy FROM episode_index WHERE id = ?",
                              [sharp.id])[0]
     assert row == (sharp.tokens.n_trainable, round(0.001 * 1e6 * sharp.tokens.n_trainable), sharp.tokens.n_trainable)
@@ -109,7 +145,7 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
     bad = Finding("mask_misaligned", Severity.ERROR, "planted", 0, 0, 1, {})
     for ep in (eps[20], eps[21]):
         store.finish_episode(ep.evolve(findings=(*ep.findings, bad)))
-    assert maintained(store) == recount(path)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
     assert sum(r[-1] for r in maintained(store)) == sum(r[-1] for r in recount(path)) > 0
     store.close()
 
@@ -124,7 +160,7 @@ def test_charts_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Pat
         # search_context without a text changes no row, but the aggregates cannot tell: counted from the episodes.
         counted = dataclasses.replace(flt, search_context=True)
         assert not counted.on_stats
-        assert store.stats(flt) == store.stats(counted)
+        assert_same_stats(store.stats(flt), store.stats(counted))
         for by in (None, "rollout_step", "run_id", "env", "preset"):
             assert store.outcome_counts(flt, by) == store.outcome_counts(counted, by)
     assert not EpisodeFilter(tags=("x",)).on_stats and not EpisodeFilter(task_id="t").on_stats
@@ -150,13 +186,13 @@ def test_charts_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Pat
     store.close()
 
 
-@pytest.mark.parametrize("golden", ["dbschema6.sqlite", "dbschema7.sqlite"])
+@pytest.mark.parametrize("golden", ["dbschema6.sqlite", "dbschema7.sqlite", "dbschema12.sqlite"])
 def test_an_older_database_gets_its_aggregates_filled(tmp_path: Path, golden: str) -> None:
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
     store = Store(path)
-    assert "0012_episode_stats" in store.applied
-    assert maintained(store) == recount(path) and sum(r[len(STATS_KEY)] for r in maintained(store)) == store.count() == 10
+    assert "0017_chart_stats" in store.applied and ("0012_episode_stats" in store.applied) == (golden != "dbschema12.sqlite")
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path) and sum(r[len(STATS_KEY)] for r in maintained(store)) == store.count() == 10
     store.close()
 
 
@@ -199,7 +235,7 @@ def test_a_read_only_file_from_before_the_aggregates_opens_and_charts_from_its_e
     assert runs and [s.run_id for s in store.runs_with_steps()]
     for flt in (EpisodeFilter(), EpisodeFilter(status=("completed",)), EpisodeFilter(run_id=runs[0])):
         assert store.count(flt) == now.count(flt)
-        assert store.stats(flt) == now.stats(flt)
+        assert_same_stats(store.stats(flt), now.stats(flt))
         # The kinds as stored: the read-only file lacks 0015, which explains summed math rewards again.
         ro, rw = store.outcome_counts(flt, "run_id"), now.outcome_counts(flt, "run_id")
         assert {r: sum(c.values()) for r, c in ro.items()} == {r: sum(c.values()) for r, c in rw.items()}
@@ -222,7 +258,7 @@ def test_a_steps_mean_reward_leaves_out_the_episodes_without_one(tmp_path: Path)
     store.db.execute(f"UPDATE episodes SET reward = NULL WHERE id IN ({','.join('?' * len(gone))})",
                      [r.id for r in gone])
     store.db.conn.commit()
-    assert maintained(store) == recount(path)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
     conn = sqlite3.connect(path)
     want = dict(conn.execute("SELECT rollout_step, AVG(reward) FROM episodes WHERE run_id = 'run1' AND rollout_step "
                              "IS NOT NULL GROUP BY rollout_step").fetchall())
@@ -237,7 +273,7 @@ def test_a_database_from_before_the_entropy_figures_gets_them_from_its_token_arr
     shutil.copy(GOLDEN / "dbschema11-entropy.sqlite", path)
     store = Store(path)
     assert "0016_entropy_stats" in store.applied
-    assert maintained(store) == recount(path)
+    assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
     # Nine of its twelve episodes carry an entropy on every trainable token; each one's figures are its arrays'.
     for eid, n_entropy, micronats, low in store.browse_query(
             "SELECT id, n_entropy, entropy_micronats, n_low_entropy FROM episode_index"):
@@ -264,3 +300,39 @@ def test_a_read_only_file_from_before_the_entropy_figures_reads_its_steps_withou
     assert any(s.entropy_tokens for run in ("run0", "run1", "run2") for s in now.step_stats(run))
     store.close()
     now.close()
+
+
+def test_a_read_only_file_from_before_the_chart_aggregates_charts_from_its_episodes(tmp_path: Path) -> None:
+    path = tmp_path / "twelve.sqlite"
+    shutil.copy(GOLDEN / "dbschema12.sqlite", path)
+    upgraded = tmp_path / "upgraded.sqlite"
+    shutil.copy(path, upgraded)
+    now = Store(upgraded)
+    assert now._has_chart_stats() and "0017_chart_stats" in now.applied
+    store = Store(path, read_only=True)  # 0017 adds derived data only: it opens without it
+    assert not store._has_chart_stats()
+    for flt in (EpisodeFilter(), EpisodeFilter(env="math"), EpisodeFilter(status=("completed",), reward_min=0.5)):
+        assert flt.on_chart_stats
+        old, new = store.stats(flt), now.stats(flt)
+        assert_same_stats(old, new)
+        assert sum(new.tokens.counts) == new.total > 0 and new.tasks
+    store.close()
+    now.close()
+
+
+def test_lengths_are_binned_by_their_leading_bits_in_sql_as_in_python(tmp_path: Path) -> None:
+    from engine.store.schema import bucket_width, length_bucket_sql
+
+    conn = sqlite3.connect(":memory:")
+    lengths = [0, 1, 15, 16, 17, 31, 32, 33, 100, 1000, 1023, 1024, 32_767, 32_768, 131_072, 10**9, 2**40 + 12345]
+    for n in lengths:
+        edge = conn.execute(f"SELECT {length_bucket_sql('v')} FROM (SELECT ? AS v)", [n]).fetchone()[0]
+        assert edge == length_bucket(n) <= n < edge + bucket_width(edge)
+        assert bucket_width(edge) == 1 if n < 16 else bucket_width(edge) <= edge / 8
+    # Consecutive bins tile the lengths: each starts where the one before ends.
+    edge = 0
+    for _ in range(200):
+        nxt = edge + bucket_width(edge)
+        assert length_bucket(nxt) == nxt and length_bucket(nxt - 1) == edge
+        edge = nxt
+    conn.close()

@@ -236,7 +236,12 @@ def test_stats_bin_continuous_values_and_handle_subquery_filters(store: Store, r
     st = store.stats(EpisodeFilter(text="lookup"))
     want = [e for e in records if "lookup" in _texts(e)]
     assert st.total == len(want)
-    assert len(st.tokens.counts) == 30 and sum(st.tokens.counts) == len(want)
+    assert 1 < len(st.tokens.counts) <= 30 and sum(st.tokens.counts) == len(want)
+    # Each bar counts the episodes whose length it spans, all tokens and trainable ones on the same bars.
+    for bins, length in ((st.tokens, lambda e: e.n_tokens), (st.trainable, lambda e: e.tokens.n_trainable)):
+        spans = [(c - w / 2, c + w / 2) for c, w in zip(bins.centers, bins.bar_widths(), strict=True)]
+        assert bins.centers == st.tokens.centers
+        assert list(bins.counts) == [sum(lo < length(e) < hi for e in want) for lo, hi in spans]
     assert store.stats(EpisodeFilter(env="nosuch")).total == 0
     assert not store.stats(EpisodeFilter(env="nosuch")).status
 

@@ -159,7 +159,8 @@ def test_every_migration_is_applied_once_and_recorded(tmp_path):
                                            ("dbschema8.sqlite", "0013_run_time_index"),
                                            ("dbschema9.sqlite", "0014_prompt_pieces"),
                                            ("dbschema10.sqlite", "0015_summed_outcomes"),
-                                           ("dbschema11.sqlite", "0016_entropy_stats")])
+                                           ("dbschema11.sqlite", "0016_entropy_stats"),
+                                           ("dbschema12.sqlite", "0017_chart_stats")])
 def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golden, first):
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
@@ -208,7 +209,7 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
     assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files", "0009_search_context",
                              "0010_finite_numbers", "0011_outcomes", "0012_episode_stats",
                              "0013_run_time_index", "0014_prompt_pieces", "0015_summed_outcomes",
-                             "0016_entropy_stats"]
+                             "0016_entropy_stats", "0017_chart_stats"]
     assert store.count() == 10
     store.close()
 

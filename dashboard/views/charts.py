@@ -135,18 +135,34 @@ def turns_distribution(turns: Sequence[tuple[int, int]]) -> go.Figure:
 
 
 def token_distribution(tokens: Bins, trainable: Bins) -> go.Figure:
-    """Episodes per token length: all tokens and the trainable (mask 1) ones, on the same bins."""
+    """Episodes per token length: all tokens and the trainable (mask 1) ones, on the same bars. Bars widen with the
+    length (``schema.length_bucket``), so each is drawn the same width and named by its first and last length: a
+    length axis that reads 40 and 33,000 tokens side by side."""
     title = "Token length"
     if not tokens.counts:
         return empty(title)
     fig = go.Figure()
-    fig.add_bar(x=list(tokens.centers), y=list(tokens.counts), width=tokens.width, name="all tokens",
-                marker_color="rgba(100,116,139,.55)", hovertemplate="~%{x:.0f} tokens<br>%{y} episodes<extra></extra>")
+
+    def spans(b: Bins) -> list[list[int]]:
+        """Each bar's first and last length."""
+        return [[math.ceil(c - w / 2), math.ceil(c + w / 2) - 1] for c, w in zip(b.centers, b.bar_widths(), strict=True)]
+
+    def labels(b: Bins) -> list[str]:
+        """Each bar's first length, short (the hover gives its first and last)."""
+        return [f"{lo / 1000:.3g}k" if lo >= 10_000 else f"{lo:,}" for lo, _ in spans(b)]
+
+    fig.add_bar(x=labels(tokens), y=list(tokens.counts), name="all tokens", marker_color="rgba(100,116,139,.55)",
+                customdata=spans(tokens),
+                hovertemplate="%{customdata[0]:,}–%{customdata[1]:,} tokens<br>%{y} episodes<extra></extra>")
     if trainable.counts:
-        fig.add_bar(x=list(trainable.centers), y=list(trainable.counts), width=trainable.width * 0.5,
-                    name="trainable", marker_color=TRAIN,
-                    hovertemplate="~%{x:.0f} trainable<br>%{y} episodes<extra></extra>")
-    layout(fig, title, xaxis_title="tokens per episode", yaxis_title="episodes", barmode="overlay", showlegend=True)
+        fig.add_bar(x=labels(trainable), y=list(trainable.counts), width=0.5, name="trainable", marker_color=TRAIN,
+                    customdata=spans(trainable),
+                    hovertemplate="%{customdata[0]:,}–%{customdata[1]:,} trainable<br>%{y} episodes<extra></extra>")
+    layout(fig, title, xaxis_title="tokens per episode (a bar from its length up; wider as lengths grow)",
+           yaxis_title="episodes",
+           barmode="overlay", showlegend=True)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels(tokens),
+                     tickangle=-35 if len(tokens.counts) > 6 else 0, automargin=True)
     fig.update_layout(legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right", "font": {"size": 10}})
     return fig
 

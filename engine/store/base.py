@@ -104,6 +104,12 @@ class StoreBase:
         its readers count from the browse index instead)."""
         return bool(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'episode_stats'"))
 
+    def _has_chart_stats(self) -> bool:
+        """Whether the file holds Browse's other maintained aggregates (``schema.CHART_TABLES``; a read-only file of
+        schema 12 or before does not: its charts count from the browse index)."""
+        return len(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN "
+                                     "('length_stats', 'task_stats', 'group_stats')")) == 3
+
     def _stats_rows(self) -> str:
         """What to read ``episode_stats``' columns from: the table, or the browse index a row an episode. A read-only
         file from before the entropy figures (schema 12) reads 0 for them: none known."""

@@ -151,11 +151,25 @@ class EpisodeFilter:
         "env", "status", "reward_min", "reward_max", "run_id", "preset", "min_turns", "max_turns", "rollout_step",
         "outcome"})
 
+    # The filters whose columns the Browse charts' other aggregates count by (``schema.CHART_KEY``).
+    CHART_FILTERS: ClassVar[frozenset[str]] = frozenset({
+        "env", "status", "reward_min", "reward_max", "run_id", "preset", "outcome"})
+
+    def answered_by(self, filters: frozenset[str]) -> bool:
+        """Whether this filter sets none but ``filters``, so ``sql()`` selects the rows of aggregates kept by those
+        columns as it selects the episodes."""
+        return all(f.name in filters or getattr(self, f.name) == f.default for f in fields(self))
+
     @property
     def on_stats(self) -> bool:
         """Whether the maintained aggregates (``episode_stats``) answer this filter: it filters on their columns
         alone, so ``sql()`` selects their rows as it selects the episodes."""
-        return all(f.name in self.STATS_FILTERS or getattr(self, f.name) == f.default for f in fields(self))
+        return self.answered_by(self.STATS_FILTERS)
+
+    @property
+    def on_chart_stats(self) -> bool:
+        """Whether ``length_stats``, ``task_stats`` and ``group_stats`` answer this filter (``CHART_FILTERS``)."""
+        return self.answered_by(self.CHART_FILTERS)
 
     def sql(self) -> tuple[str, list[Any]]:
         where: list[str] = []

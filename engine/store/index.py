@@ -17,6 +17,7 @@ from typing import Any
 from ..records import textsafe
 from ..records.episode import Episode, Turn
 from .base import StoreBase
+from .schema import bucket_width, length_bucket_sql
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,10 @@ class Bins:
     centers: tuple[float, ...] = ()
     counts: tuple[int, ...] = ()
     width: float = 1.0
+    widths: tuple[float, ...] = ()  # each bar's own width, where bars differ (lengths: ``schema.length_bucket``)
+
+    def bar_widths(self) -> tuple[float, ...]:
+        return self.widths or (self.width,) * len(self.counts)
 
 
 @dataclass(frozen=True)
@@ -315,8 +320,10 @@ class IndexQueries(StoreBase):
         back the first ``group_limit`` by id.
         """
         where, args = _where(flt)
-        # Counts by status, turns and reward come from the maintained aggregates when they answer the filter.
+        # Counts by status, turns and reward come from the maintained aggregates when they answer the filter, and
+        # so do the lengths, tasks and groups when theirs do; anything else is counted from the browse index.
         counted = (flt is None or bool(getattr(flt, "on_stats", False))) and self._has_stats()
+        charted = (flt is None or bool(getattr(flt, "on_chart_stats", False))) and self._has_chart_stats()
         conn, lock = self._reader(background=True)
         with lock:
             self._maybe_analyze(conn)
@@ -335,20 +342,34 @@ class IndexQueries(StoreBase):
             status = q(f"SELECT status, {n} {by} GROUP BY status ORDER BY 2 DESC, 1", args).fetchall()
             turns = q(f"SELECT n_turns, {n} {by} GROUP BY n_turns ORDER BY 1", args).fetchall()
             rewards, n_sets = _reward_sets(q, by, args, reward_sets, max_bars, n)
-            n_tasks, tok_lo, tok_hi = q(f"SELECT COUNT(DISTINCT task_id), MIN(n_tokens), MAX(n_tokens) {sel}",
-                                        args).fetchone()
-            tokens = _binned(q, sel, args, "n_tokens", tok_lo, tok_hi, max_bars)
-            trainable = _binned(q, sel, args, "n_trainable", tok_lo, tok_hi, max_bars)
-            stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
-            # The most frequent tasks from the (task_id, reward) index, then their rows per env and preset.
-            top = [r[0] for r in q(f"SELECT task_id, COUNT(*) {sel} GROUP BY task_id ORDER BY 2 DESC, 1 LIMIT ?",
+            if charted:
+                lengths = q(f"SELECT measure, bucket, SUM(n) FROM length_stats WHERE {where} GROUP BY 1, 2",
+                            args).fetchall()
+                tasks_from = f"FROM task_stats WHERE {where}"
+                groups_from = f"FROM group_stats WHERE {where}"
+                n = "SUM(n)"
+            else:
+                lengths = q(f"SELECT 'tokens', {length_bucket_sql('n_tokens')}, COUNT(*) {sel} GROUP BY 2 UNION ALL "
+                            f"SELECT 'trainable', {length_bucket_sql('n_trainable')}, COUNT(*) {sel} GROUP BY 2",
+                            [*args, *args]).fetchall()
+                tasks_from = groups_from = sel
+                n = "COUNT(*)"
+            tokens, trainable = _length_bars(lengths, max_bars)
+            # A row of the aggregates holds ``n`` episodes of one reward; a row of the index, one.
+            weight = "n" if charted else "1"
+            stat = (f"{n}, SUM(reward * {weight}) / SUM(CASE WHEN reward IS NOT NULL THEN {weight} END), "
+                    f"SUM(reward * reward * {weight}) / SUM(CASE WHEN reward IS NOT NULL THEN {weight} END), "
+                    "MIN(reward), MAX(reward)")
+            n_tasks = q(f"SELECT COUNT(DISTINCT task_id) {tasks_from}", args).fetchone()[0]
+            # The most frequent tasks, then their rows per env and preset.
+            top = [r[0] for r in q(f"SELECT task_id, {n} {tasks_from} GROUP BY task_id ORDER BY 2 DESC, 1 LIMIT ?",
                                    [*args, task_limit]).fetchall()]
-            tasks = q(f"SELECT task_id, task_id, {stat}, env, preset {sel} AND task_id IN ({','.join('?' * len(top))}) "
-                      "GROUP BY env, preset, task_id ORDER BY 3 DESC, 1, 8, 9 LIMIT ?",
+            tasks = q(f"SELECT task_id, task_id, {stat}, env, preset {tasks_from} AND task_id IN "
+                      f"({','.join('?' * len(top))}) GROUP BY env, preset, task_id ORDER BY 3 DESC, 1, 8, 9 LIMIT ?",
                       [*args, *top, task_limit]).fetchall()
             # One pass over the groups: count them all, keep the first group_limit.
-            groups = q(f"SELECT group_id, MIN(task_id), {stat}, '', '' {sel} AND group_id IS NOT NULL "
-                       "GROUP BY group_id HAVING COUNT(*) > 1 ORDER BY group_id", args).fetchall()
+            groups = q(f"SELECT group_id, MIN(task_id), {stat}, '', '' {groups_from} AND group_id IS NOT NULL "
+                       f"GROUP BY group_id HAVING {n} > 1 ORDER BY group_id", args).fetchall()
         n_groups = len(groups)
         n_flat = sum(1 for g in groups if g[5] == g[6])
         groups = groups[:group_limit]
@@ -425,6 +446,32 @@ def _binned(q: Any, sel: str, args: list[Any], column: str, lo: float, hi: float
     for b, c in rows:
         counts[int(b)] += int(c)
     return Bins(tuple(lo + (k + 0.5) * width for k in range(bars)), tuple(counts), width)
+
+
+def _length_bars(rows: Sequence[tuple[str, int, int]], bars: int) -> tuple[Bins, Bins]:
+    """(all tokens, trainable tokens) per episode as bars on one grid, from (measure, bin edge, episodes) rows
+    (``schema.length_bucket``): a bar a bin from the shortest to the longest, empty bins included, or, where that
+    makes more than ``bars``, every k consecutive bins as one bar. Bins widen with the length (a sixteenth to an
+    eighth of it), so bars do too; below 16 tokens a bar is one length."""
+    counts: dict[str, dict[int, int]] = {"tokens": {}, "trainable": {}}
+    for measure, edge, n in rows:
+        counts[str(measure)][int(edge)] = counts[str(measure)].get(int(edge), 0) + int(n)
+    edges = sorted({*counts["tokens"], *counts["trainable"]})
+    if not edges:
+        return Bins(), Bins()
+    grid = [edges[0]]
+    while grid[-1] < edges[-1]:
+        grid.append(grid[-1] + bucket_width(grid[-1]))
+    k = -(-len(grid) // bars)
+    spans = [(grid[j], grid[min(j + k, len(grid)) - 1] + bucket_width(grid[min(j + k, len(grid)) - 1]))
+             for j in range(0, len(grid), k)]
+    centers = tuple((lo + hi - 1) / 2 for lo, hi in spans)
+    widths = tuple(float(hi - lo) for lo, hi in spans)
+
+    def bars_of(measure: str) -> Bins:
+        made = [sum(c for e, c in counts[measure].items() if lo <= e < hi) for lo, hi in spans]
+        return Bins(centers, tuple(made), min(widths), widths) if any(made) else Bins()
+    return bars_of("tokens"), bars_of("trainable")
 
 
 def _reward_stats(row: Sequence[Any]) -> RewardStats:

@@ -80,6 +80,9 @@ MIGRATIONS: tuple[Migration, ...] = (
               "each episode's entropy figures (generated tokens with a known entropy, their sum, how many are near "
               "zero) in the episodes, the browse index and the charts' aggregates, filled from the stored token "
               "arrays", derived=True),
+    Migration("0017_chart_stats", 13, schema.create_chart_stats,
+              "Browse's token-length, per-task and per-group charts' aggregates (length_stats, task_stats, "
+              "group_stats), kept by triggers and filled from the episodes stored before", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -13,7 +13,8 @@ turn row give its prompt text as pieces of the turn before it (``records.prompts
 prompt that extended it only; 11 explains the math episodes whose reward sums every turn's again (record version 9);
 12 added each episode's entropy figures (``n_entropy``, ``entropy_micronats``, ``n_low_entropy``: its generated tokens
 with a known entropy, their sum, how many are near zero) to ``episodes``, the browse index and ``episode_stats``,
-filled from the stored token arrays. Every step is written to be safe on a file that already has what it adds.
+filled from the stored token arrays; 13 added the Browse charts' other aggregates (``length_stats``, ``task_stats``,
+``group_stats``). Every step is written to be safe on a file that already has what it adds.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 12
+DB_SCHEMA = 13
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
@@ -263,52 +264,116 @@ STATS_SUMS_8 = (
 STATS_SUMS = STATS_SUMS_8 + tuple((c, f"IFNULL({{r}}.{c}, 0)") for c in ENTROPY_COLUMNS)
 
 
-def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, str]] = STATS_SUMS_8) -> None:
-    """Schema 8: ``episode_stats``, the episodes counted per ``STATS_KEY`` (with their trainable tokens and how many
-    have an error; from schema 12 their entropy figures too: ``sums``), kept equal to ``episode_index`` by triggers on
-    it (so every write, delete, re-import and re-check of an episode updates it in the same transaction), and filled
-    from the episodes stored before. A table of other sums is made again.
-
-    The charts of a run, or of a filter on these columns alone, read a few thousand of these rows instead of every
-    episode: a run's rewards take few values (a scorer's 0 and 1, a rubric's levels), so a rollout step of 1,024
-    episodes makes a few dozen rows. Rewards that take a new value in every episode make a row per episode, and
-    read no faster than the index."""
-    key = ", ".join(STATS_KEY)
+def counted_table(db: sqlite_utils.Database, name: str, key: Sequence[tuple[str, str]],
+                  variants: Sequence[Sequence[str]], sums: Sequence[tuple[str, str]],
+                  update_of: Sequence[str] = ()) -> None:
+    """A table ``name`` that counts the browse index's episodes per ``key`` (its columns and their types), with the
+    ``sums`` (column, what an episode adds given its index row as ``{r}``) of each key's episodes, kept equal to the
+    index by triggers on it (so every write, delete, re-import and re-check updates it in the same transaction) and
+    filled from the episodes stored before. Each of ``variants`` (an expression per key column, of ``{r}``) makes a
+    row an episode counts in; a row whose count falls to 0 goes. A table with other columns is made again.
+    ``update_of``: the index columns whose update changes a row's key or sums (every update when empty)."""
+    cols = [c for c, _ in key]
     names = [c for c, _ in sums]
-    if "episode_stats" in db.table_names() and [c.name for c in db.table("episode_stats").columns][len(STATS_KEY):] \
-            != names:
-        db.execute("DROP TABLE episode_stats")
-    db.execute(f"CREATE TABLE IF NOT EXISTS episode_stats (run_id TEXT, rollout_step INTEGER, env TEXT, preset TEXT, "
-               f"status TEXT, outcome TEXT, reward REAL, n_turns INTEGER, "
+    if name in db.table_names() and [c.name for c in db.table(name).columns] != cols + names:
+        db.execute(f"DROP TABLE {name}")
+    db.execute(f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(f'{c} {t}' for c, t in key)}, "
                f"{', '.join(f'{c} INTEGER NOT NULL' for c in names)})")
-    db.execute(f"CREATE INDEX IF NOT EXISTS episode_stats_key ON episode_stats ({key})")
+    db.execute(f"CREATE INDEX IF NOT EXISTS {name}_key ON {name} ({', '.join(cols)})")
 
-    def match(row: str) -> str:
-        return " AND ".join(f"{c} IS {row}.{c}" for c in STATS_KEY)
+    def match(exprs: Sequence[str], row: str) -> str:
+        return " AND ".join(f"{c} IS {e.format(r=row)}" for c, e in zip(cols, exprs, strict=True))
 
     def change(row: str, sign: str) -> str:
         return ", ".join(f"{c} = {c} {sign} {term.format(r=row)}" for c, term in sums)
 
     def add(row: str) -> str:
-        return (f"INSERT INTO episode_stats ({key}, {', '.join(names)}) SELECT "
-                f"{', '.join(f'{row}.{c}' for c in STATS_KEY)}, {', '.join('0' for _ in names)} "
-                f"WHERE NOT EXISTS (SELECT 1 FROM episode_stats WHERE {match(row)}); "
-                f"UPDATE episode_stats SET {change(row, '+')} WHERE {match(row)};")
+        return " ".join(f"INSERT INTO {name} ({', '.join(cols)}, {', '.join(names)}) SELECT "
+                        f"{', '.join(e.format(r=row) for e in exprs)}, {', '.join('0' for _ in names)} "
+                        f"WHERE NOT EXISTS (SELECT 1 FROM {name} WHERE {match(exprs, row)}); "
+                        f"UPDATE {name} SET {change(row, '+')} WHERE {match(exprs, row)};" for exprs in variants)
 
     def remove(row: str) -> str:
-        return (f"UPDATE episode_stats SET {change(row, '-')} WHERE {match(row)}; "
-                f"DELETE FROM episode_stats WHERE {match(row)} AND n <= 0;")
+        return " ".join(f"UPDATE {name} SET {change(row, '-')} WHERE {match(exprs, row)}; "
+                        f"DELETE FROM {name} WHERE {match(exprs, row)} AND n <= 0;" for exprs in variants)
 
     for event, body in (("INSERT", add("new")), ("DELETE", remove("old")), ("UPDATE", remove("old") + " " + add("new"))):
-        db.execute(f"DROP TRIGGER IF EXISTS episode_stats_{event.lower()}")
-        db.execute(f"CREATE TRIGGER episode_stats_{event.lower()} AFTER {event} ON episode_index BEGIN {body} END")
-    db.execute("DELETE FROM episode_stats")
+        what = f"UPDATE OF {', '.join(update_of)}" if event == "UPDATE" and update_of else event
+        db.execute(f"DROP TRIGGER IF EXISTS {name}_{event.lower()}")
+        db.execute(f"CREATE TRIGGER {name}_{event.lower()} AFTER {what} ON episode_index BEGIN {body} END")
+    db.execute(f"DELETE FROM {name}")
     totals = ", ".join(f"IFNULL(SUM({term.format(r='episode_index')}), 0)" for _, term in sums)
-    db.execute(f"INSERT INTO episode_stats ({key}, {', '.join(names)}) SELECT {key}, {totals} FROM episode_index "
-               f"GROUP BY {key}")
+    for exprs in variants:
+        made = [e.format(r="episode_index") for e in exprs]
+        db.execute(f"INSERT INTO {name} ({', '.join(cols)}, {', '.join(names)}) SELECT {', '.join(made)}, {totals} "
+                   f"FROM episode_index GROUP BY {', '.join(str(k + 1) for k in range(len(made)))}")
+
+
+def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, str]] = STATS_SUMS_8) -> None:
+    """Schema 8: ``episode_stats``, the episodes counted per ``STATS_KEY`` (with their trainable tokens and how many
+    have an error; from schema 12 their entropy figures too: ``sums``), a :func:`counted_table`.
+
+    The charts of a run, or of a filter on these columns alone, read a few thousand of these rows instead of every
+    episode: a run's rewards take few values (a scorer's 0 and 1, a rubric's levels), so a rollout step of 1,024
+    episodes makes a few dozen rows. Rewards that take a new value in every episode make a row per episode, and
+    read no faster than the index."""
+    types = {"rollout_step": "INTEGER", "reward": "REAL", "n_turns": "INTEGER"}
+    counted_table(db, "episode_stats", [(c, types.get(c, "TEXT")) for c in STATS_KEY],
+                  [[f"{{r}}.{c}" for c in STATS_KEY]], sums)
     # A run's root findings per step are read from its episodes with errors alone.
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_errors ON episode_index (run_id, rollout_step) "
                "WHERE n_errors > 0")
+
+
+# The columns the Browse charts' other aggregates (``CHART_TABLES``) count episodes by, beside their own: a filter
+# on these alone (``EpisodeFilter.CHART_FILTERS``) is answered by them.
+CHART_KEY = (("run_id", "TEXT"), ("env", "TEXT"), ("preset", "TEXT"), ("status", "TEXT"), ("outcome", "TEXT"),
+             ("reward", "REAL"))
+# A length keeps its four leading bits: exact below 16, else a bin 1/16 to 1/8 of its size.
+LENGTH_BITS = 4
+
+
+def length_bucket(n: int) -> int:
+    """The lower edge of the bin ``length_bucket_sql`` puts a length of ``n`` in."""
+    if n < 1 << LENGTH_BITS:
+        return max(n, 0)
+    shift = n.bit_length() - LENGTH_BITS
+    return (n >> shift) << shift
+
+
+def bucket_width(edge: int) -> int:
+    """How many lengths the bin starting at ``edge`` holds."""
+    return 1 if edge < 1 << LENGTH_BITS else 1 << (edge.bit_length() - LENGTH_BITS)
+
+
+def length_bucket_sql(column: str) -> str:
+    """``length_bucket`` of an integer column, in SQL (NULL as 0)."""
+    v = f"IFNULL({column}, 0)"
+    top = 1 << LENGTH_BITS
+    whens = [f"WHEN {v} < {top} THEN MAX({v}, 0)"]
+    whens += [f"WHEN {v} < {top << k} THEN ({v} >> {k}) << {k}" for k in range(1, 48)]
+    return f"(CASE {' '.join(whens)} ELSE {v} END)"
+
+
+def create_chart_stats(db: sqlite_utils.Database) -> None:
+    """Schema 13: Browse's token-length, per-task and per-group charts read maintained aggregates too, each a
+    :func:`counted_table` over ``CHART_KEY`` and its own columns: ``length_stats`` the episodes per bin of their
+    length (``measure`` tokens, and trainable tokens; ``length_bucket``), ``task_stats`` per task, ``group_stats``
+    per group (and task). Rewards are counted per value, so a task's or group's mean, spread and range come from a
+    few rows. Like ``episode_stats``, a reward that takes a new value in every episode makes a row an episode."""
+    key = [f"{{r}}.{c}" for c, _ in CHART_KEY]
+    watched = [c for c, _ in CHART_KEY]
+    counted_table(db, "length_stats", [*CHART_KEY, ("measure", "TEXT"), ("bucket", "INTEGER")],
+                  [[*key, "'tokens'", length_bucket_sql("{r}.n_tokens")],
+                   [*key, "'trainable'", length_bucket_sql("{r}.n_trainable")]],
+                  [("n", "1")], update_of=[*watched, "n_tokens", "n_trainable"])
+    counted_table(db, "task_stats", [("task_id", "TEXT"), *CHART_KEY], [["{r}.task_id", *key]], [("n", "1")],
+                  update_of=[*watched, "task_id"])
+    counted_table(db, "group_stats", [("group_id", "TEXT"), ("task_id", "TEXT"), *CHART_KEY],
+                  [["{r}.group_id", "{r}.task_id", *key]], [("n", "1")], update_of=[*watched, "group_id", "task_id"])
+
+
+CHART_TABLES = ("length_stats", "task_stats", "group_stats")
 
 
 def add_entropy_stats(db: sqlite_utils.Database) -> None:

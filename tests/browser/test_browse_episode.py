@@ -107,6 +107,17 @@ def test_filter_sort_and_open_an_episode(page: Any, site: BrowseDb, screenshots:
     chart = page.locator("#rs-chart-0 .js-plotly-plot")
     assert chart.evaluate("e => e.data.map(t => t.name).sort()") == sorted(r.label for r in store.stats().rewards)
     assert chart.evaluate("e => new Set(e.data.map(t => t.xaxis)).size") == len(store.stats().rewards) > 1
+    # The token lengths (from the maintained aggregates): each bar counts the episodes between its hover's first and
+    # last length, all tokens and trainable ones on the same bars.
+    lengths = page.locator("#rs-chart-3 .js-plotly-plot")
+    lengths.wait_for()
+    drawn = lengths.evaluate("e => e.data.map(t => [t.name, Array.from(t.y), t.customdata.map(c => Array.from(c))])")
+    rows = store.list_episodes(limit=10_000)
+    assert [name for name, _, _ in drawn] == ["all tokens", "trainable"] and len(rows) == N_SYNTHETIC + 3
+    for (name, counts, spans), length in zip(drawn, (lambda r: r.n_tokens, lambda r: r.n_trainable), strict=True):
+        assert counts == [sum(lo <= length(r) <= hi for r in rows) for lo, hi in spans], name
+        assert sum(counts) == len(rows) and spans == drawn[0][2]
+    assert "tokens<br>" in lengths.evaluate("e => e.data[0].hovertemplate")
     page.screenshot(path=str(screenshots / "browse_all.png"), full_page=True)
 
     # Full-text search in message contents.
