@@ -1,59 +1,105 @@
-"""What the charts' maintained aggregates cost a write: ``Store.save_episodes`` of synthetic episodes into a fresh
-database as it is, and into one without the triggers of ``length_stats``, ``task_stats`` and ``group_stats``
-(``episode_stats`` kept in both); episodes a second, each the best of three runs, and their ratio. Then the rows
-each aggregate holds against the episodes.
+"""What the charts' maintained aggregates cost a write, and what they save a read.
 
-    python bench/stats_writes.py [--episodes 3000]
+1. ``Store.save_episodes`` of synthetic episodes into a fresh database as it is, and into one without the triggers
+   of ``length_stats``, ``task_stats`` and ``group_stats`` (``episode_stats`` kept in both); episodes a second, each
+   the best of three runs, and their ratio.
+2. The rows each aggregate holds against the episodes, and Browse's charts (``Store.stats``) read from them against
+   the same charts counted from the browse index (median of 5), for every episode and for completed episodes with
+   a reward of at least 0.5.
+
+``--shape mixed`` is ``tests.synthetic``'s family (runs of 1,000 episodes whose groups mix envs, presets and
+statuses: close to a row an episode in the task and group aggregates); ``--shape grpo`` is one GRPO run: rollout
+steps of 1,024 samples, groups of 8 samples of one math task, rewards 0 or 1, 3% truncated.
+
+    python bench/stats_writes.py [--episodes 3000] [--shape grpo] [--read 50000]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.store import Store  # noqa: E402
+from engine.records.episode import Episode, Status  # noqa: E402
+from engine.store import EpisodeFilter, Store  # noqa: E402
 from engine.store.schema import CHART_TABLES  # noqa: E402
-from tests.synthetic import synthetic_episodes  # noqa: E402
+from tests.synthetic import synthetic_episode  # noqa: E402
 
 
-def rate(workdir: Path, n: int, triggers: bool, k: int) -> tuple[float, Store]:
-    path = workdir / f"w{int(triggers)}-{k}.db"
+def episodes(n: int, shape: str) -> Iterator[Episode]:
+    for i in range(n):
+        ep = synthetic_episode(i, system_chars=1500, tokens_per_turn=48)
+        if shape == "grpo":
+            step, k = divmod(i, 1024)
+            task = f"gsm8k-{(step * 128 + k // 8) % 7473}"
+            ep = ep.evolve(run_id="grpo", env="math", preset="tito", task_id=task, group_id=f"s{step}-{k // 8}",
+                           sample_index=k % 8, status=Status.TRUNCATED if i % 33 == 0 else Status.COMPLETED,
+                           reward=float((i * 7919) % 5 < 2), source=dataclasses.replace(
+                               ep.source, details={"rollout_step": step}))
+        yield ep
+
+
+def rate(path: Path, n: int, shape: str, triggers: bool) -> tuple[float, Store]:
     store = Store(path)
     if not triggers:
         for table in CHART_TABLES:
             for event in ("insert", "delete", "update"):
                 store.db.execute(f"DROP TRIGGER {table}_{event}")
         store.db.conn.commit()
-    eps = list(synthetic_episodes(n, system_chars=1500, tokens_per_turn=48))
+    eps = list(episodes(n, shape))
     start = time.perf_counter()
     store.save_episodes(eps)
     return n / (time.perf_counter() - start), store
 
 
+def median_ms(fn: object, repeat: int = 5) -> float:
+    runs = []
+    for _ in range(repeat + 1):
+        start = time.perf_counter()
+        fn()  # type: ignore[operator]
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs[1:]) * 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--episodes", type=int, default=3000)
-    n = ap.parse_args().episodes
+    ap.add_argument("--episodes", type=int, default=3000, help="episodes each write run saves")
+    ap.add_argument("--shape", choices=("mixed", "grpo"), default="mixed")
+    ap.add_argument("--read", type=int, default=0, help="episodes of the database the reads are timed on (0: none)")
+    args = ap.parse_args()
+    n, shape = args.episodes, args.shape
     with tempfile.TemporaryDirectory() as tmp:
         best: dict[bool, float] = {}
         for k in range(3):
             for triggers in (False, True):
-                r, store = rate(Path(tmp), n, triggers, k)
+                r, store = rate(Path(tmp) / f"w{int(triggers)}-{k}.db", n, shape, triggers)
                 best[triggers] = max(best.get(triggers, 0.0), r)
-                if triggers and k == 2:
-                    sizes = {t: store.browse_query(f"SELECT COUNT(*) FROM {t}")[0][0]
-                             for t in ("episode_stats", *CHART_TABLES)}
                 store.close()
-    print(f"save_episodes, {n:,} synthetic episodes, best of 3:")
-    print(f"   without the chart aggregates' triggers {best[False]:8.0f} episodes/s")
-    print(f"   with them                              {best[True]:8.0f} episodes/s  "
-          f"({best[True] / best[False]:.2f}x the speed)")
-    print("   rows: " + ", ".join(f"{t} {c:,}" for t, c in sizes.items()) + f" for {n:,} episodes")
+        print(f"1. save_episodes, {n:,} synthetic episodes ({shape}), best of 3:")
+        print(f"   without the chart aggregates' triggers {best[False]:8.0f} episodes/s")
+        print(f"   with them                              {best[True]:8.0f} episodes/s  "
+              f"({best[True] / best[False]:.2f}x the speed)")
+        if not args.read:
+            return
+        _, store = rate(Path(tmp) / "read.db", args.read, shape, True)
+        store.close()
+        store = Store(Path(tmp) / "read.db")
+        sizes = {t: store.browse_query(f"SELECT COUNT(*) FROM {t}")[0][0] for t in ("episode_stats", *CHART_TABLES)}
+        print(f"2. {args.read:,} episodes ({shape}): rows " + ", ".join(f"{t} {c:,}" for t, c in sizes.items()))
+        for name, flt in (("everything", EpisodeFilter()),
+                          ("completed, reward >= 0.5", EpisodeFilter(status=("completed",), reward_min=0.5))):
+            indexed = dataclasses.replace(flt, search_context=True)  # the same rows; the aggregates cannot tell
+            a, b = median_ms(lambda f=indexed: store.stats(f)), median_ms(lambda f=flt: store.stats(f))
+            print(f"   charts of {name:26s} from the index {a:8.1f} ms, from the aggregates {b:8.1f} ms "
+                  f"({a / b:.1f}x faster)")
+        store.close()
 
 
 if __name__ == "__main__":

@@ -286,13 +286,17 @@ def test_a_database_from_before_the_entropy_figures_gets_them_from_its_token_arr
     store.close()
 
 
-def test_a_read_only_file_from_before_the_entropy_figures_reads_its_steps_without_them(tmp_path: Path) -> None:
-    path = tmp_path / "eleven.sqlite"
-    shutil.copy(GOLDEN / "dbschema11-entropy.sqlite", path)
-    upgraded = tmp_path / "upgraded.sqlite"
+def read_only_and_upgraded(tmp_path: Path, golden: str) -> tuple[Store, Store]:
+    """A golden file opened read-only (it opens without the derived steps it lacks), and a copy of it upgraded."""
+    path, upgraded = tmp_path / golden, tmp_path / f"upgraded-{golden}"
+    shutil.copy(GOLDEN / golden, path)
     shutil.copy(path, upgraded)
     now = Store(upgraded)
-    store = Store(path, read_only=True)  # 0016 adds derived data only: it opens without it
+    return Store(path, read_only=True), now
+
+
+def test_a_read_only_file_from_before_the_entropy_figures_reads_its_steps_without_them(tmp_path: Path) -> None:
+    store, now = read_only_and_upgraded(tmp_path, "dbschema11-entropy.sqlite")  # 0016 adds derived data only
     for run in ("run0", "run1", "run2"):
         old, new = store.step_stats(run), now.step_stats(run)
         assert old and all(s.entropy_tokens == 0 and s.entropy_mean is None for s in old)
@@ -303,14 +307,8 @@ def test_a_read_only_file_from_before_the_entropy_figures_reads_its_steps_withou
 
 
 def test_a_read_only_file_from_before_the_chart_aggregates_charts_from_its_episodes(tmp_path: Path) -> None:
-    path = tmp_path / "twelve.sqlite"
-    shutil.copy(GOLDEN / "dbschema12.sqlite", path)
-    upgraded = tmp_path / "upgraded.sqlite"
-    shutil.copy(path, upgraded)
-    now = Store(upgraded)
-    assert now._has_chart_stats() and "0017_chart_stats" in now.applied
-    store = Store(path, read_only=True)  # 0017 adds derived data only: it opens without it
-    assert not store._has_chart_stats()
+    store, now = read_only_and_upgraded(tmp_path, "dbschema12.sqlite")  # 0017 adds derived data only
+    assert now._has_chart_stats() and "0017_chart_stats" in now.applied and not store._has_chart_stats()
     for flt in (EpisodeFilter(), EpisodeFilter(env="math"), EpisodeFilter(status=("completed",), reward_min=0.5)):
         assert flt.on_chart_stats
         old, new = store.stats(flt), now.stats(flt)
