@@ -96,7 +96,10 @@ def test_the_outcome_chart_stacks_the_steps_counts_and_the_partings_table(run, t
     got = {(int(x), t.meta): int(y) for t in fig.data for x, y in zip(t.x, t.y) if y}
     assert got == {(step, k): n for step, by in store.outcome_counts(by="rollout_step").items() for k, n in by.items()}
     assert [t.meta for t in fig.data] == ["success", "not_called", "wrong_arguments", "extra_write", "missing_output"]
-    assert not outcome_figure([replace(s, outcomes={}) for s in stats]).data  # nothing to stack: said, not drawn
+    blank = outcome_figure([replace(s, outcomes={}) for s in stats])  # nothing to stack: said, not drawn
+    assert not blank.data and f"none of its {sum(s.n for s in stats):,} episodes has an outcome" in \
+        blank.layout.annotations[0].text
+    assert outcome_figure([]).layout.annotations[0].text == "this run has no rollout steps"
     group = [p.episode for p in run.values() if p.episode.group_id]
     table = render_partings(reward_partings(group))
     assert table.count('class="rs-parting"') == 3

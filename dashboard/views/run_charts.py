@@ -134,7 +134,12 @@ def outcome_figure(stats: Sequence[StepStats], run_id: str = "") -> go.Figure:
     title = "Outcomes by rollout step (why each episode earned its reward)"
     present = [k for k in OUTCOME_KINDS if any(s.outcomes.get(k) for s in stats)]
     if not present:
-        return empty(title, "no episode of this run has an outcome yet (running, or no rollout steps)")
+        if not stats:
+            return empty(title, "this run has no rollout steps")
+        n = sum(s.n for s in stats)
+        return empty(title, f"none of its {n:,} episodes has an outcome<br>(an episode still running, or imported "
+                            "from an env Rollscope does not run, has none)")
+
     x = [s.step for s in stats]
     fig = go.Figure()
     for kind in present:
