@@ -195,6 +195,10 @@ def test_stats_agree_with_the_records(store: Store, records: list[Episode]) -> N
     assert st.n_flat_groups == sum(1 for r in multi.values() if min(r) == max(r))
     g = st.groups[0]
     assert (g.n, g.min, g.max) == (len(multi[g.key]), min(multi[g.key]), max(multi[g.key]))
+    # The first groups by id are kept; all of them are counted.
+    few = store.stats(flt, group_limit=3)
+    assert [x.key for x in few.groups] == sorted(multi)[:3] and (few.n_groups, few.n_flat_groups) == \
+        (st.n_groups, st.n_flat_groups)
 
 
 def test_rewards_are_binned_per_env_and_preset_on_their_own_range(tmp_path: Path,

@@ -367,12 +367,13 @@ class IndexQueries(StoreBase):
             tasks = q(f"SELECT task_id, task_id, {stat}, env, preset {tasks_from} AND task_id IN "
                       f"({','.join('?' * len(top))}) GROUP BY env, preset, task_id ORDER BY 3 DESC, 1, 8, 9 LIMIT ?",
                       [*args, *top, task_limit]).fetchall()
-            # One pass over the groups: count them all, keep the first group_limit.
-            groups = q(f"SELECT group_id, MIN(task_id), {stat}, '', '' {groups_from} AND group_id IS NOT NULL "
-                       f"GROUP BY group_id HAVING {n} > 1 ORDER BY group_id", args).fetchall()
-        n_groups = len(groups)
-        n_flat = sum(1 for g in groups if g[5] == g[6])
-        groups = groups[:group_limit]
+            # The first group_limit groups, then all of them counted in SQL (a run holds a group for every eight
+            # or so episodes: they are not read out to be counted).
+            multi = f"{groups_from} AND group_id IS NOT NULL GROUP BY group_id HAVING {n} > 1"
+            groups = q(f"SELECT group_id, MIN(task_id), {stat}, '', '' {multi} ORDER BY group_id LIMIT ?",
+                       [*args, group_limit]).fetchall()
+            n_groups, n_flat = q(f"SELECT COUNT(*), IFNULL(SUM(lo IS hi), 0) FROM (SELECT MIN(reward) AS lo, "
+                                 f"MAX(reward) AS hi {multi})", args).fetchone()
         return BrowseStats(
             total=int(total), rewards=rewards, n_reward_sets=n_sets, status=tuple((str(s), int(c)) for s, c in status),
             turns=tuple((int(t or 0), int(c)) for t, c in turns), tokens=tokens, trainable=trainable,
