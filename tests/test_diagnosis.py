@@ -6,6 +6,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from dashboard.tabs.browse import ROOT, episode_filter, page
 from dashboard.views.episode import render_findings
 from engine.checks.diagnosis import consequences, diagnosis, link_findings, root_of, roots
@@ -69,7 +71,12 @@ def test_the_same_failure_in_later_turns_is_one_cause_recurring():
                                 "the env failed at turn 2")
 
 
-def test_a_schema_2_database_gets_its_diagnoses_on_open(tmp_path):
+@pytest.mark.parametrize("by_episode", [True, False])
+def test_a_schema_2_database_gets_its_diagnoses_on_open(tmp_path, monkeypatch, by_episode):
+    from engine.store import index
+
+    # Run-level kinds read the same whether the runs' findings are read episode by episode or kind by kind.
+    monkeypatch.setattr(index, "RUN_KINDS_BY_EPISODE", 10**9 if by_episode else 0)
     db = tmp_path / "old.sqlite"
     shutil.copy(GOLDEN, db)
     raw = sqlite3.connect(db)

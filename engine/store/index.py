@@ -274,17 +274,22 @@ class IndexQueries(StoreBase):
         if not runs:
             return {}
         marks = ",".join("?" * len(runs))
-        sizes = {r: int(n) for r, n in self.browse_query(
-            f"SELECT run_id, COUNT(*) FROM episode_index WHERE run_id IN ({marks}) GROUP BY run_id", runs)}
+        counted = f"SELECT run_id, SUM(n) FROM episode_stats WHERE run_id IN ({marks}) GROUP BY run_id" \
+            if self._has_stats() else f"SELECT run_id, COUNT(*) FROM episode_index WHERE run_id IN ({marks}) GROUP BY run_id"
+        sizes = {r: int(n) for r, n in self.browse_query(counted, runs)}
         kinds = sorted(RUN_KINDS)
+        # Small runs: their episodes' findings, by episode (the page's runs among a thousand others); runs larger
+        # than that: the findings of these kinds, by kind (the planner's choice, which reads every run's).
+        join = "episode_index e CROSS JOIN findings f" if sum(sizes.values()) <= RUN_KINDS_BY_EPISODE else \
+            "findings f JOIN episode_index e"
         rows = self.browse_query(
-            f"SELECT e.run_id, f.kind, COUNT(DISTINCT f.episode_id) FROM findings f JOIN episode_index e "
+            f"SELECT e.run_id, f.kind, COUNT(DISTINCT f.episode_id) FROM {join} "
             f"ON e.id = f.episode_id WHERE e.run_id IN ({marks}) AND f.kind IN ({','.join('?' * len(kinds))}) "
             "AND f.severity != 'info' GROUP BY e.run_id, f.kind", [*runs, *kinds])
         # Episodes a check could not look at for the kind (``not_checked`` names it first) do not count against it.
         unchecked = {(run, kind): int(n) for run, kind, n in self.browse_query(
             f"SELECT e.run_id, substr(f.message, 1, instr(f.message, ':') - 1) AS k, COUNT(DISTINCT f.episode_id) "
-            f"FROM findings f JOIN episode_index e ON e.id = f.episode_id WHERE e.run_id IN ({marks}) "
+            f"FROM {join} ON e.id = f.episode_id WHERE e.run_id IN ({marks}) "
             "AND f.kind = 'not_checked' GROUP BY e.run_id, k", runs)}
         out: dict[str, tuple[int, list[str]]] = {}
         for run, kind, n in rows:
@@ -381,6 +386,9 @@ class IndexQueries(StoreBase):
             groups=tuple(_reward_stats(r) for r in groups), n_groups=int(n_groups), n_flat_groups=int(n_flat),
         )
 
+
+# ``run_level_kinds`` reads the findings of runs of up to this many episodes in all episode by episode.
+RUN_KINDS_BY_EPISODE = 50_000
 
 # Distinct (env, preset, reward) rows read in one pass; a selection with more (continuous rewards at scale)
 # is binned per pair in SQL instead.
