@@ -27,9 +27,9 @@ from engine.store import EpisodeFilter, Store  # noqa: E402
 
 
 def work(store: Store, fn: Callable[[], Any], repeat: int = 5) -> tuple[float, float]:
-    """(median milliseconds, millions of VM instructions) of ``fn`` on the Browse connections (the page's, and the
-    one the charts and counts read on)."""
-    conns = [store._reader()[0], store._reader(background=True)[0]]
+    """(median milliseconds, millions of VM instructions) of ``fn`` on the Browse connections (the page's, the
+    counts', the charts')."""
+    conns = [store._reader()[0], store._reader(background=True)[0], store._reader(charts=True)[0]]
     ticks = [0]
 
     def tick() -> int:

@@ -62,6 +62,8 @@ class StoreBase:
     _read_lock: threading.Lock
     _bg_conn: sqlite3.Connection | None = None
     _bg_lock: threading.Lock
+    _charts_conn: sqlite3.Connection | None = None
+    _charts_lock: threading.Lock
     _analyzed_rows: int = 0
 
     def _read_only_file(self) -> Any:

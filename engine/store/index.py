@@ -214,15 +214,15 @@ class IndexQueries(StoreBase):
 
     # -- reading for Browse ----------------------------------------------------
 
-    def _reader(self, background: bool = False) -> tuple[sqlite3.Connection, threading.Lock]:
+    def _reader(self, background: bool = False, charts: bool = False) -> tuple[sqlite3.Connection, threading.Lock]:
         """A connection for Browse's reads, apart from the store's own, so a long aggregate never holds up a
         turn commit (WAL lets it read the last committed state while the store's connection writes).
 
-        ``background``: the connection of the reads that follow a page (the charts' aggregates, exact counts),
-        so a page never waits for them: a filter the maintained aggregates cannot answer counts its charts
-        from the episodes there while the next page is read here.
+        ``background``: the connection of the reads that follow a page (exact counts, the choices), so a page
+        never waits for them. ``charts``: the charts' own (``stats``), so neither a page nor the exact count after
+        it waits for a filter the maintained aggregates cannot answer, whose charts count every matching episode.
         """
-        name = "_bg" if background else "_read"
+        name = "_charts" if charts else "_bg" if background else "_read"
         with self._lock:
             conn = getattr(self, f"{name}_conn", None)
             if conn is None:
@@ -237,7 +237,7 @@ class IndexQueries(StoreBase):
 
     def close_reader(self) -> None:
         with self._lock:
-            for name in ("_read_conn", "_bg_conn"):
+            for name in ("_read_conn", "_bg_conn", "_charts_conn"):
                 conn = getattr(self, name, None)
                 if conn is not None:
                     conn.close()
@@ -329,7 +329,7 @@ class IndexQueries(StoreBase):
         # so do the lengths, tasks and groups when theirs do; anything else is counted from the browse index.
         counted = (flt is None or bool(getattr(flt, "on_stats", False))) and self._has_stats()
         charted = (flt is None or bool(getattr(flt, "on_chart_stats", False))) and self._has_chart_stats()
-        conn, lock = self._reader(background=True)
+        conn, lock = self._reader(charts=True)
         with lock:
             self._maybe_analyze(conn)
             q = conn.execute
