@@ -64,11 +64,12 @@ def test_turns_and_token_distributions() -> None:
     assert list(fig.data[0].x) == list(fig.data[1].x) == ["0", "100"]
     assert fig.layout.barmode == "overlay"
     # Bars that widen with the length: each drawn alike and named by its first and last length, in order.
-    wide = Bins((7.0, 23.5, 55.5, 26_623.5), (1, 4, 2, 1), 1.0, (1.0, 32.0, 32.0, 2048.0))
+    wide = Bins((7.0, 23.5, 55.5, 26_623.5, 1_081_343.5), (1, 4, 2, 1, 1), 1.0, (1.0, 32.0, 32.0, 2048.0, 65_536.0))
     fig = charts.token_distribution(wide, Bins())
-    assert len(fig.data) == 1 and list(fig.data[0].x) == ["7", "8", "40", "25.6k"]
-    assert [list(c) for c in fig.data[0].customdata] == [[7, 7], [8, 39], [40, 71], [25_600, 27_647]]
-    assert list(fig.layout.xaxis.categoryarray) == ["7", "8", "40", "25.6k"] and fig.layout.xaxis.type == "category"
+    assert len(fig.data) == 1 and list(fig.data[0].x) == ["7", "8", "40", "25.6k", "1.05M"]
+    assert [list(c) for c in fig.data[0].customdata] == [[7, 7], [8, 39], [40, 71], [25_600, 27_647],
+                                                         [1_048_576, 1_114_111]]
+    assert list(fig.layout.xaxis.categoryarray) == list(fig.data[0].x) and fig.layout.xaxis.type == "category"
 
 
 def test_reward_by_task_has_means_and_spread_and_says_when_cut() -> None:

@@ -149,7 +149,8 @@ def token_distribution(tokens: Bins, trainable: Bins) -> go.Figure:
 
     def labels(b: Bins) -> list[str]:
         """Each bar's first length, short (the hover gives its first and last)."""
-        return [f"{lo / 1000:.3g}k" if lo >= 10_000 else f"{lo:,}" for lo, _ in spans(b)]
+        return [f"{lo / 1e6:.3g}M" if lo >= 1_000_000 else f"{lo / 1000:.3g}k" if lo >= 10_000 else f"{lo:,}"
+                for lo, _ in spans(b)]
 
     fig.add_bar(x=labels(tokens), y=list(tokens.counts), name="all tokens", marker_color="rgba(100,116,139,.55)",
                 customdata=spans(tokens),

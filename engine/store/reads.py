@@ -280,7 +280,7 @@ class Reads(StoreBase):
             return [r[0] for r in self.db.execute(
                 f"WITH RECURSIVE d(v) AS (SELECT MIN({column}) FROM episode_index UNION ALL "
                 f"SELECT (SELECT MIN({column}) FROM episode_index WHERE {column} > d.v) FROM d WHERE d.v IS NOT NULL) "
-                "SELECT v FROM d WHERE v IS NOT NULL")]
+                "SELECT v FROM d WHERE v IS NOT NULL ORDER BY 1")]
 
     def replays(self, episode_id: str) -> list[dict[str, Any]]:
         """Stored re-executions of an episode, newest first, as ``ReplayResult.to_dict()`` plus ``id``."""
