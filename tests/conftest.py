@@ -80,6 +80,22 @@ def smol_tokenizer():
     return load_tokenizer(None)
 
 
+@pytest.fixture(scope="module")
+def plain_math(smol_tokenizer):
+    """A math episode of real SmolLM2 ids with no alternatives recorded (``tests.alternatives``)."""
+    from tests.alternatives import plain_math_episode
+
+    return plain_math_episode(smol_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def recorded_math(plain_math):
+    """``plain_math`` with its top 5 and entropy recorded (seed 4), and the truth they were drawn from."""
+    from tests.alternatives import with_alternatives
+
+    return with_alternatives(plain_math, k=5, seed=4)
+
+
 @pytest.fixture(params=["smollm2", "qwen3"])
 def any_tokenizer(request, smol_tokenizer, qwen3_tokenizer):
     return smol_tokenizer if request.param == "smollm2" else qwen3_tokenizer

@@ -12,19 +12,9 @@ import pytest
 from engine import FORKS_PER_TURN, alternatives_at, has_entropy, turn_entropy
 from engine.cli.main import main
 from engine.store import Store
-from tests.alternatives import plain_math_episode, with_alternatives
+from tests.alternatives import with_alternatives
 
 K = 5
-
-
-@pytest.fixture(scope="module")
-def plain(smol_tokenizer):
-    return plain_math_episode(smol_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def recorded(plain):
-    return with_alternatives(plain, k=K, seed=4)
 
 
 def _generated(ep, turn: int) -> list[int]:
@@ -32,8 +22,8 @@ def _generated(ep, turn: int) -> list[int]:
     return [p for s in ep.segments if s.turn == turn and s.kind == "assistant" for p in range(s.start, s.end)]
 
 
-def test_each_turns_mean_is_the_mean_of_its_generated_tokens_entropies(recorded):
-    ep, truth = recorded
+def test_each_turns_mean_is_the_mean_of_its_generated_tokens_entropies(recorded_math):
+    ep, truth = recorded_math
     per_turn = turn_entropy(ep)
     assert len(per_turn) == ep.n_turns >= 3 and has_entropy(ep)
     for te in per_turn:
@@ -45,8 +35,8 @@ def test_each_turns_mean_is_the_mean_of_its_generated_tokens_entropies(recorded)
     assert max(means) - min(means) > 0.1  # the turns differ: a wrong span would show
 
 
-def test_the_forks_are_the_highest_entropy_tokens_with_their_top_k_and_the_sampled_one_marked(recorded):
-    ep, truth = recorded
+def test_the_forks_are_the_highest_entropy_tokens_with_their_top_k_and_the_sampled_one_marked(recorded_math):
+    ep, truth = recorded_math
     seen_ranks: set[int | None] = set()
     for te in turn_entropy(ep):
         positions = _generated(ep, te.turn)
@@ -67,8 +57,8 @@ def test_the_forks_are_the_highest_entropy_tokens_with_their_top_k_and_the_sampl
     assert alternatives_at(ep, 0) == () and alternatives_at(ep, len(ep.tokens)) == ()
 
 
-def test_ties_go_to_the_earlier_token_and_unknown_entropy_counts_for_nothing(plain):
-    ep = plain
+def test_ties_go_to_the_earlier_token_and_unknown_entropy_counts_for_nothing(plain_math):
+    ep = plain_math
     first = _generated(ep, 0)
     assert len(first) >= 6
     entropy = np.full(len(ep.tokens), np.nan, dtype=np.float32)
@@ -88,9 +78,9 @@ def test_ties_go_to_the_earlier_token_and_unknown_entropy_counts_for_nothing(pla
     assert math.isnan(later.mean) and later.known == 0 and later.forks == ()
 
 
-def test_an_episode_without_entropy_has_none(plain):
-    assert not has_entropy(plain)
-    assert all(math.isnan(te.mean) and te.forks == () and te.known == 0 for te in turn_entropy(plain))
+def test_an_episode_without_entropy_has_none(plain_math):
+    assert not has_entropy(plain_math)
+    assert all(math.isnan(te.mean) and te.forks == () and te.known == 0 for te in turn_entropy(plain_math))
 
 
 def _show(ep, tmp_path, capsys) -> list[str]:
@@ -105,9 +95,9 @@ def _show(ep, tmp_path, capsys) -> list[str]:
     return capsys.readouterr().out.splitlines()
 
 
-def test_show_names_each_turns_forks_only_when_the_episode_has_entropy(recorded, plain, smol_tokenizer, tmp_path,
+def test_show_names_each_turns_forks_only_when_the_episode_has_entropy(recorded_math, plain_math, smol_tokenizer, tmp_path,
                                                                          capsys):
-    ep, _ = recorded
+    ep, _ = recorded_math
     lines = _show(ep, tmp_path, capsys)
     said = [line for line in lines if line.startswith("[entropy]")]
     per_turn = turn_entropy(ep)
@@ -125,7 +115,7 @@ def test_show_names_each_turns_forks_only_when_the_episode_has_entropy(recorded,
     # Each turn's line follows its header.
     heads = [i for i, line in enumerate(lines) if line.startswith("--- turn ")]
     assert [lines[i + 1].startswith("[entropy]") for i in heads] == [True] * ep.n_turns
-    assert not [line for line in _show(plain, tmp_path, capsys) if line.startswith("[entropy]")]
-    estimated, _ = with_alternatives(plain, k=K, seed=4, estimated=True)
-    out = _show(estimated.evolve(id=plain.id + "-est"), tmp_path, capsys)
+    assert not [line for line in _show(plain_math, tmp_path, capsys) if line.startswith("[entropy]")]
+    estimated, _ = with_alternatives(plain_math, k=K, seed=4, estimated=True)
+    out = _show(estimated.evolve(id=plain_math.id + "-est"), tmp_path, capsys)
     assert all("(estimated: a lower bound)" in line for line in out if line.startswith("[entropy] mean"))

@@ -19,19 +19,14 @@ from dashboard.views import charts
 from dashboard.views.playback import render_turn
 from dashboard.views.tokens import token_view
 from engine import PromptView, turn_entropy
-from tests.alternatives import plain_math_episode, with_alternatives
+from tests.alternatives import with_alternatives
 
 K = 5
 
 
 @pytest.fixture(scope="module")
-def plain(smol_tokenizer):
-    return plain_math_episode(smol_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def recorded(plain):
-    return with_alternatives(plain, k=K, seed=4)[0]
+def recorded(recorded_math):
+    return recorded_math[0]
 
 
 def _meta(page: str) -> dict[str, Any]:
@@ -73,14 +68,14 @@ def test_each_generated_token_gets_its_entropy_bucket_and_the_hover_its_top_k(re
     assert legend and "&lt; 0.1" in legend.group(1) and "≥ 3" in legend.group(1)
 
 
-def test_an_estimated_entropy_says_it_is_a_lower_bound(plain):
-    estimated, _ = with_alternatives(plain, k=K, seed=4, estimated=True)
+def test_an_estimated_entropy_says_it_is_a_lower_bound(plain_math):
+    estimated, _ = with_alternatives(plain_math, k=K, seed=4, estimated=True)
     page = token_view(estimated)
     assert _meta(page)["est"] == 1 and "(estimates from the top K: lower bounds)" in page
     te = turn_entropy(estimated)[0]
     block = alt_view.forks_block(estimated, te, {})
     assert "estimates from the top K: lower bounds" in block
-    assert "lower bound" not in alt_view.forks_block(plain.evolve(tokens=estimated.tokens.evolve(
+    assert "lower bound" not in alt_view.forks_block(plain_math.evolve(tokens=estimated.tokens.evolve(
         entropy_estimated=False)), te, {})
 
 
@@ -102,15 +97,15 @@ def test_past_the_limit_only_the_highest_entropy_tokens_alternatives_are_sent(re
     assert min(float(t.entropy[p]) for p in forks) < lowest_sent  # a fork kept for being one
 
 
-def test_an_episode_without_entropy_sends_none_and_says_so(plain):
-    page = token_view(plain)
+def test_an_episode_without_entropy_sends_none_and_says_so(plain_math):
+    page = token_view(plain_math)
     meta = _meta(page)
     assert 'data-entropy="0"' in page
     assert not {"ent", "alt", "aid", "atx", "est"} & set(meta)
     assert not any(re.search(r"\be\d\b", s) for s in meta["cls"])
     assert "entropy: none recorded in this episode" in page and "rs-hover-alts" not in page
-    assert charts.turn_series(plain).entropy_mean == ()
-    assert "mean entropy" not in [tr.name for tr in charts.turn_chart(plain).data]
+    assert charts.turn_series(plain_math).entropy_mean == ()
+    assert "mean entropy" not in [tr.name for tr in charts.turn_chart(plain_math).data]
 
 
 def test_the_turn_card_names_its_forks_each_linked_to_its_token(recorded, smol_tokenizer):
