@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine import BackendSettings, Store, plan_run, run_batch  # noqa: E402
 from engine.backends.openai import OpenAIBackend  # noqa: E402
-from tests.servers import TransformersServe  # noqa: E402
+from tests.hf_serve import TransformersServe  # noqa: E402
 
 EPISODES = 8
 

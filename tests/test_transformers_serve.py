@@ -18,7 +18,7 @@ from engine import BackendSettings, EpisodeFilter, Store, plan_run, run_batch
 from engine.backends.base import GenerationRequest, SamplingParams
 from engine.backends.openai import OpenAIBackend
 
-from .servers import TransformersServe
+from .hf_serve import TransformersServe
 
 CASES = [(api, mode) for api in ("completions", "chat") for mode in ("tito", "retokenize")]
 
