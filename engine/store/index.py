@@ -10,7 +10,7 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +99,7 @@ class BrowseStats:
 # had as a LIKE over the JSON, at index speed.
 _MIN_TRIGRAM = 3
 CONTEXT_PART = -1  # system prompts and tool schemas
+_LOOKUP = 500  # texts looked up in one query (SQLite takes up to 32,766 parameters)
 
 
 def text_clause(text: str, context: bool = False) -> tuple[str, str]:
@@ -185,32 +186,49 @@ class IndexQueries(StoreBase):
             with self.db.conn:
                 self._write_search(ep)
 
-    def _text_id(self, text: str) -> int:
-        try:
-            raw = text.encode("utf-8")
-        except UnicodeEncodeError:  # text that reached the store unmade-safe (an import, an old record)
-            text = textsafe.clean_text(text)
-            raw = text.encode("utf-8")
-        digest = hashlib.blake2b(raw, digest_size=16).digest()
-        row = self.db.conn.execute("SELECT id FROM search_texts WHERE hash = ?", [digest]).fetchone()
-        if row is not None:
-            return int(row[0])
-        cur = self.db.conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)", [digest, text])
-        return int(cur.lastrowid or 0)
+    def _text_ids(self, texts: Iterable[str]) -> dict[str, int]:
+        """The search-index id of each text that is not blank (each distinct text is stored once: a text stored
+        before keeps its id), looked up in one query for a few hundred texts."""
+        digest_of: dict[str, bytes] = {}
+        bodies: dict[bytes, str] = {}  # a text as stored, by its digest
+        for text in texts:
+            if not text or text in digest_of or not text.strip():
+                continue
+            body = text
+            try:
+                raw = text.encode("utf-8")
+            except UnicodeEncodeError:  # text that reached the store unmade-safe (an import, an old record)
+                body = textsafe.clean_text(text)
+                raw = body.encode("utf-8")
+            digest = hashlib.blake2b(raw, digest_size=16).digest()
+            digest_of[text] = digest
+            bodies.setdefault(digest, body)
+        conn = self.db.conn
+        found: dict[bytes, int] = {}
+        keys = list(bodies)
+        for i in range(0, len(keys), _LOOKUP):
+            part = keys[i:i + _LOOKUP]
+            found.update(conn.execute(
+                f"SELECT hash, id FROM search_texts WHERE hash IN ({','.join('?' * len(part))})", part).fetchall())
+        for digest, body in bodies.items():
+            if digest not in found:
+                found[digest] = int(conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)",
+                                                 [digest, body]).lastrowid or 0)
+        return {text: found[digest] for text, digest in digest_of.items()}
 
     def _write_search(self, ep: Episode, turn: int | None = None) -> None:
         """Point the search index at an episode's texts (or at its opening's and one turn's)."""
         conn = self.db.conn
         if turn is None:
             conn.execute("DELETE FROM search_refs WHERE episode_id = ?", [ep.id])
-        for part, texts in search_texts(ep, turn):
+        parts = search_texts(ep, turn)
+        ids = self._text_ids(x for _, texts in parts for x in texts)
+        refs = []
+        for part, texts in parts:
             if turn is not None:
                 conn.execute("DELETE FROM search_refs WHERE episode_id = ? AND part = ?", [ep.id, part])
-            ids = {self._text_id(x) for x in texts if x and x.strip()}
-            conn.executemany(
-                "INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)",
-                [(ep.id, part, i) for i in ids],
-            )
+            refs += [(ep.id, part, i) for i in sorted({ids[x] for x in texts if x in ids})]
+        conn.executemany("INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)", refs)
 
     # -- reading for Browse ----------------------------------------------------
 

@@ -83,6 +83,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0017_chart_stats", 13, schema.create_chart_stats,
               "Browse's token-length, per-task and per-group charts' aggregates (length_stats, task_stats, "
               "group_stats), kept by triggers and filled from the episodes stored before", derived=True),
+    Migration("0018_status_sort_indexes", 13, schema.add_status_sort_indexes,
+              "indexes of the episodes by status then turns and by status then tokens, so one status sorted by either "
+              "is read from an index (the long episodes are the truncated ones)", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -18,6 +18,7 @@ from .paging import Cursor, EpisodePage, MatchCount, filter_mark, ranges
 # The indexes of the browse index that hold one value of a filter's column in the order of a sorted column.
 _PAIRED = {("run_id", "created_at"): "episode_index_run_created", ("run_id", "rollout_step"): "episode_index_run_step",
            ("status", "created_at"): "episode_index_status_created", ("status", "reward"): "episode_index_status_reward",
+           ("status", "n_turns"): "episode_index_status_turns", ("status", "n_tokens"): "episode_index_status_tokens",
            ("task_id", "reward"): "episode_index_task_reward", ("group_id", "reward"): "episode_index_group_reward"}
 
 

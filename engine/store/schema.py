@@ -423,6 +423,15 @@ def add_run_time_index(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_created ON episode_index (run_id, created_at)")
 
 
+def add_status_sort_indexes(db: sqlite_utils.Database) -> None:
+    """``episode_index`` by status then turns, and by status then tokens: a filter on one status sorted by either is
+    one range of an index. The episodes that ran out of turns or tokens are the long ones, so the matches of a status
+    lie together at one end of those sorts, where a walk of the sort's own index meets the other statuses' first and
+    the page was read by sorting every match."""
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_turns ON episode_index (status, n_turns)")
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_tokens ON episode_index (status, n_tokens)")
+
+
 def create_watched_files(db: sqlite_utils.Database) -> None:
     """Schema 5: ``watched_files``, one row per dump file ``rollscope watch`` has read: its size and
     modification time when read, how far (bytes, for a JSONL file still growing), and what it held."""
