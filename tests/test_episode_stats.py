@@ -16,7 +16,7 @@ import pytest
 
 from engine.records.episode import Episode, Finding, Severity, Status
 from engine.store import BrowseStats, EpisodeFilter, Store, codec
-from engine.store.schema import CHART_KEY, CHART_TABLES, STATS_KEY, length_bucket
+from engine.store.schema import CHART_KEY, CHART_TABLES, LISTING_TABLES, STATS_KEY, length_bucket
 from tests.test_store_paging import varied
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -74,17 +74,24 @@ def chart_recount(path: Path) -> dict[str, list[tuple[object, ...]]]:
                             ).fetchall()
     finally:
         conn.close()
-    out: dict[str, Counter[tuple[object, ...]]] = {t: Counter() for t in CHART_TABLES}
+    out: dict[str, Counter[tuple[object, ...]]] = {t: Counter() for t in (*CHART_TABLES, *LISTING_TABLES)}
     for *key, tokens, trainable, task, group in rows:
         out["length_stats"][(*key, "tokens", length_bucket(tokens or 0))] += 1
         out["length_stats"][(*key, "trainable", length_bucket(trainable or 0))] += 1
         out["task_stats"][(task, *key)] += 1
         out["group_stats"][(group, task, *key)] += 1
+    # The lists' counts: each run's episodes per model, and each tag's episodes.
+    conn = sqlite3.connect(path)
+    try:
+        out["run_models"].update(conn.execute("SELECT run_id, model FROM episodes").fetchall())
+        out["tag_stats"].update((t,) for (t,) in conn.execute("SELECT tag FROM tags"))
+    finally:
+        conn.close()
     return {t: sorted(((*k, n) for k, n in c.items()), key=repr) for t, c in out.items()}
 
 
 def chart_maintained(store: Store) -> dict[str, list[tuple[object, ...]]]:
-    return {t: sorted(store.browse_query(f"SELECT * FROM {t}"), key=repr) for t in CHART_TABLES}
+    return {t: sorted(store.browse_query(f"SELECT * FROM {t}"), key=repr) for t in (*CHART_TABLES, *LISTING_TABLES)}
 
 
 def maintained(store: Store) -> list[tuple[object, ...]]:
@@ -334,3 +341,38 @@ def test_lengths_are_binned_by_their_leading_bits_in_sql_as_in_python(tmp_path: 
         assert length_bucket(nxt) == nxt and length_bucket(nxt - 1) == edge
         edge = nxt
     conn.close()
+
+
+@pytest.mark.parametrize("golden", ["dbschema7.sqlite", "dbschema12.sqlite"])
+def test_the_lists_of_runs_and_tags_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Path,
+                                                                                      golden: str) -> None:
+    """The runs list, the runs with steps, the tag counts and the page's stamp, from the maintained aggregates (an
+    upgraded copy) and from the browse index (the file read-only, without them): the same, and what the episodes
+    say, counted here."""
+    store, now = read_only_and_upgraded(tmp_path, golden)
+    assert now._has_table("run_models") and now._has_table("tag_stats") and not store._has_table("run_models")
+    for a, b in zip(now.run_overview(), store.run_overview(), strict=True):
+        assert dataclasses.replace(a, mean_reward=0.0) == dataclasses.replace(b, mean_reward=0.0)
+        assert a.mean_reward == pytest.approx(b.mean_reward, abs=1e-12)
+    assert now.runs_with_steps() == store.runs_with_steps()
+    assert now.tag_counts() == store.tag_counts() and now.episodes_stamp() == store.episodes_stamp()
+    rows = now.list_episodes(limit=100_000)
+    by_run: dict[object, list] = {}
+    for r in rows:
+        by_run.setdefault(r.run_id, []).append(r)
+    listed = now.run_overview()
+    assert len(listed) == len(by_run) > 1 and [r.started for r in listed] == sorted((r.started for r in listed),
+                                                                                    reverse=True)
+    for run in listed:
+        mine = by_run[run.run_id]
+        rewards = [r.reward for r in mine if r.reward is not None]
+        assert run.n_episodes == len(mine) and run.started == min(r.created_at for r in mine)
+        assert run.envs == ",".join(sorted({r.env for r in mine}))
+        assert run.presets == ",".join(sorted({r.preset for r in mine} - {""}))
+        assert run.policies == ",".join(sorted({r.model for r in mine} - {""}))
+        assert run.mean_reward == pytest.approx(sum(rewards) / len(rewards), abs=1e-12)
+        assert run.with_errors == sum(r.n_errors > 0 for r in mine)
+    assert dict(now.tag_counts()) == Counter(t for r in rows for t in r.tags) != {}
+    assert now.episodes_stamp()[0] == len(rows)
+    store.close()
+    now.close()

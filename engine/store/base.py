@@ -112,6 +112,10 @@ class StoreBase:
         return len(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN "
                                      "('length_stats', 'task_stats', 'group_stats')")) == 3
 
+    def _has_table(self, name: str) -> bool:
+        """Whether the file holds table ``name`` (a read-only file lacking a derived step does not)."""
+        return bool(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [name]))
+
     def _stats_rows(self) -> str:
         """What to read ``episode_stats``' columns from: the table, or the browse index a row an episode. A read-only
         file from before the entropy figures (schema 12) reads 0 for them: none known."""

@@ -318,7 +318,9 @@ class IndexQueries(StoreBase):
 
     def tag_counts(self) -> list[tuple[str, int]]:
         """Every tag in use with the number of episodes carrying it."""
-        return [(r[0], int(r[1])) for r in self.browse_query("SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag")]
+        sql = "SELECT tag, n FROM tag_stats ORDER BY tag" if self._has_table("tag_stats") else \
+            "SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag"
+        return [(r[0], int(r[1])) for r in self.browse_query(sql)]
 
     def group_stats(self, flt: Any = None, limit: int = 500) -> tuple[int, list[RewardStats]]:
         """(how many groups, the first ``limit`` by id): the GRPO groups (two or more samples of one task) among

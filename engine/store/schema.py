@@ -266,8 +266,9 @@ STATS_SUMS = STATS_SUMS_8 + tuple((c, f"IFNULL({{r}}.{c}, 0)") for c in ENTROPY_
 
 def counted_table(db: sqlite_utils.Database, name: str, key: Sequence[tuple[str, str]],
                   variants: Sequence[Sequence[str]], sums: Sequence[tuple[str, str]],
-                  update_of: Sequence[str] = ()) -> None:
-    """A table ``name`` that counts the browse index's episodes per ``key`` (its columns and their types), with the
+                  update_of: Sequence[str] = (), source: str = "episode_index") -> None:
+    """A table ``name`` that counts the browse index's episodes (the rows of ``source``) per ``key`` (its columns and
+    their types), with the
     ``sums`` (column, what an episode adds given its index row as ``{r}``) of each key's episodes, kept equal to the
     index by triggers on it (so every write, delete, re-import and re-check updates it in the same transaction) and
     filled from the episodes stored before. Each of ``variants`` (an expression per key column, of ``{r}``) makes a
@@ -300,13 +301,13 @@ def counted_table(db: sqlite_utils.Database, name: str, key: Sequence[tuple[str,
     for event, body in (("INSERT", add("new")), ("DELETE", remove("old")), ("UPDATE", remove("old") + " " + add("new"))):
         what = f"UPDATE OF {', '.join(update_of)}" if event == "UPDATE" and update_of else event
         db.execute(f"DROP TRIGGER IF EXISTS {name}_{event.lower()}")
-        db.execute(f"CREATE TRIGGER {name}_{event.lower()} AFTER {what} ON episode_index BEGIN {body} END")
+        db.execute(f"CREATE TRIGGER {name}_{event.lower()} AFTER {what} ON {source} BEGIN {body} END")
     db.execute(f"DELETE FROM {name}")
-    totals = ", ".join(f"IFNULL(SUM({term.format(r='episode_index')}), 0)" for _, term in sums)
+    totals = ", ".join(f"IFNULL(SUM({term.format(r=source)}), 0)" for _, term in sums)
     for exprs in variants:
-        made = [e.format(r="episode_index") for e in exprs]
+        made = [e.format(r=source) for e in exprs]
         db.execute(f"INSERT INTO {name} ({', '.join(cols)}, {', '.join(names)}) SELECT {', '.join(made)}, {totals} "
-                   f"FROM episode_index GROUP BY {', '.join(str(k + 1) for k in range(len(made)))}")
+                   f"FROM {source} GROUP BY {', '.join(str(k + 1) for k in range(len(made)))}")
 
 
 def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, str]] = STATS_SUMS_8) -> None:
@@ -421,6 +422,19 @@ def add_run_time_index(db: sqlite_utils.Database) -> None:
     range of an index: step and time move together in a run, so a walk of the time index from the newest episode
     reads every newer run's before it reaches an older one."""
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_created ON episode_index (run_id, created_at)")
+
+
+LISTING_TABLES = ("run_models", "tag_stats")
+
+
+def create_listing_stats(db: sqlite_utils.Database) -> None:
+    """The counts the lists of runs and tags read on every page load, kept by triggers (:func:`counted_table`), so
+    they read a row a run or a tag instead of every episode: ``run_models``, the episodes of each run per model (the
+    Runs list's policies; its counts, rewards and errors come from ``episode_stats``), and ``tag_stats``, the
+    episodes carrying each tag (the tag filter's and the demo guide's counts)."""
+    counted_table(db, "run_models", [("run_id", "TEXT"), ("model", "TEXT")], [["{r}.run_id", "{r}.model"]],
+                  [("n", "1")], update_of=["run_id", "model"])
+    counted_table(db, "tag_stats", [("tag", "TEXT")], [["{r}.tag"]], [("n", "1")], update_of=["tag"], source="tags")
 
 
 def add_status_sort_indexes(db: sqlite_utils.Database) -> None:
