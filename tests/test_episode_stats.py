@@ -376,3 +376,36 @@ def test_the_lists_of_runs_and_tags_read_from_the_aggregates_say_what_the_episod
     assert now.episodes_stamp()[0] == len(rows)
     store.close()
     now.close()
+
+
+def test_the_group_list_from_the_aggregates_says_what_the_episodes_say(tmp_path: Path) -> None:
+    """The Group tab's list: every group of two or more samples counted, the first ``limit`` by id read out, from
+    ``group_stats`` where it answers the filter and from the browse index where it does not; each group's count,
+    mean, spread and range what its samples say."""
+    store = Store(tmp_path / "groups.db")
+    eps = [entropic(i) for i in range(300)]
+    store.save_episodes(eps)
+    samples: dict[str, list] = {}
+    for e in eps:
+        if e.group_id is not None:
+            samples.setdefault(e.group_id, []).append(e)
+    groups = sorted(g for g, members in samples.items() if len(members) > 1)
+    assert len(groups) > 12
+    for limit in (5, 1000):
+        total, shown = store.group_stats(limit=limit)
+        counted, by_index = store.group_stats(EpisodeFilter(search_context=True), limit=limit)
+        assert total == counted == len(groups) and [g.key for g in shown] == groups[:limit]
+        assert [dataclasses.replace(g, mean=0.0, std=0.0) for g in shown] == \
+            [dataclasses.replace(g, mean=0.0, std=0.0) for g in by_index]
+        for g in shown:
+            rewards = np.array([e.reward for e in samples[g.key]])
+            assert g.n == len(rewards) and (g.min, g.max) == (rewards.min(), rewards.max())
+            assert (g.mean, g.std) == pytest.approx((rewards.mean(), rewards.std()), abs=1e-9)
+    # A filter the aggregates answer, and one they do not, select the same groups.
+    flt = EpisodeFilter(status=("completed",))
+    assert flt.on_chart_stats
+    assert store.group_stats(flt)[0] == store.group_stats(dataclasses.replace(flt, search_context=True))[0]
+    empty = Store(tmp_path / "empty.db")
+    assert empty.group_stats() == (0, [])
+    store.close()
+    empty.close()

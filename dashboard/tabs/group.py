@@ -61,7 +61,7 @@ def build(store: Store) -> GroupTab:
         pick_a = gr.Dropdown([], label="compare A", scale=2, min_width=200, elem_id="rs-group-a")
         pick_b = gr.Dropdown([], label="with B", scale=2, min_width=200, elem_id="rs-group-b")
         compare = gr.Button("Compare", scale=0, min_width=110, elem_id="rs-group-compare")
-    out = html(views.empty(), "rs-group-view", script("open_episode"))  # the list comes with the page's load
+    out = html(views.empty(), "rs-group-view", script("open_episode"))  # the list comes when the tab is opened
     tab = GroupTab(group, show, out, pick_a, pick_b, compare)
     shown = tab.outputs
     for trigger in (show.click, group.submit):

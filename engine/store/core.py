@@ -141,6 +141,7 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
             if names and "meta" not in names:
                 raise StoreError(f"{self.path} is a SQLite file but not a Rollscope database (tables: {', '.join(sorted(names))})")
             self.applied = migrations.migrate(db, self.path)
+            self.forget_tables()
             # A file written by the version before the migrations table whose diagnosis fill was cut off.
             if db.execute("SELECT value FROM meta WHERE key = 'diagnosis_filled'").fetchone() is None:
                 with db.conn:

@@ -326,11 +326,19 @@ class IndexQueries(StoreBase):
         """(how many groups, the first ``limit`` by id): the GRPO groups (two or more samples of one task) among
         the episodes ``flt`` selects, each with its reward count, mean, deviation and range."""
         where, args = _where(flt)
-        stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
-        rows = self.browse_query(f"SELECT group_id, MIN(task_id), {stat}, MIN(env), MIN(preset) FROM episode_index "
-                                 f"WHERE ({where}) AND group_id IS NOT NULL GROUP BY group_id HAVING COUNT(*) > 1 "
-                                 "ORDER BY group_id", args, background=True)
-        return len(rows), [_reward_stats(r) for r in rows[:limit]]
+        # From the maintained per-group counts when they answer the filter (a row per group and reward, not per
+        # episode); the groups counted in SQL, and only the first ``limit`` read out.
+        charted = (flt is None or bool(getattr(flt, "on_chart_stats", False))) and self._has_chart_stats()
+        src, n, weight = (f"FROM group_stats WHERE ({where})", "SUM(n)", "n") if charted else \
+            (f"FROM episode_index WHERE ({where})", "COUNT(*)", "1")
+        known = f"SUM(CASE WHEN reward IS NOT NULL THEN {weight} END)"
+        stat = (f"{n}, SUM(reward * {weight}) / {known}, SUM(reward * reward * {weight}) / {known}, MIN(reward), "
+                "MAX(reward)")
+        rows = self.browse_query(
+            f"SELECT *, COUNT(*) OVER () FROM (SELECT group_id, MIN(task_id), {stat}, MIN(env), MIN(preset) {src} "
+            f"AND group_id IS NOT NULL GROUP BY group_id HAVING {n} > 1) ORDER BY 1 LIMIT ?", [*args, limit],
+            background=True)
+        return (int(rows[0][-1]) if rows else 0), [_reward_stats(r[:-1]) for r in rows]
 
     def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000, max_bars: int = 30,
               reward_sets: int = 6) -> BrowseStats:

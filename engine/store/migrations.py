@@ -87,8 +87,9 @@ MIGRATIONS: tuple[Migration, ...] = (
               "indexes of the episodes by status then turns and by status then tokens, so one status sorted by either "
               "is read from an index (the long episodes are the truncated ones)", derived=True),
     Migration("0019_listing_stats", 13, schema.create_listing_stats,
-              "the episodes of each run per model and of each tag, kept by triggers, so the lists of runs and tags "
-              "read a row a run or tag, not every episode", derived=True),
+              "the episodes of each run per model and of each tag, kept by triggers, and the findings indexed by kind "
+              "then episode, so the lists of runs, tags and finding kinds read a row a run or tag, or an index, not "
+              "every episode", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \
