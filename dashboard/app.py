@@ -177,7 +177,9 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
         def group_list(gid: Any) -> list[Any]:
             return listed.skip() if str(gid or "").strip() else listed.values(**group_tab.view(store, ""))
 
-        group_item.select(group_list, inputs=[group_view.group], outputs=listed.components)
+        listing = group_item.select(group_list, inputs=[group_view.group], outputs=listed.components)
+        for trigger in (group_view.show.click, group_view.group.submit):  # a group asked for: the list never lands on it
+            trigger(None, cancels=[listing])
         group_view.view.click(launch_tab.open_request, outputs=[episode_request])
         group_view.compare.click(
             lambda x, y: compared.values(tabs=gr.Tabs(selected="compare"), **compare_tab.view(store, x, y)),

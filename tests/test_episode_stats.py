@@ -85,6 +85,7 @@ def chart_recount(path: Path) -> dict[str, list[tuple[object, ...]]]:
     try:
         out["run_models"].update(conn.execute("SELECT run_id, model FROM episodes").fetchall())
         out["tag_stats"].update((t,) for (t,) in conn.execute("SELECT tag FROM tags"))
+        out["episode_total"].update((1,) for _ in rows)
     finally:
         conn.close()
     return {t: sorted(((*k, n) for k, n in c.items()), key=repr) for t, c in out.items()}
@@ -373,9 +374,24 @@ def test_the_lists_of_runs_and_tags_read_from_the_aggregates_say_what_the_episod
         assert run.mean_reward == pytest.approx(sum(rewards) / len(rewards), abs=1e-12)
         assert run.with_errors == sum(r.n_errors > 0 for r in mine)
     assert dict(now.tag_counts()) == Counter(t for r in rows for t in r.tags) != {}
-    assert now.episodes_stamp()[0] == len(rows)
+    assert now.episodes_stamp()[0] == now.count() == len(rows)
     store.close()
     now.close()
+
+
+def test_a_name_with_a_comma_is_listed_whole_and_an_empty_store_lists_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "names.db")
+    assert store.run_overview() == [] and store.runs_with_steps() == [] and store.tag_counts() == []
+    assert store.episodes_stamp() == (0, 0, 0.0, 0) and store.count() == 0
+    store.save_episodes([entropic(1).evolve(id="a", run_id="r", env="env,with,commas", preset="p,q"),
+                         entropic(2).evolve(id="b", run_id="r", env="plain", preset="p,q")])
+    [run] = store.run_overview()
+    assert run.envs == "env,with,commas,plain" and run.presets == "p,q" and run.n_episodes == 2
+    assert store.episodes_stamp()[0] == store.count() == 2
+    store.db.execute("DELETE FROM episodes WHERE id = 'a'")
+    store.db.conn.commit()
+    assert store.episodes_stamp()[0] == store.count() == 1 and store.run_overview()[0].envs == "plain"
+    store.close()
 
 
 def test_the_group_list_from_the_aggregates_says_what_the_episodes_say(tmp_path: Path) -> None:

@@ -106,6 +106,9 @@ def test_an_object_read_is_a_copy_and_nested_spellings_read_back() -> None:
     assert flat["a"] == 1
     nested = Fields({"o": {"a": {"$nonfinite": "Infinity"}, "b": [{"$nonfinite": "NaN"}]}}).obj("o")
     assert nested["a"] == math.inf and math.isnan(nested["b"][0])
+    with pytest.raises(FormatError, match="must be an object, got the number NaN") as e:
+        Fields({"o": {"$nonfinite": "NaN"}}, "turns.1").obj("o")
+    assert e.value.field == "turns.1.o"
     deep: Any = 0
     for _ in range(150):
         deep = [deep]

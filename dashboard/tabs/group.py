@@ -43,8 +43,8 @@ def view(store: Store, group_id: Any) -> dict[str, Any]:
     try:
         g = load_group(store, gid)
         flat = flat_groups(store, g.samples[0].episode.run_id)
-    except RollscopeError as e:
-        return {"view": views.empty(str(e), "error")}
+    except RollscopeError as e:  # the id stays in its box: the list, read when the tab opens, leaves the error
+        return {"group": gid, "view": views.empty(str(e), "error")}
     ids = [(f"sample {s.episode.sample_index} · {s.episode.id} · reward {s.reward:g}", s.episode.id) for s in g.samples]
     return {"group": gid, "view": views.render(g, flat),
             "pick_a": gr.Dropdown(choices=ids, value=ids[0][1]),

@@ -86,13 +86,13 @@ class EnvInfo:
 _KNOB_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float)}
 
 
-_LOOPS_READ: dict[tuple[tuple[str, type, Any], ...], LoopConfig] = {}  # the knobs of a run repeat in every episode
+_LOOPS_READ: dict[tuple[tuple[str, str], ...], LoopConfig] = {}  # the knobs of a run repeat in every episode
 _LOOPS_KEPT = 64
 
 
 def _loop_from_fields(f: Fields) -> LoopConfig:
-    # A value's type is part of the key: 1, 1.0 and True are equal keys in Python, not equal knobs.
-    key = tuple((k, type(v), v) for k, v in f.d.items()) if all(
+    # Keyed by each value's repr: 1, 1.0 and True (and 0.0 and -0.0) are equal keys in Python, not equal knobs.
+    key = tuple((k, repr(v)) for k, v in f.d.items()) if all(
         type(v) in (str, int, float, bool, type(None)) for v in f.d.values()) else None
     loop = _LOOPS_READ.get(key) if key is not None else None
     if loop is None:

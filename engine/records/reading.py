@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import FormatError
 from .jsonbounds import depth_over, too_deep
 from .numbers import is_finite, not_finite
-from .textsafe import from_json_safe
+from .textsafe import NONFINITE_KEY, from_json_safe
 
 
 def _type_name(v: Any) -> str:
@@ -119,12 +119,15 @@ class Fields:
     def obj(self, key: str) -> dict[str, Any]:
         """A free-form object; numbers stored as ``$nonfinite`` (see ``textsafe.json_safe``) read back as floats."""
         value = self.d.get(key)
-        if type(value) is dict and all(type(c) in _SCALARS for c in value.values()):
+        if type(value) is dict and NONFINITE_KEY not in value and all(type(c) in _SCALARS for c in value.values()):
             return dict(value)  # flat (no nesting to bound, no ``$nonfinite`` object), as most are
         value = self._typed(key, False, lambda v: isinstance(v, dict), "an object")
         if depth_over(value):
             raise self.fail(key, too_deep())
-        return dict(from_json_safe(value))
+        read = from_json_safe(value)
+        if not isinstance(read, dict):  # the object itself spells a number
+            raise self.fail(key, f"must be an object, got the number {value[NONFINITE_KEY]}")
+        return dict(read)
 
     def items(self, key: str) -> list[Any]:
         v = self.d.get(key)

@@ -146,7 +146,8 @@ class RunQueries(StoreBase):
             "WHERE m.run_id IS s.run_id)"
         rows = self.browse_query(
             "SELECT s.run_id, (SELECT MIN(created_at) FROM episode_index i WHERE i.run_id IS s.run_id), SUM(n), "
-            "GROUP_CONCAT(DISTINCT env), GROUP_CONCAT(DISTINCT preset), "
+            # A comma in a name is kept apart from the commas between names (char(30) stands for it meanwhile).
+            "GROUP_CONCAT(DISTINCT replace(env, ',', char(30))), GROUP_CONCAT(DISTINCT replace(preset, ',', char(30))), "
             f"({models}), SUM(reward * n) / SUM(CASE WHEN reward IS NOT NULL THEN n END), SUM(with_errors), "
             "(SELECT status FROM runs r WHERE r.id = s.run_id) "
             f"FROM {self._stats_rows()} s GROUP BY s.run_id ORDER BY 2 DESC, 1 LIMIT ?", [limit])
@@ -195,7 +196,7 @@ class RunQueries(StoreBase):
         """(episodes, newest row, newest ``created_at``, episodes running): it changes when episodes are
         added or removed and when a running one ends, so a page that polls it knows when to refresh.
         Answered from the maintained aggregates and indexes: cheap at any size."""
-        count = "SELECT IFNULL(SUM(n), 0) FROM episode_stats" if self._has_stats() else \
+        count = "SELECT IFNULL(SUM(n), 0) FROM episode_total" if self._has_table("episode_total") else \
             "SELECT COUNT(*) FROM episode_index"
         # One aggregate a subquery: SQLite answers a lone MAX from an index, two together by reading every row.
         row = self.browse_query(
@@ -236,4 +237,4 @@ def _watched(row: Any) -> WatchedFile:
 
 def _listed(values: str | None, sep: str) -> str:
     """A run's distinct envs, presets or models, in order, as the runs list shows them."""
-    return ",".join(sorted({v for v in (values or "").split(sep)} - {""}))
+    return ",".join(sorted({v.replace("\x1e", ",") for v in (values or "").split(sep)} - {""}))

@@ -424,18 +424,22 @@ def add_run_time_index(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_created ON episode_index (run_id, created_at)")
 
 
-LISTING_TABLES = ("run_models", "tag_stats")
+LISTING_TABLES = ("run_models", "tag_stats", "episode_total")
 
 
 def create_listing_stats(db: sqlite_utils.Database) -> None:
     """The counts the lists of runs and tags read on every page load, kept by triggers (:func:`counted_table`), so
     they read a row a run or a tag instead of every episode: ``run_models``, the episodes of each run per model (the
     Runs list's policies; its counts, rewards and errors come from ``episode_stats``), and ``tag_stats``, the
-    episodes carrying each tag (the tag filter's and the demo guide's counts); and the findings by kind then episode,
-    which replaces the index by kind alone."""
+    episodes carrying each tag (the tag filter's and the demo guide's counts); ``episode_total``, every episode in one
+    row (the count a page's stamp polls, and the count of everything); and the findings by kind then episode, which
+    replaces the index by kind alone."""
     counted_table(db, "run_models", [("run_id", "TEXT"), ("model", "TEXT")], [["{r}.run_id", "{r}.model"]],
                   [("n", "1")], update_of=["run_id", "model"])
     counted_table(db, "tag_stats", [("tag", "TEXT")], [["{r}.tag"]], [("n", "1")], update_of=["tag"], source="tags")
+    # Every episode in one row: the count a page's stamp polls, whatever the rewards (``episode_stats`` holds a row an
+    # episode where each reward is new). An update changes no count: only a new id would.
+    counted_table(db, "episode_total", [("everything", "INTEGER")], [["1"]], [("n", "1")], update_of=["id"])
     # The findings filter's choices count the episodes of each kind: from an index that holds both, not the rows.
     db.execute("CREATE INDEX IF NOT EXISTS findings_kind_episode ON findings (kind, episode_id)")
     db.execute("DROP INDEX IF EXISTS idx_findings_kind")
