@@ -16,7 +16,7 @@ import pytest
 
 from engine.records.episode import Episode, Finding, Severity, Status
 from engine.store import BrowseStats, EpisodeFilter, Store, codec
-from engine.store.schema import CHART_KEY, CHART_TABLES, LISTING_TABLES, STATS_KEY, length_bucket
+from engine.store.schema import CHART_KEY, CHART_TABLES, LISTING_TABLES, STATS_KEY, TOTAL_TABLES, length_bucket
 from tests.test_store_paging import varied
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -64,6 +64,7 @@ def recount(path: Path) -> list[tuple[object, ...]]:
 
 
 CHART = [c for c, _ in CHART_KEY]
+MAINTAINED = (*CHART_TABLES, *LISTING_TABLES, *TOTAL_TABLES)
 
 
 def chart_recount(path: Path) -> dict[str, list[tuple[object, ...]]]:
@@ -74,7 +75,7 @@ def chart_recount(path: Path) -> dict[str, list[tuple[object, ...]]]:
                             ).fetchall()
     finally:
         conn.close()
-    out: dict[str, Counter[tuple[object, ...]]] = {t: Counter() for t in (*CHART_TABLES, *LISTING_TABLES)}
+    out: dict[str, Counter[tuple[object, ...]]] = {t: Counter() for t in MAINTAINED}
     for *key, tokens, trainable, task, group in rows:
         out["length_stats"][(*key, "tokens", length_bucket(tokens or 0))] += 1
         out["length_stats"][(*key, "trainable", length_bucket(trainable or 0))] += 1
@@ -86,13 +87,20 @@ def chart_recount(path: Path) -> dict[str, list[tuple[object, ...]]]:
         out["run_models"].update(conn.execute("SELECT run_id, model FROM episodes").fetchall())
         out["tag_stats"].update((t,) for (t,) in conn.execute("SELECT tag FROM tags"))
         out["episode_total"].update((1,) for _ in rows)
+        # The totals: per task, env, preset and reward; per group and reward; per group, its episodes and distinct rewards (nulls left out).
+        out["task_rewards"].update(conn.execute("SELECT task_id, env, preset, reward FROM episodes").fetchall())
+        rewards = conn.execute("SELECT group_id, reward FROM episodes").fetchall()
+        out["group_rewards"].update(rewards)
+        for g in {g for g, _ in rewards}:
+            mine = [r for h, r in rewards if h == g]
+            out["group_summary"][(g, len(mine), len({r for r in mine if r is not None}))] = 0
     finally:
         conn.close()
-    return {t: sorted(((*k, n) for k, n in c.items()), key=repr) for t, c in out.items()}
+    return {t: sorted(((*k, n) if t != "group_summary" else k for k, n in c.items()), key=repr) for t, c in out.items()}
 
 
 def chart_maintained(store: Store) -> dict[str, list[tuple[object, ...]]]:
-    return {t: sorted(store.browse_query(f"SELECT * FROM {t}"), key=repr) for t in (*CHART_TABLES, *LISTING_TABLES)}
+    return {t: sorted(store.browse_query(f"SELECT * FROM {t}"), key=repr) for t in MAINTAINED}
 
 
 def maintained(store: Store) -> list[tuple[object, ...]]:
@@ -171,6 +179,8 @@ def test_charts_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Pat
         assert_same_stats(store.stats(flt), store.stats(counted))
         for by in (None, "rollout_step", "run_id", "env", "preset"):
             assert store.outcome_counts(flt, by) == store.outcome_counts(counted, by)
+    every = store.stats(EpisodeFilter())  # tasks and flat groups from the totals, equal to the count above
+    assert 0 < every.n_flat_groups < every.n_groups and every.n_tasks > 40 and len(every.tasks) == 40
     assert not EpisodeFilter(tags=("x",)).on_stats and not EpisodeFilter(task_id="t").on_stats
     for run in ("run0", "run1", "run2"):
         steps = store.step_stats(run)

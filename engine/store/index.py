@@ -17,7 +17,7 @@ from typing import Any
 from ..records import textsafe
 from ..records.episode import Episode, Turn
 from .base import StoreBase
-from .schema import bucket_width, length_bucket_sql
+from .schema import TOTAL_TABLES, bucket_width, length_bucket_sql
 
 
 @dataclass(frozen=True)
@@ -393,6 +393,11 @@ class IndexQueries(StoreBase):
             stat = (f"{n}, SUM(reward * {weight}) / SUM(CASE WHEN reward IS NOT NULL THEN {weight} END), "
                     f"SUM(reward * reward * {weight}) / SUM(CASE WHEN reward IS NOT NULL THEN {weight} END), "
                     "MIN(reward), MAX(reward)")
+            # Every episode: the tasks and groups counted from rows a task or group (``schema.TOTAL_TABLES``), not a
+            # task or group per run and status.
+            totals = charted and where == "1" and set(TOTAL_TABLES) <= self._tables()
+            if totals:
+                tasks_from = f"FROM task_rewards WHERE {where}"
             n_tasks = q(f"SELECT COUNT(DISTINCT task_id) {tasks_from}", args).fetchone()[0]
             # The most frequent tasks, then their rows per env and preset.
             top = [r[0] for r in q(f"SELECT task_id, {n} {tasks_from} GROUP BY task_id ORDER BY 2 DESC, 1 LIMIT ?",
@@ -405,8 +410,12 @@ class IndexQueries(StoreBase):
             multi = f"{groups_from} AND group_id IS NOT NULL GROUP BY group_id HAVING {n} > 1"
             groups = q(f"SELECT group_id, MIN(task_id), {stat}, '', '' {multi} ORDER BY group_id LIMIT ?",
                        [*args, group_limit]).fetchall()
-            n_groups, n_flat = q(f"SELECT COUNT(*), IFNULL(SUM(lo IS hi), 0) FROM (SELECT MIN(reward) AS lo, "
-                                 f"MAX(reward) AS hi {multi})", args).fetchone()
+            if totals:  # flat: at most one reward among its samples (none known counts as one)
+                n_groups, n_flat = q("SELECT COUNT(*), IFNULL(SUM(rewards <= 1), 0) FROM group_summary "
+                                     "WHERE group_id IS NOT NULL AND n > 1").fetchone()
+            else:
+                n_groups, n_flat = q(f"SELECT COUNT(*), IFNULL(SUM(lo IS hi), 0) FROM (SELECT MIN(reward) AS lo, "
+                                     f"MAX(reward) AS hi {multi})", args).fetchone()
         return BrowseStats(
             total=int(total), rewards=rewards, n_reward_sets=n_sets, status=tuple((str(s), int(c)) for s, c in status),
             turns=tuple((int(t or 0), int(c)) for t, c in turns), tokens=tokens, trainable=trainable,

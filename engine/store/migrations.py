@@ -90,6 +90,10 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the episodes of each run per model and of each tag, kept by triggers, and the findings indexed by kind "
               "then episode, so the lists of runs, tags and finding kinds read a row a run or tag, or an index, not "
               "every episode", derived=True),
+    Migration("0020_chart_totals", 13, schema.create_chart_totals,
+              "the episodes of each task per env, preset and reward, and of each group with how many rewards they "
+              "earned, kept by triggers, so the charts of every episode count tasks and flat groups from rows a task "
+              "or group", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

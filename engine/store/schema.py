@@ -445,6 +445,43 @@ def create_listing_stats(db: sqlite_utils.Database) -> None:
     db.execute("DROP INDEX IF EXISTS idx_findings_kind")
 
 
+TOTAL_TABLES = ("task_rewards", "group_rewards", "group_summary")
+
+
+def create_chart_totals(db: sqlite_utils.Database) -> None:
+    """What the charts of every episode count over all tasks and groups, kept by triggers, so those charts read a
+    row a task or group instead of grouping ``task_stats`` and ``group_stats`` (rows a task or group per run, env,
+    preset, status, outcome and reward): ``task_rewards``, the episodes of each task per env, preset and reward
+    (how many tasks, the most frequent, their rewards per env and preset); ``group_rewards``, the episodes of each group per reward (a :func:`counted_table`); and
+    ``group_summary``, per group its episodes and how many distinct rewards they earned (``rewards``, nulls left
+    out), kept by triggers on ``group_rewards``: a group of two or more samples with at most one reward is flat."""
+    counted_table(db, "task_rewards", [("task_id", "TEXT"), ("env", "TEXT"), ("preset", "TEXT"), ("reward", "REAL")],
+                  [["{r}.task_id", "{r}.env", "{r}.preset", "{r}.reward"]], [("n", "1")],
+                  update_of=["task_id", "env", "preset", "reward"])
+    counted_table(db, "group_rewards", [("group_id", "TEXT"), ("reward", "REAL")], [["{r}.group_id", "{r}.reward"]],
+                  [("n", "1")], update_of=["group_id", "reward"])
+    db.execute("DROP TABLE IF EXISTS group_summary")
+    db.execute("CREATE TABLE group_summary (group_id TEXT, n INTEGER NOT NULL, rewards INTEGER NOT NULL)")
+    db.execute("CREATE UNIQUE INDEX group_summary_key ON group_summary (group_id)")
+    one = "group_summary.group_id IS {r}.group_id"
+    for event, body in (
+        # A reward new to its group: a row with n 0, raised by the update that follows.
+        ("INSERT", "INSERT INTO group_summary (group_id, n, rewards) SELECT new.group_id, 0, 0 WHERE NOT EXISTS "
+                   f"(SELECT 1 FROM group_summary WHERE {one.format(r='new')}); UPDATE group_summary SET "
+                   f"n = n + new.n, rewards = rewards + (new.reward IS NOT NULL) WHERE {one.format(r='new')};"),
+        ("UPDATE", f"UPDATE group_summary SET n = n + new.n - old.n WHERE {one.format(r='new')};"),
+        # The last episode of a reward gone (its n already taken off): the group has one reward fewer.
+        ("DELETE", f"UPDATE group_summary SET n = n - old.n, rewards = rewards - (old.reward IS NOT NULL) WHERE "
+                   f"{one.format(r='old')}; DELETE FROM group_summary WHERE {one.format(r='old')} AND n <= 0 AND "
+                   "rewards <= 0;"),
+    ):
+        db.execute(f"DROP TRIGGER IF EXISTS group_summary_{event.lower()}")
+        db.execute(f"CREATE TRIGGER group_summary_{event.lower()} AFTER {event} ON group_rewards BEGIN {body} END")
+    # The summary is filled from ``group_rewards`` once both exist, then kept by the triggers.
+    db.execute("INSERT INTO group_summary (group_id, n, rewards) SELECT group_id, SUM(n), COUNT(reward) "
+               "FROM group_rewards GROUP BY group_id")
+
+
 def add_status_sort_indexes(db: sqlite_utils.Database) -> None:
     """``episode_index`` by status then turns, and by status then tokens: a filter on one status sorted by either is
     one range of an index. The episodes that ran out of turns or tokens are the long ones, so the matches of a status
