@@ -18,6 +18,7 @@ from engine.records.episode import Episode, Finding, Severity, Status
 from engine.store import BrowseStats, EpisodeFilter, Store, codec
 from engine.store.schema import CHART_KEY, CHART_TABLES, LISTING_TABLES, STATS_KEY, TOTAL_TABLES, length_bucket
 from tests.test_store_paging import varied
+from tests.synthetic import synthetic_episodes
 
 GOLDEN = Path(__file__).parent / "golden"
 KEY = ", ".join(STATS_KEY)
@@ -435,3 +436,20 @@ def test_the_group_list_from_the_aggregates_says_what_the_episodes_say(tmp_path:
     assert empty.group_stats() == (0, [])
     store.close()
     empty.close()
+
+
+def test_a_read_only_store_of_more_than_a_thousand_episodes_draws_its_charts(tmp_path: Path) -> None:
+    """The planner's statistics are refreshed when a database has grown: never on a file this process may not write
+    (SQLite refuses the ANALYZE), whose charts read with the statistics the file has."""
+    path = tmp_path / "many.db"
+    writer = Store(path)
+    writer.save_episodes(synthetic_episodes(1_100))
+    with writer.db.conn:
+        writer.db.execute("DROP TABLE IF EXISTS sqlite_stat1")  # a file no writer has analysed since it grew
+    expected = writer.stats(EpisodeFilter())
+    writer.close()
+    reader = Store(path, read_only=True)
+    for flt in (EpisodeFilter(), EpisodeFilter(status=("completed",), reward_min=0.5), EpisodeFilter(text="needle")):
+        assert reader.stats(flt).total == reader.count(flt)
+    assert_same_stats(reader.stats(EpisodeFilter()), expected)
+    reader.close()

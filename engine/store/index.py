@@ -169,13 +169,13 @@ class IndexQueries(StoreBase):
         conn.execute("PRAGMA analysis_limit = 1000")
         conn.execute("ANALYZE episode_index")
         conn.commit()
-        self._analyzed_rows = int(conn.execute("SELECT COUNT(*) FROM episode_index").fetchone()[0])
+        self._analyzed_rows = _rows_about(conn)
 
     def _maybe_analyze(self, conn: sqlite3.Connection) -> None:
         # A database that grew a lot since the last statistics (the dashboard
-        # was started on an empty one) gets new ones.
-        rows = int(conn.execute("SELECT COUNT(*) FROM episode_index").fetchone()[0])
-        if rows > 2 * getattr(self, "_analyzed_rows", 0) + 1000:
+        # was started on an empty one) gets new ones; a file this process may
+        # not write keeps the statistics it has.
+        if not self.read_only and _rows_about(conn) > 2 * self._analyzed_rows + 1000:
             self._analyze(conn)
 
     def _reindex_search(self) -> None:
@@ -526,6 +526,12 @@ def _reward_stats(row: Sequence[Any]) -> RewardStats:
     std = max(0.0, float(mean_sq) - float(mean) ** 2) ** 0.5
     return RewardStats(str(key), str(task), int(n), float(mean), std, float(lo), float(hi), str(env or ""),
                        str(preset or ""))
+
+
+def _rows_about(conn: sqlite3.Connection) -> int:
+    """About how many rows the browse index holds, from its last row id (one step of its key, where a COUNT reads
+    every row): an episode deleted still counts."""
+    return int(conn.execute("SELECT IFNULL(MAX(rid), 0) FROM episode_index").fetchone()[0])
 
 
 def _where(flt: Any) -> tuple[str, list[Any]]:
