@@ -17,8 +17,8 @@ import pytest
 from engine.records.episode import Episode, Finding, Severity, Status
 from engine.store import BrowseStats, EpisodeFilter, Store, codec
 from engine.store.schema import CHART_KEY, CHART_TABLES, LISTING_TABLES, STATS_KEY, TOTAL_TABLES, length_bucket
-from tests.test_store_paging import varied
 from tests.synthetic import synthetic_episodes
+from tests.test_store_paging import varied
 
 GOLDEN = Path(__file__).parent / "golden"
 KEY = ", ".join(STATS_KEY)
