@@ -9,11 +9,14 @@ The file is ``rollscope export --format jsonl`` of ``--episodes`` episodes of on
 - ``retail``: 60-turn retail episodes of 32,000 tokens whose prompts are Qwen3's template's render of the
   conversation so far, the thinking of earlier replies dropped at every user answer
   (``tests/synthetic.rendered_retail_episode``; needs the Qwen3 tokenizer, ``ROLLSCOPE_QWEN3_TOKENIZER``).
-``--full-prompts`` writes every prompt text whole (as exports did before prompts were written as pieces). Prints
+``--full-prompts`` writes every prompt text whole (as exports did before prompts were written as pieces). ``--into DB``
+imports into a copy of that database (its episodes' ids must differ from the file's: ``--start`` numbers synthetic
+episodes from there), the cost of writing into a database that already holds many. Prints
 episodes a second for ``json.loads`` alone and for ``import_path`` into a fresh database, their ratio, and the
 bytes an episode takes in the file and in the database.
 
     python bench/import_jsonl.py [--episodes 2000] [--kind synthetic] [--full-prompts] [--dir /tmp/rollscope-import-jsonl]
+                                 [--into rs-100k.db --start 2000000]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -36,9 +40,9 @@ from engine.store import Store  # noqa: E402
 from tests.synthetic import rendered_retail_episode, synthetic_episodes  # noqa: E402
 
 
-def episodes(kind: str, n: int) -> Iterator[Episode]:
+def episodes(kind: str, n: int, start: int = 0) -> Iterator[Episode]:
     if kind == "synthetic":
-        yield from synthetic_episodes(n)
+        yield from synthetic_episodes(n, start=start)
     elif kind == "math":
         from engine.backends.scripted import ScriptedBackend
         from engine.backends.tokenizers import load_tokenizer
@@ -65,11 +69,13 @@ def main() -> None:
     ap.add_argument("--kind", choices=("synthetic", "math", "retail"), default="synthetic")
     ap.add_argument("--full-prompts", action="store_true", help="write every prompt text whole")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "rollscope-import-jsonl")
+    ap.add_argument("--into", type=Path, help="import into a copy of this database")
+    ap.add_argument("--start", type=int, default=0, help="the first synthetic episode's number")
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
-    src = a.dir / f"{a.kind}-{a.episodes}{'-full' if a.full_prompts else ''}.jsonl"
+    src = a.dir / f"{a.kind}-{a.episodes}{f'-from{a.start}' if a.start else ''}{'-full' if a.full_prompts else ''}.jsonl"
     if not src.exists():
-        export(episodes(a.kind, a.episodes), "jsonl", src, full_prompts=a.full_prompts)
+        export(episodes(a.kind, a.episodes, a.start), "jsonl", src, full_prompts=a.full_prompts)
     start = time.perf_counter()
     with open(src, "rb") as f:
         n = sum(1 for line in f if json.loads(line))
@@ -78,13 +84,20 @@ def main() -> None:
     print(f"{src}: {n:,} episodes, {size / n / 1e3:.1f} KB an episode")
     print(f"   json.loads alone: {parse:.2f} s, {n / parse:,.0f} episodes a second")
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
+        if a.into is not None:
+            shutil.copy(a.into, Path(tmp) / "import.db")
         store = Store(Path(tmp) / "import.db")
+        before = store.count()
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        bytes_before = sum(p.stat().st_size for p in Path(tmp).glob("import.db*"))
         start = time.perf_counter()
         import_path(src, "jsonl", store)
         took = time.perf_counter() - start
-        stored = store.count()
+        stored = store.count() - before
+        if before:
+            print(f"   into a copy of {a.into} ({before:,} episodes)")
         store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        db_bytes = sum(p.stat().st_size for p in Path(tmp).glob("import.db*"))
+        db_bytes = sum(p.stat().st_size for p in Path(tmp).glob("import.db*")) - bytes_before
         store.close()
     print(f"   import:           {took:.2f} s, {stored / took:,.0f} episodes a second ({took / parse:.1f}x json.loads); "
           f"{db_bytes / stored / 1e3:.1f} KB an episode in the database")

@@ -88,7 +88,7 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
                 launch_view = launch_tab.build(store)
             with gr.Tab("Step", id="step", elem_id="rs-tab-step"):
                 step_view = step_tab.build(store)
-            with gr.Tab("Group", id="group", elem_id="rs-tab-group"):
+            with gr.Tab("Group", id="group", elem_id="rs-tab-group") as group_item:
                 group_view = group_tab.build(store)
             with gr.Tab("Compare", id="compare", elem_id="rs-tab-compare"):
                 compare_view = compare_tab.build(store)
@@ -165,11 +165,21 @@ def build_app(db_path: str, watches: WatchManager | None = None) -> gr.Blocks:
 
         def group_from_query(request: gr.Request) -> list[Any]:
             gid = (request.query_params.get("group") or "").strip() if request else ""
-            if not gid:  # the groups to pick from
-                return grouped.values(**group_tab.view(store, ""))
+            if not gid:  # the groups to pick from are listed when the tab is opened
+                return grouped.skip()
             return grouped.values(tabs=gr.Tabs(selected="group"), **group_tab.view(store, gid))
 
         demo.load(group_from_query, outputs=grouped.components)
+        # The list of groups counts every group: read when the tab is opened (each time, so it is current), not
+        # with every page load, and never over a group being shown.
+        listed = group_view.outputs
+
+        def group_list(gid: Any) -> list[Any]:
+            return listed.skip() if str(gid or "").strip() else listed.values(**group_tab.view(store, ""))
+
+        listing = group_item.select(group_list, inputs=[group_view.group], outputs=listed.components)
+        for trigger in (group_view.show.click, group_view.group.submit):  # a group asked for: the list never lands on it
+            trigger(None, cancels=[listing])
         group_view.view.click(launch_tab.open_request, outputs=[episode_request])
         group_view.compare.click(
             lambda x, y: compared.values(tabs=gr.Tabs(selected="compare"), **compare_tab.view(store, x, y)),

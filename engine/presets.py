@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,9 @@ class LoopConfig:
             raise ConfigError(f"apply_chat_template_kwargs must be a JSON object, not {self.apply_chat_template_kwargs!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Every knob is a str, a number, a bool or None: no copy is needed of any (``asdict`` copies deeply, and
+        # runs for every episode written).
+        return {name: getattr(self, name) for name in _KNOB_NAMES}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoopConfig:
@@ -168,6 +170,9 @@ class LoopConfig:
             return replace(self, **out)
         except TypeError as e:
             raise ConfigError(str(e)) from None
+
+
+_KNOB_NAMES = tuple(f.name for f in fields(LoopConfig))
 
 
 def knobs() -> list[dict[str, Any]]:

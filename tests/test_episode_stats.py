@@ -16,7 +16,8 @@ import pytest
 
 from engine.records.episode import Episode, Finding, Severity, Status
 from engine.store import BrowseStats, EpisodeFilter, Store, codec
-from engine.store.schema import CHART_KEY, CHART_TABLES, STATS_KEY, length_bucket
+from engine.store.schema import CHART_KEY, CHART_TABLES, LISTING_TABLES, STATS_KEY, TOTAL_TABLES, length_bucket
+from tests.synthetic import synthetic_episodes
 from tests.test_store_paging import varied
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -64,6 +65,7 @@ def recount(path: Path) -> list[tuple[object, ...]]:
 
 
 CHART = [c for c, _ in CHART_KEY]
+MAINTAINED = (*CHART_TABLES, *LISTING_TABLES, *TOTAL_TABLES)
 
 
 def chart_recount(path: Path) -> dict[str, list[tuple[object, ...]]]:
@@ -74,17 +76,32 @@ def chart_recount(path: Path) -> dict[str, list[tuple[object, ...]]]:
                             ).fetchall()
     finally:
         conn.close()
-    out: dict[str, Counter[tuple[object, ...]]] = {t: Counter() for t in CHART_TABLES}
+    out: dict[str, Counter[tuple[object, ...]]] = {t: Counter() for t in MAINTAINED}
     for *key, tokens, trainable, task, group in rows:
         out["length_stats"][(*key, "tokens", length_bucket(tokens or 0))] += 1
         out["length_stats"][(*key, "trainable", length_bucket(trainable or 0))] += 1
         out["task_stats"][(task, *key)] += 1
         out["group_stats"][(group, task, *key)] += 1
-    return {t: sorted(((*k, n) for k, n in c.items()), key=repr) for t, c in out.items()}
+    # The lists' counts: each run's episodes per model, and each tag's episodes.
+    conn = sqlite3.connect(path)
+    try:
+        out["run_models"].update(conn.execute("SELECT run_id, model FROM episodes").fetchall())
+        out["tag_stats"].update((t,) for (t,) in conn.execute("SELECT tag FROM tags"))
+        out["episode_total"].update((1,) for _ in rows)
+        # The totals: per task, env, preset and reward; per group and reward; per group, its episodes and distinct rewards (nulls left out).
+        out["task_rewards"].update(conn.execute("SELECT task_id, env, preset, reward FROM episodes").fetchall())
+        rewards = conn.execute("SELECT group_id, reward FROM episodes").fetchall()
+        out["group_rewards"].update(rewards)
+        for g in {g for g, _ in rewards}:
+            mine = [r for h, r in rewards if h == g]
+            out["group_summary"][(g, len(mine), len({r for r in mine if r is not None}))] = 0
+    finally:
+        conn.close()
+    return {t: sorted(((*k, n) if t != "group_summary" else k for k, n in c.items()), key=repr) for t, c in out.items()}
 
 
 def chart_maintained(store: Store) -> dict[str, list[tuple[object, ...]]]:
-    return {t: sorted(store.browse_query(f"SELECT * FROM {t}"), key=repr) for t in CHART_TABLES}
+    return {t: sorted(store.browse_query(f"SELECT * FROM {t}"), key=repr) for t in MAINTAINED}
 
 
 def maintained(store: Store) -> list[tuple[object, ...]]:
@@ -163,6 +180,8 @@ def test_charts_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Pat
         assert_same_stats(store.stats(flt), store.stats(counted))
         for by in (None, "rollout_step", "run_id", "env", "preset"):
             assert store.outcome_counts(flt, by) == store.outcome_counts(counted, by)
+    every = store.stats(EpisodeFilter())  # tasks and flat groups from the totals, equal to the count above
+    assert 0 < every.n_flat_groups < every.n_groups and every.n_tasks > 40 and len(every.tasks) == 40
     assert not EpisodeFilter(tags=("x",)).on_stats and not EpisodeFilter(task_id="t").on_stats
     for run in ("run0", "run1", "run2"):
         steps = store.step_stats(run)
@@ -334,3 +353,103 @@ def test_lengths_are_binned_by_their_leading_bits_in_sql_as_in_python(tmp_path: 
         assert length_bucket(nxt) == nxt and length_bucket(nxt - 1) == edge
         edge = nxt
     conn.close()
+
+
+@pytest.mark.parametrize("golden", ["dbschema7.sqlite", "dbschema12.sqlite"])
+def test_the_lists_of_runs_and_tags_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Path,
+                                                                                      golden: str) -> None:
+    """The runs list, the runs with steps, the tag counts and the page's stamp, from the maintained aggregates (an
+    upgraded copy) and from the browse index (the file read-only, without them): the same, and what the episodes
+    say, counted here."""
+    store, now = read_only_and_upgraded(tmp_path, golden)
+    assert now._has_table("run_models") and now._has_table("tag_stats") and not store._has_table("run_models")
+    for a, b in zip(now.run_overview(), store.run_overview(), strict=True):
+        assert dataclasses.replace(a, mean_reward=0.0) == dataclasses.replace(b, mean_reward=0.0)
+        assert a.mean_reward == pytest.approx(b.mean_reward, abs=1e-12)
+    assert now.runs_with_steps() == store.runs_with_steps()
+    assert now.tag_counts() == store.tag_counts() and now.episodes_stamp() == store.episodes_stamp()
+    rows = now.list_episodes(limit=100_000)
+    by_run: dict[object, list] = {}
+    for r in rows:
+        by_run.setdefault(r.run_id, []).append(r)
+    listed = now.run_overview()
+    assert len(listed) == len(by_run) > 1 and [r.started for r in listed] == sorted((r.started for r in listed),
+                                                                                    reverse=True)
+    for run in listed:
+        mine = by_run[run.run_id]
+        rewards = [r.reward for r in mine if r.reward is not None]
+        assert run.n_episodes == len(mine) and run.started == min(r.created_at for r in mine)
+        assert run.envs == ",".join(sorted({r.env for r in mine}))
+        assert run.presets == ",".join(sorted({r.preset for r in mine} - {""}))
+        assert run.policies == ",".join(sorted({r.model for r in mine} - {""}))
+        assert run.mean_reward == pytest.approx(sum(rewards) / len(rewards), abs=1e-12)
+        assert run.with_errors == sum(r.n_errors > 0 for r in mine)
+    assert dict(now.tag_counts()) == Counter(t for r in rows for t in r.tags) != {}
+    assert now.episodes_stamp()[0] == now.count() == len(rows)
+    store.close()
+    now.close()
+
+
+def test_a_name_with_a_comma_is_listed_whole_and_an_empty_store_lists_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "names.db")
+    assert store.run_overview() == [] and store.runs_with_steps() == [] and store.tag_counts() == []
+    assert store.episodes_stamp() == (0, 0, 0.0, 0) and store.count() == 0
+    store.save_episodes([entropic(1).evolve(id="a", run_id="r", env="env,with,commas", preset="p,q"),
+                         entropic(2).evolve(id="b", run_id="r", env="plain", preset="p,q")])
+    [run] = store.run_overview()
+    assert run.envs == "env,with,commas,plain" and run.presets == "p,q" and run.n_episodes == 2
+    assert store.episodes_stamp()[0] == store.count() == 2
+    store.db.execute("DELETE FROM episodes WHERE id = 'a'")
+    store.db.conn.commit()
+    assert store.episodes_stamp()[0] == store.count() == 1 and store.run_overview()[0].envs == "plain"
+    store.close()
+
+
+def test_the_group_list_from_the_aggregates_says_what_the_episodes_say(tmp_path: Path) -> None:
+    """The Group tab's list: every group of two or more samples counted, the first ``limit`` by id read out, from
+    ``group_stats`` where it answers the filter and from the browse index where it does not; each group's count,
+    mean, spread and range what its samples say."""
+    store = Store(tmp_path / "groups.db")
+    eps = [entropic(i) for i in range(300)]
+    store.save_episodes(eps)
+    samples: dict[str, list] = {}
+    for e in eps:
+        if e.group_id is not None:
+            samples.setdefault(e.group_id, []).append(e)
+    groups = sorted(g for g, members in samples.items() if len(members) > 1)
+    assert len(groups) > 12
+    for limit in (5, 1000):
+        total, shown = store.group_stats(limit=limit)
+        counted, by_index = store.group_stats(EpisodeFilter(search_context=True), limit=limit)
+        assert total == counted == len(groups) and [g.key for g in shown] == groups[:limit]
+        assert [dataclasses.replace(g, mean=0.0, std=0.0) for g in shown] == \
+            [dataclasses.replace(g, mean=0.0, std=0.0) for g in by_index]
+        for g in shown:
+            rewards = np.array([e.reward for e in samples[g.key]])
+            assert g.n == len(rewards) and (g.min, g.max) == (rewards.min(), rewards.max())
+            assert (g.mean, g.std) == pytest.approx((rewards.mean(), rewards.std()), abs=1e-9)
+    # A filter the aggregates answer, and one they do not, select the same groups.
+    flt = EpisodeFilter(status=("completed",))
+    assert flt.on_chart_stats
+    assert store.group_stats(flt)[0] == store.group_stats(dataclasses.replace(flt, search_context=True))[0]
+    empty = Store(tmp_path / "empty.db")
+    assert empty.group_stats() == (0, [])
+    store.close()
+    empty.close()
+
+
+def test_a_read_only_store_of_more_than_a_thousand_episodes_draws_its_charts(tmp_path: Path) -> None:
+    """The planner's statistics are refreshed when a database has grown: never on a file this process may not write
+    (SQLite refuses the ANALYZE), whose charts read with the statistics the file has."""
+    path = tmp_path / "many.db"
+    writer = Store(path)
+    writer.save_episodes(synthetic_episodes(1_100))
+    with writer.db.conn:
+        writer.db.execute("DROP TABLE IF EXISTS sqlite_stat1")  # a file no writer has analysed since it grew
+    expected = writer.stats(EpisodeFilter())
+    writer.close()
+    reader = Store(path, read_only=True)
+    for flt in (EpisodeFilter(), EpisodeFilter(status=("completed",), reward_min=0.5), EpisodeFilter(text="needle")):
+        assert reader.stats(flt).total == reader.count(flt)
+    assert_same_stats(reader.stats(EpisodeFilter()), expected)
+    reader.close()

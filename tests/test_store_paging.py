@@ -10,7 +10,7 @@ import pytest
 
 from engine import EpisodePage, MatchCount
 from engine.errors import ConfigError
-from engine.records.episode import Episode
+from engine.records.episode import Episode, Status
 from engine.records.outcome import OUTCOME_KINDS, Outcome
 from engine.records.provenance import Source
 from engine.store import SORTABLE, EpisodeFilter, Store, migrations
@@ -216,11 +216,13 @@ def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_the
     path = tmp_path / "eight.sqlite"
     shutil.copy(GOLDEN / "dbschema8.sqlite", path)
     # 0013 adds an index, 0014 only marks the file, 0015 rewrites outcomes that readers compute again as they read,
-    # 0016 adds figures read from the token arrays, 0017 aggregates counted from the index: readers do without all five.
+    # 0016 adds figures read from the token arrays, 0017 and 0019 aggregates counted from the index, 0018 two indexes:
+    # readers do without all seven.
     store = Store(path, read_only=True)
     assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index", "0014_prompt_pieces",
                                                               "0015_summed_outcomes", "0016_entropy_stats",
-                                                              "0017_chart_stats"]
+                                                              "0017_chart_stats", "0018_status_sort_indexes",
+                                                              "0019_listing_stats"]
     run = store.list_episodes(limit=1)[0].run_id
     flt = EpisodeFilter(run_id=run)
     page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))
@@ -268,3 +270,36 @@ def test_a_page_is_read_while_the_charts_are_still_counting(store: Store) -> Non
         worker.join(30)
         conn.set_progress_handler(None, 0)
     assert charts["stats"].total == exact[0] == store.count_upto(flt, bound=N).n
+
+
+def test_one_status_sorted_by_turns_or_tokens_is_read_from_an_index_where_the_long_ones_are_truncated(
+        tmp_path: Path) -> None:
+    """The truncated episodes are the long ones: a walk of the turns (or tokens) index from the top meets them all
+    before the first completed one, and without an index by status then turns the page sorted every match."""
+    path = tmp_path / "long.db"
+    s = Store(path)
+    eps = [synthetic_episode(i) for i in range(600)]
+    longest = sorted(e.n_turns for e in eps)[len(eps) // 2]
+    s.save_episodes(e.evolve(status=Status.TRUNCATED if e.n_turns >= longest else Status.COMPLETED) for e in eps)
+    completed = EpisodeFilter(status=("completed",))
+    many = MatchCount(10, False)
+    costs: dict[tuple[str, bool], int] = {}
+    for indexed in (True, False):
+        if not indexed:
+            with s.db.conn:
+                s.db.execute("DROP INDEX episode_index_status_turns")
+                s.db.execute("DROP INDEX episode_index_status_tokens")
+        for column in ("n_turns", "n_tokens"):
+            by_offset = [r.id for r in s.list_episodes(completed, column, True, 1000)]
+            walked: list[str] = []
+            page = s.page_episodes(completed, column, True, 20, matches=many)
+            costs[column, indexed] = _steps(s, lambda c=column: s.page_episodes(completed, c, True, 20, matches=many))
+            while True:
+                walked += [r.id for r in page.rows]
+                if page.after is None:
+                    break
+                page = s.page_episodes(completed, column, True, 20, after=page.after, matches=many)
+            assert walked == by_offset and len(walked) == sum(e.n_turns < longest for e in eps)
+    for column in ("n_turns", "n_tokens"):
+        assert 4 * costs[column, True] < costs[column, False], costs
+    s.close()

@@ -43,8 +43,8 @@ def view(store: Store, group_id: Any) -> dict[str, Any]:
     try:
         g = load_group(store, gid)
         flat = flat_groups(store, g.samples[0].episode.run_id)
-    except RollscopeError as e:
-        return {"view": views.empty(str(e), "error")}
+    except RollscopeError as e:  # the id stays in its box: the list, read when the tab opens, leaves the error
+        return {"group": gid, "view": views.empty(str(e), "error")}
     ids = [(f"sample {s.episode.sample_index} · {s.episode.id} · reward {s.reward:g}", s.episode.id) for s in g.samples]
     return {"group": gid, "view": views.render(g, flat),
             "pick_a": gr.Dropdown(choices=ids, value=ids[0][1]),
@@ -61,7 +61,7 @@ def build(store: Store) -> GroupTab:
         pick_a = gr.Dropdown([], label="compare A", scale=2, min_width=200, elem_id="rs-group-a")
         pick_b = gr.Dropdown([], label="with B", scale=2, min_width=200, elem_id="rs-group-b")
         compare = gr.Button("Compare", scale=0, min_width=110, elem_id="rs-group-compare")
-    out = html(views.empty(), "rs-group-view", script("open_episode"))  # the list comes with the page's load
+    out = html(views.empty(), "rs-group-view", script("open_episode"))  # the list comes when the tab is opened
     tab = GroupTab(group, show, out, pick_a, pick_b, compare)
     shown = tab.outputs
     for trigger in (show.click, group.submit):

@@ -86,7 +86,25 @@ class EnvInfo:
 _KNOB_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float)}
 
 
+_LOOPS_READ: dict[tuple[tuple[str, str], ...], LoopConfig] = {}  # the knobs of a run repeat in every episode
+_LOOPS_KEPT = 64
+
+
 def _loop_from_fields(f: Fields) -> LoopConfig:
+    # Keyed by each value's repr: 1, 1.0 and True (and 0.0 and -0.0) are equal keys in Python, not equal knobs.
+    key = tuple((k, repr(v)) for k, v in f.d.items()) if all(
+        type(v) in (str, int, float, bool, type(None)) for v in f.d.values()) else None
+    loop = _LOOPS_READ.get(key) if key is not None else None
+    if loop is None:
+        loop = _read_loop(f)
+        if key is not None:
+            if len(_LOOPS_READ) >= _LOOPS_KEPT:
+                _LOOPS_READ.clear()
+            _LOOPS_READ[key] = loop
+    return loop
+
+
+def _read_loop(f: Fields) -> LoopConfig:
     known = {x.name: x for x in fields(LoopConfig)}
     for key in f.d:
         if key not in known:

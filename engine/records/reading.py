@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import FormatError
 from .jsonbounds import depth_over, too_deep
 from .numbers import is_finite, not_finite
-from .textsafe import from_json_safe
+from .textsafe import NONFINITE_KEY, from_json_safe
 
 
 def _type_name(v: Any) -> str:
@@ -62,24 +62,46 @@ class Fields:
             raise self.fail(key, f"must be {what}{' or null' if null else ''}, got {_type_name(v)} {v!r:.40}")
         return v
 
+    # Each reader first takes a value of the exact type JSON decodes to (one dict lookup, one type test) and
+    # leaves everything else (a missing key, a subclass, a wrong type, an int where a float goes) to ``_typed``,
+    # which reads it the same way or names the field at fault.
+
     def text(self, key: str) -> str:
-        return str(self._typed(key, False, lambda v: isinstance(v, str), "a string"))
+        v = self.d.get(key)
+        if type(v) is str:
+            return v
+        return str(self._typed(key, False, _is_str, "a string"))
 
     def text_or_none(self, key: str) -> str | None:
-        v = self._typed(key, True, lambda v: isinstance(v, str), "a string")
+        v = self.d.get(key, _MISSING)
+        if v is None or type(v) is str:
+            return v
+        v = self._typed(key, True, _is_str, "a string")
         return None if v is None else str(v)
 
     def integer(self, key: str) -> int:
+        v = self.d.get(key)
+        if type(v) is int:
+            return v
         return int(self._typed(key, False, _is_int, "an integer"))
 
     def int_or_none(self, key: str) -> int | None:
+        v = self.d.get(key, _MISSING)
+        if v is None or type(v) is int:
+            return v
         v = self._typed(key, True, _is_int, "an integer")
         return None if v is None else int(v)
 
     def number(self, key: str) -> float:
+        v = self.d.get(key)
+        if type(v) is float and v - v == 0.0:  # finite: NaN - NaN and inf - inf are NaN
+            return v
         return self._finite(key, float(self._typed(key, False, _is_number, "a number")))
 
     def number_or_none(self, key: str) -> float | None:
+        v = self.d.get(key, _MISSING)
+        if v is None or (type(v) is float and v - v == 0.0):
+            return v
         v = self._typed(key, True, _is_number, "a number")
         return None if v is None else self._finite(key, float(v))
 
@@ -89,16 +111,28 @@ class Fields:
         return v
 
     def boolean(self, key: str) -> bool:
+        v = self.d.get(key)
+        if v is True or v is False:
+            return v
         return bool(self._typed(key, False, lambda v: isinstance(v, bool), "true or false"))
 
     def obj(self, key: str) -> dict[str, Any]:
         """A free-form object; numbers stored as ``$nonfinite`` (see ``textsafe.json_safe``) read back as floats."""
+        value = self.d.get(key)
+        if type(value) is dict and NONFINITE_KEY not in value and all(type(c) in _SCALARS for c in value.values()):
+            return dict(value)  # flat (no nesting to bound, no ``$nonfinite`` object), as most are
         value = self._typed(key, False, lambda v: isinstance(v, dict), "an object")
         if depth_over(value):
             raise self.fail(key, too_deep())
-        return dict(from_json_safe(value))
+        read = from_json_safe(value)
+        if not isinstance(read, dict):  # the object itself spells a number
+            raise self.fail(key, f"must be an object, got the number {value[NONFINITE_KEY]}")
+        return dict(read)
 
     def items(self, key: str) -> list[Any]:
+        v = self.d.get(key)
+        if type(v) is list:
+            return v[:]
         return list(self._typed(key, False, lambda v: isinstance(v, list), "a list"))
 
     def choice(self, key: str, allowed: Collection[str]) -> str:
@@ -115,7 +149,8 @@ class Fields:
         return None if v is None else Fields(v, self.name(key), self.nonfinite)
 
     def subs(self, key: str) -> list[Fields]:
-        return [Fields(v, f"{self.name(key)}.{i}", self.nonfinite) for i, v in enumerate(self.items(key))]
+        at = self.name(key)
+        return [Fields(v, f"{at}.{i}", self.nonfinite) for i, v in enumerate(self.items(key))]
 
     def texts(self, key: str) -> tuple[str, ...]:
         out = self.items(key)
@@ -126,6 +161,8 @@ class Fields:
 
     def numbers(self, key: str) -> tuple[float, ...]:
         out = self.items(key)
+        if all(type(v) is float for v in out) and math.isfinite(sum(out)):  # as in ``logprobs_or_none``
+            return tuple(out)
         for i, v in enumerate(out):
             if not _is_number(v):
                 raise FormatError(f"must be a number, got {_type_name(v)}", field=f"{self.name(key)}.{i}")
@@ -135,7 +172,7 @@ class Fields:
 
     def ints(self, key: str) -> tuple[int, ...]:
         out = self.items(key)
-        if not all(_is_int(v) for v in out):
+        if not all(type(v) is int for v in out) and not all(_is_int(v) for v in out):
             i = next(i for i, v in enumerate(out) if not _is_int(v))
             raise FormatError(f"must be an integer, got {_type_name(out[i])}", field=f"{self.name(key)}.{i}")
         return tuple(out)
@@ -148,6 +185,12 @@ class Fields:
             return None
         if not isinstance(v, list):
             raise self.fail(key, f"must be a list or null, got {_type_name(v)}")
+        # The common case, finite floats and nulls, at C speed: a sum of floats is finite only when each of them
+        # is (a NaN or an infinity carries through; a sum of finite floats that overflows goes the long way).
+        if all(type(x) is float or x is None for x in v):
+            known = [x for x in v if x is not None]
+            if math.isfinite(sum(known)):
+                return tuple(v) if len(known) == len(v) else tuple(math.nan if x is None else x for x in v)
         out = []
         for i, x in enumerate(v):
             if x is None:
@@ -160,6 +203,14 @@ class Fields:
             else:
                 raise FormatError(f"must be a number or null, got {_type_name(x)}", field=f"{self.name(key)}.{i}")
         return tuple(out)
+
+
+_MISSING = object()
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
 
 
 def _is_int(v: Any) -> bool:

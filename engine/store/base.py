@@ -101,20 +101,46 @@ class StoreBase:
     def browse_query(self, sql: str, args: Sequence[Any] = (), background: bool = False) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
+    _table_names: frozenset[str] | None = None
+
+    def _tables(self) -> frozenset[str]:
+        """The tables the file holds, read once: only a migration adds one, and migrations run as the store opens
+        (``forget_tables`` after them). A read on every call would wait on the Browse connection behind whatever
+        it is reading."""
+        if self._table_names is None:
+            self._table_names = frozenset(r[0] for r in self.browse_query(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"))
+        return self._table_names
+
+    def forget_tables(self) -> None:
+        """Read the tables again at the next ``_tables`` (after a migration)."""
+        self._table_names = None
+        self._stats_from = None
+
     def _has_stats(self) -> bool:
         """Whether the file holds the maintained aggregates, ``episode_stats`` (a read-only file of schema 7 does not:
         its readers count from the browse index instead)."""
-        return bool(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'episode_stats'"))
+        return "episode_stats" in self._tables()
 
     def _has_chart_stats(self) -> bool:
         """Whether the file holds Browse's other maintained aggregates (``schema.CHART_TABLES``; a read-only file of
         schema 12 or before does not: its charts count from the browse index)."""
-        return len(self.browse_query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN "
-                                     "('length_stats', 'task_stats', 'group_stats')")) == 3
+        return {"length_stats", "task_stats", "group_stats"} <= self._tables()
+
+    def _has_table(self, name: str) -> bool:
+        """Whether the file holds table ``name`` (a read-only file lacking a derived step does not)."""
+        return name in self._tables()
+
+    _stats_from: str | None = None
 
     def _stats_rows(self) -> str:
         """What to read ``episode_stats``' columns from: the table, or the browse index a row an episode. A read-only
         file from before the entropy figures (schema 12) reads 0 for them: none known."""
+        if self._stats_from is None:
+            self._stats_from = self._find_stats_rows()
+        return self._stats_from
+
+    def _find_stats_rows(self) -> str:
         if self._has_stats():
             have = {r[0] for r in self.browse_query("SELECT name FROM pragma_table_info('episode_stats')")}
             if "n_entropy" in have:

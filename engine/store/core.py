@@ -26,6 +26,10 @@ from .runs import RunQueries
 from .schema import DB_SCHEMA, backfill_diagnosis
 from .writes import Writes
 
+WRITE_CACHE_KB = 65_536
+"""The writing connection's page cache, in KiB (SQLite's default is 2,000): 10% off the writes into a database of
+100,000 episodes (``bench/import_jsonl.py``)."""
+
 
 def _gone(pid: int | None) -> bool:
     """Whether the process that wrote a ``running`` row is gone (None: unknown, so gone)."""
@@ -85,6 +89,9 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
             conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            # The writer's page cache: a write touches a page of each of the browse index's indexes and of the
+            # search index, which outgrow SQLite's default 2 MB within the first ten thousand episodes.
+            conn.execute(f"PRAGMA cache_size = -{WRITE_CACHE_KB}")
             self.db = sqlite_utils.Database(conn)
             self._migrate()
         except sqlite3.DatabaseError as e:
@@ -134,6 +141,7 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
             if names and "meta" not in names:
                 raise StoreError(f"{self.path} is a SQLite file but not a Rollscope database (tables: {', '.join(sorted(names))})")
             self.applied = migrations.migrate(db, self.path)
+            self.forget_tables()
             # A file written by the version before the migrations table whose diagnosis fill was cut off.
             if db.execute("SELECT value FROM meta WHERE key = 'diagnosis_filled'").fetchone() is None:
                 with db.conn:

@@ -10,14 +10,14 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..records import textsafe
 from ..records.episode import Episode, Turn
 from .base import StoreBase
-from .schema import bucket_width, length_bucket_sql
+from .schema import TOTAL_TABLES, bucket_width, length_bucket_sql
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,7 @@ class BrowseStats:
 # had as a LIKE over the JSON, at index speed.
 _MIN_TRIGRAM = 3
 CONTEXT_PART = -1  # system prompts and tool schemas
+_LOOKUP = 500  # texts looked up in one query (SQLite takes up to 32,766 parameters)
 
 
 def text_clause(text: str, context: bool = False) -> tuple[str, str]:
@@ -168,13 +169,13 @@ class IndexQueries(StoreBase):
         conn.execute("PRAGMA analysis_limit = 1000")
         conn.execute("ANALYZE episode_index")
         conn.commit()
-        self._analyzed_rows = int(conn.execute("SELECT COUNT(*) FROM episode_index").fetchone()[0])
+        self._analyzed_rows = _rows_about(conn)
 
     def _maybe_analyze(self, conn: sqlite3.Connection) -> None:
         # A database that grew a lot since the last statistics (the dashboard
-        # was started on an empty one) gets new ones.
-        rows = int(conn.execute("SELECT COUNT(*) FROM episode_index").fetchone()[0])
-        if rows > 2 * getattr(self, "_analyzed_rows", 0) + 1000:
+        # was started on an empty one) gets new ones; a file this process may
+        # not write keeps the statistics it has.
+        if not self.read_only and _rows_about(conn) > 2 * self._analyzed_rows + 1000:
             self._analyze(conn)
 
     def _reindex_search(self) -> None:
@@ -185,32 +186,49 @@ class IndexQueries(StoreBase):
             with self.db.conn:
                 self._write_search(ep)
 
-    def _text_id(self, text: str) -> int:
-        try:
-            raw = text.encode("utf-8")
-        except UnicodeEncodeError:  # text that reached the store unmade-safe (an import, an old record)
-            text = textsafe.clean_text(text)
-            raw = text.encode("utf-8")
-        digest = hashlib.blake2b(raw, digest_size=16).digest()
-        row = self.db.conn.execute("SELECT id FROM search_texts WHERE hash = ?", [digest]).fetchone()
-        if row is not None:
-            return int(row[0])
-        cur = self.db.conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)", [digest, text])
-        return int(cur.lastrowid or 0)
+    def _text_ids(self, texts: Iterable[str]) -> dict[str, int]:
+        """The search-index id of each text that is not blank (each distinct text is stored once: a text stored
+        before keeps its id), looked up in one query for a few hundred texts."""
+        digest_of: dict[str, bytes] = {}
+        bodies: dict[bytes, str] = {}  # a text as stored, by its digest
+        for text in texts:
+            if not text or text in digest_of or not text.strip():
+                continue
+            body = text
+            try:
+                raw = text.encode("utf-8")
+            except UnicodeEncodeError:  # text that reached the store unmade-safe (an import, an old record)
+                body = textsafe.clean_text(text)
+                raw = body.encode("utf-8")
+            digest = hashlib.blake2b(raw, digest_size=16).digest()
+            digest_of[text] = digest
+            bodies.setdefault(digest, body)
+        conn = self.db.conn
+        found: dict[bytes, int] = {}
+        keys = list(bodies)
+        for i in range(0, len(keys), _LOOKUP):
+            part = keys[i:i + _LOOKUP]
+            found.update(conn.execute(
+                f"SELECT hash, id FROM search_texts WHERE hash IN ({','.join('?' * len(part))})", part).fetchall())
+        for digest, body in bodies.items():
+            if digest not in found:
+                found[digest] = int(conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)",
+                                                 [digest, body]).lastrowid or 0)
+        return {text: found[digest] for text, digest in digest_of.items()}
 
     def _write_search(self, ep: Episode, turn: int | None = None) -> None:
         """Point the search index at an episode's texts (or at its opening's and one turn's)."""
         conn = self.db.conn
         if turn is None:
             conn.execute("DELETE FROM search_refs WHERE episode_id = ?", [ep.id])
-        for part, texts in search_texts(ep, turn):
+        parts = search_texts(ep, turn)
+        ids = self._text_ids(x for _, texts in parts for x in texts)
+        refs = []
+        for part, texts in parts:
             if turn is not None:
                 conn.execute("DELETE FROM search_refs WHERE episode_id = ? AND part = ?", [ep.id, part])
-            ids = {self._text_id(x) for x in texts if x and x.strip()}
-            conn.executemany(
-                "INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)",
-                [(ep.id, part, i) for i in ids],
-            )
+            refs += [(ep.id, part, i) for i in sorted({ids[x] for x in texts if x in ids})]
+        conn.executemany("INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)", refs)
 
     # -- reading for Browse ----------------------------------------------------
 
@@ -300,17 +318,27 @@ class IndexQueries(StoreBase):
 
     def tag_counts(self) -> list[tuple[str, int]]:
         """Every tag in use with the number of episodes carrying it."""
-        return [(r[0], int(r[1])) for r in self.browse_query("SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag")]
+        sql = "SELECT tag, n FROM tag_stats ORDER BY tag" if self._has_table("tag_stats") else \
+            "SELECT tag, COUNT(*) FROM tags GROUP BY tag ORDER BY tag"
+        return [(r[0], int(r[1])) for r in self.browse_query(sql)]
 
     def group_stats(self, flt: Any = None, limit: int = 500) -> tuple[int, list[RewardStats]]:
         """(how many groups, the first ``limit`` by id): the GRPO groups (two or more samples of one task) among
         the episodes ``flt`` selects, each with its reward count, mean, deviation and range."""
         where, args = _where(flt)
-        stat = "COUNT(*), AVG(reward), AVG(reward * reward), MIN(reward), MAX(reward)"
-        rows = self.browse_query(f"SELECT group_id, MIN(task_id), {stat}, MIN(env), MIN(preset) FROM episode_index "
-                                 f"WHERE ({where}) AND group_id IS NOT NULL GROUP BY group_id HAVING COUNT(*) > 1 "
-                                 "ORDER BY group_id", args, background=True)
-        return len(rows), [_reward_stats(r) for r in rows[:limit]]
+        # From the maintained per-group counts when they answer the filter (a row per group and reward, not per
+        # episode); the groups counted in SQL, and only the first ``limit`` read out.
+        charted = (flt is None or bool(getattr(flt, "on_chart_stats", False))) and self._has_chart_stats()
+        src, n, weight = (f"FROM group_stats WHERE ({where})", "SUM(n)", "n") if charted else \
+            (f"FROM episode_index WHERE ({where})", "COUNT(*)", "1")
+        known = f"SUM(CASE WHEN reward IS NOT NULL THEN {weight} END)"
+        stat = (f"{n}, SUM(reward * {weight}) / {known}, SUM(reward * reward * {weight}) / {known}, MIN(reward), "
+                "MAX(reward)")
+        rows = self.browse_query(
+            f"SELECT *, COUNT(*) OVER () FROM (SELECT group_id, MIN(task_id), {stat}, MIN(env), MIN(preset) {src} "
+            f"AND group_id IS NOT NULL GROUP BY group_id HAVING {n} > 1) ORDER BY 1 LIMIT ?", [*args, limit],
+            background=True)
+        return (int(rows[0][-1]) if rows else 0), [_reward_stats(r[:-1]) for r in rows]
 
     def stats(self, flt: Any = None, *, task_limit: int = 40, group_limit: int = 2000, max_bars: int = 30,
               reward_sets: int = 6) -> BrowseStats:
@@ -365,6 +393,11 @@ class IndexQueries(StoreBase):
             stat = (f"{n}, SUM(reward * {weight}) / SUM(CASE WHEN reward IS NOT NULL THEN {weight} END), "
                     f"SUM(reward * reward * {weight}) / SUM(CASE WHEN reward IS NOT NULL THEN {weight} END), "
                     "MIN(reward), MAX(reward)")
+            # Every episode: the tasks and groups counted from rows a task or group (``schema.TOTAL_TABLES``), not a
+            # task or group per run and status.
+            totals = charted and where == "1" and set(TOTAL_TABLES) <= self._tables()
+            if totals:
+                tasks_from = f"FROM task_rewards WHERE {where}"
             n_tasks = q(f"SELECT COUNT(DISTINCT task_id) {tasks_from}", args).fetchone()[0]
             # The most frequent tasks, then their rows per env and preset.
             top = [r[0] for r in q(f"SELECT task_id, {n} {tasks_from} GROUP BY task_id ORDER BY 2 DESC, 1 LIMIT ?",
@@ -377,8 +410,12 @@ class IndexQueries(StoreBase):
             multi = f"{groups_from} AND group_id IS NOT NULL GROUP BY group_id HAVING {n} > 1"
             groups = q(f"SELECT group_id, MIN(task_id), {stat}, '', '' {multi} ORDER BY group_id LIMIT ?",
                        [*args, group_limit]).fetchall()
-            n_groups, n_flat = q(f"SELECT COUNT(*), IFNULL(SUM(lo IS hi), 0) FROM (SELECT MIN(reward) AS lo, "
-                                 f"MAX(reward) AS hi {multi})", args).fetchone()
+            if totals:  # flat: at most one reward among its samples (none known counts as one)
+                n_groups, n_flat = q("SELECT COUNT(*), IFNULL(SUM(rewards <= 1), 0) FROM group_summary "
+                                     "WHERE group_id IS NOT NULL AND n > 1").fetchone()
+            else:
+                n_groups, n_flat = q(f"SELECT COUNT(*), IFNULL(SUM(lo IS hi), 0) FROM (SELECT MIN(reward) AS lo, "
+                                     f"MAX(reward) AS hi {multi})", args).fetchone()
         return BrowseStats(
             total=int(total), rewards=rewards, n_reward_sets=n_sets, status=tuple((str(s), int(c)) for s, c in status),
             turns=tuple((int(t or 0), int(c)) for t, c in turns), tokens=tokens, trainable=trainable,
@@ -489,6 +526,12 @@ def _reward_stats(row: Sequence[Any]) -> RewardStats:
     std = max(0.0, float(mean_sq) - float(mean) ** 2) ** 0.5
     return RewardStats(str(key), str(task), int(n), float(mean), std, float(lo), float(hi), str(env or ""),
                        str(preset or ""))
+
+
+def _rows_about(conn: sqlite3.Connection) -> int:
+    """About how many rows the browse index holds, from its last row id (one step of its key, where a COUNT reads
+    every row): an episode deleted still counts."""
+    return int(conn.execute("SELECT IFNULL(MAX(rid), 0) FROM episode_index").fetchone()[0])
 
 
 def _where(flt: Any) -> tuple[str, list[Any]]:

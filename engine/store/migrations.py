@@ -83,6 +83,17 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0017_chart_stats", 13, schema.create_chart_stats,
               "Browse's token-length, per-task and per-group charts' aggregates (length_stats, task_stats, "
               "group_stats), kept by triggers and filled from the episodes stored before", derived=True),
+    Migration("0018_status_sort_indexes", 13, schema.add_status_sort_indexes,
+              "indexes of the episodes by status then turns and by status then tokens, so one status sorted by either "
+              "is read from an index (the long episodes are the truncated ones)", derived=True),
+    Migration("0019_listing_stats", 13, schema.create_listing_stats,
+              "the episodes of each run per model and of each tag, kept by triggers, and the findings indexed by kind "
+              "then episode, so the lists of runs, tags and finding kinds read a row a run or tag, or an index, not "
+              "every episode", derived=True),
+    Migration("0020_chart_totals", 13, schema.create_chart_totals,
+              "the episodes of each task per env, preset and reward, and of each group with how many rewards they "
+              "earned, kept by triggers, so the charts of every episode count tasks and flat groups from rows a task "
+              "or group", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -18,6 +18,7 @@ from .paging import Cursor, EpisodePage, MatchCount, filter_mark, ranges
 # The indexes of the browse index that hold one value of a filter's column in the order of a sorted column.
 _PAIRED = {("run_id", "created_at"): "episode_index_run_created", ("run_id", "rollout_step"): "episode_index_run_step",
            ("status", "created_at"): "episode_index_status_created", ("status", "reward"): "episode_index_status_reward",
+           ("status", "n_turns"): "episode_index_status_turns", ("status", "n_tokens"): "episode_index_status_tokens",
            ("task_id", "reward"): "episode_index_task_reward", ("group_id", "reward"): "episode_index_group_reward"}
 
 
@@ -232,6 +233,8 @@ class Reads(StoreBase):
         on the connection of what follows a page, so a page read meanwhile does not wait for it."""
         flt = flt or EpisodeFilter()
         where, args = flt.sql()
+        if where == "1" and self._has_table("episode_total"):  # every episode: one row
+            return int(self.browse_query("SELECT IFNULL(SUM(n), 0) FROM episode_total", background=True)[0][0])
         if flt.on_stats and self._has_stats():
             return int(self.browse_query(f"SELECT IFNULL(SUM(n), 0) FROM episode_stats WHERE {where}", args,
                                          background=True)[0][0])

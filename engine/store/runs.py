@@ -121,10 +121,12 @@ class RunQueries(StoreBase):
 
     def runs_with_steps(self) -> list[RunSummary]:
         """Every run whose episodes carry rollout steps, the most recently grown first."""
+        # Counted from the maintained aggregates; each run's newest time is one step of the index by run then time.
         rows = self.browse_query(
-            "SELECT run_id, COUNT(*), COUNT(DISTINCT rollout_step), MIN(rollout_step), MAX(rollout_step), "
-            "MAX(created_at) FROM episode_index WHERE rollout_step IS NOT NULL AND run_id IS NOT NULL "
-            "GROUP BY run_id ORDER BY MAX(created_at) DESC")
+            "SELECT s.run_id, SUM(n), COUNT(DISTINCT rollout_step), MIN(rollout_step), MAX(rollout_step), "
+            "(SELECT MAX(created_at) FROM episode_index i WHERE i.run_id = s.run_id AND i.rollout_step IS NOT NULL) "
+            f"FROM {self._stats_rows()} s WHERE rollout_step IS NOT NULL AND run_id IS NOT NULL "
+            "GROUP BY s.run_id ORDER BY 6 DESC, 1")
         return [RunSummary(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5] or 0)) for r in rows]
 
     def has_run(self, run_id: str) -> bool:
@@ -136,14 +138,22 @@ class RunQueries(StoreBase):
     def run_overview(self, limit: int = 500) -> list[RunOverview]:
         """Every run, the newest first: its envs, presets and policies, episodes, mean reward, and how many
         episodes have a root error."""
+        # Counts, rewards, envs, presets and errors from the maintained aggregates, the models from ``run_models``, and
+        # each run's first time from one step of the index by run then time: a row a run, whatever its size.
+        models = "SELECT GROUP_CONCAT(model, char(31)) FROM run_models m WHERE m.run_id IS s.run_id" \
+            if self._has_table("run_models") else \
+            "SELECT GROUP_CONCAT(model, char(31)) FROM (SELECT DISTINCT model FROM episode_index m " \
+            "WHERE m.run_id IS s.run_id)"
         rows = self.browse_query(
-            "SELECT i.run_id, MIN(i.created_at), COUNT(*), GROUP_CONCAT(DISTINCT i.env), GROUP_CONCAT(DISTINCT i.preset), "
-            "GROUP_CONCAT(DISTINCT i.model), AVG(i.reward), SUM(i.n_errors > 0), "
-            "(SELECT status FROM runs r WHERE r.id = i.run_id) "
-            "FROM episode_index i GROUP BY i.run_id ORDER BY MIN(i.created_at) DESC LIMIT ?", [limit])
-        return [RunOverview(None if r[0] is None else str(r[0]), float(r[1] or 0), int(r[2]), str(r[3] or ""),
-                            str(r[4] or ""), str(r[5] or ""), float(r[6] or 0), int(r[7] or 0),
-                            str(r[8] or "imported")) for r in rows]
+            "SELECT s.run_id, (SELECT MIN(created_at) FROM episode_index i WHERE i.run_id IS s.run_id), SUM(n), "
+            # A comma in a name is kept apart from the commas between names (char(30) stands for it meanwhile).
+            "GROUP_CONCAT(DISTINCT replace(env, ',', char(30))), GROUP_CONCAT(DISTINCT replace(preset, ',', char(30))), "
+            f"({models}), SUM(reward * n) / SUM(CASE WHEN reward IS NOT NULL THEN n END), SUM(with_errors), "
+            "(SELECT status FROM runs r WHERE r.id = s.run_id) "
+            f"FROM {self._stats_rows()} s GROUP BY s.run_id ORDER BY 2 DESC, 1 LIMIT ?", [limit])
+        return [RunOverview(None if r[0] is None else str(r[0]), float(r[1] or 0), int(r[2]), _listed(r[3], ","),
+                            _listed(r[4], ","), _listed(r[5], "\x1f"),
+                            float(r[6] or 0), int(r[7] or 0), str(r[8] or "imported")) for r in rows]
 
     def step_stats(self, run_id: str) -> list[StepStats]:
         """One ``StepStats`` per rollout step of ``run_id``, in step order: counts, rewards, statuses, tokens and
@@ -185,10 +195,13 @@ class RunQueries(StoreBase):
     def episodes_stamp(self) -> tuple[int, int, float, int]:
         """(episodes, newest row, newest ``created_at``, episodes running): it changes when episodes are
         added or removed and when a running one ends, so a page that polls it knows when to refresh.
-        Answered from indexes: cheap at any size."""
+        Answered from the maintained aggregates and indexes: cheap at any size."""
+        count = "SELECT IFNULL(SUM(n), 0) FROM episode_total" if self._has_table("episode_total") else \
+            "SELECT COUNT(*) FROM episode_index"
+        # One aggregate a subquery: SQLite answers a lone MAX from an index, two together by reading every row.
         row = self.browse_query(
-            "SELECT COUNT(*), MAX(rid), MAX(created_at), "
-            "(SELECT COUNT(*) FROM episode_index WHERE status = 'running') FROM episode_index")[0]
+            f"SELECT ({count}), (SELECT MAX(rid) FROM episode_index), (SELECT MAX(created_at) FROM episode_index), "
+            "(SELECT COUNT(*) FROM episode_index WHERE status = 'running')")[0]
         return int(row[0]), int(row[1] or 0), float(row[2] or 0), int(row[3] or 0)
 
     def watched_file(self, path: str) -> WatchedFile | None:
@@ -220,3 +233,8 @@ def _watched(row: Any) -> WatchedFile:
     return WatchedFile(str(row[0]), str(row[1] or ""), str(row[2] or ""), int(row[3] or 0), float(row[4] or 0),
                        int(row[5] or 0), int(row[6] or 0), str(row[7] or ""), int(row[8] or 0), int(row[9] or 0),
                        str(row[10] or ""), float(row[11] or 0))
+
+
+def _listed(values: str | None, sep: str) -> str:
+    """A run's distinct envs, presets or models, in order, as the runs list shows them."""
+    return ",".join(sorted({v.replace("\x1e", ",") for v in (values or "").split(sep)} - {""}))

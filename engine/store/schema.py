@@ -266,8 +266,9 @@ STATS_SUMS = STATS_SUMS_8 + tuple((c, f"IFNULL({{r}}.{c}, 0)") for c in ENTROPY_
 
 def counted_table(db: sqlite_utils.Database, name: str, key: Sequence[tuple[str, str]],
                   variants: Sequence[Sequence[str]], sums: Sequence[tuple[str, str]],
-                  update_of: Sequence[str] = ()) -> None:
-    """A table ``name`` that counts the browse index's episodes per ``key`` (its columns and their types), with the
+                  update_of: Sequence[str] = (), source: str = "episode_index") -> None:
+    """A table ``name`` that counts the browse index's episodes (the rows of ``source``) per ``key`` (its columns and
+    their types), with the
     ``sums`` (column, what an episode adds given its index row as ``{r}``) of each key's episodes, kept equal to the
     index by triggers on it (so every write, delete, re-import and re-check updates it in the same transaction) and
     filled from the episodes stored before. Each of ``variants`` (an expression per key column, of ``{r}``) makes a
@@ -300,13 +301,13 @@ def counted_table(db: sqlite_utils.Database, name: str, key: Sequence[tuple[str,
     for event, body in (("INSERT", add("new")), ("DELETE", remove("old")), ("UPDATE", remove("old") + " " + add("new"))):
         what = f"UPDATE OF {', '.join(update_of)}" if event == "UPDATE" and update_of else event
         db.execute(f"DROP TRIGGER IF EXISTS {name}_{event.lower()}")
-        db.execute(f"CREATE TRIGGER {name}_{event.lower()} AFTER {what} ON episode_index BEGIN {body} END")
+        db.execute(f"CREATE TRIGGER {name}_{event.lower()} AFTER {what} ON {source} BEGIN {body} END")
     db.execute(f"DELETE FROM {name}")
-    totals = ", ".join(f"IFNULL(SUM({term.format(r='episode_index')}), 0)" for _, term in sums)
+    totals = ", ".join(f"IFNULL(SUM({term.format(r=source)}), 0)" for _, term in sums)
     for exprs in variants:
-        made = [e.format(r="episode_index") for e in exprs]
+        made = [e.format(r=source) for e in exprs]
         db.execute(f"INSERT INTO {name} ({', '.join(cols)}, {', '.join(names)}) SELECT {', '.join(made)}, {totals} "
-                   f"FROM episode_index GROUP BY {', '.join(str(k + 1) for k in range(len(made)))}")
+                   f"FROM {source} GROUP BY {', '.join(str(k + 1) for k in range(len(made)))}")
 
 
 def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, str]] = STATS_SUMS_8) -> None:
@@ -421,6 +422,73 @@ def add_run_time_index(db: sqlite_utils.Database) -> None:
     range of an index: step and time move together in a run, so a walk of the time index from the newest episode
     reads every newer run's before it reaches an older one."""
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_created ON episode_index (run_id, created_at)")
+
+
+LISTING_TABLES = ("run_models", "tag_stats", "episode_total")
+
+
+def create_listing_stats(db: sqlite_utils.Database) -> None:
+    """The counts the lists of runs and tags read on every page load, kept by triggers (:func:`counted_table`), so
+    they read a row a run or a tag instead of every episode: ``run_models``, the episodes of each run per model (the
+    Runs list's policies; its counts, rewards and errors come from ``episode_stats``), and ``tag_stats``, the
+    episodes carrying each tag (the tag filter's and the demo guide's counts); ``episode_total``, every episode in one
+    row (the count a page's stamp polls, and the count of everything); and the findings by kind then episode, which
+    replaces the index by kind alone."""
+    counted_table(db, "run_models", [("run_id", "TEXT"), ("model", "TEXT")], [["{r}.run_id", "{r}.model"]],
+                  [("n", "1")], update_of=["run_id", "model"])
+    counted_table(db, "tag_stats", [("tag", "TEXT")], [["{r}.tag"]], [("n", "1")], update_of=["tag"], source="tags")
+    # Every episode in one row: the count a page's stamp polls, whatever the rewards (``episode_stats`` holds a row an
+    # episode where each reward is new). An update changes no count: only a new id would.
+    counted_table(db, "episode_total", [("everything", "INTEGER")], [["1"]], [("n", "1")], update_of=["id"])
+    # The findings filter's choices count the episodes of each kind: from an index that holds both, not the rows.
+    db.execute("CREATE INDEX IF NOT EXISTS findings_kind_episode ON findings (kind, episode_id)")
+    db.execute("DROP INDEX IF EXISTS idx_findings_kind")
+
+
+TOTAL_TABLES = ("task_rewards", "group_rewards", "group_summary")
+
+
+def create_chart_totals(db: sqlite_utils.Database) -> None:
+    """What the charts of every episode count over all tasks and groups, kept by triggers, so those charts read a
+    row a task or group instead of grouping ``task_stats`` and ``group_stats`` (rows a task or group per run, env,
+    preset, status, outcome and reward): ``task_rewards``, the episodes of each task per env, preset and reward
+    (how many tasks, the most frequent, their rewards per env and preset); ``group_rewards``, the episodes of each group per reward (a :func:`counted_table`); and
+    ``group_summary``, per group its episodes and how many distinct rewards they earned (``rewards``, nulls left
+    out), kept by triggers on ``group_rewards``: a group of two or more samples with at most one reward is flat."""
+    counted_table(db, "task_rewards", [("task_id", "TEXT"), ("env", "TEXT"), ("preset", "TEXT"), ("reward", "REAL")],
+                  [["{r}.task_id", "{r}.env", "{r}.preset", "{r}.reward"]], [("n", "1")],
+                  update_of=["task_id", "env", "preset", "reward"])
+    counted_table(db, "group_rewards", [("group_id", "TEXT"), ("reward", "REAL")], [["{r}.group_id", "{r}.reward"]],
+                  [("n", "1")], update_of=["group_id", "reward"])
+    db.execute("DROP TABLE IF EXISTS group_summary")
+    db.execute("CREATE TABLE group_summary (group_id TEXT, n INTEGER NOT NULL, rewards INTEGER NOT NULL)")
+    db.execute("CREATE UNIQUE INDEX group_summary_key ON group_summary (group_id)")
+    one = "group_summary.group_id IS {r}.group_id"
+    for event, body in (
+        # A reward new to its group: a row with n 0, raised by the update that follows.
+        ("INSERT", "INSERT INTO group_summary (group_id, n, rewards) SELECT new.group_id, 0, 0 WHERE NOT EXISTS "
+                   f"(SELECT 1 FROM group_summary WHERE {one.format(r='new')}); UPDATE group_summary SET "
+                   f"n = n + new.n, rewards = rewards + (new.reward IS NOT NULL) WHERE {one.format(r='new')};"),
+        ("UPDATE", f"UPDATE group_summary SET n = n + new.n - old.n WHERE {one.format(r='new')};"),
+        # The last episode of a reward gone (its n already taken off): the group has one reward fewer.
+        ("DELETE", f"UPDATE group_summary SET n = n - old.n, rewards = rewards - (old.reward IS NOT NULL) WHERE "
+                   f"{one.format(r='old')}; DELETE FROM group_summary WHERE {one.format(r='old')} AND n <= 0 AND "
+                   "rewards <= 0;"),
+    ):
+        db.execute(f"DROP TRIGGER IF EXISTS group_summary_{event.lower()}")
+        db.execute(f"CREATE TRIGGER group_summary_{event.lower()} AFTER {event} ON group_rewards BEGIN {body} END")
+    # The summary is filled from ``group_rewards`` once both exist, then kept by the triggers.
+    db.execute("INSERT INTO group_summary (group_id, n, rewards) SELECT group_id, SUM(n), COUNT(reward) "
+               "FROM group_rewards GROUP BY group_id")
+
+
+def add_status_sort_indexes(db: sqlite_utils.Database) -> None:
+    """``episode_index`` by status then turns, and by status then tokens: a filter on one status sorted by either is
+    one range of an index. The episodes that ran out of turns or tokens are the long ones, so the matches of a status
+    lie together at one end of those sorts, where a walk of the sort's own index meets the other statuses' first and
+    the page was read by sorting every match."""
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_turns ON episode_index (status, n_turns)")
+    db.execute("CREATE INDEX IF NOT EXISTS episode_index_status_tokens ON episode_index (status, n_tokens)")
 
 
 def create_watched_files(db: sqlite_utils.Database) -> None:

@@ -223,7 +223,7 @@ class Writes(StoreBase):
                 chunk = []
         return n + (self._save_chunk(chunk) if chunk else 0)
 
-    def save_batches(self, episodes: Iterable[Episode], batch: int = 256, replace: bool = True,
+    def save_batches(self, episodes: Iterable[Episode], batch: int = 1024, replace: bool = True,
                      batch_tokens: int = 2_000_000) -> Iterator[tuple[Episode, str, str | None]]:
         """Write whole episodes, ``batch`` per transaction (fewer when they hold more than ``batch_tokens`` tokens
         together, so a batch of long episodes stays small in memory) and each in a savepoint: yields (episode,

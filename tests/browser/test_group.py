@@ -137,3 +137,26 @@ def test_the_group_tab_lists_the_groups_with_their_spread(page: Any, site: str) 
     assert "zero reward spread in" in page.locator("#rs-group-view .rs-note").first.inner_text()
     page.locator("#rs-group-view tr[data-group='grouprun:div'] a.rs-group-link").click()
     page.locator("#rs-group-view .rs-group[data-group='grouprun:div']").wait_for()
+
+
+@pytest.mark.browser
+def test_an_unknown_group_says_so_and_the_list_does_not_replace_it(page: Any, site: str) -> None:
+    """The list is read when the tab opens, and only while no group id is in the box: a link to a group that is
+    not there keeps its error, and opening the tab again later leaves the group shown."""
+    page.goto(f"{site}/?group=grouprun:nosuch")
+    _selected(page, "group")
+    error = page.locator("#rs-group-view .rs-note")
+    error.first.wait_for()
+    assert "grouprun:nosuch" in error.first.inner_text()
+    assert page.locator("#rs-group-id input, #rs-group-id textarea").first.input_value() == "grouprun:nosuch"
+    page.locator("#rs-tab-browse-button").click()
+    page.locator("#rs-tab-group-button").click()
+    time.sleep(1.0)  # a list read on the tab's opening would have landed by now
+    assert page.locator("#rs-group-view tr.rs-group-row").count() == 0
+    assert "grouprun:nosuch" in page.locator("#rs-group-view .rs-note").first.inner_text()
+    # Cleared, the box lets the list come with the next opening of the tab.
+    page.locator("#rs-group-id input, #rs-group-id textarea").first.fill("")
+    page.locator("#rs-tab-browse-button").click()
+    page.locator("#rs-tab-group-button").click()
+    page.locator("#rs-group-view tr.rs-group-row").first.wait_for()
+    assert page.locator("#rs-group-view tr.rs-group-row").count() == 3
