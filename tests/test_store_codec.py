@@ -209,7 +209,8 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
     assert store.applied == ["0006_packed_tokens", "0007_rollout_steps", "0008_watched_files", "0009_search_context",
                              "0010_finite_numbers", "0011_outcomes", "0012_episode_stats",
                              "0013_run_time_index", "0014_prompt_pieces", "0015_summed_outcomes",
-                             "0016_entropy_stats", "0017_chart_stats", "0018_status_sort_indexes", "0019_listing_stats"]
+                             "0016_entropy_stats", "0017_chart_stats", "0018_status_sort_indexes", "0019_listing_stats",
+                             "0020_chart_totals"]
     assert store.count() == 10
     store.close()
 

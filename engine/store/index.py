@@ -334,6 +334,16 @@ class IndexQueries(StoreBase):
         known = f"SUM(CASE WHEN reward IS NOT NULL THEN {weight} END)"
         stat = (f"{n}, SUM(reward * {weight}) / {known}, SUM(reward * reward * {weight}) / {known}, MIN(reward), "
                 "MAX(reward)")
+        if charted and where == "1" and "group_summary" in self._tables():
+            # Every episode: the groups counted, and the first ``limit`` picked, from a row a group; only their rows
+            # of ``group_stats`` read.
+            multi = "FROM group_summary WHERE group_id IS NOT NULL AND n > 1"
+            total = int(self.browse_query(f"SELECT COUNT(*) {multi}", background=True)[0][0])
+            rows = self.browse_query(
+                f"SELECT group_id, MIN(task_id), {stat}, MIN(env), MIN(preset) FROM group_stats WHERE group_id IN "
+                f"(SELECT group_id {multi} ORDER BY group_id LIMIT ?) GROUP BY group_id ORDER BY 1", [limit],
+                background=True)
+            return total, [_reward_stats(r) for r in rows]
         rows = self.browse_query(
             f"SELECT *, COUNT(*) OVER () FROM (SELECT group_id, MIN(task_id), {stat}, MIN(env), MIN(preset) {src} "
             f"AND group_id IS NOT NULL GROUP BY group_id HAVING {n} > 1) ORDER BY 1 LIMIT ?", [*args, limit],
