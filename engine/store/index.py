@@ -331,9 +331,7 @@ class IndexQueries(StoreBase):
         charted = (flt is None or bool(getattr(flt, "on_chart_stats", False))) and self._has_chart_stats()
         src, n, weight = (f"FROM group_stats WHERE ({where})", "SUM(n)", "n") if charted else \
             (f"FROM episode_index WHERE ({where})", "COUNT(*)", "1")
-        known = f"SUM(CASE WHEN reward IS NOT NULL THEN {weight} END)"
-        stat = (f"{n}, SUM(reward * {weight}) / {known}, SUM(reward * reward * {weight}) / {known}, MIN(reward), "
-                "MAX(reward)")
+        stat = _reward_stat(n, weight)
         if charted and where == "1" and "group_summary" in self._tables():
             # Every episode: the groups counted, and the first ``limit`` picked, from a row a group; only their rows
             # of ``group_stats`` read.
@@ -400,9 +398,7 @@ class IndexQueries(StoreBase):
             tokens, trainable = _length_bars(lengths, max_bars)
             # A row of the aggregates holds ``n`` episodes of one reward; a row of the index, one.
             weight = "n" if charted else "1"
-            stat = (f"{n}, SUM(reward * {weight}) / SUM(CASE WHEN reward IS NOT NULL THEN {weight} END), "
-                    f"SUM(reward * reward * {weight}) / SUM(CASE WHEN reward IS NOT NULL THEN {weight} END), "
-                    "MIN(reward), MAX(reward)")
+            stat = _reward_stat(n, weight)
             # Every episode: the tasks and groups counted from rows a task or group (``schema.TOTAL_TABLES``), not a
             # task or group per run and status.
             totals = charted and where == "1" and set(TOTAL_TABLES) <= self._tables()
@@ -536,6 +532,14 @@ def _reward_stats(row: Sequence[Any]) -> RewardStats:
     std = max(0.0, float(mean_sq) - float(mean) ** 2) ** 0.5
     return RewardStats(str(key), str(task), int(n), float(mean), std, float(lo), float(hi), str(env or ""),
                        str(preset or ""))
+
+
+def _reward_stat(n: str, weight: str) -> str:
+    """The SQL of a set's reward count, mean, mean square, minimum and maximum (``_reward_stats``' columns): ``n``
+    counts the rows, each standing for ``weight`` episodes (``n`` in the aggregates, 1 in the browse index); the means
+    are over the episodes with a reward."""
+    known = f"SUM(CASE WHEN reward IS NOT NULL THEN {weight} END)"
+    return f"{n}, SUM(reward * {weight}) / {known}, SUM(reward * reward * {weight}) / {known}, MIN(reward), MAX(reward)"
 
 
 def _rows_about(conn: sqlite3.Connection) -> int:
