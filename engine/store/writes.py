@@ -7,6 +7,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StoreError
@@ -58,6 +59,15 @@ def _file_advice(e: BaseException) -> str:
     if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         return "Recover what it holds (`sqlite3 FILE .recover | sqlite3 recovered.db`) and use the recovered file"
     return "Fix the cause"
+
+
+@dataclass
+class _Written:
+    """How many episodes a ``save_batches`` stored, and the last one's id: what it names when the writing stops
+    (a count, so a million-episode import holds none of them)."""
+
+    n: int = 0
+    last: str = ""
 
 
 class Writes(StoreBase):
@@ -182,7 +192,7 @@ class Writes(StoreBase):
         raises, those read before are written, then the error goes on."""
         chunk: list[Stored] = []
         tokens = 0
-        stored: list[Stored] = []  # a list, not a count: the last one is named when the writing stops
+        stored = _Written()
         source = iter(episodes)
         end = object()
         while True:
@@ -203,23 +213,23 @@ class Writes(StoreBase):
         if chunk:
             yield from self._store_batch(chunk, replace, stored)
 
-    def _store_batch(self, chunk: list[Stored], replace: bool, stored: list[Stored]
+    def _store_batch(self, chunk: list[Stored], replace: bool, stored: _Written
                      ) -> Iterator[tuple[Stored, str, str | None]]:
         """``_save_savepoints`` of one batch: yields what it committed (adding the stored ones to ``stored``), then
         raises the StoreError that says why it stopped, if it did."""
         done, stop = self._save_savepoints(chunk, replace)
         for ep, state, error in done:
             if error is None:
-                stored.append(ep)
+                stored.n, stored.last = stored.n + 1, ep.id
             yield ep, state, error
         if stop is None:
             return
         failed, first_lost, cause = stop
         where = f" ({failed.source.file}:{failed.source.line})" if failed.source.file and \
             failed.source.line is not None else ""
-        n = len(stored)
+        n = stored.n
         kept = (f"the {n} episode{'s' if n != 1 else ''} written before it {'are' if n != 1 else 'is'} stored "
-                f"(the last {stored[-1].id})") if stored else "no episode is stored"
+                f"(the last {stored.last})") if n else "no episode is stored"
         lost = f"{failed.id}" if first_lost is failed else f"{first_lost.id} (the first of its batch)"
         raise StoreError(
             f"could not store episode {failed.id}{where} in {self.path}: {cause}. Of this write, {kept}; not stored: "
