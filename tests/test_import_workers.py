@@ -5,6 +5,7 @@ full-text index, which the writer fills, stays equal to the texts it indexes."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from engine.checks.fanout import Fanout
 from engine.formats import export, import_path
+from engine.formats import jsonl
 from engine.formats.jsonl import LINES_A_CHUNK
 from engine.store import EpisodeFilter, Store
 from tests.synthetic import synthetic_episode, synthetic_episodes
@@ -67,6 +69,12 @@ def dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = d / "mixed.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(autouse=True)
+def any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These files are small: read on the workers all the same."""
+    monkeypatch.setattr(jsonl, "WORKERS_FROM_BYTES", 0)
 
 
 def _import(path: Path, db: Path, workers: int, **kw: object) -> object:
@@ -166,10 +174,34 @@ def test_a_schema_13_file_is_indexed_by_the_writer_after_its_step(tmp_path: Path
     _index_is_whole(path)
 
 
-def test_the_command_line_reads_a_jsonl_file_on_its_workers(dump: Path, tmp_path: Path) -> None:
-    db = tmp_path / "cli.db"
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "import", str(dump), "--db", str(db), "--workers", "2",
-                           "--max-record-mb", "1", "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert f"imported {N - 4} new" in proc.stdout and proc.stderr.count("rollscope: skipped") == 3
-    _index_is_whole(db)
+def test_the_command_line_reads_a_jsonl_file_on_its_workers(dump: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read on two workers as the file holds more than ``WORKERS_FROM_BYTES`` (lines over the record limit, skipped
+    unread, make it so); a file under it is read in the process alone, which says the same."""
+    monkeypatch.undo()
+    pad = json.dumps({"id": "pad", "x": "y" * (3 << 20)})
+    said = {}
+    for name, extra in (("big", f"{pad}\n" * 3), ("small", "")):
+        # Each file read by the same relative name, so the positions the records are said to come from agree.
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "dump.jsonl").write_text(dump.read_text(encoding="utf-8") + extra, encoding="utf-8")
+        proc = subprocess.run([sys.executable, "-m", "engine.cli", "import", "dump.jsonl", "--db", "x.db", "--workers",
+                               "2", "--max-record-mb", "1", "--quiet"], capture_output=True, text=True, cwd=folder,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        said[name] = proc.stderr
+        _index_is_whole(folder / "x.db")
+    assert (tmp_path / "big" / "dump.jsonl").stat().st_size >= jsonl.WORKERS_FROM_BYTES > dump.stat().st_size
+    big, small = said["big"].splitlines(), said["small"].splitlines()
+    assert len(big) == 6 and big[:3] == small and all("over the 1 MB record limit" in x for x in big[3:])
+    assert _tables(tmp_path / "big" / "x.db") == _tables(tmp_path / "small" / "x.db")
+
+
+def test_little_jsonl_is_read_in_the_writing_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    small = tmp_path / "small.jsonl"
+    export(synthetic_episodes(N), "jsonl", small)
+    assert not jsonl.worth_workers(small) and not jsonl.worth_workers(tmp_path)
+    (tmp_path / "more.jsonl").write_bytes(b"\n" * jsonl.WORKERS_FROM_BYTES)
+    assert jsonl.worth_workers(tmp_path)  # a folder's files together

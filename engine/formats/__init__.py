@@ -167,7 +167,7 @@ def import_path(
     the fidelity checks on each new episode before it is stored, on ``fanout``'s workers (an
     ``engine.checks.fanout.Fanout``; default: this process); without ``check``, a JSONL file is read on ``fanout``'s
     worker processes, each line parsed and packed into the rows the store writes (``jsonl.packed_episodes``), when it
-    has more than one. ``lines`` reads only part of a JSONL file (``watch``
+    has more than one and the file is worth it (``jsonl.WORKERS_FROM_BYTES``). ``lines`` reads only part of a JSONL file (``watch``
     on a growing file). ``max_record_mb`` is the largest record read (a line, a sample, a row): a larger one is
     skipped and listed, read no further than the format allows. ``loop`` is the knobs verl's loop ran with
     (``--set``/``--config``), recorded on each ``verl`` row that does not carry its own; the verl checks read them.
@@ -225,7 +225,8 @@ def import_path(
 
     episodes: Iterator[Episode] | Iterator[PackedEpisode] = new_ones()  # read and packed in this process
     own = check and fanout is None  # a fan-out made here is closed here
-    if fmt == "jsonl" and not check and fanout is not None and not fanout.inline and fanout.ray_address is None:
+    if fmt == "jsonl" and not check and fanout is not None and not fanout.inline and fanout.ray_address is None \
+            and lines is None and jsonl.worth_workers(p):
         episodes = jsonl.packed_episodes(p, ctx, fanout, run_id)  # parsed and packed on the workers
     elif check:
         from ..checks.fanout import Fanout, check_episodes

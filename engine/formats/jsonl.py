@@ -133,6 +133,24 @@ CHUNKS_AHEAD = 48
 """Chunks given to the workers before the first of them is written: more than a transaction's worth of episodes
 (``Store.save_batches``), so the workers pack the next batch while this process writes one."""
 
+WORKERS_FROM_BYTES = 8 << 20
+"""Less JSONL than this is read in the writing process: starting the workers (about a second each, spawned, while
+this process goes on) costs more than they save."""
+
+
+def worth_workers(path: Path) -> bool:
+    """Whether the JSONL under ``path`` is worth reading on workers (``WORKERS_FROM_BYTES``)."""
+    total = 0
+    try:
+        for f in discover(path, (".jsonl",)):
+            total += f.stat().st_size
+            if total >= WORKERS_FROM_BYTES:
+                return True
+    except (FormatError, OSError):
+        pass  # said by the reading itself
+    return False
+
+
 # A line as a worker is given it: its position, its bytes (or its length, over the limit), the record limit, the run
 # the episodes go in (``import --run``) and the pid of the process that writes them.
 _Line = tuple[str, "bytes | int", int, "str | None", int]
