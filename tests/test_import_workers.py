@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.checks.fanout import Fanout
-from engine.formats import export, import_path
-from engine.formats import jsonl
+from engine.formats import export, import_path, jsonl
 from engine.formats.jsonl import LINES_A_CHUNK
 from engine.store import EpisodeFilter, Store
 from tests.synthetic import synthetic_episode, synthetic_episodes
