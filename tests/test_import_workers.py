@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.checks.fanout import Fanout
+from engine.errors import FormatError
 from engine.formats import export, import_path, jsonl
 from engine.formats.jsonl import LINES_A_CHUNK
 from engine.store import EpisodeFilter, Store
@@ -204,3 +205,32 @@ def test_little_jsonl_is_read_in_the_writing_process(tmp_path: Path, monkeypatch
     assert not jsonl.worth_workers(small) and not jsonl.worth_workers(tmp_path)
     (tmp_path / "more.jsonl").write_bytes(b"\n" * jsonl.WORKERS_FROM_BYTES)
     assert jsonl.worth_workers(tmp_path)  # a folder's files together
+
+
+def _dies_at_line_100(lines: list[tuple[object, ...]]) -> list[object]:
+    """A worker's part that is killed at line 100 (as the kernel kills a process out of memory)."""
+    if any(str(line[0]).endswith(":100") for line in lines):
+        os._exit(9)
+    return jsonl.pack_lines(lines)  # type: ignore[arg-type]
+
+
+def test_a_worker_that_dies_stops_the_import_saying_what_is_stored(dump: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsonl, "pack_lines", _dies_at_line_100)
+    db = tmp_path / "died.db"
+    store = Store(db)
+    with Fanout(2) as pool, pytest.raises(FormatError) as caught:
+        import_path(dump, "jsonl", store, fanout=pool, max_record_mb=1.0)
+    said = str(caught.value)
+    stored = store.count()
+    store.close()
+    # The pool breaks: the chunks not yet back (the one that held line 100, and those before it the other worker had
+    # not finished) are lost; every episode of the lines before the first of them is stored, and the error says so.
+    line = int(said.split(": a worker process reading this file died")[0].rsplit(":", 1)[1])
+    assert line in (33, 65, 97) and said.startswith(f"{dump}:{line}: ") and "--workers 1" in said
+    not_episodes = {8, 21, 34, 51}  # malformed, not JSON, blank, over the limit
+    assert stored == len(set(range(1, line)) - not_episodes)
+    assert f"the {stored} episodes read before this line are stored" in said
+    monkeypatch.undo()
+    again = _import(dump, db, 2)  # imported again: the stored ones found, the rest written
+    assert (again.new, again.already_present) == (N - 4 - stored, stored)

@@ -237,6 +237,8 @@ def import_path(
         for ep, state, error in store.save_batches(episodes, replace=replace):
             if error is not None:  # a bug in storing this one record: list it, import the rest
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
+                if isinstance(ep, PackedEpisode) and ep.where:
+                    where = ep.where
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
                 continue
             count(ep, state != "new")

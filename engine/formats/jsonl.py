@@ -18,6 +18,7 @@ import json
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -199,14 +200,23 @@ def packed_episodes(path: Path, ctx: ImportContext, fanout: Fanout, run_id: str 
     pid = os.getpid()
     for f in discover(path, (".jsonl",)):
         sent: deque[tuple[str, bytes | int]] = deque()  # the lines with the workers, in order
-        for got in fanout.map(pack_lines, _lines(f, ctx, run_id, pid, sent), chunk=LINES_A_CHUNK, window=CHUNKS_AHEAD):
-            where, raw = sent.popleft()
-            if isinstance(got, tuple):
-                ctx.skip(FormatError(*got))
-            elif got is not None:
-                assert isinstance(raw, bytes)
-                got.reread = functools.partial(_reread, raw, where, run_id)
-                yield got
+        n = 0
+        try:
+            for got in fanout.map(pack_lines, _lines(f, ctx, run_id, pid, sent), chunk=LINES_A_CHUNK,
+                                  window=CHUNKS_AHEAD):
+                where, raw = sent.popleft()
+                if isinstance(got, tuple):
+                    ctx.skip(FormatError(*got))
+                elif isinstance(got, PackedEpisode) and isinstance(raw, bytes):
+                    got.where = where
+                    got.reread = functools.partial(_reread, raw, where, run_id)
+                    n += 1
+                    yield got
+        except BrokenProcessPool as e:  # a worker killed (out of memory, a signal): the lines before it are stored
+            raise FormatError(f"a worker process reading this file died ({e}); the {n} episode{'s' if n != 1 else ''} "
+                              "read before this line are stored: import the file again (the stored episodes are found "
+                              "and left as they are), with --workers 1 to read it in one process",
+                              sent[0][0] if sent else str(f)) from None
 
 
 def _lines(f: Path, ctx: ImportContext, run_id: str | None, pid: int, sent: deque[tuple[str, bytes | int]]

@@ -54,6 +54,8 @@ class PackedEpisode:
     bodies: dict[bytes, str]
     """Each digest's text, as stored (made safe for UTF-8)."""
     tags: tuple[str, ...]
+    where: str = ""
+    """The position of the record it was read from (a JSONL file's line), where the episode does not say one."""
     failed: str = ""
     """Why the episode could not be packed (``pack_episode(..., failed_ok=True)``): it is listed, not stored."""
     reread: Callable[[], Episode] | None = None
