@@ -175,8 +175,9 @@ class Writes(StoreBase):
 
     def save_batches(self, episodes: Iterable[Stored], batch: int = 1024, replace: bool = True,
                      batch_tokens: int = 2_000_000) -> Iterator[tuple[Stored, str, str | None]]:
-        """Write whole episodes, ``batch`` per transaction (fewer when they hold more than ``batch_tokens`` tokens
-        together, so a batch of long episodes stays small in memory) and each in a savepoint: yields (episode,
+        """Write whole episodes (or their rows, packed elsewhere: ``packing.pack_episode``), ``batch`` per transaction
+        (fewer when they hold more than ``batch_tokens`` tokens together, so a batch of long episodes stays small in
+        memory) and each in a savepoint: yields (episode,
         what was done: ``new``, ``replaced``, ``unchanged`` or ``kept``, why it could not be stored or None) once
         its batch is committed. An episode that fails on its own (a bad record) is rolled back alone, and listed;
         the others of its batch are kept.
