@@ -12,11 +12,12 @@ The file is ``rollscope export --format jsonl`` of ``--episodes`` episodes of on
 ``--full-prompts`` writes every prompt text whole (as exports did before prompts were written as pieces). ``--into DB``
 imports into a copy of that database (its episodes' ids must differ from the file's: ``--start`` numbers synthetic
 episodes from there), the cost of writing into a database that already holds many. Prints
-episodes a second for ``json.loads`` alone and for ``import_path`` into a fresh database, their ratio, and the
-bytes an episode takes in the file and in the database.
+episodes a second for ``json.loads`` alone and for ``import_path`` into a fresh database, in one process and with
+``--workers`` processes reading the file (parsing and packing; this process writes), their ratio, and the bytes an
+episode takes in the file and in the database.
 
     python bench/import_jsonl.py [--episodes 2000] [--kind synthetic] [--full-prompts] [--dir /tmp/rollscope-import-jsonl]
-                                 [--into rs-100k.db --start 2000000]
+                                 [--into rs-100k.db --start 2000000] [--workers 2]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import export, import_path  # noqa: E402
+from engine.checks.fanout import Fanout, default_workers  # noqa: E402
 from engine.records.episode import Episode  # noqa: E402
 from engine.store import Store  # noqa: E402
 from tests.synthetic import rendered_retail_episode, synthetic_episodes  # noqa: E402
@@ -71,6 +73,9 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "rollscope-import-jsonl")
     ap.add_argument("--into", type=Path, help="import into a copy of this database")
     ap.add_argument("--start", type=int, default=0, help="the first synthetic episode's number")
+    ap.add_argument("--workers", type=int, default=default_workers(),
+                    help="processes that read the file (as `rollscope import --workers`; default: one per CPU); the "
+                         "import in one process is timed too")
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
     src = a.dir / f"{a.kind}-{a.episodes}{f'-from{a.start}' if a.start else ''}{'-full' if a.full_prompts else ''}.jsonl"
@@ -83,25 +88,34 @@ def main() -> None:
     size = src.stat().st_size
     print(f"{src}: {n:,} episodes, {size / n / 1e3:.1f} KB an episode")
     print(f"   json.loads alone: {parse:.2f} s, {n / parse:,.0f} episodes a second")
-    with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
-        if a.into is not None:
-            shutil.copy(a.into, Path(tmp) / "import.db")
+    for workers in sorted({1, a.workers}):
+        took, stored, db_bytes, before = import_once(src, a.dir, a.into, workers)
+        if before:
+            print(f"   into a copy of {a.into} ({before:,} episodes)")
+        how = "import, 1 process:" if workers == 1 else f"import, {workers} workers:"
+        print(f"   {how:<20}{took:.2f} s, {stored / took:,.0f} episodes a second ({took / parse:.1f}x json.loads); "
+              f"{db_bytes / stored / 1e3:.1f} KB an episode in the database")
+
+
+def import_once(src: Path, folder: Path, into: Path | None, workers: int) -> tuple[float, int, int, int]:
+    """Seconds, episodes stored, bytes the database grew by, and episodes it held before, of one import of ``src``
+    into a fresh database (or a copy of ``into``) with ``workers`` processes reading the file."""
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        if into is not None:
+            shutil.copy(into, Path(tmp) / "import.db")
         store = Store(Path(tmp) / "import.db")
         before = store.count()
         store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         bytes_before = sum(p.stat().st_size for p in Path(tmp).glob("import.db*"))
         start = time.perf_counter()
-        import_path(src, "jsonl", store)
+        with Fanout(workers) as pool:
+            import_path(src, "jsonl", store, fanout=pool)
         took = time.perf_counter() - start
         stored = store.count() - before
-        if before:
-            print(f"   into a copy of {a.into} ({before:,} episodes)")
         store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         db_bytes = sum(p.stat().st_size for p in Path(tmp).glob("import.db*")) - bytes_before
         store.close()
-    print(f"   import:           {took:.2f} s, {stored / took:,.0f} episodes a second ({took / parse:.1f}x json.loads); "
-          f"{db_bytes / stored / 1e3:.1f} KB an episode in the database")
-
+    return took, stored, db_bytes, before
 
 if __name__ == "__main__":
     main()

@@ -121,7 +121,7 @@ def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path)
                             "schema6-episodes.jsonl", "schema7-episodes.jsonl", "schema8-episodes.jsonl")}
     for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
                  "dbschema6.sqlite", "dbschema7.sqlite", "dbschema8.sqlite", "dbschema9.sqlite",
-                 "dbschema10.sqlite", "dbschema11.sqlite", "dbschema12.sqlite"):
+                 "dbschema10.sqlite", "dbschema11.sqlite", "dbschema12.sqlite", "dbschema13.sqlite"):
         shutil.copy(GOLDEN / name, tmp_path / name)
         store = Store(tmp_path / name)
         try:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from engine.errors import StoreError
+from engine.records.episode import Episode
 from engine.store import Store
 from tests.synthetic import synthetic_episodes
 
@@ -68,3 +70,28 @@ def test_a_full_database_keeps_every_episode_before_the_one_that_failed_and_says
     states = Counter(state for _, state, error in again.save_batches(eps, batch=64) if error is None)
     assert states == {"unchanged": len(stored), "new": len(eps) - len(stored) - 1}
     again.close()
+
+
+def test_a_long_write_holds_no_episode_it_has_stored(tmp_path: Path) -> None:
+    """What ``save_batches`` keeps to name when the writing stops is a count and an id: an import of a million
+    episodes does not hold them all."""
+    import gc
+    import weakref
+
+    store = Store(tmp_path / "long.db")
+    made: list[weakref.ref[object]] = []
+
+    def episodes() -> Iterator[Episode]:
+        for ep in synthetic_episodes(200):
+            made.append(weakref.ref(ep))
+            yield ep
+
+    n, held = 0, None
+    for _ in store.save_batches(episodes(), batch=50):
+        n += 1
+        if n == 160:  # the fourth batch is being handed out
+            gc.collect()
+            held = sum(r() is not None for r in made[:150])  # the batches written before it
+    assert n == 200 and store.count() == 200
+    assert held == 0
+    store.close()

@@ -217,12 +217,13 @@ def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_the
     shutil.copy(GOLDEN / "dbschema8.sqlite", path)
     # 0013 adds an index, 0014 only marks the file, 0015 rewrites outcomes that readers compute again as they read,
     # 0016 adds figures read from the token arrays, 0017, 0019 and 0020 aggregates counted from the index, 0018 two
-    # indexes: readers do without all eight.
+    # indexes, 0021 only changes who fills the search index: readers do without all nine.
     store = Store(path, read_only=True)
     assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index", "0014_prompt_pieces",
                                                               "0015_summed_outcomes", "0016_entropy_stats",
                                                               "0017_chart_stats", "0018_status_sort_indexes",
-                                                              "0019_listing_stats", "0020_chart_totals"]
+                                                              "0019_listing_stats", "0020_chart_totals",
+                                                              "0021_search_filled_by_writer"]
     run = store.list_episodes(limit=1)[0].run_id
     flt = EpisodeFilter(run_id=run)
     page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))

@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
     im.add_argument("--check", action="store_true", help="run the fidelity checks on each new episode as it is "
                     "imported (on --workers processes, or --ray)")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
-    fanout_options(im)
+    fanout_options(im, "read a JSONL file (each parses lines and packs their rows, which this process writes) and "
+                       "run the checks")
     record_option(im)
 
     im.set_defaults(handler=cmd_import)
@@ -51,7 +52,7 @@ def cmd_import(a: argparse.Namespace) -> int:
         _, loop = loop_config(None if a.config else "verl-tool", a.env or "", knob_settings(a.set), a.config)
         check_knobbed(a.format, loop)  # before the database is created for nothing
     store = open_store(a.db, must_exist=False)
-    pool = fanout(a) if a.check else None
+    pool = fanout(a) if a.check or a.format == "jsonl" else None  # a JSONL file is read on the workers
     try:
         report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
                              progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,

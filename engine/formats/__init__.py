@@ -46,6 +46,7 @@ from ..errors import ConfigError, FormatError
 from ..presets import LoopConfig
 from ..records import textsafe
 from ..records.episode import Episode
+from ..store.packing import PackedEpisode
 from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl, verl_agent_loop
 from .base import ImportContext, LineRange, atomic_path
@@ -164,7 +165,9 @@ def import_path(
     do not (``taubench:retail``; a messages record's own ``env`` comes first). ``run_id`` puts the new
     episodes in that run (with the rollout step each dump names: the run view's points). ``check`` runs
     the fidelity checks on each new episode before it is stored, on ``fanout``'s workers (an
-    ``engine.checks.fanout.Fanout``; default: this process). ``lines`` reads only part of a JSONL file (``watch``
+    ``engine.checks.fanout.Fanout``; default: this process); without ``check``, a JSONL file is read on ``fanout``'s
+    worker processes, each line parsed and packed into the rows the store writes (``jsonl.packed_episodes``), when it
+    has more than one and the file is worth it (``jsonl.WORKERS_FROM_BYTES``). ``lines`` reads only part of a JSONL file (``watch``
     on a growing file). ``max_record_mb`` is the largest record read (a line, a sample, a row): a larger one is
     skipped and listed, read no further than the format allows. ``loop`` is the knobs verl's loop ran with
     (``--set``/``--config``), recorded on each ``verl`` row that does not carry its own; the verl checks read them.
@@ -220,17 +223,22 @@ def import_path(
                 ep = ep.evolve(outcome=explain(ep))
             yield ep
 
-    episodes: Iterator[Episode] = new_ones()
+    episodes: Iterator[Episode] | Iterator[PackedEpisode] = new_ones()  # read and packed in this process
     own = check and fanout is None  # a fan-out made here is closed here
-    if check:
+    if fmt == "jsonl" and not check and fanout is not None and not fanout.inline and fanout.ray_address is None \
+            and lines is None and jsonl.worth_workers(p):
+        episodes = jsonl.packed_episodes(p, ctx, fanout, run_id)  # parsed and packed on the workers
+    elif check:
         from ..checks.fanout import Fanout, check_episodes
 
         fanout = fanout or Fanout(1)
-        episodes = check_episodes(fanout, episodes, errors=report.tokenizer_errors)
+        episodes = check_episodes(fanout, new_ones(), errors=report.tokenizer_errors)
     try:
         for ep, state, error in store.save_batches(episodes, replace=replace):
             if error is not None:  # a bug in storing this one record: list it, import the rest
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
+                if isinstance(ep, PackedEpisode) and ep.where:
+                    where = ep.where
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
                 continue
             count(ep, state != "new")

@@ -98,13 +98,17 @@ class ImportContext:
 
     def mark_replaced(self, ep: Episode, where: str) -> Episode:
         """``ep`` with a ``text_replaced`` finding when its record held text UTF-8 cannot hold."""
-        n = self.replaced.pop(where, 0)
-        if not n:
-            return ep
-        found = Finding("text_replaced", Severity.WARNING,
-                        f"the record at {where} held {n} character{'s' if n != 1 else ''} UTF-8 cannot hold "
-                        "(lone surrogates): replaced with U+FFFD", evidence={"where": where, "replaced": n})
-        return ep.evolve(findings=(*ep.findings, found))
+        return mark_replaced(ep, where, self.replaced.pop(where, 0))
+
+
+def mark_replaced(ep: Episode, where: str, n: int) -> Episode:
+    """``ep`` with a ``text_replaced`` finding when its record at ``where`` held ``n`` characters UTF-8 cannot hold."""
+    if not n:
+        return ep
+    found = Finding("text_replaced", Severity.WARNING,
+                    f"the record at {where} held {n} character{'s' if n != 1 else ''} UTF-8 cannot hold "
+                    "(lone surrogates): replaced with U+FFFD", evidence={"where": where, "replaced": n})
+    return ep.evolve(findings=(*ep.findings, found))
 
 
 def stable_id(fmt: str, *parts: Any, tokens: Any = None) -> str:
@@ -129,8 +133,9 @@ def discover(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return found
 
 
-def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(position, object) for every non-blank line; bad lines, and lines over ``ctx.max_record``, go to ``ctx.skip``."""
+def raw_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, bytes | int]]:
+    """(position, line) for every line of a JSONL file in ``ctx.lines`` (all by default): its bytes, or its length
+    when it is over ``ctx.max_record`` (not read)."""
     ctx.opened(path)
     try:
         f = path.open("rb")
@@ -144,22 +149,26 @@ def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, 
         for lineno, raw in enumerate(bounded_lines(f, ctx.max_record), part.first_line):
             if part.end is not None and pos >= part.end:
                 break
-            where = f"{path}:{lineno}"
-            if isinstance(raw, int):
-                pos += raw
-                ctx.skip(over_limit(raw, ctx.max_record, "the line", where))
-                continue
-            pos += len(raw)
-            try:
-                obj, n = json_object(raw, where)
-            except FormatError as e:
-                ctx.skip(e)
-                continue
-            if obj is None:
-                continue
-            if n:
-                ctx.replaced[where] = n
-            yield where, obj
+            pos += raw if isinstance(raw, int) else len(raw)
+            yield f"{path}:{lineno}", raw
+
+
+def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(position, object) for every non-blank line; bad lines, and lines over ``ctx.max_record``, go to ``ctx.skip``."""
+    for where, raw in raw_lines(path, ctx):
+        if isinstance(raw, int):
+            ctx.skip(over_limit(raw, ctx.max_record, "the line", where))
+            continue
+        try:
+            obj, n = json_object(raw, where)
+        except FormatError as e:
+            ctx.skip(e)
+            continue
+        if obj is None:
+            continue
+        if n:
+            ctx.replaced[where] = n
+        yield where, obj
 
 
 def json_object(raw: bytes, where: str) -> tuple[dict[str, Any] | None, int]:

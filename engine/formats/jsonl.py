@@ -6,22 +6,33 @@ tools, turns`` plus the rest of the record and ``schema_version``. NaN
 logprobs are written as ``null``. A turn's prompt text that repeats the turn
 before it is written as pieces of it (``records.prompts``; ``full_prompts``
 writes every one whole); reading restores it.
+
+``packed_episodes`` reads a file on worker processes: each parses a chunk of lines and packs each episode into the
+rows the store writes (``store.packing``), so the process that writes does little but SQL.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..checks.diagnosis import read_episode
 from ..errors import FormatError
 from ..records import prompts
 from ..records.episode import Episode
-from .base import ImportContext, discover, json_lines, json_object
+from ..store.packing import PackedEpisode, pack_episode
+from .base import ImportContext, discover, json_lines, json_object, mark_replaced, raw_lines
 from .limits import MAX_RECORD_MB, bounded_lines, over_limit
+
+if TYPE_CHECKING:
+    from ..checks.fanout import Fanout
 
 # What trainers read from every line (the schema requires every field of the record).
 REQUIRED = ("id", "env", "task_id", "status", "reward", "turn_rewards", "messages", "tokens", "loss_mask",
@@ -113,3 +124,103 @@ def import_episodes(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                 ctx.skip(e)
                 continue
             yield ctx.mark_replaced(ep, where)
+
+
+# -- reading on worker processes ---------------------------------------------------------------------------------
+
+LINES_A_CHUNK = 32
+"""Lines a worker parses and packs at a time."""
+CHUNKS_AHEAD = 48
+"""Chunks given to the workers before the first of them is written: more than a transaction's worth of episodes
+(``Store.save_batches``), so the workers pack the next batch while this process writes one."""
+
+WORKERS_FROM_BYTES = 8 << 20
+"""Less JSONL than this is read in the writing process: starting the workers (about a second each, spawned, while
+this process goes on) costs more than they save."""
+
+
+def worth_workers(path: Path) -> bool:
+    """Whether the JSONL under ``path`` is worth reading on workers (``WORKERS_FROM_BYTES``)."""
+    total = 0
+    try:
+        for f in discover(path, (".jsonl",)):
+            total += f.stat().st_size
+            if total >= WORKERS_FROM_BYTES:
+                return True
+    except (FormatError, OSError):
+        pass  # said by the reading itself
+    return False
+
+
+# A line as a worker is given it: its position, its bytes (or its length, over the limit), the record limit, the run
+# the episodes go in (``import --run``) and the pid of the process that writes them.
+_Line = tuple[str, "bytes | int", int, "str | None", int]
+# What a worker gives back for a line: the packed episode, a skipped line's error (detail, position, field), or None
+# for a blank line.
+_Packed = PackedEpisode | tuple[str, str, str] | None
+
+
+def _episode(raw: bytes, where: str, run_id: str | None) -> Episode | None:
+    d, n = json_object(raw, where)
+    if d is None:
+        return None
+    ep = mark_replaced(parse_dict(d, where), where, n)
+    return ep.evolve(run_id=run_id) if run_id and not ep.run_id else ep
+
+
+def _reread(raw: bytes, where: str, run_id: str | None) -> Episode:
+    ep = _episode(raw, where, run_id)
+    assert ep is not None
+    return ep
+
+
+def pack_lines(lines: list[_Line]) -> list[_Packed]:
+    """A worker's part of ``packed_episodes``: each line parsed as ``import_episodes`` parses it and packed as the
+    store packs an episode (``store.packing.pack_episode``)."""
+    out: list[_Packed] = []
+    for where, raw, max_record, run_id, pid in lines:
+        if isinstance(raw, int):
+            e = over_limit(raw, max_record, "the line", where)
+            out.append((e.detail, e.where, e.field))
+            continue
+        try:
+            ep = _episode(raw, where, run_id)
+        except FormatError as e:
+            out.append((e.detail, e.where, e.field))
+            continue
+        out.append(None if ep is None else pack_episode(ep, pid, failed_ok=True))
+    return out
+
+
+def packed_episodes(path: Path, ctx: ImportContext, fanout: Fanout, run_id: str | None = None
+                    ) -> Iterator[PackedEpisode]:
+    """``import_episodes`` read on ``fanout``'s worker processes, in the file's order: every ``*.jsonl`` under
+    ``path``, each episode packed (with ``run_id`` when its record names no run), errors to ``ctx``. A packed
+    episode can be read again whole from its line (``PackedEpisode.episode``), for a re-import to compare."""
+    pid = os.getpid()
+    for f in discover(path, (".jsonl",)):
+        sent: deque[tuple[str, bytes | int]] = deque()  # the lines with the workers, in order
+        n = 0
+        try:
+            for got in fanout.map(pack_lines, _lines(f, ctx, run_id, pid, sent), chunk=LINES_A_CHUNK,
+                                  window=CHUNKS_AHEAD):
+                where, raw = sent.popleft()
+                if isinstance(got, tuple):
+                    ctx.skip(FormatError(*got))
+                elif isinstance(got, PackedEpisode) and isinstance(raw, bytes):
+                    got.where = where
+                    got.reread = functools.partial(_reread, raw, where, run_id)
+                    n += 1
+                    yield got
+        except BrokenProcessPool as e:  # a worker killed (out of memory, a signal): the lines before it are stored
+            raise FormatError(f"a worker process reading this file died ({e}); the {n} episode{'s' if n != 1 else ''} "
+                              "read before this line are stored: import the file again (the stored episodes are found "
+                              "and left as they are), with --workers 1 to read it in one process",
+                              sent[0][0] if sent else str(f)) from None
+
+
+def _lines(f: Path, ctx: ImportContext, run_id: str | None, pid: int, sent: deque[tuple[str, bytes | int]]
+           ) -> Iterator[_Line]:
+    for where, raw in raw_lines(f, ctx):
+        sent.append((where, raw))
+        yield where, raw, ctx.max_record, run_id, pid

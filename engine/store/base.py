@@ -98,6 +98,9 @@ class StoreBase:
     def _write_search(self, ep: Episode, turn: int | None = None) -> None:
         raise NotImplementedError
 
+    def _digest_ids(self, bodies: dict[bytes, str]) -> dict[bytes, int]:
+        raise NotImplementedError
+
     def browse_query(self, sql: str, args: Sequence[Any] = (), background: bool = False) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 

@@ -157,6 +157,27 @@ def search_texts(ep: Episode, turn: int | None = None) -> list[tuple[int, list[s
     return [(CONTEXT_PART, context), (0, opening), *((t.index + 1, _turn_texts(t)) for t in turns)]
 
 
+def text_digests(texts: Iterable[str]) -> tuple[dict[str, bytes], dict[bytes, str]]:
+    """The digest of each text that is not blank, and each digest's text as stored: a text UTF-8 cannot hold (lone
+    surrogates, from an import or an old record) is stored cleaned, and shares the digest of its cleaned form."""
+    digest_of: dict[str, bytes] = {}
+    bodies: dict[bytes, str] = {}
+    for text in texts:
+        if not text or text in digest_of or not text.strip():
+            continue
+        body = text
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError:
+            body = textsafe.clean_text(text)
+            raw = body.encode("utf-8")
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        digest_of[text] = digest
+        bodies.setdefault(digest, body)
+    return digest_of, bodies
+
+
+
 class IndexQueries(StoreBase):
     """Search-index upkeep and the aggregate queries of the episode index, mixed into ``Store``."""
 
@@ -189,20 +210,12 @@ class IndexQueries(StoreBase):
     def _text_ids(self, texts: Iterable[str]) -> dict[str, int]:
         """The search-index id of each text that is not blank (each distinct text is stored once: a text stored
         before keeps its id), looked up in one query for a few hundred texts."""
-        digest_of: dict[str, bytes] = {}
-        bodies: dict[bytes, str] = {}  # a text as stored, by its digest
-        for text in texts:
-            if not text or text in digest_of or not text.strip():
-                continue
-            body = text
-            try:
-                raw = text.encode("utf-8")
-            except UnicodeEncodeError:  # text that reached the store unmade-safe (an import, an old record)
-                body = textsafe.clean_text(text)
-                raw = body.encode("utf-8")
-            digest = hashlib.blake2b(raw, digest_size=16).digest()
-            digest_of[text] = digest
-            bodies.setdefault(digest, body)
+        digest_of, bodies = text_digests(texts)
+        ids = self._digest_ids(bodies)
+        return {text: ids[digest] for text, digest in digest_of.items()}
+
+    def _digest_ids(self, bodies: dict[bytes, str]) -> dict[bytes, int]:
+        """The search-index id of each text, by its digest (``text_digests``), stored now when it is not yet."""
         conn = self.db.conn
         found: dict[bytes, int] = {}
         keys = list(bodies)
@@ -210,11 +223,15 @@ class IndexQueries(StoreBase):
             part = keys[i:i + _LOOKUP]
             found.update(conn.execute(
                 f"SELECT hash, id FROM search_texts WHERE hash IN ({','.join('?' * len(part))})", part).fetchall())
+        new: list[tuple[int, str]] = []
         for digest, body in bodies.items():
             if digest not in found:
                 found[digest] = int(conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)",
                                                  [digest, body]).lastrowid or 0)
-        return {text: found[digest] for text, digest in digest_of.items()}
+                new.append((found[digest], body))
+        # The full-text index of the texts added (schema 14: no trigger does it).
+        conn.executemany("INSERT INTO search_fts (rowid, body) VALUES (?, ?)", new)
+        return found
 
     def _write_search(self, ep: Episode, turn: int | None = None) -> None:
         """Point the search index at an episode's texts (or at its opening's and one turn's)."""

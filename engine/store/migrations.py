@@ -94,6 +94,10 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the episodes of each task per env, preset and reward, and of each group with how many rewards they "
               "earned, kept by triggers, so the charts of every episode count tasks and flat groups from rows a task "
               "or group", derived=True),
+    Migration("0021_search_filled_by_writer", 14, schema.search_filled_by_writer,
+              "the full-text index filled by the writer with the texts it adds, where a trigger ran for each text (at "
+              "twice the cost); schema 14 keeps an older version, which would add texts without indexing them, from "
+              "writing to the file", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

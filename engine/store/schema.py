@@ -14,7 +14,8 @@ prompt that extended it only; 11 explains the math episodes whose reward sums ev
 12 added each episode's entropy figures (``n_entropy``, ``entropy_micronats``, ``n_low_entropy``: its generated tokens
 with a known entropy, their sum, how many are near zero) to ``episodes``, the browse index and ``episode_stats``,
 filled from the stored token arrays; 13 added the Browse charts' other aggregates (``length_stats``, ``task_stats``,
-``group_stats``). Every step is written to be safe on a file that already has what it adds.
+``group_stats``); 14 has the writer fill the full-text index with each text it adds, where a trigger did (``search_fts``
+is the same; a version before 14 would add texts without indexing them, so it refuses the file). Every step is written to be safe on a file that already has what it adds.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..errors import StoreError
 from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 
-DB_SCHEMA = 13
+DB_SCHEMA = 14
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
 INDEX_COLUMNS = (
@@ -113,6 +114,13 @@ def refill_search(db: sqlite_utils.Database) -> None:
     changed."""
     if db.execute("SELECT 1 FROM episodes LIMIT 1").fetchone():
         db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('search_fill', 'pending')")
+
+
+def search_filled_by_writer(db: sqlite_utils.Database) -> None:
+    """Schema 14: the full-text index is filled by the writer (``IndexQueries._digest_ids``) with the texts it adds,
+    a statement for an episode's new texts, where a trigger ran one for each text (at twice the cost). Deleting a
+    text still takes it out of the index by trigger."""
+    db.execute("DROP TRIGGER IF EXISTS search_texts_ai")
 
 
 def create_search_index(db: sqlite_utils.Database) -> None:

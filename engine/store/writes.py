@@ -7,15 +7,19 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StoreError
-from ..records import marks, numbers, textsafe
-from ..records.alternatives import entropy_figures
+from ..records import marks, textsafe
 from ..records.episode import Episode, Status, Turn
-from . import codec
+from . import codec, packing
 from .base import StoreBase
-from .schema import diagnosis_columns, nonfinite_episodes
+from .packing import PackedEpisode
+from .schema import nonfinite_episodes
+
+Stored = Episode | PackedEpisode
+"""What ``save_batches`` writes: an episode, or its rows made elsewhere (``packing.pack_episode``)."""
 
 # What a person adds to an episode, kept when it is imported again.
 _ANNOTATIONS = ("tags", "starred", "note")
@@ -27,13 +31,6 @@ def _content(ep: Episode) -> dict[str, Any]:
     for k in _ANNOTATIONS:
         d.pop(k, None)
     return d
-
-
-# Episode fields that live in their own columns rather than in the JSON blob.
-_COLUMN_FIELDS = {
-    "id", "run_id", "env", "task_id", "group_id", "sample_index", "preset", "status", "reason", "reward",
-    "parent_id", "fork_turn", "starred", "note", "created_at", "schema_version", "tags", "turns", "tokens",
-}
 
 
 # SQLite's errors of the file rather than of the record written (``sqlite_errorname`` prefixes): the writing stops.
@@ -64,6 +61,15 @@ def _file_advice(e: BaseException) -> str:
     return "Fix the cause"
 
 
+@dataclass
+class _Written:
+    """How many episodes a ``save_batches`` stored, and the last one's id: what it names when the writing stops
+    (a count, so a million-episode import holds none of them)."""
+
+    n: int = 0
+    last: str = ""
+
+
 class Writes(StoreBase):
     """Every change to the database (``_writing`` refuses them on a read-only store)."""
 
@@ -80,74 +86,21 @@ class Writes(StoreBase):
             self.db.execute("UPDATE runs SET status = ?, pid = NULL WHERE id = ?", [status, run_id])
 
     def _episode_row(self, ep: Episode) -> dict[str, Any]:
-        bad = numbers.bad_rewards(ep)
-        if bad:  # SQLite would keep a NaN as NULL, and nothing downstream reads it: refused, whoever sends it
-            raise StoreError(f"episode {ep.id}: field {bad[0][0]!r} {numbers.not_finite(bad[0][1])}")
-        d = ep.to_dict(include_tokens=False, include_turns=False)
-        data = {k: v for k, v in d.items() if k not in _COLUMN_FIELDS}
-        all_findings = ep.all_findings()
-        diag, root_kinds = diagnosis_columns(all_findings)
-        n_entropy, entropy_micronats, n_low_entropy = entropy_figures(ep.tokens.entropy)
-        return {
-            "id": ep.id,
-            "run_id": ep.run_id,
-            "env": ep.env,
-            "task_id": ep.task_id,
-            "group_id": ep.group_id,
-            "sample_index": ep.sample_index,
-            "preset": ep.preset,
-            "model": ep.backend.label if ep.backend is not None else "",
-            "status": ep.status.value,
-            "reason": ep.reason,
-            "reward": ep.reward,
-            "n_turns": ep.n_turns,
-            "n_tokens": ep.n_tokens,
-            "n_trainable": ep.tokens.n_trainable,
-            "prompt_len": ep.prompt_len,
-            "created_at": ep.created_at,
-            "updated_at": time.time(),
-            "parent_id": ep.parent_id,
-            "fork_turn": ep.fork_turn,
-            "starred": int(ep.starred),
-            "note": ep.note,
-            "source": ep.source.kind,
-            "n_findings": len(all_findings),
-            "n_errors": sum(1 for f in all_findings if f.severity.value == "error"),
-            "diagnosis": diag,
-            "root_kinds": root_kinds,
-            "rollout_step": ep.source.rollout_step,
-            "outcome": ep.outcome.kind if ep.outcome is not None else None,
-            "n_entropy": n_entropy,
-            "entropy_micronats": entropy_micronats,
-            "n_low_entropy": n_low_entropy,
-            "pid": os.getpid() if ep.status is Status.RUNNING else None,
-            "schema_version": ep.schema_version,
-            "data": codec.pack_json(data),
-        }
+        return packing.episode_row(ep, os.getpid())
 
     def _write_findings(self, ep: Episode, turn: int | None = None, fresh: bool = False) -> None:
         """Rewrite the finding index of an episode (or of one of its turns); ``fresh``: none is stored yet."""
         if turn is None:
             if not fresh:
                 self.db.execute("DELETE FROM findings WHERE episode_id = ?", [ep.id])
-            found = [(f, f.turn) for f in ep.findings] + [(f, t.index) for t in ep.turns for f in t.findings]
         else:
             self.db.execute("DELETE FROM findings WHERE episode_id = ? AND turn = ?", [ep.id, turn])
-            found = [(f, turn) for f in ep.turns[turn].findings]
-        rows = [
-            {
-                "episode_id": ep.id, "turn": t, "kind": f.kind, "severity": f.severity.value,
-                "token_start": f.token_start, "token_end": f.token_end, "message": f.message,
-                "evidence": json.dumps(f.evidence, default=str),
-            }
-            for f, t in found
-        ]
+        self._insert_findings(packing.finding_rows(ep, turn))
+
+    def _insert_findings(self, rows: list[tuple[Any, ...]]) -> None:
         if rows:
-            cols = list(rows[0])
-            self.db.conn.executemany(
-                f"INSERT INTO findings ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                [[r[c] for c in cols] for r in rows],
-            )
+            self.db.conn.executemany(f"INSERT INTO findings ({', '.join(packing.FINDING_COLUMNS)}) "
+                                     f"VALUES ({', '.join('?' * len(packing.FINDING_COLUMNS))})", rows)
 
     def _upsert(self, table: str, row: dict[str, Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> None:
         # Plain prepared SQL on the per-turn path: sqlite-utils' upsert
@@ -161,23 +114,20 @@ class Writes(StoreBase):
         self.db.conn.execute(sql, [row[c] for c in cols])
 
     def _write_turn(self, ep: Episode, turn: Turn, spans: bool) -> None:
-        """One turn row in the compact form (``codec.pack_turn``). ``spans``: let the generation refer to
-        the episode's arrays; only where those arrays are written with it, as final (a live episode's
-        arrays may still be re-rendered by a later turn)."""
-        k = turn.index - 1
-        before = ep.turns[k] if 0 <= k < len(ep.turns) and ep.turns[k].index == k else None
-        self._upsert(
-            "turns",
-            {
-                "episode_id": ep.id, "idx": turn.index, "reward": turn.reward, "done": int(turn.done),
-                "data": codec.pack_turn(turn, ep.tokens if spans else None, before),
-            },
-            ("episode_id", "idx"),
-        )
+        """One turn row in the compact form (``packing.turn_row``)."""
+        self._upsert_turns([packing.turn_row(ep, turn, spans)])
+
+    def _upsert_turns(self, rows: list[tuple[str, int, float | None, int, str | bytes]]) -> None:
+        self.db.conn.executemany(
+            "INSERT INTO turns (episode_id, idx, reward, done, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT(episode_id, idx) "
+            "DO UPDATE SET reward = excluded.reward, done = excluded.done, data = excluded.data", rows)
 
     def _write_tokens(self, ep: Episode) -> None:
-        self._upsert("tokens", {"episode_id": ep.id, "ids": None, "loss_mask": None, "logprobs": None,
-                                "versions": None, "packed": codec.pack_tokens(ep.tokens)}, ("episode_id",))
+        self._upsert_tokens(ep.id, codec.pack_tokens(ep.tokens))
+
+    def _upsert_tokens(self, episode_id: str, packed: bytes) -> None:
+        self._upsert("tokens", {"episode_id": episode_id, "ids": None, "loss_mask": None, "logprobs": None,
+                                "versions": None, "packed": packed}, ("episode_id",))
 
     def save_turn(self, ep: Episode, turn: Turn) -> None:
         """Commit one finished turn and the episode as it stands (one transaction).
@@ -223,10 +173,11 @@ class Writes(StoreBase):
                 chunk = []
         return n + (self._save_chunk(chunk) if chunk else 0)
 
-    def save_batches(self, episodes: Iterable[Episode], batch: int = 1024, replace: bool = True,
-                     batch_tokens: int = 2_000_000) -> Iterator[tuple[Episode, str, str | None]]:
-        """Write whole episodes, ``batch`` per transaction (fewer when they hold more than ``batch_tokens`` tokens
-        together, so a batch of long episodes stays small in memory) and each in a savepoint: yields (episode,
+    def save_batches(self, episodes: Iterable[Stored], batch: int = 1024, replace: bool = True,
+                     batch_tokens: int = 2_000_000) -> Iterator[tuple[Stored, str, str | None]]:
+        """Write whole episodes (or their rows, packed elsewhere: ``packing.pack_episode``), ``batch`` per transaction
+        (fewer when they hold more than ``batch_tokens`` tokens together, so a batch of long episodes stays small in
+        memory) and each in a savepoint: yields (episode,
         what was done: ``new``, ``replaced``, ``unchanged`` or ``kept``, why it could not be stored or None) once
         its batch is committed. An episode that fails on its own (a bad record) is rolled back alone, and listed;
         the others of its batch are kept.
@@ -240,9 +191,9 @@ class Writes(StoreBase):
         are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
         left when it does not (``unchanged``); without, it is left as it is (``kept``). When ``episodes``
         raises, those read before are written, then the error goes on."""
-        chunk: list[Episode] = []
+        chunk: list[Stored] = []
         tokens = 0
-        stored: list[Episode] = []  # a list, not a count: the last one is named when the writing stops
+        stored = _Written()
         source = iter(episodes)
         end = object()
         while True:
@@ -254,7 +205,7 @@ class Writes(StoreBase):
                 raise
             if item is end:
                 break
-            assert isinstance(item, Episode)
+            assert isinstance(item, (Episode, PackedEpisode))
             chunk.append(item)
             tokens += item.n_tokens
             if len(chunk) >= batch or tokens >= batch_tokens:
@@ -263,31 +214,31 @@ class Writes(StoreBase):
         if chunk:
             yield from self._store_batch(chunk, replace, stored)
 
-    def _store_batch(self, chunk: list[Episode], replace: bool, stored: list[Episode]
-                     ) -> Iterator[tuple[Episode, str, str | None]]:
+    def _store_batch(self, chunk: list[Stored], replace: bool, stored: _Written
+                     ) -> Iterator[tuple[Stored, str, str | None]]:
         """``_save_savepoints`` of one batch: yields what it committed (adding the stored ones to ``stored``), then
         raises the StoreError that says why it stopped, if it did."""
         done, stop = self._save_savepoints(chunk, replace)
         for ep, state, error in done:
             if error is None:
-                stored.append(ep)
+                stored.n, stored.last = stored.n + 1, ep.id
             yield ep, state, error
         if stop is None:
             return
         failed, first_lost, cause = stop
         where = f" ({failed.source.file}:{failed.source.line})" if failed.source.file and \
             failed.source.line is not None else ""
-        n = len(stored)
+        n = stored.n
         kept = (f"the {n} episode{'s' if n != 1 else ''} written before it {'are' if n != 1 else 'is'} stored "
-                f"(the last {stored[-1].id})") if stored else "no episode is stored"
+                f"(the last {stored.last})") if n else "no episode is stored"
         lost = f"{failed.id}" if first_lost is failed else f"{first_lost.id} (the first of its batch)"
         raise StoreError(
             f"could not store episode {failed.id}{where} in {self.path}: {cause}. Of this write, {kept}; not stored: "
             f"{lost} and every episode after it. {_file_advice(cause)}, then import again: the stored episodes are "
             "found and left as they are") from cause
 
-    def _save_savepoints(self, chunk: list[Episode], replace: bool
-                         ) -> tuple[list[tuple[Episode, str, str | None]], tuple[Episode, Episode, BaseException] | None]:
+    def _save_savepoints(self, chunk: list[Stored], replace: bool
+                         ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, Stored, BaseException] | None]:
         """Write ``chunk`` in one transaction, each episode in a savepoint, and commit it: what is committed, and
         when an error of the file stopped it, (the episode it hit, the first episode not stored, the error)."""
         self._refuse_read_only("save episodes")
@@ -313,13 +264,13 @@ class Writes(StoreBase):
 
     _lost = False  # set by ``_write_batch``: the error that stopped it also ended its transaction
 
-    def _write_batch(self, chunk: list[Episode], replace: bool
-                     ) -> tuple[list[tuple[Episode, str, str | None]], tuple[Episode, BaseException] | None]:
+    def _write_batch(self, chunk: list[Stored], replace: bool
+                     ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, BaseException] | None]:
         """Write ``chunk`` in a transaction left open (each episode in a savepoint: one that fails on its own is rolled
         back and listed): what was written, and the episode and error of the file that stopped it (``file_error``),
         with ``_lost`` saying whether SQLite ended the transaction with it."""
         conn = self.db.conn
-        out: list[tuple[Episode, str, str | None]] = []
+        out: list[tuple[Stored, str, str | None]] = []
         self._lost = False
         # One transaction for the batch: a SAVEPOINT outside a transaction opens one of its own and its RELEASE
         # commits it, which would make each episode a transaction.
@@ -330,13 +281,19 @@ class Writes(StoreBase):
                 if present and not replace:
                     out.append((ep, "kept", None))
                     continue
+                if not present and isinstance(ep, PackedEpisode) and ep.failed:
+                    out.append((ep, "new", ep.failed))
+                    continue
                 conn.execute("SAVEPOINT episode")
             except sqlite3.Error as e:
                 self._lost = not conn.in_transaction
                 return out, (ep, e)
             try:
                 if present:
-                    state = self._save_again(ep)
+                    state = self._save_again(ep.episode() if isinstance(ep, PackedEpisode) else ep)
+                elif isinstance(ep, PackedEpisode):
+                    self._write_packed(ep, fresh=True)
+                    state = "new"
                 else:
                     self._save_whole(ep, fresh=True)
                     state = "new"
@@ -401,23 +358,24 @@ class Writes(StoreBase):
         return len(chunk)
 
     def _save_whole(self, ep: Episode, fresh: bool = False) -> None:
-        """Write every row of ``ep``; ``fresh``: it is not stored yet, so there are no old rows to delete.
-        An infinite logprob is stored unknown and marked (``marks.unknown_logprobs``)."""
-        ep = marks.unknown_logprobs(ep)
-        self._upsert("episodes", self._episode_row(ep), ("id",))
+        """Write every row of ``ep``; ``fresh``: it is not stored yet, so there are no old rows to delete."""
+        self._write_packed(packing.pack_episode(ep, os.getpid()), fresh)
+
+    def _write_packed(self, p: PackedEpisode, fresh: bool = False) -> None:
+        """Write every row of a packed episode (``packing.pack_episode``); ``fresh``: as ``_save_whole``."""
+        conn = self.db.conn
+        self._upsert("episodes", p.row, ("id",))
         if not fresh:
-            self.db.execute("DELETE FROM turns WHERE episode_id = ?", [ep.id])
-        for t in ep.turns:
-            self._write_turn(ep, t, spans=True)
-        self._write_tokens(ep)
-        self._write_findings(ep, fresh=fresh)
-        self._write_search(ep)
-        if not fresh:
-            self.db.execute("DELETE FROM tags WHERE episode_id = ?", [ep.id])
-        if ep.tags:
-            self.db.conn.executemany(
-                "INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(ep.id, t) for t in ep.tags]
-            )
+            for table in ("turns", "findings", "search_refs", "tags"):
+                conn.execute(f"DELETE FROM {table} WHERE episode_id = ?", [p.id])
+        self._upsert_turns(p.turns)
+        self._upsert_tokens(p.id, p.tokens)
+        self._insert_findings(p.findings)
+        ids = self._digest_ids(p.bodies)
+        conn.executemany("INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)",
+                         [(p.id, part, i) for part, digests in p.search for i in sorted({ids[d] for d in digests})])
+        if p.tags:
+            conn.executemany("INSERT OR IGNORE INTO tags (episode_id, tag) VALUES (?, ?)", [(p.id, t) for t in p.tags])
 
     def _fill_outcomes(self) -> int:
         """Give each finished episode stored before outcomes existed (record version 4 or earlier) the outcome its
