@@ -49,9 +49,8 @@ def record_option(p: argparse.ArgumentParser) -> None:
                         "skipped and named, not read into memory (default 64)")
 
 
-def fanout_options(p: argparse.ArgumentParser, what: str = "run the checks") -> None:
-    p.add_argument("--workers", type=positive_int, help=f"processes that {what} (default: one per CPU; 1: "
-                   "this process alone)")
+def fanout_options(p: argparse.ArgumentParser, what: str = "run the checks (default: one per CPU)") -> None:
+    p.add_argument("--workers", type=positive_int, help=f"processes that {what}; 1: this process alone")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="run the checks on Ray workers: a cluster address (ray://host:10001, auto), or none for a "
                         "local Ray on this machine's CPUs (needs the rollscope[ray] extra)")

@@ -31,8 +31,8 @@ def register(sub: Any) -> None:
     im.add_argument("--check", action="store_true", help="run the fidelity checks on each new episode as it is "
                     "imported (on --workers processes, or --ray)")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
-    fanout_options(im, "read a JSONL file (each parses lines and packs their rows, which this process writes) and "
-                       "run the checks")
+    fanout_options(im, "read a JSONL file of 8 MB or more (each parses lines and packs their rows, which this process "
+                       "writes; default: one per CPU up to 4) and run the checks (default: one per CPU)")
     record_option(im)
 
     im.set_defaults(handler=cmd_import)
@@ -52,7 +52,14 @@ def cmd_import(a: argparse.Namespace) -> int:
         _, loop = loop_config(None if a.config else "verl-tool", a.env or "", knob_settings(a.set), a.config)
         check_knobbed(a.format, loop)  # before the database is created for nothing
     store = open_store(a.db, must_exist=False)
-    pool = fanout(a) if a.check or a.format == "jsonl" else None  # a JSONL file is read on the workers
+    pool = None
+    if a.check:
+        pool = fanout(a)
+    elif a.format == "jsonl" and a.ray is None:  # a JSONL file is read on the workers (one writer: a few are enough)
+        from ..checks.fanout import Fanout, default_workers
+        from ..formats.jsonl import MOST_WORKERS
+
+        pool = Fanout(a.workers or min(MOST_WORKERS, default_workers()))
     try:
         report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
                              progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,

@@ -204,8 +204,10 @@ def import_path(
     replace = fmt in LOSSLESS
     stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs
 
-    def count(ep: Episode, present: bool) -> None:
-        counts, runs = stored.setdefault(str(ep.source.file), ([0, 0], set()))
+    def count(ep: Episode | PackedEpisode, present: bool) -> None:
+        # By the file it was read from: a packed episode's line names it, where its record may name another.
+        file = ep.where.rsplit(":", 1)[0] if isinstance(ep, PackedEpisode) and ep.where else str(ep.source.file)
+        counts, runs = stored.setdefault(file, ([0, 0], set()))
         counts[int(present)] += 1
         runs.add(ep.run_id or "")
 
@@ -225,9 +227,12 @@ def import_path(
 
     episodes: Iterator[Episode] | Iterator[PackedEpisode] = new_ones()  # read and packed in this process
     own = check and fanout is None  # a fan-out made here is closed here
-    if fmt == "jsonl" and not check and fanout is not None and not fanout.inline and fanout.ray_address is None \
-            and lines is None and jsonl.worth_workers(p):
-        episodes = jsonl.packed_episodes(p, ctx, fanout, run_id)  # parsed and packed on the workers
+    if fmt == "jsonl" and not check:  # parsed and packed on the workers, when there are any and the file is worth it
+        from ..checks.fanout import Fanout
+
+        workers = fanout is not None and not fanout.inline and fanout.ray_address is None and lines is None and \
+            jsonl.worth_workers(p)
+        episodes = jsonl.packed_episodes(p, ctx, fanout if workers else Fanout(1), run_id)
     elif check:
         from ..checks.fanout import Fanout, check_episodes
 

@@ -126,17 +126,23 @@ def import_episodes(path: Path, ctx: ImportContext) -> Iterator[Episode]:
             yield ctx.mark_replaced(ep, where)
 
 
-# -- reading on worker processes ---------------------------------------------------------------------------------
+# -- reading, in this process or on workers -----------------------------------------------------------------------
 
 LINES_A_CHUNK = 32
-"""Lines a worker parses and packs at a time."""
+"""Lines a worker parses and packs at a time (fewer when they hold more than ``CHUNK_BYTES``)."""
+CHUNK_BYTES = 4 << 20
+"""Bytes of lines a chunk holds at most (one longer line goes alone): with ``CHUNKS_AHEAD``, what a file of long
+episodes (1.8 MB a line for 60 retail turns) holds in memory while it is read."""
 CHUNKS_AHEAD = 48
-"""Chunks given to the workers before the first of them is written: more than a transaction's worth of episodes
-(``Store.save_batches``), so the workers pack the next batch while this process writes one."""
+"""Chunks given to the workers before the first of them is written: more than a transaction's worth of small
+episodes (``Store.save_batches``), so the workers pack the next batch while this process writes one."""
 
 WORKERS_FROM_BYTES = 8 << 20
 """Less JSONL than this is read in the writing process: starting the workers (about a second each, spawned, while
 this process goes on) costs more than they save."""
+MOST_WORKERS = 4
+"""Workers an import starts by default (one per CPU up to this): one process writes, and more than this many
+readers wait for it."""
 
 
 def worth_workers(path: Path) -> bool:
@@ -152,10 +158,10 @@ def worth_workers(path: Path) -> bool:
     return False
 
 
-# A line as a worker is given it: its position, its bytes (or its length, over the limit), the record limit, the run
-# the episodes go in (``import --run``) and the pid of the process that writes them.
+# A line as it is packed: its position, its bytes (or its length, over the limit), the record limit, the run the
+# episodes go in (``import --run``) and the pid of the process that writes them.
 _Line = tuple[str, "bytes | int", int, "str | None", int]
-# What a worker gives back for a line: the packed episode, a skipped line's error (detail, position, field), or None
+# What packing gives back for a line: the packed episode, a skipped line's error (detail, position, field), or None
 # for a blank line.
 _Packed = PackedEpisode | tuple[str, str, str] | None
 
@@ -175,8 +181,8 @@ def _reread(raw: bytes, where: str, run_id: str | None) -> Episode:
 
 
 def pack_lines(lines: list[_Line]) -> list[_Packed]:
-    """A worker's part of ``packed_episodes``: each line parsed as ``import_episodes`` parses it and packed as the
-    store packs an episode (``store.packing.pack_episode``)."""
+    """A chunk of ``packed_episodes``: each line parsed as ``import_episodes`` parses it and packed as the store packs
+    an episode (``store.packing.pack_episode``)."""
     out: list[_Packed] = []
     for where, raw, max_record, run_id, pid in lines:
         if isinstance(raw, int):
@@ -192,35 +198,52 @@ def pack_lines(lines: list[_Line]) -> list[_Packed]:
     return out
 
 
+def pack_chunks(chunks: list[list[_Line]]) -> list[list[_Packed]]:
+    """What a worker is given: ``pack_lines`` of each chunk."""
+    return [pack_lines(c) for c in chunks]
+
+
 def packed_episodes(path: Path, ctx: ImportContext, fanout: Fanout, run_id: str | None = None
                     ) -> Iterator[PackedEpisode]:
-    """``import_episodes`` read on ``fanout``'s worker processes, in the file's order: every ``*.jsonl`` under
-    ``path``, each episode packed (with ``run_id`` when its record names no run), errors to ``ctx``. A packed
-    episode can be read again whole from its line (``PackedEpisode.episode``), for a re-import to compare."""
+    """Every ``*.jsonl`` under ``path`` read as ``import_episodes`` reads it, each episode packed into its rows (with
+    ``run_id`` when its record names no run), in the file's order, errors to ``ctx``: on ``fanout``'s worker
+    processes, or in this one when it has none. The lines are sent in chunks, at most ``CHUNKS_AHEAD`` out. A packed
+    episode names its line (``where``) and can be read again whole from it (``PackedEpisode.episode``), for a
+    re-import to compare."""
     pid = os.getpid()
     for f in discover(path, (".jsonl",)):
-        sent: deque[tuple[str, bytes | int]] = deque()  # the lines with the workers, in order
-        n = 0
+        sent: deque[list[tuple[str, bytes | int]]] = deque()  # the chunks out, in order
         try:
-            for got in fanout.map(pack_lines, _lines(f, ctx, run_id, pid, sent), chunk=LINES_A_CHUNK,
-                                  window=CHUNKS_AHEAD):
-                where, raw = sent.popleft()
-                if isinstance(got, tuple):
-                    ctx.skip(FormatError(*got))
-                elif isinstance(got, PackedEpisode) and isinstance(raw, bytes):
-                    got.where = where
-                    got.reread = functools.partial(_reread, raw, where, run_id)
-                    n += 1
-                    yield got
-        except BrokenProcessPool as e:  # a worker killed (out of memory, a signal): the lines before it are stored
-            raise FormatError(f"a worker process reading this file died ({e}); the {n} episode{'s' if n != 1 else ''} "
-                              "read before this line are stored: import the file again (the stored episodes are found "
-                              "and left as they are), with --workers 1 to read it in one process",
-                              sent[0][0] if sent else str(f)) from None
+            for got in fanout.map(pack_chunks, _chunks(f, ctx, run_id, pid, sent), chunk=1, window=CHUNKS_AHEAD):
+                for (where, raw), one in zip(sent.popleft(), got, strict=True):
+                    if isinstance(one, tuple):
+                        ctx.skip(FormatError(*one))
+                    elif isinstance(one, PackedEpisode) and isinstance(raw, bytes):
+                        one.where = where
+                        one.reread = functools.partial(_reread, raw, where, run_id)
+                        yield one
+        except (BrokenProcessPool, MemoryError) as e:  # a worker killed (out of memory, a signal), or out of memory
+            what = f"a worker process reading this file died ({e})" if isinstance(e, BrokenProcessPool) else \
+                f"{'this process' if fanout.inline else 'a worker process'} ran out of memory reading this file"
+            raise FormatError(f"{what}: import the file again (the episodes stored are found and left as they are)"
+                              f"{'' if fanout.inline else ', with --workers 1 to read it in one process'}",
+                              sent[0][0][0] if sent else str(f)) from None
 
 
-def _lines(f: Path, ctx: ImportContext, run_id: str | None, pid: int, sent: deque[tuple[str, bytes | int]]
-           ) -> Iterator[_Line]:
+def _chunks(f: Path, ctx: ImportContext, run_id: str | None, pid: int, sent: deque[list[tuple[str, bytes | int]]]
+            ) -> Iterator[list[_Line]]:
+    """The lines of ``f`` in chunks of ``LINES_A_CHUNK`` and ``CHUNK_BYTES`` at most, each kept in ``sent`` as it goes
+    out."""
+    lines: list[tuple[str, bytes | int]] = []
+    size = 0
     for where, raw in raw_lines(f, ctx):
-        sent.append((where, raw))
-        yield where, raw, ctx.max_record, run_id, pid
+        n = len(raw) if isinstance(raw, bytes) else 0
+        if lines and (len(lines) >= LINES_A_CHUNK or size + n > CHUNK_BYTES):
+            sent.append(lines)
+            yield [(w, r, ctx.max_record, run_id, pid) for w, r in lines]
+            lines, size = [], 0
+        lines.append((where, raw))
+        size += n
+    if lines:
+        sent.append(lines)
+        yield [(w, r, ctx.max_record, run_id, pid) for w, r in lines]

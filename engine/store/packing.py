@@ -55,7 +55,8 @@ class PackedEpisode:
     """Each digest's text, as stored (made safe for UTF-8)."""
     tags: tuple[str, ...]
     where: str = ""
-    """The position of the record it was read from (a JSONL file's line), where the episode does not say one."""
+    """The position of the record it was read from (a JSONL file's line): where an import says it could not be
+    stored."""
     failed: str = ""
     """Why the episode could not be packed (``pack_episode(..., failed_ok=True)``): it is listed, not stored."""
     reread: Callable[[], Episode] | None = None
@@ -153,7 +154,7 @@ def pack_episode(ep: Episode, pid: int, failed_ok: bool = False) -> PackedEpisod
             tags=tuple(marked.tags),
         )
     except Exception as e:  # noqa: BLE001 - said of this episode alone, as the store says it
-        if not failed_ok:
+        if not failed_ok or isinstance(e, MemoryError):  # out of memory is the process's, not the episode's
             raise
         return PackedEpisode(id=ep.id, run_id=ep.run_id, source=ep.source, n_tokens=ep.n_tokens, row={}, turns=[],
                              tokens=b"", findings=[], search=[], bodies={}, tags=(), failed=f"{type(e).__name__}: {e}")
