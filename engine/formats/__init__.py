@@ -225,19 +225,21 @@ def import_path(
                 ep = ep.evolve(outcome=explain(ep))
             yield ep
 
-    episodes: Iterator[Episode] | Iterator[PackedEpisode] = new_ones()  # read and packed in this process
+    episodes: Iterator[Episode] | Iterator[PackedEpisode]
     own = check and fanout is None  # a fan-out made here is closed here
-    if fmt == "jsonl" and not check:  # parsed and packed on the workers, when there are any and the file is worth it
+    if check:
+        from ..checks.fanout import Fanout, check_episodes
+
+        fanout = fanout or Fanout(1)
+        episodes = check_episodes(fanout, new_ones(), errors=report.tokenizer_errors)
+    elif fmt == "jsonl":  # parsed and packed on the workers, when there are any and the file is worth it
         from ..checks.fanout import Fanout
 
         workers = fanout is not None and not fanout.inline and fanout.ray_address is None and lines is None and \
             jsonl.worth_workers(p)
         episodes = jsonl.packed_episodes(p, ctx, fanout if workers else Fanout(1), run_id)
-    elif check:
-        from ..checks.fanout import Fanout, check_episodes
-
-        fanout = fanout or Fanout(1)
-        episodes = check_episodes(fanout, new_ones(), errors=report.tokenizer_errors)
+    else:
+        episodes = new_ones()
     try:
         for ep, state, error in store.save_batches(episodes, replace=replace):
             if error is not None:  # a bug in storing this one record: list it, import the rest

@@ -7,8 +7,8 @@ logprobs are written as ``null``. A turn's prompt text that repeats the turn
 before it is written as pieces of it (``records.prompts``; ``full_prompts``
 writes every one whole); reading restores it.
 
-``packed_episodes`` reads a file on worker processes: each parses a chunk of lines and packs each episode into the
-rows the store writes (``store.packing``), so the process that writes does little but SQL.
+``packed_episodes`` reads a file in chunks of lines, each parsed and each episode packed into the rows the store
+writes (``store.packing``): on worker processes, the process that writes does little but SQL.
 """
 
 from __future__ import annotations

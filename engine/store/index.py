@@ -177,7 +177,6 @@ def text_digests(texts: Iterable[str]) -> tuple[dict[str, bytes], dict[bytes, st
     return digest_of, bodies
 
 
-
 class IndexQueries(StoreBase):
     """Search-index upkeep and the aggregate queries of the episode index, mixed into ``Store``."""
 
