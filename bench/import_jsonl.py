@@ -14,7 +14,9 @@ imports into a copy of that database (its episodes' ids must differ from the fil
 episodes from there), the cost of writing into a database that already holds many. Prints
 episodes a second for ``json.loads`` alone and for ``import_path`` into a fresh database, in one process and with
 ``--workers`` processes reading the file (parsing and packing; this process writes), their ratio, and the bytes an
-episode takes in the file and in the database.
+episode takes in the file and in the database. Then where the time goes, on the file's first ``--stages`` episodes
+in this process, best of 5 (the machine's speed varies from run to run more than the stages differ): ``json.loads``,
+reading the records into episodes, packing them into rows, and writing the rows into a fresh database.
 
     python bench/import_jsonl.py [--episodes 2000] [--kind synthetic] [--full-prompts] [--dir /tmp/rollscope-import-jsonl]
                                  [--into rs-100k.db --start 2000000] [--workers 2]
@@ -30,15 +32,17 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import export, import_path  # noqa: E402
 from engine.checks.fanout import Fanout, default_workers  # noqa: E402
+from engine.formats import jsonl  # noqa: E402
 from engine.records.episode import Episode  # noqa: E402
 from engine.store import Store  # noqa: E402
+from engine.store.packing import pack_episode  # noqa: E402
 from tests.synthetic import rendered_retail_episode, synthetic_episodes  # noqa: E402
 
 
@@ -76,6 +80,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=default_workers(),
                     help="processes that read the file (as `rollscope import --workers`; default: one per CPU); the "
                          "import in one process is timed too")
+    ap.add_argument("--stages", type=int, default=500, help="episodes each stage is timed on (0: none)")
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
     src = a.dir / f"{a.kind}-{a.episodes}{f'-from{a.start}' if a.start else ''}{'-full' if a.full_prompts else ''}.jsonl"
@@ -95,6 +100,45 @@ def main() -> None:
         how = "import, 1 process:" if workers == 1 else f"import, {workers} workers:"
         print(f"   {how:<20}{took:.2f} s, {stored / took:,.0f} episodes a second ({took / parse:.1f}x json.loads); "
               f"{db_bytes / stored / 1e3:.1f} KB an episode in the database")
+    if a.stages:
+        print(f"   where the time goes, seconds a 1,000 episodes (best of 5 on the first {a.stages:,}):")
+        figures = stages(src, a.dir, a.stages)
+        for name, took in figures.items():
+            print(f"   {name:<20}{took:.3f} s ({took / figures['json.loads']:.1f}x json.loads)")
+
+
+def _best(fn: Callable[[], object], repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def stages(src: Path, folder: Path, n: int) -> dict[str, float]:
+    """Seconds a 1,000 episodes of each stage of an import, on the first ``n`` lines of ``src``: ``json.loads``
+    alone; reading the records into episodes (as an import does: ``formats.jsonl``); packing them into their rows
+    (``store.packing.pack_episode``); writing those rows into a fresh database (``Store.save_batches``)."""
+    with open(src, "rb") as f:
+        lines = [line for _, line in zip(range(n), f)]
+    episodes = [ep for i, line in enumerate(lines) if (ep := jsonl.read_line(line, f"{src}:{i + 1}")) is not None]
+    packed = [pack_episode(ep, os.getpid()) for ep in episodes]
+
+    def write() -> None:
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            store = Store(Path(tmp) / "stages.db")
+            for _ in store.save_batches(packed):
+                pass
+            store.close()
+
+    per = 1000 / len(lines)
+    return {
+        "json.loads": per * _best(lambda: [json.loads(line) for line in lines]),
+        "read": per * _best(lambda: [jsonl.read_line(line, "") for line in lines]),
+        "pack": per * _best(lambda: [pack_episode(ep, os.getpid()) for ep in episodes]),
+        "write": per * _best(write),
+    }
 
 
 def import_once(src: Path, folder: Path, into: Path | None, workers: int) -> tuple[float, int, int, int]:

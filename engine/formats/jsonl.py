@@ -166,7 +166,9 @@ _Line = tuple[str, "bytes | int", int, "str | None", int]
 _Packed = PackedEpisode | tuple[str, str, str] | None
 
 
-def _episode(raw: bytes, where: str, run_id: str | None) -> Episode | None:
+def read_line(raw: bytes, where: str, run_id: str | None = None) -> Episode | None:
+    """One line of a JSONL file as an import reads it (None for a blank line), with ``run_id`` when its record names
+    no run; a FormatError for a line that is not a record."""
     d, n = json_object(raw, where)
     if d is None:
         return None
@@ -175,7 +177,7 @@ def _episode(raw: bytes, where: str, run_id: str | None) -> Episode | None:
 
 
 def _reread(raw: bytes, where: str, run_id: str | None) -> Episode:
-    ep = _episode(raw, where, run_id)
+    ep = read_line(raw, where, run_id)
     assert ep is not None
     return ep
 
@@ -190,7 +192,7 @@ def pack_lines(lines: list[_Line]) -> list[_Packed]:
             out.append((e.detail, e.where, e.field))
             continue
         try:
-            ep = _episode(raw, where, run_id)
+            ep = read_line(raw, where, run_id)
         except FormatError as e:
             out.append((e.detail, e.where, e.field))
             continue

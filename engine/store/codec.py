@@ -31,10 +31,11 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import orjson
 import zstandard
 
 from ..errors import FormatError, StoreError
-from ..records import prompts
+from ..records import jsonbounds, prompts
 from ..records.alternatives import rows
 from ..records.episode import Turn
 from ..records.token_arrays import TokenArrays
@@ -155,11 +156,16 @@ def _assistant_start(turn: Turn) -> int | None:
 
 
 def pack_json(d: Any) -> str | bytes:
-    """A JSON value as stored: text when short, zstd-compressed JSON when it saves space."""
-    text = json.dumps(d, separators=(",", ":"), ensure_ascii=False)
-    if len(text) < _SMALL:
-        return text
-    return _compressor.compress(text.encode("utf-8"))
+    """A JSON value as stored: text when short, zstd-compressed JSON when it saves space. Written by orjson; what it
+    cannot write (a lone surrogate, an integer past 64 bits, a key that is not a string) by ``json``. A NaN or
+    infinity is written null: the records written here (``to_dict``) hold none, since their readers refuse them and
+    their free-form values spell them (``textsafe.json_safe``)."""
+    try:
+        raw = orjson.dumps(d)
+    except orjson.JSONEncodeError:
+        text = json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+        return text if len(text) < _SMALL else _compressor.compress(text.encode("utf-8"))
+    return raw.decode("utf-8") if len(raw) < _SMALL else _compressor.compress(raw)
 
 
 def json_bytes(data: str | bytes) -> bytes:
@@ -175,9 +181,9 @@ def json_bytes(data: str | bytes) -> bytes:
 def unpack_json(data: str | bytes) -> Any:
     """A stored JSON value (text, or compressed)."""
     if isinstance(data, str):
-        return json.loads(data)
+        return jsonbounds.parse(data)
     try:
-        return json.loads(_decompressor.decompress(data))
+        return jsonbounds.parse(_decompressor.decompress(data))
     except zstandard.ZstdError as e:
         raise StoreError(f"stored JSON cannot be decompressed: {e}") from None
 
