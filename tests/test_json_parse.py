@@ -7,26 +7,41 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from engine.formats import jsonl
 from engine.records import jsonbounds
 from engine.store import codec
 
+GOLDEN = Path(__file__).parent / "golden"
+
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal, of the same types all the way down (1 and 1.0, 0.0 and -0.0, nan and nan told apart as json does)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, float):
-        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
-    return bool(a == b)
+    """Equal, of the same types all the way down (1 and 1.0, 0.0 and -0.0, nan and nan told apart as json does);
+    walked without recursion, for values nested a thousand deep."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, dict):
+            if list(x) != list(y):
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif isinstance(x, float):
+            if not ((math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))):
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def _outcome(fn: Any, text: str | bytes) -> tuple[str, Any]:
@@ -63,12 +78,26 @@ HOSTILE = [
     '{"a": tru}', '{"a": 1}{"b": 2}', "", "   ", "[" * 50_000 + "]" * 50_000, "[" * 1_500 + "]" * 1_500,
     # bytes: the encodings json detects, a BOM, bytes that are not UTF-8
     b'{"a": 1}', b'\xef\xbb\xbf{"a": 1}', b'{"a": "\xff"}', '{"a": 1}'.encode("utf-16"), b'{"a": "\xc3\xa9"}',
+    bytearray(b'{"a": [1]}'),
+    # nesting about where json's reader stops (the interpreter's recursion limit, less the frames above it) and
+    # orjson's (1,024 levels)
+    *("[" * n + "]" * n for n in (254, 255, 256, 300, 900, 980, 990, 995, 1000, 1020, 1024, 1025)),
+    '{"a":' * 990 + "1" + "}" * 990, "[" * 100 + "{}," * 400 + "{}" + "]" * 100,
 ]
 
 
 @pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
 def test_parse_is_json_loads_on_hostile_text(text: str | bytes) -> None:
     _agree(text)
+
+
+@pytest.mark.parametrize("thing", [memoryview(b"[1]"), [49], (49,), None, 7, 3.5])
+def test_parse_refuses_what_json_loads_refuses_with_its_words(thing: Any) -> None:
+    with pytest.raises(TypeError) as got:
+        jsonbounds.parse(thing)
+    with pytest.raises(TypeError) as want:
+        json.loads(thing)
+    assert str(got.value) == str(want.value)
 
 
 def _value(rng: random.Random, depth: int = 0) -> Any:
@@ -114,12 +143,40 @@ def test_ordinary_records_are_read_by_orjson(monkeypatch: pytest.MonkeyPatch) ->
     {"args": {"id": 2**70, "neg": -2**64}, "pad": "y" * 300},  # past 64 bits: written by json
     {"text": "lone \ud800 surrogate"},  # UTF-8 cannot hold it: written by json (kept as text)
     {1: "an int key"},  # written by json, as json writes it
+    {"timings": {"generate": math.nan, "env": math.inf}, "pad": "n" * 300},  # orjson would write null: json writes NaN
+    {"timings": {"generate": -math.inf}},
+    {"pair": (1, 2), "pad": "t" * 300},  # a tuple: a list, as json writes it
 ])
 def test_stored_json_reads_back_as_written(value: Any) -> None:
     stored = codec.pack_json(value)
     back = codec.unpack_json(stored)
     assert _same(back, json.loads(json.dumps(value)))
-    assert isinstance(stored, str) == (len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))) < 200)
+    assert isinstance(stored, str) == (len(codec.json_bytes(stored)) < 200)
+
+
+def test_what_json_cannot_write_is_refused_as_before() -> None:
+    import datetime
+    import uuid
+
+    for value in ({"at": datetime.datetime(2026, 1, 1)}, {"id": uuid.UUID(int=1)}):
+        with pytest.raises(TypeError):
+            json.dumps(value)
+        with pytest.raises(TypeError):
+            codec.pack_json(value)
+
+
+def test_a_stored_turns_nan_timing_reads_back(tmp_path: Any) -> None:
+    """A turn's timings are numbers the reader takes as they are, NaN included: stored, it reads back the same."""
+    from engine.store import Store
+
+    record = json.loads((GOLDEN / "schema8-episodes.jsonl").read_text().splitlines()[0])
+    record["turns"][0]["timings"] = {"generate": math.nan, "env": 0.25}
+    ep = jsonl.read_line(json.dumps(record).encode(), "line 1")
+    assert ep is not None
+    store = Store(tmp_path / "nan.db")
+    store.save_episode(ep)
+    back = store.get_episode(ep.id).turns[0].timings
+    assert math.isnan(back["generate"]) and back["env"] == 0.25
 
 
 def test_stored_json_is_orjsons_where_it_can_be() -> None:

@@ -48,19 +48,30 @@ def too_deep(limit: int = MAX_DEPTH) -> str:
 # after a space once every digit is a zero, a point stays and all else is a space (a fraction's run follows a point).
 _SHAPE = bytes(48 if 48 <= i <= 57 else (46 if i == 46 else 32) for i in range(256))
 _LONG_INT = b" " + b"0" * 19
+# Nesting orjson's value is taken at: json's reader stops where the interpreter's recursion limit does (about 1,000
+# levels less the caller's frames), orjson's at 1,024. A text with fewer brackets than this nests no deeper.
+ORJSON_DEPTH = 255
 
 
 def parse(text: str | bytes) -> Any:
     """``json.loads(text)``: the same value, or the same error. orjson reads it when it can; what orjson refuses
-    (NaN and infinities, a lone surrogate, text that is not UTF-8, nesting past 1,024 levels, text that is not
-    JSON) and what it would read otherwise (an integer of 19 digits or more) go to ``json``, which reads it or
-    says why not."""
-    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    (NaN and infinities, a lone surrogate, text that is not UTF-8, text that is not JSON), what it would read
+    otherwise (an integer of 19 digits or more) and what nests past ``ORJSON_DEPTH`` levels go to ``json``, which
+    reads it or says why not."""
+    if isinstance(text, str):
+        raw = text.encode("utf-8", "surrogatepass")
+    elif type(text) in (bytes, bytearray):
+        raw = bytes(text)
+    else:  # json's own error for what it does not read
+        return json.loads(text)
     if _LONG_INT not in (b" " + raw).translate(_SHAPE):
         try:
-            return orjson.loads(raw)
+            value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
+        else:
+            if raw.count(b"[") + raw.count(b"{") <= ORJSON_DEPTH or not depth_over(value, ORJSON_DEPTH):
+                return value
     return json.loads(text)
 
 

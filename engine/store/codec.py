@@ -155,14 +155,21 @@ def _assistant_start(turn: Turn) -> int | None:
     return next((seg.start for seg in turn.segments if seg.kind == "assistant"), None)
 
 
-def pack_json(d: Any) -> str | bytes:
-    """A JSON value as stored: text when short, zstd-compressed JSON when it saves space. Written by orjson; what it
-    cannot write (a lone surrogate, an integer past 64 bits, a key that is not a string) by ``json``. A NaN or
-    infinity is written null: the records written here (``to_dict``) hold none, since their readers refuse them and
-    their free-form values spell them (``textsafe.json_safe``)."""
+def _orjson(d: Any) -> bytes | None:
+    """orjson's JSON of ``d`` where it reads back as ``d`` (None where it would not: a NaN or infinity, which orjson
+    writes null; a tuple, a date or anything else ``json`` writes otherwise or refuses; what orjson cannot write)."""
     try:
         raw = orjson.dumps(d)
     except orjson.JSONEncodeError:
+        return None
+    return raw if orjson.loads(raw) == d else None
+
+
+def pack_json(d: Any) -> str | bytes:
+    """A JSON value as stored: text when short, zstd-compressed JSON when it saves space. Written by orjson where it
+    reads back as the value (``_orjson``; about a third of the time of ``json``), else by ``json`` as before."""
+    raw = _orjson(d)
+    if raw is None:
         text = json.dumps(d, separators=(",", ":"), ensure_ascii=False)
         return text if len(text) < _SMALL else _compressor.compress(text.encode("utf-8"))
     return raw.decode("utf-8") if len(raw) < _SMALL else _compressor.compress(raw)
