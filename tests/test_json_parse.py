@@ -127,7 +127,9 @@ def test_parse_is_json_loads_on_random_values_in_every_spelling() -> None:
 def test_ordinary_records_are_read_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
     """The point of it: a record of ints, fractions, nulls and text goes through orjson, not ``json``."""
     record = {"id": "e1", "tokens": {"ids": list(range(500)), "logprobs": [-0.00012345678437408805, -1.5, None]},
-              "reward": 1.0, "text": "héllo 😀"}
+              "reward": 1.0, "text": "héllo 😀",
+              # more brackets than levels orjson's value is taken at, nested two deep: still orjson's
+              "top_ids": [[i, i + 1] for i in range(400)], "messages": [{"role": "user"} for _ in range(300)]}
 
     def refuse(*_: Any, **__: Any) -> Any:
         raise AssertionError("read by json")

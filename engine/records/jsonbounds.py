@@ -49,8 +49,18 @@ def too_deep(limit: int = MAX_DEPTH) -> str:
 _SHAPE = bytes(48 if 48 <= i <= 57 else (46 if i == 46 else 32) for i in range(256))
 _LONG_INT = b" " + b"0" * 19
 # Nesting orjson's value is taken at: json's reader stops where the interpreter's recursion limit does (about 1,000
-# levels less the caller's frames), orjson's at 1,024. A text with fewer brackets than this nests no deeper.
+# levels less the caller's frames), orjson's at 1,024. A text with fewer brackets than this nests no deeper; a value
+# orjson writes nests no deeper either (its writer stops past 254 levels), which is a check at C speed.
 ORJSON_DEPTH = 255
+
+
+def _shallow(value: Any) -> bool:
+    """Whether a value read by orjson nests less than ``ORJSON_DEPTH`` levels: whether orjson writes it."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 def parse(text: str | bytes) -> Any:
@@ -70,7 +80,7 @@ def parse(text: str | bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
         else:
-            if raw.count(b"[") + raw.count(b"{") <= ORJSON_DEPTH or not depth_over(value, ORJSON_DEPTH):
+            if raw.count(b"[") + raw.count(b"{") < ORJSON_DEPTH or _shallow(value):
                 return value
     return json.loads(text)
 
