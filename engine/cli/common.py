@@ -56,10 +56,11 @@ def fanout_options(p: argparse.ArgumentParser, what: str = "run the checks (defa
                         "local Ray on this machine's CPUs (needs the rollscope[ray] extra)")
 
 
-def fanout(a: argparse.Namespace) -> Any:
+def fanout(a: argparse.Namespace, most: int | None = None) -> Any:
+    """The workers ``--workers`` and ``--ray`` ask for; by default one per CPU (at most ``most``)."""
     from ..checks.fanout import Fanout, default_workers
 
-    return Fanout(a.workers or default_workers(), a.ray)
+    return Fanout(a.workers or min(default_workers(), most or default_workers()), a.ray)
 
 
 def open_store(path: str, must_exist: bool) -> Any:

@@ -56,10 +56,9 @@ def cmd_import(a: argparse.Namespace) -> int:
     if a.check:
         pool = fanout(a)
     elif a.format == "jsonl" and a.ray is None:  # a JSONL file is read on the workers (one writer: a few are enough)
-        from ..checks.fanout import Fanout, default_workers
         from ..formats.jsonl import MOST_WORKERS
 
-        pool = Fanout(a.workers or min(MOST_WORKERS, default_workers()))
+        pool = fanout(a, most=MOST_WORKERS)
     try:
         report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
                              progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,
