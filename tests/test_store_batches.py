@@ -190,29 +190,3 @@ def test_a_batch_whose_texts_do_not_fit_at_its_commit_is_written_again_each_epis
     _index_is_whole(store)
     assert all(_found(store, ep) for ep in eps[::5])
     store.close()
-
-
-class InterruptedAtTheCommit(Store):
-    """Ctrl-C comes as the second batch is about to be committed, once."""
-
-    commits = 0
-
-    def _commit(self) -> BaseException | None:
-        self.commits += 1
-        if self.commits == 2:
-            raise KeyboardInterrupt
-        return super()._commit()
-
-
-def test_a_batch_interrupted_at_its_commit_is_rolled_back_and_the_next_write_indexes_its_texts(tmp_path: Path
-                                                                                              ) -> None:
-    store = InterruptedAtTheCommit(tmp_path / "k.db")
-    eps = list(synthetic_episodes(101))
-    with pytest.raises(KeyboardInterrupt):
-        list(store.save_batches(eps[:100], batch=64))
-    assert store.count() == 64 and not store.db.conn.in_transaction
-    store.save_episode(eps[100])
-    assert store.count() == 65
-    _index_is_whole(store)
-    assert _found(store, eps[100]) and not _found(store, eps[70])
-    store.close()

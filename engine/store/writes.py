@@ -47,11 +47,6 @@ def file_error(e: BaseException) -> bool:
     return isinstance(e, sqlite3.Error) and name.startswith(_FILE_ERRORS)
 
 
-def _full(e: BaseException | None) -> bool:
-    """Whether ``e`` says the database file cannot grow."""
-    return isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorname", "") or "").startswith("SQLITE_FULL")
-
-
 def _file_advice(e: BaseException) -> str:
     """What to do about an error of the file, as the start of a sentence."""
     name = getattr(e, "sqlite_errorname", "") or ""
@@ -248,51 +243,44 @@ class Writes(StoreBase):
         when an error of the file stopped it, (the episode it hit, the first episode not stored, the error)."""
         self._refuse_read_only("save episodes")
         with self._lock:
-            try:
-                done, stop = self._write_batch(chunk, replace, True)
-                if stop is None or not _full(stop[1]):
-                    committed = self._commit()
-                    if stop is not None:
-                        return self._settle(chunk, replace, done, stop, committed)
-                    if committed is None or not _full(committed):
-                        return self._committed(chunk, done, committed)
-                # The file is full: the batch again, each episode's texts indexed with it (not all at the commit),
-                # so the writing stops at the episode that does not fit, and the episodes before it are kept.
-                self._rollback()
-                done, stop = self._write_batch(chunk, replace, False)
+            done, stop = self._write_interruptible(chunk, replace, True)
+            if stop is None:
                 committed = self._commit()
-                if stop is None:
-                    return self._committed(chunk, done, committed)
-                return self._settle(chunk, replace, done, stop, committed)
-            except BaseException:  # interrupted (Ctrl-C; an episode's own error is listed, the file's returned)
-                self._rollback()  # nothing of the batch is committed, and no later write commits part of it
-                raise
+                if committed is None:
+                    return done, None
+                if not file_error(committed):  # the commit failed: nothing of the batch is stored
+                    return [r for r in done if r[1] == "kept"], (chunk[0], chunk[0], committed)
+            # The file is full (or failing): the batch again, each episode's texts indexed with it, so the writing
+            # stops at the episode that does not fit, and the episodes before it are kept.
+            self._rollback()
+            done, stop = self._write_interruptible(chunk, replace, False)
+            committed = self._commit()
+            if stop is None and committed is None:
+                return done, None
+            if stop is None:  # the commit itself failed: nothing of the batch is stored
+                assert committed is not None
+                return [r for r in done if r[1] == "kept"], (chunk[0], chunk[0], committed)
+            failed, cause = stop
+            if committed is None and not self._lost:
+                return done, (failed, failed, cause)
+            # SQLite rolled the whole transaction back (a full disk or an I/O error may): the episodes before the
+            # one that failed are written again, once, in a transaction of their own.
+            before = chunk[: chunk.index(failed)]
+            again, stop_again = self._write_interruptible(before, replace, False) if before else ([], None)
+            if before and stop_again is None and self._commit() is None:
+                return again, (failed, failed, cause)
+            self._rollback()
+            return [r for r in done if r[1] == "kept"], (failed, chunk[0], cause)
 
-    @staticmethod
-    def _committed(chunk: list[Stored], done: list[tuple[Stored, str, str | None]], committed: BaseException | None
-                   ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, Stored, BaseException] | None]:
-        """What ``_save_savepoints`` says of a batch written whole, whose commit failed with ``committed`` (None: it
-        did not)."""
-        if committed is None:
-            return done, None
-        return [r for r in done if r[1] == "kept"], (chunk[0], chunk[0], committed)  # nothing of the batch is stored
-
-    def _settle(self, chunk: list[Stored], replace: bool, done: list[tuple[Stored, str, str | None]],
-                stop: tuple[Stored, BaseException], committed: BaseException | None
-                ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, Stored, BaseException] | None]:
-        """What ``_save_savepoints`` keeps of a batch an error of the file stopped at ``stop`` (its commit of the
-        episodes before that failed with ``committed``, or None)."""
-        failed, cause = stop
-        if committed is None and not self._lost:
-            return done, (failed, failed, cause)
-        # SQLite rolled the whole transaction back (a full disk or an I/O error may): the episodes before the one
-        # that failed are written again, once, in a transaction of their own.
-        before = chunk[: chunk.index(failed)]
-        again, stop_again = self._write_batch(before, replace, False) if before else ([], None)
-        if before and stop_again is None and self._commit() is None:
-            return again, (failed, failed, cause)
-        self._rollback()
-        return [r for r in done if r[1] == "kept"], (failed, chunk[0], cause)
+    def _write_interruptible(self, chunk: list[Stored], replace: bool, index_at_commit: bool
+                             ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, BaseException] | None]:
+        """``_write_batch``, its transaction rolled back when it is interrupted (Ctrl-C: an error of an episode is
+        the episode's, one of the file a result), so no later write commits part of it."""
+        try:
+            return self._write_batch(chunk, replace, index_at_commit)
+        except BaseException:
+            self._rollback()
+            raise
 
     _lost = False  # set by ``_write_batch``: the error that stopped it also ended its transaction
 
