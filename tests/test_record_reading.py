@@ -184,3 +184,62 @@ def test_an_episode_saved_whole_and_turn_by_turn_has_the_same_search_refs(tmp_pa
     assert refs(whole) == refs(live) and len(refs(whole)) >= 3
     whole.close()
     live.close()
+
+
+class _Float(float):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+def _one_by_one(values: list[Any], how: str) -> Any:
+    """What reading ``values`` value by value gives: the list's reader read as the rules say, slowly."""
+    out: list[Any] = []
+    for i, v in enumerate(values):
+        where = f"xs.{i}"
+        if how == "ints":
+            if not isinstance(v, int) or isinstance(v, bool):
+                return ("error", where)
+            out.append(v)
+        elif v is None and how == "logprobs_or_none":
+            out.append(math.nan)
+        elif not isinstance(v, int | float) or isinstance(v, bool):
+            return ("error", where)
+        elif not math.isfinite(v):
+            if how == "numbers":
+                return ("error", where)
+            out.append(math.nan)
+        else:
+            out.append(float(v))
+    return tuple(out)
+
+
+def test_the_list_readers_fast_paths_read_what_value_by_value_reading_does() -> None:
+    """Each list reader takes its common case (every value of one exact type) in one pass at C speed; any other list
+    is read value by value. Lists that mix in the values that path must not take (ints among floats, booleans, nulls,
+    subclasses, infinities, text) read as the value-by-value rules say, value for value and type for type."""
+    import random
+
+    rng = random.Random(7)
+    pool: list[Any] = [-0.5, -1.25, 0.0, 3, True, False, None, math.inf, -math.inf, math.nan, _Float(-0.75), _Int(4),
+                       "1.0", 1e308]
+    for n in range(600):
+        size = rng.choice((0, 1, 2, 5, 40))
+        common = [-rng.random() for _ in range(size)] if n % 3 else [rng.randrange(150_000) for _ in range(size)]
+        xs = list(common)
+        for _ in range(rng.choice((0, 0, 1, 2))):
+            if xs:
+                xs[rng.randrange(len(xs))] = rng.choice(pool)
+        for how in ("numbers", "ints", "logprobs_or_none"):
+            want = _one_by_one(xs, how)
+            try:
+                got = getattr(Fields({"xs": xs}), how)("xs")
+            except FormatError as e:
+                assert want == ("error", e.field), (how, xs)
+                continue
+            assert isinstance(want, tuple), (how, xs, got)
+            assert len(got) == len(want) and all(
+                (math.isnan(a) and math.isnan(b)) if isinstance(b, float) and math.isnan(b) else a == b and type(a) is
+                type(b) for a, b in zip(got, want, strict=True)), (how, xs, got, want)

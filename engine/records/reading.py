@@ -119,7 +119,7 @@ class Fields:
     def obj(self, key: str) -> dict[str, Any]:
         """A free-form object; numbers stored as ``$nonfinite`` (see ``textsafe.json_safe``) read back as floats."""
         value = self.d.get(key)
-        if type(value) is dict and NONFINITE_KEY not in value and all(type(c) in _SCALARS for c in value.values()):
+        if type(value) is dict and NONFINITE_KEY not in value and set(map(type, value.values())) <= _SCALARS:
             return dict(value)  # flat (no nesting to bound, no ``$nonfinite`` object), as most are
         value = self._typed(key, False, lambda v: isinstance(v, dict), "an object")
         if depth_over(value):
@@ -161,7 +161,7 @@ class Fields:
 
     def numbers(self, key: str) -> tuple[float, ...]:
         out = self.items(key)
-        if all(type(v) is float for v in out) and math.isfinite(sum(out)):  # as in ``logprobs_or_none``
+        if set(map(type, out)) <= _FLOAT and math.isfinite(sum(out)):  # as in ``logprobs_or_none``
             return tuple(out)
         for i, v in enumerate(out):
             if not _is_number(v):
@@ -172,7 +172,7 @@ class Fields:
 
     def ints(self, key: str) -> tuple[int, ...]:
         out = self.items(key)
-        if not all(type(v) is int for v in out) and not all(_is_int(v) for v in out):
+        if not set(map(type, out)) <= _INT and not all(_is_int(v) for v in out):
             i = next(i for i, v in enumerate(out) if not _is_int(v))
             raise FormatError(f"must be an integer, got {_type_name(out[i])}", field=f"{self.name(key)}.{i}")
         return tuple(out)
@@ -187,10 +187,12 @@ class Fields:
             raise self.fail(key, f"must be a list or null, got {_type_name(v)}")
         # The common case, finite floats and nulls, at C speed: a sum of floats is finite only when each of them
         # is (a NaN or an infinity carries through; a sum of finite floats that overflows goes the long way).
-        if all(type(x) is float or x is None for x in v):
-            known = [x for x in v if x is not None]
-            if math.isfinite(sum(known)):
-                return tuple(v) if len(known) == len(v) else tuple(math.nan if x is None else x for x in v)
+        kinds = set(map(type, v))
+        if kinds <= _FLOAT:
+            if math.isfinite(sum(v)):
+                return tuple(v)
+        elif kinds <= _FLOAT_OR_NULL and math.isfinite(sum([x for x in v if x is not None])):
+            return tuple(math.nan if x is None else x for x in v)
         out = []
         for i, x in enumerate(v):
             if x is None:
@@ -207,6 +209,10 @@ class Fields:
 
 _MISSING = object()
 _SCALARS = frozenset((str, int, float, bool, type(None)))
+# The types of a list's values that its common case, checked at C speed (``set(map(type, values))``), may hold.
+_FLOAT = frozenset((float,))
+_FLOAT_OR_NULL = frozenset((float, type(None)))
+_INT = frozenset((int,))
 
 
 def _is_str(v: Any) -> bool:
