@@ -7,12 +7,15 @@ quick watches: a look every second, files settled after half a second).
 
 from __future__ import annotations
 
+import sys
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from engine.store import EpisodeFilter, Store
 from tests.browser.conftest import _free_port
@@ -26,6 +29,7 @@ class RunsSite:
     url: str
     db: Path
     folder: Path
+    watches: Any
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +47,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunsSite]:
     port = _free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, server_name="127.0.0.1", quiet=True)
     try:
-        yield RunsSite(f"http://127.0.0.1:{port}", root / "rollscope.db", folder)
+        yield RunsSite(f"http://127.0.0.1:{port}", root / "rollscope.db", folder, watches)
     finally:
         watches.stop_all()
         demo.close()
@@ -61,6 +65,18 @@ def _fill(page: Any, elem_id: str, value: str) -> None:
 
 def _browse_info(page: Any, text: str) -> None:
     page.locator("#rs-browse-info", has_text=text).wait_for()
+
+
+def _why_not_stopped(site: RunsSite, shown: str) -> str:
+    """What the watch was doing when the page did not say it stopped: its state and error, and where its thread was."""
+    job = site.watches.latest()
+    if job is None:
+        return f"no watch; the page says {shown!r}"
+    status = job.status()
+    frame = sys._current_frames().get(job._thread.ident or -1)
+    where = "".join(traceback.format_stack(frame)) if frame is not None else "its thread has ended"
+    return (f"the page says {shown!r}; the watch is {status.state!r} (error: {status.error!r}, {status.looks} looks, "
+            f"{status.new} new); its thread:\n{where}")
 
 
 def _second_dump() -> list[dict[str, Any]]:
@@ -130,7 +146,10 @@ def test_watch_a_run_see_it_grow_and_browse_a_step(page: Any, site: RunsSite, sc
     # Stop: the watch ends and says what it stored.
     _tab(page, "runs")
     page.locator("#rs-watch-stop").click()
-    status.locator("[data-state=stopped]").wait_for()
+    try:
+        status.locator("[data-state=stopped]").wait_for()
+    except PlaywrightTimeout:
+        raise AssertionError(_why_not_stopped(site, status.inner_text())) from None
     assert "Stopped. 16 new episodes" in status.inner_text()
     assert page.evaluate("() => window.__sameDocument") is True
     assert not page.errors
