@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from typing import Any
 
 import pytest
@@ -220,8 +221,6 @@ def test_the_list_readers_fast_paths_read_what_value_by_value_reading_does() -> 
     """Each list reader takes its common case (every value of one exact type) in one pass at C speed; any other list
     is read value by value. Lists that mix in the values that path must not take (ints among floats, booleans, nulls,
     subclasses, infinities, text) read as the value-by-value rules say, value for value and type for type."""
-    import random
-
     rng = random.Random(7)
     pool: list[Any] = [-0.5, -1.25, 0.0, 3, True, False, None, math.inf, -math.inf, math.nan, _Float(-0.75), _Int(4),
                        "1.0", 1e308]

@@ -60,7 +60,8 @@ def fanout(a: argparse.Namespace, most: int | None = None) -> Any:
     """The workers ``--workers`` and ``--ray`` ask for; by default one per CPU (at most ``most``)."""
     from ..checks.fanout import Fanout, default_workers
 
-    return Fanout(a.workers or min(default_workers(), most or default_workers()), a.ray)
+    cpus = default_workers()
+    return Fanout(a.workers or (min(cpus, most) if most else cpus), a.ray)
 
 
 def open_store(path: str, must_exist: bool) -> Any:
