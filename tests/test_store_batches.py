@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 from engine.errors import StoreError
 from engine.records.episode import Episode
-from engine.store import Store
+from engine.store import EpisodeFilter, Store
 from tests.synthetic import synthetic_episodes
 
 
@@ -94,4 +95,124 @@ def test_a_long_write_holds_no_episode_it_has_stored(tmp_path: Path) -> None:
             held = sum(r() is not None for r in made[:150])  # the batches written before it
     assert n == 200 and store.count() == 200
     assert held == 0
+    store.close()
+
+
+def _index_is_whole(store: Store) -> None:
+    """SQLite's own check of the external-content full-text index: every stored text indexed, nothing else."""
+    store.db.execute("INSERT INTO search_fts (search_fts, rank) VALUES ('integrity-check', 1)")
+
+
+def _found(store: Store, ep: Episode) -> bool:
+    text = ep.turns[-1].generation.text[:40] if ep.turns[-1].generation else ""
+    return ep.id in {r.id for r in store.page_episodes(EpisodeFilter(text=text), limit=50).rows}
+
+
+def test_a_batchs_texts_go_into_the_full_text_index_at_its_commit_outside_the_savepoints(tmp_path: Path) -> None:
+    """FTS5 writes what it holds, and merges, at every savepoint: the texts a batch adds are indexed in one statement
+    before the commit, none inside an episode's savepoint, and every one is found."""
+    store = Store(tmp_path / "f.db")
+    conn = store.db.conn
+    fts: list[bool] = []
+    depth = [0]
+
+    def traced(sql: str) -> None:
+        if sql.startswith("SAVEPOINT episode"):
+            depth[0] += 1
+        elif sql.startswith("RELEASE episode"):
+            depth[0] -= 1
+        elif sql.startswith("INSERT INTO search_fts"):
+            fts.append(depth[0] > 0)
+
+    eps = list(synthetic_episodes(150))
+    conn.set_trace_callback(traced)
+    try:
+        done = list(store.save_batches(eps, batch=64))
+    finally:
+        conn.set_trace_callback(None)
+    assert [state for _, state, _ in done] == ["new"] * 150
+    assert fts and not any(fts)  # executemany traces each row: all of them outside a savepoint
+    _index_is_whole(store)
+    assert all(_found(store, ep) for ep in eps[::7])
+    store.close()
+
+
+def test_an_interrupted_batch_commits_nothing_and_the_next_write_indexes_its_texts(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    """Ctrl-C in the middle of a batch: the batches before it are kept, nothing of it is, and the writes after it
+    (a live run's) put their texts in the full-text index at once, as outside a batch."""
+    store = Store(tmp_path / "i.db")
+    eps = list(synthetic_episodes(101))
+    write = Store._write_packed
+    seen = [0]
+
+    def interrupted(self: Store, p: object, fresh: bool = False) -> None:
+        seen[0] += 1
+        write(self, p, fresh)  # type: ignore[arg-type]
+        if seen[0] == 70:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "_write_packed", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        list(store.save_batches(eps[:100], batch=64))
+    monkeypatch.setattr(Store, "_write_packed", write)
+    assert store.count() == 64 and not store.db.conn.in_transaction
+    store.save_episode(eps[100])
+    assert store.count() == 65
+    _index_is_whole(store)
+    assert _found(store, eps[100]) and _found(store, eps[3]) and not _found(store, eps[66])
+    store.close()
+
+
+class FullAtTheIndex(Store):
+    """The file is full when a batch's texts go into the full-text index at its commit, once."""
+
+    full = 0
+
+    def _commit(self) -> BaseException | None:
+        if self._fts_pending and not self.full:
+            self.full += 1
+            self._rollback()
+            e = sqlite3.OperationalError("database or disk is full")
+            e.sqlite_errorname = "SQLITE_FULL"
+            return e
+        return super()._commit()
+
+
+def test_a_batch_whose_texts_do_not_fit_at_its_commit_is_written_again_each_episode_indexed_with_it(tmp_path: Path
+                                                                                                   ) -> None:
+    store = FullAtTheIndex(tmp_path / "c.db")
+    eps = list(synthetic_episodes(40))
+    done = list(store.save_batches(eps, batch=64))
+    assert store.full == 1 and [state for _, state, error in done if error is None] == ["new"] * 40
+    assert store.count() == 40
+    _index_is_whole(store)
+    assert all(_found(store, ep) for ep in eps[::5])
+    store.close()
+
+
+class InterruptedAtTheCommit(Store):
+    """Ctrl-C comes as the second batch is about to be committed, once."""
+
+    commits = 0
+
+    def _commit(self) -> BaseException | None:
+        self.commits += 1
+        if self.commits == 2:
+            raise KeyboardInterrupt
+        return super()._commit()
+
+
+def test_a_batch_interrupted_at_its_commit_is_rolled_back_and_the_next_write_indexes_its_texts(tmp_path: Path
+                                                                                              ) -> None:
+    store = InterruptedAtTheCommit(tmp_path / "k.db")
+    eps = list(synthetic_episodes(101))
+    with pytest.raises(KeyboardInterrupt):
+        list(store.save_batches(eps[:100], batch=64))
+    assert store.count() == 64 and not store.db.conn.in_transaction
+    store.save_episode(eps[100])
+    assert store.count() == 65
+    _index_is_whole(store)
+    assert _found(store, eps[100]) and not _found(store, eps[70])
     store.close()

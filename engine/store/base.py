@@ -65,6 +65,9 @@ class StoreBase:
     _charts_conn: sqlite3.Connection | None = None
     _charts_lock: threading.Lock
     _analyzed_rows: int = 0
+    _fts_pending: list[tuple[int, str]] | None = None
+    """The texts a batch write added, for the full-text index at its commit (``Writes._write_batch``); None outside
+    one, where they go in with the episode."""
 
     def _read_only_file(self) -> Any:
         """How a read-only store reads its file (``readonly.ReadOnlyFile``); provided by ``core``."""

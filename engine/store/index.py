@@ -228,8 +228,11 @@ class IndexQueries(StoreBase):
                 found[digest] = int(conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)",
                                                  [digest, body]).lastrowid or 0)
                 new.append((found[digest], body))
-        # The full-text index of the texts added (schema 14: no trigger does it).
-        conn.executemany("INSERT INTO search_fts (rowid, body) VALUES (?, ?)", new)
+        # The full-text index of the texts added (schema 14: no trigger does it); in a batch, at its commit.
+        if self._fts_pending is not None:
+            self._fts_pending += new
+        else:
+            conn.executemany("INSERT INTO search_fts (rowid, body) VALUES (?, ?)", new)
         return found
 
     def _write_search(self, ep: Episode, turn: int | None = None) -> None:

@@ -47,6 +47,11 @@ def file_error(e: BaseException) -> bool:
     return isinstance(e, sqlite3.Error) and name.startswith(_FILE_ERRORS)
 
 
+def _full(e: BaseException | None) -> bool:
+    """Whether ``e`` says the database file cannot grow."""
+    return isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorname", "") or "").startswith("SQLITE_FULL")
+
+
 def _file_advice(e: BaseException) -> str:
     """What to do about an error of the file, as the start of a sentence."""
     name = getattr(e, "sqlite_errorname", "") or ""
@@ -243,39 +248,73 @@ class Writes(StoreBase):
         when an error of the file stopped it, (the episode it hit, the first episode not stored, the error)."""
         self._refuse_read_only("save episodes")
         with self._lock:
-            done, stop = self._write_batch(chunk, replace)
-            committed = self._commit()
-            if stop is None and committed is None:
-                return done, None
-            if stop is None:  # the commit itself failed: nothing of the batch is stored
-                assert committed is not None
-                return [r for r in done if r[1] == "kept"], (chunk[0], chunk[0], committed)
-            failed, cause = stop
-            if committed is None and not self._lost:
-                return done, (failed, failed, cause)
-            # SQLite rolled the whole transaction back (a full disk or an I/O error may): the episodes before the
-            # one that failed are written again, once, in a transaction of their own.
-            before = chunk[: chunk.index(failed)]
-            again, stop_again = self._write_batch(before, replace) if before else ([], None)
-            if before and stop_again is None and self._commit() is None:
-                return again, (failed, failed, cause)
-            self._rollback()
-            return [r for r in done if r[1] == "kept"], (failed, chunk[0], cause)
+            try:
+                done, stop = self._write_batch(chunk, replace, True)
+                if stop is None or not _full(stop[1]):
+                    committed = self._commit()
+                    if stop is not None:
+                        return self._settle(chunk, replace, done, stop, committed)
+                    if committed is None or not _full(committed):
+                        return self._committed(chunk, done, committed)
+                # The file is full: the batch again, each episode's texts indexed with it (not all at the commit),
+                # so the writing stops at the episode that does not fit, and the episodes before it are kept.
+                self._rollback()
+                done, stop = self._write_batch(chunk, replace, False)
+                committed = self._commit()
+                if stop is None:
+                    return self._committed(chunk, done, committed)
+                return self._settle(chunk, replace, done, stop, committed)
+            except BaseException:  # interrupted (Ctrl-C; an episode's own error is listed, the file's returned)
+                self._rollback()  # nothing of the batch is committed, and no later write commits part of it
+                raise
+
+    @staticmethod
+    def _committed(chunk: list[Stored], done: list[tuple[Stored, str, str | None]], committed: BaseException | None
+                   ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, Stored, BaseException] | None]:
+        """What ``_save_savepoints`` says of a batch written whole, whose commit failed with ``committed`` (None: it
+        did not)."""
+        if committed is None:
+            return done, None
+        return [r for r in done if r[1] == "kept"], (chunk[0], chunk[0], committed)  # nothing of the batch is stored
+
+    def _settle(self, chunk: list[Stored], replace: bool, done: list[tuple[Stored, str, str | None]],
+                stop: tuple[Stored, BaseException], committed: BaseException | None
+                ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, Stored, BaseException] | None]:
+        """What ``_save_savepoints`` keeps of a batch an error of the file stopped at ``stop`` (its commit of the
+        episodes before that failed with ``committed``, or None)."""
+        failed, cause = stop
+        if committed is None and not self._lost:
+            return done, (failed, failed, cause)
+        # SQLite rolled the whole transaction back (a full disk or an I/O error may): the episodes before the one
+        # that failed are written again, once, in a transaction of their own.
+        before = chunk[: chunk.index(failed)]
+        again, stop_again = self._write_batch(before, replace, False) if before else ([], None)
+        if before and stop_again is None and self._commit() is None:
+            return again, (failed, failed, cause)
+        self._rollback()
+        return [r for r in done if r[1] == "kept"], (failed, chunk[0], cause)
 
     _lost = False  # set by ``_write_batch``: the error that stopped it also ended its transaction
 
-    def _write_batch(self, chunk: list[Stored], replace: bool
+    def _write_batch(self, chunk: list[Stored], replace: bool, index_at_commit: bool = True
                      ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, BaseException] | None]:
         """Write ``chunk`` in a transaction left open (each episode in a savepoint: one that fails on its own is rolled
         back and listed): what was written, and the episode and error of the file that stopped it (``file_error``),
-        with ``_lost`` saying whether SQLite ended the transaction with it."""
+        with ``_lost`` saying whether SQLite ended the transaction with it. ``index_at_commit``: the texts added go
+        into the full-text index at the commit (``_commit``), else with each episode."""
         conn = self.db.conn
         out: list[tuple[Stored, str, str | None]] = []
         self._lost = False
         # One transaction for the batch: a SAVEPOINT outside a transaction opens one of its own and its RELEASE
         # commits it, which would make each episode a transaction.
         conn.execute("BEGIN")
+        # The texts added go into the full-text index at the commit (``_commit``), in one statement: FTS5 writes
+        # what it holds as a new segment, and merges, at every savepoint, which at a million episodes cost more
+        # than the rest of the episode's SQL.
+        pending: list[tuple[int, str]] = []
+        self._fts_pending = pending if index_at_commit else None
         for ep in chunk:
+            held = len(pending)
             try:
                 present = conn.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
                 if present and not replace:
@@ -297,26 +336,34 @@ class Writes(StoreBase):
                 else:
                     self._save_whole(ep, fresh=True)
                     state = "new"
+                # Where each episode's texts are indexed with it, FTS5 writes them here: a full disk may stop it.
+                conn.execute("RELEASE episode")
             except Exception as e:  # noqa: BLE001 - a bad record is reported alone, the batch goes on
                 if file_error(e) or not conn.in_transaction:
                     try:  # the episodes before it stay in the transaction, to be committed
                         conn.execute("ROLLBACK TO episode")
                         conn.execute("RELEASE episode")
+                        del pending[held:]
                     except sqlite3.Error:
                         self._rollback()
                     self._lost = not conn.in_transaction
                     return out, (ep, e)
                 conn.execute("ROLLBACK TO episode")
+                conn.execute("RELEASE episode")
+                del pending[held:]  # its texts are gone with it
                 out.append((ep, "replaced" if present else "new", f"{type(e).__name__}: {e}"))
             else:
                 out.append((ep, state, None))
-            conn.execute("RELEASE episode")
         return out, None
 
     def _commit(self) -> BaseException | None:
-        """Commit the open transaction (none open: nothing to do); the error when the commit failed (rolled back)."""
+        """Commit the open transaction (none open: nothing to do), the texts a batch added put in the full-text index
+        first; the error when that or the commit failed (rolled back)."""
+        pending, self._fts_pending = self._fts_pending, None
         try:
             if self.db.conn.in_transaction:
+                if pending:
+                    self.db.conn.executemany("INSERT INTO search_fts (rowid, body) VALUES (?, ?)", pending)
                 self.db.conn.commit()
         except sqlite3.Error as e:
             self._rollback()
@@ -324,6 +371,7 @@ class Writes(StoreBase):
         return None
 
     def _rollback(self) -> None:
+        self._fts_pending = None
         try:
             if self.db.conn.in_transaction:
                 self.db.conn.rollback()
