@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from engine.records.episode import Episode, Finding, Severity, Status
-from engine.store import BrowseStats, EpisodeFilter, Store, codec
+from engine.store import BrowseStats, EpisodeFilter, Store, codec, schema
 from engine.store.schema import CHART_KEY, CHART_TABLES, LISTING_TABLES, STATS_KEY, TOTAL_TABLES, length_bucket
 from tests.synthetic import synthetic_episodes
 from tests.test_store_paging import varied
@@ -164,6 +164,76 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
         store.finish_episode(ep.evolve(findings=(*ep.findings, bad)))
     assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
     assert sum(r[-1] for r in maintained(store)) == sum(r[-1] for r in recount(path)) > 0
+    store.close()
+
+
+def _same(store: Store, path: Path) -> bool:
+    return maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
+
+
+def test_a_batch_counts_its_own_episodes_at_its_commit_whatever_it_holds(tmp_path: Path) -> None:
+    """The triggers leave the episodes a batch writes to the batch, which counts them at its commit: new ones, one
+    written twice in the batch, one refused on its own; the stored ones it writes again are older than the batch and
+    counted by the triggers as they are written."""
+    path = tmp_path / "batch.db"
+    store = Store(path)
+    eps = [entropic(i) for i in range(80)]
+    for ep in eps[:20]:
+        store.save_episode(ep)  # one at a time: counted by the triggers
+    assert _same(store, path)
+    folded: list[int] = []
+    real = schema.fold_counts
+
+    def fold(conn: sqlite3.Connection, mark: int) -> None:
+        folded.append(mark)
+        # Inside the batch, before its count: the aggregates hold the episodes from before it, and the stored
+        # episodes it wrote again as they are now.
+        assert conn.execute("SELECT SUM(n) FROM episode_total").fetchone()[0] == 20
+        assert conn.execute("SELECT n FROM run_models WHERE run_id = 'moved'").fetchall() == [(1,)]
+        real(conn, mark)
+
+    mark = store.browse_query("SELECT MAX(rid) FROM episode_index")[0][0]
+    batch: list[Episode] = [*eps[20:40], eps[3].evolve(reward=0.77, run_id="moved"), eps[4],
+                            eps[30].evolve(reward=0.11, source=dataclasses.replace(eps[30].source,
+                                                                                   details={"rollout_step": 9})),
+                            eps[41].evolve(reward=float("nan")), *eps[42:60]]
+    import engine.store.writes as writes_module
+    writes_module.fold_counts, saved = fold, writes_module.fold_counts
+    try:
+        done = list(store.save_batches(batch, batch=64))
+    finally:
+        writes_module.fold_counts = saved
+    states = [(state, error is not None) for _, state, error in done]
+    assert states == [("new", False)] * 20 + [("replaced", False), ("unchanged", False), ("replaced", False),
+                                               ("new", True)] + [("new", False)] * 18
+    assert folded == [mark]
+    assert _same(store, path) and store.count() == 20 + 20 + 18
+    assert store.browse_query("SELECT COUNT(*) FROM count_mark") == [(0,)]
+    store.close()
+
+
+def test_a_mark_left_without_its_count_is_counted_when_the_file_opens(tmp_path: Path) -> None:
+    """A mark committed without its count leaves the episodes written after it uncounted; the next open counts them
+    (and a batch before that would, keeping the older mark)."""
+    path = tmp_path / "left.db"
+    store = Store(path)
+    store.save_episodes([entropic(i) for i in range(30)])
+    with store.db.conn:
+        store.db.execute("INSERT INTO count_mark (one, rid) SELECT 0, MAX(rid) FROM episode_index")
+    for i in range(30, 36):
+        store.save_episode(entropic(i))  # one at a time, above the mark: not counted by the triggers
+    assert store.browse_query("SELECT n FROM episode_total") == [(30,)]  # what the page's count reads
+    assert store.browse_query("SELECT COUNT(*) FROM episodes") == [(36,)]
+    store.close()
+    store = Store(path)
+    assert _same(store, path) and store.browse_query("SELECT n FROM episode_total") == [(36,)]
+    assert store.browse_query("SELECT COUNT(*) FROM count_mark") == [(0,)]
+    # And a batch after a left mark counts from that mark.
+    with store.db.conn:
+        store.db.execute("INSERT INTO count_mark (one, rid) SELECT 0, MAX(rid) FROM episode_index")
+    store.save_episode(entropic(40))
+    list(store.save_batches([entropic(i) for i in range(41, 50)]))
+    assert _same(store, path) and store.browse_query("SELECT n FROM episode_total") == [(46,)]
     store.close()
 
 

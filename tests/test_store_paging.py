@@ -223,7 +223,7 @@ def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_the
                                                               "0015_summed_outcomes", "0016_entropy_stats",
                                                               "0017_chart_stats", "0018_status_sort_indexes",
                                                               "0019_listing_stats", "0020_chart_totals",
-                                                              "0021_search_filled_by_writer"]
+                                                              "0021_search_filled_by_writer", "0022_counts_at_commit"]
     run = store.list_episodes(limit=1)[0].run_id
     flt = EpisodeFilter(run_id=run)
     page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))

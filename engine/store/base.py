@@ -68,6 +68,9 @@ class StoreBase:
     _fts_pending: list[tuple[int, str]] | None = None
     """The texts a batch write added, for the full-text index at its commit (``Writes._write_batch``); None outside
     one, where they go in with the episode."""
+    _count_mark: int | None = None
+    """The browse index row a batch write's aggregates start above, counted at its commit (``schema.fold_counts``);
+    None outside one, where the triggers count each row."""
 
     def _read_only_file(self) -> Any:
         """How a read-only store reads its file (``readonly.ReadOnlyFile``); provided by ``core``."""

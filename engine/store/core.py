@@ -23,7 +23,7 @@ from .index import IndexQueries
 from .readonly import ReadOnlyFile
 from .reads import Reads
 from .runs import RunQueries
-from .schema import DB_SCHEMA, backfill_diagnosis
+from .schema import DB_SCHEMA, backfill_diagnosis, fold_counts
 from .writes import Writes
 
 WRITE_CACHE_KB = 65_536
@@ -159,6 +159,12 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
                 self.filled = self._fill_outcomes()
                 with db.conn:
                     db.execute("DELETE FROM meta WHERE key = 'outcomes_fill'")
+            # A batch's mark committed without its count (none should be): the rows above it are counted now.
+            left = db.execute("SELECT rid FROM count_mark").fetchone()
+            if left is not None:
+                with db.conn:
+                    fold_counts(db.conn, left[0])
+                    db.execute("DELETE FROM count_mark")
             self._analyze(db.conn)
 
     def recover_interrupted(self) -> int:

@@ -98,6 +98,10 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the full-text index filled by the writer with the texts it adds, where a trigger ran for each text (at "
               "twice the cost); schema 14 keeps an older version, which would add texts without indexing them, from "
               "writing to the file", derived=True),
+    Migration("0022_counts_at_commit", 14, schema.count_at_commit,
+              "the aggregates' triggers leave the episodes an import batch writes to the batch, which counts them at "
+              "its commit, a statement per key instead of one per episode; a writer of schema 14 without it still "
+              "counts every episode by trigger", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -20,8 +20,11 @@ is the same; a version before 14 would add texts without indexing them, so it re
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import sqlite_utils
@@ -272,50 +275,103 @@ STATS_SUMS_8 = (
 STATS_SUMS = STATS_SUMS_8 + tuple((c, f"IFNULL({{r}}.{c}, 0)") for c in ENTROPY_COLUMNS)
 
 
-def counted_table(db: sqlite_utils.Database, name: str, key: Sequence[tuple[str, str]],
-                  variants: Sequence[Sequence[str]], sums: Sequence[tuple[str, str]],
-                  update_of: Sequence[str] = (), source: str = "episode_index") -> None:
-    """A table ``name`` that counts the browse index's episodes (the rows of ``source``) per ``key`` (its columns and
-    their types), with the
-    ``sums`` (column, what an episode adds given its index row as ``{r}``) of each key's episodes, kept equal to the
-    index by triggers on it (so every write, delete, re-import and re-check updates it in the same transaction) and
-    filled from the episodes stored before. Each of ``variants`` (an expression per key column, of ``{r}``) makes a
-    row an episode counts in; a row whose count falls to 0 goes. A table with other columns is made again.
-    ``update_of``: the index columns whose update changes a row's key or sums (every update when empty)."""
-    cols = [c for c, _ in key]
-    names = [c for c, _ in sums]
+# Where an import batch counts its episodes itself (``fold_counts``): the browse index rows above the ``rid`` in
+# ``count_mark`` (a row only inside a batch's transaction) are left alone by the aggregates' triggers.
+COUNT_MARK = "IFNULL((SELECT rid FROM count_mark), 9223372036854775807)"
+
+
+@dataclass(frozen=True)
+class Counted:
+    """An aggregate table kept equal to the rows of ``source`` (:func:`counted_table`): ``name`` counts them per
+    ``key`` (its columns and their types) with the ``sums`` (column, what a row adds given it as ``{r}``) of each
+    key's rows. Each of ``variants`` (an expression per key column, of ``{r}``) makes a row a source row counts in.
+    ``update_of``: the source columns whose update changes a row's key or sums (every update when empty)."""
+
+    name: str
+    key: tuple[tuple[str, str], ...]
+    variants: tuple[tuple[str, ...], ...]
+    sums: tuple[tuple[str, str], ...]
+    update_of: tuple[str, ...] = ()
+    source: str = "episode_index"
+
+    @property
+    def cols(self) -> list[str]:
+        return [c for c, _ in self.key]
+
+    @property
+    def names(self) -> list[str]:
+        return [c for c, _ in self.sums]
+
+    def match(self, exprs: Sequence[str], row: str) -> str:
+        """The SQL that picks the table's row of the key ``exprs`` make of ``row``."""
+        return " AND ".join(f"{c} IS {e.format(r=row)}" for c, e in zip(self.cols, exprs, strict=True))
+
+    def add(self, row: str) -> str:
+        """The SQL that counts ``row`` (a source row, or the key and sums of many, as ``{r}`` formats)."""
+        cols, names = ", ".join(self.cols), ", ".join(self.names)
+        change = ", ".join(f"{c} = {c} + {term.format(r=row)}" for c, term in self.sums)
+        return " ".join(f"INSERT INTO {self.name} ({cols}, {names}) SELECT "
+                        f"{', '.join(e.format(r=row) for e in exprs)}, {', '.join('0' for _ in self.names)} "
+                        f"WHERE NOT EXISTS (SELECT 1 FROM {self.name} WHERE {self.match(exprs, row)}); "
+                        f"UPDATE {self.name} SET {change} WHERE {self.match(exprs, row)};" for exprs in self.variants)
+
+    def remove(self, row: str) -> str:
+        change = ", ".join(f"{c} = {c} - {term.format(r=row)}" for c, term in self.sums)
+        return " ".join(f"UPDATE {self.name} SET {change} WHERE {self.match(exprs, row)}; "
+                        f"DELETE FROM {self.name} WHERE {self.match(exprs, row)} AND n <= 0;" for exprs in self.variants)
+
+
+def counted_table(db: sqlite_utils.Database, spec: Counted) -> None:
+    """The table of ``spec``, kept equal to its source by triggers (so every write, delete, re-import and re-check
+    updates it in the same transaction) and filled from the rows stored before; a row whose count falls to 0 goes. A
+    table with other columns is made again."""
+    name, cols, names, source = spec.name, spec.cols, spec.names, spec.source
     if name in db.table_names() and [c.name for c in db.table(name).columns] != cols + names:
         db.execute(f"DROP TABLE {name}")
-    db.execute(f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(f'{c} {t}' for c, t in key)}, "
+    db.execute(f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(f'{c} {t}' for c, t in spec.key)}, "
                f"{', '.join(f'{c} INTEGER NOT NULL' for c in names)})")
     db.execute(f"CREATE INDEX IF NOT EXISTS {name}_key ON {name} ({', '.join(cols)})")
-
-    def match(exprs: Sequence[str], row: str) -> str:
-        return " AND ".join(f"{c} IS {e.format(r=row)}" for c, e in zip(cols, exprs, strict=True))
-
-    def change(row: str, sign: str) -> str:
-        return ", ".join(f"{c} = {c} {sign} {term.format(r=row)}" for c, term in sums)
-
-    def add(row: str) -> str:
-        return " ".join(f"INSERT INTO {name} ({', '.join(cols)}, {', '.join(names)}) SELECT "
-                        f"{', '.join(e.format(r=row) for e in exprs)}, {', '.join('0' for _ in names)} "
-                        f"WHERE NOT EXISTS (SELECT 1 FROM {name} WHERE {match(exprs, row)}); "
-                        f"UPDATE {name} SET {change(row, '+')} WHERE {match(exprs, row)};" for exprs in variants)
-
-    def remove(row: str) -> str:
-        return " ".join(f"UPDATE {name} SET {change(row, '-')} WHERE {match(exprs, row)}; "
-                        f"DELETE FROM {name} WHERE {match(exprs, row)} AND n <= 0;" for exprs in variants)
-
-    for event, body in (("INSERT", add("new")), ("DELETE", remove("old")), ("UPDATE", remove("old") + " " + add("new"))):
-        what = f"UPDATE OF {', '.join(update_of)}" if event == "UPDATE" and update_of else event
-        db.execute(f"DROP TRIGGER IF EXISTS {name}_{event.lower()}")
-        db.execute(f"CREATE TRIGGER {name}_{event.lower()} AFTER {what} ON {source} BEGIN {body} END")
+    count_triggers(db, spec)
     db.execute(f"DELETE FROM {name}")
-    totals = ", ".join(f"IFNULL(SUM({term.format(r=source)}), 0)" for _, term in sums)
-    for exprs in variants:
+    totals = ", ".join(f"IFNULL(SUM({term.format(r=source)}), 0)" for _, term in spec.sums)
+    for exprs in spec.variants:
         made = [e.format(r=source) for e in exprs]
         db.execute(f"INSERT INTO {name} ({', '.join(cols)}, {', '.join(names)}) SELECT {', '.join(made)}, {totals} "
                    f"FROM {source} GROUP BY {', '.join(str(k + 1) for k in range(len(made)))}")
+
+
+def count_triggers(db: sqlite_utils.Database, spec: Counted) -> None:
+    """The triggers that keep the table of ``spec`` equal to its source, made again. On the browse index they leave
+    the rows above the batch's mark (``COUNT_MARK``) to ``fold_counts``."""
+    if spec.source == "episode_index":
+        db.execute("CREATE TABLE IF NOT EXISTS count_mark (one INTEGER PRIMARY KEY CHECK (one = 0), "
+                   "rid INTEGER NOT NULL)")
+    for event, body in (("INSERT", spec.add("new")), ("DELETE", spec.remove("old")),
+                        ("UPDATE", spec.remove("old") + " " + spec.add("new"))):
+        what = f"UPDATE OF {', '.join(spec.update_of)}" if event == "UPDATE" and spec.update_of else event
+        row = "new" if event == "INSERT" else "old"
+        when = f" WHEN {row}.rid <= {COUNT_MARK}" if spec.source == "episode_index" else ""
+        db.execute(f"DROP TRIGGER IF EXISTS {spec.name}_{event.lower()}")
+        db.execute(f"CREATE TRIGGER {spec.name}_{event.lower()} AFTER {what} ON {spec.source}{when} BEGIN {body} END")
+
+
+def fold_counts(conn: sqlite3.Connection, mark: int) -> None:
+    """Count the browse index rows above ``mark`` (an import batch's, which the triggers left alone) in every
+    aggregate of the browse index: per table, the keys and sums of those rows added to the rows of the keys it has,
+    then the keys it lacks inserted, where the triggers run two statements a row."""
+    for spec in COUNTED:
+        if spec.source != "episode_index":
+            continue
+        for exprs in spec.variants:
+            keys = [f"{e.format(r='r')} AS k{i}" for i, e in enumerate(exprs)]
+            sums = [f"IFNULL(SUM({term.format(r='r')}), 0) AS s{j}" for j, (_, term) in enumerate(spec.sums)]
+            made = (f"SELECT {', '.join(keys + sums)} FROM episode_index AS r WHERE r.rid > {int(mark)} "
+                    f"GROUP BY {', '.join(str(i + 1) for i in range(len(keys)))}")
+            found = " AND ".join(f"{spec.name}.{c} IS d.k{i}" for i, c in enumerate(spec.cols))
+            change = ", ".join(f"{c} = {c} + d.s{j}" for j, c in enumerate(spec.names))
+            conn.execute(f"UPDATE {spec.name} SET {change} FROM ({made}) AS d WHERE {found}")
+            conn.execute(f"INSERT INTO {spec.name} ({', '.join(spec.cols + spec.names)}) SELECT * FROM ({made}) AS d "
+                         f"WHERE NOT EXISTS (SELECT 1 FROM {spec.name} WHERE {found})")
 
 
 def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, str]] = STATS_SUMS_8) -> None:
@@ -326,9 +382,7 @@ def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, st
     episode: a run's rewards take few values (a scorer's 0 and 1, a rubric's levels), so a rollout step of 1,024
     episodes makes a few dozen rows. Rewards that take a new value in every episode make a row per episode, and
     read no faster than the index."""
-    types = {"rollout_step": "INTEGER", "reward": "REAL", "n_turns": "INTEGER"}
-    counted_table(db, "episode_stats", [(c, types.get(c, "TEXT")) for c in STATS_KEY],
-                  [[f"{{r}}.{c}" for c in STATS_KEY]], sums)
+    counted_table(db, dataclasses.replace(EPISODE_STATS, sums=tuple(sums)))
     # A run's root findings per step are read from its episodes with errors alone.
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_run_errors ON episode_index (run_id, rollout_step) "
                "WHERE n_errors > 0")
@@ -364,22 +418,52 @@ def length_bucket_sql(column: str) -> str:
     return f"(CASE {' '.join(whens)} ELSE {v} END)"
 
 
+_TYPES = {"rollout_step": "INTEGER", "reward": "REAL", "n_turns": "INTEGER"}
+_CHART = tuple(f"{{r}}.{c}" for c, _ in CHART_KEY)
+_WATCHED = tuple(c for c, _ in CHART_KEY)
+
+# The aggregates, as this version keeps them (``episode_stats`` had the first three sums before schema 12).
+EPISODE_STATS = Counted("episode_stats", tuple((c, _TYPES.get(c, "TEXT")) for c in STATS_KEY),
+                        (tuple(f"{{r}}.{c}" for c in STATS_KEY),), STATS_SUMS)
+LENGTH_STATS = Counted("length_stats", (*CHART_KEY, ("measure", "TEXT"), ("bucket", "INTEGER")),
+                       ((*_CHART, "'tokens'", length_bucket_sql("{r}.n_tokens")),
+                        (*_CHART, "'trainable'", length_bucket_sql("{r}.n_trainable"))),
+                       (("n", "1"),), (*_WATCHED, "n_tokens", "n_trainable"))
+TASK_STATS = Counted("task_stats", (("task_id", "TEXT"), *CHART_KEY), (("{r}.task_id", *_CHART),), (("n", "1"),),
+                     (*_WATCHED, "task_id"))
+GROUP_STATS = Counted("group_stats", (("group_id", "TEXT"), ("task_id", "TEXT"), *CHART_KEY),
+                      (("{r}.group_id", "{r}.task_id", *_CHART),), (("n", "1"),), (*_WATCHED, "group_id", "task_id"))
+RUN_MODELS = Counted("run_models", (("run_id", "TEXT"), ("model", "TEXT")), (("{r}.run_id", "{r}.model"),),
+                     (("n", "1"),), ("run_id", "model"))
+TAG_STATS = Counted("tag_stats", (("tag", "TEXT"),), (("{r}.tag",),), (("n", "1"),), ("tag",), source="tags")
+# Every episode in one row: the count a page's stamp polls, whatever the rewards (``episode_stats`` holds a row an
+# episode where each reward is new). An update changes no count: only a new id would.
+EPISODE_TOTAL = Counted("episode_total", (("everything", "INTEGER"),), (("1",),), (("n", "1"),), ("id",))
+TASK_REWARDS = Counted("task_rewards", (("task_id", "TEXT"), ("env", "TEXT"), ("preset", "TEXT"), ("reward", "REAL")),
+                       (("{r}.task_id", "{r}.env", "{r}.preset", "{r}.reward"),), (("n", "1"),),
+                       ("task_id", "env", "preset", "reward"))
+GROUP_REWARDS = Counted("group_rewards", (("group_id", "TEXT"), ("reward", "REAL")), (("{r}.group_id", "{r}.reward"),),
+                        (("n", "1"),), ("group_id", "reward"))
+COUNTED = (EPISODE_STATS, LENGTH_STATS, TASK_STATS, GROUP_STATS, RUN_MODELS, TAG_STATS, EPISODE_TOTAL, TASK_REWARDS,
+           GROUP_REWARDS)
+
+
+def count_at_commit(db: sqlite_utils.Database) -> None:
+    """The aggregates' triggers on the browse index made again to leave the rows above an import batch's mark
+    (``count_mark``) to the batch, which counts them at its commit (``fold_counts``). Nothing is counted again."""
+    for spec in COUNTED:
+        if spec.source == "episode_index":
+            count_triggers(db, spec)
+
+
 def create_chart_stats(db: sqlite_utils.Database) -> None:
     """Schema 13: Browse's token-length, per-task and per-group charts read maintained aggregates too, each a
     :func:`counted_table` over ``CHART_KEY`` and its own columns: ``length_stats`` the episodes per bin of their
     length (``measure`` tokens, and trainable tokens; ``length_bucket``), ``task_stats`` per task, ``group_stats``
     per group (and task). Rewards are counted per value, so a task's or group's mean, spread and range come from a
     few rows. Like ``episode_stats``, a reward that takes a new value in every episode makes a row an episode."""
-    key = [f"{{r}}.{c}" for c, _ in CHART_KEY]
-    watched = [c for c, _ in CHART_KEY]
-    counted_table(db, "length_stats", [*CHART_KEY, ("measure", "TEXT"), ("bucket", "INTEGER")],
-                  [[*key, "'tokens'", length_bucket_sql("{r}.n_tokens")],
-                   [*key, "'trainable'", length_bucket_sql("{r}.n_trainable")]],
-                  [("n", "1")], update_of=[*watched, "n_tokens", "n_trainable"])
-    counted_table(db, "task_stats", [("task_id", "TEXT"), *CHART_KEY], [["{r}.task_id", *key]], [("n", "1")],
-                  update_of=[*watched, "task_id"])
-    counted_table(db, "group_stats", [("group_id", "TEXT"), ("task_id", "TEXT"), *CHART_KEY],
-                  [["{r}.group_id", "{r}.task_id", *key]], [("n", "1")], update_of=[*watched, "group_id", "task_id"])
+    for spec in (LENGTH_STATS, TASK_STATS, GROUP_STATS):
+        counted_table(db, spec)
     # A run's tasks and groups (Browse's usual filter), in order, without reading every run's.
     db.execute("CREATE INDEX IF NOT EXISTS task_stats_run ON task_stats (run_id, task_id)")
     db.execute("CREATE INDEX IF NOT EXISTS group_stats_run ON group_stats (run_id, group_id)")
@@ -442,12 +526,8 @@ def create_listing_stats(db: sqlite_utils.Database) -> None:
     episodes carrying each tag (the tag filter's and the demo guide's counts); ``episode_total``, every episode in one
     row (the count a page's stamp polls, and the count of everything); and the findings by kind then episode, which
     replaces the index by kind alone."""
-    counted_table(db, "run_models", [("run_id", "TEXT"), ("model", "TEXT")], [["{r}.run_id", "{r}.model"]],
-                  [("n", "1")], update_of=["run_id", "model"])
-    counted_table(db, "tag_stats", [("tag", "TEXT")], [["{r}.tag"]], [("n", "1")], update_of=["tag"], source="tags")
-    # Every episode in one row: the count a page's stamp polls, whatever the rewards (``episode_stats`` holds a row an
-    # episode where each reward is new). An update changes no count: only a new id would.
-    counted_table(db, "episode_total", [("everything", "INTEGER")], [["1"]], [("n", "1")], update_of=["id"])
+    for spec in (RUN_MODELS, TAG_STATS, EPISODE_TOTAL):
+        counted_table(db, spec)
     # The findings filter's choices count the episodes of each kind: from an index that holds both, not the rows.
     db.execute("CREATE INDEX IF NOT EXISTS findings_kind_episode ON findings (kind, episode_id)")
     db.execute("DROP INDEX IF EXISTS idx_findings_kind")
@@ -463,11 +543,8 @@ def create_chart_totals(db: sqlite_utils.Database) -> None:
     (how many tasks, the most frequent, their rewards per env and preset); ``group_rewards``, the episodes of each group per reward (a :func:`counted_table`); and
     ``group_summary``, per group its episodes and how many distinct rewards they earned (``rewards``, nulls left
     out), kept by triggers on ``group_rewards``: a group of two or more samples with at most one reward is flat."""
-    counted_table(db, "task_rewards", [("task_id", "TEXT"), ("env", "TEXT"), ("preset", "TEXT"), ("reward", "REAL")],
-                  [["{r}.task_id", "{r}.env", "{r}.preset", "{r}.reward"]], [("n", "1")],
-                  update_of=["task_id", "env", "preset", "reward"])
-    counted_table(db, "group_rewards", [("group_id", "TEXT"), ("reward", "REAL")], [["{r}.group_id", "{r}.reward"]],
-                  [("n", "1")], update_of=["group_id", "reward"])
+    for spec in (TASK_REWARDS, GROUP_REWARDS):
+        counted_table(db, spec)
     db.execute("DROP TABLE IF EXISTS group_summary")
     db.execute("CREATE TABLE group_summary (group_id TEXT, n INTEGER NOT NULL, rewards INTEGER NOT NULL)")
     db.execute("CREATE UNIQUE INDEX group_summary_key ON group_summary (group_id)")

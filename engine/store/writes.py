@@ -16,7 +16,7 @@ from ..records.episode import Episode, Status, Turn
 from . import codec, packing
 from .base import StoreBase
 from .packing import PackedEpisode
-from .schema import nonfinite_episodes
+from .schema import fold_counts, nonfinite_episodes
 
 Stored = Episode | PackedEpisode
 """What ``save_batches`` writes: an episode, or its rows made elsewhere (``packing.pack_episode``)."""
@@ -313,6 +313,10 @@ class Writes(StoreBase):
         # than the rest of the episode's SQL.
         pending: list[tuple[int, str]] = []
         self._fts_pending = pending if index_at_commit else None
+        # So are the aggregates: the triggers leave the browse index rows above the mark to ``_commit``, which counts
+        # them two statements an aggregate (``schema.fold_counts``), not two an episode.
+        if index_at_commit:
+            self._count_mark = self._mark_counts()
         for ep in chunk:
             held = len(pending)
             try:
@@ -360,8 +364,11 @@ class Writes(StoreBase):
         """Commit the open transaction (none open: nothing to do), the texts a batch added put in the full-text index
         first; the error when that or the commit failed (rolled back)."""
         pending, self._fts_pending = self._fts_pending, None
+        mark, self._count_mark = self._count_mark, None
         try:
             if self.db.conn.in_transaction:
+                if mark is not None:
+                    self._count_marked(mark)
                 if pending:
                     self.db.conn.executemany("INSERT INTO search_fts (rowid, body) VALUES (?, ?)", pending)
                 self.db.conn.commit()
@@ -370,8 +377,21 @@ class Writes(StoreBase):
             return e
         return None
 
+    def _mark_counts(self) -> int:
+        """Leave the browse index rows written from now on in this transaction to ``_count_marked`` (the triggers of
+        the aggregates stop at the mark); the mark. A mark a commit left without its count (none should) is kept,
+        so its rows are counted too."""
+        conn = self.db.conn
+        conn.execute("INSERT OR IGNORE INTO count_mark (one, rid) SELECT 0, IFNULL(MAX(rid), 0) FROM episode_index")
+        return int(conn.execute("SELECT rid FROM count_mark").fetchone()[0])
+
+    def _count_marked(self, mark: int) -> None:
+        """Count the rows above ``mark`` in the aggregates (``schema.fold_counts``) and take the mark away."""
+        fold_counts(self.db.conn, mark)
+        self.db.conn.execute("DELETE FROM count_mark")
+
     def _rollback(self) -> None:
-        self._fts_pending = None
+        self._fts_pending = self._count_mark = None
         try:
             if self.db.conn.in_transaction:
                 self.db.conn.rollback()
@@ -401,8 +421,10 @@ class Writes(StoreBase):
 
     def _save_chunk(self, chunk: list[Episode]) -> int:
         with self._writing("save episodes"):
+            mark = self._mark_counts()
             for ep in chunk:
                 self._save_whole(ep)
+            self._count_marked(mark)
         return len(chunk)
 
     def _save_whole(self, ep: Episode, fresh: bool = False) -> None:
