@@ -15,8 +15,17 @@ import numpy as np
 import pytest
 
 from engine.records.episode import Episode, Finding, Severity, Status
-from engine.store import BrowseStats, EpisodeFilter, Store, codec, schema
-from engine.store.schema import CHART_KEY, CHART_TABLES, LISTING_TABLES, STATS_KEY, TOTAL_TABLES, length_bucket
+from engine.store import BrowseStats, EpisodeFilter, Store, codec
+from engine.store.counts import Counted, counted_table
+from engine.store.schema import (
+    CHART_KEY,
+    CHART_TABLES,
+    LISTING_TABLES,
+    STATS_KEY,
+    TASK_STATS,
+    TOTAL_TABLES,
+    length_bucket,
+)
 from tests.synthetic import synthetic_episodes
 from tests.test_store_paging import varied
 
@@ -182,22 +191,23 @@ def test_a_batch_counts_its_own_episodes_at_its_commit_whatever_it_holds(tmp_pat
         store.save_episode(ep)  # one at a time: counted by the triggers
     assert _same(store, path)
     folded: list[int] = []
-    real = schema.fold_counts
+    import engine.store.writes as writes_module
 
-    def fold(conn: sqlite3.Connection, mark: int) -> None:
+    real = writes_module.fold_counts
+
+    def fold(conn: sqlite3.Connection, mark: int, specs: tuple[Counted, ...]) -> None:
         folded.append(mark)
         # Inside the batch, before its count: the aggregates hold the episodes from before it, and the stored
         # episodes it wrote again as they are now.
         assert conn.execute("SELECT SUM(n) FROM episode_total").fetchone()[0] == 20
         assert conn.execute("SELECT n FROM run_models WHERE run_id = 'moved'").fetchall() == [(1,)]
-        real(conn, mark)
+        real(conn, mark, specs)
 
     mark = store.browse_query("SELECT MAX(rid) FROM episode_index")[0][0]
     batch: list[Episode] = [*eps[20:40], eps[3].evolve(reward=0.77, run_id="moved"), eps[4],
                             eps[30].evolve(reward=0.11, source=dataclasses.replace(eps[30].source,
                                                                                    details={"rollout_step": 9})),
                             eps[41].evolve(reward=float("nan")), *eps[42:60]]
-    import engine.store.writes as writes_module
     writes_module.fold_counts, saved = fold, writes_module.fold_counts
     try:
         done = list(store.save_batches(batch, batch=64))
@@ -224,6 +234,8 @@ def test_a_mark_left_without_its_count_is_counted_when_the_file_opens(tmp_path: 
         store.save_episode(entropic(i))  # one at a time, above the mark: not counted by the triggers
     assert store.browse_query("SELECT n FROM episode_total") == [(30,)]  # what the page's count reads
     assert store.browse_query("SELECT COUNT(*) FROM episodes") == [(36,)]
+    with store.db.conn:  # a step that fills an aggregate again leaves the rows above the mark to the count too
+        counted_table(store.db, TASK_STATS)
     store.close()
     store = Store(path)
     assert _same(store, path) and store.browse_query("SELECT n FROM episode_total") == [(36,)]

@@ -13,6 +13,7 @@ from engine.errors import StoreError
 from engine.records.episode import Episode
 from engine.store import EpisodeFilter, Store
 from tests.synthetic import synthetic_episodes
+from tests.test_episode_stats import chart_maintained, chart_recount, maintained, recount
 
 
 def test_a_batch_is_one_transaction_with_a_savepoint_per_episode(tmp_path: Path) -> None:
@@ -67,9 +68,11 @@ def test_a_full_database_keeps_every_episode_before_the_one_that_failed_and_says
     store.close()
     again = Store(tmp_path / "full.db")  # a new connection: only what was committed
     assert sorted(again.episode_ids()) == sorted(stored)
+    _counts_whole(again)
     # Room again: importing the same episodes again finds the stored ones and writes the rest.
     states = Counter(state for _, state, error in again.save_batches(eps, batch=64) if error is None)
     assert states == {"unchanged": len(stored), "new": len(eps) - len(stored) - 1}
+    _counts_whole(again)
     again.close()
 
 
@@ -96,6 +99,13 @@ def test_a_long_write_holds_no_episode_it_has_stored(tmp_path: Path) -> None:
     assert n == 200 and store.count() == 200
     assert held == 0
     store.close()
+
+
+def _counts_whole(store: Store) -> None:
+    """The aggregates equal a recount of the stored episodes (``test_episode_stats``): each episode a batch wrote
+    counted once, whether its batch was committed, written again or rolled back."""
+    assert maintained(store) == recount(store.path) and chart_maintained(store) == chart_recount(store.path)
+    assert store.browse_query("SELECT COUNT(*) FROM count_mark") == [(0,)]
 
 
 def _index_is_whole(store: Store) -> None:
@@ -161,6 +171,7 @@ def test_an_interrupted_batch_commits_nothing_and_the_next_write_indexes_its_tex
     store.save_episode(eps[100])
     assert store.count() == 65
     _index_is_whole(store)
+    _counts_whole(store)
     assert _found(store, eps[100]) and _found(store, eps[3]) and not _found(store, eps[66])
     store.close()
 
@@ -188,6 +199,7 @@ def test_a_batch_whose_texts_do_not_fit_at_its_commit_is_written_again_each_epis
     assert store.full == 1 and [state for _, state, error in done if error is None] == ["new"] * 40
     assert store.count() == 40
     _index_is_whole(store)
+    _counts_whole(store)
     assert all(_found(store, ep) for ep in eps[::5])
     store.close()
 
@@ -214,5 +226,29 @@ def test_a_batch_interrupted_at_its_commit_is_rolled_back_and_the_next_write_ind
     store.save_episode(eps[100])
     assert store.count() == 65
     _index_is_whole(store)
+    _counts_whole(store)
     assert _found(store, eps[100]) and not _found(store, eps[70])
+    store.close()
+
+
+def test_a_file_another_process_is_writing_stops_the_import_with_what_to_do(tmp_path: Path) -> None:
+    """Another process holds the write lock past the wait: the import stops at its first write with a StoreError that
+    says so, and a batch whose episodes are all stored already writes nothing and needs no lock."""
+    path = tmp_path / "busy.db"
+    store = Store(path)
+    eps = list(synthetic_episodes(10))
+    list(store.save_batches(eps[:5]))
+    store.db.execute("PRAGMA busy_timeout = 200")
+    other = sqlite3.connect(path)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        assert [state for _, state, _ in store.save_batches(eps[:5], replace=False)] == ["kept"] * 5
+        with pytest.raises(StoreError, match="Another process is writing to it"):
+            list(store.save_batches(eps))
+    finally:
+        other.rollback()
+        other.close()
+    assert not store.db.conn.in_transaction and store.count() == 5
+    assert [state for _, state, _ in store.save_batches(eps)] == ["unchanged"] * 5 + ["new"] * 5
+    _counts_whole(store)
     store.close()

@@ -69,7 +69,7 @@ class StoreBase:
     """The texts a batch write added, for the full-text index at its commit (``Writes._write_batch``); None outside
     one, where they go in with the episode."""
     _count_mark: int | None = None
-    """The browse index row a batch write's aggregates start above, counted at its commit (``schema.fold_counts``);
+    """The browse index row a batch write's aggregates start above, counted at its commit (``counts.fold_counts``);
     None outside one, where the triggers count each row."""
 
     def _read_only_file(self) -> Any:

@@ -15,8 +15,9 @@ from ..records import marks, textsafe
 from ..records.episode import Episode, Status, Turn
 from . import codec, packing
 from .base import StoreBase
+from .counts import fold_counts
 from .packing import PackedEpisode
-from .schema import fold_counts, nonfinite_episodes
+from .schema import COUNTED, nonfinite_episodes
 
 Stored = Episode | PackedEpisode
 """What ``save_batches`` writes: an episode, or its rows made elsewhere (``packing.pack_episode``)."""
@@ -313,10 +314,10 @@ class Writes(StoreBase):
         # than the rest of the episode's SQL.
         pending: list[tuple[int, str]] = []
         self._fts_pending = pending if index_at_commit else None
-        # So are the aggregates: the triggers leave the browse index rows above the mark to ``_commit``, which counts
-        # them two statements an aggregate (``schema.fold_counts``), not two an episode.
-        if index_at_commit:
-            self._count_mark = self._mark_counts()
+        # So are the aggregates: the triggers leave the browse index rows above the mark, set before the batch's first
+        # write, to ``_commit``, which counts them two statements an aggregate (``counts.fold_counts``), not two an
+        # episode.
+        self._count_mark = None
         for ep in chunk:
             held = len(pending)
             try:
@@ -327,6 +328,8 @@ class Writes(StoreBase):
                 if not present and isinstance(ep, PackedEpisode) and ep.failed:
                     out.append((ep, "new", ep.failed))
                     continue
+                if index_at_commit and self._count_mark is None:
+                    self._count_mark = self._mark_counts()
                 conn.execute("SAVEPOINT episode")
             except sqlite3.Error as e:
                 self._lost = not conn.in_transaction
@@ -386,8 +389,8 @@ class Writes(StoreBase):
         return int(conn.execute("SELECT rid FROM count_mark").fetchone()[0])
 
     def _count_marked(self, mark: int) -> None:
-        """Count the rows above ``mark`` in the aggregates (``schema.fold_counts``) and take the mark away."""
-        fold_counts(self.db.conn, mark)
+        """Count the rows above ``mark`` in the aggregates (``counts.fold_counts``) and take the mark away."""
+        fold_counts(self.db.conn, mark, COUNTED)
         self.db.conn.execute("DELETE FROM count_mark")
 
     def _rollback(self) -> None:
