@@ -19,12 +19,11 @@ import sqlite_utils
 
 from ..errors import StoreError
 from . import migrations
-from .counts import fold_counts
 from .index import IndexQueries
 from .readonly import ReadOnlyFile
 from .reads import Reads
 from .runs import RunQueries
-from .schema import COUNTED, DB_SCHEMA, backfill_diagnosis
+from .schema import DB_SCHEMA, backfill_diagnosis
 from .writes import Writes
 
 WRITE_CACHE_KB = 65_536
@@ -164,8 +163,7 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
             left = db.execute("SELECT rid FROM count_mark").fetchone()
             if left is not None:
                 with db.conn:
-                    fold_counts(db.conn, left[0], COUNTED)
-                    db.execute("DELETE FROM count_mark")
+                    self._count_marked(left[0])
             self._analyze(db.conn)
 
     def recover_interrupted(self) -> int:

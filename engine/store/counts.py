@@ -47,7 +47,7 @@ class Counted:
         return " AND ".join(f"{c} IS {e.format(r=row)}" for c, e in zip(self.cols, exprs, strict=True))
 
     def add(self, row: str) -> str:
-        """The SQL that counts ``row`` (a source row, or the key and sums of many, as ``{r}`` formats)."""
+        """The SQL that counts the source row ``row`` (``new`` in a trigger)."""
         cols, names = ", ".join(self.cols), ", ".join(self.names)
         change = ", ".join(f"{c} = {c} + {term.format(r=row)}" for c, term in self.sums)
         return " ".join(f"INSERT INTO {self.name} ({cols}, {names}) SELECT "
@@ -99,8 +99,8 @@ def count_triggers(db: sqlite_utils.Database, spec: Counted) -> None:
 
 def fold_counts(conn: sqlite3.Connection, mark: int, specs: Sequence[Counted]) -> None:
     """Count the browse index rows above ``mark`` (an import batch's, which the triggers left alone) in each of
-    ``specs`` on the browse index (``schema.COUNTED``): per table, the keys and sums of those rows added to the rows of the keys it has,
-    then the keys it lacks inserted, where the triggers run two statements a row."""
+    ``specs`` on the browse index (``schema.COUNTED``): per table, the keys and sums of those rows added to the rows
+    of the keys it has, then the keys it lacks inserted, where the triggers run two statements a row."""
     for spec in specs:
         if spec.source != "episode_index":
             continue
@@ -109,7 +109,7 @@ def fold_counts(conn: sqlite3.Connection, mark: int, specs: Sequence[Counted]) -
             sums = [f"IFNULL(SUM({term.format(r='r')}), 0) AS s{j}" for j, (_, term) in enumerate(spec.sums)]
             made = (f"SELECT {', '.join(keys + sums)} FROM episode_index AS r WHERE r.rid > {int(mark)} "
                     f"GROUP BY {', '.join(str(i + 1) for i in range(len(keys)))}")
-            found = " AND ".join(f"{spec.name}.{c} IS d.k{i}" for i, c in enumerate(spec.cols))
+            found = spec.match([f"d.k{i}" for i in range(len(exprs))], "d")
             change = ", ".join(f"{c} = {c} + d.s{j}" for j, c in enumerate(spec.names))
             conn.execute(f"UPDATE {spec.name} SET {change} FROM ({made}) AS d WHERE {found}")
             conn.execute(f"INSERT INTO {spec.name} ({', '.join(spec.cols + spec.names)}) SELECT * FROM ({made}) AS d "
