@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ class StoreBase:
     def _write_search(self, ep: Episode, turn: int | None = None) -> None:
         raise NotImplementedError
 
-    def _digest_ids(self, bodies: dict[bytes, str]) -> dict[bytes, int]:
+    def _digest_ids(self, bodies: dict[bytes, str], context: Collection[bytes] = ()) -> dict[bytes, int]:
         raise NotImplementedError
 
     def browse_query(self, sql: str, args: Sequence[Any] = (), background: bool = False) -> list[tuple[Any, ...]]:

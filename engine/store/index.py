@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,10 +90,11 @@ class BrowseStats:
 
 # The search index holds what a person reads in an episode (message
 # contents, raw generations, tool calls, parse errors, the verdict, finding
-# messages). Each distinct text is stored and indexed once (a tau-bench
-# policy prompt is the same 10 KB in every episode) and episodes refer to
-# their texts by part: 0 for the opening and verdict, t+1 for turn t, so a
-# turn commit touches only its own part. System prompts and tool schemas are
+# messages). A text is stored and indexed once: a system prompt or tool
+# schema once in the database (a tau-bench policy prompt is the same 10 KB in
+# every episode), any other text once in a window of _WINDOW texts
+# (``_digest_ids``). Episodes refer to their texts by part: 0 for the opening
+# and verdict, t+1 for turn t, so a turn commit touches only its own part. System prompts and tool schemas are
 # part -1 (CONTEXT_PART): the same policy text in every episode of an env
 # would match every search, so a search leaves them out unless asked. The trigram tokenizer makes a
 # quoted MATCH a case-insensitive substring search: the meaning the filter
@@ -100,6 +102,7 @@ class BrowseStats:
 _MIN_TRIGRAM = 3
 CONTEXT_PART = -1  # system prompts and tool schemas
 _LOOKUP = 500  # texts looked up in one query (SQLite takes up to 32,766 parameters)
+_WINDOW = 1 << 16  # the texts a window of the digest index spans (``_digest_ids``)
 
 
 def text_clause(text: str, context: bool = False) -> tuple[str, str]:
@@ -206,27 +209,41 @@ class IndexQueries(StoreBase):
             with self.db.conn:
                 self._write_search(ep)
 
-    def _text_ids(self, texts: Iterable[str]) -> dict[str, int]:
-        """The search-index id of each text that is not blank (each distinct text is stored once: a text stored
-        before keeps its id), looked up in one query for a few hundred texts."""
+    def _text_ids(self, texts: Iterable[str], context: Iterable[str] = ()) -> dict[str, int]:
+        """The search-index id of each text that is not blank (a text stored before keeps its id: see
+        ``_digest_ids``; ``context``: those of them that are system prompts or tool schemas), looked up in one query
+        for a few hundred texts."""
         digest_of, bodies = text_digests(texts)
-        ids = self._digest_ids(bodies)
+        ids = self._digest_ids(bodies, {digest_of[t] for t in context if t in digest_of})
         return {text: ids[digest] for text, digest in digest_of.items()}
 
-    def _digest_ids(self, bodies: dict[bytes, str]) -> dict[bytes, int]:
-        """The search-index id of each text, by its digest (``text_digests``), stored now when it is not yet."""
+    def _digest_ids(self, bodies: dict[bytes, str], context: Collection[bytes] = ()) -> dict[bytes, int]:
+        """The search-index id of each text, by its digest (``text_digests``), stored now when it is not yet.
+
+        A system prompt's or tool schema's text (its digest in ``context``) is keyed by its digest: stored once.
+        Any other text is keyed by its window (the texts stored before it, by ``_WINDOW``) and its digest, and
+        looked up in this window and the one before: a text repeated within ``_WINDOW`` texts is stored once, one
+        repeated further apart once more. The keys a batch adds then lie together at the end of the digest
+        index, a few of its pages written at the commit, where a digest alone puts each one on a page of its own
+        once the index has more pages than the batch has texts (the largest share of the pages a batch wrote into a
+        large database: ``bench/write_scale.py``)."""
         conn = self.db.conn
+        window = int(conn.execute("SELECT IFNULL(MAX(id), 0) FROM search_texts").fetchone()[0]) // _WINDOW
+        here, before = struct.pack(">I", window), struct.pack(">I", max(window - 1, 0))
+        key_of = {d: d if d in context else here + d for d in bodies}
+        probe = {k: d for d in bodies for k in ((d,) if d in context else (here + d, before + d))}
         found: dict[bytes, int] = {}
-        keys = list(bodies)
-        for i in range(0, len(keys), _LOOKUP):
-            part = keys[i:i + _LOOKUP]
-            found.update(conn.execute(
-                f"SELECT hash, id FROM search_texts WHERE hash IN ({','.join('?' * len(part))})", part).fetchall())
+        keys = list(probe)
+        for i in range(0, len(keys), 2 * _LOOKUP):
+            part = keys[i:i + 2 * _LOOKUP]
+            for key, text_id in conn.execute(
+                    f"SELECT hash, id FROM search_texts WHERE hash IN ({','.join('?' * len(part))})", part):
+                found.setdefault(probe[key], text_id)
         new: list[tuple[int, str]] = []
         for digest, body in bodies.items():
             if digest not in found:
                 found[digest] = int(conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)",
-                                                 [digest, body]).lastrowid or 0)
+                                                 [key_of[digest], body]).lastrowid or 0)
                 new.append((found[digest], body))
         # The full-text index of the texts added (schema 14: no trigger does it); in a batch, at its commit.
         if self._fts_pending is not None:
@@ -241,7 +258,8 @@ class IndexQueries(StoreBase):
         if turn is None:
             conn.execute("DELETE FROM search_refs WHERE episode_id = ?", [ep.id])
         parts = search_texts(ep, turn)
-        ids = self._text_ids(x for _, texts in parts for x in texts)
+        ids = self._text_ids((x for _, texts in parts for x in texts),
+                             (x for part, texts in parts if part == CONTEXT_PART for x in texts))
         refs = []
         for part, texts in parts:
             if turn is not None:

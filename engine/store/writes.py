@@ -16,6 +16,7 @@ from ..records.episode import Episode, Status, Turn
 from . import codec, packing
 from .base import StoreBase
 from .counts import fold_counts
+from .index import CONTEXT_PART
 from .packing import PackedEpisode
 from .schema import COUNTED, nonfinite_episodes
 
@@ -444,7 +445,7 @@ class Writes(StoreBase):
         self._upsert_turns(p.turns)
         self._upsert_tokens(p.id, p.tokens)
         self._insert_findings(p.findings)
-        ids = self._digest_ids(p.bodies)
+        ids = self._digest_ids(p.bodies, {d for part, digests in p.search if part == CONTEXT_PART for d in digests})
         conn.executemany("INSERT OR IGNORE INTO search_refs (episode_id, part, text_id) VALUES (?, ?, ?)",
                          [(p.id, part, i) for part, digests in p.search for i in sorted({ids[d] for d in digests})])
         if p.tags:
