@@ -41,6 +41,10 @@ def test_a_text_is_stored_once_in_its_window_and_a_system_prompt_once_for_good(
     assert later["shared"] != first["shared"] and later["the system prompt"] == first["the system prompt"]
     assert ids(["shared"])["shared"] == later["shared"]
     assert (_rows(s, "shared"), _rows(s, "the system prompt"), _rows(s, "once")) == (2, 1, 1)
+    both = ids(["a prompt quoted by the user"], ("a prompt quoted by the user",))  # one text in both places
+    assert [r[0] for r in s.db.conn.execute("SELECT length(hash) FROM search_texts WHERE body = ?",
+                                            ["a prompt quoted by the user"])] == [16]
+    assert ids(["a prompt quoted by the user"]) != both  # looked up by window alone, it is another text
     s.close()
 
 
@@ -70,10 +74,36 @@ def test_every_episode_holding_a_text_is_found_by_it_across_windows(
     s.close()
 
 
+def test_texts_keyed_by_their_digest_alone_are_found_and_an_episode_written_again_moves_to_its_window(
+        tmp_path: Path) -> None:
+    """A file whose texts were keyed by their digests alone (before windows): its episodes are found by their
+    texts; a new episode with the same question is stored with a window's key, and both are found; the first,
+    written again, refers to the new copy, and is still found."""
+    question = "Is the blue kettle back in stock?"
+    first, second = (replace(synthetic_episode(i), messages=(synthetic_episode(i).messages[0],
+                                                             Message("user", question))) for i in (1, 2))
+    s = Store(tmp_path / "old.db")
+    s.save_episode(first)
+    with s.db.conn:
+        s.db.conn.execute("UPDATE search_texts SET hash = substr(hash, 5) WHERE length(hash) = 20")
+    found = lambda: {e.id for e in s.list_episodes(EpisodeFilter(text=question), limit=10)}  # noqa: E731
+    assert found() == {first.id}
+    s.save_episode(second)
+    assert found() == {first.id, second.id} and _rows(s, question) == 2
+    old_id = s.db.conn.execute("SELECT id FROM search_texts WHERE body = ? AND length(hash) = 16",
+                               [question]).fetchone()[0]
+    for _ in s.save_batches([first.evolve(reward=0.25)]):
+        pass
+    assert found() == {first.id, second.id} and _rows(s, question) == 2
+    assert s.db.conn.execute("SELECT COUNT(*) FROM search_refs WHERE text_id = ?", [old_id]).fetchone()[0] == 0
+    s.close()
+
+
 def test_a_batch_writes_a_few_pages_of_the_digest_index_in_a_file_of_many_texts(tmp_path: Path) -> None:
     """A file that holds 200,000 texts (keyed by their digests alone, as before windows) takes a batch of 300
-    episodes: their new texts' keys lie together, so the digest index's pages in the log are a few per hundred
-    texts. Keyed by digest alone, each would land on a page of its own: about 0.6 of a page a text here."""
+    episodes: their new texts' keys lie in their window's range, so the digest index's pages in the log are a few
+    per hundred texts. Keyed by digest alone, each would land on a page of its own: about half a page a text
+    here."""
     db = tmp_path / "many.db"
     s = Store(db)
     conn = s.db.conn

@@ -115,7 +115,7 @@ def text_clause(text: str, context: bool = False) -> tuple[str, str]:
             "(SELECT rowid FROM search_fts WHERE search_fts MATCH ?))",
             '"' + text.replace('"', '""') + '"',
         )
-    # Too short for a trigram: a scan of the distinct texts, same meaning.
+    # Too short for a trigram: a scan of the stored texts, same meaning.
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return (
         f"id IN (SELECT episode_id FROM search_refs WHERE {part}text_id IN "
@@ -221,12 +221,13 @@ class IndexQueries(StoreBase):
         """The search-index id of each text, by its digest (``text_digests``), stored now when it is not yet.
 
         A system prompt's or tool schema's text (its digest in ``context``) is keyed by its digest: stored once.
-        Any other text is keyed by its window (the texts stored before it, by ``_WINDOW``) and its digest, and
-        looked up in this window and the one before: a text repeated within ``_WINDOW`` texts is stored once, one
-        repeated further apart once more. The keys a batch adds then lie together at the end of the digest
-        index, a few of its pages written at the commit, where a digest alone puts each one on a page of its own
-        once the index has more pages than the batch has texts (the largest share of the pages a batch wrote into a
-        large database: ``bench/write_scale.py``)."""
+        Any other text is keyed by its window (the texts stored before this call, by ``_WINDOW``) and its digest,
+        and looked up in this window and the one before: a text repeated within about ``_WINDOW`` texts is stored
+        once, one repeated further apart once more (the copy before stays, without the refs that moved, as the
+        texts of a deleted episode do). The keys a batch adds then lie in one range of the digest index, its
+        window's: the batch writes at most that range's pages (about 500 of 4 KB for a full window), where a
+        digest alone puts each new key on a page of its own once the index has more pages than the batch has
+        texts (the largest share of the pages a batch wrote into a large database: ``bench/write_scale.py``)."""
         conn = self.db.conn
         window = int(conn.execute("SELECT IFNULL(MAX(id), 0) FROM search_texts").fetchone()[0]) // _WINDOW
         here, before = struct.pack(">I", window), struct.pack(">I", max(window - 1, 0))
