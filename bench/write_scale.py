@@ -10,10 +10,12 @@ An import's writer (``Store.save_batches``, in the main process) writes ``--epis
 2. the pages the writes put in the write-ahead log, from a run whose checkpoints wait until the end so the log holds
    every page each commit wrote: KB an episode, how many distinct pages, and the tables and indexes they belong
    to (``dbstat``), most first. A page that a batch changes is written whole at its commit, so an index whose new
-   entries land at random places (a digest, a reward) costs a page an entry once it has more pages than a batch
+   entries land at random places (a reward within a task) costs a page an entry once it has more pages than a batch
    has entries, where one whose entries go to its end (a row id, a time) costs a page for many.
 
-Packing the episodes is not timed. The copy of ``--into`` is made in ``--dir`` (it needs that much free space), while nothing writes to it.
+Packing the episodes is not timed. The copy of ``--into`` is made in ``--dir`` (it needs that much free space); nothing
+may write to ``--into`` meanwhile. A copy that does not fit in the page cache beside its source is read from the disk,
+and the times then measure the disk more than the writer; the pages logged are exact at any size.
 
     python bench/write_scale.py --into /tmp/rs-1m.db [--episodes 3000] [--start 5000000] [--repeat 2]
 """
