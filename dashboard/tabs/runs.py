@@ -27,6 +27,7 @@ from ..views.html import note
 from ..views.runs import alerts_note, run_label, runs_table, step_table, watch_status
 
 POLL_S = 1.5
+STOP_WAIT_S = 5.0  # how long Stop waits for the watch to end before it answers "stopping"
 
 
 @dataclass
@@ -214,6 +215,9 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
         job = watches.get(watch_id)
         if job is None or not job.stop():
             return status_out.values(message=note("No watch is running here.", "warn"))
+        # A watch between files ends at once: the answer shows it stopped, not only the polls after it.
+        if job.wait(STOP_WAIT_S):
+            return status_out.values(**_status_values(watches, job, None))
         return status_out.values(**_status_values(watches, job, None, note(f"Stopping the watch of {job.folder}…",
                                                                            "warn")))
 
