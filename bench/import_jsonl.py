@@ -11,7 +11,8 @@ The file is ``rollscope export --format jsonl`` of ``--episodes`` episodes of on
   (``tests/synthetic.rendered_retail_episode``; needs the Qwen3 tokenizer, ``ROLLSCOPE_QWEN3_TOKENIZER``).
 ``--full-prompts`` writes every prompt text whole (as exports did before prompts were written as pieces). ``--into DB``
 imports into a copy of that database (its episodes' ids must differ from the file's: ``--start`` numbers synthetic
-episodes from there), the cost of writing into a database that already holds many. Prints
+episodes from there), the cost of writing into a database that already holds many; the copy is flushed to disk
+before the clock starts, so the import does not wait for its pages to be written back. Prints
 episodes a second for ``json.loads`` alone and for ``import_path`` into a fresh database, in one process and with
 ``--workers`` processes reading the file (parsing and packing; this process writes), their ratio, and the bytes an
 episode takes in the file and in the database. Then where the time goes, on the file's first ``--stages`` episodes
@@ -150,6 +151,7 @@ def import_once(src: Path, folder: Path, into: Path | None, workers: int) -> tup
         store = Store(Path(tmp) / "import.db")
         before = store.count()
         store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        os.sync()  # the copy's pages on disk before the clock starts, not written back during the import
         bytes_before = sum(p.stat().st_size for p in Path(tmp).glob("import.db*"))
         start = time.perf_counter()
         with Fanout(workers) as pool:

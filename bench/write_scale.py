@@ -47,6 +47,7 @@ def _fresh_copy(source: Path | None, folder: Path) -> Path:
         shutil.copyfile(source, db)
         if Path(f"{source}-wal").exists():
             shutil.copyfile(f"{source}-wal", f"{db}-wal")
+        os.sync()  # written out before the clock starts, not back during the writes timed
     return db
 
 
