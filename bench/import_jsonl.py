@@ -6,6 +6,8 @@ The file is ``rollscope export --format jsonl`` of ``--episodes`` episodes of on
   sent as ids, so they carry no prompt text);
 - ``math``: math episodes run by the loop (scripted policy, SmolLM2's template, the ``areal-math`` preset with
   ``token_mode=retokenize``, so each turn's prompt is text), one to five turns;
+- ``retail-loop``: retail episodes run by the loop (the retail env's scripted agent with mistakes, SmolLM2's template,
+  the ``slime-tau`` preset), 8 to 10 turns of about 4,500 tokens in all, each turn's prompt text the conversation so far;
 - ``retail``: 60-turn retail episodes of 32,000 tokens whose prompts are Qwen3's template's render of the
   conversation so far, the thinking of earlier replies dropped at every user answer
   (``tests/synthetic.rendered_retail_episode``; needs the Qwen3 tokenizer, ``ROLLSCOPE_QWEN3_TOKENIZER``).
@@ -62,6 +64,18 @@ def episodes(kind: str, n: int, start: int = 0) -> Iterator[Episode]:
         for i in range(n):
             be = ScriptedBackend(env.reference_reply, tok, mistake_rate=0.5, seed=i)
             yield asyncio.run(run_episode(env, be, tok, cfg, env.tasks[i % len(env.tasks)], preset="areal-math"))
+    elif kind == "retail-loop":
+        from engine.backends.scripted import ScriptedBackend
+        from engine.backends.tokenizers import load_tokenizer
+        from engine.envs.retail import RetailEnv
+        from engine.loop.stepper import run_episode
+        from engine.presets import PRESETS
+
+        tok, retail = load_tokenizer(None), RetailEnv()
+        for i in range(n):
+            be = ScriptedBackend(retail.reference_reply, tok, mistake_rate=0.3, seed=i)
+            yield asyncio.run(run_episode(retail, be, tok, PRESETS["slime-tau"], retail.tasks[i % len(retail.tasks)],
+                                          preset="slime-tau"))
     else:
         from transformers import AutoTokenizer
 
@@ -73,7 +87,7 @@ def episodes(kind: str, n: int, start: int = 0) -> Iterator[Episode]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=2000)
-    ap.add_argument("--kind", choices=("synthetic", "math", "retail"), default="synthetic")
+    ap.add_argument("--kind", choices=("synthetic", "math", "retail-loop", "retail"), default="synthetic")
     ap.add_argument("--full-prompts", action="store_true", help="write every prompt text whole")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "rollscope-import-jsonl")
     ap.add_argument("--into", type=Path, help="import into a copy of this database")
