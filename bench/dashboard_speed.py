@@ -12,8 +12,10 @@
 2. Server: a database of ``--episodes`` synthetic episodes (built once and
    reused from ``--db``); time for Browse to filter by status and reward and
    produce the first page (count to a bound + page query + table HTML), and
-   the same for a deep page (by offset, and by the token Next carries), a
-   sort, a text search, the exact count and the charts' aggregates.
+   the same for a deep page (by offset, and by the token Next carries), the
+   middle and the last page of everything (a typed page number: by offset,
+   read from the nearer end), a sort, a text search, the exact count and the
+   charts' aggregates.
 3. Browser (Playwright + chromium): link to painted, median of 3: from
    loading ``/?episode=ID`` in a new tab to the frame that paints the
    episode's last token (the end of its last tool output) in the token
@@ -131,6 +133,7 @@ def browse_figures(db: Path, n: int) -> None:
         f"same filter, page {at} (Next, keyset)": lambda: browse.page(store, flt, None, at, cursor=deep),
         "same filter, sorted by turns": lambda: browse.page(store, flt, {"by": "n_turns", "desc": True}, 1),
         "no filter, sorted by reward": lambda: browse.page(store, EpisodeFilter(), {"by": "reward", "desc": True}, 1),
+        "no filter, middle page (offset)": lambda: browse.page(store, EpisodeFilter(), None, total // 100),
         "no filter, last page (offset)": lambda: browse.page(store, EpisodeFilter(), None, total // 50),
         "no filter, last page (Next, keyset)": lambda: browse.page(store, EpisodeFilter(), None, total // 50,
                                                                     cursor=last),

@@ -13,7 +13,7 @@ from engine.errors import ConfigError
 from engine.records.episode import Episode, Status
 from engine.records.outcome import OUTCOME_KINDS, Outcome
 from engine.records.provenance import Source
-from engine.store import SORTABLE, EpisodeFilter, Store, migrations
+from engine.store import SORTABLE, EpisodeFilter, Store, migrations, reads
 from tests.synthetic import synthetic_episode
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -129,6 +129,40 @@ def test_a_deep_page_costs_what_the_first_costs(store: Store) -> None:
     by_token = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size, after=deep.after))
     by_offset = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size, offset=N - 2 * size))
     assert by_token < 1.5 * first and by_offset > 3 * by_token, (first, by_token, by_offset)
+
+
+@pytest.mark.parametrize("column", SORTABLE)
+def test_an_offset_past_the_middle_read_from_the_end_is_the_same_page(store: Store, column: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every episode and a filter the aggregates answer (their count is at hand), and one they do not (read from the
+    # end only when the caller's count is exact); sorts with ties and NULLs, both ways; pages past the end.
+    for flt in (EpisodeFilter(), EpisodeFilter(env="price", min_turns=2), EpisodeFilter(starred=False)):
+        total = store.count(flt)
+        exact = MatchCount(total, True)
+        for descending in (True, False):
+            monkeypatch.setattr(reads, "FROM_END_AFTER", 10**9)
+            offsets = [*range(0, total, PAGE), total - 1, total, total + PAGE]
+            forward = [store.page_episodes(flt, column, descending, PAGE, offset=k) for k in offsets]
+            assert sorted(r.id for p in forward[:-3] for r in p.rows) == sorted(store.episode_ids(flt))
+            monkeypatch.setattr(reads, "FROM_END_AFTER", 0)
+            for k, want in zip(offsets, forward, strict=True):
+                for matches in (None, exact):
+                    got = store.page_episodes(flt, column, descending, PAGE, offset=k, matches=matches)
+                    assert [r.id for r in got.rows] == [r.id for r in want.rows], (flt, descending, k)
+                    assert (got.after, got.before) == (want.after, want.before), (flt, descending, k)
+
+
+def test_the_last_page_costs_what_the_first_costs(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    size, last = 5, N - 5
+    first = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size))
+    walked = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size, offset=last))
+    monkeypatch.setattr(reads, "FROM_END_AFTER", 0)
+    from_end = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size, offset=last))
+    # A filter no aggregate answers, with no exact count given: its count is not at hand, so it is walked to.
+    flt = EpisodeFilter(starred=False)
+    unknown = _steps(store, lambda: store.page_episodes(flt, "n_tokens", True, size, offset=store.count(flt) - size))
+    assert from_end < 1.5 * first and walked > 3 * from_end and unknown > 3 * from_end, (first, walked, from_end,
+                                                                                        unknown)
 
 
 def test_a_bounded_count_is_exact_under_its_bound_and_says_at_least_over_it(store: Store) -> None:

@@ -15,6 +15,9 @@ from .base import StoreBase
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
 from .paging import Cursor, EpisodePage, MatchCount, filter_mark, ranges
 
+# An offset of at least this many rows, past the middle of its selection, is read from the selection's other end.
+FROM_END_AFTER = 1_000
+
 # The indexes of the browse index that hold one value of a filter's column in the order of a sorted column.
 _PAIRED = {("run_id", "created_at"): "episode_index_run_created", ("run_id", "rollout_step"): "episode_index_run_step",
            ("status", "created_at"): "episode_index_status_created", ("status", "reward"): "episode_index_status_reward",
@@ -128,7 +131,12 @@ class Reads(StoreBase):
         rather sort every match when the filter has an index of its own, a status or a reward range, and that sort
         grows with the database). The walk reads no more than four times that many rows: when the matches lie
         together elsewhere in the sort (an older run, newest first: step and time move together), the page is read
-        as the planner would, from the filter's own index, and costs a sort of the matches."""
+        as the planner would, from the filter's own index, and costs a sort of the matches.
+
+        An offset past the middle of the selection, and past ``FROM_END_AFTER`` rows, is read from the other end
+        (the sort reversed, the rows turned back) when the selection's exact count is at hand: ``matches`` when
+        exact, or the maintained aggregates (every episode, or a filter on their columns). So the last page of a
+        million costs what the first does."""
         if order_by not in SORTABLE:
             raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
         if after is not None and before is not None:
@@ -172,15 +180,24 @@ class Reads(StoreBase):
                                      f"{order} LIMIT ? OFFSET ?", [*args, *more, want, skip])
 
         found: list[tuple[Any, ...]] = []
-        if cursor is None:
-            found = read("1", [], limit + 1, max(0, offset))
+        known = self._count_at_hand(flt or EpisodeFilter(), matches) if cursor is None and offset >= FROM_END_AFTER \
+            else None
+        if known is not None and offset > known // 2:  # read from the other end, turned back
+            want = max(0, min(limit, known - offset))
+            back = "ASC" if descending else "DESC"
+            order = f"ORDER BY {order_by} {back}, rid {back}"
+            found = read("1", [], want, known - offset - want)[::-1] if want else []
+            further = offset + want < known
         else:
-            for cond, more in ranges(order_by, walk_desc, cursor.value, cursor.rid):
-                if len(found) > limit:
-                    break
-                found += read(cond, more, limit + 1 - len(found))
-        further = len(found) > limit
-        found = found[:limit]
+            if cursor is None:
+                found = read("1", [], limit + 1, max(0, offset))
+            else:
+                for cond, more in ranges(order_by, walk_desc, cursor.value, cursor.rid):
+                    if len(found) > limit:
+                        break
+                    found += read(cond, more, limit + 1 - len(found))
+            further = len(found) > limit
+            found = found[:limit]
         if before is not None:
             found.reverse()
         rows = [dict(zip(["rid", *names], r, strict=True)) for r in found]
@@ -232,13 +249,27 @@ class Reads(StoreBase):
         episode, or a filter on their columns alone: a few thousand rows at any size), else from the browse index;
         on the connection of what follows a page, so a page read meanwhile does not wait for it."""
         flt = flt or EpisodeFilter()
+        n = self._stats_count(flt, background=True)
+        if n is not None:
+            return n
+        where, args = flt.sql()
+        return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args, background=True)[0][0])
+
+    def _stats_count(self, flt: EpisodeFilter, background: bool) -> int | None:
+        """``count`` from the maintained aggregates, when they answer ``flt``; else None."""
         where, args = flt.sql()
         if where == "1" and self._has_table("episode_total"):  # every episode: one row
-            return int(self.browse_query("SELECT IFNULL(SUM(n), 0) FROM episode_total", background=True)[0][0])
+            return int(self.browse_query("SELECT IFNULL(SUM(n), 0) FROM episode_total", background=background)[0][0])
         if flt.on_stats and self._has_stats():
             return int(self.browse_query(f"SELECT IFNULL(SUM(n), 0) FROM episode_stats WHERE {where}", args,
-                                         background=True)[0][0])
-        return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args, background=True)[0][0])
+                                         background=background)[0][0])
+        return None
+
+    def _count_at_hand(self, flt: EpisodeFilter, matches: MatchCount | None) -> int | None:
+        """The selection's exact count when it costs no scan: ``matches`` when exact, else the aggregates'."""
+        if matches is not None and matches.exact:
+            return matches.n
+        return self._stats_count(flt, background=False)
 
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are
