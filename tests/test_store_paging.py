@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,22 +135,25 @@ def test_a_deep_page_costs_what_the_first_costs(store: Store) -> None:
 @pytest.mark.parametrize("column", SORTABLE)
 def test_an_offset_past_the_middle_read_from_the_end_is_the_same_page(store: Store, column: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # Every episode and a filter the aggregates answer (their count is at hand), and one they do not (read from the
-    # end only when the caller's count is exact); sorts with ties and NULLs, both ways; pages past the end.
-    for flt in (EpisodeFilter(), EpisodeFilter(env="price", min_turns=2), EpisodeFilter(starred=False)):
+    # Every episode (its count is one row); filters the aggregates answer, one of them held by an index of its own
+    # (a status); one they do not (read from the end only when the caller's count is exact). Sorts with ties and
+    # NULLs, both ways; the offsets about the middle and past the end; counts exact, bounded (the walk) or none.
+    for flt in (EpisodeFilter(), EpisodeFilter(env="price", min_turns=2), EpisodeFilter(status=("completed",)),
+                EpisodeFilter(starred=False)):
         total = store.count(flt)
-        exact = MatchCount(total, True)
         for descending in (True, False):
             monkeypatch.setattr(reads, "FROM_END_AFTER", 10**9)
-            offsets = [*range(0, total, PAGE), total - 1, total, total + PAGE]
+            offsets = sorted({*range(0, total, PAGE), total // 2 - 1, total // 2, total // 2 + 1, total - PAGE - 1,
+                              total - 1, total, total + PAGE})
             forward = [store.page_episodes(flt, column, descending, PAGE, offset=k) for k in offsets]
-            assert sorted(r.id for p in forward[:-3] for r in p.rows) == sorted(store.episode_ids(flt))
+            assert sorted(r.id for p, k in zip(forward, offsets) if k % PAGE == 0 and k < total for r in p.rows) \
+                == sorted(store.episode_ids(flt))
             monkeypatch.setattr(reads, "FROM_END_AFTER", 0)
             for k, want in zip(offsets, forward, strict=True):
-                for matches in (None, exact):
+                for matches in (None, MatchCount(total, True), MatchCount(10, False)):
                     got = store.page_episodes(flt, column, descending, PAGE, offset=k, matches=matches)
-                    assert [r.id for r in got.rows] == [r.id for r in want.rows], (flt, descending, k)
-                    assert (got.after, got.before) == (want.after, want.before), (flt, descending, k)
+                    assert [r.id for r in got.rows] == [r.id for r in want.rows], (flt, descending, k, matches)
+                    assert (got.after, got.before) == (want.after, want.before), (flt, descending, k, matches)
 
 
 def test_the_last_page_costs_what_the_first_costs(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,11 +162,68 @@ def test_the_last_page_costs_what_the_first_costs(store: Store, monkeypatch: pyt
     walked = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size, offset=last))
     monkeypatch.setattr(reads, "FROM_END_AFTER", 0)
     from_end = _steps(store, lambda: store.page_episodes(order_by="n_tokens", limit=size, offset=last))
-    # A filter no aggregate answers, with no exact count given: its count is not at hand, so it is walked to.
-    flt = EpisodeFilter(starred=False)
-    unknown = _steps(store, lambda: store.page_episodes(flt, "n_tokens", True, size, offset=store.count(flt) - size))
-    assert from_end < 1.5 * first and walked > 3 * from_end and unknown > 3 * from_end, (first, walked, from_end,
-                                                                                        unknown)
+    assert from_end < 1.5 * first and walked > 3 * from_end, (first, walked, from_end)
+
+
+def test_a_filtered_page_is_read_from_the_end_when_its_count_is_cheap(store: Store,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    real = store.browse_query
+
+    def query(sql: str, args: Any = (), background: bool = False) -> list[tuple[Any, ...]]:
+        seen.append(sql)
+        return real(sql, args, background)
+
+    def reversed_read(flt: EpisodeFilter, matches: MatchCount | None = None) -> bool:
+        seen.clear()
+        store.page_episodes(flt, "n_tokens", True, 5, offset=store.count(flt) - 5, matches=matches)
+        return any("ORDER BY n_tokens ASC, rid ASC" in q for q in seen)
+
+    monkeypatch.setattr(store, "browse_query", query)
+    monkeypatch.setattr(reads, "FROM_END_AFTER", 0)
+    stats, other = EpisodeFilter(min_turns=2), EpisodeFilter(starred=False)
+    assert reversed_read(EpisodeFilter()) and reversed_read(stats)
+    assert reversed_read(other, MatchCount(store.count(other), True))  # the caller's exact count, counted again
+    assert not reversed_read(other) and not reversed_read(other, MatchCount(10, False))
+    monkeypatch.setattr(reads, "SMALL_STATS", 0)  # aggregates too large to sum for a page
+    assert not reversed_read(stats) and reversed_read(EpisodeFilter())
+
+
+def test_a_page_read_from_the_end_while_episodes_arrive_is_the_page_of_one_state(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Store(tmp_path / "live.db")
+    s.save_episodes(varied(i) for i in range(120))
+    flt = EpisodeFilter(env="price")
+    counted = s.count_upto(flt)  # as Browse counts, before it reads the page
+    assert counted.exact
+    s.save_episodes(varied(i) for i in range(120, 150))  # a watch commits meanwhile: ten more of the filter's
+    assert s.count(flt) == counted.n + 10
+    monkeypatch.setattr(reads, "FROM_END_AFTER", 10**9)
+    forward = s.page_episodes(flt, "created_at", True, 7, offset=counted.n - 7)
+    monkeypatch.setattr(reads, "FROM_END_AFTER", 0)
+    got = s.page_episodes(flt, "created_at", True, 7, offset=counted.n - 7, matches=counted)
+    assert [r.id for r in got.rows] == [r.id for r in forward.rows] and forward.after is not None
+    assert (got.after, got.before) == (forward.after, forward.before)
+    # Episodes committed while a page is read from the end do not shift it: the count and the rows are read in
+    # one transaction, and the writer does not wait for it.
+    n = s.count(flt)
+    monkeypatch.setattr(reads, "FROM_END_AFTER", 10**9)
+    before = s.page_episodes(flt, "created_at", False, 7, offset=n - 9)  # oldest first: the new ones come last
+    monkeypatch.setattr(reads, "FROM_END_AFTER", 0)
+    real = s.browse_query
+
+    def query(sql: str, args: Any = (), background: bool = False) -> list[tuple[Any, ...]]:
+        rows = real(sql, args, background)
+        if "episode_stats" in sql and "SUM(n)" in sql:  # the count read; the page is read next
+            s.save_episodes([varied(i) for i in range(150, 160)])
+        return rows
+
+    monkeypatch.setattr(s, "browse_query", query)
+    got = s.page_episodes(flt, "created_at", False, 7, offset=n - 9)
+    monkeypatch.undo()
+    assert s.count(flt) > n
+    assert [r.id for r in got.rows] == [r.id for r in before.rows] and got.after == before.after
+    s.close()
 
 
 def test_a_bounded_count_is_exact_under_its_bound_and_says_at_least_over_it(store: Store) -> None:

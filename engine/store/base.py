@@ -59,11 +59,11 @@ class StoreBase:
     _lock: threading.RLock
     read_only: bool = False
     _read_conn: sqlite3.Connection | None = None
-    _read_lock: threading.Lock
+    _read_lock: threading.RLock
     _bg_conn: sqlite3.Connection | None = None
-    _bg_lock: threading.Lock
+    _bg_lock: threading.RLock
     _charts_conn: sqlite3.Connection | None = None
-    _charts_lock: threading.Lock
+    _charts_lock: threading.RLock
     _analyzed_rows: int = 0
     _fts_pending: list[tuple[int, str]] | None = None
     """The texts a batch write added, for the full-text index at its commit (``Writes._write_batch``); None outside
@@ -108,6 +108,9 @@ class StoreBase:
         raise NotImplementedError
 
     def browse_query(self, sql: str, args: Sequence[Any] = (), background: bool = False) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _reader(self, background: bool = False, charts: bool = False) -> tuple[sqlite3.Connection, threading.RLock]:
         raise NotImplementedError
 
     _table_names: frozenset[str] | None = None

@@ -270,7 +270,7 @@ class IndexQueries(StoreBase):
 
     # -- reading for Browse ----------------------------------------------------
 
-    def _reader(self, background: bool = False, charts: bool = False) -> tuple[sqlite3.Connection, threading.Lock]:
+    def _reader(self, background: bool = False, charts: bool = False) -> tuple[sqlite3.Connection, threading.RLock]:
         """A connection for Browse's reads, apart from the store's own, so a long aggregate never holds up a
         turn commit (WAL lets it read the last committed state while the store's connection writes).
 
@@ -288,7 +288,7 @@ class IndexQueries(StoreBase):
                     conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
                 conn.execute("PRAGMA temp_store=MEMORY")
                 setattr(self, f"{name}_conn", conn)
-                setattr(self, f"{name}_lock", threading.Lock())
+                setattr(self, f"{name}_lock", threading.RLock())
             return conn, getattr(self, f"{name}_lock")
 
     def close_reader(self) -> None:

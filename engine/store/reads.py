@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import fields
@@ -15,8 +16,11 @@ from .base import StoreBase
 from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
 from .paging import Cursor, EpisodePage, MatchCount, filter_mark, ranges
 
-# An offset of at least this many rows, past the middle of its selection, is read from the selection's other end.
+# An offset of at least this many rows, past the middle of its selection, is read from the selection's other end
+# (when its count is cheap to read: ``Reads._count_at_hand``).
 FROM_END_AFTER = 1_000
+# The most rows of ``episode_stats`` a page sums for its count (a few milliseconds).
+SMALL_STATS = 50_000
 
 # The indexes of the browse index that hold one value of a filter's column in the order of a sorted column.
 _PAIRED = {("run_id", "created_at"): "episode_index_run_created", ("run_id", "rollout_step"): "episode_index_run_step",
@@ -134,9 +138,9 @@ class Reads(StoreBase):
         as the planner would, from the filter's own index, and costs a sort of the matches.
 
         An offset past the middle of the selection, and past ``FROM_END_AFTER`` rows, is read from the other end
-        (the sort reversed, the rows turned back) when the selection's exact count is at hand: ``matches`` when
-        exact, or the maintained aggregates (every episode, or a filter on their columns). So the last page of a
-        million costs what the first does."""
+        (the sort reversed, the rows turned back) when the selection's exact count is cheap to read
+        (``_count_at_hand``), in one read transaction with that count. So the last page of every episode costs
+        what the first does, at any size."""
         if order_by not in SORTABLE:
             raise ConfigError(f"cannot sort by {order_by!r}; one of {', '.join(SORTABLE)}")
         if after is not None and before is not None:
@@ -180,24 +184,25 @@ class Reads(StoreBase):
                                      f"{order} LIMIT ? OFFSET ?", [*args, *more, want, skip])
 
         found: list[tuple[Any, ...]] = []
-        known = self._count_at_hand(flt or EpisodeFilter(), matches) if cursor is None and offset >= FROM_END_AFTER \
-            else None
-        if known is not None and offset > known // 2:  # read from the other end, turned back
-            want = max(0, min(limit, known - offset))
-            back = "ASC" if descending else "DESC"
-            order = f"ORDER BY {order_by} {back}, rid {back}"
-            found = read("1", [], want, known - offset - want)[::-1] if want else []
-            further = offset + want < known
-        else:
-            if cursor is None:
-                found = read("1", [], limit + 1, max(0, offset))
+        deep = cursor is None and offset >= FROM_END_AFTER
+        with self._browse_snapshot() if deep else contextlib.nullcontext():  # the count and the page agree
+            known = self._count_at_hand(flt or EpisodeFilter(), matches) if deep else None
+            if known is not None and offset > known // 2:  # read from the other end, turned back
+                want = max(0, min(limit, known - offset))
+                back = "ASC" if descending else "DESC"
+                order = f"ORDER BY {order_by} {back}, rid {back}"
+                found = read("1", [], want, known - offset - want)[::-1] if want else []
+                further = offset + want < known
             else:
-                for cond, more in ranges(order_by, walk_desc, cursor.value, cursor.rid):
-                    if len(found) > limit:
-                        break
-                    found += read(cond, more, limit + 1 - len(found))
-            further = len(found) > limit
-            found = found[:limit]
+                if cursor is None:
+                    found = read("1", [], limit + 1, max(0, offset))
+                else:
+                    for cond, more in ranges(order_by, walk_desc, cursor.value, cursor.rid):
+                        if len(found) > limit:
+                            break
+                        found += read(cond, more, limit + 1 - len(found))
+                further = len(found) > limit
+                found = found[:limit]
         if before is not None:
             found.reverse()
         rows = [dict(zip(["rid", *names], r, strict=True)) for r in found]
@@ -266,10 +271,35 @@ class Reads(StoreBase):
         return None
 
     def _count_at_hand(self, flt: EpisodeFilter, matches: MatchCount | None) -> int | None:
-        """The selection's exact count when it costs no scan: ``matches`` when exact, else the aggregates'."""
-        if matches is not None and matches.exact:
-            return matches.n
+        """The selection's exact count where it is cheap to read, else None: every episode's (one row of
+        ``episode_total``); the caller's, when exact, counted again (no further than twice it) as the page is read;
+        the aggregates', when their table holds at most ``SMALL_STATS`` rows (a reward that takes a new value in
+        every episode makes a row an episode, and their sum would scan them)."""
+        where, args = flt.sql()
+        if matches is not None and matches.exact and where != "1":
+            cap = 2 * matches.n + 1_000
+            n = int(self.browse_query(f"SELECT COUNT(*) FROM (SELECT 1 FROM episode_index WHERE {where} LIMIT ?)",
+                                      [*args, cap + 1])[0][0])
+            return n if n <= cap else None
+        if where != "1" and not (flt.on_stats and self._has_stats() and int(self.browse_query(
+                "SELECT IFNULL(MAX(rowid), 0) FROM episode_stats")[0][0]) <= SMALL_STATS):
+            return None
         return self._stats_count(flt, background=False)
+
+    @contextlib.contextmanager
+    def _browse_snapshot(self) -> Iterator[None]:
+        """Browse's reads inside the block see one state of the file (one read transaction on the pages'
+        connection), so a count and the page it places agree while episodes are being written."""
+        conn, lock = self._reader()
+        with lock:
+            if conn.in_transaction:
+                yield
+                return
+            conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                conn.execute("COMMIT")
 
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are
