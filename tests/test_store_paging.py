@@ -184,6 +184,10 @@ def test_a_filtered_page_is_read_from_the_end_when_its_count_is_cheap(store: Sto
     stats, other = EpisodeFilter(min_turns=2), EpisodeFilter(starred=False)
     assert reversed_read(EpisodeFilter()) and reversed_read(stats)
     assert reversed_read(other, MatchCount(store.count(other), True))  # the caller's exact count, counted again
+    assert any("SELECT 1 FROM episode_index" in q for q in seen)
+    # The aggregates come first: a caller's exact count of a large selection is not counted again row by row.
+    assert reversed_read(stats, MatchCount(store.count(stats), True))
+    assert not any("SELECT 1 FROM episode_index" in q for q in seen)
     assert not reversed_read(other) and not reversed_read(other, MatchCount(10, False))
     monkeypatch.setattr(reads, "SMALL_STATS", 0)  # aggregates too large to sum for a page
     assert not reversed_read(stats) and reversed_read(EpisodeFilter())

@@ -272,19 +272,21 @@ class Reads(StoreBase):
 
     def _count_at_hand(self, flt: EpisodeFilter, matches: MatchCount | None) -> int | None:
         """The selection's exact count where it is cheap to read, else None: every episode's (one row of
-        ``episode_total``); the caller's, when exact, counted again (no further than twice it) as the page is read;
-        the aggregates', when their table holds at most ``SMALL_STATS`` rows (a reward that takes a new value in
-        every episode makes a row an episode, and their sum would scan them)."""
+        ``episode_total``); the maintained aggregates', for a filter on their columns when ``episode_stats`` holds
+        at most ``SMALL_STATS`` rows (a reward that takes a new value in every episode makes a row an episode, and
+        their sum would scan them); else the caller's, when exact, counted again (no further than twice it)."""
         where, args = flt.sql()
-        if matches is not None and matches.exact and where != "1":
+        if where == "1" and self._has_table("episode_total"):
+            return self._stats_count(flt, background=False)
+        if flt.on_stats and where != "1" and self._has_stats() and int(self.browse_query(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM episode_stats LIMIT ?)", [SMALL_STATS + 1])[0][0]) <= SMALL_STATS:
+            return self._stats_count(flt, background=False)
+        if matches is not None and matches.exact:
             cap = 2 * matches.n + 1_000
             n = int(self.browse_query(f"SELECT COUNT(*) FROM (SELECT 1 FROM episode_index WHERE {where} LIMIT ?)",
                                       [*args, cap + 1])[0][0])
             return n if n <= cap else None
-        if where != "1" and not (flt.on_stats and self._has_stats() and int(self.browse_query(
-                "SELECT IFNULL(MAX(rowid), 0) FROM episode_stats")[0][0]) <= SMALL_STATS):
-            return None
-        return self._stats_count(flt, background=False)
+        return None
 
     @contextlib.contextmanager
     def _browse_snapshot(self) -> Iterator[None]:
@@ -299,7 +301,8 @@ class Reads(StoreBase):
             try:
                 yield
             finally:
-                conn.execute("COMMIT")
+                if conn.in_transaction:  # SQLite may have ended it after an error: that error is the one to see
+                    conn.execute("COMMIT")
 
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are
