@@ -252,3 +252,40 @@ def test_a_file_another_process_is_writing_stops_the_import_with_what_to_do(tmp_
     assert [state for _, state, _ in store.save_batches(eps)] == ["unchanged"] * 5 + ["new"] * 5
     _counts_whole(store)
     store.close()
+
+
+def test_a_batch_write_holds_a_larger_page_cache_only_while_it_runs(tmp_path: Path) -> None:
+    """The writer's page cache is raised for the batches and set back after them: when they end, when the source
+    raises, and when the caller stops reading part way."""
+    from engine.store.core import WRITE_CACHE_KB
+    from engine.store.writes import BATCH_CACHE_KB
+
+    store = Store(tmp_path / "c.db")
+    conn = store.db.conn
+
+    def cache() -> int:
+        return int(conn.execute("PRAGMA cache_size").fetchone()[0])
+
+    assert cache() == -WRITE_CACHE_KB
+    seen: list[int] = []
+    for _ in store.save_batches(synthetic_episodes(40), batch=16):
+        seen.append(cache())
+    assert set(seen) == {-BATCH_CACHE_KB} and cache() == -WRITE_CACHE_KB
+
+    def broken() -> Iterator[Episode]:
+        yield from synthetic_episodes(5, start=100)
+        raise OSError("the file went away")
+
+    with pytest.raises(OSError):
+        list(store.save_batches(broken(), batch=16))
+    assert cache() == -WRITE_CACHE_KB and store.count() == 45
+
+    writing = store.save_batches(synthetic_episodes(40, start=200), batch=16)
+    next(writing)
+    assert cache() == -BATCH_CACHE_KB
+    writing.close()
+    assert cache() == -WRITE_CACHE_KB
+    conn.execute("PRAGMA cache_size = -500000")  # one set larger by hand is not lowered, and is kept
+    list(store.save_batches(synthetic_episodes(3, start=300)))
+    assert cache() == -500000
+    store.close()

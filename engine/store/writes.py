@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -25,6 +26,15 @@ Stored = Episode | PackedEpisode
 
 # What a person adds to an episode, kept when it is imported again.
 _ANNOTATIONS = ("tags", "starred", "note")
+
+BATCH_EPISODES = 4096
+"""Episodes ``save_batches`` writes a transaction. An index keyed by task (or task and reward) takes each new entry
+at a random place: once it has more pages than a batch has entries, a commit writes a page for nearly every entry.
+A larger batch shares those pages: into a copy of 1,000,000 episodes a batch of 4,096 costs 0.9 ms an episode, one
+of 1,024 1.2-1.3 (``bench/write_scale.py``)."""
+BATCH_CACHE_KB = 262_144
+"""The writing connection's page cache while ``save_batches`` runs, in KiB (set back after, which frees it): a batch
+dirties about 100 MB of pages in a database of a million episodes (a cache of 128 MiB: 1.0 ms an episode)."""
 
 
 def _content(ep: Episode) -> dict[str, Any]:
@@ -180,7 +190,7 @@ class Writes(StoreBase):
                 chunk = []
         return n + (self._save_chunk(chunk) if chunk else 0)
 
-    def save_batches(self, episodes: Iterable[Stored], batch: int = 1024, replace: bool = True,
+    def save_batches(self, episodes: Iterable[Stored], batch: int = BATCH_EPISODES, replace: bool = True,
                      batch_tokens: int = 2_000_000) -> Iterator[tuple[Stored, str, str | None]]:
         """Write whole episodes (or their rows, packed elsewhere: ``packing.pack_episode``), ``batch`` per transaction
         (fewer when they hold more than ``batch_tokens`` tokens together, so a batch of long episodes stays small in
@@ -197,7 +207,27 @@ class Writes(StoreBase):
         An episode already stored keeps its star, note and tags (a person's work; tags the record carries
         are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
         left when it does not (``unchanged``); without, it is left as it is (``kept``). When ``episodes``
-        raises, those read before are written, then the error goes on."""
+        raises, those read before are written, then the error goes on. The writing connection's page cache is
+        ``BATCH_CACHE_KB`` meanwhile."""
+        with self._batch_cache():
+            yield from self._save_batches(episodes, batch, replace, batch_tokens)
+
+    @contextlib.contextmanager
+    def _batch_cache(self) -> Iterator[None]:
+        """The writing connection's page cache raised to ``BATCH_CACHE_KB`` (never lowered), and set back after."""
+        conn = self.db.conn
+        with self._lock:
+            before = int(conn.execute("PRAGMA cache_size").fetchone()[0])
+            if before < 0 and -before < BATCH_CACHE_KB:
+                conn.execute(f"PRAGMA cache_size = -{BATCH_CACHE_KB}")
+        try:
+            yield
+        finally:
+            with self._lock:
+                conn.execute(f"PRAGMA cache_size = {before}")
+
+    def _save_batches(self, episodes: Iterable[Stored], batch: int, replace: bool, batch_tokens: int
+                      ) -> Iterator[tuple[Stored, str, str | None]]:
         chunk: list[Stored] = []
         tokens = 0
         stored = _Written()
