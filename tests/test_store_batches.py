@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import StoreError
-from engine.records.episode import Episode
+from engine.records.episode import Episode, Message
 from engine.store import EpisodeFilter, Store
 from tests.synthetic import synthetic_episodes
 from tests.test_episode_stats import chart_maintained, chart_recount, maintained, recount
@@ -289,3 +289,46 @@ def test_a_batch_write_holds_a_larger_page_cache_only_while_it_runs(tmp_path: Pa
     list(store.save_batches(synthetic_episodes(3, start=300)))
     assert cache() == -500000
     store.close()
+
+
+def _batch_sizes(store: Store, items: object, **kw: object) -> list[int]:
+    """How many episodes each transaction of ``save_batches`` stored: all of a batch are yielded after its commit."""
+    counts = [store.count() for _ in store.save_batches(items, **kw)]  # type: ignore[arg-type]
+    sizes, before = [], 0
+    for c in counts:
+        if c != before:
+            sizes.append(c - before)
+            before = c
+    return sizes
+
+
+def test_a_batch_of_long_texts_is_cut_by_their_size(tmp_path: Path) -> None:
+    """Episodes of much text and few tokens (a results file, a long conversation sent as text) fill a batch by their
+    bytes: whole episodes, and packed ones whose record is kept to compare."""
+    from engine.checks.fanout import Fanout
+    from engine.formats import export
+    from engine.formats.base import ImportContext
+    from engine.formats.jsonl import packed_episodes
+    from engine.store.packing import held_bytes
+
+    eps = [ep.evolve(messages=ep.messages + (Message("user", "x" * 20_000),)) for ep in synthetic_episodes(30)]
+    held = [held_bytes(ep) for ep in eps]
+    assert min(held) > 20_000
+    store = Store(tmp_path / "text.db")
+    sizes = _batch_sizes(store, eps, batch_bytes=100_000)
+    assert sum(sizes) == 30 and max(sizes) <= 5 and len(sizes) >= 30 // 5
+    assert _batch_sizes(Store(tmp_path / "few.db"), eps) == [30]  # the default holds them all
+
+    path = tmp_path / "eps.jsonl"
+    export(eps, "jsonl", path)
+    packed = list(packed_episodes(path, ImportContext("jsonl"), Fanout(1)))
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert [p.line_bytes for p in packed] == [len(line) for line in lines]
+    assert all(held_bytes(p) > p.line_bytes > 20_000 for p in packed)
+    sizes = _batch_sizes(Store(tmp_path / "packed.db"), iter(packed), batch_bytes=200_000)
+    assert sum(sizes) == 30 and len(sizes) > 1
+    at = 0
+    for k in sizes:  # a batch ends with the episode that takes it to the bound, the last one with the file
+        got = [held_bytes(p) for p in packed[at:at + k]]
+        assert sum(got[:-1]) < 200_000 and (sum(got) >= 200_000 or at + k == 30)
+        at += k

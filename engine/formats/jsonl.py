@@ -223,6 +223,7 @@ def packed_episodes(path: Path, ctx: ImportContext, fanout: Fanout, run_id: str 
                     elif isinstance(one, PackedEpisode) and isinstance(raw, bytes):
                         one.where = where
                         one.reread = functools.partial(_reread, raw, where, run_id)
+                        one.line_bytes = len(raw)
                         yield one
         except (BrokenProcessPool, MemoryError) as e:  # a worker killed (out of memory, a signal), or out of memory
             what = f"a worker process reading this file died ({e})" if isinstance(e, BrokenProcessPool) else \

@@ -62,11 +62,26 @@ class PackedEpisode:
     reread: Callable[[], Episode] | None = None
     """The episode again, whole (set where the record it was read from is at hand): what a re-import compares with
     the stored copy."""
+    line_bytes: int = 0
+    """The size of the record kept for ``reread``."""
+
+    @property
+    def n_bytes(self) -> int:
+        """About the bytes it holds but its tokens: its turns and texts as stored, and the record kept."""
+        return sum(len(t[4]) for t in self.turns) + sum(map(len, self.bodies.values())) + self.line_bytes
 
     def episode(self) -> Episode:
         if self.reread is None:
             raise StoreError(f"episode {self.id} is stored already and its record cannot be read again to compare")
         return self.reread()
+
+
+def held_bytes(item: Episode | PackedEpisode) -> int:
+    """About the bytes of text an episode holds (its tokens are counted apart): what bounds a batch's memory."""
+    if isinstance(item, PackedEpisode):
+        return item.n_bytes
+    return sum(len(m.content) for m in item.messages) + sum(
+        len(t.prompt_text or "") + (len(t.generation.text) if t.generation is not None else 0) for t in item.turns)
 
 
 def episode_row(ep: Episode, pid: int) -> dict[str, Any]:

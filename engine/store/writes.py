@@ -28,13 +28,12 @@ Stored = Episode | PackedEpisode
 _ANNOTATIONS = ("tags", "starred", "note")
 
 BATCH_EPISODES = 4096
-"""Episodes ``save_batches`` writes a transaction. An index keyed by task (or task and reward) takes each new entry
-at a random place: once it has more pages than a batch has entries, a commit writes a page for nearly every entry.
-A larger batch shares those pages: into a copy of 1,000,000 episodes a batch of 4,096 costs 0.9 ms an episode, one
-of 1,024 1.2-1.3 (``bench/write_scale.py``)."""
+"""Episodes ``save_batches`` writes a transaction: an index keyed by task takes new entries at random places, and a
+commit writes a page for each one touched, so a larger batch shares them (``bench/write_scale.py``)."""
+BATCH_BYTES = 256 << 20
+"""About the bytes of text a batch holds at most (``packing.held_bytes``)."""
 BATCH_CACHE_KB = 262_144
-"""The writing connection's page cache while ``save_batches`` runs, in KiB (set back after, which frees it): a batch
-dirties about 100 MB of pages in a database of a million episodes (a cache of 128 MiB: 1.0 ms an episode)."""
+"""The writing connection's page cache while ``save_batches`` runs, in KiB (set back after): what a batch dirties."""
 
 
 def _content(ep: Episode) -> dict[str, Any]:
@@ -191,10 +190,11 @@ class Writes(StoreBase):
         return n + (self._save_chunk(chunk) if chunk else 0)
 
     def save_batches(self, episodes: Iterable[Stored], batch: int = BATCH_EPISODES, replace: bool = True,
-                     batch_tokens: int = 2_000_000) -> Iterator[tuple[Stored, str, str | None]]:
+                     batch_tokens: int = 2_000_000, batch_bytes: int = BATCH_BYTES
+                     ) -> Iterator[tuple[Stored, str, str | None]]:
         """Write whole episodes (or their rows, packed elsewhere: ``packing.pack_episode``), ``batch`` per transaction
-        (fewer when they hold more than ``batch_tokens`` tokens together, so a batch of long episodes stays small in
-        memory) and each in a savepoint: yields (episode,
+        (fewer when they hold more than ``batch_tokens`` tokens or about ``batch_bytes`` of text together, so a batch
+        of long episodes stays small in memory) and each in a savepoint: yields (episode,
         what was done: ``new``, ``replaced``, ``unchanged`` or ``kept``, why it could not be stored or None) once
         its batch is committed. An episode that fails on its own (a bad record) is rolled back alone, and listed;
         the others of its batch are kept.
@@ -210,7 +210,7 @@ class Writes(StoreBase):
         raises, those read before are written, then the error goes on. The writing connection's page cache is
         ``BATCH_CACHE_KB`` meanwhile."""
         with self._batch_cache():
-            yield from self._save_batches(episodes, batch, replace, batch_tokens)
+            yield from self._save_batches(episodes, batch, replace, batch_tokens, batch_bytes)
 
     @contextlib.contextmanager
     def _batch_cache(self) -> Iterator[None]:
@@ -226,10 +226,10 @@ class Writes(StoreBase):
             with self._lock:
                 conn.execute(f"PRAGMA cache_size = {before}")
 
-    def _save_batches(self, episodes: Iterable[Stored], batch: int, replace: bool, batch_tokens: int
-                      ) -> Iterator[tuple[Stored, str, str | None]]:
+    def _save_batches(self, episodes: Iterable[Stored], batch: int, replace: bool, batch_tokens: int,
+                      batch_bytes: int) -> Iterator[tuple[Stored, str, str | None]]:
         chunk: list[Stored] = []
-        tokens = 0
+        tokens = held = 0
         stored = _Written()
         source = iter(episodes)
         end = object()
@@ -245,9 +245,10 @@ class Writes(StoreBase):
             assert isinstance(item, (Episode, PackedEpisode))
             chunk.append(item)
             tokens += item.n_tokens
-            if len(chunk) >= batch or tokens >= batch_tokens:
+            held += packing.held_bytes(item)
+            if len(chunk) >= batch or tokens >= batch_tokens or held >= batch_bytes:
                 yield from self._store_batch(chunk, replace, stored)
-                chunk, tokens = [], 0
+                chunk, tokens, held = [], 0, 0
         if chunk:
             yield from self._store_batch(chunk, replace, stored)
 
