@@ -257,8 +257,8 @@ def test_a_file_another_process_is_writing_stops_the_import_with_what_to_do(tmp_
 def test_a_batch_write_holds_a_larger_page_cache_only_while_it_runs(tmp_path: Path) -> None:
     """The writer's page cache is raised for the batches and set back after them: when they end, when the source
     raises, and when the caller stops reading part way."""
+    from engine.store.base import BATCH_CACHE_KB
     from engine.store.core import WRITE_CACHE_KB
-    from engine.store.writes import BATCH_CACHE_KB
 
     store = Store(tmp_path / "c.db")
     conn = store.db.conn
@@ -285,10 +285,28 @@ def test_a_batch_write_holds_a_larger_page_cache_only_while_it_runs(tmp_path: Pa
     assert cache() == -BATCH_CACHE_KB
     writing.close()
     assert cache() == -WRITE_CACHE_KB
+    # Two at once (a dashboard's watches share its store): the cache is set back when the last one ends.
+    one = store.save_batches(synthetic_episodes(40, start=400), batch=16)
+    two = store.save_batches(synthetic_episodes(40, start=500), batch=16)
+    next(one)
+    next(two)
+    list(one)
+    assert cache() == -BATCH_CACHE_KB
+    list(two)
+    assert cache() == -WRITE_CACHE_KB
     conn.execute("PRAGMA cache_size = -500000")  # one set larger by hand is not lowered, and is kept
     list(store.save_batches(synthetic_episodes(3, start=300)))
     assert cache() == -500000
+    conn.execute("PRAGMA cache_size = 1000")  # in pages: 4 MB, raised, and set back as it was given
+    seen = [cache() for _ in store.save_batches(synthetic_episodes(3, start=600))]
+    assert seen == [-BATCH_CACHE_KB] * 3 and cache() == 1000
+    conn.execute("PRAGMA cache_size = 200000")  # in pages: 800 MB, kept
+    seen = [cache() for _ in store.save_batches(synthetic_episodes(3, start=700))]
+    assert seen == [200000] * 3 and cache() == 200000
+    left = store.save_batches(synthetic_episodes(3, start=800))
+    next(left)
     store.close()
+    left.close()  # its store closed first: set back quietly
 
 
 def _batch_sizes(store: Store, items: object, **kw: object) -> list[int]:
@@ -314,10 +332,23 @@ def test_a_batch_of_long_texts_is_cut_by_their_size(tmp_path: Path) -> None:
     eps = [ep.evolve(messages=ep.messages + (Message("user", "x" * 20_000),)) for ep in synthetic_episodes(30)]
     held = [held_bytes(ep) for ep in eps]
     assert min(held) > 20_000
-    store = Store(tmp_path / "text.db")
-    sizes = _batch_sizes(store, eps, batch_bytes=100_000)
-    assert sum(sizes) == 30 and max(sizes) <= 5 and len(sizes) >= 30 // 5
-    assert _batch_sizes(Store(tmp_path / "few.db"), eps) == [30]  # the default holds them all
+    def cut_at(bound: int, sizes: list[int], held: list[int]) -> None:
+        """Each batch ends with the episode that takes it to ``bound``, the last one with the episodes."""
+        assert sum(sizes) == len(held) and len(sizes) > 1
+        at = 0
+        for k in sizes:
+            got = held[at:at + k]
+            assert sum(got[:-1]) < bound and (sum(got) >= bound or at + k == len(held))
+            at += k
+
+    for name, kw in (("text.db", {"batch_bytes": 100_000}), ("few.db", {})):
+        store = Store(tmp_path / name)
+        sizes = _batch_sizes(store, eps, **kw)
+        store.close()
+        if kw:
+            cut_at(100_000, sizes, held)
+        else:
+            assert sizes == [30]  # the default holds them all
 
     path = tmp_path / "eps.jsonl"
     export(eps, "jsonl", path)
@@ -325,10 +356,6 @@ def test_a_batch_of_long_texts_is_cut_by_their_size(tmp_path: Path) -> None:
     lines = path.read_bytes().splitlines(keepends=True)
     assert [p.line_bytes for p in packed] == [len(line) for line in lines]
     assert all(held_bytes(p) > p.line_bytes > 20_000 for p in packed)
-    sizes = _batch_sizes(Store(tmp_path / "packed.db"), iter(packed), batch_bytes=200_000)
-    assert sum(sizes) == 30 and len(sizes) > 1
-    at = 0
-    for k in sizes:  # a batch ends with the episode that takes it to the bound, the last one with the file
-        got = [held_bytes(p) for p in packed[at:at + k]]
-        assert sum(got[:-1]) < 200_000 and (sum(got) >= 200_000 or at + k == 30)
-        at += k
+    store = Store(tmp_path / "packed.db")
+    cut_at(200_000, _batch_sizes(store, iter(packed), batch_bytes=200_000), [held_bytes(p) for p in packed])
+    store.close()

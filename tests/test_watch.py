@@ -209,3 +209,32 @@ def test_import_with_checks_and_a_run_gives_each_episode_its_run_step_and_findin
     again = import_path(folder / "4.pt", "slime", store, run_id="exp", check=True)
     assert (again.new, again.already_present, again.checked) == (0, 6, 0)  # nothing checked or written twice
     store.close()
+
+
+def test_a_watch_commits_a_smaller_batch_than_an_import(tmp_path, monkeypatch):
+    """A dashboard's watches share its store's lock with opening an episode and Launch's turns, and a batch holds it
+    while it writes: a watch commits ``WATCH_BATCH`` episodes at a time, a one-off import more."""
+    from engine.formats import import_path
+    from engine.formats.watch import WATCH_BATCH
+    from engine.store.writes import BATCH_EPISODES, Writes
+
+    assert WATCH_BATCH < BATCH_EPISODES
+    n = WATCH_BATCH + 40
+    folder = tmp_path / "rollout"
+    write_jsonl(folder / "3.jsonl", verl_rows(3, [(f"{i}+1?", f"{i + 1}", 1.0) for i in range(n)]))
+    batches: list[int] = []
+    real = Writes._save_savepoints
+
+    def counted(self, chunk, replace):
+        batches.append(len(chunk))
+        return real(self, chunk, replace)
+
+    monkeypatch.setattr(Writes, "_save_savepoints", counted)
+    watched = Store(tmp_path / "w.db")
+    [event] = Watcher(watched, folder, "verl", run_id="r", settle=0).poll()
+    assert event.new == n and batches == [WATCH_BATCH, 40]
+    batches.clear()
+    imported = Store(tmp_path / "i.db")
+    assert import_path(folder / "3.jsonl", "verl", imported).new == n and batches == [n]
+    watched.close()
+    imported.close()

@@ -33,6 +33,9 @@ from .limits import MAX_RECORD_MB, record_limit
 
 WATCH_FORMATS = {"slime": (".pt",), "areal": (".jsonl",), "verl": (".jsonl",)}
 BLOCK = 1 << 20
+WATCH_BATCH = 1024
+"""Episodes a watch commits at a time: a dashboard's watches share its store, whose lock a batch holds while it
+writes (opening an episode and Launch's turns wait for it), and the episodes show as each batch commits."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ class Watcher:
         try:
             report = import_path(path, self.fmt, self.store, tokenizer=self.tokenizer, env=self.env,
                                  run_id=self._run_of(path), check=self.check, fanout=self.fanout, lines=lines,
-                                 max_record_mb=self.max_record_mb)
+                                 max_record_mb=self.max_record_mb, batch=WATCH_BATCH)
         except RollscopeError as e:
             self._record(key, path, st, known, 0, 0, "failed", message=str(e))
             return WatchEvent(key, "failed", message=str(e), seconds=time.perf_counter() - t0)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,9 @@ def damaged(error: BaseException, path: str | Path) -> StoreError | None:
     return StoreError(f"the database {path} is damaged ({text}): recover what it still holds with "
                       f"`sqlite3 {path} .recover | sqlite3 recovered.db`, then use --db recovered.db")
 
+
+BATCH_CACHE_KB = 262_144
+"""The writing connection's page cache while ``save_batches`` runs, in KiB (set back after): what a batch dirties."""
 
 class _Writing:
     """``with self._lock, self.db.conn`` as one context manager."""
@@ -71,6 +75,9 @@ class StoreBase:
     _count_mark: int | None = None
     """The browse index row a batch write's aggregates start above, counted at its commit (``counts.fold_counts``);
     None outside one, where the triggers count each row."""
+    _batching: tuple[int, int] = (0, 0)
+    """How many ``save_batches`` are writing (watches of a dashboard share its store), and the writing connection's
+    page cache before the first of them raised it."""
 
     def _read_only_file(self) -> Any:
         """How a read-only store reads its file (``readonly.ReadOnlyFile``); provided by ``core``."""
@@ -163,3 +170,26 @@ class StoreBase:
         return ("(SELECT run_id, rollout_step, env, preset, status, outcome, reward, n_turns, 1 AS n, "
                 f"IFNULL(n_trainable, 0) AS trainable, IFNULL(n_errors, 0) > 0 AS with_errors, {entropy} "
                 "FROM episode_index)")
+
+    @contextlib.contextmanager
+    def _batch_cache(self) -> Iterator[None]:
+        """The writing connection's page cache raised to ``BATCH_CACHE_KB`` (a larger one is kept) while any
+        ``save_batches`` runs, and set back when the last one ends."""
+        conn = self.db.conn
+        with self._lock:
+            n, before = self._batching
+            if n == 0:
+                before = int(conn.execute("PRAGMA cache_size").fetchone()[0])
+                page_kb = int(conn.execute("PRAGMA page_size").fetchone()[0]) / 1024
+                if (-before if before < 0 else before * page_kb) < BATCH_CACHE_KB:  # negative: KiB; else pages
+                    conn.execute(f"PRAGMA cache_size = -{BATCH_CACHE_KB}")
+            self._batching = (n + 1, before)
+        try:
+            yield
+        finally:
+            with self._lock:
+                n, before = self._batching
+                self._batching = (n - 1, before)
+                if n == 1:
+                    with contextlib.suppress(sqlite3.ProgrammingError):  # the store was closed meanwhile
+                        conn.execute(f"PRAGMA cache_size = {before}")

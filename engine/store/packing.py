@@ -77,7 +77,7 @@ class PackedEpisode:
 
 
 def held_bytes(item: Episode | PackedEpisode) -> int:
-    """About the bytes of text an episode holds (its tokens are counted apart): what bounds a batch's memory."""
+    """About the characters of text an episode holds (its tokens are counted apart): what bounds a batch's memory."""
     if isinstance(item, PackedEpisode):
         return item.n_bytes
     return sum(len(m.content) for m in item.messages) + sum(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
@@ -31,9 +30,7 @@ BATCH_EPISODES = 4096
 """Episodes ``save_batches`` writes a transaction: an index keyed by task takes new entries at random places, and a
 commit writes a page for each one touched, so a larger batch shares them (``bench/write_scale.py``)."""
 BATCH_BYTES = 256 << 20
-"""About the bytes of text a batch holds at most (``packing.held_bytes``)."""
-BATCH_CACHE_KB = 262_144
-"""The writing connection's page cache while ``save_batches`` runs, in KiB (set back after): what a batch dirties."""
+"""About the characters of text a batch holds at most (``packing.held_bytes``)."""
 
 
 def _content(ep: Episode) -> dict[str, Any]:
@@ -209,22 +206,9 @@ class Writes(StoreBase):
         left when it does not (``unchanged``); without, it is left as it is (``kept``). When ``episodes``
         raises, those read before are written, then the error goes on. The writing connection's page cache is
         ``BATCH_CACHE_KB`` meanwhile."""
+        self._refuse_read_only("save episodes")
         with self._batch_cache():
             yield from self._save_batches(episodes, batch, replace, batch_tokens, batch_bytes)
-
-    @contextlib.contextmanager
-    def _batch_cache(self) -> Iterator[None]:
-        """The writing connection's page cache raised to ``BATCH_CACHE_KB`` (never lowered), and set back after."""
-        conn = self.db.conn
-        with self._lock:
-            before = int(conn.execute("PRAGMA cache_size").fetchone()[0])
-            if before < 0 and -before < BATCH_CACHE_KB:
-                conn.execute(f"PRAGMA cache_size = -{BATCH_CACHE_KB}")
-        try:
-            yield
-        finally:
-            with self._lock:
-                conn.execute(f"PRAGMA cache_size = {before}")
 
     def _save_batches(self, episodes: Iterable[Stored], batch: int, replace: bool, batch_tokens: int,
                       batch_bytes: int) -> Iterator[tuple[Stored, str, str | None]]:
