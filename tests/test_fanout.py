@@ -106,3 +106,38 @@ def test_check_on_a_local_ray_stores_the_findings_one_process_stores(tmp_path, c
         store.close()
     assert stored[0] == stored[1] == _findings(check_episodes(Fanout(1), corpus))
     assert json.loads(outs[1][0])["episode_id"] in {e.id for e in corpus}
+
+
+def _lengths(chunk: list[bytes]) -> list[int]:
+    return [len(b) for b in chunk]
+
+
+@pytest.mark.parametrize("budget", [None, 60_000])
+def test_the_work_given_out_is_bounded_by_its_count_and_its_weight(budget):
+    """Items are handed to the workers as they come, no more than ``window`` chunks and ``budget`` of their weight
+    out at once: a file's long lines are not all read ahead."""
+    weights = [50_000 if i % 10 == 5 else 1_000 for i in range(80)]
+    out: list[tuple[int, int]] = []  # at each item read: the chunks out and their weight
+    back = 0
+
+    def items():
+        for i, w in enumerate(weights):
+            out.append((i - back, sum(weights[back:i])))
+            yield b"x" * w
+
+    fanout = Fanout(2)
+    try:
+        kw = {} if budget is None else {"weight": len, "budget": budget}
+        got = []
+        for n in fanout.map(_lengths, items(), chunk=1, window=20, **kw):
+            got.append(n)
+            back += 1
+    finally:
+        fanout.close()
+    assert got == weights
+    late = out[3:]  # the first three are read at once, to see whether the work is worth the workers
+    assert max(n for n, _ in late) <= 19
+    if budget is None:
+        assert max(w for _, w in late) > 100_000  # the count alone lets several heavy ones out
+    else:
+        assert max(w for _, w in late) <= budget

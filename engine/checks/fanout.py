@@ -102,9 +102,11 @@ class Fanout:
         return self._ray
 
     def map(self, fn: Callable[[list[T]], list[R]], items: Iterable[T], *, chunk: int = 8,
-            window: int | None = None) -> Iterator[R]:
+            window: int | None = None, weight: Callable[[T], int] | None = None, budget: int = 0) -> Iterator[R]:
         """``fn`` over ``items`` in chunks of ``chunk``; results in item order. ``fn`` takes a list and returns
-        one result per item; it must be a module-level function (it is sent to the workers by name)."""
+        one result per item; it must be a module-level function (it is sent to the workers by name). At most
+        ``window`` chunks are out at a time, and with ``weight``, items weighing ``budget`` at most (and one chunk
+        alone however much it weighs)."""
         it: Iterator[T] = iter(items)
         here = self.inline
         if self.ray_address is None and not here:
@@ -116,14 +118,19 @@ class Fanout:
                 yield from fn(c)
             return
         window = window or 2 * self.workers
-        pending: deque[Any] = deque()
+        pending: deque[tuple[Any, int]] = deque()
+        held = 0
         submit, result = self._submitter(fn)
         for c in _chunks(it, chunk):
-            pending.append(submit(c))
-            while len(pending) >= window:
-                yield from result(pending.popleft())
+            w = sum(map(weight, c)) if weight is not None else 0
+            pending.append((submit(c), w))
+            held += w
+            while pending and (len(pending) >= window or (weight is not None and held > budget)):
+                out, w = pending.popleft()
+                held -= w
+                yield from result(out)
         while pending:
-            yield from result(pending.popleft())
+            yield from result(pending.popleft()[0])
 
     def _submitter(self, fn: Callable[[list[T]], list[R]]) -> tuple[Callable[[list[T]], Any], Callable[[Any], list[R]]]:
         if self.ray_address is not None:

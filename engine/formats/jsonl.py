@@ -131,11 +131,13 @@ def import_episodes(path: Path, ctx: ImportContext) -> Iterator[Episode]:
 LINES_A_CHUNK = 32
 """Lines a worker parses and packs at a time (fewer when they hold more than ``CHUNK_BYTES``)."""
 CHUNK_BYTES = 4 << 20
-"""Bytes of lines a chunk holds at most (one longer line goes alone): with ``CHUNKS_AHEAD``, what a file of long
-episodes (1.8 MB a line for 60 retail turns) holds in memory while it is read."""
-CHUNKS_AHEAD = 48
-"""Chunks given to the workers before the first of them is written: more than a transaction's worth of small
-episodes (``Store.save_batches``), so the workers pack the next batch while this process writes one."""
+"""Bytes of lines a chunk holds at most (one longer line goes alone)."""
+CHUNKS_AHEAD = 128
+"""Chunks given to the workers before the first of them is written: a transaction's worth of small episodes
+(``Store.save_batches``), so the workers pack the next batch while this process writes one."""
+BYTES_AHEAD = 192 << 20
+"""Bytes of lines given to the workers before the first of them is written, at most (or one chunk alone): what a file
+of long episodes (1.8 MB a line for 60 retail turns) holds in memory while it is read."""
 
 WORKERS_FROM_BYTES = 8 << 20
 """Less JSONL than this is read in the writing process: starting the workers (about a second each, spawned, while
@@ -216,7 +218,8 @@ def packed_episodes(path: Path, ctx: ImportContext, fanout: Fanout, run_id: str 
     for f in discover(path, (".jsonl",)):
         sent: deque[list[tuple[str, bytes | int]]] = deque()  # the chunks out, in order
         try:
-            for got in fanout.map(pack_chunks, _chunks(f, ctx, run_id, pid, sent), chunk=1, window=CHUNKS_AHEAD):
+            for got in fanout.map(pack_chunks, _chunks(f, ctx, run_id, pid, sent), chunk=1, window=CHUNKS_AHEAD,
+                                  weight=_chunk_bytes, budget=BYTES_AHEAD):
                 for (where, raw), one in zip(sent.popleft(), got, strict=True):
                     if isinstance(one, tuple):
                         ctx.skip(FormatError(*one))
@@ -231,6 +234,10 @@ def packed_episodes(path: Path, ctx: ImportContext, fanout: Fanout, run_id: str 
             raise FormatError(f"{what}: import the file again (the episodes stored are found and left as they are)"
                               f"{'' if fanout.inline else ', with --workers 1 to read it in one process'}",
                               sent[0][0][0] if sent else str(f)) from None
+
+
+def _chunk_bytes(lines: list[_Line]) -> int:
+    return sum(len(line[1]) for line in lines if isinstance(line[1], bytes))
 
 
 def _chunks(f: Path, ctx: ImportContext, run_id: str | None, pid: int, sent: deque[list[tuple[str, bytes | int]]]
