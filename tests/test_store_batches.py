@@ -359,3 +359,20 @@ def test_a_batch_of_long_texts_is_cut_by_their_size(tmp_path: Path) -> None:
     store = Store(tmp_path / "packed.db")
     cut_at(200_000, _batch_sizes(store, iter(packed), batch_bytes=200_000), [held_bytes(p) for p in packed])
     store.close()
+
+
+def test_a_read_only_store_refuses_a_batch_write_before_reading_any(tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    Store(path).close()
+    store = Store(path, read_only=True)
+    read: list[str] = []
+
+    def episodes() -> Iterator[Episode]:
+        for ep in synthetic_episodes(10):
+            read.append(ep.id)
+            yield ep
+
+    with pytest.raises(StoreError, match="read-only"):
+        next(store.save_batches(episodes()))
+    assert read == []
+    store.close()
