@@ -34,6 +34,7 @@ def damaged(error: BaseException, path: str | Path) -> StoreError | None:
 BATCH_CACHE_KB = 262_144
 """The writing connection's page cache while ``save_batches`` runs, in KiB (set back after): what a batch dirties."""
 
+
 class _Writing:
     """``with self._lock, self.db.conn`` as one context manager."""
 
