@@ -125,7 +125,7 @@ class Fanout:
             w = sum(map(weight, c)) if weight is not None else 0
             pending.append((submit(c), w))
             held += w
-            while pending and (len(pending) >= window or (weight is not None and held > budget)):
+            while pending and (len(pending) >= window or held > budget):
                 out, w = pending.popleft()
                 held -= w
                 yield from result(out)

@@ -47,6 +47,7 @@ from ..presets import LoopConfig
 from ..records import textsafe
 from ..records.episode import Episode
 from ..store.packing import PackedEpisode
+from ..store.writes import BATCH_EPISODES
 from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl, verl_agent_loop
 from .base import ImportContext, LineRange, atomic_path
@@ -156,7 +157,7 @@ def check_knobbed(fmt: str, loop: LoopConfig | None) -> None:
 def import_path(
     path: str | Path, fmt: str, store: Any, *, tokenizer: Tokenizer | str | None = None, progress: bool = False, env: str | None = None,
     run_id: str | None = None, check: bool = False, fanout: Any = None, lines: LineRange | None = None,
-    max_record_mb: float = MAX_RECORD_MB, loop: LoopConfig | None = None, batch: int | None = None,
+    max_record_mb: float = MAX_RECORD_MB, loop: LoopConfig | None = None, batch: int = BATCH_EPISODES,
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
 
@@ -173,7 +174,7 @@ def import_path(
     (``--set``/``--config``), recorded on each ``verl`` row that does not carry its own; the verl checks read them.
     Malformed records are skipped and listed in the report; a missing, unreadable or
     unsafe file (a pickle that would run code) raises ``FormatError``; what was read before it is stored.
-    Episodes are written a batch per transaction (``batch`` at most; default ``Store.save_batches``'), each in a
+    Episodes are written a batch per transaction (``batch`` at most), each in a
     savepoint of its own: one that cannot be stored is listed, the rest kept.
     """
     if fmt not in IMPORTERS:
@@ -241,8 +242,7 @@ def import_path(
     else:
         episodes = new_ones()
     try:
-        for ep, state, error in store.save_batches(episodes, replace=replace,
-                                                   **({} if batch is None else {"batch": batch})):
+        for ep, state, error in store.save_batches(episodes, batch=batch, replace=replace):
             if error is not None:  # a bug in storing this one record: list it, import the rest
                 where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
                 if isinstance(ep, PackedEpisode) and ep.where:

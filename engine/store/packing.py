@@ -65,11 +65,6 @@ class PackedEpisode:
     line_bytes: int = 0
     """The size of the record kept for ``reread``."""
 
-    @property
-    def n_bytes(self) -> int:
-        """About the bytes it holds but its tokens: its turns and texts as stored, and the record kept."""
-        return sum(len(t[4]) for t in self.turns) + sum(map(len, self.bodies.values())) + self.line_bytes
-
     def episode(self) -> Episode:
         if self.reread is None:
             raise StoreError(f"episode {self.id} is stored already and its record cannot be read again to compare")
@@ -77,9 +72,10 @@ class PackedEpisode:
 
 
 def held_bytes(item: Episode | PackedEpisode) -> int:
-    """About the characters of text an episode holds (its tokens are counted apart): what bounds a batch's memory."""
+    """About the characters of text an episode holds (its tokens are counted apart): what bounds a batch's memory.
+    A packed one holds its turns and texts as stored, and the record kept to read it again."""
     if isinstance(item, PackedEpisode):
-        return item.n_bytes
+        return sum(len(t[4]) for t in item.turns) + sum(map(len, item.bodies.values())) + item.line_bytes
     return sum(len(m.content) for m in item.messages) + sum(
         len(t.prompt_text or "") + (len(t.generation.text) if t.generation is not None else 0) for t in item.turns)
 

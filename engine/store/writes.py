@@ -204,8 +204,8 @@ class Writes(StoreBase):
         An episode already stored keeps its star, note and tags (a person's work; tags the record carries
         are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
         left when it does not (``unchanged``); without, it is left as it is (``kept``). When ``episodes``
-        raises, those read before are written, then the error goes on. The writing connection's page cache is
-        ``BATCH_CACHE_KB`` meanwhile."""
+        raises, those read before are written, then the error goes on. The writing connection's page cache is at
+        least ``BATCH_CACHE_KB`` meanwhile."""
         self._refuse_read_only("save episodes")
         with self._batch_cache():
             yield from self._save_batches(episodes, batch, replace, batch_tokens, batch_bytes)
