@@ -10,7 +10,7 @@ import pytest
 from engine.checks import CheckOptions, check_mask, run_checks
 from engine.errors import FormatError
 from engine.formats import export, import_path
-from engine.formats.areal import packed_rows
+from engine.formats.areal import ROWS_NOTE, packed_rows
 from engine.formats.messages import to_openai
 from engine.records.episode import Message, ToolCall
 from engine.store import Store
@@ -84,7 +84,9 @@ def test_areal_export_packs_each_turn_and_imports_back(tmp_path, eps):
         assert r["versions"] == [-1] * seg.start + ep.tokens.versions[seg.start : seg.end].tolist()
         assert r["rewards"] == pytest.approx(ep.returns[t.index])
     back = _db(tmp_path, "b.db")
-    assert import_path(out, "areal", back).new == len(rows)
+    report = import_path(out, "areal", back)
+    assert report.new == len(rows) and back.count() == ep.n_turns  # a row an episode, as the import says
+    assert [n for n in report.notes if "per-turn" in n or "AReaL dumps hold text" in n] == [ROWS_NOTE]
     last = max(back.iter_episodes(), key=lambda e: e.n_tokens)
     assert last.tokens.ids.tolist() == rows[-1]["input_ids"] and last.reward == pytest.approx(rows[-1]["rewards"])
     assert last.tokens.loss_mask.tolist() == rows[-1]["loss_mask"]

@@ -225,3 +225,43 @@ def test_an_import_goes_on_past_a_record_the_store_cannot_take(tmp_path):
     assert [str(e) for e in report.errors] == [
         f"{src}:2: could not be stored: OverflowError: Python int too large to convert to SQLite INTEGER"]
     store.close()
+
+
+def test_a_file_that_is_not_jsonl_text_is_named_for_what_it_is(tmp_path):
+    """A binary file given as JSONL is refused once, saying what it is, not as thousands of bad lines; nothing is
+    stored from it."""
+    good = tmp_path / "good.jsonl"
+    good.write_text(_conversation("hi", "{}"), encoding="utf-8")
+    store = Store(tmp_path / "x.db")
+    formats.export(formats.IMPORTERS["messages"](good, formats.ImportContext("messages")), "parquet",
+                   tmp_path / "x.parquet")
+    (tmp_path / "nul.jsonl").write_bytes(bytes(range(256)) * 40)
+    (tmp_path / "gz.jsonl").write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 20)
+    said = {}
+    for name in ("x.parquet", "x.db", "nul.jsonl", "gz.jsonl"):
+        with pytest.raises(formats.FormatError) as e:
+            formats.import_path(tmp_path / name, "jsonl", store)
+        said[name] = e.value.detail
+    assert said == {"x.parquet": "not JSONL but a Parquet file: import it with --format parquet",
+                    "x.db": "not JSONL but a SQLite database: a Rollscope database is opened with --db, not imported",
+                    "nul.jsonl": "not JSONL text: binary data (a NUL byte at byte 0)",
+                    "gz.jsonl": "not JSONL but gzip-compressed: gunzip it first"}
+    assert store.count() == 0
+
+
+def test_a_last_line_cut_off_is_called_so_and_an_empty_file_says_it_holds_nothing(tmp_path):
+    line = _conversation("hi", "{}")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(line + line[: len(line) // 2], encoding="utf-8")
+    whole = tmp_path / "whole.jsonl"
+    whole.write_text(line + line.rstrip("\n"), encoding="utf-8")  # a last line without its newline, but whole
+    store = Store(tmp_path / "x.db")
+    report = formats.import_path(cut, "messages", store)
+    (e,) = report.errors
+    assert report.new == 1 and e.where == f"{cut}:2" and e.detail.startswith("not valid JSON (") and e.detail.endswith(
+        "): the file's last line, with no newline after it, so cut off (a file still being written, or copied short?)")
+    assert formats.import_path(whole, "messages", Store(tmp_path / "w.db")).errors == []
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    got = formats.import_path(empty, "jsonl", store)
+    assert (got.new, got.errors, got.notes) == (0, [], [f"{empty} holds no records: nothing imported"])

@@ -14,6 +14,7 @@ from engine.formats import jsonl
 from engine.formats.jsonl import REQUIRED
 from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
+from engine.records.episode import SCHEMA_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +63,70 @@ def test_write_to_stream(eps):
     buf = io.StringIO()
     jsonl.write(eps[:1], buf)
     assert buf.getvalue().count("\n") == 1
+
+
+@pytest.mark.parametrize("field, value", [
+    ("prompt_len", -3), ("prompt_len", 10**9), ("turns.1.prompt_len", -1), ("segments.2", (40, 10**6)),
+    ("segments.0", (5, 2)),
+])
+def test_a_token_position_outside_the_episode_is_refused_with_its_field(tmp_path, eps, field, value):
+    from engine import Store, formats
+    from engine.records.episode import Episode
+    from engine.records.schema import problems
+
+    good = json.loads(jsonl.dumps(eps[0]))
+    bad = json.loads(jsonl.dumps(eps[0]))
+    n = len(bad["tokens"])
+    if field == "prompt_len":
+        bad["prompt_len"] = value
+    elif field.startswith("turns"):
+        bad["turns"][1]["prompt_len"] = value
+    else:
+        bad["segments"][int(field.split(".")[1])].update(start=value[0], end=value[1])
+    bad["id"] = "bounds"
+    src = tmp_path / "b.jsonl"
+    src.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    store = Store(tmp_path / "j.db")
+    report = formats.import_path(src, "jsonl", store)
+    (e,) = report.errors
+    assert report.new == 1 and str(e).startswith(f"{src}:2: field '{field}': ")
+    assert f"must be 0..{n:,} (the episode has {n:,} tokens)" in e.detail
+    assert store.episode_ids() == [eps[0].id]
+    # The same record in Parquet (a file this Rollscope would not write, made from the record read unchecked).
+    formats.export([eps[0], Episode.from_dict(bad)], "parquet", tmp_path / "b.parquet")
+    back = Store(tmp_path / "p.db")
+    got = formats.import_path(tmp_path / "b.parquet", "parquet", back)
+    assert got.new == 1 and [(e.where, e.field, e.detail) for e in got.errors] == [
+        (f"{tmp_path / 'b.parquet'}: row 1", field, report.errors[0].detail)]
+    assert problems(bad) == [f"{field}: {report.errors[0].detail}"]
+    assert problems(good) == []
+
+
+def test_a_later_record_without_its_version_is_told_to_name_it(tmp_path, eps):
+    record = json.loads(jsonl.dumps(eps[0]))
+    del record["schema_version"]
+    src = tmp_path / "v.jsonl"
+    src.write_text(json.dumps(record) + "\n")
+    report = jsonl.ReadReport()
+    assert list(jsonl.read(src, report)) == []
+    (e,) = report.errors
+    assert e.field == "schema_version" and e.detail.startswith(
+        "missing: the record is of version 3 or later (its config has 'loop') and must name its version")
+    assert f'"schema_version": {SCHEMA_VERSION}' in e.detail
+
+
+def test_run_puts_in_its_run_the_episodes_that_name_none_and_says_which_kept_theirs(tmp_path, eps):
+    from engine import Store, formats
+
+    src = tmp_path / "r.jsonl"
+    with src.open("w") as f:
+        jsonl.write([eps[0].evolve(run_id="a"), eps[1].evolve(run_id="b"), eps[2].evolve(run_id=None)], f)
+    store = Store(tmp_path / "r.db")
+    report = formats.import_path(src, "jsonl", store, run_id="exp")
+    assert report.new == 3
+    assert {e.id: e.run_id for e in store.iter_episodes()} == {eps[0].id: "a", eps[1].id: "b", eps[2].id: "exp"}
+    assert [n for n in report.notes if n.startswith("--run")] == [
+        "--run exp: 2 episodes name a run of their own and kept it (a, b); --run puts in its run the episodes that "
+        "name none, as a trainer's dump does"]
+    again = formats.import_path(src, "jsonl", Store(tmp_path / "n.db"), run_id="a")  # only b keeps its own
+    assert [n for n in again.notes if n.startswith("--run")][0].startswith("--run a: 1 episode names a run of its own")

@@ -226,6 +226,9 @@ def test_tau_bench_results_are_explained_from_the_recorded_task_without_tau_benc
     assert {k: got["outcome"][k] for k in ("kind", "turn", "differing_arguments", "expected")} == {
         "kind": "wrong_arguments", "turn": 2, "differing_arguments": ["reason"],
         "expected": {"name": "cancel_pending_order", "arguments": {"order_id": "#A1", "reason": "no longer needed"}}}
+    none = subprocess.run([sys.executable, "-m", "engine.cli", "explain", "--db", str(tmp_path / "x.db"),
+                           "--where", "outcome=wrong_answer"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (none.returncode, none.stdout) == (0, f"no episode matched outcome=wrong_answer in {tmp_path / 'x.db'}\n")
     store.close()
 
 

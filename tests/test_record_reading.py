@@ -47,21 +47,21 @@ def test_a_value_of_the_right_type_reads_as_it_is(how: str, value: Any, expected
 
 
 @pytest.mark.parametrize(("how", "value", "message"), [
-    ("text", 3, "must be a string, got int"),
+    ("text", 3, "must be a string, got an integer 3"),
     ("text", None, "must be a string, got null"),
     ("text_or_none", ["a"], "must be a string or null, got a list"),
     ("integer", True, "must be an integer, got a boolean"),
-    ("integer", 3.0, "must be an integer, got float"),
+    ("integer", 3.0, "must be an integer, got a decimal number 3.0"),
     ("int_or_none", False, "must be an integer or null, got a boolean"),
     ("number", True, "must be a number, got a boolean"),
     ("number", "1", "must be a number, got a string"),
     ("number", math.nan, "must be a finite number, got NaN"),
     ("number", -math.inf, "must be a finite number, got -Infinity"),
     ("number_or_none", math.inf, "must be a finite number, got Infinity"),
-    ("boolean", 1, "must be true or false, got int"),
+    ("boolean", 1, "must be true or false, got an integer 1"),
     ("items", {"a": 1}, "must be a list, got an object"),
     ("ints", [1, True], "must be an integer, got a boolean"),
-    ("ints", [1, 2.0], "must be an integer, got float"),
+    ("ints", [1, 2.0], "must be an integer, got a decimal number"),
     ("numbers", [1.0, False], "must be a number, got a boolean"),
     ("numbers", [1.0, math.inf], "must be a finite number, got Infinity"),
     ("numbers", [1e308, 1e308, math.nan], "must be a finite number, got NaN"),
@@ -72,6 +72,7 @@ def test_a_value_of_another_type_is_refused_naming_the_field(how: str, value: An
         read(value, how)
     assert message in str(e.value)
     assert "x" in str(e.value)
+    assert not {"None", "int", "float", "str", "dict", "NoneType"} & set(str(e.value).replace(",", " ").split())
 
 
 def test_a_missing_field_is_refused_by_every_reader() -> None:

@@ -84,6 +84,11 @@ def test_filters_sort_and_page(tmp_path, episodes):
         store.list_episodes(order_by="reward; DROP TABLE episodes")
     with pytest.raises(ConfigError):
         EpisodeFilter.from_where(["colour=red"])
+    assert store.count(EpisodeFilter.from_where(["starred=yes"])) == 1
+    assert store.count(EpisodeFilter.from_where(["starred=False"])) == len(episodes) - 1
+    for value in ("maybe", ""):  # neither true nor false: refused, not read as false
+        with pytest.raises(ConfigError, match=f"starred is true or false .*not {value!r}"):
+            EpisodeFilter.from_where([f"starred={value}"])
 
 
 def test_per_turn_commit_and_interrupted_recovery(tmp_path, smol_tokenizer):

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..errors import FormatError
 from ..records.episode import SCHEMA_VERSION, Episode, Finding, Severity, TokenArrays
 from ..records.marks import unknown_logprobs
 from ..records.upgrade import sums_turns, upgrade
@@ -352,7 +353,23 @@ def _v1_finding(f: dict[str, Any]) -> Finding:
 
 
 def _is_v1(d: Any) -> bool:
-    return isinstance(d, dict) and d.get("schema_version", 1) == 1
+    if not isinstance(d, dict) or d.get("schema_version", 1) != 1:
+        return False
+    if "schema_version" not in d and _later(d):
+        raise FormatError(f"missing: the record is of version 3 or later ({_later(d)}) and must name its version; "
+                          f"add \"schema_version\": {SCHEMA_VERSION} if this Rollscope wrote it (a record without one "
+                          "is read as version 1)", field="schema_version")
+    return True
+
+
+def _later(d: dict[str, Any]) -> str:
+    """What in a record without ``schema_version`` no version-1 record has: a typed config (version 3) or a field
+    added since (``records.upgrade``); empty when nothing does."""
+    c = d.get("config")
+    if isinstance(c, dict) and isinstance(c.get("loop"), dict):
+        return "its config has 'loop'"
+    later = [k for k in ("checked", "outcome", "ground_truth") if k in d]
+    return f"it has {later[0]!r}" if later else ""
 
 
 def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:

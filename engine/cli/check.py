@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError, StoreError
 from ..records.episode import Finding
-from .common import fanout, fanout_options, open_store, record_option
+from .common import counted, fanout, fanout_options, open_store, record_option
 
 
 def register(sub: Any) -> None:
@@ -149,7 +149,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
                               if f.kind == kind and f.severity.value != "info")
                 n = sum(kind in has for has, _ in runs[run])
                 rest = len(runs[run]) - n
-                print(f"run {run}: {kind} in all {n} episodes"
+                print(f"run {run}: {kind} in {'all ' if n > 1 else ''}{counted(n, 'episode')}"
                       + (f" it applies to ({rest} could not be checked for it)" if rest else "")
                       + f" ({sample.severity.value}): {sample.message}")
     skipped = list(report.errors) if report is not None else []
@@ -159,13 +159,15 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     for spec, why in tokenizer_errors.items():
         print(f"rollscope: tokenizer {spec!r} unavailable, token checks skipped: {why}", file=sys.stderr)
     if n_eps == 0:
-        why = (f"all {len(skipped)} records in {src} are malformed" if skipped else
+        why = ((f"all {len(skipped)} records in {src} are malformed" if len(skipped) > 1 else
+                f"the one record in {src} is malformed") if skipped else
                "no episode matched" if a.episode or a.where else f"{src} holds no episodes")
         print(f"rollscope: nothing checked: {why}", file=sys.stderr)
         return 2
     summary = ", ".join(f"{k} {v}" for k, v in sorted(root_counts.items(), key=lambda kv: -kv[1])) or "none"
     run_kinds = sorted({k for kinds in run_level_of.values() for k in kinds})
-    print(f"checked {n_eps} episodes{f' ({len(skipped)} malformed records skipped)' if skipped else ''}: "
+    malformed = f" ({counted(len(skipped), 'malformed record')} skipped)" if skipped else ""
+    print(f"checked {counted(n_eps, 'episode')}{malformed}: "
           f"{sum(root_counts.values())} root errors by kind: {summary}; {n_caused} findings follow from a root"
           + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
           + f" ({n_err} errors in all)", file=sys.stderr if a.json else sys.stdout)  # --json: stdout is rows

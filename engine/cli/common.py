@@ -13,6 +13,11 @@ from ..errors import ConfigError, StoreError
 DEFAULT_DB = "rollscope.db"
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 episode", "3 episodes"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def positive_int(s: str) -> int:
     try:
         v = int(s)

@@ -84,4 +84,6 @@ def cmd_explain(a: argparse.Namespace) -> int:
             print(f"  {line}")
     if not a.json and sum(kinds.values()) > 1:
         print(f"({sum(kinds.values())} episodes: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()) + ")")
+    elif not a.json and not kinds:
+        print(f"no episode matched {' '.join(a.where)} in {a.db}" if a.where else f"{a.db} holds no episodes")
     return 0

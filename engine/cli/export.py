@@ -8,13 +8,13 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigError
-from .common import DEFAULT_DB, open_store
+from .common import DEFAULT_DB, counted, open_store
 
 
 def register(sub: Any) -> None:
     from ..formats import EXPORTERS
 
-    ex = sub.add_parser("export", help="export episodes to a file (jsonl, slime, areal, messages, parquet)")
+    ex = sub.add_parser("export", help=f"export episodes to a file ({', '.join(EXPORTERS)})")
     ex.add_argument("--db", default=DEFAULT_DB)
     ex.add_argument("--format", default="jsonl", choices=sorted(EXPORTERS))
     ex.add_argument("-o", "--output", required=True, help="output file ('-' for stdout, text formats only)")
@@ -46,7 +46,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     notes: list[str] = []
     n = export(store.iter_episodes(flt), a.format, a.output, notes, full_prompts=a.full_prompts)
     # On stderr: with -o - the episodes themselves are on stdout.
-    print(f"exported {n} episodes ({a.format}) to {a.output}", file=sys.stderr)
+    print(f"exported {counted(n, 'episode')} ({a.format}) to {a.output}", file=sys.stderr)
     for note in notes:
         print(note, file=sys.stderr)
     return 0

@@ -15,13 +15,18 @@ def register(sub: Any) -> None:
 
     im = sub.add_parser("import", help="import episodes from a training run's dump (or a Rollscope export)")
     im.add_argument("file", metavar="FILE_OR_DIR")
-    im.add_argument("--format", default="jsonl", choices=sorted(IMPORTERS))
-    im.add_argument("--db", default=DEFAULT_DB)
+    im.add_argument("--format", default="jsonl", choices=sorted(IMPORTERS),
+                    help="what wrote it (default jsonl: a Rollscope export): slime (.pt dumps), areal (trajectory "
+                    "dumps), verl (rollout dumps, or export --format verl), messages (OpenAI messages JSONL), "
+                    "parquet (a Rollscope export), taubench (tau-bench results JSON)")
+    im.add_argument("--db", default=DEFAULT_DB, help=f"the database to import into, made if missing (default "
+                    f"{DEFAULT_DB})")
     im.add_argument("--tokenizer", help="tokenizer folder or hub id to tokenize and check foreign dumps with "
                     "(slime --dump-details folders bring their own)")
     im.add_argument("--env", help="the env the records ran in, when they do not say (taubench: recognized from "
                     "the policy text; messages: a record's own env comes first), e.g. taubench:airline")
-    im.add_argument("--run", help="put the episodes in this run (the run view plots a run by rollout step)")
+    im.add_argument("--run", help="put the episodes that name no run in this run, as a trainer's dump does (a "
+                    "Rollscope export names its own, and keeps it); the run view plots a run by rollout step")
     im.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="--format verl: a knob verl's loop ran with, by verl's name, for rows that do not record "
                     "their knobs, e.g. --set max_parallel_calls=2 (repeatable; the others: the verl-tool preset's, "

@@ -10,12 +10,21 @@ from .common import DEFAULT_DB, open_store, positive_int, table
 
 
 def register(sub: Any) -> None:
+    from ..store.filter import SORTABLE
+
     ls = sub.add_parser("ls", help="list stored episodes")
     ls.add_argument("--db", default=DEFAULT_DB)
-    ls.add_argument("--where", action="append", default=[], help="filter: status=completed, reward>=0.5, env=math, tag=x ...")
-    ls.add_argument("--sort", default="created_at")
-    ls.add_argument("--limit", type=positive_int, default=50)
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--where", action="append", default=[], metavar="CLAUSE",
+                    help="filter (repeatable, all must hold): status=completed,truncated  reward>=0.5  env=math  "
+                    "run=NAME  preset=NAME  tag=x  starred=true  turns>=3  step=N  finding=KIND  root=KIND  "
+                    "outcome=KIND  text=WORDS  id=FULL_ID,...")
+    ls.add_argument("--sort", default="created_at", choices=SORTABLE, metavar="COLUMN",
+                    help="sort by this column, largest first (default: created_at, the newest first); one of "
+                    + ", ".join(SORTABLE))
+    ls.add_argument("--ascending", action="store_true", help="smallest (oldest) first")
+    ls.add_argument("--limit", type=positive_int, default=50, help="list at most this many (default 50); the last "
+                    "line says how many match")
+    ls.add_argument("--json", action="store_true", help="one JSON object an episode, its summary columns")
     ls.set_defaults(handler=cmd_ls)
 
 
@@ -24,7 +33,7 @@ def cmd_ls(a: argparse.Namespace) -> int:
 
     store = open_store(a.db, must_exist=True)
     flt = EpisodeFilter.from_where(a.where)
-    rows = store.list_episodes(flt, order_by=a.sort, limit=a.limit)
+    rows = store.list_episodes(flt, order_by=a.sort, descending=not a.ascending, limit=a.limit)
     if a.json:
         for r in rows:
             print(json.dumps(r.__dict__))
@@ -35,5 +44,5 @@ def cmd_ls(a: argparse.Namespace) -> int:
           r.preset, str(r.n_findings)] for r in rows],
         ["id", "env", "task", "status", "reward", "turns", "tokens", "trainable", "preset", "findings"],
     ))
-    print(f"({len(rows)} of {total} episodes)")
+    print(f"({len(rows)} of {total} episode{'s' if total != 1 else ''})")
     return 0

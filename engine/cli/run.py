@@ -15,7 +15,7 @@ def register(sub: Any) -> None:
     r.add_argument("--env", default="math", help="math, retail, taubench:retail or taubench:airline")
     r.add_argument("--problems", help="math env: an AReaL-style JSONL (query_id, prompt, solutions) instead of the built-in set")
     r.add_argument("--policy", default="scripted", help="scripted, local, sglang or openai")
-    r.add_argument("--preset", help="tito, slime-tau, slime-tau-seed, areal-math or areal-multiturn "
+    r.add_argument("--preset", help="tito, slime-tau, slime-tau-seed, areal-math, areal-multiturn or verl-tool "
                    "(default: areal-math for math, slime-tau for tool envs; `rollscope presets` lists them)")
     r.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                    help="change one of the preset's knobs, e.g. --set turn_discount=0.9 (repeatable)")

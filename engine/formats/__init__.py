@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,7 +132,7 @@ class ImportReport:
         else:
             kept = "left as they were"
         return (f"imported {self.new} new, {self.already_present} already present ({kept}), "
-                f"{self.skipped} malformed records skipped")
+                f"{self.skipped} malformed record{'' if self.skipped == 1 else 's'} skipped")
 
 
 def _resolve_tokenizer(tokenizer: Tokenizer | str | None) -> tuple[Tokenizer | None, str]:
@@ -204,6 +205,7 @@ def import_path(
     )
     replace = fmt in LOSSLESS
     stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs
+    own_runs: Counter[str] = Counter()  # with ``run_id``: the episodes that name a run of their own, by run
 
     def count(ep: Episode | PackedEpisode, present: bool) -> None:
         # By the file it was read from: a packed episode's line names it, where its record may name another.
@@ -211,6 +213,8 @@ def import_path(
         counts, runs = stored.setdefault(file, ([0, 0], set()))
         counts[int(present)] += 1
         runs.add(ep.run_id or "")
+        if run_id and ep.run_id != run_id:
+            own_runs[ep.run_id or ""] += 1
 
     def new_ones() -> Iterator[Episode]:
         for ep in IMPORTERS[fmt](p, ctx):
@@ -265,11 +269,22 @@ def import_path(
             bar.close()
         if own:
             fanout.close()
+    if not (report.new or report.already_present or report.errors):
+        report.notes.append(f"{p} holds no records: nothing imported")
+    if own_runs:
+        n = sum(own_runs.values())
+        report.notes.append(f"--run {run_id}: {n:,} episode{'s' if n != 1 else ''} name{'s' if n == 1 else ''} a run "
+                            f"of {'its' if n == 1 else 'their'} own and kept it ({_few(sorted(own_runs))}); "
+                            "--run puts in its run the episodes that name none, as a trainer's dump does")
     report.tokenizer = ctx.tokenizer_name
     if ctx.tokenizer is None and fmt not in SELF_DESCRIBED and not ctx.self_described and not any("tokenizer" in n for n in report.notes):
         report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
                             "token-level checks are skipped")
     return report
+
+
+def _few(names: list[str], most: int = 4) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _stored_before(e: FormatError, stored: dict[str, tuple[list[int], set[str]]], store: Any) -> FormatError:

@@ -23,7 +23,7 @@ turn's generated tokens, ``logprobs`` 0.0 before them (``null`` where a
 generated token's logprob is unknown), ``versions`` -1 before them, and
 ``rewards`` the turn's discounted return (AReaL's ``apply_reward_discount``:
 ``r[i] += r[i+1] * turn_discount``, which is ``Episode.returns``). One JSON
-row per (episode, turn). Such rows import back exactly.
+row per (episode, turn). Such rows import back exactly, each row an episode of its own (the import says so).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from ..loop.rewards import discounted_returns
 from ..records.episode import Episode, Generation, Status, TokenArrays, Turn
 from ..records.marks import unknown_logprobs
 from ..records.provenance import Source
+from ..records.reading import json_type
 from ..tokens import chat
 from .base import (
     ImportContext,
@@ -58,6 +59,8 @@ from .base import (
 
 REQUIRED = ("task_id", "sample_idx", "reward", "prompt", "completion")
 NO_TOKENIZER_NOTE = "no tokenizer given (--tokenizer PATH_OR_ID): AReaL dumps hold text, so episodes have no token ids"
+ROWS_NOTE = ("the rows are per-turn training sequences (what export --format areal writes, one row per turn that "
+             "generated): each is imported as an episode of its own, with that turn's sequence and return")
 DRIFT_NOTE = ("some AReaL samples re-encode to other token counts than the dump records (see the source's token_counts); "
               "their ids are a re-encoding of the dumped text")
 
@@ -114,13 +117,16 @@ def rollout_step(path: Path, d: dict[str, Any]) -> int | None:
 
 def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
     if "input_ids" in d and "loss_mask" in d:
+        ctx.note(ROWS_NOTE)
         return _packed_episode(d, where, path, line, ctx)
+    if ctx.tokenizer is None:
+        ctx.note(NO_TOKENIZER_NOTE)
     for key in REQUIRED:
         if key not in d:
             raise FormatError("missing", where, key)
     for key in ("prompt", "completion"):
         if not isinstance(d[key], str):
-            raise FormatError(f"must be text, got {type(d[key]).__name__}", where, key)
+            raise FormatError(f"must be text, got {json_type(d[key])}", where, key)
     reward = reward_value(d["reward"], where)
     sample_idx = int_field(d["sample_idx"], where, "sample_idx")
     assert sample_idx is not None  # not optional: int_field raised otherwise
@@ -188,8 +194,6 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
 
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     """Stream episodes from AReaL trajectory dumps (a file or a ``rollout/`` folder)."""
-    if ctx.tokenizer is None:
-        ctx.note(NO_TOKENIZER_NOTE)
     yield from read_jsonl_records(path, ctx, record_to_episode)
 
 

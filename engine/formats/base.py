@@ -34,6 +34,7 @@ from ..errors import FormatError
 from ..presets import LoopConfig
 from ..records import jsonbounds, numbers, textsafe
 from ..records.episode import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
+from ..records.reading import json_type
 from ..tokens.tokenizer import Tokenizer
 from .limits import MAX_RECORD_MB, bounded_lines, check_inflation, open_entry, over_limit
 
@@ -144,13 +145,33 @@ def raw_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, bytes | int
     part = ctx.lines or LineRange()
     pos = part.start
     with f:
-        if part.start:
+        if not part.start:
+            not_text(f.read(4096), path)
+            f.seek(0)
+        else:
             f.seek(part.start)
         for lineno, raw in enumerate(bounded_lines(f, ctx.max_record), part.first_line):
             if part.end is not None and pos >= part.end:
                 break
             pos += raw if isinstance(raw, int) else len(raw)
             yield f"{path}:{lineno}", raw
+
+
+_MAGIC = ((b"PAR1", "a Parquet file: import it with --format parquet"),
+          (b"SQLite format 3\x00", "a SQLite database: a Rollscope database is opened with --db, not imported"),
+          (b"PK\x03\x04", "a zip archive (as a torch .pt file is: a slime dump imports with --format slime)"),
+          (b"\x1f\x8b", "gzip-compressed: gunzip it first"))
+
+
+def not_text(head: bytes, path: Path) -> None:
+    """A FormatError when the first bytes of ``path`` (``head``) say it is not JSON text: a known binary format,
+    or NUL bytes, which no JSONL line holds."""
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            raise FormatError(f"not JSONL but {what}", str(path))
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise FormatError(f"not JSONL text: binary data (a NUL byte at byte {nul})", str(path))
 
 
 def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -186,9 +207,11 @@ def json_object(raw: bytes, where: str) -> tuple[dict[str, Any] | None, int]:
     try:
         obj = jsonbounds.loads(line, limit=None)
     except ValueError as e:
-        raise FormatError(f"not valid JSON ({jsonbounds.describe(e)})", where) from None
+        cut = "" if raw.endswith(b"\n") else (": the file's last line, with no newline after it, so cut off (a "
+                                                "file still being written, or copied short?)")
+        raise FormatError(f"not valid JSON ({jsonbounds.describe(e)}){cut}", where) from None
     if not isinstance(obj, dict):
-        raise FormatError(f"expected a JSON object, got {type(obj).__name__}", where)
+        raise FormatError(f"expected a JSON object, got {json_type(obj)}", where)
     if textsafe.may_hold_surrogates(raw):
         obj, n = textsafe.clean_value(obj)
         return obj, n
@@ -202,7 +225,7 @@ def _array(value: Any, where: str, name: str) -> np.ndarray:
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor from a weights_only load
         value = value.detach().cpu().numpy()
     if not isinstance(value, (list, tuple, np.ndarray)):
-        raise FormatError(f"must be a list, got {type(value).__name__}", where, name)
+        raise FormatError(f"must be a list, got {json_type(value)}", where, name)
     if len(value) == 0:
         return np.zeros(0, dtype=np.int64)
     try:

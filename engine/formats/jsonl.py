@@ -26,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ..checks.diagnosis import read_episode
 from ..errors import FormatError
 from ..records import prompts
+from ..records.bounds import within_bounds
 from ..records.episode import Episode
 from ..store.packing import PackedEpisode, pack_episode
 from .base import ImportContext, discover, json_lines, json_object, mark_replaced, raw_lines
@@ -66,10 +67,11 @@ def parse_line(line: str, where: str) -> Episode:
 def parse_dict(d: dict[str, Any], where: str) -> Episode:
     """One decoded record to an Episode, or a FormatError naming the field at fault.
 
-    ``Episode.from_dict`` reads strictly: every field checked, the first bad one named.
+    ``Episode.from_dict`` reads strictly: every field checked, the first bad one named; then every token position
+    the record gives must lie in its token array (``records.bounds``).
     """
     try:
-        return read_episode(d)
+        return within_bounds(read_episode(d))
     except FormatError as e:
         raise e.at(where) from None
     except (KeyError, TypeError, ValueError) as e:

@@ -42,6 +42,7 @@ from ..records.episode import (
     Turn,
 )
 from ..records.provenance import Source
+from ..records.reading import json_type
 from ..tokens import chat
 from ..tokens.tokenizer import Tokenizer
 from ..tokens.toolcalls import parse as parse_tool_calls
@@ -56,7 +57,7 @@ def _content(value: Any, where: str, field: str) -> str:
     if isinstance(value, list):
         parts = [p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") in ("text", "input_text")]
         return "".join(str(p) for p in parts)
-    raise FormatError(f"must be a string or a list of text parts, got {type(value).__name__}", where, field)
+    raise FormatError(f"must be a string or a list of text parts, got {json_type(value)}", where, field)
 
 
 def _tool_call(c: Any, where: str, field: str) -> ToolCall:
@@ -80,7 +81,7 @@ def _tool_call(c: Any, where: str, field: str) -> ToolCall:
 def parse_messages(raw: Any, where: str) -> tuple[Message, ...]:
     """OpenAI chat messages as Rollscope messages; a FormatError names the message at fault."""
     if not isinstance(raw, list):
-        raise FormatError(f"must be a list, got {type(raw).__name__}", where, "messages")
+        raise FormatError(f"must be a list, got {json_type(raw)}", where, "messages")
     out: list[Message] = []
     names: dict[str, str] = {}  # tool_call_id -> function name, for tool messages without a name
     for k, m in enumerate(raw):

@@ -24,6 +24,7 @@ import numpy as np
 from ..checks.diagnosis import read_episode
 from ..errors import FormatError
 from ..records import jsonbounds
+from ..records.bounds import within_bounds
 from ..records.episode import Episode, TokenArrays
 from .base import ImportContext, discover
 from .limits import over_limit
@@ -171,7 +172,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                 rec = column[i].as_py()
                 try:
                     d = jsonbounds.loads(rec, limit=None)
-                    ep = read_episode(d, tokens=_tokens(batch, i, d, bool(more)))
+                    ep = within_bounds(read_episode(d, tokens=_tokens(batch, i, d, bool(more))))
                 except FormatError as e:
                     ctx.skip(e.at(where))
                     continue

@@ -66,6 +66,7 @@ from ..loop.rewards import discounted_returns
 from ..records.episode import Episode, Message, Status, TokenArrays
 from ..records.marks import unknown_logprobs
 from ..records.provenance import Source
+from ..records.reading import json_type
 from ..tokens import chat
 from . import torchstream
 from .base import (
@@ -207,7 +208,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
             yield from _read_whole(f, ctx, position, train)
         except (pickle.UnpicklingError, zipfile.BadZipFile, OSError, EOFError, ValueError, IndexError, KeyError,
                 TypeError) as e:
-            raise FormatError(f"cannot read past sample {position} (truncated or corrupt?): {type(e).__name__}: "
+            raise FormatError(f"cannot read past sample {position} (truncated or corrupt?): {json_type(e)}: "
                               f"{str(e)[:200]}", str(f)) from None
 
 
@@ -291,7 +292,7 @@ def sample_to_episode(
     """One slime sample dict as an Episode, or a FormatError naming the field at fault."""
     where = f"{f}: sample {position}"
     if not isinstance(s, dict):
-        raise FormatError(f"expected a dict, got {type(s).__name__}", where)
+        raise FormatError(f"expected a dict, got {json_type(s)}", where)
     for key in ("tokens", "response_length"):
         if key not in s:
             raise FormatError("missing", where, key)
@@ -312,7 +313,7 @@ def sample_to_episode(
 
     meta_raw = s.get("metadata") or {}
     if not isinstance(meta_raw, dict):
-        raise FormatError(f"must be a dict, got {type(meta_raw).__name__}", where, "metadata")
+        raise FormatError(f"must be a dict, got {json_type(meta_raw)}", where, "metadata")
     metadata = dict(meta_raw)
     ours = metadata.pop("rollscope", None)
     ours = ours if isinstance(ours, dict) else {}

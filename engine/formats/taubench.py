@@ -30,6 +30,7 @@ from ..errors import FormatError
 from ..records import jsonbounds, textsafe
 from ..records.episode import Episode, Status
 from ..records.provenance import Source
+from ..records.reading import json_type
 from .base import ImportContext, discover, jsonable, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode, parse_messages
 
@@ -56,13 +57,13 @@ def _env(ctx: ImportContext, messages: Any, where: str) -> str:
 
 def result_to_episode(d: Any, where: str, path: Path, index: int, ctx: ImportContext) -> Episode:
     if not isinstance(d, dict):
-        raise FormatError(f"expected an object, got {type(d).__name__}", where)
+        raise FormatError(f"expected an object, got {json_type(d)}", where)
     for key in ("task_id", "reward", "traj"):
         if key not in d:
             raise FormatError("missing", where, key)
     task = d["task_id"]
     if isinstance(task, bool) or not isinstance(task, (int, str)):
-        raise FormatError(f"must be a task index, got {type(task).__name__}", where, "task_id")
+        raise FormatError(f"must be a task index, got {json_type(task)}", where, "task_id")
     trial = d.get("trial", 0)
     if isinstance(trial, bool) or not isinstance(trial, int) or trial < 0:
         raise FormatError(f"must be a whole number of 0 or more, got {trial!r:.40}", where, "trial")
@@ -97,7 +98,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
             raise FormatError(f"not valid JSON ({jsonbounds.describe(e)})", str(f)) from None
         if not isinstance(data, list):
             raise FormatError(f"expected a JSON list of results (what tau-bench's run.py writes), got "
-                              f"{type(data).__name__}", str(f))
+                              f"{json_type(data)}", str(f))
         unsafe = textsafe.may_hold_surrogates(raw)
         ctx.expect(len(data))
         for i, d in enumerate(data):

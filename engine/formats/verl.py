@@ -30,6 +30,7 @@ from typing import Any
 from ..errors import FormatError
 from ..records.episode import Episode, Message, Status
 from ..records.provenance import Source
+from ..records.reading import json_type
 from . import verl_agent_loop as agent_loop
 from .base import ImportContext, discover, json_lines, jsonable, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode
@@ -44,7 +45,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         if key not in d:
             raise FormatError("missing", where, key)
         if not isinstance(d[key], str):
-            raise FormatError(f"must be text, got {type(d[key]).__name__}", where, key)
+            raise FormatError(f"must be text, got {json_type(d[key])}", where, key)
     if "score" not in d:
         raise FormatError("missing", where, "score")
     reward = reward_value(d["score"], where, "score")

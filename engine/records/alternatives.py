@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
+from .reading import json_type
 
 NEAR_ZERO_ENTROPY = 0.01
 """Entropy (nats) under which a generated token counts as near-zero: the model all but certain of it (a token at
@@ -86,11 +87,11 @@ def rows(ids: np.ndarray, lps: np.ndarray) -> tuple[list[list[int]], list[list[f
 def read_rows(v: Any, field: str, number: bool) -> list[list[Any]]:
     """A record's ``top_ids`` or ``top_logprobs``: a list of lists of token ids (or numbers, null where unknown)."""
     if not isinstance(v, list):
-        raise FormatError(f"must be a list, got {type(v).__name__}", field=field)
+        raise FormatError(f"must be a list, got {json_type(v)}", field=field)
     out: list[list[Any]] = []
     for i, row in enumerate(v):
         if not isinstance(row, list):
-            raise FormatError(f"must be a list, got {type(row).__name__}", field=f"{field}.{i}")
+            raise FormatError(f"must be a list, got {json_type(row)}", field=f"{field}.{i}")
         for j, x in enumerate(row):
             ok = (x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))) if number else \
                 (isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**31)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import FormatError
+from .reading import json_type
 
 KEY = "$pieces"
 DOC = ("A prompt text as pieces of the base: the previous turn's prompt text followed by its generation's text "
@@ -108,7 +109,7 @@ def restore(value: Any, source: str | None, where: str = "prompt_text") -> str |
     if value is None or isinstance(value, str):
         return value
     if not isinstance(value, dict) or not isinstance(value.get(KEY), list):
-        raise FormatError(f"must be text, null or {{\"{KEY}\": [...]}}, got {type(value).__name__}", field=where)
+        raise FormatError(f"must be text, null or {{\"{KEY}\": [...]}}, got {json_type(value)}", field=where)
     if source is None:
         raise FormatError("is given as pieces of the previous turn's prompt, but the previous turn has no "
                           "prompt text", field=where)

@@ -18,9 +18,11 @@ from .numbers import is_finite, not_finite
 from .textsafe import NONFINITE_KEY, from_json_safe
 
 
-def _type_name(v: Any) -> str:
-    return "null" if v is None else {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(v), type(v).__name__)
+def json_type(v: Any) -> str:
+    """What ``v`` is in JSON's words (null, an object, a list, a string, a boolean, an integer, a decimal number),
+    for an error."""
+    return "null" if v is None else {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+                                     int: "an integer", float: "a decimal number"}.get(type(v), type(v).__name__)
 
 
 class Fields:
@@ -35,7 +37,7 @@ class Fields:
 
     def __init__(self, d: Any, path: str = "", nonfinite: list[tuple[str, int, float]] | None = None) -> None:
         if not isinstance(d, dict):
-            raise FormatError(f"must be an object, got {_type_name(d)}", field=path or "(record)")
+            raise FormatError(f"must be an object, got {json_type(d)}", field=path or "(record)")
         self.d: dict[str, Any] = d
         self.path = path
         self.nonfinite: list[tuple[str, int, float]] = [] if nonfinite is None else nonfinite
@@ -59,7 +61,8 @@ class Fields:
         if v is None and null:
             return None
         if not ok(v):
-            raise self.fail(key, f"must be {what}{' or null' if null else ''}, got {_type_name(v)} {v!r:.40}")
+            shown = "" if v is None else f" {v!r:.40}"
+            raise self.fail(key, f"must be {what}{' or null' if null else ''}, got {json_type(v)}{shown}")
         return v
 
     # Each reader first takes a value of the exact type JSON decodes to (one dict lookup, one type test) and
@@ -156,7 +159,7 @@ class Fields:
         out = self.items(key)
         for i, v in enumerate(out):
             if not isinstance(v, str):
-                raise FormatError(f"must be a string, got {_type_name(v)}", field=f"{self.name(key)}.{i}")
+                raise FormatError(f"must be a string, got {json_type(v)}", field=f"{self.name(key)}.{i}")
         return tuple(out)
 
     def numbers(self, key: str) -> tuple[float, ...]:
@@ -165,7 +168,7 @@ class Fields:
             return tuple(out)
         for i, v in enumerate(out):
             if not _is_number(v):
-                raise FormatError(f"must be a number, got {_type_name(v)}", field=f"{self.name(key)}.{i}")
+                raise FormatError(f"must be a number, got {json_type(v)}", field=f"{self.name(key)}.{i}")
             if not is_finite(v):
                 raise FormatError(not_finite(v), field=f"{self.name(key)}.{i}")
         return tuple(float(v) for v in out)
@@ -174,7 +177,7 @@ class Fields:
         out = self.items(key)
         if not set(map(type, out)) <= _INT and not all(_is_int(v) for v in out):
             i = next(i for i, v in enumerate(out) if not _is_int(v))
-            raise FormatError(f"must be an integer, got {_type_name(out[i])}", field=f"{self.name(key)}.{i}")
+            raise FormatError(f"must be an integer, got {json_type(out[i])}", field=f"{self.name(key)}.{i}")
         return tuple(out)
 
     def logprobs_or_none(self, key: str) -> tuple[float, ...] | None:
@@ -184,7 +187,7 @@ class Fields:
         if v is None:
             return None
         if not isinstance(v, list):
-            raise self.fail(key, f"must be a list or null, got {_type_name(v)}")
+            raise self.fail(key, f"must be a list or null, got {json_type(v)}")
         # The common case, finite floats and nulls, at C speed: a sum of floats is finite only when each of them
         # is (a NaN or an infinity carries through; a sum of finite floats that overflows goes the long way).
         kinds = set(map(type, v))
@@ -203,7 +206,7 @@ class Fields:
                     x = math.nan
                 out.append(float(x))
             else:
-                raise FormatError(f"must be a number or null, got {_type_name(x)}", field=f"{self.name(key)}.{i}")
+                raise FormatError(f"must be a number or null, got {json_type(x)}", field=f"{self.name(key)}.{i}")
         return tuple(out)
 
 

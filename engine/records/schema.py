@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import FormatError
 from ..presets import LATER_KNOBS, LoopConfig
 from . import episode, generation, outcome, prompts, provenance
+from .bounds import within_bounds
 from .episode import SCHEMA_VERSION, Episode
 from .numbers import nonfinite_positions, spell
 
@@ -184,7 +185,7 @@ def problems(record: dict[str, Any], limit: int = 5) -> list[str]:
         out.append(f"{path}: {err.message}")
     if not out:
         try:
-            Episode.from_dict(record, nonfinite=[])
+            within_bounds(Episode.from_dict(record, nonfinite=[]))
         except FormatError as e:
             out.append(f"{e.field or '(record)'}: {e.detail}")
     return out

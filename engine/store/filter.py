@@ -14,6 +14,9 @@ from ..records.episode import Status
 from ..records.outcome import OUTCOME_KINDS
 from .index import text_clause
 
+_YES = ("1", "true", "yes")
+_NO = ("0", "false", "no")
+
 
 @dataclass(frozen=True)
 class EpisodeSummary:
@@ -112,7 +115,10 @@ class EpisodeFilter:
                 elif key == "id":
                     kw["ids"] = tuple(value.split(","))
                 elif key == "starred":
-                    kw["starred"] = value.lower() in ("1", "true", "yes")
+                    if value.lower() not in _YES + _NO:
+                        raise ConfigError(f"--where {clause!r}: starred is true or false (or yes/no, 1/0), "
+                                          f"not {value!r}")
+                    kw["starred"] = value.lower() in _YES
                 elif key in ("turns", "min_turns") and op in (">=", "="):
                     kw["min_turns"] = int(value)
                     if op == "=":

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..records import jsonbounds
 from ..records.episode import ToolCall
+from ..records.reading import json_type
 
 _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 
@@ -38,7 +39,7 @@ def _msg(e: ValueError) -> str:
 
 def _call_from_obj(obj: object, where: str) -> ToolCall:
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        raise ValueError(f"{where}: expected a JSON object, got {json_type(obj)}")
     name = obj.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError(f"{where}: missing \"name\"")
@@ -115,7 +116,7 @@ def parse_sglang_qwen25(text: str, tool_names: frozenset[str] | None = None) -> 
             return ParseResult((), f"{where}: invalid JSON ({msg})", text)
         for act in obj if isinstance(obj, list) else [obj]:
             if not isinstance(act, dict):
-                return ParseResult((), f"{where}: {type(act).__name__} has no attribute 'get'", text)
+                return ParseResult((), f"{where}: {json_type(act)} has no attribute 'get'", text)
             name = act.get("name")
             if not (name and name in names):
                 dropped.append(f"{where}: undefined function {name!r} dropped")

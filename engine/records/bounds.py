@@ -1,0 +1,42 @@
+"""Positions a record gives into its own token array, checked against it.
+
+A record names token positions in three places: ``prompt_len`` (where the
+first prompt ends), each turn's ``prompt_len`` and each segment's ``[start,
+end)``. ``Episode.from_dict`` reads each as an integer; whether it points
+inside the episode's ``tokens`` is a question of the whole record, asked here
+by every reader of a file (JSONL, Parquet, ``schema --validate``). A position
+outside the array would split prompt from response in the wrong place in every
+export (verl's ``prompts``/``responses``, the trained tokens counted), so a
+file that gives one is refused with the field named. Episodes already stored
+are read as they are: refusing them here would hide what is in the database.
+"""
+
+from __future__ import annotations
+
+from ..errors import FormatError
+from .episode import Episode
+
+
+def out_of_bounds(ep: Episode) -> FormatError | None:
+    """The first token position in ``ep`` outside ``0..len(ep.tokens)``, as a FormatError naming its field (None
+    when every position is inside)."""
+    n = len(ep.tokens)
+    within = f"must be 0..{n:,} (the episode has {n:,} tokens)"
+    if not 0 <= ep.prompt_len <= n:
+        return FormatError(f"{within}, got {ep.prompt_len:,}", field="prompt_len")
+    for k, t in enumerate(ep.turns):
+        if not 0 <= t.prompt_len <= n:
+            return FormatError(f"{within}, got {t.prompt_len:,}", field=f"turns.{k}.prompt_len")
+    for k, s in enumerate(ep.segments):
+        if not 0 <= s.start <= s.end <= n:
+            return FormatError(f"[start, end) {within} with start <= end, got [{s.start:,}, {s.end:,})",
+                               field=f"segments.{k}")
+    return None
+
+
+def within_bounds(ep: Episode) -> Episode:
+    """``ep`` itself, or the FormatError of ``out_of_bounds`` raised."""
+    e = out_of_bounds(ep)
+    if e is not None:
+        raise e
+    return ep
