@@ -300,6 +300,26 @@ def logprobs_shift_left(b: Base) -> Planted:
     return _lp_plant(b, new, MISALIGNED, 0, "logprobs shifted one token to the left")
 
 
+def logprobs_shift_in_one_turn(b: Base) -> Planted:
+    # One turn's stored logprobs moved a token later inside its reply (its first kept): the generation's, misplaced.
+    t = mid_turn(b.episode)
+    s = seg(b.episode, "assistant", t)
+    lp = b.episode.tokens.logprobs.copy()
+    lp[s.start + 1 : s.end] = b.episode.tokens.logprobs[s.start : s.end - 1]
+    return replace(_lp_plant(b, lp, MISALIGNED, t, f"turn {t}'s logprobs one token later"),
+                   says="the generation's one token later")
+
+
+def logprob_above_zero(b: Base) -> Planted:
+    # A log probability above 0 (a probability above 1): an edited or corrupt file, not a shift.
+    t = mid_turn(b.episode)
+    s = seg(b.episode, "assistant", t)
+    lp = b.episode.tokens.logprobs.copy()
+    lp[s.start + 2] = 5.0
+    return replace(_lp_plant(b, lp, MISALIGNED, t, f"a logprob of 5.0 in turn {t}"),
+                   says=f"the stored logprob at token {s.start + 2} is 5, which no probability has")
+
+
 def logprobs_on_context(b: Base) -> Planted:
     s = env_seg(b.episode, 0)
     lp = b.episode.tokens.logprobs.copy()
@@ -425,6 +445,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("nan-logprobs-array", MISSING, nan_logprobs_array),
     Variant("logprobs-shift-right", MISALIGNED, logprobs_shift_right),
     Variant("logprobs-shift-left", MISALIGNED, logprobs_shift_left),
+    Variant("logprobs-shift-in-one-turn", MISALIGNED, logprobs_shift_in_one_turn),
+    Variant("logprob-above-zero", MISALIGNED, logprob_above_zero),
     Variant("logprobs-on-context", MISALIGNED, logprobs_on_context),
     Variant("fewer-logprobs-than-ids", MISALIGNED, fewer_logprobs_than_ids),
     Variant("finish-reason-length", "truncated_turn", finish_reason_length),

@@ -174,6 +174,7 @@ class Planted:
     turn: Any  # int, None, or ANY
     what: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)  # items the finding's evidence must contain
+    says: str = ""  # what the finding's message must contain
 
 
 # -- editing helpers ------------------------------------------------------------

@@ -78,8 +78,9 @@ def assert_located(p: Planted, found: list[Finding]) -> None:
         and (p.token_start is ANY or f.token_start == p.token_start)
         and (p.turn is ANY or f.turn == p.turn)
         and all(f.evidence.get(k) == v for k, v in p.evidence.items())
+        and p.says in f.message
     ]
-    assert hits, f"planted ({p.what}); want {want} evidence {p.evidence}; got:\n{show(found)}"
+    assert hits, f"planted ({p.what}); want {want} evidence {p.evidence} saying {p.says!r}; got:\n{show(found)}"
     for f in hits:
         if f.token_start is not None and f.token_end is not None:
             assert f.token_end > f.token_start, f"empty span on {f}"

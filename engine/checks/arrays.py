@@ -4,6 +4,7 @@ length fields, and logprobs recomputed by teacher forcing."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -383,11 +384,29 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
         stored = lp[seg.start : seg.start + k]
         differ = ~np.isclose(stored, np.asarray(g.logprobs[:k], dtype=np.float32), atol=1e-4)
         if (differ & ~np.isnan(stored)).any():
-            at = seg.start + int(np.flatnonzero(differ)[0])
-            out.append(Finding("logprobs_misaligned", ERROR,
-                               f"turn {t.index}: stored logprobs are not the generation's from token {at} (shifted?)",
-                               turn=t.index, token_start=at, token_end=seg.start + k))
+            i = int(np.flatnonzero(differ & ~np.isnan(stored))[0])
+            out.append(Finding("logprobs_misaligned", ERROR, _not_generated(t.index, seg.start, i, stored, g.logprobs[:k]),
+                               turn=t.index, token_start=seg.start + i, token_end=seg.start + k))
     return out
+
+
+def _not_generated(turn: int, start: int, i: int, stored: np.ndarray, generated: Sequence[float | None]) -> str:
+    """What a turn's stored logprobs are, from their ``i``-th on (token ``start + i``), where the generation's differ:
+    impossible (above 0), the generation's a token off, or other numbers."""
+    at, got = start + i, float(stored[i])
+    gen = np.asarray([np.nan if x is None else x for x in generated], dtype=np.float32)
+    want = f"{gen[i]:.4g}" if not np.isnan(gen[i]) else "unknown"
+    if got > 1e-3:  # a probability above 1
+        return (f"turn {turn}: the stored logprob at token {at} is {got:.4g}, which no probability has (a log "
+                f"probability is at most 0); the generation's is {want}")
+    n = len(stored)
+    for k, side in ((1, "later"), (-1, "earlier")):
+        j = np.arange(max(i, k), min(n, n + k))  # stored[j] against the generation's at j - k
+        a, b = stored[j], gen[j - k]
+        ok = ~np.isnan(a) & ~np.isnan(b)
+        if ok.sum() >= 2 and np.allclose(a[ok], b[ok], atol=1e-4):
+            return f"turn {turn}: the stored logprobs are the generation's one token {side}, from token {at}"
+    return f"turn {turn}: the stored logprobs are not the generation's from token {at} ({got:.4g} where it has {want})"
 
 
 def check_turn_records(ep: Episode, o: CheckOptions) -> list[Finding]:
