@@ -243,3 +243,24 @@ def test_the_list_readers_fast_paths_read_what_value_by_value_reading_does() -> 
             assert len(got) == len(want) and all(
                 (math.isnan(a) and math.isnan(b)) if isinstance(b, float) and math.isnan(b) else a == b and type(a) is
                 type(b) for a, b in zip(got, want, strict=True)), (how, xs, got, want)
+
+
+@pytest.mark.parametrize(("key", "values", "field", "message"), [
+    ("tokens", [5, 6, -1], "tokens.2", "must be a token id (an integer from 0 to 2^31 - 1), got an integer -1"),
+    ("tokens", [5, 2**40], "tokens.1", "must be a token id (an integer from 0 to 2^31 - 1), got an integer 1099511627776"),
+    ("tokens", [5, 2**70], "tokens.1", "got an integer 1180591620717411303424"),
+    ("tokens", [5, 6.0], "tokens.1", "got a decimal number 6.0"),
+    ("tokens", [[5, 6], [7, 8]], "tokens.0", "got a list [5, 6]"),  # not flattened into four tokens
+    ("tokens", [5, None], "tokens.1", "got null"),
+    ("loss_mask", [0, 1, 2], "loss_mask.2", "must be 0 or 1, got an integer 2"),
+    ("versions", [-1, -2], "versions.1", "must be a policy version (an integer, -1 where none), got an integer -2"),
+])
+def test_a_token_list_names_its_first_bad_entry(key: str, values: list[Any], field: str, message: str) -> None:
+    from engine.records.token_arrays import TokenArrays
+
+    d = {"tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [None, -0.1, -0.2], "versions": [-1, 3, 3]}
+    with pytest.raises(FormatError) as e:
+        TokenArrays.from_fields(Fields({**d, key: values}))
+    assert e.value.field == field and message in e.value.detail
+    good = TokenArrays.from_fields(Fields(d))
+    assert good.ids.tolist() == [5, 6, 7] and good.versions.tolist() == [-1, 3, 3]

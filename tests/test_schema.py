@@ -177,8 +177,8 @@ def _broken(change) -> str:
     (lambda d: d["turns"][1].pop("prompt_len"), "turns.1.prompt_len"),
     (lambda d: d["segments"][0].update(kind="padding"), "segments.0.kind"),
     (lambda d: d["findings"].insert(0, {"kind": "mask_misaligned"}), "findings.0.severity"),
-    (lambda d: d["tokens"].__setitem__(3, -2), "tokens"),
-    (lambda d: d["loss_mask"].__setitem__(3, 2), "loss_mask"),
+    (lambda d: d["tokens"].__setitem__(3, -2), "tokens.3"),
+    (lambda d: d["loss_mask"].__setitem__(3, 2), "loss_mask.3"),
     (lambda d: d["versions"].pop(), "versions"),
     (lambda d: d.update(schema_version=99), "schema_version"),
 ])

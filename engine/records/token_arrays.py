@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import array
 import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import FormatError
 from . import alternatives
+from .reading import json_type
 
 if TYPE_CHECKING:
     from .reading import Fields
@@ -142,10 +145,10 @@ class TokenArrays:
     def from_fields(cls, f: Fields) -> TokenArrays:
         """The four token lists of a record (``tokens``, ``loss_mask``, ``logprobs``, ``versions``), checked:
         a FormatError names the list at fault."""
-        ids = _int_array(f, "tokens", 0, 2**31 - 1, "token ids (integers from 0 to 2^31 - 1)")
+        ids = _int_array(f, "tokens", 0, 2**31 - 1, "a token id (an integer from 0 to 2^31 - 1)")
         n = len(ids)
-        mask = _int_array(f, "loss_mask", 0, 1, "0s and 1s")
-        versions = _int_array(f, "versions", -1, 2**31 - 1, "policy versions (integers, -1 where none)")
+        mask = _int_array(f, "loss_mask", 0, 1, "0 or 1")
+        versions = _int_array(f, "versions", -1, 2**31 - 1, "a policy version (an integer, -1 where none)")
         logprobs = f.logprobs_or_none("logprobs")
         entropy = f.logprobs_or_none("entropy") if f.has("entropy") else None
         top_ids = alternatives.read_rows(f.raw("top_ids"), f.name("top_ids"), False) if f.has("top_ids") else []
@@ -201,10 +204,20 @@ def _table(values: Any, n: int, fill: Any, dtype: Any, what: str) -> np.ndarray:
 
 
 def _int_array(f: Fields, key: str, low: int, high: int, what: str) -> np.ndarray:
-    arr = np.asarray(f.items(key))
-    if arr.size == 0:
+    """The list ``key`` of ``f`` as int64, each in ``low..high``; else a FormatError naming the first entry that is
+    not (``tokens.17``). Read through ``array.array``: a nested list or a float is refused, not flattened or cut."""
+    items = f.items(key)
+    if not items:
         return np.zeros(0, dtype=np.int64)
-    if arr.dtype.kind not in "iu" or arr.min() < low or arr.max() > high:
-        raise f.fail(key, f"must be a list of {what}")
-    return arr
+    try:
+        arr = np.frombuffer(array.array("q", items), dtype=np.int64)
+        if arr.min() >= low and arr.max() <= high:
+            return arr
+    except (TypeError, OverflowError):
+        pass
+    for i, v in enumerate(items):
+        if type(v) is not int or not low <= v <= high:
+            shown = "" if v is None else f" {v!r:.40}"
+            raise FormatError(f"must be {what}, got {json_type(v)}{shown}", field=f"{f.name(key)}.{i}")
+    raise f.fail(key, f"must be a list, each entry {what}")
 
