@@ -265,3 +265,32 @@ def test_a_last_line_cut_off_is_called_so_and_an_empty_file_says_it_holds_nothin
     empty.write_bytes(b"")
     got = formats.import_path(empty, "jsonl", store)
     assert (got.new, got.errors, got.notes) == (0, [], [f"{empty} holds no records: nothing imported"])
+
+
+def test_a_file_that_starts_with_a_byte_order_mark_reads_as_without_it(tmp_path, capsys):
+    from engine.cli.main import main
+    from engine.formats import jsonl
+
+    line = _conversation("hi", "{}")
+    plain = Store(tmp_path / "p.db")
+    formats.import_path(_write(tmp_path / "plain.jsonl", line.encode()), "messages", plain)
+    bom = _write(tmp_path / "bom.jsonl", b"\xef\xbb\xbf" + line.encode() + line.replace("hi", "bye").encode())
+    store = Store(tmp_path / "b.db")
+    report = formats.import_path(bom, "messages", store)
+    assert (report.new, report.errors) == (2, [])
+    first = min(store.iter_episodes(), key=lambda e: e.source.line)
+    assert first.source.line == 1 and first.messages == plain.get_episode(plain.episode_ids()[0]).messages
+    # A Rollscope export with one: imported, read by `check FILE`, and valid to `schema --validate`.
+    out = tmp_path / "x.jsonl"
+    formats.export(store.iter_episodes(), "jsonl", out)
+    marked = _write(tmp_path / "xb.jsonl", b"\xef\xbb\xbf" + out.read_bytes())
+    assert formats.import_path(marked, "jsonl", Store(tmp_path / "x.db")).new == 2
+    report2 = jsonl.ReadReport()
+    assert len(list(jsonl.read(marked, report2))) == 2 and report2.errors == []
+    assert main(["schema", "--validate", str(marked)]) == 0
+    assert "2 of 2 records conform" in capsys.readouterr().out
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path

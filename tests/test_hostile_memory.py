@@ -109,7 +109,7 @@ def test_import_takes_the_limit_from_the_command_line_and_check_reads_files_with
     assert main(["import", str(path), "--db", str(db), "--quiet", "--max-record-mb", "1"]) == 0
     out = capsys.readouterr()
     assert f"rollscope: skipped {path}:2: the line is 2 MB, over the 1 MB record limit" in out.err
-    assert "imported 2 new" in out.out
+    assert "imported 2 new" in out.out and "0 malformed records skipped, 1 over the record limit skipped" in out.out
     report = jsonl.ReadReport()  # what `check FILE` reads with
     assert len(list(jsonl.read(path, report, max_record=2**20))) == 2
     assert [e.where for e in report.errors] == [f"{path}:2"]

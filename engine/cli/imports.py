@@ -13,7 +13,10 @@ from .common import DEFAULT_DB, fanout, fanout_options, knob_settings, open_stor
 def register(sub: Any) -> None:
     from ..formats import IMPORTERS
 
-    im = sub.add_parser("import", help="import episodes from a training run's dump (or a Rollscope export)")
+    im = sub.add_parser("import", help="import episodes from a training run's dump (or a Rollscope export)",
+                        description="Import episodes from a training run's dump (or a Rollscope export). A record "
+                        "that cannot be read is named and skipped, the rest imported; the exit status is 1 when "
+                        "records were skipped and none imported, 2 when the file cannot be read at all.")
     im.add_argument("file", metavar="FILE_OR_DIR")
     im.add_argument("--format", default="jsonl", choices=sorted(IMPORTERS),
                     help="what wrote it (default jsonl: a Rollscope export): slime (.pt dumps), areal (trajectory "

@@ -31,7 +31,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
         raise ConfigError(f"{path} is not a file")
     n = bad = upgraded = warned = 0
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark is not part of the first record
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}): a JSONL file is UTF-8, one record a line") from None
     for lineno, line in enumerate(text.splitlines(), 1):

@@ -52,7 +52,7 @@ from ..store.writes import BATCH_EPISODES
 from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl, verl_agent_loop
 from .base import ImportContext, LineRange, atomic_path
-from .limits import MAX_RECORD_MB, record_limit
+from .limits import MAX_RECORD_MB, is_over_limit, record_limit
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
 Exporter = Callable[[Iterable[Episode], Path], int]
@@ -131,8 +131,11 @@ class ImportReport:
                     "tags kept")
         else:
             kept = "left as they were"
+        over = sum(map(is_over_limit, self.errors))
+        bad = self.skipped - over
         return (f"imported {self.new} new, {self.already_present} already present ({kept}), "
-                f"{self.skipped} malformed record{'' if self.skipped == 1 else 's'} skipped")
+                f"{bad} malformed record{'' if bad == 1 else 's'} skipped"
+                + (f", {over} over the record limit skipped" if over else ""))
 
 
 def _resolve_tokenizer(tokenizer: Tokenizer | str | None) -> tuple[Tokenizer | None, str]:

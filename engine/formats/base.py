@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -146,8 +146,7 @@ def raw_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, bytes | int
     pos = part.start
     with f:
         if not part.start:
-            not_text(f.read(4096), path)
-            f.seek(0)
+            pos = start_of_text(f, path)
         else:
             f.seek(part.start)
         for lineno, raw in enumerate(bounded_lines(f, ctx.max_record), part.first_line):
@@ -161,6 +160,16 @@ _MAGIC = ((b"PAR1", "a Parquet file: import it with --format parquet"),
           (b"SQLite format 3\x00", "a SQLite database: a Rollscope database is opened with --db, not imported"),
           (b"PK\x03\x04", "a zip archive (as a torch .pt file is: a slime dump imports with --format slime)"),
           (b"\x1f\x8b", "gzip-compressed: gunzip it first"))
+
+
+def start_of_text(f: IO[bytes], path: Path) -> int:
+    """Where the JSON text of ``f`` (open at its start) begins: past a UTF-8 byte order mark, which ``f`` is left at
+    (0 or 3). A FormatError when its first bytes say it is not text (``not_text``)."""
+    head = f.read(4096)
+    not_text(head, path)
+    skip = 3 if head.startswith(b"\xef\xbb\xbf") else 0
+    f.seek(skip)
+    return skip
 
 
 def not_text(head: bytes, path: Path) -> None:

@@ -29,7 +29,7 @@ from ..records import prompts
 from ..records.bounds import within_bounds
 from ..records.episode import Episode
 from ..store.packing import PackedEpisode, pack_episode
-from .base import ImportContext, discover, json_lines, json_object, mark_replaced, raw_lines
+from .base import ImportContext, discover, json_lines, json_object, mark_replaced, raw_lines, start_of_text
 from .limits import MAX_RECORD_MB, bounded_lines, over_limit
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ def read(path: str | Path, report: ReadReport | None = None, max_record: int = i
     rep = report if report is not None else ReadReport()
     ctx = ImportContext("jsonl")
     with p.open("rb") as f:
+        start_of_text(f, p)
         for lineno, raw in enumerate(bounded_lines(f, max_record), 1):
             where = f"{p}:{lineno}"
             if isinstance(raw, int):

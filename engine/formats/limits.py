@@ -56,10 +56,17 @@ def bounded_lines(f: IO[bytes], limit: int) -> Iterator[bytes | int]:
         yield n if n > limit else raw
 
 
+_OVER = "record limit: skipped without being read"
+
+
 def over_limit(n: int, limit: int, what: str, where: str) -> FormatError:
     """The error a record over the limit is skipped with."""
-    return FormatError(f"{what} is {mb(n)}, over the {mb(limit)} record limit: skipped without being read "
-                       "(--max-record-mb raises the limit)", where)
+    return FormatError(f"{what} is {mb(n)}, over the {mb(limit)} {_OVER} (--max-record-mb raises the limit)", where)
+
+
+def is_over_limit(e: FormatError) -> bool:
+    """Whether ``e`` is ``over_limit``'s (it may have crossed from a worker process as its text)."""
+    return _OVER in e.detail
 
 
 def check_inflation(z: zipfile.ZipFile, path: Path, limit: int) -> None:
