@@ -49,6 +49,11 @@ def test_run_export_import_equal_records(tmp_path):
     assert all(r >= 0.5 for r in rewards)
     show = rollscope("show", ids[0][:8], "--db", str(db))
     assert "--- turn 4" in show.stdout and "[assistant]" in show.stdout
+    # --where id= takes unique prefixes, as show does; one that matches none, or several, is refused
+    one = rollscope("ls", "--db", str(db), "--where", f"id={ids[0][:8]},{ids[1]}", "--sort", "id", "--ascending")
+    assert [line.split()[0] for line in one.stdout.splitlines()[1:-1]] == ids[:2] and "(2 of 2 episodes)" in one.stdout
+    none = rollscope("ls", "--db", str(db), "--where", "id=zzzz", check=False)
+    assert none.returncode == 2 and f"no episode 'zzzz' in {db}" in none.stderr
 
 
 @pytest.mark.parametrize(

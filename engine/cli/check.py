@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError, StoreError
 from ..records.episode import Finding
-from .common import counted, fanout, fanout_options, open_store, record_option
+from .common import counted, fanout, fanout_options, open_store, record_option, where
 
 
 def register(sub: Any) -> None:
@@ -74,7 +74,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
             raise StoreError(f"{src} is read-only (no write permission), so findings cannot be saved in it: "
                              "add --no-store to check without saving")
         ids = [store.resolve_id(e) for e in a.episode]
-        flt = EpisodeFilter.from_where(a.where)
+        flt = where(store, a.where)
         if ids:
             flt = EpisodeFilter(**{**flt.__dict__, "ids": tuple(ids)})
         episodes = store.iter_episodes(flt)

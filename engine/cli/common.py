@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,6 +68,17 @@ def fanout(a: argparse.Namespace, most: int | None = None) -> Any:
 
     cpus = default_workers()
     return Fanout(a.workers or (min(cpus, most) if most else cpus), a.ray)
+
+
+def where(store: Any, clauses: Sequence[str]) -> Any:
+    """The ``EpisodeFilter`` of ``--where`` clauses, an ``id=`` clause's unique id prefixes resolved to their ids (as
+    ``show`` takes them): one that matches no episode, or more than one, is refused."""
+    from ..store import EpisodeFilter
+
+    flt = EpisodeFilter.from_where(clauses)
+    if flt.ids:
+        flt = dataclasses.replace(flt, ids=tuple(store.resolve_id(i) for i in flt.ids))
+    return flt
 
 
 def open_store(path: str, must_exist: bool) -> Any:

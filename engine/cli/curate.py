@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..errors import ConfigError
-from .common import DEFAULT_DB, open_store
+from .common import DEFAULT_DB, open_store, where
 
 
 def _selection(p: argparse.ArgumentParser) -> None:
@@ -32,14 +32,13 @@ def register(sub: Any) -> None:
 
 
 def _chosen(a: argparse.Namespace) -> tuple[Any, list[str]]:
-    from ..store import EpisodeFilter
 
     if bool(a.ids) == bool(a.where):
         raise ConfigError("which episodes? give ids, or --where (e.g. --where status=aborted), not both")
     store = open_store(a.db, must_exist=True)
     if a.ids:
         return store, [store.resolve_id(i) for i in a.ids]
-    ids = store.episode_ids(EpisodeFilter.from_where(a.where))
+    ids = store.episode_ids(where(store, a.where))
     if not ids:
         raise ConfigError("no episodes match --where: nothing changed (`rollscope ls` with it lists what there is)")
     return store, ids

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..records.episode import Episode
 from ..records.outcome import Outcome, OutcomeCall
-from .common import DEFAULT_DB, open_store
+from .common import DEFAULT_DB, open_store, where
 
 SHOWN_DB_CHANGES = 8
 
@@ -66,13 +66,12 @@ def outcome_lines(o: Outcome | None) -> list[str]:
 
 
 def cmd_explain(a: argparse.Namespace) -> int:
-    from ..store import EpisodeFilter
 
     store = open_store(a.db, must_exist=True)
     if a.episode_id:
         episodes: Any = [store.get_episode(store.resolve_id(a.episode_id))]
     else:
-        episodes = store.iter_episodes(EpisodeFilter.from_where(a.where))
+        episodes = store.iter_episodes(where(store, a.where))
     kinds: Counter[str] = Counter()
     for ep in episodes:
         if a.json:

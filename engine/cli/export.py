@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigError
-from .common import DEFAULT_DB, counted, open_store
+from .common import DEFAULT_DB, counted, open_store, where
 
 
 def register(sub: Any) -> None:
@@ -30,10 +30,9 @@ def register(sub: Any) -> None:
 
 def cmd_export(a: argparse.Namespace) -> int:
     from ..formats import export
-    from ..store import EpisodeFilter
 
     store = open_store(a.db, must_exist=True)
-    flt = EpisodeFilter.from_where(a.where)
+    flt = where(store, a.where)
     if a.id:
         flt = replace(flt, ids=tuple(store.resolve_id(i) for i in a.id))
     if a.tag:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from .common import DEFAULT_DB, open_store, positive_int, table
+from .common import DEFAULT_DB, open_store, positive_int, table, where
 
 
 def register(sub: Any) -> None:
@@ -17,7 +17,7 @@ def register(sub: Any) -> None:
     ls.add_argument("--where", action="append", default=[], metavar="CLAUSE",
                     help="filter (repeatable, all must hold): status=completed,truncated  reward>=0.5  env=math  "
                     "run=NAME  preset=NAME  tag=x  starred=true  turns>=3  step=N  finding=KIND  root=KIND  "
-                    "outcome=KIND  text=WORDS  id=FULL_ID,...")
+                    "outcome=KIND  text=WORDS  id=ID,... (a unique prefix is enough)")
     ls.add_argument("--sort", default="created_at", choices=SORTABLE, metavar="COLUMN",
                     help="sort by this column, largest first (default: created_at, the newest first); one of "
                     + ", ".join(SORTABLE))
@@ -29,10 +29,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_ls(a: argparse.Namespace) -> int:
-    from ..store import EpisodeFilter
 
     store = open_store(a.db, must_exist=True)
-    flt = EpisodeFilter.from_where(a.where)
+    flt = where(store, a.where)
     rows = store.list_episodes(flt, order_by=a.sort, descending=not a.ascending, limit=a.limit)
     if a.json:
         for r in rows:

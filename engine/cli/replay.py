@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigError
-from .common import DEFAULT_DB, open_store
+from .common import DEFAULT_DB, open_store, where
 
 LISTED = 20
 """Diverged episodes listed one a line before the summary; past this many only the summary is printed."""
@@ -39,7 +39,6 @@ def _one(res: Any) -> None:
 def cmd_replay(a: argparse.Namespace) -> int:
     from ..analysis.replays import replay_summary
     from ..loop.replay import replay_stored
-    from ..store import EpisodeFilter
 
     store = open_store(a.db, must_exist=True)
     if a.episode_id and a.where:
@@ -47,7 +46,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
     if a.episode_id:
         episodes = iter([store.get_episode(store.resolve_id(a.episode_id))])
     elif a.where:
-        episodes = store.iter_episodes(EpisodeFilter.from_where(a.where))
+        episodes = store.iter_episodes(where(store, a.where))
     else:
         raise ConfigError("which episodes? give an episode id, or --where (e.g. --where env=retail)")
     results = []
@@ -66,8 +65,8 @@ def cmd_replay(a: argparse.Namespace) -> int:
             if listed <= LISTED:
                 print(res.summary())
     if not results:
-        where = " ".join(f"--where {w}" for w in a.where)
-        print(f"rollscope: nothing re-executed: no episode matches {where} (`rollscope ls {where}` lists what "
+        said = " ".join(f"--where {w}" for w in a.where)
+        print(f"rollscope: nothing re-executed: no episode matches {said} (`rollscope ls {said}` lists what "
               "there is)", file=sys.stderr)
         return 2
     if listed > LISTED:
