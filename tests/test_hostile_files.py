@@ -242,11 +242,22 @@ def test_a_file_that_is_not_jsonl_text_is_named_for_what_it_is(tmp_path):
         with pytest.raises(formats.FormatError) as e:
             formats.import_path(tmp_path / name, "jsonl", store)
         said[name] = e.value.detail
-    assert said == {"x.parquet": "not JSONL but a Parquet file: import it with --format parquet",
+    assert said == {"x.parquet": "not JSONL but a Parquet file: one Rollscope wrote imports with --format parquet",
                     "x.db": "not JSONL but a SQLite database: a Rollscope database is opened with --db, not imported",
                     "nul.jsonl": "not JSONL text: binary data (a NUL byte at byte 0)",
                     "gz.jsonl": "not JSONL but gzip-compressed: gunzip it first"}
     assert store.count() == 0
+    # UTF-16, with a byte order mark or without: said so, with how to convert it.
+    line = _conversation("hi", "{}")
+    for name, data, says in (("bom16.jsonl", line.encode("utf-16"), "not UTF-8 but UTF-16 text: convert it to UTF-8 (iconv -f UTF-16 "),
+                             ("le16.jsonl", line.encode("utf-16-le"), "not UTF-8 but UTF-16LE text: convert it to UTF-8 (iconv -f UTF-16LE ")):
+        with pytest.raises(formats.FormatError) as e:
+            formats.import_path(_write(tmp_path / name, data), "messages", store)
+        assert e.value.detail.startswith(says) and "iconv" in e.value.detail
+    # NUL bytes past the first line (a file whose end a crash zeroed) are that line's error: the rest is read.
+    zeroed = _write(tmp_path / "zeroed.jsonl", line.encode() + line.replace("hi", "bye").encode() + b"\x00" * 300)
+    report = formats.import_path(zeroed, "messages", store)
+    assert report.new == 2 and [e.where for e in report.errors] == [f"{zeroed}:3"]
 
 
 def test_a_last_line_cut_off_is_called_so_and_an_empty_file_says_it_holds_nothing(tmp_path):
@@ -261,6 +272,10 @@ def test_a_last_line_cut_off_is_called_so_and_an_empty_file_says_it_holds_nothin
     assert report.new == 1 and e.where == f"{cut}:2" and e.detail.startswith("not valid JSON (") and e.detail.endswith(
         "): the file's last line, with no newline after it, so cut off (a file still being written, or copied short?)")
     assert formats.import_path(whole, "messages", Store(tmp_path / "w.db")).errors == []
+    # A last line that ends its object but is wrong inside was written wrong, not cut.
+    wrong = _write(tmp_path / "wrong.jsonl", (line + line.replace('"hi"', '"hi",,').rstrip("\n")).encode())
+    (e,) = formats.import_path(wrong, "messages", Store(tmp_path / "wr.db")).errors
+    assert e.detail.startswith("not valid JSON (") and "cut off" not in e.detail
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     got = formats.import_path(empty, "jsonl", store)

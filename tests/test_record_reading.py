@@ -252,6 +252,9 @@ def test_the_list_readers_fast_paths_read_what_value_by_value_reading_does() -> 
     ("tokens", [5, 6.0], "tokens.1", "got a decimal number 6.0"),
     ("tokens", [[5, 6], [7, 8]], "tokens.0", "got a list [5, 6]"),  # not flattened into four tokens
     ("tokens", [5, None], "tokens.1", "got null"),
+    ("tokens", [5, True], "tokens.1", "got a boolean true"),  # not read as token 1
+    ("loss_mask", [0, 1, False], "loss_mask.2", "must be 0 or 1, got a boolean false"),
+    ("versions", [-1, 3, True], "versions.2", "got a boolean true"),
     ("loss_mask", [0, 1, 2], "loss_mask.2", "must be 0 or 1, got an integer 2"),
     ("versions", [-1, -2], "versions.1", "must be a policy version (an integer, -1 where none), got an integer -2"),
 ])

@@ -24,6 +24,7 @@ from engine.envs import gsm8k
 from engine.envs.math import MathEnv
 from engine.envs.retail import RetailEnv
 from engine.errors import EnvError
+from engine.formats import jsonl
 from engine.loop import verl as verl_loop
 from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
@@ -282,6 +283,20 @@ def test_termination_order_and_turn_limits(smol_tokenizer):
     assert ep.n_turns == 2 and ep.reason == "reached max_assistant_turns=2"
     ep, _ = run(MathEnv, smol_tokenizer, 0, overrides={0: "no", 1: "no", 2: "no"}, max_user_turns=1)
     assert ep.n_turns == 2 and ep.reason == "reached max_user_turns=1"
+
+
+def test_a_reply_the_final_cut_removes_whole_ends_at_the_tokens_and_round_trips(smol_tokenizer):
+    # The first reply and the user's answer already pass response_length=9: the cut keeps 9 response tokens,
+    # so the second reply has none left, and its turn's prompt_len sits at the end of the array.
+    ep, _ = run(MathEnv, smol_tokenizer, 0, overrides={0: "The answer is 3.", 1: "The answer is 4."},
+                response_length=9, prompt_length=4096)
+    n = len(ep.tokens)
+    assert n == ep.prompt_len + 9 and ep.status is Status.TRUNCATED
+    assert [t.prompt_len for t in ep.turns][-1] == n
+    assert all(0 <= t.prompt_len <= n for t in ep.turns)
+    back = jsonl.parse_line(jsonl.dumps(ep), "verl.jsonl:1")
+    assert [t.prompt_len for t in back.turns] == [t.prompt_len for t in ep.turns]
+    assert back.tokens.ids.tolist() == ep.tokens.ids.tolist()
 
 
 def test_the_server_budget_is_prompt_plus_response_length_minus_the_context(smol_tokenizer):

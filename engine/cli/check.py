@@ -159,8 +159,8 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     for spec, why in tokenizer_errors.items():
         print(f"rollscope: tokenizer {spec!r} unavailable, token checks skipped: {why}", file=sys.stderr)
     if n_eps == 0:
-        why = ((f"all {len(skipped)} records in {src} are malformed" if len(skipped) > 1 else
-                f"the one record in {src} is malformed") if skipped else
+        why = ((f"none of the {len(skipped)} records in {src} could be read" if len(skipped) > 1 else
+                f"the one record in {src} could not be read") if skipped else
                "no episode matched" if a.episode or a.where else f"{src} holds no episodes")
         print(f"rollscope: nothing checked: {why}", file=sys.stderr)
         return 2

@@ -146,7 +146,7 @@ def raw_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, bytes | int
     pos = part.start
     with f:
         if not part.start:
-            pos = start_of_text(f, path)
+            pos = start_of_text(f, path, part.end)
         else:
             f.seek(part.start)
         for lineno, raw in enumerate(bounded_lines(f, ctx.max_record), part.first_line):
@@ -156,16 +156,16 @@ def raw_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, bytes | int
             yield f"{path}:{lineno}", raw
 
 
-_MAGIC = ((b"PAR1", "a Parquet file: import it with --format parquet"),
+_MAGIC = ((b"PAR1", "a Parquet file: one Rollscope wrote imports with --format parquet"),
           (b"SQLite format 3\x00", "a SQLite database: a Rollscope database is opened with --db, not imported"),
           (b"PK\x03\x04", "a zip archive (as a torch .pt file is: a slime dump imports with --format slime)"),
           (b"\x1f\x8b", "gzip-compressed: gunzip it first"))
 
 
-def start_of_text(f: IO[bytes], path: Path) -> int:
+def start_of_text(f: IO[bytes], path: Path, end: int | None = None) -> int:
     """Where the JSON text of ``f`` (open at its start) begins: past a UTF-8 byte order mark, which ``f`` is left at
-    (0 or 3). A FormatError when its first bytes say it is not text (``not_text``)."""
-    head = f.read(4096)
+    (0 or 3). A FormatError when its first bytes (no further than ``end``) say it is not text (``not_text``)."""
+    head = f.read(4096 if end is None else min(4096, end))
     not_text(head, path)
     skip = 3 if head.startswith(b"\xef\xbb\xbf") else 0
     f.seek(skip)
@@ -173,14 +173,22 @@ def start_of_text(f: IO[bytes], path: Path) -> int:
 
 
 def not_text(head: bytes, path: Path) -> None:
-    """A FormatError when the first bytes of ``path`` (``head``) say it is not JSON text: a known binary format,
-    or NUL bytes, which no JSONL line holds."""
+    """A FormatError when the first bytes of ``path`` (``head``) say it is not JSON text in UTF-8: a known binary
+    format, UTF-16 or UTF-32, or a NUL byte in the first line, which no JSON text holds. A NUL further on is that
+    line's error alone (a text file whose end was zeroed in a crash still reads up to it)."""
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raise FormatError(f"not JSONL but {what}", str(path))
-    nul = head.find(b"\x00")
-    if nul >= 0:
-        raise FormatError(f"not JSONL text: binary data (a NUL byte at byte {nul})", str(path))
+    first = head.split(b"\n", 1)[0]
+    nul = first.find(b"\x00")
+    if nul < 0:
+        return
+    wide = ("UTF-32" if head.startswith(b"\xff\xfe\x00\x00") else "UTF-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff")
+            else "UTF-16LE" if len(first) >= 4 and first[0] and not first[1] and first[2] and not first[3] else None)
+    if wide is not None:
+        raise FormatError(f"not UTF-8 but {wide} text: convert it to UTF-8 (iconv -f {wide} -t UTF-8 FILE > "
+                          "out.jsonl)", str(path))
+    raise FormatError(f"not JSONL text: binary data (a NUL byte at byte {nul})", str(path))
 
 
 def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -216,8 +224,10 @@ def json_object(raw: bytes, where: str) -> tuple[dict[str, Any] | None, int]:
     try:
         obj = jsonbounds.loads(line, limit=None)
     except ValueError as e:
-        cut = "" if raw.endswith(b"\n") else (": the file's last line, with no newline after it, so cut off (a "
-                                                "file still being written, or copied short?)")
+        # A record ends in "}": a last line that does not, and has no newline, was cut, not written wrong.
+        cut = "" if raw.endswith(b"\n") or raw.rstrip().endswith(b"}") else (
+            ": the file's last line, with no newline after it, so cut off (a file still being written, or copied "
+            "short?)")
         raise FormatError(f"not valid JSON ({jsonbounds.describe(e)}){cut}", where) from None
     if not isinstance(obj, dict):
         raise FormatError(f"expected a JSON object, got {json_type(obj)}", where)

@@ -208,7 +208,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
             yield from _read_whole(f, ctx, position, train)
         except (pickle.UnpicklingError, zipfile.BadZipFile, OSError, EOFError, ValueError, IndexError, KeyError,
                 TypeError) as e:
-            raise FormatError(f"cannot read past sample {position} (truncated or corrupt?): {json_type(e)}: "
+            raise FormatError(f"cannot read past sample {position} (truncated or corrupt?): {type(e).__name__}: "
                               f"{str(e)[:200]}", str(f)) from None
 
 

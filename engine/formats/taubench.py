@@ -89,7 +89,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
         ctx.opened(f)
         try:
             raw = f.read_bytes()
-            data = jsonbounds.loads(raw.decode("utf-8"), limit=None)
+            data = jsonbounds.loads(raw.decode("utf-8-sig"), limit=None)
         except OSError as e:
             raise FormatError(f"cannot read: {e.strerror}", str(f)) from None
         except UnicodeDecodeError as e:

@@ -257,8 +257,8 @@ async def commit(s: Any, generation: Generation) -> Turn:
     timings["total_s"] = timings["generate_s"] + timings.get("env_s", 0.0)
     info["verl"] = {"user_turns": st.user_turns, "assistant_turns": st.assistant_turns,
                     "turn_scores": list(st.turn_scores), "tool_rewards": list(st.tool_rewards)}
-    turn = Turn(index=t, prompt_text=None, prompt_len=prompt_len, generation=gen, tool_calls=tuple(executed),
-                action=action, observation=observation, reward=reward, done=done, info=info,
+    turn = Turn(index=t, prompt_text=None, prompt_len=min(prompt_len, len(b)), generation=gen,
+                tool_calls=tuple(executed), action=action, observation=observation, reward=reward, done=done, info=info,
                 raw_observation=tuple(raws), segments=tuple(b.segments[seg_start:]), timings=timings, findings=tuple(findings))
     s.turns.append(turn)
     if end is not None:

@@ -1,7 +1,7 @@
 """Positions a record gives into its own token array, checked against it.
 
-A record names token positions in three places: ``prompt_len`` (where the
-first prompt ends), each turn's ``prompt_len`` and each segment's ``[start,
+A record names token positions in two places the exports split on:
+``prompt_len`` (where the first prompt ends) and each segment's ``[start,
 end)``. ``Episode.from_dict`` reads each as an integer; whether it points
 inside the episode's ``tokens`` is a question of the whole record, asked here
 by every reader of a file (JSONL, Parquet, ``schema --validate``). A position
@@ -9,6 +9,10 @@ outside the array would split prompt from response in the wrong place in every
 export (verl's ``prompts``/``responses``, the trained tokens counted), so a
 file that gives one is refused with the field named. Episodes already stored
 are read as they are: refusing them here would hide what is in the database.
+
+A turn's own ``prompt_len`` (where its reply begins) is not checked: a turn
+whose reply a loop's final cut removed whole (verl's ``response_length``) has
+no tokens left, and the views that use it clamp it to the array.
 """
 
 from __future__ import annotations
@@ -24,9 +28,6 @@ def out_of_bounds(ep: Episode) -> FormatError | None:
     within = f"must be 0..{n:,} (the episode has {n:,} tokens)"
     if not 0 <= ep.prompt_len <= n:
         return FormatError(f"{within}, got {ep.prompt_len:,}", field="prompt_len")
-    for k, t in enumerate(ep.turns):
-        if not 0 <= t.prompt_len <= n:
-            return FormatError(f"{within}, got {t.prompt_len:,}", field=f"turns.{k}.prompt_len")
     for k, s in enumerate(ep.segments):
         if not 0 <= s.start <= s.end <= n:
             return FormatError(f"[start, end) {within} with start <= end, got [{s.start:,}, {s.end:,})",
