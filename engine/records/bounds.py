@@ -10,9 +10,10 @@ export (verl's ``prompts``/``responses``, the trained tokens counted), so a
 file that gives one is refused with the field named. Episodes already stored
 are read as they are: refusing them here would hide what is in the database.
 
-A turn's own ``prompt_len`` (where its reply begins) is not checked: a turn
-whose reply a loop's final cut removed whole (verl's ``response_length``) has
-no tokens left, and the views that use it clamp it to the array.
+A turn's own ``prompt_len`` (where its reply begins) must be 0 or more, but
+may lie past the end: a turn whose reply verl's final cut removed whole
+(``response_length``) was stored so before it was set to the end, and the
+views that use it clamp it to the array.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ def out_of_bounds(ep: Episode) -> FormatError | None:
     within = f"must be 0..{n:,} (the episode has {n:,} tokens)"
     if not 0 <= ep.prompt_len <= n:
         return FormatError(f"{within}, got {ep.prompt_len:,}", field="prompt_len")
+    for k, t in enumerate(ep.turns):
+        if t.prompt_len < 0:
+            return FormatError(f"must be 0 or more, got {t.prompt_len:,}", field=f"turns.{k}.prompt_len")
     for k, s in enumerate(ep.segments):
         if not 0 <= s.start <= s.end <= n:
             return FormatError(f"[start, end) {within} with start <= end, got [{s.start:,}, {s.end:,})",

@@ -163,7 +163,12 @@ def test_a_reloaded_page_finds_the_watch_and_browse_refreshes_in_place(page: Any
     _tab(page, "runs")
     _fill(page, "rs-watch-folder", str(folder))
     page.locator("#rs-watch-start").click()
-    page.locator("#rs-watch-status [data-state=watching]").wait_for()
+    try:
+        page.locator("#rs-watch-status [data-state=watching]").wait_for()
+    except PlaywrightTimeout:
+        said = page.locator("#rs-watch-message").inner_text()
+        raise AssertionError(f"the page said {said!r}; " + _why_not_stopped(
+            site, page.locator("#rs-watch-status").inner_text())) from None
     page.reload()
     _tab(page, "runs")
     page.locator("#rs-watch-status [data-state=watching]", has_text=str(folder)).wait_for()
