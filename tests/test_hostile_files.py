@@ -247,13 +247,28 @@ def test_a_file_that_is_not_jsonl_text_is_named_for_what_it_is(tmp_path):
                     "nul.jsonl": "not JSONL text: binary data (a NUL byte at byte 0)",
                     "gz.jsonl": "not JSONL but gzip-compressed: gunzip it first"}
     assert store.count() == 0
-    # UTF-16, with a byte order mark or without: said so, with how to convert it.
+    # A binary format whose first bytes hold a newline before any NUL (a torch pickle of protocol 2, a PNG): one
+    # refusal too, not a bad line each.
+    for name, data in (("pickle.jsonl", b"\x80\x02}q\x00(X\n\x00\x00\x00tokens\x01\x00" + bytes(range(256)) * 20),
+                       ("png.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 20)):
+        with pytest.raises(formats.FormatError) as e:
+            formats.import_path(_write(tmp_path / name, data), "jsonl", store)
+        assert e.value.detail.startswith("not JSONL text: binary data (a NUL byte at byte "), name
+    # UTF-16 and UTF-32, with a byte order mark or without, and a byte order mark before a blank first line: said
+    # so, with how to convert it.
     line = _conversation("hi", "{}")
-    for name, data, says in (("bom16.jsonl", line.encode("utf-16"), "not UTF-8 but UTF-16 text: convert it to UTF-8 (iconv -f UTF-16 "),
-                             ("le16.jsonl", line.encode("utf-16-le"), "not UTF-8 but UTF-16LE text: convert it to UTF-8 (iconv -f UTF-16LE ")):
+    for name, data, enc in (("bom16.jsonl", line.encode("utf-16"), "UTF-16"),
+                            ("le16.jsonl", line.encode("utf-16-le"), "UTF-16LE"),
+                            ("be16.jsonl", line.encode("utf-16-be"), "UTF-16BE"),
+                            ("blank16.jsonl", ("\n" + line).encode("utf-16"), "UTF-16"),
+                            ("bomonly16.jsonl", b"\xff\xfe", "UTF-16"),
+                            ("bom32.jsonl", line.encode("utf-32"), "UTF-32"),
+                            ("le32.jsonl", line.encode("utf-32-le"), "UTF-32LE"),
+                            ("be32.jsonl", line.encode("utf-32-be"), "UTF-32BE")):
         with pytest.raises(formats.FormatError) as e:
             formats.import_path(_write(tmp_path / name, data), "messages", store)
-        assert e.value.detail.startswith(says) and "iconv" in e.value.detail
+        assert e.value.detail == (f"not UTF-8 but {enc} text: convert it to UTF-8 (iconv -f {enc} -t UTF-8 FILE > "
+                                  "out.jsonl)"), name
     # NUL bytes past the first line (a file whose end a crash zeroed) are that line's error: the rest is read.
     zeroed = _write(tmp_path / "zeroed.jsonl", line.encode() + line.replace("hi", "bye").encode() + b"\x00" * 300)
     report = formats.import_path(zeroed, "messages", store)
@@ -276,6 +291,16 @@ def test_a_last_line_cut_off_is_called_so_and_an_empty_file_says_it_holds_nothin
     wrong = _write(tmp_path / "wrong.jsonl", (line + line.replace('"hi"', '"hi",,').rstrip("\n")).encode())
     (e,) = formats.import_path(wrong, "messages", Store(tmp_path / "wr.db")).errors
     assert e.detail.startswith("not valid JSON (") and "cut off" not in e.detail
+    # Cut inside a string, or after a value whose object the cut left open: cut off. Wrong before the end: not.
+    for last, is_cut in (('{"messages": [{"role": "user", "content": "h', True),
+                         ('{"messages": [{"role": "user", "content": "hi"}]', True),
+                         ('{"messages": [{"role": "user", "content": "hi"}]] ', False),
+                         ('{"messages": [{"role": "user" "content": "hi"}]', False)):
+        (e,) = formats.import_path(_write(tmp_path / "c.jsonl", (line + last).encode()), "messages",
+                                   Store(tmp_path / "c.db")).errors
+        assert e.detail.startswith("not valid JSON (") and ("cut off" in e.detail) == is_cut, (last, e.detail)
+        if last.endswith('"h'):  # the column the string starts at, said once
+            assert e.detail.startswith(f"not valid JSON (Unterminated string starting at column {len(last) - 1}): ")
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     got = formats.import_path(empty, "jsonl", store)

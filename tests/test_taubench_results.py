@@ -174,3 +174,20 @@ def test_the_recorded_user_answers_while_the_conversation_matches_then_the_perso
     turn = asyncio.run(hand.commit("Something the record never said.", "A reply of my own."))
     assert turn.observation[0].content == "A reply of my own."
     store.close()
+
+
+def test_a_results_file_with_a_byte_order_mark_reads_and_a_bad_byte_is_placed_in_the_file(tmp_path, fake_tau_bench):
+    import pytest
+
+    text = json.dumps([tau_cancel_result()], indent=2).encode()
+    path = tmp_path / "results.json"
+    path.write_bytes(b"\xef\xbb\xbf" + text)
+    store = Store(tmp_path / "x.db")
+    assert formats.import_path(path, "taubench", store).new == 1
+    # The byte named is the file's own: counted from its start, the byte order mark included.
+    at = 3 + text.index(b"Ana")
+    path.write_bytes(b"\xef\xbb\xbf" + text[: at - 3] + b"\xff" + text[at - 2:])
+    with pytest.raises(formats.FormatError) as e:
+        formats.import_path(path, "taubench", store)
+    assert e.value.detail == f"not UTF-8 text (byte {at})" and path.read_bytes()[at] == 0xFF
+    store.close()

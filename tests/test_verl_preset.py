@@ -294,6 +294,9 @@ def test_a_reply_the_final_cut_removes_whole_ends_at_the_tokens_and_round_trips(
     assert n == ep.prompt_len + 9 and ep.status is Status.TRUNCATED
     assert [t.prompt_len for t in ep.turns][-1] == n
     assert all(0 <= t.prompt_len <= n for t in ep.turns)
+    # The first turn's segments (its reply, the user's answer) were laid before the cut: it reaches them too.
+    assert max(seg.end for seg in ep.turns[0].segments) == n
+    assert all(seg.start < seg.end <= n for t in ep.turns for seg in t.segments)
     back = jsonl.parse_line(jsonl.dumps(ep), "verl.jsonl:1")
     assert [t.prompt_len for t in back.turns] == [t.prompt_len for t in ep.turns]
     assert back.tokens.ids.tolist() == ep.tokens.ids.tolist()

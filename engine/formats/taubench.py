@@ -92,8 +92,9 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
             data = jsonbounds.loads(raw.decode("utf-8-sig"), limit=None)
         except OSError as e:
             raise FormatError(f"cannot read: {e.strerror}", str(f)) from None
-        except UnicodeDecodeError as e:
-            raise FormatError(f"not UTF-8 text (byte {e.start})", str(f)) from None
+        except UnicodeDecodeError as e:  # the decoder counts from past a byte order mark
+            at = e.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+            raise FormatError(f"not UTF-8 text (byte {at})", str(f)) from None
         except ValueError as e:
             raise FormatError(f"not valid JSON ({jsonbounds.describe(e)})", str(f)) from None
         if not isinstance(data, list):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..envs.gsm8k import gsm8k_score
@@ -290,11 +290,19 @@ def _final_cut(s: Any) -> None:
     if len(b) <= limit:
         return
     del b.ids[limit:], b.mask[limit:], b.logprobs[limit:], b.versions[limit:]
+    b.segments[:] = _segments_within(b.segments, limit)
+    for i, turn in enumerate(s.turns):  # earlier turns keep their segments: the cut reaches them too
+        if turn.segments and turn.segments[-1].end > limit:
+            s.turns[i] = replace(turn, segments=tuple(_segments_within(turn.segments, limit)))
+
+
+def _segments_within(segments: Any, limit: int) -> list[Any]:
+    """``segments`` that start before ``limit``, the last cut to end there."""
     kept = []
-    for seg in b.segments:
+    for seg in segments:
         if seg.start >= limit:
             continue
         if seg.end > limit:
             seg = type(seg)(seg.start, limit, seg.kind, seg.turn, seg.trainable)
         kept.append(seg)
-    b.segments[:] = kept
+    return kept

@@ -99,4 +99,14 @@ def loads(text: str | bytes, limit: int | None = MAX_DEPTH) -> Any:
 
 def describe(e: ValueError) -> str:
     """A JSON error in a few words: the reader's message and column, or why it was refused."""
-    return f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+    if not isinstance(e, json.JSONDecodeError):
+        return str(e)
+    return f"{e.msg.removesuffix(' at')} at column {e.colno}"
+
+
+def ends_early(e: ValueError, text: str) -> bool:
+    """Whether ``e``, the error reading ``text``, says the text stopped before its value did: the reader ran out of
+    text (at its end, or inside a string) rather than meeting a wrong character."""
+    if not isinstance(e, json.JSONDecodeError):
+        return False
+    return e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")

@@ -206,8 +206,8 @@ def _table(values: Any, n: int, fill: Any, dtype: Any, what: str) -> np.ndarray:
 def _int_array(f: Fields, key: str, low: int, high: int, what: str) -> np.ndarray:
     """The list ``key`` of ``f`` as int64, each in ``low..high``; else a FormatError naming the first entry that is
     not (``tokens.17``). Read through ``array.array``: a nested list or a float is refused, not flattened or cut.
-    ``array.array`` takes true and false as 1 and 0, so the entries that read as 0 or 1 are looked at again (all
-    of a loss mask, few of a token list)."""
+    ``array.array`` takes true and false as 1 and 0, so the entries that read as 0 or 1 are looked at again: the
+    whole list when they are more than a quarter of it (a loss mask), else those few (a token list)."""
     items = f.items(key)
     if not items:
         return np.zeros(0, dtype=np.int64)
@@ -215,7 +215,7 @@ def _int_array(f: Fields, key: str, low: int, high: int, what: str) -> np.ndarra
         arr = np.frombuffer(array.array("q", items), dtype=np.int64)
         if arr.min() >= low and arr.max() <= high:
             small = np.flatnonzero((arr == 0) | (arr == 1))
-            maybe = items if len(small) == len(items) else [items[i] for i in small.tolist()]
+            maybe = items if 4 * len(small) > len(items) else [items[i] for i in small.tolist()]
             if bool not in set(map(type, maybe)):
                 return arr
     except (TypeError, OverflowError):

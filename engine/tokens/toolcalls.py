@@ -116,7 +116,8 @@ def parse_sglang_qwen25(text: str, tool_names: frozenset[str] | None = None) -> 
             return ParseResult((), f"{where}: invalid JSON ({msg})", text)
         for act in obj if isinstance(obj, list) else [obj]:
             if not isinstance(act, dict):
-                return ParseResult((), f"{where}: {json_type(act)}, not an object ('{type(act).__name__}' object has no attribute 'get')", text)
+                raised = f"'{type(act).__name__}' object has no attribute 'get'"
+                return ParseResult((), f"{where}: {json_type(act)}, not an object ({raised})", text)
             name = act.get("name")
             if not (name and name in names):
                 dropped.append(f"{where}: undefined function {name!r} dropped")
