@@ -372,6 +372,47 @@ def test_a_page_is_read_while_the_charts_are_still_counting(store: Store) -> Non
     assert charts["stats"].total == exact[0] == store.count_upto(flt, bound=N).n
 
 
+def test_browse_reads_do_not_wait_for_a_write_in_progress(tmp_path: Path) -> None:
+    """A write holds the store's lock for its whole transaction (an import batch: seconds): Browse's reads, on
+    connections of their own, read the last committed state meanwhile, and none waits for the write to end."""
+    import threading
+
+    s = Store(tmp_path / "held.db")
+    s.save_episodes(synthetic_episode(i) for i in range(40))
+    writing, release = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with s._writing("hold a write open"):
+            s.db.execute("UPDATE episodes SET reason = 'held' WHERE id = ?", [s.episode_ids()[0]])
+            writing.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert writing.wait(30)
+        done = threading.Event()
+        seen: dict[str, object] = {}
+
+        def browse() -> None:
+            flt = EpisodeFilter(status=("completed",))
+            seen["page"] = s.page_episodes(flt, "created_at", False, 10).rows
+            seen["upto"] = s.count_upto(flt).n
+            seen["count"] = s.count()
+            seen["stamp"] = s.episodes_stamp()
+            seen["stats"] = s.stats().total
+            seen["runs"] = s.run_overview()
+            done.set()
+
+        threading.Thread(target=browse, daemon=True).start()
+        assert done.wait(20), "a Browse read waited for the write"
+        assert seen["count"] == seen["stats"] == 40 and seen["stamp"][0] == 40 and seen["page"]
+    finally:
+        release.set()
+        writer.join(30)
+    s.close()
+
+
 def test_one_status_sorted_by_turns_or_tokens_is_read_from_an_index_where_the_long_ones_are_truncated(
         tmp_path: Path) -> None:
     """The truncated episodes are the long ones: a walk of the turns (or tokens) index from the top meets them all

@@ -29,8 +29,9 @@ from ..records import prompts
 from ..records.bounds import within_bounds
 from ..records.episode import Episode
 from ..store.packing import PackedEpisode, pack_episode
-from .base import ImportContext, discover, json_lines, json_object, mark_replaced, raw_lines, start_of_text
+from .base import ImportContext, discover, json_lines, json_object, mark_replaced, raw_lines
 from .limits import MAX_RECORD_MB, bounded_lines, over_limit
+from .sniff import start_of_text
 
 if TYPE_CHECKING:
     from ..checks.fanout import Fanout

@@ -62,6 +62,7 @@ class StoreBase:
     db: sqlite_utils.Database
     path: Path
     _lock: threading.RLock
+    _readers_lock: threading.Lock
     read_only: bool = False
     _read_conn: sqlite3.Connection | None = None
     _read_lock: threading.RLock

@@ -279,7 +279,10 @@ class IndexQueries(StoreBase):
         it waits for a filter the maintained aggregates cannot answer, whose charts count every matching episode.
         """
         name = "_charts" if charts else "_bg" if background else "_read"
-        with self._lock:
+        # Not the store's own lock: a write holds that for its whole transaction (a batch of thousands of
+        # episodes), and a read that waited on it, holding its own connection's lock, would hold up every read
+        # behind it.
+        with self._readers_lock:
             conn = getattr(self, f"{name}_conn", None)
             if conn is None:
                 if self.read_only:
@@ -292,7 +295,7 @@ class IndexQueries(StoreBase):
             return conn, getattr(self, f"{name}_lock")
 
     def close_reader(self) -> None:
-        with self._lock:
+        with self._readers_lock:
             for name in ("_read_conn", "_bg_conn", "_charts_conn"):
                 conn = getattr(self, name, None)
                 if conn is not None:

@@ -8,6 +8,7 @@ quick watches: a look every second, files settled after half a second).
 from __future__ import annotations
 
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,7 +77,19 @@ def _why_not_stopped(site: RunsSite, shown: str) -> str:
     frame = sys._current_frames().get(job._thread.ident or -1)
     where = "".join(traceback.format_stack(frame)) if frame is not None else "its thread has ended"
     return (f"the page says {shown!r}; the watch is {status.state!r} (error: {status.error!r}, {status.looks} looks, "
-            f"{status.new} new); its thread:\n{where}")
+            f"{status.new} new); its thread:\n{where}\nthe server's threads in Rollscope's code:\n{_our_threads()}")
+
+
+def _our_threads() -> str:
+    """Where each thread of this process that is in Rollscope's code stands (a lock it waits on shows here)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        stack = traceback.extract_stack(frame)
+        if ident != threading.get_ident() and any(("/engine/" in f.filename or "/dashboard/" in f.filename)
+                                                  for f in stack):
+            out.append(f"-- {names.get(ident, ident)}:\n" + "".join(traceback.format_list(stack[-10:])))
+    return "\n".join(out) or "(none)"
 
 
 def _second_dump() -> list[dict[str, Any]]:
@@ -197,6 +210,11 @@ def test_a_reloaded_page_finds_the_watch_and_browse_refreshes_in_place(page: Any
 
     _tab(page, "runs")
     page.locator("#rs-watch-stop").click()
-    page.locator("#rs-watch-status [data-state=stopped]").wait_for()
+    try:
+        page.locator("#rs-watch-status [data-state=stopped]").wait_for()
+    except PlaywrightTimeout:
+        said = page.locator("#rs-watch-message").inner_text()
+        raise AssertionError(f"the page said {said!r}; " + _why_not_stopped(
+            site, page.locator("#rs-watch-status").inner_text())) from None
     assert page.evaluate("() => window.__sameDocument") is True
     assert not page.errors
