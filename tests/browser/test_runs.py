@@ -80,6 +80,16 @@ def _why_not_stopped(site: RunsSite, shown: str) -> str:
             f"{status.new} new); its thread:\n{where}\nthe server's threads in Rollscope's code:\n{_our_threads()}")
 
 
+def _watch_shows(page: Any, site: RunsSite, state: str) -> None:
+    """Wait for the watch status to show ``state``; else fail saying what the page and the server were doing."""
+    try:
+        page.locator(f"#rs-watch-status [data-state={state}]").wait_for()
+    except PlaywrightTimeout:
+        said = page.locator("#rs-watch-message").inner_text()
+        raise AssertionError(f"the page said {said!r}; " + _why_not_stopped(
+            site, page.locator("#rs-watch-status").inner_text())) from None
+
+
 def _our_threads() -> str:
     """Where each thread of this process that is in Rollscope's code stands (a lock it waits on shows here)."""
     names = {t.ident: t.name for t in threading.enumerate()}
@@ -176,12 +186,7 @@ def test_a_reloaded_page_finds_the_watch_and_browse_refreshes_in_place(page: Any
     _tab(page, "runs")
     _fill(page, "rs-watch-folder", str(folder))
     page.locator("#rs-watch-start").click()
-    try:
-        page.locator("#rs-watch-status [data-state=watching]").wait_for()
-    except PlaywrightTimeout:
-        said = page.locator("#rs-watch-message").inner_text()
-        raise AssertionError(f"the page said {said!r}; " + _why_not_stopped(
-            site, page.locator("#rs-watch-status").inner_text())) from None
+    _watch_shows(page, site, "watching")
     page.reload()
     _tab(page, "runs")
     page.locator("#rs-watch-status [data-state=watching]", has_text=str(folder)).wait_for()
@@ -210,11 +215,6 @@ def test_a_reloaded_page_finds_the_watch_and_browse_refreshes_in_place(page: Any
 
     _tab(page, "runs")
     page.locator("#rs-watch-stop").click()
-    try:
-        page.locator("#rs-watch-status [data-state=stopped]").wait_for()
-    except PlaywrightTimeout:
-        said = page.locator("#rs-watch-message").inner_text()
-        raise AssertionError(f"the page said {said!r}; " + _why_not_stopped(
-            site, page.locator("#rs-watch-status").inner_text())) from None
+    _watch_shows(page, site, "stopped")
     assert page.evaluate("() => window.__sameDocument") is True
     assert not page.errors
