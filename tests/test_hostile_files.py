@@ -247,19 +247,29 @@ def test_a_file_that_is_not_jsonl_text_is_named_for_what_it_is(tmp_path):
                     "nul.jsonl": "not JSONL text: binary data (a NUL byte at byte 0)",
                     "gz.jsonl": "not JSONL but gzip-compressed: gunzip it first"}
     assert store.count() == 0
-    # A binary format whose first bytes hold a newline before any NUL (a torch pickle of protocol 2, a PNG): one
-    # refusal too, not a bad line each.
-    for name, data in (("pickle.jsonl", b"\x80\x02}q\x00(X\n\x00\x00\x00tokens\x01\x00" + bytes(range(256)) * 20),
-                       ("png.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 20)):
+    # A binary format whose first bytes hold a newline before any NUL (a torch file saved the legacy way, a PNG, a
+    # safetensors file whose header length holds 0x0a): one refusal too, not a bad line each.
+    import io
+
+    import torch
+    legacy = io.BytesIO()
+    torch.save({"tokens": torch.arange(600)}, legacy, _use_new_zipfile_serialization=False)
+    assert 0 < legacy.getvalue().index(b"\n") < legacy.getvalue().index(b"\x00")
+    header = b'{"tokens":{"dtype":"I64","shape":[320],"data_offsets":[0,2560]}}'.ljust(0x0A08)
+    for name, data in (("legacy.jsonl", legacy.getvalue()),
+                       ("png.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 20),
+                       ("st.jsonl", len(header).to_bytes(8, "little") + header + bytes(range(256)) * 10)):
         with pytest.raises(formats.FormatError) as e:
             formats.import_path(_write(tmp_path / name, data), "jsonl", store)
-        assert e.value.detail.startswith("not JSONL text: binary data (a NUL byte at byte "), name
-    # UTF-16 and UTF-32, with a byte order mark or without, and a byte order mark before a blank first line: said
-    # so, with how to convert it.
+        assert e.value.detail == f"not JSONL text: binary data (a NUL byte at byte {data.index(0)})", name
+    # UTF-16 and UTF-32, with a byte order mark or without (short, or past ASCII), and a byte order mark before a
+    # blank first line: said so, with how to convert it.
     line = _conversation("hi", "{}")
     for name, data, enc in (("bom16.jsonl", line.encode("utf-16"), "UTF-16"),
                             ("le16.jsonl", line.encode("utf-16-le"), "UTF-16LE"),
                             ("be16.jsonl", line.encode("utf-16-be"), "UTF-16BE"),
+                            ("short16.jsonl", "{}\n".encode("utf-16-le"), "UTF-16LE"),
+                            ("wide16.jsonl", '{"日本": 1}\n'.encode("utf-16-le"), "UTF-16LE"),
                             ("blank16.jsonl", ("\n" + line).encode("utf-16"), "UTF-16"),
                             ("bomonly16.jsonl", b"\xff\xfe", "UTF-16"),
                             ("bom32.jsonl", line.encode("utf-32"), "UTF-32"),
@@ -273,6 +283,16 @@ def test_a_file_that_is_not_jsonl_text_is_named_for_what_it_is(tmp_path):
     zeroed = _write(tmp_path / "zeroed.jsonl", line.encode() + line.replace("hi", "bye").encode() + b"\x00" * 300)
     report = formats.import_path(zeroed, "messages", store)
     assert report.new == 2 and [e.where for e in report.errors] == [f"{zeroed}:3"]
+    # So with a first line that is not UTF-8, or that starts with the bytes of a UTF-16 byte order mark: each is
+    # its line's error, and the records after it are read.
+    for name, first in (("latin1.jsonl", line.replace("hi", "h\xe9").encode("latin-1")),
+                        ("fffe.jsonl", b"\xff\xfe" + line.encode())):
+        others = "".join(line.replace("hi", f"hi {i}") for i in range(3)).encode()
+        path = _write(tmp_path / name, first + others + b"\x00" * 300)
+        report = formats.import_path(path, "messages", Store(tmp_path / f"{name}.db"))
+        assert report.new == 3 and [(e.where, e.detail) for e in report.errors] == [
+            (f"{path}:1", "not UTF-8 text (byte 0)" if name == "fffe.jsonl" else
+             f"not UTF-8 text (byte {first.index(0xE9)})"), (f"{path}:5", "not valid JSON (Expecting value at column 1)")], name
 
 
 def test_a_last_line_cut_off_is_called_so_and_an_empty_file_says_it_holds_nothing(tmp_path):
@@ -295,7 +315,11 @@ def test_a_last_line_cut_off_is_called_so_and_an_empty_file_says_it_holds_nothin
     for last, is_cut in (('{"messages": [{"role": "user", "content": "h', True),
                          ('{"messages": [{"role": "user", "content": "hi"}]', True),
                          ('{"messages": [{"role": "user", "content": "hi"}]] ', False),
-                         ('{"messages": [{"role": "user" "content": "hi"}]', False)):
+                         ('{"messages": [{"role": "user" "content": "hi"}]', False),
+                         # inside a number, a literal or an escape: cut; a backslash before a closing quote: not
+                         ('{"logprobs": [-0.25, -', True), ('{"logprobs": [-0.25, -0.', True),
+                         ('{"logprobs": [-0.25, -1e', True), ('{"done": tru', True), ('{"reward": nul', True),
+                         ('{"text": "caf\\u00', True), ('{"path": "C:\\"}', False), ('{"x": 1.}', False)):
         (e,) = formats.import_path(_write(tmp_path / "c.jsonl", (line + last).encode()), "messages",
                                    Store(tmp_path / "c.db")).errors
         assert e.detail.startswith("not valid JSON (") and ("cut off" in e.detail) == is_cut, (last, e.detail)

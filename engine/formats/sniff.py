@@ -3,7 +3,6 @@ known binary format, UTF-16 or UTF-32, or binary data, each refused whole with a
 
 from __future__ import annotations
 
-import codecs
 from pathlib import Path
 from typing import IO
 
@@ -27,27 +26,35 @@ def start_of_text(f: IO[bytes], path: Path, end: int | None = None) -> int:
 
 _WIDE_BOMS = ((b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe\x00\x00", "UTF-32"), (b"\xff\xfe", "UTF-16"),
               (b"\xfe\xff", "UTF-16"))
-# Without a byte order mark, where the zero bytes fall among the first eight (JSON text opens with ASCII) says the
-# encoding: x000 x000 is UTF-32LE, 000x 000x UTF-32BE, x0x0 x0x0 UTF-16LE, 0x0x 0x0x UTF-16BE.
-_WIDE_ZEROS: dict[tuple[int, ...], str] = {(0, 1, 1, 1) * 2: "UTF-32LE", (1, 1, 1, 0) * 2: "UTF-32BE",
-                                           (0, 1) * 4: "UTF-16LE", (1, 0) * 4: "UTF-16BE"}
+# Without a byte order mark, where the zero bytes fall among the first four says the encoding of a text whose first
+# character is ASCII: x000 is UTF-32LE, 000x UTF-32BE, x0x0 UTF-16LE, 0x0x UTF-16BE (the index: that character's).
+_WIDE_ZEROS: dict[tuple[int, ...], tuple[str, int]] = {
+    (0, 1, 1, 1): ("UTF-32LE", 0), (1, 1, 1, 0): ("UTF-32BE", 3), (0, 1, 0, 1): ("UTF-16LE", 0),
+    (1, 0, 1, 0): ("UTF-16BE", 1)}
+_OPENS = frozenset(b'{["\t\n\r ')
+"""What a JSON text's first character can be, in a JSONL file."""
+_HIGH = bytes(range(0x80, 0x100))
+"""Bytes past ASCII: a line that opens a record may follow them (a byte order mark, bytes not UTF-8) with ``{``."""
 
 
 def wide_encoding(head: bytes) -> str | None:
     """The UTF-16 or UTF-32 encoding the first bytes of a JSON text are in, as iconv names it; None when they are in
-    neither (UTF-8, or not text). A byte order mark counts when nothing follows it or a NUL does: JSON's ASCII
-    in these encodings holds NULs, so without any the bytes are UTF-8 that is wrong at its start."""
+    neither (UTF-8, or not text). A byte order mark counts when nothing follows it or a NUL is in the two bytes
+    after it (JSON's first character is ASCII, which these encodings write with NULs): else the bytes are UTF-8
+    that is wrong at its start."""
     for bom, name in _WIDE_BOMS:
-        if head.startswith(bom) and (len(head) == len(bom) or b"\x00" in head[len(bom):]):
+        if head.startswith(bom) and (len(head) == len(bom) or b"\x00" in head[len(bom):len(bom) + 2]):
             return name
-    return _WIDE_ZEROS.get(tuple(int(b == 0) for b in head[:8]))
+    found = _WIDE_ZEROS.get(tuple(int(b == 0) for b in head[:4]))
+    return found[0] if found is not None and head[found[1]] in _OPENS else None
 
 
 def not_text(head: bytes, path: Path) -> None:
     """A FormatError when the first bytes of ``path`` (``head``) say it is not JSON text in UTF-8: a known binary
-    format; UTF-16 or UTF-32; a NUL byte in the first line, which no JSON text holds; or a NUL byte further on with
-    a first line that is not UTF-8 (a binary format whose first bytes hold a newline). A NUL after a first line of
-    UTF-8 is that line's error alone: a text file whose end was zeroed in a crash still reads up to it."""
+    format; UTF-16 or UTF-32; a NUL byte in the first line, which no JSON text holds; or a NUL byte after a line that
+    does not open a record (``{``, past any bytes beyond ASCII): a binary format whose first bytes hold a newline (an old torch pickle, a PNG, a
+    safetensors file). A NUL after lines that each open a record is that line's error alone: a text file whose end
+    was zeroed in a crash still reads up to it."""
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raise FormatError(f"not JSONL but {what}", str(path))
@@ -58,15 +65,6 @@ def not_text(head: bytes, path: Path) -> None:
     nul = head.find(b"\x00")
     if nul < 0:
         return
-    first, newline, _ = head.partition(b"\n")
-    if nul < len(first) or not _utf8(first, whole=bool(newline)):
+    lines = head[:nul].split(b"\n")
+    if len(lines) == 1 or any(line.strip() and not line.strip().lstrip(_HIGH).startswith(b"{") for line in lines):
         raise FormatError(f"not JSONL text: binary data (a NUL byte at byte {nul})", str(path))
-
-
-def _utf8(data: bytes, whole: bool) -> bool:
-    """Whether ``data`` is UTF-8; when not ``whole``, a character cut at its end is no error."""
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(data, final=whole)
-    except UnicodeDecodeError:
-        return False
-    return True

@@ -11,6 +11,7 @@ Text is parsed by ``orjson`` where it reads the same value as Python's ``json`` 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -104,9 +105,20 @@ def describe(e: ValueError) -> str:
     return f"{e.msg.removesuffix(' at')} at column {e.colno}"
 
 
+# What a text cut inside a value leaves from where the reader stopped: the start of a number's sign, fraction or
+# exponent, of true, false or null, or of a \uXXXX escape.
+_CUT_TOKEN = re.compile(r"(?:-|\.|[eE][-+]?|t(?:ru?)?|f(?:a(?:ls?)?)?|n(?:ul?)?|u[0-9a-fA-F]{0,3})\Z")
+# A string run on to the end by a backslash before its closing quote (``"C:\"}``): written wrong, not cut.
+_ESCAPED_CLOSE = re.compile(r'\\"[\]}]+\s*\Z')
+
+
 def ends_early(e: ValueError, text: str) -> bool:
     """Whether ``e``, the error reading ``text``, says the text stopped before its value did: the reader ran out of
-    text (at its end, or inside a string) rather than meeting a wrong character."""
+    text (at its end, inside a string, or inside a number, a literal or an escape) rather than meeting a wrong
+    character."""
     if not isinstance(e, json.JSONDecodeError):
         return False
-    return e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")
+    end = text.rstrip()
+    if e.msg.startswith("Unterminated string"):
+        return not _ESCAPED_CLOSE.search(end)
+    return e.pos >= len(end) or _CUT_TOKEN.match(end, e.pos) is not None
