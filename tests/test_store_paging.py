@@ -402,11 +402,12 @@ def test_browse_reads_do_not_wait_for_a_write_in_progress(tmp_path: Path) -> Non
             seen["stamp"] = s.episodes_stamp()
             seen["stats"] = s.stats().total
             seen["runs"] = s.run_overview()
+            seen["envs"] = s.distinct("env")
             done.set()
 
         threading.Thread(target=browse, daemon=True).start()
         assert done.wait(20), "a Browse read waited for the write"
-        assert seen["count"] == seen["stats"] == 40 and seen["stamp"][0] == 40 and seen["page"]
+        assert seen["count"] == seen["stats"] == 40 and seen["stamp"][0] == 40 and seen["page"] and seen["envs"]
     finally:
         release.set()
         writer.join(30)

@@ -342,12 +342,12 @@ class Reads(StoreBase):
         if column not in ("env", "status", "preset", "run_id", "source", "task_id", "outcome"):
             raise ConfigError(f"no filter on {column!r}")
         # From the browse index's index on the column, a step a value (each the next larger one): a few lookups
-        # for the few envs, presets or sources of a million episodes, where SELECT DISTINCT reads every row.
-        with self._lock:
-            return [r[0] for r in self.db.execute(
-                f"WITH RECURSIVE d(v) AS (SELECT MIN({column}) FROM episode_index UNION ALL "
-                f"SELECT (SELECT MIN({column}) FROM episode_index WHERE {column} > d.v) FROM d WHERE d.v IS NOT NULL) "
-                "SELECT v FROM d WHERE v IS NOT NULL ORDER BY 1")]
+        # for the few envs, presets or sources of a million episodes, where SELECT DISTINCT reads every row. On the
+        # connection of what follows a page, as the other choices are: a write in progress does not hold it up.
+        return [r[0] for r in self.browse_query(
+            f"WITH RECURSIVE d(v) AS (SELECT MIN({column}) FROM episode_index UNION ALL "
+            f"SELECT (SELECT MIN({column}) FROM episode_index WHERE {column} > d.v) FROM d WHERE d.v IS NOT NULL) "
+            "SELECT v FROM d WHERE v IS NOT NULL ORDER BY 1", background=True)]
 
     def replays(self, episode_id: str) -> list[dict[str, Any]]:
         """Stored re-executions of an episode, newest first, as ``ReplayResult.to_dict()`` plus ``id``."""
