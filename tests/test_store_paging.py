@@ -373,30 +373,36 @@ def test_a_page_is_read_while_the_charts_are_still_counting(store: Store) -> Non
 
 
 def test_browse_reads_do_not_wait_for_a_write_in_progress(tmp_path: Path) -> None:
-    """A write holds the store's lock for its whole transaction (an import batch: seconds): Browse's reads, on
-    connections of their own, read the last committed state meanwhile, and none waits for the write to end."""
+    """A write holds the store's lock and SQLite's for its whole transaction (an import batch: seconds): Browse's
+    reads, on connections of their own, read the last committed state meanwhile, and none waits for the write to
+    end: not a deep page, nor the charts, whose new planner statistics (the file grew past 1,000 episodes) wait for
+    a read after the write."""
     import threading
 
+    n = 1100
     s = Store(tmp_path / "held.db")
-    s.save_episodes(synthetic_episode(i) for i in range(40))
+    s.save_episodes(synthetic_episode(i) for i in range(n))
     writing, release = threading.Event(), threading.Event()
+    analyzed = s._analyzed_rows
 
     def write() -> None:
         with s._writing("hold a write open"):
-            s.db.execute("UPDATE episodes SET reason = 'held' WHERE id = ?", [s.episode_ids()[0]])
+            s.db.conn.execute("UPDATE episodes SET reason = 'held'")
+            assert s.db.conn.in_transaction
             writing.set()
-            release.wait(30)
+            release.wait(60)
 
     writer = threading.Thread(target=write)
     writer.start()
     try:
         assert writing.wait(30)
         done = threading.Event()
-        seen: dict[str, object] = {}
+        seen: dict[str, Any] = {}
 
         def browse() -> None:
             flt = EpisodeFilter(status=("completed",))
-            seen["page"] = s.page_episodes(flt, "created_at", False, 10).rows
+            seen["page"] = s.page_episodes(None, "created_at", False, 10).rows
+            seen["deep"] = s.page_episodes(None, "created_at", False, 10, offset=1050).rows
             seen["upto"] = s.count_upto(flt).n
             seen["count"] = s.count()
             seen["stamp"] = s.episodes_stamp()
@@ -407,10 +413,15 @@ def test_browse_reads_do_not_wait_for_a_write_in_progress(tmp_path: Path) -> Non
 
         threading.Thread(target=browse, daemon=True).start()
         assert done.wait(20), "a Browse read waited for the write"
-        assert seen["count"] == seen["stats"] == 40 and seen["stamp"][0] == 40 and seen["page"] and seen["envs"]
+        assert seen["count"] == seen["stats"] == seen["stamp"][0] == n and seen["envs"]
+        assert len(seen["page"]) == len(seen["deep"]) == 10
+        assert {r.reason for r in seen["page"] + seen["deep"]} != {"held"}, "a read saw the write before its commit"
+        assert s._analyzed_rows == analyzed, "the charts' statistics were taken during the write"
     finally:
         release.set()
-        writer.join(30)
+        writer.join(60)
+    s.stats()
+    assert s._analyzed_rows == n  # taken at the first charts read after the write
     s.close()
 
 

@@ -34,6 +34,9 @@ def damaged(error: BaseException, path: str | Path) -> StoreError | None:
 BATCH_CACHE_KB = 262_144
 """The writing connection's page cache while ``save_batches`` runs, in KiB (set back after): what a batch dirties."""
 
+BUSY_TIMEOUT_S = 30
+"""How long a Browse connection waits for SQLite's locks (another process's write)."""
+
 
 class _Writing:
     """``with self._lock, self.db.conn`` as one context manager."""
@@ -102,6 +105,38 @@ class StoreBase:
         if not rows:
             raise StoreError(f"no episode {episode_id!r} in {self.path}")
         return rows[0]
+
+    def _analyze(self, conn: sqlite3.Connection) -> None:
+        """Refresh the planner's statistics of ``episode_index`` (a sample: milliseconds at 100,000 rows).
+
+        Without them SQLite guesses that ``status = ?`` is selective and sorts
+        every completed episode instead of walking the created_at index.
+        """
+        conn.execute("PRAGMA analysis_limit = 1000")
+        conn.execute("ANALYZE episode_index")
+        conn.commit()
+        self._analyzed_rows = _rows_about(conn)
+
+    def _maybe_analyze(self, conn: sqlite3.Connection) -> None:
+        """New statistics for a database that grew a lot since the last (the dashboard was started on an empty one),
+        on the charts' connection, when no write is under way: ANALYZE writes, so during an import batch it would
+        wait for the batch's commit (failing after the busy timeout), and a batch that began meanwhile could not
+        write. It waits for nothing: a write in this process, or in another, skips it until a later read. A file
+        this process may not write keeps the statistics it has."""
+        if self.read_only or _rows_about(conn) <= 2 * self._analyzed_rows + 1000:
+            return
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+            self._analyze(conn)
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise
+            conn.rollback()
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+            self._lock.release()
 
     # Provided by the parts (reads, browse); declared here for the others.
     def get_episode(self, episode_id: str) -> Episode:
@@ -195,3 +230,9 @@ class StoreBase:
                 if n == 1:
                     with contextlib.suppress(sqlite3.ProgrammingError):  # the store was closed meanwhile
                         conn.execute(f"PRAGMA cache_size = {before}")
+
+
+def _rows_about(conn: sqlite3.Connection) -> int:
+    """About how many rows the browse index holds, from its last row id (one step of its key, where a COUNT reads
+    every row): an episode deleted still counts."""
+    return int(conn.execute("SELECT IFNULL(MAX(rid), 0) FROM episode_index").fetchone()[0])

@@ -77,7 +77,7 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
         """How many stored episodes this open gave an outcome (``0011_outcomes``)."""
         self._lock = threading.RLock()
         self._readers_lock = threading.Lock()
-        """Held only to open or close the Browse connections (``_reader``), never while waiting on anything."""
+        """Held only to open or close the Browse connections (``_reader``), never while waiting on another lock."""
         if read_only:
             if not self.path.exists():
                 raise StoreError(f"database {self.path} does not exist")

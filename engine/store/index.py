@@ -17,7 +17,7 @@ from typing import Any
 
 from ..records import textsafe
 from ..records.episode import Episode, Turn
-from .base import StoreBase
+from .base import BUSY_TIMEOUT_S, StoreBase
 from .schema import TOTAL_TABLES, bucket_width, length_bucket_sql
 
 
@@ -183,24 +183,6 @@ def text_digests(texts: Iterable[str]) -> tuple[dict[str, bytes], dict[bytes, st
 class IndexQueries(StoreBase):
     """Search-index upkeep and the aggregate queries of the episode index, mixed into ``Store``."""
 
-    def _analyze(self, conn: sqlite3.Connection) -> None:
-        """Refresh the planner's statistics of ``episode_index`` (a sample: milliseconds at 100,000 rows).
-
-        Without them SQLite guesses that ``status = ?`` is selective and sorts
-        every completed episode instead of walking the created_at index.
-        """
-        conn.execute("PRAGMA analysis_limit = 1000")
-        conn.execute("ANALYZE episode_index")
-        conn.commit()
-        self._analyzed_rows = _rows_about(conn)
-
-    def _maybe_analyze(self, conn: sqlite3.Connection) -> None:
-        # A database that grew a lot since the last statistics (the dashboard
-        # was started on an empty one) gets new ones; a file this process may
-        # not write keeps the statistics it has.
-        if not self.read_only and _rows_about(conn) > 2 * self._analyzed_rows + 1000:
-            self._analyze(conn)
-
     def _reindex_search(self) -> None:
         """Fill the search index from the stored episodes (a database from before it existed)."""
         ids = [r[0] for r in self.db.execute("SELECT id FROM episodes")]
@@ -288,7 +270,7 @@ class IndexQueries(StoreBase):
                 if self.read_only:
                     conn = self._read_only_file().connect()
                 else:
-                    conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+                    conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_S)
                 conn.execute("PRAGMA temp_store=MEMORY")
                 setattr(self, f"{name}_conn", conn)
                 setattr(self, f"{name}_lock", threading.RLock())
@@ -581,12 +563,6 @@ def _reward_stat(n: str, weight: str) -> str:
     are over the episodes with a reward."""
     known = f"SUM(CASE WHEN reward IS NOT NULL THEN {weight} END)"
     return f"{n}, SUM(reward * {weight}) / {known}, SUM(reward * reward * {weight}) / {known}, MIN(reward), MAX(reward)"
-
-
-def _rows_about(conn: sqlite3.Connection) -> int:
-    """About how many rows the browse index holds, from its last row id (one step of its key, where a COUNT reads
-    every row): an episode deleted still counts."""
-    return int(conn.execute("SELECT IFNULL(MAX(rid), 0) FROM episode_index").fetchone()[0])
 
 
 def _where(flt: Any) -> tuple[str, list[Any]]:
