@@ -19,9 +19,14 @@ def start_of_text(f: IO[bytes], path: Path, end: int | None = None) -> int:
     (0 or 3). A FormatError when its first bytes (no further than ``end``) say it is not text (``not_text``)."""
     head = f.read(4096 if end is None else min(4096, end))
     not_text(head, path)
-    skip = 3 if head.startswith(b"\xef\xbb\xbf") else 0
+    skip = utf8_bom(head)
     f.seek(skip)
     return skip
+
+
+def utf8_bom(data: bytes) -> int:
+    """How long the UTF-8 byte order mark ``data`` starts with is: 3, or 0 when it has none."""
+    return 3 if data.startswith(b"\xef\xbb\xbf") else 0
 
 
 _WIDE_BOMS = ((b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe\x00\x00", "UTF-32"), (b"\xff\xfe", "UTF-16"),
@@ -52,9 +57,9 @@ def wide_encoding(head: bytes) -> str | None:
 def not_text(head: bytes, path: Path) -> None:
     """A FormatError when the first bytes of ``path`` (``head``) say it is not JSON text in UTF-8: a known binary
     format; UTF-16 or UTF-32; a NUL byte in the first line, which no JSON text holds; or a NUL byte after a line that
-    does not open a record (``{``, past any bytes beyond ASCII): a binary format whose first bytes hold a newline (an old torch pickle, a PNG, a
-    safetensors file). A NUL after lines that each open a record is that line's error alone: a text file whose end
-    was zeroed in a crash still reads up to it."""
+    does not open a record (``{``, past any bytes beyond ASCII): a binary format whose first bytes hold a newline
+    (an old torch pickle, a PNG, a safetensors file). A NUL after lines that each open a record is that line's
+    error alone: a text file whose end was zeroed in a crash still reads up to it."""
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raise FormatError(f"not JSONL but {what}", str(path))

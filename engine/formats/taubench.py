@@ -33,6 +33,7 @@ from ..records.provenance import Source
 from ..records.reading import json_type
 from .base import ImportContext, discover, jsonable, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode, parse_messages
+from .sniff import utf8_bom
 
 DOMAINS = ("retail", "airline")
 
@@ -93,8 +94,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
         except OSError as e:
             raise FormatError(f"cannot read: {e.strerror}", str(f)) from None
         except UnicodeDecodeError as e:  # the decoder counts from past a byte order mark
-            at = e.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
-            raise FormatError(f"not UTF-8 text (byte {at})", str(f)) from None
+            raise FormatError(f"not UTF-8 text (byte {e.start + utf8_bom(raw)})", str(f)) from None
         except ValueError as e:
             raise FormatError(f"not valid JSON ({jsonbounds.describe(e)})", str(f)) from None
         if not isinstance(data, list):

@@ -130,10 +130,9 @@ class StoreBase:
         try:
             conn.execute("PRAGMA busy_timeout = 0")
             self._analyze(conn)
-        except sqlite3.OperationalError as e:
+        except sqlite3.OperationalError as e:  # another process writes: a later read takes them
             if "locked" not in str(e) and "busy" not in str(e):
                 raise
-            conn.rollback()
         finally:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
             self._lock.release()
