@@ -183,6 +183,29 @@ def _panel(store: Store) -> playback.PlaybackPanel:
     return playback.PlaybackPanel(*([None] * 8), playback.Episodes(store))  # type: ignore[arg-type]
 
 
+def test_the_card_follows_a_change_of_episode_once(tmp_path: Path) -> None:
+    import gradio as gr
+
+    a, b = synthetic_episode(5), synthetic_episode(9)
+    assert a.n_turns > 1 and b.n_turns > 1
+    store = Store(tmp_path / "follow.db")
+    store.save_episodes([a, b])
+    panel = _panel(store)
+    _, card, _, drawn = panel.follow(a.id, None, None)
+    assert f'data-episode="{a.id}"' in card and f'data-k="{a.n_turns - 1}"' in card and drawn == a.id
+    # The researcher stepped to turn 0; the same episode's change arriving again leaves every output alone.
+    assert panel.step(a.id, a.n_turns - 1, "first")[0] == 0
+    again = panel.follow(a.id, None, a.id)
+    assert len(again) == 4 and all(isinstance(v, type(gr.skip())) for v in again)
+    # Another episode (at the turn a link asks for), then back to the first, then none: each is drawn.
+    _, card, _, drawn = panel.follow(b.id, 1, a.id)
+    assert f'data-episode="{b.id}"' in card and 'data-k="1"' in card and drawn == b.id
+    _, card, _, drawn = panel.follow(a.id, None, b.id)
+    assert f'data-episode="{a.id}"' in card and drawn == a.id
+    _, card, _, drawn = panel.follow(None, None, a.id)
+    assert "data-episode" not in card and drawn is None
+
+
 @pytest.mark.solo
 def test_steps_clamp_and_a_step_is_fast_on_a_long_episode(tmp_path: Path, tok: Any) -> None:
     ep = long_episode(tok)

@@ -192,6 +192,16 @@ class PlaybackPanel:
         return self.opened.values(slider=_slider(n, k), card=fresh(turn_card(loaded, k, follow=k != last)),
                                   replay=views.render_replays(self.episodes.store.replays(episode_id)))
 
+    def follow(self, episode_id: str | None, turn: Any, drawn: str | None) -> list[Any]:
+        """``open``'s values and the episode drawn, when the episode on screen changes to ``episode_id``; nothing
+        changes when ``drawn`` (the episode the card was last opened on) is that episode already.
+
+        A second answer for the same episode, arriving late, would otherwise draw the turn it opens at over a step
+        the researcher took since."""
+        if episode_id and episode_id == drawn:
+            return self.opened.skip() + [gr.skip()]
+        return [*self.open(episode_id, turn), episode_id]
+
     def _step(self, episode_id: str | None, k: Any, how: str) -> dict[str, Any]:
         if not episode_id:
             return {"card": views.render_no_turns(None)}
@@ -226,8 +236,13 @@ class PlaybackPanel:
 
     def wire(self, current: gr.State) -> None:
         """Follow the episode in ``current`` (the Episode tab's id of the episode on screen)."""
-        current.change(self.open, inputs=[current] + ([self.start_turn] if self.start_turn is not None else []),
-                       outputs=self.opened.components)
+        drawn = gr.State(None)  # the id of the episode whose card ``follow`` drew last
+        opened = self.opened + Outputs(drawn=drawn)
+        if self.start_turn is None:
+            current.change(lambda e, was: self.follow(e, None, was), inputs=[current, drawn],
+                           outputs=opened.components)
+        else:
+            current.change(self.follow, inputs=[current, self.start_turn, drawn], outputs=opened.components)
         stepped = self.stepped
         for button, how in ((self.first, "first"), (self.prev, "prev"), (self.next, "next"), (self.last, "last")):
             button.click(lambda e, k, how=how: self.step(e, k, how), inputs=[current, self.slider],
