@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,6 +252,71 @@ def test_a_file_another_process_is_writing_stops_the_import_with_what_to_do(tmp_
         other.close()
     assert not store.db.conn.in_transaction and store.count() == 5
     assert [state for _, state, _ in store.save_batches(eps)] == ["unchanged"] * 5 + ["new"] * 5
+    _counts_whole(store)
+    store.close()
+
+
+def test_a_batch_waits_for_a_write_another_process_commits_after_its_first_read(tmp_path: Path) -> None:
+    """A batch reads (is the episode stored?) before it writes. Another process's commit between the two used to
+    fail the batch at once with "database is locked": a transaction that has read may not write over a newer
+    commit, and SQLite does not wait there. The batch takes the write lock before its first write instead."""
+    path = tmp_path / "snap.db"
+    store = Store(path)
+    other = Store(path)  # a connection of its own, as another process has
+    eps = list(synthetic_episodes(6))
+    list(store.save_batches(eps[:3]))
+    conn = store.db.conn
+    seen: list[str] = []
+
+    def traced(sql: str) -> None:
+        # The statement after the batch's first read: the other writer commits there, once.
+        if seen == ["read"]:
+            seen.append("other")
+            other.set_starred(eps[0].id, True)
+        elif not seen and sql.startswith("SELECT 1 FROM episodes WHERE id"):
+            seen.append("read")
+
+    conn.set_trace_callback(traced)
+    try:
+        states = [state for _, state, _ in store.save_batches(eps)]
+    finally:
+        conn.set_trace_callback(None)
+    assert seen == ["read", "other"]
+    assert states == ["unchanged"] * 3 + ["new"] * 3 and store.count() == 6
+    assert store.get_episode(eps[0].id).starred  # the other process's change is kept
+    _counts_whole(store)
+    other.close()
+    store.close()
+
+
+def _import_in_another_process(path: str, start: int, queue: Any) -> None:
+    store = Store(path)
+    try:
+        states = [state for _, state, _ in store.save_batches(synthetic_episodes(400, start=start), batch=40)]
+        queue.put((start, states, None))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        queue.put((start, [], f"{type(e).__name__}: {e}"))
+    finally:
+        store.close()
+
+
+def test_two_processes_importing_into_one_file_take_turns(tmp_path: Path) -> None:
+    """Two imports into one file at once (a CLI import into the file a dashboard's watch writes): each batch waits
+    for the other's, and every episode of both is stored."""
+    path = tmp_path / "two.db"
+    Store(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_import_in_another_process, args=(str(path), start, queue)) for start in (0, 10_000)]
+    for p in procs:
+        p.start()
+    results = sorted(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    assert [(start, error) for start, _, error in results] == [(0, None), (10_000, None)]
+    assert all(states == ["new"] * 400 for _, states, _ in results)
+    store = Store(path)
+    assert store.count() == 800
     _counts_whole(store)
     store.close()
 

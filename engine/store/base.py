@@ -47,7 +47,13 @@ class _Writing:
     def __enter__(self) -> None:
         self.store._lock.acquire()
         try:
-            self.store.db.conn.__enter__()
+            conn = self.store.db.conn
+            conn.__enter__()
+            if not conn.in_transaction:
+                # The write lock first, waiting (the busy timeout) for another process's write to end. A transaction
+                # that read before it wrote could not wait: its first write after another process's commit fails
+                # at once, "database is locked" (SQLite's snapshot rule for WAL files).
+                conn.execute("BEGIN IMMEDIATE")
         except BaseException:
             self.store._lock.release()
             raise

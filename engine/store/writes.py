@@ -323,8 +323,10 @@ class Writes(StoreBase):
         out: list[tuple[Stored, str, str | None]] = []
         self._lost = False
         # One transaction for the batch: a SAVEPOINT outside a transaction opens one of its own and its RELEASE
-        # commits it, which would make each episode a transaction.
+        # commits it, which would make each episode a transaction. It reads until its first write, then takes the
+        # write lock (``_lock_for_writing``).
         conn.execute("BEGIN")
+        locked = False
         # The texts added go into the full-text index at the commit (``_commit``), in one statement: FTS5 writes
         # what it holds as a new segment, and merges, at every savepoint, which at a million episodes cost more
         # than the rest of the episode's SQL.
@@ -338,6 +340,8 @@ class Writes(StoreBase):
             held = len(pending)
             try:
                 present = conn.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
+                if not locked and (replace if present else not (isinstance(ep, PackedEpisode) and ep.failed)):
+                    present, locked = self._lock_for_writing(ep.id), True
                 if present and not replace:
                     out.append((ep, "kept", None))
                     continue
@@ -378,6 +382,16 @@ class Writes(StoreBase):
             else:
                 out.append((ep, state, None))
         return out, None
+
+    def _lock_for_writing(self, episode_id: str) -> bool:
+        """End the batch's transaction (it only read) and begin one holding the write lock, waiting for another
+        process's write (the busy timeout): whether ``episode_id`` is stored, read again under it. A transaction that
+        read cannot wait: its first write after another process's commit fails at once, "database is locked"
+        (SQLite's snapshot rule for WAL files). A batch whose episodes are all kept or refused never takes it."""
+        conn = self.db.conn
+        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        return conn.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
 
     def _commit(self) -> BaseException | None:
         """Commit the open transaction (none open: nothing to do), the texts a batch added put in the full-text index
