@@ -425,6 +425,66 @@ def test_browse_reads_do_not_wait_for_a_write_in_progress(tmp_path: Path) -> Non
     s.close()
 
 
+def test_an_episode_opens_while_another_thread_writes_and_the_writer_reads_its_own_rows(tmp_path: Path) -> None:
+    """Opening an episode (its record, its replays, an id prefix, a run's name, the watched files) reads the last
+    committed state on a Browse connection and does not wait for another thread's write, which holds the store's
+    lock for its whole transaction (a dashboard's watch writing a batch). The writing thread reads its own rows,
+    not yet committed; a closed store opens no connection again."""
+    import sqlite3
+    import threading
+
+    s = Store(tmp_path / "open.db")
+    eps = [synthetic_episode(i) for i in range(30)]
+    s.save_episodes(eps)
+    ep = eps[4]
+    with s._writing("a replay"):
+        s.db.conn.execute("INSERT INTO replays (id, episode_id, created_at, kind, reproduced, data) "
+                          "VALUES ('r1', ?, 1.0, 'reproduced', 1, '{\"kind\": \"reproduced\"}')", [ep.id])
+    writing, release = threading.Event(), threading.Event()
+    own: dict[str, Any] = {}
+
+    def write() -> None:
+        with s._writing("hold a write open"):
+            s.db.conn.execute("UPDATE episodes SET reason = 'held' WHERE id = ?", [ep.id])
+            s.db.conn.execute("DELETE FROM replays")
+            own["reason"] = s.get_episode(ep.id).reason
+            own["replays"] = s.replays(ep.id)
+            writing.set()
+            release.wait(60)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert writing.wait(30)
+        assert own == {"reason": "held", "replays": []}  # the writer's own, uncommitted
+        done = threading.Event()
+        seen: dict[str, Any] = {}
+
+        def open_episode() -> None:
+            seen["episode"] = s.get_episode(ep.id)
+            seen["replays"] = s.replays(ep.id)
+            seen["resolved"] = s.resolve_id(ep.id)
+            seen["has"] = (s.has_episode(ep.id), s.has_episode("nope"))
+            seen["run"] = (s.has_run(ep.run_id or ""), s.has_run("no-such-run"))
+            seen["watched"] = s.watched_files()
+            done.set()
+
+        threading.Thread(target=open_episode, daemon=True).start()
+        assert done.wait(20), "opening an episode waited for the write"
+        assert seen["episode"] == ep and seen["episode"].reason != "held"  # the committed state
+        assert [r["id"] for r in seen["replays"]] == ["r1"]
+        assert seen["resolved"] == ep.id and seen["has"] == (True, False) and seen["run"] == (True, False)
+        assert seen["watched"] == []
+    finally:
+        release.set()
+        writer.join(60)
+    assert s.get_episode(ep.id).reason == "held" and s.replays(ep.id) == []  # committed now
+    s.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        s.get_episode(ep.id)
+    assert s._read_conn is None
+
+
 def test_one_status_sorted_by_turns_or_tokens_is_read_from_an_index_where_the_long_ones_are_truncated(
         tmp_path: Path) -> None:
     """The truncated episodes are the long ones: a walk of the turns (or tokens) index from the top meets them all

@@ -73,6 +73,7 @@ class StoreBase:
     _lock: threading.RLock
     _readers_lock: threading.Lock
     read_only: bool = False
+    _closed: bool = False
     _read_conn: sqlite3.Connection | None = None
     _read_lock: threading.RLock
     _bg_conn: sqlite3.Connection | None = None
@@ -106,11 +107,24 @@ class StoreBase:
 
     def _require(self, episode_id: str) -> dict[str, Any]:
         """The episode's row; a StoreError naming the file when there is none."""
-        with self._lock:
-            rows = list(self.db.query("SELECT * FROM episodes WHERE id = ?", [episode_id]))
+        conn, lock = self._point_reader()
+        with lock:
+            cur = conn.execute("SELECT * FROM episodes WHERE id = ?", [episode_id])
+            rows = cur.fetchall()
         if not rows:
             raise StoreError(f"no episode {episode_id!r} in {self.path}")
-        return rows[0]
+        return dict(zip([c[0] for c in cur.description], rows[0]))
+
+    def _point_reader(self) -> tuple[sqlite3.Connection, Any]:
+        """The connection, and its lock, of a read of a few rows by key (an episode, its replays, a run's name).
+
+        The store's own where this thread is writing (a batch compares an episode with the copy it may have written
+        earlier in its transaction) or the file is read-only; else Browse's, which reads the last committed state
+        and never waits for a write in progress: another thread's batch holds the store's lock for its whole
+        transaction, and the dashboard opens episodes while a watch writes."""
+        if self.read_only or self._lock._is_owned():  # type: ignore[attr-defined]
+            return self.db.conn, self._lock
+        return self._reader()
 
     def _analyze(self, conn: sqlite3.Connection) -> None:
         """Refresh the planner's statistics of ``episode_index`` (a sample: milliseconds at 100,000 rows).

@@ -191,6 +191,8 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
 
     def close(self) -> None:
         with self._lock:
+            with self._readers_lock:  # no Browse connection opens after this
+                self._closed = True
             self.close_reader()
             self.db.conn.close()
             if self._ro is not None:

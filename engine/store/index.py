@@ -267,6 +267,8 @@ class IndexQueries(StoreBase):
         with self._readers_lock:
             conn = getattr(self, f"{name}_conn", None)
             if conn is None:
+                if self._closed:  # as the store's own connection says
+                    raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
                 if self.read_only:
                     conn = self._read_only_file().connect()
                 else:

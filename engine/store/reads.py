@@ -34,10 +34,11 @@ class Reads(StoreBase):
 
     def resolve_id(self, prefix: str) -> str:
         """Accept a unique prefix of an episode id, as git does for commits."""
-        with self._lock:
-            rows = [r[0] for r in self.db.execute(
+        conn, lock = self._point_reader()
+        with lock:
+            rows = [r[0] for r in conn.execute(
                 "SELECT id FROM episodes WHERE substr(id, 1, ?) = ? LIMIT 2", [len(prefix), prefix]
-            )]
+            ).fetchall()]
         if len(rows) == 1:
             return str(rows[0])
         if not rows:
@@ -45,8 +46,9 @@ class Reads(StoreBase):
         raise StoreError(f"episode id {prefix!r} is ambiguous in {self.path}; give more characters")
 
     def has_episode(self, episode_id: str) -> bool:
-        with self._lock:
-            return self.db.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
+        conn, lock = self._point_reader()
+        with lock:
+            return conn.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
 
     def get_episode(self, episode_id: str) -> Episode:
         d, tokens = self._record(episode_id)
@@ -57,13 +59,24 @@ class Reads(StoreBase):
 
     def _record(self, episode_id: str) -> tuple[dict[str, Any], TokenArrays]:
         """An episode's record dict (its columns, JSON, turns, tags) and token arrays, as stored: not yet read."""
-        row = self._require(episode_id)
-        with self._lock:
-            rows = self.db.execute("SELECT idx, data FROM turns WHERE episode_id = ? ORDER BY idx", [episode_id]).fetchall()
-            tok = self.db.execute(
-                "SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?", [episode_id]
-            ).fetchone()
-            tags = [r[0] for r in self.db.execute("SELECT tag FROM tags WHERE episode_id = ? ORDER BY tag", [episode_id])]
+        conn, lock = self._point_reader()
+        with lock:
+            # One read transaction: the row, turns, tokens and tags of one committed state.
+            autocommit = not conn.in_transaction
+            if autocommit:
+                conn.execute("BEGIN")
+            try:
+                row = self._require(episode_id)
+                rows = conn.execute("SELECT idx, data FROM turns WHERE episode_id = ? ORDER BY idx",
+                                    [episode_id]).fetchall()
+                tok = conn.execute(
+                    "SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?", [episode_id]
+                ).fetchone()
+                tags = [r[0] for r in conn.execute("SELECT tag FROM tags WHERE episode_id = ? ORDER BY tag",
+                                                   [episode_id]).fetchall()]
+            finally:
+                if autocommit:
+                    conn.execute("COMMIT")
         try:
             tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
                       else TokenArrays.from_blobs(*tok[:4]))
@@ -96,8 +109,10 @@ class Reads(StoreBase):
 
     def _id_chunks(self, flt: EpisodeFilter, batch: int) -> Iterator[list[str]]:
         where, args = flt.sql()
-        with self._lock:
-            ids = [r[0] for r in self.db.execute(f"SELECT id FROM episodes WHERE {where} ORDER BY created_at, id", args)]
+        conn, lock = self._point_reader()
+        with lock:
+            ids = [r[0] for r in conn.execute(f"SELECT id FROM episodes WHERE {where} ORDER BY created_at, id",
+                                              args).fetchall()]
         for i in range(0, len(ids), batch):
             yield ids[i : i + batch]
 
@@ -351,8 +366,9 @@ class Reads(StoreBase):
 
     def replays(self, episode_id: str) -> list[dict[str, Any]]:
         """Stored re-executions of an episode, newest first, as ``ReplayResult.to_dict()`` plus ``id``."""
-        with self._lock:
-            rows = self.db.execute(
+        conn, lock = self._point_reader()
+        with lock:
+            rows = conn.execute(
                 "SELECT id, data FROM replays WHERE episode_id = ? ORDER BY created_at DESC", [episode_id]
             ).fetchall()
         return [{"id": r[0], **json.loads(r[1])} for r in rows]

@@ -131,9 +131,10 @@ class RunQueries(StoreBase):
 
     def has_run(self, run_id: str) -> bool:
         """Whether ``run_id`` names a run here already (a run row, or episodes imported into it)."""
-        with self._lock:
-            return bool(self.db.execute("SELECT 1 FROM runs WHERE id = ? UNION ALL SELECT 1 FROM episodes "
-                                        "WHERE run_id = ? LIMIT 1", [run_id, run_id]).fetchall())
+        conn, lock = self._point_reader()
+        with lock:
+            return bool(conn.execute("SELECT 1 FROM runs WHERE id = ? UNION ALL SELECT 1 FROM episodes "
+                                     "WHERE run_id = ? LIMIT 1", [run_id, run_id]).fetchall())
 
     def run_overview(self, limit: int = 500) -> list[RunOverview]:
         """Every run, the newest first: its envs, presets and policies, episodes, mean reward, and how many
@@ -205,17 +206,19 @@ class RunQueries(StoreBase):
         return int(row[0]), int(row[1] or 0), float(row[2] or 0), int(row[3] or 0)
 
     def watched_file(self, path: str) -> WatchedFile | None:
-        with self._lock:
-            row = self.db.execute(
+        conn, lock = self._point_reader()
+        with lock:
+            row = conn.execute(
                 "SELECT path, run_id, fmt, size, mtime, offset, lines, state, n_episodes, n_skipped, message, updated_at "
-                "FROM watched_files WHERE path = ?", [path]).fetchone()
-        return None if row is None else _watched(row)
+                "FROM watched_files WHERE path = ?", [path]).fetchall()
+        return _watched(row[0]) if row else None
 
     def watched_files(self, run_id: str | None = None) -> list[WatchedFile]:
         """The files ``watch`` has seen (of one run, or all), in the order they were last read."""
         where, args = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
-        with self._lock:
-            rows = self.db.execute(
+        conn, lock = self._point_reader()
+        with lock:
+            rows = conn.execute(
                 "SELECT path, run_id, fmt, size, mtime, offset, lines, state, n_episodes, n_skipped, message, updated_at "
                 f"FROM watched_files {where} ORDER BY updated_at", args).fetchall()
         return [_watched(r) for r in rows]
