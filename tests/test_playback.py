@@ -195,8 +195,7 @@ def test_the_card_follows_a_change_of_episode_once(tmp_path: Path) -> None:
     assert f'data-episode="{a.id}"' in card and f'data-k="{a.n_turns - 1}"' in card and drawn == a.id
     # The researcher stepped to turn 0; the same episode's change arriving again leaves every output alone.
     assert panel.step(a.id, a.n_turns - 1, "first")[0] == 0
-    again = panel.follow(a.id, None, a.id)
-    assert len(again) == 4 and all(isinstance(v, type(gr.skip())) for v in again)
+    assert panel.follow(a.id, None, a.id) == [gr.skip()] * 4
     # Another episode (at the turn a link asks for), then back to the first, then none: each is drawn.
     _, card, _, drawn = panel.follow(b.id, 1, a.id)
     assert f'data-episode="{b.id}"' in card and 'data-k="1"' in card and drawn == b.id
@@ -204,6 +203,9 @@ def test_the_card_follows_a_change_of_episode_once(tmp_path: Path) -> None:
     assert f'data-episode="{a.id}"' in card and drawn == a.id
     _, card, _, drawn = panel.follow(None, None, a.id)
     assert "data-episode" not in card and drawn is None
+    # An episode that cannot be read: its error card, and the next answer for it is drawn again.
+    _, card, _, drawn = panel.follow("no-such-episode", None, None)
+    assert "no-such-episode" in card and drawn is None
 
 
 @pytest.mark.solo

@@ -180,27 +180,33 @@ class PlaybackPanel:
     def open(self, episode_id: str | None, turn: Any = None) -> list[Any]:
         """Values for ``opened`` showing ``episode_id`` at turn ``turn`` (its last when None or out of range),
         read fresh from the store."""
+        return self._open(episode_id, turn)[0]
+
+    def _open(self, episode_id: str | None, turn: Any) -> tuple[list[Any], bool]:
+        # ``open``'s values, and whether the episode was read (not a blank or an error card).
         if not episode_id:
-            return self.opened.values(slider=_slider(0, 0), card=views.render_no_turns(None), replay="")
+            return self.opened.values(slider=_slider(0, 0), card=views.render_no_turns(None), replay=""), False
         try:
             loaded = self.episodes.get(episode_id, refresh=True)
         except StoreError as e:
-            return self.opened.values(slider=_slider(0, 0), card=views.render_no_turns(None, str(e)), replay="")
+            return self.opened.values(slider=_slider(0, 0), card=views.render_no_turns(None, str(e)), replay=""), False
         n = loaded.ep.n_turns
         last = max(n - 1, 0)
         k = int(turn) if isinstance(turn, int) and 0 <= turn < n else last
         return self.opened.values(slider=_slider(n, k), card=fresh(turn_card(loaded, k, follow=k != last)),
-                                  replay=views.render_replays(self.episodes.store.replays(episode_id)))
+                                  replay=views.render_replays(self.episodes.store.replays(episode_id))), True
 
     def follow(self, episode_id: str | None, turn: Any, drawn: str | None) -> list[Any]:
-        """``open``'s values and the episode drawn, when the episode on screen changes to ``episode_id``; nothing
-        changes when ``drawn`` (the episode the card was last opened on) is that episode already.
+        """``open``'s values and the episode drawn (None for a blank or error card), when the episode on screen changes
+        to ``episode_id``; nothing changes when ``drawn`` (the episode the card was last opened on) is that episode
+        already.
 
         A second answer for the same episode, arriving late, would otherwise draw the turn it opens at over a step
         the researcher took since."""
         if episode_id and episode_id == drawn:
             return self.opened.skip() + [gr.skip()]
-        return [*self.open(episode_id, turn), episode_id]
+        values, read = self._open(episode_id, turn)
+        return [*values, episode_id if read else None]  # an error card is drawn again by the next answer
 
     def _step(self, episode_id: str | None, k: Any, how: str) -> dict[str, Any]:
         if not episode_id:

@@ -46,16 +46,22 @@ class _Writing:
 
     def __enter__(self) -> None:
         self.store._lock.acquire()
+        conn = self.store.db.conn
+        began = False
         try:
-            conn = self.store.db.conn
             conn.__enter__()
             if not conn.in_transaction:
                 # The write lock first, waiting (the busy timeout) for another process's write to end. A transaction
-                # that read before it wrote could not wait: its first write after another process's commit fails
-                # at once, "database is locked" (SQLite's snapshot rule for WAL files).
+                # that read before it wrote could not wait: its first write fails at once, "database is locked",
+                # while another process holds the lock or after it committed (SQLite's rule for WAL files).
+                began = True
                 conn.execute("BEGIN IMMEDIATE")
         except BaseException:
-            self.store._lock.release()
+            try:
+                if began and conn.in_transaction:  # interrupted just after BEGIN: no later write commits it
+                    conn.rollback()
+            finally:
+                self.store._lock.release()
             raise
 
     def __exit__(self, *exc: Any) -> None:
@@ -115,16 +121,17 @@ class StoreBase:
             raise StoreError(f"no episode {episode_id!r} in {self.path}")
         return dict(zip([c[0] for c in cur.description], rows[0]))
 
-    def _point_reader(self) -> tuple[sqlite3.Connection, Any]:
+    def _point_reader(self, background: bool = False) -> tuple[sqlite3.Connection, Any]:
         """The connection, and its lock, of a read of a few rows by key (an episode, its replays, a run's name).
 
         The store's own where this thread is writing (a batch compares an episode with the copy it may have written
         earlier in its transaction) or the file is read-only; else Browse's, which reads the last committed state
         and never waits for a write in progress: another thread's batch holds the store's lock for its whole
-        transaction, and the dashboard opens episodes while a watch writes."""
+        transaction, and the dashboard opens episodes while a watch writes. ``background``: Browse's connection of what
+        follows a page (a read of every match's id), so the pages do not wait for it."""
         if self.read_only or self._lock._is_owned():  # type: ignore[attr-defined]
             return self.db.conn, self._lock
-        return self._reader()
+        return self._reader(background)
 
     def _analyze(self, conn: sqlite3.Connection) -> None:
         """Refresh the planner's statistics of ``episode_index`` (a sample: milliseconds at 100,000 rows).

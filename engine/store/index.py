@@ -280,11 +280,15 @@ class IndexQueries(StoreBase):
 
     def close_reader(self) -> None:
         with self._readers_lock:
+            held = [(conn, getattr(self, f"{name}_lock")) for name in ("_read", "_bg", "_charts")
+                    if (conn := getattr(self, f"{name}_conn", None)) is not None]
             for name in ("_read_conn", "_bg_conn", "_charts_conn"):
-                conn = getattr(self, name, None)
-                if conn is not None:
-                    conn.close()
-                    setattr(self, name, None)
+                setattr(self, name, None)
+        # Each closed once its read in progress ends (a reader holding its lock may be waiting for the readers' lock:
+        # not held here).
+        for conn, lock in held:
+            with lock:
+                conn.close()
 
     def browse_query(self, sql: str, args: Sequence[Any] = (), background: bool = False) -> list[tuple[Any, ...]]:
         """Rows of a read-only query on the Browse connection (``background``: on the one for what follows a

@@ -63,9 +63,9 @@ class Reads(StoreBase):
         with lock:
             # One read transaction: the row, turns, tokens and tags of one committed state.
             autocommit = not conn.in_transaction
-            if autocommit:
-                conn.execute("BEGIN")
             try:
+                if autocommit:
+                    conn.execute("BEGIN")
                 row = self._require(episode_id)
                 rows = conn.execute("SELECT idx, data FROM turns WHERE episode_id = ? ORDER BY idx",
                                     [episode_id]).fetchall()
@@ -75,7 +75,7 @@ class Reads(StoreBase):
                 tags = [r[0] for r in conn.execute("SELECT tag FROM tags WHERE episode_id = ? ORDER BY tag",
                                                    [episode_id]).fetchall()]
             finally:
-                if autocommit:
+                if autocommit and conn.in_transaction:  # SQLite may have ended it with an error of the file
                     conn.execute("COMMIT")
         try:
             tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
@@ -109,7 +109,7 @@ class Reads(StoreBase):
 
     def _id_chunks(self, flt: EpisodeFilter, batch: int) -> Iterator[list[str]]:
         where, args = flt.sql()
-        conn, lock = self._point_reader()
+        conn, lock = self._point_reader(background=True)  # every match's id: not on the pages' connection
         with lock:
             ids = [r[0] for r in conn.execute(f"SELECT id FROM episodes WHERE {where} ORDER BY created_at, id",
                                               args).fetchall()]

@@ -333,15 +333,17 @@ class Writes(StoreBase):
         pending: list[tuple[int, str]] = []
         self._fts_pending = pending if index_at_commit else None
         # So are the aggregates: the triggers leave the browse index rows above the mark, set before the batch's first
-        # write, to ``_commit``, which counts them two statements an aggregate (``counts.fold_counts``), not two an
-        # episode.
+        # write, to ``_commit``, which counts them two statements an aggregate (``counts.fold_counts``), not an episode.
         self._count_mark = None
         for ep in chunk:
             held = len(pending)
             try:
                 present = conn.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
                 if not locked and (replace if present else not (isinstance(ep, PackedEpisode) and ep.failed)):
-                    present, locked = self._lock_for_writing(ep.id), True
+                    try:
+                        present, locked = self._lock_for_writing(ep.id), True
+                    except sqlite3.Error as e:  # not had in time: nothing was written, nothing is lost
+                        return out, (ep, e)
                 if present and not replace:
                     out.append((ep, "kept", None))
                     continue
@@ -386,12 +388,12 @@ class Writes(StoreBase):
     def _lock_for_writing(self, episode_id: str) -> bool:
         """End the batch's transaction (it only read) and begin one holding the write lock, waiting for another
         process's write (the busy timeout): whether ``episode_id`` is stored, read again under it. A transaction that
-        read cannot wait: its first write after another process's commit fails at once, "database is locked"
-        (SQLite's snapshot rule for WAL files). A batch whose episodes are all kept or refused never takes it."""
-        conn = self.db.conn
-        conn.execute("COMMIT")
-        conn.execute("BEGIN IMMEDIATE")
-        return conn.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
+        read cannot wait: its first write fails at once, "database is locked", while another process holds the lock
+        or after it committed (SQLite's rule for WAL files). A batch whose episodes are all kept or refused never
+        takes it."""
+        self.db.conn.execute("COMMIT")
+        self.db.conn.execute("BEGIN IMMEDIATE")
+        return self.db.conn.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
 
     def _commit(self) -> BaseException | None:
         """Commit the open transaction (none open: nothing to do), the texts a batch added put in the full-text index
