@@ -3,7 +3,11 @@ over every sortable column in both directions, with ties and NULLs; a bounded co
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -372,22 +376,14 @@ def test_a_page_is_read_while_the_charts_are_still_counting(store: Store) -> Non
     assert charts["stats"].total == exact[0] == store.count_upto(flt, bound=N).n
 
 
-def test_browse_reads_do_not_wait_for_a_write_in_progress(tmp_path: Path) -> None:
-    """A write holds the store's lock and SQLite's for its whole transaction (an import batch: seconds): Browse's
-    reads, on connections of their own, read the last committed state meanwhile, and none waits for the write to
-    end: not a deep page, nor the charts, whose new planner statistics (the file grew past 1,000 episodes) wait for
-    a read after the write."""
-    import threading
-
-    n = 1100
-    s = Store(tmp_path / "held.db")
-    s.save_episodes(synthetic_episode(i) for i in range(n))
+@contextlib.contextmanager
+def _write_held_open(s: Store, change: Callable[[], None]) -> Iterator[None]:
+    """Another thread holds a write transaction open, ``change`` run in it, until the block ends."""
     writing, release = threading.Event(), threading.Event()
-    analyzed = s._analyzed_rows
 
     def write() -> None:
         with s._writing("hold a write open"):
-            s.db.conn.execute("UPDATE episodes SET reason = 'held'")
+            change()
             assert s.db.conn.in_transaction
             writing.set()
             release.wait(60)
@@ -396,30 +392,52 @@ def test_browse_reads_do_not_wait_for_a_write_in_progress(tmp_path: Path) -> Non
     writer.start()
     try:
         assert writing.wait(30)
-        done = threading.Event()
-        seen: dict[str, Any] = {}
+        yield
+    finally:
+        release.set()
+        writer.join(60)
 
-        def browse() -> None:
-            flt = EpisodeFilter(status=("completed",))
-            seen["page"] = s.page_episodes(None, "created_at", False, 10).rows
-            seen["deep"] = s.page_episodes(None, "created_at", False, 10, offset=1050).rows
-            seen["upto"] = s.count_upto(flt).n
-            seen["count"] = s.count()
-            seen["stamp"] = s.episodes_stamp()
-            seen["stats"] = s.stats().total
-            seen["runs"] = s.run_overview()
-            seen["envs"] = s.distinct("env")
-            done.set()
 
-        threading.Thread(target=browse, daemon=True).start()
-        assert done.wait(20), "a Browse read waited for the write"
+def _read_within(seconds: float, reads: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Each of ``reads`` run in turn on a thread of its own, by name; fails when they take more than ``seconds``."""
+    seen: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        for name, read in reads.items():
+            seen[name] = read()
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(seconds), f"a read waited for the write (done: {sorted(seen)})"
+    return seen
+
+
+def test_browse_reads_do_not_wait_for_a_write_in_progress(tmp_path: Path) -> None:
+    """A write holds the store's lock and SQLite's for its whole transaction (an import batch: seconds): Browse's
+    reads, on connections of their own, read the last committed state meanwhile, and none waits for the write to
+    end: not a deep page, nor the charts, whose new planner statistics (the file grew past 1,000 episodes) wait for
+    a read after the write."""
+    n = 1100
+    s = Store(tmp_path / "held.db")
+    s.save_episodes(synthetic_episode(i) for i in range(n))
+    analyzed = s._analyzed_rows
+    flt = EpisodeFilter(status=("completed",))
+    with _write_held_open(s, lambda: s.db.conn.execute("UPDATE episodes SET reason = 'held'")):
+        seen = _read_within(20, {
+            "page": lambda: s.page_episodes(None, "created_at", False, 10).rows,
+            "deep": lambda: s.page_episodes(None, "created_at", False, 10, offset=1050).rows,
+            "upto": lambda: s.count_upto(flt).n,
+            "count": s.count,
+            "stamp": s.episodes_stamp,
+            "stats": lambda: s.stats().total,
+            "runs": s.run_overview,
+            "envs": lambda: s.distinct("env"),
+        })
         assert seen["count"] == seen["stats"] == seen["stamp"][0] == n and seen["envs"]
         assert len(seen["page"]) == len(seen["deep"]) == 10
         assert {r.reason for r in seen["page"] + seen["deep"]} != {"held"}, "a read saw the write before its commit"
         assert s._analyzed_rows == analyzed, "the charts' statistics were taken during the write"
-    finally:
-        release.set()
-        writer.join(60)
     s.stats()
     assert s._analyzed_rows == n  # taken at the first charts read after the write
     s.close()
@@ -430,9 +448,6 @@ def test_an_episode_opens_while_another_thread_writes_and_the_writer_reads_its_o
     committed state on a Browse connection and does not wait for another thread's write, which holds the store's
     lock for its whole transaction (a dashboard's watch writing a batch). The writing thread reads its own rows,
     not yet committed; a closed store opens no connection again."""
-    import sqlite3
-    import threading
-
     s = Store(tmp_path / "open.db")
     eps = [synthetic_episode(i) for i in range(30)]
     s.save_episodes(eps)
@@ -440,44 +455,28 @@ def test_an_episode_opens_while_another_thread_writes_and_the_writer_reads_its_o
     with s._writing("a replay"):
         s.db.conn.execute("INSERT INTO replays (id, episode_id, created_at, kind, reproduced, data) "
                           "VALUES ('r1', ?, 1.0, 'reproduced', 1, '{\"kind\": \"reproduced\"}')", [ep.id])
-    writing, release = threading.Event(), threading.Event()
     own: dict[str, Any] = {}
 
-    def write() -> None:
-        with s._writing("hold a write open"):
-            s.db.conn.execute("UPDATE episodes SET reason = 'held' WHERE id = ?", [ep.id])
-            s.db.conn.execute("DELETE FROM replays")
-            own["reason"] = s.get_episode(ep.id).reason
-            own["replays"] = s.replays(ep.id)
-            writing.set()
-            release.wait(60)
+    def change() -> None:
+        s.db.conn.execute("UPDATE episodes SET reason = 'held' WHERE id = ?", [ep.id])
+        s.db.conn.execute("DELETE FROM replays")
+        own["reason"] = s.get_episode(ep.id).reason
+        own["replays"] = s.replays(ep.id)
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
-        assert writing.wait(30)
+    with _write_held_open(s, change):
         assert own == {"reason": "held", "replays": []}  # the writer's own, uncommitted
-        done = threading.Event()
-        seen: dict[str, Any] = {}
-
-        def open_episode() -> None:
-            seen["episode"] = s.get_episode(ep.id)
-            seen["replays"] = s.replays(ep.id)
-            seen["resolved"] = s.resolve_id(ep.id)
-            seen["has"] = (s.has_episode(ep.id), s.has_episode("nope"))
-            seen["run"] = (s.has_run(ep.run_id or ""), s.has_run("no-such-run"))
-            seen["watched"] = s.watched_files()
-            done.set()
-
-        threading.Thread(target=open_episode, daemon=True).start()
-        assert done.wait(20), "opening an episode waited for the write"
+        seen = _read_within(20, {
+            "episode": lambda: s.get_episode(ep.id),
+            "replays": lambda: s.replays(ep.id),
+            "resolved": lambda: s.resolve_id(ep.id),
+            "has": lambda: (s.has_episode(ep.id), s.has_episode("nope")),
+            "run": lambda: (s.has_run(ep.run_id or ""), s.has_run("no-such-run")),
+            "watched": s.watched_files,
+        })
         assert seen["episode"] == ep and seen["episode"].reason != "held"  # the committed state
         assert [r["id"] for r in seen["replays"]] == ["r1"]
         assert seen["resolved"] == ep.id and seen["has"] == (True, False) and seen["run"] == (True, False)
         assert seen["watched"] == []
-    finally:
-        release.set()
-        writer.join(60)
     assert s.get_episode(ep.id).reason == "held" and s.replays(ep.id) == []  # committed now
     s.close()
     with pytest.raises(sqlite3.ProgrammingError):
