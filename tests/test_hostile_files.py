@@ -295,6 +295,43 @@ def test_a_file_that_is_not_jsonl_text_is_named_for_what_it_is(tmp_path):
              f"not UTF-8 text (byte {first.index(0xE9)})"), (f"{path}:5", "not valid JSON (Expecting value at column 1)")], name
 
 
+def test_a_file_of_no_json_lines_is_refused_once_and_one_with_some_bad_lines_is_read(tmp_path):
+    """A CSV, or one JSON document spread over lines (a pretty-printed array or object), given as JSONL is refused
+    whole, saying what it is and how to convert it, not as a bad line each; a file whose bad lines sit among
+    records, or whose first record is longer than the bytes looked at, is read as before."""
+    store = Store(tmp_path / "x.db")
+    line = _conversation("hi", "{}")
+    csv = "id,prompt,reward\n" + "".join(f"{i},what is 2+2,1.0\n" for i in range(5000))
+    records = [{"messages": [{"role": "user", "content": "hi"}], "reward": 1.0}] * 3
+    refused = {
+        "data.csv": (csv, "not JSON lines: none of its first 20 lines holds a JSON object (line 1 reads "
+                          "'id,prompt,reward'): a CSV or other text?"),
+        "two.csv": ("a,b\n1,2\n", "not JSON lines: none of its first 2 lines holds a JSON object (line 1 reads "
+                                   "'a,b'): a CSV or other text?"),
+        "array.json": (json.dumps(records, indent=2) + "\n",
+                       "not JSON lines but one JSON document, an array, spread over lines: JSONL holds one record a "
+                       "line (jq -c '.[]' FILE > out.jsonl writes its items so; a tau-bench results file imports with "
+                       "--format taubench)"),
+        "object.json": ("\ufeff" + json.dumps({"episodes": records}, indent=1).replace("\n", "\r\n") + "\r\n",
+                        "not JSON lines but one JSON document, an object, spread over lines: JSONL holds one record "
+                        "a line (jq -c . FILE > out.jsonl writes it so)"),
+    }
+    for name, (text, said) in refused.items():
+        with pytest.raises(formats.FormatError) as e:
+            formats.import_path(_write(tmp_path / name, text.encode()), "messages", store)
+        assert e.value.detail == said, name
+    assert store.count() == 0
+    # Bad lines first, then records: each bad line its error, the records read.
+    mixed = _write(tmp_path / "mixed.jsonl", ("[1, 2]\nid,prompt\n" + line * 2).encode())
+    report = formats.import_path(mixed, "messages", store)
+    assert report.new == 2 and [e.where for e in report.errors] == [f"{mixed}:1", f"{mixed}:2"]
+    # A long first record (no line ends in the first 4 KB), then a CSV line: read, one error.
+    long = line.replace("hi", "h" + "i" * 5000)
+    tail = _write(tmp_path / "long.jsonl", (long + "a,b\n").encode())
+    report = formats.import_path(tail, "messages", Store(tmp_path / "long.db"))
+    assert report.new == 1 and [e.where for e in report.errors] == [f"{tail}:2"]
+
+
 def test_a_last_line_cut_off_is_called_so_and_an_empty_file_says_it_holds_nothing(tmp_path):
     line = _conversation("hi", "{}")
     cut = tmp_path / "cut.jsonl"

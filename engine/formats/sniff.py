@@ -1,5 +1,6 @@
 """What a file given as JSON lines is, from its first bytes: JSON text in UTF-8 (past a byte order mark), or a
-known binary format, UTF-16 or UTF-32, or binary data, each refused whole with a sentence saying what it is."""
+known binary format, UTF-16 or UTF-32, binary data, one JSON document spread over lines or text of no JSON objects
+(a CSV), each refused whole with a sentence saying what it is."""
 
 from __future__ import annotations
 
@@ -69,7 +70,38 @@ def not_text(head: bytes, path: Path) -> None:
                           "out.jsonl)", str(path))
     nul = head.find(b"\x00")
     if nul < 0:
+        not_records(head, path)
         return
     lines = head[:nul].split(b"\n")
     if len(lines) == 1 or any(line.strip() and not line.strip().lstrip(_HIGH).startswith(b"{") for line in lines):
         raise FormatError(f"not JSONL text: binary data (a NUL byte at byte {nul})", str(path))
+
+
+_SAMPLE = 20
+"""The most lines of a file's first bytes ``not_records`` looks at."""
+
+
+def _record_like(line: bytes) -> bool:
+    # A line that holds one JSON object (past any bytes beyond ASCII, each such line's own error).
+    return line.lstrip(_HIGH).startswith(b"{") and line.endswith(b"}")
+
+
+def not_records(head: bytes, path: Path) -> None:
+    """A FormatError when the first bytes of a UTF-8 text (``head``) say it holds no JSON lines at all: one JSON
+    document spread over lines (its first line a lone ``[`` or ``{``: no record is), or two or more lines of which
+    none holds an object (a CSV). Only lines ended within ``head`` are looked at, the first ``_SAMPLE``. A file with
+    some bad lines among records is read, each bad line its own error."""
+    text = head[utf8_bom(head):]
+    lines = [s for line in text.split(b"\n")[:-1] if (s := line.strip())][:_SAMPLE]
+    if not lines:
+        return
+    if lines[0] in (b"[", b"{", b"[{"):
+        how = ("an array", "jq -c '.[]' FILE > out.jsonl writes its items so; a tau-bench results file imports "
+               "with --format taubench") if lines[0].startswith(b"[") else ("an object", "jq -c . FILE > out.jsonl "
+                                                                             "writes it so")
+        raise FormatError(f"not JSON lines but one JSON document, {how[0]}, spread over lines: JSONL holds one "
+                          f"record a line ({how[1]})", str(path))
+    if len(lines) >= 2 and not any(map(_record_like, lines)):
+        shown = lines[0].decode("utf-8", "replace")
+        raise FormatError(f"not JSON lines: none of its first {len(lines)} lines holds a JSON object (line 1 reads "
+                          f"{shown[:60]!r}{'...' if len(shown) > 60 else ''}): a CSV or other text?", str(path))
