@@ -321,6 +321,9 @@ def test_a_file_of_no_json_lines_is_refused_once_and_one_with_some_bad_lines_is_
             formats.import_path(_write(tmp_path / name, text.encode()), "messages", store)
         assert e.value.detail == said, name
     assert store.count() == 0
+    # `schema --validate`, which says what an import would refuse, refuses the file with the same sentence.
+    proc = rollscope("schema", "--validate", str(tmp_path / "data.csv"), check=False)
+    assert proc.returncode == 2 and proc.stdout == "" and refused["data.csv"][1] in proc.stderr
     # Bad lines first, then records: each bad line its error, the records read.
     mixed = _write(tmp_path / "mixed.jsonl", ("[1, 2]\nid,prompt\n" + line * 2).encode())
     report = formats.import_path(mixed, "messages", store)

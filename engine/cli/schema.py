@@ -20,6 +20,7 @@ def register(sub: Any) -> None:
 
 def cmd_schema(a: argparse.Namespace) -> int:
     from ..checks.diagnosis import upgrade_record
+    from ..formats.sniff import start_of_text
     from ..records.episode import READABLE_VERSIONS, SCHEMA_VERSION
     from ..records.schema import episode_schema, problems, warnings
 
@@ -29,6 +30,8 @@ def cmd_schema(a: argparse.Namespace) -> int:
     path = Path(a.validate)
     if not path.is_file():
         raise ConfigError(f"{path} is not a file")
+    with path.open("rb") as f:
+        start_of_text(f, path)  # a file import refuses whole (binary, UTF-16, a CSV, one JSON document) is refused so
     n = bad = upgraded = warned = 0
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte order mark is not part of the first record
