@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
@@ -27,6 +28,22 @@ _PAIRED = {("run_id", "created_at"): "episode_index_run_created", ("run_id", "ro
            ("status", "created_at"): "episode_index_status_created", ("status", "reward"): "episode_index_status_reward",
            ("status", "n_turns"): "episode_index_status_turns", ("status", "n_tokens"): "episode_index_status_tokens",
            ("task_id", "reward"): "episode_index_task_reward", ("group_id", "reward"): "episode_index_group_reward"}
+
+
+@contextlib.contextmanager
+def _one_state(conn: sqlite3.Connection, lock: Any) -> Iterator[None]:
+    """Reads on ``conn`` inside the block (under ``lock``) see one state of the file: one read transaction, or the
+    transaction already open on it (a write's, which sees its own rows)."""
+    with lock:
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if conn.in_transaction:  # SQLite may have ended it after an error: that error is the one to see
+                conn.execute("COMMIT")
 
 
 class Reads(StoreBase):
@@ -60,23 +77,14 @@ class Reads(StoreBase):
     def _record(self, episode_id: str) -> tuple[dict[str, Any], TokenArrays]:
         """An episode's record dict (its columns, JSON, turns, tags) and token arrays, as stored: not yet read."""
         conn, lock = self._point_reader()
-        with lock:
-            # One read transaction: the row, turns, tokens and tags of one committed state.
-            autocommit = not conn.in_transaction
-            try:
-                if autocommit:
-                    conn.execute("BEGIN")
-                row = self._require(episode_id)
-                rows = conn.execute("SELECT idx, data FROM turns WHERE episode_id = ? ORDER BY idx",
-                                    [episode_id]).fetchall()
-                tok = conn.execute(
-                    "SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?", [episode_id]
-                ).fetchone()
-                tags = [r[0] for r in conn.execute("SELECT tag FROM tags WHERE episode_id = ? ORDER BY tag",
-                                                   [episode_id]).fetchall()]
-            finally:
-                if autocommit and conn.in_transaction:  # SQLite may have ended it with an error of the file
-                    conn.execute("COMMIT")
+        with _one_state(conn, lock):  # the row, turns, tokens and tags of one committed state
+            row = self._require(episode_id)
+            rows = conn.execute("SELECT idx, data FROM turns WHERE episode_id = ? ORDER BY idx", [episode_id]).fetchall()
+            tok = conn.execute(
+                "SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?", [episode_id]
+            ).fetchone()
+            tags = [r[0] for r in conn.execute("SELECT tag FROM tags WHERE episode_id = ? ORDER BY tag",
+                                               [episode_id]).fetchall()]
         try:
             tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
                       else TokenArrays.from_blobs(*tok[:4]))
@@ -303,21 +311,10 @@ class Reads(StoreBase):
             return n if n <= cap else None
         return None
 
-    @contextlib.contextmanager
-    def _browse_snapshot(self) -> Iterator[None]:
+    def _browse_snapshot(self) -> contextlib.AbstractContextManager[None]:
         """Browse's reads inside the block see one state of the file (one read transaction on the pages'
         connection), so a count and the page it places agree while episodes are being written."""
-        conn, lock = self._reader()
-        with lock:
-            if conn.in_transaction:
-                yield
-                return
-            conn.execute("BEGIN")
-            try:
-                yield
-            finally:
-                if conn.in_transaction:  # SQLite may have ended it after an error: that error is the one to see
-                    conn.execute("COMMIT")
+        return _one_state(*self._reader())
 
     def count_upto(self, flt: EpisodeFilter | None = None, bound: int = 10_000) -> MatchCount:
         """How many episodes ``flt`` selects, counted no further than ``bound``: the exact number when there are

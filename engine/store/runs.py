@@ -208,10 +208,10 @@ class RunQueries(StoreBase):
     def watched_file(self, path: str) -> WatchedFile | None:
         conn, lock = self._point_reader()
         with lock:
-            row = conn.execute(
+            rows = conn.execute(
                 "SELECT path, run_id, fmt, size, mtime, offset, lines, state, n_episodes, n_skipped, message, updated_at "
                 "FROM watched_files WHERE path = ?", [path]).fetchall()
-        return _watched(row[0]) if row else None
+        return _watched(rows[0]) if rows else None
 
     def watched_files(self, run_id: str | None = None) -> list[WatchedFile]:
         """The files ``watch`` has seen (of one run, or all), in the order they were last read."""
