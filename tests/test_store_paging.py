@@ -320,17 +320,72 @@ def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_the
     shutil.copy(GOLDEN / "dbschema8.sqlite", path)
     # 0013 adds an index, 0014 only marks the file, 0015 rewrites outcomes that readers compute again as they read,
     # 0016 adds figures read from the token arrays, 0017, 0019 and 0020 aggregates counted from the index, 0018 two
-    # indexes, 0021 only changes who fills the search index: readers do without all nine.
+    # indexes, 0021 only changes who fills the search index, 0022 who counts a batch, and 0023 drops indexes that
+    # the browse index stands in for: readers do without all eleven.
     store = Store(path, read_only=True)
     assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index", "0014_prompt_pieces",
                                                               "0015_summed_outcomes", "0016_entropy_stats",
                                                               "0017_chart_stats", "0018_status_sort_indexes",
                                                               "0019_listing_stats", "0020_chart_totals",
-                                                              "0021_search_filled_by_writer", "0022_counts_at_commit"]
+                                                              "0021_search_filled_by_writer", "0022_counts_at_commit",
+                                                              "0023_episodes_found_by_the_browse_index"]
     run = store.list_episodes(limit=1)[0].run_id
     flt = EpisodeFilter(run_id=run)
     page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))
     assert [r.id for r in page.rows] == [r.id for r in store.list_episodes(flt, limit=2)]
+    store.close()
+
+
+def _plans_reading_every_episode(conn: sqlite3.Connection, statements: list[str]) -> list[tuple[str, str]]:
+    """The statements among ``statements`` (as traced, their values bound) whose query plan reads every row of
+    ``episodes`` (each carries the episode's record, KBs): (statement, plan step)."""
+    found = []
+    for sql in statements:
+        if not sql.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE", "WITH")):
+            continue
+        for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"):
+            step = str(row[-1])
+            if step.startswith("SCAN episodes") and "COVERING INDEX" not in step:
+                found.append((sql, step))
+    return found
+
+
+def test_no_query_by_a_column_reads_every_episode_and_the_episodes_keep_only_their_key(tmp_path: Path) -> None:
+    """``episodes`` holds each record: found by id alone. What finds episodes by their columns (an export's or a
+    check's ids under a filter, an episode and its forks, a run's name, the running episodes at open) reads the
+    browse index, and the episodes' own indexes by column are gone, in a new file and in one migrated."""
+    old = tmp_path / "thirteen.sqlite"
+    shutil.copy(GOLDEN / "dbschema13.sqlite", old)
+    for path in (tmp_path / "new.db", old):
+        store = Store(path)
+        indexes = {r[0] for r in store.db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'episodes' AND sql IS NOT NULL")}
+        assert indexes == set(), (path.name, indexes)
+        store.close()
+
+    store = Store(tmp_path / "new.db")
+    eps = [varied(i) for i in range(40)]
+    fork = eps[5].evolve(id="fork-of-5", parent_id=eps[5].id, fork_turn=0)
+    running = eps[6].evolve(id="still-running", status=Status.RUNNING)
+    store.save_episodes([*eps, fork, running])
+    traced: list[str] = []
+    conns = [store.db.conn, *(store._reader(background=b)[0] for b in (False, True))]
+    for conn in conns:
+        conn.set_trace_callback(traced.append)
+    try:
+        run = next(e.run_id for e in eps if e.run_id)
+        assert store.recover_interrupted() == 0  # this process runs it: left running
+        by_run = store.episode_ids(EpisodeFilter(run_id=run))
+        assert sorted(by_run) == sorted(e.id for e in eps if e.run_id == run)
+        assert store.episode_ids(EpisodeFilter(family=eps[5].id)) == [eps[5].id, "fork-of-5"]
+        assert [e.id for e in store.iter_episodes(EpisodeFilter(status=("running",)))] == ["still-running"]
+        assert store.has_run(run) and not store.has_run("no-such-run")
+        assert store.resolve_id("fork-of") == "fork-of-5"
+    finally:
+        for conn in conns:
+            conn.set_trace_callback(None)
+    assert len(traced) > 6
+    assert _plans_reading_every_episode(store.db.conn, traced) == []
     store.close()
 
 

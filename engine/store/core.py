@@ -171,12 +171,13 @@ class Store(Writes, Reads, IndexQueries, RunQueries):
     def recover_interrupted(self) -> int:
         """Mark episodes and runs whose writing process is gone (killed, crashed) as ``interrupted``."""
         with self._lock:
-            rows = self.db.execute("SELECT id, pid FROM episodes WHERE status = 'running'").fetchall()
+            rows = self.db.execute("SELECT e.id, e.pid FROM episode_index AS i JOIN episodes AS e ON e.rowid = i.rid "
+                                  "WHERE i.status = 'running'").fetchall()
             dead = [r[0] for r in rows if _gone(r[1])]
             runs = self.db.execute("SELECT id, pid FROM runs WHERE status = 'running'").fetchall()
             # A run row from before runs had a pid is over once none of its episodes runs.
             dead_runs = [r[0] for r in runs if _gone(r[1]) and (r[1] is not None or not self.db.execute(
-                "SELECT 1 FROM episodes WHERE run_id = ? AND status = 'running' AND id NOT IN "
+                "SELECT 1 FROM episode_index WHERE run_id = ? AND status = 'running' AND id NOT IN "
                 f"({', '.join('?' * len(dead))}) LIMIT 1", [r[0], *dead]).fetchone())]
             if dead or dead_runs:
                 with self.db.conn:

@@ -225,7 +225,7 @@ class EpisodeFilter:
             add(f"outcome IN ({','.join('?' * len(self.outcome))})", *self.outcome)
         if self.family:
             # an episode and every fork of it, so they list together
-            add("id = ? OR id IN (SELECT id FROM episodes WHERE parent_id = ?)", self.family, self.family)
+            add("id = ? OR id IN (SELECT id FROM episode_index WHERE parent_id = ?)", self.family, self.family)
         if self.text and self.text.strip():
             add(*text_clause(self.text.strip(), self.search_context))
         return (" AND ".join(f"({w})" for w in where) or "1"), args

@@ -102,6 +102,10 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the aggregates' triggers leave the episodes an import batch writes to the batch, which counts them at "
               "its commit, a statement per key instead of one per episode; a writer of schema 14 without it still "
               "counts every episode by trigger", derived=True),
+    Migration("0023_episodes_found_by_the_browse_index", 14, schema.drop_episodes_secondary_indexes,
+              "the episodes' indexes by env, status, reward, time, run, task and parent dropped: every query that "
+              "finds episodes by those columns reads the browse index, which has the same, so each write keeps seven "
+              "fewer indexes up to date", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

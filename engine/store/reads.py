@@ -119,7 +119,7 @@ class Reads(StoreBase):
         where, args = flt.sql()
         conn, lock = self._point_reader(background=True)  # every match's id: not on the pages' connection
         with lock:
-            ids = [r[0] for r in conn.execute(f"SELECT id FROM episodes WHERE {where} ORDER BY created_at, id",
+            ids = [r[0] for r in conn.execute(f"SELECT id FROM episode_index WHERE {where} ORDER BY created_at, id",
                                               args).fetchall()]
         for i in range(0, len(ids), batch):
             yield ids[i : i + batch]

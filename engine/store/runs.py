@@ -133,7 +133,7 @@ class RunQueries(StoreBase):
         """Whether ``run_id`` names a run here already (a run row, or episodes imported into it)."""
         conn, lock = self._point_reader()
         with lock:
-            return bool(conn.execute("SELECT 1 FROM runs WHERE id = ? UNION ALL SELECT 1 FROM episodes "
+            return bool(conn.execute("SELECT 1 FROM runs WHERE id = ? UNION ALL SELECT 1 FROM episode_index "
                                      "WHERE run_id = ? LIMIT 1", [run_id, run_id]).fetchall())
 
     def run_overview(self, limit: int = 500) -> list[RunOverview]:

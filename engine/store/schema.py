@@ -566,3 +566,16 @@ def refill_summed_outcomes(db: sqlite_utils.Database) -> None:
     step (``Store``, ``outcomes_fill``): those whose reward is the first turn's return get the outcome of every turn,
     the rest keep theirs."""
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('outcomes_fill', '1')")
+
+
+# The indexes ``create_tables_v1`` gave ``episodes`` beside its key. Every query they served reads ``episode_index``,
+# which indexes the same columns (``create_browse_index``), so they only cost each write.
+EPISODES_SECONDARY_INDEXES = tuple(f"idx_episodes_{c}" for c in (
+    "env", "status", "reward", "created_at", "run_id", "task_id", "parent_id"))
+
+
+def drop_episodes_secondary_indexes(db: sqlite_utils.Database) -> None:
+    """Schema 14: drop ``EPISODES_SECONDARY_INDEXES``; the episodes are found by their columns in ``episode_index``
+    alone, and found in ``episodes`` by id."""
+    for name in EPISODES_SECONDARY_INDEXES:
+        db.execute(f"DROP INDEX IF EXISTS {name}")
