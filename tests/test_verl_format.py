@@ -106,12 +106,13 @@ def test_a_row_verl_wrote_itself_imports_from_its_mask_and_names_what_it_lacks(q
     store = Store(tmp_path / "s.sqlite")
     try:
         report = import_path(path, "verl", store, tokenizer=qwen3_tokenizer)
-        assert report.new == 1 and report.already_present == 1  # the renamed row is the same sample
+        assert report.new == 2  # a row alike on another line is another sample (a group's same reply)
         assert len(report.errors) == 1 and report.errors[0].field == "response_ids"
         assert any("'response_ids' is missing; read from 'responses'" in n for n in report.notes)
         assert any("'metrics' is missing" in n for n in report.notes)
         assert any("reward_score is null" in n for n in report.notes)
-        got = store.get_episode(next(iter(store.episode_ids())))
+        got, again = (store.get_episode(eid) for eid in store.episode_ids())
+        assert got.id != again.id and np.array_equal(got.tokens.ids, again.tokens.ids)
     finally:
         store.close()
     p = len(want["prompt_ids"])
@@ -126,6 +127,35 @@ def test_a_row_verl_wrote_itself_imports_from_its_mask_and_names_what_it_lacks(q
     assert all(g is not None and g.text for g in gens)
     assert got.status is Status.COMPLETED and got.messages[0].content == "hi"
     assert np.array_equal(got.tokens.ids, ep.tokens.ids[: len(got.tokens)])
+
+
+def test_samples_of_a_group_with_the_same_reply_are_each_an_episode_and_read_again_are_kept(qwen3_tokenizer, tmp_path):
+    """GRPO samples a prompt n times; short replies often come out alike. Each row is a sample: rows alike but for
+    their reward and logprobs are two episodes, and importing the file again adds none."""
+    ep, _ = run(MathEnv, qwen3_tokenizer, 0, calculate_log_probs="true")
+    want = reference(ep, qwen3_tokenizer, MathEnv)
+    rows = []
+    for reward, shift in ((1.0, 0.0), (0.0, -0.25)):
+        rows.append(ref.AgentLoopOutput(
+            prompt_ids=want["prompt_ids"], response_ids=want["response_ids"], response_mask=want["response_mask"],
+            response_logprobs=[x + shift if m else x for x, m in zip(want["response_logprobs"], want["response_mask"])],
+            reward_score=reward, num_turns=want["num_turns"], metrics=ref.AgentLoopMetrics(),
+            extra_fields=want["extra_fields"]).model_dump())
+    path = tmp_path / "group.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    store = Store(tmp_path / "s.sqlite")
+    try:
+        first = import_path(path, "verl", store, tokenizer=qwen3_tokenizer)
+        again = import_path(path, "verl", store, tokenizer=qwen3_tokenizer)
+        got = [store.get_episode(eid) for eid in store.episode_ids()]
+    finally:
+        store.close()
+    assert (first.new, first.already_present, again.new, again.already_present) == (2, 0, 0, 2)
+    assert sorted(g.reward for g in got) == [0.0, 1.0]
+    low = next(g for g in got if g.reward == 0.0)
+    gen = low.tokens.loss_mask == 1
+    assert low.tokens.logprobs[gen].tolist() == pytest.approx(
+        [x - 0.25 for x, m in zip(want["response_logprobs"], want["response_mask"]) if m])
 
 
 def test_a_file_of_neither_verl_shape_is_refused_naming_both(tmp_path):
