@@ -135,3 +135,28 @@ def test_run_puts_in_its_run_the_episodes_that_name_none_and_says_which_kept_the
         "name none, as a trainer's dump does"]
     again = formats.import_path(src, "jsonl", Store(tmp_path / "n.db"), run_id="a")  # only b keeps its own
     assert [n for n in again.notes if n.startswith("--run")][0].startswith("--run a: 1 episode names a run of its own")
+
+
+def test_a_file_that_holds_an_id_twice_stores_its_first_record_and_names_the_other(tmp_path, eps):
+    from engine.formats import import_path
+    from engine.store import Store
+
+    first, second = eps[0], eps[1]
+    changed = first.evolve(reward=first.reward + 0.5)
+    path = tmp_path / "dup.jsonl"
+    buf = io.StringIO()
+    jsonl.write([first, first, changed, second], buf)
+    path.write_text(buf.getvalue(), encoding="utf-8")
+    store = Store(tmp_path / "d.db")
+    try:
+        for n in (0, 1):  # imported again: the same
+            report = import_path(path, "jsonl", store)
+            assert (report.new, report.already_present, report.repeated, report.clashed) == \
+                ((2, 0) if n == 0 else (0, 2)) + (1, 1)
+            assert [e.where for e in report.errors] == [f"{path}:3"]
+            assert f"episode {first.id} again, with other content" in str(report.errors[0])
+            assert "1 repeating an earlier record of this import whole" in report.summary()
+            assert "0 malformed" in report.summary()
+            assert store.get_episode(first.id).reward == first.reward
+    finally:
+        store.close()

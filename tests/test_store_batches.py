@@ -443,3 +443,32 @@ def test_a_read_only_store_refuses_a_batch_write_before_reading_any(tmp_path: Pa
         next(store.save_batches(episodes()))
     assert read == []
     store.close()
+
+
+def test_an_id_met_again_in_one_write_is_stored_once_and_the_first_record_kept(tmp_path: Path) -> None:
+    """A write that meets an id twice (a file that holds a record twice, or two records under one id) stores the
+    first: the same again is ``repeated``, another content ``clashed``, whether the id was new or stored before the
+    write, in batches or packed; a later write compares with the stored copy as a re-import does."""
+    import dataclasses
+    import os
+
+    from engine.store.packing import pack_episode
+
+    a, b, c = synthetic_episodes(3)
+    other = a.evolve(reward=a.reward - 1.0)
+    store = Store(tmp_path / "d.db")
+    try:
+        got = [(ep.id, state) for ep, state, _ in store.save_batches([a, a, other, b], batch=2, replace=True)]
+        assert got == [(a.id, "new"), (a.id, "repeated"), (a.id, "clashed"), (b.id, "new")]
+        assert store.get_episode(a.id).reward == a.reward and store.count() == 2
+        # Stored before this write: met once, compared; met again, as above.
+        # As an import packs them, each with its record to compare with.
+        packed = [dataclasses.replace(pack_episode(ep, os.getpid()), reread=lambda ep=ep: ep) for ep in (other, a, other, c, c)]
+        got = [(ep.id, state) for ep, state, _ in store.save_batches(packed, batch=2, replace=True)]
+        assert got == [(a.id, "replaced"), (a.id, "clashed"), (a.id, "repeated"), (c.id, "new"), (c.id, "repeated")]
+        assert store.get_episode(a.id).reward == other.reward and store.count() == 3
+        assert store.db.execute("SELECT COUNT(*) FROM temp.sqlite_master").fetchone()[0] == 0  # its table dropped
+        assert [state for _, state, _ in store.save_batches([a], replace=True)] == ["replaced"]
+        assert maintained(store) == recount(store.path)
+    finally:
+        store.close()

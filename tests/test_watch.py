@@ -225,9 +225,9 @@ def test_a_watch_commits_a_smaller_batch_than_an_import(tmp_path, monkeypatch):
     batches: list[int] = []
     real = Writes._save_savepoints
 
-    def counted(self, chunk, replace):
+    def counted(self, chunk, replace, call):
         batches.append(len(chunk))
-        return real(self, chunk, replace)
+        return real(self, chunk, replace, call)
 
     monkeypatch.setattr(Writes, "_save_savepoints", counted)
     watched = Store(tmp_path / "w.db")

@@ -106,6 +106,10 @@ class ImportReport:
     already_present: int = 0
     replaced: int = 0
     """Of those already present, how many a lossless format's record changed (written again, annotations kept)."""
+    repeated: int = 0
+    """Records an earlier record of this import was, id and content: stored once."""
+    clashed: int = 0
+    """Records with an earlier record's id and other content: skipped (listed in ``errors``), the first stored."""
     errors: list[FormatError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -132,10 +136,13 @@ class ImportReport:
         else:
             kept = "left as they were"
         over = sum(map(is_over_limit, self.errors))
-        bad = self.skipped - over
+        bad = self.skipped - over - self.clashed
         return (f"imported {self.new} new, {self.already_present} already present ({kept}), "
                 f"{bad} malformed record{'' if bad == 1 else 's'} skipped"
-                + (f", {over} over the record limit skipped" if over else ""))
+                + (f", {over} over the record limit skipped" if over else "")
+                + (f", {self.repeated} repeating an earlier record of this import whole (stored once)"
+                   if self.repeated else "")
+                + (f", {self.clashed} with an earlier record's id and other content skipped" if self.clashed else ""))
 
 
 def _resolve_tokenizer(tokenizer: Tokenizer | str | None) -> tuple[Tokenizer | None, str]:
@@ -251,10 +258,17 @@ def import_path(
     try:
         for ep, state, error in store.save_batches(episodes, batch=batch, replace=replace):
             if error is not None:  # a bug in storing this one record: list it, import the rest
-                where = f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
-                if isinstance(ep, PackedEpisode) and ep.where:
-                    where = ep.where
-                ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), where))
+                ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), _where(ep)))
+                continue
+            if state == "repeated":
+                report.repeated += 1
+                continue
+            if state == "clashed":
+                report.clashed += 1
+                ctx.skip(FormatError(
+                    f"episode {ep.id} again, with other content: an earlier record of this import has its id, and is "
+                    "the one stored" + ("; to store this one instead, import a file that holds it alone"
+                                        if replace else ""), _where(ep)))
                 continue
             count(ep, state != "new")
             if state == "new":
@@ -284,6 +298,13 @@ def import_path(
         report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
                             "token-level checks are skipped")
     return report
+
+
+def _where(ep: Episode | PackedEpisode) -> str:
+    """The file and line an episode was read from."""
+    if isinstance(ep, PackedEpisode) and ep.where:
+        return ep.where
+    return f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
 
 
 def _few(names: list[str], most: int = 4) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -16,6 +17,7 @@ from ..records.episode import Episode, Status, Turn
 from . import codec, packing
 from .base import StoreBase
 from .counts import fold_counts
+from .fileerrors import file_advice, file_error, full
 from .index import CONTEXT_PART
 from .packing import PackedEpisode
 from .schema import COUNTED, nonfinite_episodes
@@ -41,46 +43,26 @@ def _content(ep: Episode) -> dict[str, Any]:
     return d
 
 
-# SQLite's errors of the file rather than of the record written (``sqlite_errorname`` prefixes): the writing stops.
-_FILE_ERRORS = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY", "SQLITE_NOMEM",
-                "SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CANTOPEN", "SQLITE_PROTOCOL", "SQLITE_INTERRUPT")
-
-
-def file_error(e: BaseException) -> bool:
-    """Whether ``e`` is an error of the database file (full, unwritable, locked, damaged, out of memory): one that
-    the next episode would meet too, where a bad record's error is its own."""
-    if isinstance(e, MemoryError):
-        return True
-    name = getattr(e, "sqlite_errorname", "") or ""
-    return isinstance(e, sqlite3.Error) and name.startswith(_FILE_ERRORS)
-
-
-def _full(e: BaseException | None) -> bool:
-    """Whether ``e`` says the database file cannot grow."""
-    return isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorname", "") or "").startswith("SQLITE_FULL")
-
-
-def _file_advice(e: BaseException) -> str:
-    """What to do about an error of the file, as the start of a sentence."""
-    name = getattr(e, "sqlite_errorname", "") or ""
-    if name.startswith("SQLITE_FULL"):
-        return "Make room on its disk"
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return "Another process is writing to it: wait until it is done"
-    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
-        return "Give this process write access to the file and its folder"
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-        return "Recover what it holds (`sqlite3 FILE .recover | sqlite3 recovered.db`) and use the recovered file"
-    return "Fix the cause"
-
-
 @dataclass
 class _Written:
     """How many episodes a ``save_batches`` stored, and the last one's id: what it names when the writing stops
-    (a count, so a million-episode import holds none of them)."""
+    (a count, so a million-episode import holds none of them); ``since``: the last rowid of ``episodes`` before it,
+    so a row above it was written by this call; ``seen``: the temporary table of the episodes stored before it that
+    it met (made at the first)."""
 
+    since: int
     n: int = 0
     last: str = ""
+    seen: str = ""
+
+    def again(self, conn: sqlite3.Connection, episode_id: str, rowid: int) -> bool:
+        """Whether this call met ``episode_id`` (stored at ``rowid``) already."""
+        if rowid > self.since:
+            return True
+        if not self.seen:
+            self.seen = f"rs_seen_{id(self)}"
+            conn.execute(f"CREATE TEMP TABLE {self.seen} (id TEXT PRIMARY KEY) WITHOUT ROWID")
+        return conn.execute(f"INSERT OR IGNORE INTO temp.{self.seen} (id) VALUES (?)", [episode_id]).rowcount == 0
 
 
 class Writes(StoreBase):
@@ -203,7 +185,9 @@ class Writes(StoreBase):
 
         An episode already stored keeps its star, note and tags (a person's work; tags the record carries
         are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
-        left when it does not (``unchanged``); without, it is left as it is (``kept``). When ``episodes``
+        left when it does not (``unchanged``); without, it is left as it is (``kept``). An episode whose id this
+        call wrote already is not written again: ``repeated`` when it is the same, ``clashed`` when not (the first
+        is stored; its id is no record's own, or a dump names two records alike). When ``episodes``
         raises, those read before are written, then the error goes on. The writing connection's page cache is at
         least ``BATCH_CACHE_KB`` meanwhile."""
         self._refuse_read_only("save episodes")
@@ -214,33 +198,39 @@ class Writes(StoreBase):
                       batch_bytes: int) -> Iterator[tuple[Stored, str, str | None]]:
         chunk: list[Stored] = []
         tokens = held = 0
-        stored = _Written()
+        with self._lock:
+            stored = _Written(int(self.db.execute("SELECT IFNULL(MAX(rowid), 0) FROM episodes").fetchone()[0]))
         source = iter(episodes)
         end = object()
-        while True:
-            try:
-                item = next(source, end)
-            except Exception:  # the reading failed (a damaged file): what was read before is kept, then the error
-                if chunk:
+        try:
+            while True:
+                try:
+                    item = next(source, end)
+                except Exception:  # the reading failed (a damaged file): what was read before is kept, then the error
+                    if chunk:
+                        yield from self._store_batch(chunk, replace, stored)
+                    raise
+                if item is end:
+                    break
+                assert isinstance(item, (Episode, PackedEpisode))
+                chunk.append(item)
+                tokens += item.n_tokens
+                held += packing.held_bytes(item)
+                if len(chunk) >= batch or tokens >= batch_tokens or held >= batch_bytes:
                     yield from self._store_batch(chunk, replace, stored)
-                raise
-            if item is end:
-                break
-            assert isinstance(item, (Episode, PackedEpisode))
-            chunk.append(item)
-            tokens += item.n_tokens
-            held += packing.held_bytes(item)
-            if len(chunk) >= batch or tokens >= batch_tokens or held >= batch_bytes:
+                    chunk, tokens, held = [], 0, 0
+            if chunk:
                 yield from self._store_batch(chunk, replace, stored)
-                chunk, tokens, held = [], 0, 0
-        if chunk:
-            yield from self._store_batch(chunk, replace, stored)
+        finally:
+            if stored.seen:
+                with self._lock, contextlib.suppress(sqlite3.Error):
+                    self.db.conn.execute(f"DROP TABLE IF EXISTS temp.{stored.seen}")
 
     def _store_batch(self, chunk: list[Stored], replace: bool, stored: _Written
                      ) -> Iterator[tuple[Stored, str, str | None]]:
         """``_save_savepoints`` of one batch: yields what it committed (adding the stored ones to ``stored``), then
         raises the StoreError that says why it stopped, if it did."""
-        done, stop = self._save_savepoints(chunk, replace)
+        done, stop = self._save_savepoints(chunk, replace, stored)
         for ep, state, error in done:
             if error is None:
                 stored.n, stored.last = stored.n + 1, ep.id
@@ -256,31 +246,31 @@ class Writes(StoreBase):
         lost = f"{failed.id}" if first_lost is failed else f"{first_lost.id} (the first of its batch)"
         raise StoreError(
             f"could not store episode {failed.id}{where} in {self.path}: {cause}. Of this write, {kept}; not stored: "
-            f"{lost} and every episode after it. {_file_advice(cause)}, then import again: the stored episodes are "
+            f"{lost} and every episode after it. {file_advice(cause)}, then import again: the stored episodes are "
             "found and left as they are") from cause
 
-    def _save_savepoints(self, chunk: list[Stored], replace: bool
+    def _save_savepoints(self, chunk: list[Stored], replace: bool, call: _Written
                          ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, Stored, BaseException] | None]:
         """Write ``chunk`` in one transaction, each episode in a savepoint, and commit it: what is committed, and
         when an error of the file stopped it, (the episode it hit, the first episode not stored, the error)."""
         self._refuse_read_only("save episodes")
         with self._lock:
             try:
-                done, stop = self._write_batch(chunk, replace, True)
-                if stop is None or not _full(stop[1]):
+                done, stop = self._write_batch(chunk, replace, call, True)
+                if stop is None or not full(stop[1]):
                     committed = self._commit()
                     if stop is not None:
-                        return self._settle(chunk, replace, done, stop, committed)
-                    if committed is None or not _full(committed):
+                        return self._settle(chunk, replace, call, done, stop, committed)
+                    if committed is None or not full(committed):
                         return self._committed(chunk, done, committed)
                 # The file is full: the batch again, each episode's texts indexed with it (not all at the commit),
                 # so the writing stops at the episode that does not fit, and the episodes before it are kept.
                 self._rollback()
-                done, stop = self._write_batch(chunk, replace, False)
+                done, stop = self._write_batch(chunk, replace, call, False)
                 committed = self._commit()
                 if stop is None:
                     return self._committed(chunk, done, committed)
-                return self._settle(chunk, replace, done, stop, committed)
+                return self._settle(chunk, replace, call, done, stop, committed)
             except BaseException:  # interrupted (Ctrl-C; an episode's own error is listed, the file's returned)
                 self._rollback()  # nothing of the batch is committed, and no later write commits part of it
                 raise
@@ -294,7 +284,7 @@ class Writes(StoreBase):
             return done, None
         return [r for r in done if r[1] == "kept"], (chunk[0], chunk[0], committed)  # nothing of the batch is stored
 
-    def _settle(self, chunk: list[Stored], replace: bool, done: list[tuple[Stored, str, str | None]],
+    def _settle(self, chunk: list[Stored], replace: bool, call: _Written, done: list[tuple[Stored, str, str | None]],
                 stop: tuple[Stored, BaseException], committed: BaseException | None
                 ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, Stored, BaseException] | None]:
         """What ``_save_savepoints`` keeps of a batch an error of the file stopped at ``stop`` (its commit of the
@@ -305,7 +295,7 @@ class Writes(StoreBase):
         # SQLite rolled the whole transaction back (a full disk or an I/O error may): the episodes before the one
         # that failed are written again, once, in a transaction of their own.
         before = chunk[: chunk.index(failed)]
-        again, stop_again = self._write_batch(before, replace, False) if before else ([], None)
+        again, stop_again = self._write_batch(before, replace, call, False) if before else ([], None)
         if before and stop_again is None and self._commit() is None:
             return again, (failed, failed, cause)
         self._rollback()
@@ -313,7 +303,7 @@ class Writes(StoreBase):
 
     _lost = False  # set by ``_write_batch``: the error that stopped it also ended its transaction
 
-    def _write_batch(self, chunk: list[Stored], replace: bool, index_at_commit: bool = True
+    def _write_batch(self, chunk: list[Stored], replace: bool, call: _Written, index_at_commit: bool = True
                      ) -> tuple[list[tuple[Stored, str, str | None]], tuple[Stored, BaseException] | None]:
         """Write ``chunk`` in a transaction left open (each episode in a savepoint: one that fails on its own is rolled
         back and listed): what was written, and the episode and error of the file that stopped it (``file_error``),
@@ -338,7 +328,11 @@ class Writes(StoreBase):
         for ep in chunk:
             held = len(pending)
             try:
-                present = conn.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
+                row = conn.execute("SELECT rowid FROM episodes WHERE id = ?", [ep.id]).fetchone()
+                if row is not None and call.again(conn, ep.id, row[0]):  # its id again in this call
+                    out.append((ep, "repeated" if self._same(ep) else "clashed", None))
+                    continue
+                present = row is not None
                 if not locked and (replace if present else not (isinstance(ep, PackedEpisode) and ep.failed)):
                     try:
                         present, locked = self._lock_for_writing(ep.id), True
@@ -433,6 +427,13 @@ class Writes(StoreBase):
         except sqlite3.Error:
             pass  # the rollback of a file that failed: SQLite undoes the transaction when the file opens again
 
+    def _same(self, ep: Stored) -> bool:
+        """Whether ``ep``'s content is its stored copy's (one that cannot be read is not)."""
+        try:
+            return _content(self.get_episode(ep.id)) == _content(ep.episode() if isinstance(ep, PackedEpisode) else ep)
+        except Exception:  # noqa: BLE001
+            return False
+
     def _save_again(self, ep: Episode) -> str:
         """Store ``ep`` over its stored copy, keeping the copy's star, note and tags (with ``ep``'s tags added):
         ``replaced`` when its content differs, else ``unchanged`` (only annotations the record adds are written)."""
@@ -440,11 +441,7 @@ class Writes(StoreBase):
         tags = [r[0] for r in self.db.execute("SELECT tag FROM tags WHERE episode_id = ?", [ep.id])]
         merged = ep.evolve(tags=tuple(sorted({*tags, *ep.tags})), starred=bool(row[0]) or ep.starred,
                            note=row[1] or ep.note)
-        try:
-            same = _content(self.get_episode(ep.id)) == _content(ep)
-        except Exception:  # noqa: BLE001 - a stored copy that cannot be read is replaced
-            same = False
-        if not same:
+        if not self._same(ep):  # a stored copy that cannot be read is replaced
             self._save_whole(merged)
             return "replaced"
         if merged.starred != bool(row[0]) or merged.note != row[1]:
