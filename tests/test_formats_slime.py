@@ -207,3 +207,38 @@ def test_context_notes_without_tokenizer(tmp_path):
     ctx.note("a")
     ctx.note("a")
     assert ctx.notes == ["a"]
+
+
+def test_a_reply_cut_mid_episode_reads_back_cut_and_checks_as_it_did(tmp_path, smol_tokenizer):
+    """slime keeps one status a sample; a loop that goes on after a reply cut by the length limit appends the
+    end-of-turn token untrained. Exported and imported, that turn is cut again, and the checks find what they found
+    on the episode itself (the cut turn), not a mask that leaves assistant output untrained."""
+    import asyncio
+
+    from engine.backends.base import SamplingParams
+    from engine.backends.scripted import ScriptedBackend
+    from engine.envs.math import MathEnv
+    from engine.launch.demo import _rambling_first_reply
+    from engine.loop.stepper import run_episode
+    from engine.presets import PRESETS
+
+    env = MathEnv()
+    backend = ScriptedBackend(_rambling_first_reply(env.reference_reply), smol_tokenizer, mistake_rate=0.0, seed=0)
+    ep = asyncio.run(run_episode(env, backend, smol_tokenizer, PRESETS["tito"], env.tasks[0],
+                                 sampling=SamplingParams(max_new_tokens=48)))
+    assert ep.n_turns >= 2 and ep.turns[0].generation.finish_reason == "length"
+    assert ep.turns[-1].generation.finish_reason == "stop" and ep.status is Status.COMPLETED
+    opts = CheckOptions(tokenizer=smol_tokenizer)
+    # The loop logged the cut turn as it ran; the checks add what it did not.
+    before = sorted((f.kind, f.turn) for f in (*ep.all_findings(), *run_checks(ep, opts)) if f.severity.value != "info")
+    assert before == [("truncated_turn", 0)]
+    dump = write_slime_dump(tmp_path / "0.pt", [episode_to_sample(ep, 0, 0)])
+    st = _db(tmp_path)
+    try:
+        import_path(dump, "slime", st, tokenizer=smol_tokenizer)
+        back = next(st.iter_episodes())
+    finally:
+        st.close()
+    assert [t.generation.finish_reason for t in back.turns] == [t.generation.finish_reason for t in ep.turns]
+    after = sorted((f.kind, f.turn) for f in run_checks(back, opts) if f.severity.value != "info")
+    assert after == before

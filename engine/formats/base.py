@@ -20,6 +20,7 @@ import json
 import math
 import os
 import pickle
+import typing
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ from ..errors import FormatError
 from ..presets import LoopConfig
 from ..records import jsonbounds, numbers, textsafe
 from ..records.episode import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
+from ..records.generation import FINISH_REASONS
 from ..records.reading import json_type
 from ..tokens.tokenizer import Tokenizer
 from .limits import MAX_RECORD_MB, bounded_lines, check_inflation, open_entry, over_limit
@@ -372,6 +374,7 @@ def mask_structure(
     prompt_text: str | None = None,
     status: str = "completed",
     reward: float = 0.0,
+    finish: list[str] | None = None,
 ) -> tuple[tuple[Segment, ...], tuple[Turn, ...]]:
     """Segments and turns of a token array whose only structure is its loss mask.
 
@@ -380,7 +383,8 @@ def mask_structure(
     ``env`` segment of that turn (tool results, user replies and template
     text, which a mask cannot tell apart). Generated text comes from
     ``texts`` (one per turn) or from decoding with the tokenizer; without
-    either it is empty and the ids speak for themselves.
+    either it is empty and the ids speak for themselves. A turn's finish reason is ``finish``'s (one per turn, as a
+    Rollscope export records them), else ``status``'s for the last turn and ``stop`` for the others.
     """
     from ..tokens import chat
 
@@ -402,6 +406,8 @@ def mask_structure(
         segments.append(seg)
     turns: list[Turn] = []
     last = len(turn_spans) - 1
+    known = [typing.cast(FinishReason, f) for f in finish] if finish is not None and len(finish) == len(turn_spans) \
+        and all(f in FINISH_REASONS for f in finish) else None
     for t, (a, b) in enumerate(turn_spans):
         lp = logprobs[a:b]
         ver = int(versions[a]) if versions[a] >= 0 else None
@@ -415,7 +421,7 @@ def mask_structure(
             text=text,
             token_ids=tuple(ids[a:b].tolist()),
             logprobs=None if np.isnan(lp).all() else tuple(lp.tolist()),
-            finish_reason=STATUS_FINISH.get(status, "stop") if t == last else "stop",
+            finish_reason=known[t] if known else STATUS_FINISH.get(status, "stop") if t == last else "stop",
             prompt_tokens=a,
             weight_version=ver,
         )

@@ -45,7 +45,8 @@ propagate NaN through masked sums) and their positions kept in
 ``metadata["rollscope"]``, which the importer reads back, so Rollscope ->
 slime -> Rollscope is exact for tokens, mask, logprobs, reward and status.
 Per-token policy versions ride along there too (slime keeps one version
-per generation call). ``response`` is a human-readable join of the turns;
+per generation call), and each generated run's finish reason (slime keeps
+one status a sample). ``response`` is a human-readable join of the turns;
 slime trains on ``tokens``.
 """
 
@@ -356,6 +357,7 @@ def sample_to_episode(
     segments, turns = mask_structure(
         ids, mask, lp, versions, prompt_len, tokenizer=tok, texts=texts,
         prompt_text=prompt if isinstance(prompt, str) else None, status=status, reward=reward,
+        finish=ours.get("finish") if isinstance(ours.get("finish"), list) else None,
     )
     messages: tuple[Message, ...] = ()
     if prompt_msgs is not None:
@@ -415,6 +417,16 @@ def sample_to_episode(
 # -- export -----------------------------------------------------------------------
 
 
+def _finish_reasons(ep: Episode, spans: list[tuple[int, int]]) -> list[str]:
+    """Why each generated run of the response ended: its turn's finish reason (slime keeps one status a sample, so a
+    reply cut by the length limit that the loop went on after reads as cut again, not as ended by the model)."""
+    reasons: list[str] = []
+    for a, _ in spans:
+        turn = next((t for t in ep.turns for sg in t.segments if sg.kind == "assistant" and sg.start <= a < sg.end), None)
+        reasons.append(turn.generation.finish_reason if turn is not None and turn.generation is not None else "stop")
+    return reasons
+
+
 def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, Any]:
     """A slime ``Sample.to_dict()`` for one episode (plain Python types only)."""
     ids, mask, lps = ep.tokens.ids, ep.tokens.loss_mask, ep.tokens.logprobs
@@ -446,7 +458,7 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
     cuts = [0, *(np.flatnonzero(np.diff(resp_ver)) + 1).tolist(), len(resp_ver)]
     versions_rle = [[int(resp_ver[a]), b - a] for a, b in zip(cuts, cuts[1:]) if b > a]
     metadata["rollscope"] = {"episode_id": ep.id, "env": ep.env, "task_id": ep.task_id, "nan_logprobs": nan_spans,
-                             "versions_rle": versions_rle}
+                             "versions_rle": versions_rle, "finish": _finish_reasons(ep, spans)}
     return {
         "group_index": group_index,
         "index": index,
