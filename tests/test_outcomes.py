@@ -342,3 +342,36 @@ def test_a_schema_10_golden_database_explains_its_summed_math_rewards_again_once
     assert again.applied == [] and again.filled == 0
     assert {e.id: e.outcome for e in again.iter_episodes()} == {eid: e.outcome for eid, e in eps.items()}
     again.close()
+
+
+def test_an_import_that_lacks_what_the_env_reads_is_not_explained_as_a_failure(smol_tokenizer, tmp_path):
+    """A trainer's dump keeps tokens and one reward. Read off its mask, an episode's replies have no text without a
+    tokenizer, and no tool calls or env answers at all: its outcome says so (``other``), rather than "never called"
+    or "no answer". With text, a single answer is judged as in the loop; several, under a reward whose rule the
+    record does not say, are listed and not called right or wrong."""
+    from engine.formats.slime import episode_to_sample
+    from tests.fixtures_formats import write_slime_dump
+
+    ref = _write("cancel-00")
+    retail, _ = planted(smol_tokenizer, "cancel-00", lambda r, h: None)
+    one, truth = math_episode(smol_tokenizer, [f"So \\boxed{{{MathEnv().task(MathEnv().tasks[0]).solutions[0]}}}."])
+    several, _ = math_episode(smol_tokenizer, ["\\boxed{1}", f"\\boxed{{{truth}}}"], preset="areal-math")
+    assert (retail.outcome.kind, one.outcome.kind) == ("success", "correct") and several.n_turns == 2
+    assert ref.name in {c.name for t in retail.turns for c in t.tool_calls}
+    dump = write_slime_dump(tmp_path / "0.pt", [episode_to_sample(e, i, i) for i, e in enumerate((retail, one, several))])
+    got = {}
+    for tok in (None, smol_tokenizer):
+        store = Store(tmp_path / f"{tok is None}.db")
+        try:
+            formats.import_path(dump, "slime", store, tokenizer=tok)
+            got[tok is None] = {e.source.details["original_id"]: e.outcome for e in store.iter_episodes()}
+        finally:
+            store.close()
+    bare, decoded = got[True], got[False]
+    assert bare[retail.id].kind == "other" and "token ids without their text" in bare[retail.id].text
+    assert decoded[retail.id].kind == "other" and "not the tool calls" in decoded[retail.id].text
+    assert bare[one.id].kind == decoded[one.id].kind == "correct"  # slime's response text holds a one-turn reply
+    assert bare[several.id].kind == "other" and "token ids without their text" in bare[several.id].text
+    o = decoded[several.id]
+    assert o.kind == "other" and "does not say whether it scores the last answer" in o.text
+    assert [(a.turn, a.correct) for a in o.answers] == [(0, False), (1, True)]

@@ -192,9 +192,13 @@ def outcome(ep: Episode) -> Outcome:
     last = answers[-1]
     every = sums_turns(ep)
 
-    def said(kind: OutcomeKind, turn: int, text: str) -> Outcome:
+    def said(kind: OutcomeKind, turn: int | None, text: str) -> Outcome:
         return Outcome(kind, turn, None, None, (), (), (), tuple(answers), ref, text, every_turn=every)
 
+    if ep.config.loop is None and len(answers) > 1:
+        # A trainer's dump keeps one reward, not the rule that made it: which answers it scores is not known.
+        return said("other", None, f"reward {ep.reward:g} for {len(answers)} answers; the record does not say whether "
+                                   "it scores the last answer or sums every answer's (the loop's episode_reward)")
     if every and len(answers) > 1:
         right = [a.turn for a in answers if a.correct]
         wrong = [a for a in answers if not a.correct]

@@ -24,10 +24,31 @@ def own_reason(ep: Episode) -> str:
     return f"reward {ep.reward:g}: {ep.status.value} ({ep.reason})" if ep.reason else f"reward {ep.reward:g}"
 
 
+def unread(ep: Episode) -> str:
+    """What the env's outcome reads that the record does not hold ("" when it holds it): a trainer's dump keeps the
+    tokens, and an import reads its turns off the loss mask, so its replies have no text without a tokenizer, and no
+    tool calls or env answers at all. Read as missing, they would say "never called" or "never answered"."""
+    if ep.env not in ("retail", "math") and not ep.env.startswith("taubench:"):
+        return ""
+    gens = [t.generation for t in ep.turns if t.generation is not None and t.generation.token_ids]
+    if gens and not any(g.text for g in gens) and not any(m.role == "assistant" for m in ep.messages) and \
+            not any("correct" in t.info for t in ep.turns):
+        return ("its replies are token ids without their text (imported without a tokenizer: `rollscope import "
+                "--tokenizer NAME` decodes them)")
+    if ep.env != "math" and gens and not any(t.observation for t in ep.turns) and \
+            not any(m.role == "assistant" for m in ep.messages):
+        return ("its record holds the replies, not the tool calls taken from them nor what the env answered (a "
+                "trainer's dump keeps the tokens), so which calls the agent made cannot be read")
+    return ""
+
+
 def explain(ep: Episode) -> Outcome | None:
-    """The outcome of a finished episode (None while it runs), from the env that scored it, by name."""
+    """The outcome of a finished episode (None while it runs), from the env that scored it, by name; ``other``,
+    saying why, when the record lacks what the env reads (``unread``)."""
     if ep.status is Status.RUNNING:
         return None
+    if why := unread(ep):
+        return Outcome.other(f"reward {ep.reward:g}: {ep.env} cannot explain this episode: {why}")
     try:
         if ep.env == "retail":
             from .retail.outcome import outcome as retail

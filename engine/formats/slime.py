@@ -418,8 +418,8 @@ def sample_to_episode(
 
 
 def _finish_reasons(ep: Episode, spans: list[tuple[int, int]]) -> list[str]:
-    """Why each generated run of the response ended: its turn's finish reason (slime keeps one status a sample, so a
-    reply cut by the length limit that the loop went on after reads as cut again, not as ended by the model)."""
+    """How each generated run of the response ended, as its turn did: slime keeps one status a sample, so without
+    them a reply cut by the length limit that the loop went on after reads as ended by the model."""
     reasons: list[str] = []
     for a, _ in spans:
         turn = next((t for t in ep.turns for sg in t.segments if sg.kind == "assistant" and sg.start <= a < sg.end), None)
