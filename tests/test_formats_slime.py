@@ -242,3 +242,30 @@ def test_a_reply_cut_mid_episode_reads_back_cut_and_checks_as_it_did(tmp_path, s
     assert [t.generation.finish_reason for t in back.turns] == [t.generation.finish_reason for t in ep.turns]
     after = sorted((f.kind, f.turn) for f in run_checks(back, opts) if f.severity.value != "info")
     assert after == before
+
+
+def test_a_file_of_another_format_given_as_slime_says_what_it_is(tmp_path, eps):
+    """Not a pickle's "arbitrary code" refusal: a JSONL export, a gzip file, a Parquet file and a database given as
+    a slime dump are each named, with the format that reads them; a real dump still reads."""
+    import gzip
+
+    src = _db(tmp_path)
+    src.save_episode(eps[0])
+    jsonl_file, parquet_file = tmp_path / "e.jsonl", tmp_path / "e.parquet"
+    export(src.iter_episodes(), "jsonl", jsonl_file)
+    export(src.iter_episodes(), "parquet", parquet_file)
+    src.close()
+    dump = write_slime_dump(tmp_path / "0.pt", [episode_to_sample(eps[0], 0, 0)])
+    zipped = tmp_path / "0.pt.gz"
+    zipped.write_bytes(gzip.compress(dump.read_bytes()))
+    bom_array = tmp_path / "rows.json"
+    bom_array.write_bytes(b"\xef\xbb\xbf[\n  {\"prompt_ids\": [1]}\n]\n")
+    cases = [(jsonl_file, "not a torch.save dump but JSON text: a Rollscope export imports with --format jsonl"),
+             (bom_array, "but JSON text"), (zipped, "gzip-compressed: gunzip it first"),
+             (parquet_file, "a Parquet file: one Rollscope wrote imports with --format parquet"),
+             (tmp_path / "a.db", "a SQLite database")]
+    for f, said in cases:
+        with pytest.raises(FormatError) as e:
+            import_path(f, "slime", _db(tmp_path, "x.db"))
+        assert said in str(e.value) and "arbitrary code" not in str(e.value), f.name
+    assert import_path(dump, "slime", _db(tmp_path, "ok.db")).new == 1

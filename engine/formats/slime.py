@@ -85,6 +85,7 @@ from .base import (
     stable_id,
 )
 from .limits import over_limit
+from .sniff import not_torch_save
 
 STATUS_IN = {
     "completed": Status.COMPLETED, "truncated": Status.TRUNCATED, "aborted": Status.ABORTED,
@@ -184,6 +185,11 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     files = rollout_files(path)
     _use_saved_tokenizer(files, ctx)
     for f in files:
+        try:
+            with f.open("rb") as head:
+                not_torch_save(head.read(4096), f)
+        except OSError as e:
+            raise FormatError(f"cannot read: {e.strerror}", str(f)) from None
         try:
             stream = torchstream.open_dump(f, ctx.max_record)
         except torchstream.NotStreamable:

@@ -105,3 +105,22 @@ def not_records(head: bytes, path: Path) -> None:
         shown = lines[0].decode("utf-8", "replace")
         raise FormatError(f"not JSON lines: none of its first {len(lines)} lines holds a JSON object (line 1 reads "
                           f"{shown[:60]!r}{'...' if len(shown) > 60 else ''}): a CSV or other text?", str(path))
+
+
+def not_torch_save(head: bytes, path: Path) -> None:
+    """A FormatError when the first bytes of ``path`` (``head``) say it is not a ``torch.save`` dump (a zip archive or
+    a pickle) but a known other format: compressed, a Parquet file or a database, or JSON text (the JSONL formats).
+    Anything else is left to the loader, which refuses what it cannot read safely."""
+    for magic, what in _MAGIC:
+        if head.startswith(magic) and magic != b"PK\x03\x04":
+            raise FormatError(f"not a torch.save dump but {what}", str(path))
+    text = head[utf8_bom(head):].lstrip()
+    if text[:1] in (b"{", b"[") and b"\x00" not in head:
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if e.start < len(head) - 3:  # not a character cut at the end of the sample: not UTF-8 text
+                return
+        raise FormatError("not a torch.save dump but JSON text: a Rollscope export imports with --format jsonl, verl's "
+                          "rows with --format verl, AReaL's with --format areal, OpenAI messages with --format "
+                          "messages, tau-bench results with --format taubench", str(path))
