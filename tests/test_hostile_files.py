@@ -398,3 +398,53 @@ def test_a_file_that_starts_with_a_byte_order_mark_reads_as_without_it(tmp_path,
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_an_export_imported_as_another_format_is_refused_once_naming_the_format_that_reads_it(tmp_path):
+    """Each JSON-lines export, imported with another --format, is refused whole in one sentence saying what its
+    records are and which format reads them (an areal-realhf export: that none does), where it gave an error a
+    line; on workers too. With its own format each imports."""
+    from engine.checks.fanout import Fanout
+    from engine.formats import jsonl as jsonl_format
+    from tests.synthetic import synthetic_episodes
+
+    store = Store(tmp_path / "src.db")
+    store.save_episodes(synthetic_episodes(6))
+    files = {}
+    for fmt in ("jsonl", "verl", "areal", "areal-realhf", "messages"):
+        files[fmt] = tmp_path / f"e.{fmt}"
+        formats.export(store.iter_episodes(), fmt, files[fmt])
+    store.close()
+    said = {"jsonl": "Rollscope episode records: import them with --format jsonl",
+            "verl": "verl AgentLoopOutput rows: import them with --format verl",
+            "areal": "AReaL per-turn sequences: import them with --format areal",
+            "areal-realhf": "an areal-realhf export (realhf's SequenceSample fields), which Rollscope writes for "
+                            "AReaL's RealHF trainer and does not read back: import the jsonl or areal export of the "
+                            "same episodes",
+            "messages": "OpenAI messages records: import them with --format messages"}
+    refused = 0
+    for written, path in files.items():
+        for fmt in ("jsonl", "verl", "areal", "messages"):
+            into = Store(tmp_path / f"{written}-{fmt}.db")
+            try:
+                if fmt == written or (written == "jsonl" and fmt == "messages"):  # a record holds its messages
+                    assert formats.import_path(path, fmt, into).new >= 6, (written, fmt)  # areal: a row a turn
+                    continue
+                with pytest.raises(formats.FormatError) as e:
+                    formats.import_path(path, fmt, into)
+                assert str(e.value) == f"{path}: not {fmt} records but {said[written]}", (written, fmt)
+                assert into.count() == 0
+                refused += 1
+            finally:
+                into.close()
+    assert refused == 15
+    # Read on workers, the first line is looked at before any goes out.
+    monkey = jsonl_format.WORKERS_FROM_BYTES
+    jsonl_format.WORKERS_FROM_BYTES = 0
+    try:
+        into = Store(tmp_path / "workers.db")
+        with Fanout(2) as pool, pytest.raises(formats.FormatError, match="not jsonl records but verl AgentLoopOutput"):
+            formats.import_path(files["verl"], "jsonl", into, fanout=pool)
+        into.close()
+    finally:
+        jsonl_format.WORKERS_FROM_BYTES = monkey

@@ -39,7 +39,7 @@ from ..records.generation import FINISH_REASONS
 from ..records.reading import json_type
 from ..tokens.tokenizer import Tokenizer
 from .limits import MAX_RECORD_MB, bounded_lines, check_inflation, open_entry, over_limit
-from .sniff import start_of_text
+from .sniff import other_format, start_of_text
 
 STATUS_FINISH: dict[str, FinishReason] = {"truncated": "length", "aborted": "abort"}
 
@@ -159,8 +159,17 @@ def raw_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, bytes | int
             yield f"{path}:{lineno}", raw
 
 
+def first_record_is_ours(record: object, path: Path, fmt: str) -> None:
+    """A FormatError for the whole file when its first record is another format's, which ``fmt`` cannot read
+    (``sniff.other_format``): one sentence saying what it is and which format reads it, not an error a line."""
+    if said := other_format(record, fmt):
+        raise FormatError(said, str(path))
+
+
 def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(position, object) for every non-blank line; bad lines, and lines over ``ctx.max_record``, go to ``ctx.skip``."""
+    """(position, object) for every non-blank line; bad lines, and lines over ``ctx.max_record``, go to ``ctx.skip``.
+    A file whose first record is another format's is refused whole (``first_record_is_ours``)."""
+    first = True
     for where, raw in raw_lines(path, ctx):
         if isinstance(raw, int):
             ctx.skip(over_limit(raw, ctx.max_record, "the line", where))
@@ -172,6 +181,9 @@ def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, 
             continue
         if obj is None:
             continue
+        if first:
+            first_record_is_ours(obj, path, ctx.fmt)
+            first = False
         if n:
             ctx.replaced[where] = n
         yield where, obj

@@ -29,7 +29,7 @@ from ..records import prompts
 from ..records.bounds import within_bounds
 from ..records.episode import Episode
 from ..store.packing import PackedEpisode, pack_episode
-from .base import ImportContext, discover, json_lines, json_object, mark_replaced, raw_lines
+from .base import ImportContext, discover, first_record_is_ours, json_lines, json_object, mark_replaced, raw_lines
 from .limits import MAX_RECORD_MB, bounded_lines, over_limit
 from .sniff import start_of_text
 
@@ -250,7 +250,15 @@ def _chunks(f: Path, ctx: ImportContext, run_id: str | None, pid: int, sent: deq
     out."""
     lines: list[tuple[str, bytes | int]] = []
     size = 0
+    first = True
     for where, raw in raw_lines(f, ctx):
+        if first and isinstance(raw, bytes) and raw.strip():
+            first = False
+            try:
+                record, _ = json_object(raw, where)
+            except FormatError:
+                record = None  # the line's own error, from its worker
+            first_record_is_ours(record, f, ctx.fmt)
         n = len(raw) if isinstance(raw, bytes) else 0
         if lines and (len(lines) >= LINES_A_CHUNK or size + n > CHUNK_BYTES):
             sent.append(lines)

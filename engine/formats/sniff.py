@@ -124,3 +124,41 @@ def not_torch_save(head: bytes, path: Path) -> None:
         raise FormatError("not a torch.save dump but JSON text: a Rollscope export imports with --format jsonl, verl's "
                           "rows with --format verl, AReaL's with --format areal, OpenAI messages with --format "
                           "messages, tau-bench results with --format taubench", str(path))
+
+
+# The record shapes of the JSON-lines formats: (the format that reads it, what it is, the keys that say so). A record
+# is taken for one when it holds all of its keys, the first shape that fits from the top.
+_SHAPES: tuple[tuple[str | None, str, frozenset[str]], ...] = (
+    ("jsonl", "Rollscope episode records", frozenset({"schema_version", "id", "turns", "tokens"})),
+    (None, "an areal-realhf export (realhf's SequenceSample fields), which Rollscope writes for AReaL's RealHF "
+           "trainer and does not read back: import the jsonl or areal export of the same episodes",
+     frozenset({"packed_input_ids", "prompt_mask"})),
+    ("verl", "verl AgentLoopOutput rows", frozenset({"prompt_ids", "response_ids"})),
+    ("verl", "verl AgentLoopOutput rows", frozenset({"prompts", "responses"})),
+    ("verl", "verl rollout_data_dir rows", frozenset({"input", "output"})),
+    ("areal", "AReaL per-turn sequences", frozenset({"input_ids", "loss_mask", "episode_id", "turn"})),
+    ("areal", "AReaL trajectory records", frozenset({"task_id", "sample_idx", "prompt", "completion"})),
+    ("messages", "OpenAI messages records", frozenset({"messages"})),
+)
+# What a record must hold to be read as each format (one of the key sets).
+_READS: dict[str, tuple[frozenset[str], ...]] = {
+    "jsonl": (frozenset({"id", "turns", "tokens"}),),
+    "verl": (frozenset({"prompt_ids", "response_ids"}), frozenset({"prompts", "responses"}),
+             frozenset({"input", "output"})),
+    "areal": (frozenset({"input_ids", "loss_mask"}), frozenset({"task_id", "sample_idx", "prompt", "completion"})),
+    "messages": (frozenset({"messages"}),),
+}
+
+
+def other_format(record: object, fmt: str) -> str:
+    """What a file's first record says when it is another format's, which ``fmt`` cannot read ("" when ``fmt`` can
+    read it, or it is no shape known): what the records are, and the ``--format`` that reads them."""
+    if not isinstance(record, dict) or fmt not in _READS:
+        return ""
+    keys = set(record)
+    if any(need <= keys for need in _READS[fmt]):
+        return ""
+    for reader, what, need in _SHAPES:
+        if need <= keys and reader != fmt:
+            return f"not {fmt} records but {what}" + (f": import them with --format {reader}" if reader else "")
+    return ""
