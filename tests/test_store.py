@@ -89,6 +89,14 @@ def test_filters_sort_and_page(tmp_path, episodes):
     for value in ("maybe", ""):  # neither true nor false: refused, not read as false
         with pytest.raises(ConfigError, match=f"starred is true or false .*not {value!r}"):
             EpisodeFilter.from_where([f"starred={value}"])
+    # A finding kind misspelt is refused, not read as "no such episode".
+    assert store.count(EpisodeFilter.from_where(["finding=env_error"])) == 1
+    assert store.count(EpisodeFilter.from_where(["root=env_error"])) == 1
+    for clause, near in (("finding=env_err", " (did you mean env_error?)"), ("root=bogus", "")):
+        with pytest.raises(ConfigError) as e:
+            EpisodeFilter.from_where([clause])
+        assert str(e.value).startswith(f"--where {clause.split('=')[0]}: unknown finding kind {clause.split('=')[1]!r}"
+                                       f"{near}; one of answer_extraction_failed, ")
 
 
 def test_per_turn_commit_and_interrupted_recovery(tmp_path, smol_tokenizer):

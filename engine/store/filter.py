@@ -5,12 +5,13 @@ Shared by the store, the CLI's ``--where`` and the dashboard's Browse.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
-from ..records.episode import Status
+from ..records.episode import FINDING_KINDS, Status
 from ..records.outcome import OUTCOME_KINDS
 from .index import text_clause
 
@@ -134,10 +135,13 @@ class EpisodeFilter:
                     kw["outcome"] = tuple(value.split(","))
                 elif key in ("family", "forks_of"):
                     kw["family"] = value
-                elif key in ("finding", "finding_kind"):
-                    kw["finding_kind"] = value
-                elif key in ("root", "root_kind"):
-                    kw["root_kind"] = value
+                elif key in ("finding", "finding_kind", "root", "root_kind"):
+                    if value not in FINDING_KINDS:
+                        near = difflib.get_close_matches(value, FINDING_KINDS, n=1)
+                        raise ConfigError(f"--where {key}: unknown finding kind {value!r}"
+                                          + (f" (did you mean {near[0]}?)" if near else "")
+                                          + f"; one of {', '.join(sorted(FINDING_KINDS))}")
+                    kw["root_kind" if key.startswith("root") else "finding_kind"] = value
                 elif key in ("text_all", "text+context"):  # system prompts and tool schemas too
                     kw["text"], kw["search_context"] = value, True
                 elif key in ("env", "task_id", "task", "run_id", "run", "preset", "source", "text"):
