@@ -182,8 +182,8 @@ def _same(store: Store, path: Path) -> bool:
 
 def test_a_batch_counts_its_own_episodes_at_its_commit_whatever_it_holds(tmp_path: Path) -> None:
     """The triggers leave the episodes a batch writes to the batch, which counts them at its commit: new ones, one
-    written twice in the batch, one refused on its own; the stored ones it writes again are older than the batch and
-    counted by the triggers as they are written."""
+    met twice in the batch (the second, with other content, not written), one refused on its own; the stored ones it
+    writes again are older than the batch and counted by the triggers as they are written."""
     path = tmp_path / "batch.db"
     store = Store(path)
     eps = [entropic(i) for i in range(80)]
@@ -214,7 +214,7 @@ def test_a_batch_counts_its_own_episodes_at_its_commit_whatever_it_holds(tmp_pat
     finally:
         writes_module.fold_counts = saved
     states = [(state, error is not None) for _, state, error in done]
-    assert states == [("new", False)] * 20 + [("replaced", False), ("unchanged", False), ("replaced", False),
+    assert states == [("new", False)] * 20 + [("replaced", False), ("unchanged", False), ("clashed", False),
                                                ("new", True)] + [("new", False)] * 18
     assert folded == [mark]
     assert _same(store, path) and store.count() == 20 + 20 + 18

@@ -172,7 +172,7 @@ def test_a_schema_13_file_is_indexed_by_the_writer_after_its_step(tmp_path: Path
     shutil.copy(GOLDEN / "dbschema13.sqlite", path)
     store = Store(path)
     assert store.applied == ["0021_search_filled_by_writer", "0022_counts_at_commit",
-                             "0023_episodes_found_by_the_browse_index"]
+                             "0023_episodes_found_by_the_browse_index", "0024_findings_counted_without_notes"]
     ep = synthetic_episode(5000)
     store.save_episode(ep)
     assert ep.id in {r.id for r in store.page_episodes(EpisodeFilter(text=ep.turns[-1].generation.text[:30]),

@@ -320,15 +320,16 @@ def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_the
     shutil.copy(GOLDEN / "dbschema8.sqlite", path)
     # 0013 adds an index, 0014 only marks the file, 0015 rewrites outcomes that readers compute again as they read,
     # 0016 adds figures read from the token arrays, 0017, 0019 and 0020 aggregates counted from the index, 0018 two
-    # indexes, 0021 only changes who fills the search index, 0022 who counts a batch, and 0023 drops indexes that
-    # the browse index stands in for: readers do without all eleven.
+    # indexes, 0021 only changes who fills the search index, 0022 who counts a batch, 0023 drops indexes that the
+    # browse index stands in for, and 0024 counts findings without notes: readers do without all twelve.
     store = Store(path, read_only=True)
     assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index", "0014_prompt_pieces",
                                                               "0015_summed_outcomes", "0016_entropy_stats",
                                                               "0017_chart_stats", "0018_status_sort_indexes",
                                                               "0019_listing_stats", "0020_chart_totals",
                                                               "0021_search_filled_by_writer", "0022_counts_at_commit",
-                                                              "0023_episodes_found_by_the_browse_index"]
+                                                              "0023_episodes_found_by_the_browse_index",
+                                                              "0024_findings_counted_without_notes"]
     run = store.list_episodes(limit=1)[0].run_id
     flt = EpisodeFilter(run_id=run)
     page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))
@@ -570,3 +571,40 @@ def test_one_status_sorted_by_turns_or_tokens_is_read_from_an_index_where_the_lo
     for column in ("n_turns", "n_tokens"):
         assert 4 * costs[column, True] < costs[column, False], costs
     s.close()
+
+
+def test_an_episodes_findings_count_its_errors_and_warnings_not_its_notes(tmp_path: Path) -> None:
+    """``n_findings`` (ls's and Browse's findings column, its sort and "has findings") counts what ``check`` and
+    ``show`` list: errors and warnings. A note, severity info, is not one: a clean episode counts 0, in a new file and
+    in one written before (``0024_findings_counted_without_notes`` counts them again)."""
+    from engine.records.episode import Finding, Severity
+
+    def counts(conn: sqlite3.Connection) -> dict[str, tuple[int, int, int]]:
+        """Each episode's stored count, its findings of every severity, and those that are not notes."""
+        return {r[0]: (r[1], r[2], r[3]) for r in conn.execute(
+            "SELECT e.id, e.n_findings, (SELECT COUNT(*) FROM findings f WHERE f.episode_id = e.id), "
+            "(SELECT COUNT(*) FROM findings f WHERE f.episode_id = e.id AND f.severity != 'info') FROM episodes e")}
+
+    old = tmp_path / "thirteen.sqlite"
+    shutil.copy(GOLDEN / "dbschema13.sqlite", old)
+    conn = sqlite3.connect(old)
+    before = counts(conn)
+    conn.close()
+    noted = [eid for eid, (n, every, _) in before.items() if n == every and every > 0]
+    assert any(before[eid][2] < before[eid][1] for eid in noted)  # the golden file holds notes, counted
+    store = Store(old)
+    after = counts(store.db.conn)
+    assert all(n == kept for n, _, kept in after.values()) and after.keys() == before.keys()
+    assert {r[0]: r[1] for r in store.db.execute("SELECT id, n_findings FROM episode_index")} == \
+        {eid: n for eid, (n, _, _) in after.items()}
+    store.close()
+
+    store = Store(tmp_path / "new.db")
+    note = Finding("not_checked", Severity.INFO, "the tool schema was not recorded")
+    warn = Finding("truncated_turn", Severity.WARNING, "turn 0 stopped on the length limit")
+    clean, warned = varied(1).evolve(findings=(note,)), varied(2).evolve(findings=(note, warn))
+    store.save_episodes([clean, warned])
+    assert counts(store.db.conn) == {clean.id: (0, 1, 0), warned.id: (1, 2, 1)}
+    assert [e.id for e in store.list_episodes(EpisodeFilter(has_findings=True))] == [warned.id]
+    assert store.count(EpisodeFilter(finding_kind="not_checked")) == 2  # a note is still found by its kind
+    store.close()

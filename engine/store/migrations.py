@@ -106,6 +106,9 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the episodes' indexes by env, status, reward, time, run, task and parent dropped: every query that "
               "finds episodes by those columns reads the browse index, which has the same, so each write keeps seven "
               "fewer indexes up to date", derived=True),
+    Migration("0024_findings_counted_without_notes", 14, schema.count_findings_without_notes,
+              "each episode's findings counted as its errors and warnings, what check and show list, not its notes "
+              "(what a check could not look at): a clean episode lists 0", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -114,7 +114,8 @@ def episode_row(ep: Episode, pid: int) -> dict[str, Any]:
         "starred": int(ep.starred),
         "note": ep.note,
         "source": ep.source.kind,
-        "n_findings": len(all_findings),
+        "n_findings": sum(1 for f in all_findings if f.severity.value != "info"),  # errors and warnings: what
+        # ``check`` and ``show`` list by default; a note (what a check could not look at) is not one
         "n_errors": sum(1 for f in all_findings if f.severity.value == "error"),
         "diagnosis": diag,
         "root_kinds": root_kinds,

@@ -579,3 +579,10 @@ def drop_episodes_secondary_indexes(db: sqlite_utils.Database) -> None:
     alone, and found in ``episodes`` by id."""
     for name in EPISODES_SECONDARY_INDEXES:
         db.execute(f"DROP INDEX IF EXISTS {name}")
+
+
+def count_findings_without_notes(db: sqlite_utils.Database) -> None:
+    """Schema 14: ``n_findings`` counts an episode's errors and warnings, what ``check`` and ``show`` list, not its
+    notes (severity ``info``); counted again from ``findings`` where it differs."""
+    count = "(SELECT COUNT(*) FROM findings AS f WHERE f.episode_id = episodes.id AND f.severity != 'info')"
+    db.execute(f"UPDATE episodes SET n_findings = {count} WHERE n_findings != {count}")
