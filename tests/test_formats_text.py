@@ -156,6 +156,13 @@ def test_messages_import_tokenizes_with_the_chat_template(tmp_path, smol_tokeniz
     assert [s.kind for s in ep.segments] == ["prompt", "assistant", "tool", "gen_prompt", "assistant"]
     kinds = {x.kind for x in run_checks(ep, CheckOptions(tokenizer=tok))}
     assert not kinds & {"mask_misaligned", "tokens_not_rendering", "template_not_prefix_stable"}
+    assert not any("without a reward" in n for n in report.notes)
+    # A record that names no reward reads as 0.0, and the import says so once.
+    unscored = [{k: v for k, v in _chat_record().items() if k != "reward"}, {**_chat_record(), "reward": None}]
+    f = write_jsonl(tmp_path / "unscored.jsonl", unscored)
+    report = import_path(f, "messages", _db(tmp_path, "u.db"), tokenizer=tok)
+    assert report.new == 2 and [n for n in report.notes if "reward" in n] == [
+        f"{f}: records without a reward (none, or null) read as reward 0.0: nothing scored them"]
 
 
 def test_messages_import_reports_a_template_that_rewrites_history(tmp_path, qwen3_tokenizer):

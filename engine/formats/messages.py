@@ -187,6 +187,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     messages = parse_messages(d["messages"], where)
     tools = _tools(d.get("tools"), where)
     reward = reward_value(d.get("reward"), where)
+    if d.get("reward") is None:
+        ctx.note(f"{path}: records without a reward (none, or null) read as reward 0.0: nothing scored them")
     status_raw = d.get("status", "completed")
     if status_raw not in {s.value for s in Status}:
         raise FormatError(f"unknown status {status_raw!r}", where, "status")
