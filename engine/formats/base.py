@@ -202,7 +202,7 @@ def json_object(raw: bytes, where: str) -> tuple[dict[str, Any] | None, int]:
     if not line.strip():
         return None, 0
     try:
-        obj = jsonbounds.loads(line, limit=None)
+        obj = jsonbounds.loads(line.rstrip("\r\n"), limit=None)  # an error's column counts on its line, not the next
     except ValueError as e:
         cut = "" if raw.endswith(b"\n") or not jsonbounds.ends_early(e, line) else (
             ": the file's last line, with no newline after it, so cut off (a file still being written, or copied "
