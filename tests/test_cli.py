@@ -161,6 +161,13 @@ def test_tag_star_and_note_several_episodes_by_id_or_where(tmp_path):
     assert [eps[i].tags for i in ids] == [("gold",), ("gold",), ()]
     assert [eps[i].starred for i in ids] == [True, True, False] and eps[ids[2]].note == "checked by hand"
     store.close()
+    # show says what a person added, under the reward
+    shown = [rollscope("show", i, "--db", str(db)).stdout.splitlines()[2] for i in ids]
+    assert shown[:2] == ["starred  tags gold"] * 2 and shown[2] == "note: checked by hand"
+    swapped = rollscope("note", ids[0][:8], "look here", "--db", str(db), check=False)
+    assert swapped.returncode == 2 and swapped.stderr.strip().endswith(
+        f"'{ids[0][:8]}' is an episode: the note's text comes first, then the ids (rollscope note TEXT ID...)")
+    assert Store(db).get_episode(ids[0]).note == ""
     none = rollscope("star", "--where", "tag=nosuchtag", "--db", str(db), check=False)
     assert none.returncode == 2 and "no episodes match" in none.stderr
     both = rollscope("tag", ids[0], "--where", "env=math", "--add", "x", "--db", str(db), check=False)

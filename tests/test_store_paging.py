@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from engine import EpisodePage, MatchCount
-from engine.errors import ConfigError
+from engine.errors import ConfigError, StoreError
 from engine.records.episode import Episode, Status
 from engine.records.outcome import OUTCOME_KINDS, Outcome
 from engine.records.provenance import Source
@@ -381,7 +381,10 @@ def test_no_query_by_a_column_reads_every_episode_and_the_episodes_keep_only_the
         assert store.episode_ids(EpisodeFilter(family=eps[5].id)) == [eps[5].id, "fork-of-5"]
         assert [e.id for e in store.iter_episodes(EpisodeFilter(status=("running",)))] == ["still-running"]
         assert store.has_run(run) and not store.has_run("no-such-run")
-        assert store.resolve_id("fork-of") == "fork-of-5"
+        assert store.resolve_id("fork-of") == "fork-of-5" and store.resolve_id(eps[7].id) == eps[7].id
+        for prefix, said in ((eps[7].id[:3], "is ambiguous"), ("fork-of-5x", "no episode"), ("", "is ambiguous")):
+            with pytest.raises(StoreError, match=said):
+                store.resolve_id(prefix)
     finally:
         for conn in conns:
             conn.set_trace_callback(None)

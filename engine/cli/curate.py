@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from .common import DEFAULT_DB, open_store, where
 
 
@@ -63,6 +63,18 @@ def cmd_star(a: argparse.Namespace) -> int:
 
 
 def cmd_note(a: argparse.Namespace) -> int:
+    if a.ids:  # the text first: ``note ID TEXT`` names an episode "TEXT"
+        store = open_store(a.db, must_exist=True)
+        for i in a.ids:
+            try:
+                store.resolve_id(i)
+            except StoreError as e:
+                try:
+                    store.resolve_id(a.text)
+                except StoreError:
+                    raise e from None
+                raise ConfigError(f"{e}; {a.text!r} is an episode: the note's text comes first, then the ids "
+                                  "(rollscope note TEXT ID...)") from None
     store, ids = _chosen(a)
     n = store.curate(ids, note=a.text)
     print(f"{'noted' if a.text.strip() else 'cleared the note of'} {n} episode{'s' if n != 1 else ''}")

@@ -105,6 +105,11 @@ def cmd_show(a: argparse.Namespace) -> int:
         return 0
     print(f"episode {ep.id}  env={ep.env} task={ep.task_id} preset={ep.preset} status={ep.status} ({ep.reason})")
     print(f"reward {ep.reward:.4f}  turn rewards {list(ep.turn_rewards)}  returns {[round(x, 4) for x in ep.returns]}")
+    marks = ["starred"] if ep.starred else []
+    marks += [f"tags {', '.join(ep.tags)}"] if ep.tags else []
+    marks += [f"note: {ep.note}"] if ep.note else []
+    if marks:
+        print("  ".join(marks))
     for line in outcome_lines(ep.outcome):
         print(line)
     print(f"tokens {ep.n_tokens} (prompt {ep.prompt_len}, trainable {ep.tokens.n_trainable})  backend {ep.backend.label if ep.backend else 'unknown'}"
@@ -117,7 +122,7 @@ def cmd_show(a: argparse.Namespace) -> int:
     tokenizer = try_tokenizer(tokenizer_spec(ep))[0] if entropy else None
     for k, t in enumerate(ep.turns):
         g = t.generation
-        print(f"\n--- turn {t.index}  reward {t.reward}  done {t.done}  finish {g.finish_reason if g else '-'}  "
+        print(f"\n--- turn {t.index}  env reward {t.reward}  done {t.done}  finish {g.finish_reason if g else '-'}  "
               f"{len(g.token_ids) if g else 0} tokens  {t.timings.get('total_s', 0):.3f}s")
         if entropy:
             print(entropy_line(entropy[k], ep.tokens.entropy_estimated, tokenizer))

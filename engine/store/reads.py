@@ -53,8 +53,9 @@ class Reads(StoreBase):
         """Accept a unique prefix of an episode id, as git does for commits."""
         conn, lock = self._point_reader()
         with lock:
+            # The ids from the prefix up to the largest character after it: a range of the id index, not a scan.
             rows = [r[0] for r in conn.execute(
-                "SELECT id FROM episodes WHERE substr(id, 1, ?) = ? LIMIT 2", [len(prefix), prefix]
+                "SELECT id FROM episodes WHERE id >= ? AND id < ? LIMIT 2", [prefix, prefix + "\U0010ffff"]
             ).fetchall()]
         if len(rows) == 1:
             return str(rows[0])
