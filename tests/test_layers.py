@@ -115,7 +115,8 @@ def test_the_wheel_lists_every_package():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     tree = {module_name(p.parent / "__init__.py") for top in ("engine", "dashboard")
             for p in (ROOT / top).rglob("__init__.py")}
-    assert set(config["packages"]) == tree | {"rollscope_assets"}, "list every package in pyproject.toml"
+    assert set(config["packages"]) == tree | {"rollscope_assets", "rollscope_assets.templates"}, \
+        "list every package in pyproject.toml"
     assert config["package-dir"] == {"rollscope_assets": "assets"}
 
 
