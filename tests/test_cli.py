@@ -60,7 +60,7 @@ def test_run_export_import_equal_records(tmp_path):
     "args,needle",
     [
         (["run", "--env", "chess", "--db", "{db}"], "unknown env 'chess'"),
-        (["run", "--tasks", "5:2", "--db", "{db}"], "task range '5:2'"),
+        (["run", "--tasks", "5:2", "--db", "{db}"], "task range '5:2' holds no task: its end must come after its start, e.g. 2:5"),
         (["run", "--tasks", "0:9999", "--db", "{db}"], "outside the env"),
         (["run", "--preset", "fast", "--db", "{db}"], "unknown preset 'fast'"),
         (["run", "--policy", "local", "--model", "/nonexistent/model", "--tasks", "0:1", "--db", "{db}"], "/nonexistent/model"),

@@ -72,7 +72,10 @@ def parse_tasks(spec: str, tasks: list[str]) -> list[str]:
                 hi = int(hi_s) if hi_s else len(tasks)
             except ValueError:
                 raise ConfigError(f"bad task range {part!r}: expected START:END with whole numbers, e.g. 0:8") from None
-            if lo < 0 or hi > len(tasks) or lo >= hi:
+            if lo >= hi:
+                raise ConfigError(f"task range {part!r} holds no task: its end must come after its start, e.g. "
+                                  f"{min(hi, lo)}:{max(hi, lo) + (lo == hi)}")
+            if lo < 0 or hi > len(tasks):
                 raise ConfigError(f"task range {part!r} is outside the env's {len(tasks)} tasks (0:{len(tasks)})")
             out.extend(tasks[lo:hi])
         elif part.isdigit():
