@@ -183,14 +183,14 @@ class FullAtTheIndex(Store):
 
     full = 0
 
-    def _commit(self) -> BaseException | None:
+    def _commit(self, *met: Any) -> BaseException | None:
         if self._fts_pending and not self.full:
             self.full += 1
             self._rollback()
             e = sqlite3.OperationalError("database or disk is full")
             e.sqlite_errorname = "SQLITE_FULL"
             return e
-        return super()._commit()
+        return super()._commit(*met)
 
 
 def test_a_batch_whose_texts_do_not_fit_at_its_commit_is_written_again_each_episode_indexed_with_it(tmp_path: Path
@@ -211,11 +211,11 @@ class InterruptedAtTheCommit(Store):
 
     commits = 0
 
-    def _commit(self) -> BaseException | None:
+    def _commit(self, *met: Any) -> BaseException | None:
         self.commits += 1
         if self.commits == 2:
             raise KeyboardInterrupt
-        return super()._commit()
+        return super()._commit(*met)
 
 
 def test_a_batch_interrupted_at_its_commit_is_rolled_back_and_the_next_write_indexes_its_texts(tmp_path: Path
@@ -472,3 +472,33 @@ def test_an_id_met_again_in_one_write_is_stored_once_and_the_first_record_kept(t
         assert maintained(store) == recount(store.path)
     finally:
         store.close()
+
+
+def test_an_id_another_writer_stores_during_a_write_is_not_taken_for_one_the_write_met(tmp_path: Path) -> None:
+    """What another writer stores meanwhile (another process, a watch on the same file) is stored before this
+    write's record, which compares with it as a re-import does; and a batch rolled back (the file full at its
+    commit, written again) has met none of its ids."""
+    a, b, c = synthetic_episodes(3)
+    store, other = Store(tmp_path / "w.db"), Store(tmp_path / "w.db")
+
+    def records() -> Iterator[Episode]:
+        yield a
+        other.save_episode(b)  # between this write's first batch and its second
+        yield b.evolve(reward=b.reward - 1.0)
+
+    try:
+        got = [state for _, state, _ in store.save_batches(records(), batch=1, replace=True)]
+        assert got == ["new", "replaced"] and store.get_episode(b.id).reward == b.reward - 1.0
+    finally:
+        store.close()
+        other.close()
+    full = FullAtTheIndex(tmp_path / "f.db")
+    try:
+        full.save_episode(a)
+        again = a.evolve(reward=a.reward + 1.0)
+        got = [(ep.id, state) for ep, state, error in full.save_batches([again, c, again, c], replace=True)
+               if error is None]
+        assert full.full == 1 and got == [(a.id, "replaced"), (c.id, "new"), (a.id, "repeated"), (c.id, "repeated")]
+        assert full.get_episode(a.id).reward == again.reward and full.count() == 2
+    finally:
+        full.close()

@@ -152,6 +152,16 @@ def test_samples_of_a_group_with_the_same_reply_are_each_an_episode_and_read_aga
         store.close()
     assert (first.new, first.already_present, again.new, again.already_present) == (2, 0, 0, 2)
     assert sorted(g.reward for g in got) == [0.0, 1.0]
+    # The same rows in two steps' files (an eval's greedy answers): each file's rows are episodes of their own.
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    for name in ("1.jsonl", "2.jsonl"):
+        (steps / name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    other = Store(tmp_path / "steps.sqlite")
+    try:
+        assert import_path(steps, "verl", other, tokenizer=qwen3_tokenizer).new == 4
+    finally:
+        other.close()
     low = next(g for g in got if g.reward == 0.0)
     gen = low.tokens.loss_mask == 1
     assert low.tokens.logprobs[gen].tolist() == pytest.approx(

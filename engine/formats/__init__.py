@@ -260,6 +260,8 @@ def import_path(
             if error is not None:  # a bug in storing this one record: list it, import the rest
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), _where(ep)))
                 continue
+            if bar is not None:
+                bar.update(1)
             if state == "repeated":
                 report.repeated += 1
                 continue
@@ -277,8 +279,6 @@ def import_path(
                 report.already_present += 1
                 report.replaced += state == "replaced"
             report.checked += int(check)
-            if bar is not None:
-                bar.update(1)
     except FormatError as e:  # a file refused part way: say what of it is stored already, and where
         raise _stored_before(e, stored, store) from None
     finally:

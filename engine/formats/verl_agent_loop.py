@@ -223,9 +223,10 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
                    metrics=jsonable(v.get("metrics") or {}),
                    extra_fields=jsonable({k: x for k, x in extra.items() if k not in ("turn_scores", "tool_rewards")}))
     return Episode(
-        # Its line in the id: the samples of a group that generated the same reply are rows alike, each its own
-        # episode (their rewards and logprobs may differ); read again, a row keeps its id.
-        id=stable_id("verl-agent-loop", line, mask.tolist(), tokens=ids),
+        # Its file's name and line in the id: the samples of a group that generated the same reply are rows alike,
+        # and so are an eval's greedy answers in each step's file; each is its own episode (their rewards and
+        # logprobs may differ). Read again, a row keeps its id.
+        id=stable_id("verl-agent-loop", path.name, line, mask.tolist(), tokens=ids),
         env=ctx.env or "verl",
         task_id="p-" + stable_id("prompt", tokens=ids[:prompt_len])[:10],
         tokenizer=ctx.tokenizer_name,

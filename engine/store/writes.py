@@ -46,23 +46,17 @@ def _content(ep: Episode) -> dict[str, Any]:
 @dataclass
 class _Written:
     """How many episodes a ``save_batches`` stored, and the last one's id: what it names when the writing stops
-    (a count, so a million-episode import holds none of them); ``since``: the last rowid of ``episodes`` before it,
-    so a row above it was written by this call; ``seen``: the temporary table of the episodes stored before it that
-    it met (made at the first)."""
+    (a count, so a million-episode import holds none of them). ``seen`` (with ``replace``): the temporary table of
+    the ids its committed batches met, each put in with its batch's commit (``Writes._commit``), so a batch rolled
+    back met none; on disk, not in memory."""
 
-    since: int
     n: int = 0
     last: str = ""
     seen: str = ""
 
-    def again(self, conn: sqlite3.Connection, episode_id: str, rowid: int) -> bool:
-        """Whether this call met ``episode_id`` (stored at ``rowid``) already."""
-        if rowid > self.since:
-            return True
-        if not self.seen:
-            self.seen = f"rs_seen_{id(self)}"
-            conn.execute(f"CREATE TEMP TABLE {self.seen} (id TEXT PRIMARY KEY) WITHOUT ROWID")
-        return conn.execute(f"INSERT OR IGNORE INTO temp.{self.seen} (id) VALUES (?)", [episode_id]).rowcount == 0
+    def met(self, conn: sqlite3.Connection, episode_id: str) -> bool:
+        return bool(self.seen) and conn.execute(f"SELECT 1 FROM temp.{self.seen} WHERE id = ?",
+                                                 [episode_id]).fetchone() is not None
 
 
 class Writes(StoreBase):
@@ -185,9 +179,9 @@ class Writes(StoreBase):
 
         An episode already stored keeps its star, note and tags (a person's work; tags the record carries
         are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
-        left when it does not (``unchanged``); without, it is left as it is (``kept``). An episode whose id this
-        call wrote already is not written again: ``repeated`` when it is the same, ``clashed`` when not (the first
-        is stored; its id is no record's own, or a dump names two records alike). When ``episodes``
+        left when it does not (``unchanged``); without, it is left as it is (``kept``). With ``replace`` (records whose
+        ids are their own), an id this call met already is not written again: ``repeated`` when the record is the
+        same, ``clashed`` when not (the first is stored). When ``episodes``
         raises, those read before are written, then the error goes on. The writing connection's page cache is at
         least ``BATCH_CACHE_KB`` meanwhile."""
         self._refuse_read_only("save episodes")
@@ -198,8 +192,11 @@ class Writes(StoreBase):
                       batch_bytes: int) -> Iterator[tuple[Stored, str, str | None]]:
         chunk: list[Stored] = []
         tokens = held = 0
-        with self._lock:
-            stored = _Written(int(self.db.execute("SELECT IFNULL(MAX(rowid), 0) FROM episodes").fetchone()[0]))
+        stored = _Written()
+        if replace:
+            with self._lock:  # made outside any transaction: no rollback takes it away
+                stored.seen = f"rs_seen_{id(stored)}"
+                self.db.conn.execute(f"CREATE TEMP TABLE {stored.seen} (id TEXT PRIMARY KEY) WITHOUT ROWID")
         source = iter(episodes)
         end = object()
         try:
@@ -258,7 +255,7 @@ class Writes(StoreBase):
             try:
                 done, stop = self._write_batch(chunk, replace, call, True)
                 if stop is None or not full(stop[1]):
-                    committed = self._commit()
+                    committed = self._commit(done, call.seen)
                     if stop is not None:
                         return self._settle(chunk, replace, call, done, stop, committed)
                     if committed is None or not full(committed):
@@ -267,7 +264,7 @@ class Writes(StoreBase):
                 # so the writing stops at the episode that does not fit, and the episodes before it are kept.
                 self._rollback()
                 done, stop = self._write_batch(chunk, replace, call, False)
-                committed = self._commit()
+                committed = self._commit(done, call.seen)
                 if stop is None:
                     return self._committed(chunk, done, committed)
                 return self._settle(chunk, replace, call, done, stop, committed)
@@ -296,7 +293,7 @@ class Writes(StoreBase):
         # that failed are written again, once, in a transaction of their own.
         before = chunk[: chunk.index(failed)]
         again, stop_again = self._write_batch(before, replace, call, False) if before else ([], None)
-        if before and stop_again is None and self._commit() is None:
+        if before and stop_again is None and self._commit(again, call.seen) is None:
             return again, (failed, failed, cause)
         self._rollback()
         return [r for r in done if r[1] == "kept"], (failed, chunk[0], cause)
@@ -311,6 +308,7 @@ class Writes(StoreBase):
         into the full-text index at the commit (``_commit``), else with each episode."""
         conn = self.db.conn
         out: list[tuple[Stored, str, str | None]] = []
+        here: set[str] = set()  # the ids this batch met; the call's before it are in ``call.seen``
         self._lost = False
         # One transaction for the batch: a SAVEPOINT outside a transaction opens one of its own and its RELEASE
         # commits it, which would make each episode a transaction. It reads until its first write, then takes the
@@ -328,11 +326,10 @@ class Writes(StoreBase):
         for ep in chunk:
             held = len(pending)
             try:
-                row = conn.execute("SELECT rowid FROM episodes WHERE id = ?", [ep.id]).fetchone()
-                if row is not None and call.again(conn, ep.id, row[0]):  # its id again in this call
+                if call.seen and (ep.id in here or call.met(conn, ep.id)):  # its id again in this call
                     out.append((ep, "repeated" if self._same(ep) else "clashed", None))
                     continue
-                present = row is not None
+                present = conn.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
                 if not locked and (replace if present else not (isinstance(ep, PackedEpisode) and ep.failed)):
                     try:
                         present, locked = self._lock_for_writing(ep.id), True
@@ -377,6 +374,7 @@ class Writes(StoreBase):
                 out.append((ep, "replaced" if present else "new", f"{type(e).__name__}: {e}"))
             else:
                 out.append((ep, state, None))
+                here.add(ep.id)
         return out, None
 
     def _lock_for_writing(self, episode_id: str) -> bool:
@@ -389,9 +387,10 @@ class Writes(StoreBase):
         self.db.conn.execute("BEGIN IMMEDIATE")
         return self.db.conn.execute("SELECT 1 FROM episodes WHERE id = ?", [episode_id]).fetchone() is not None
 
-    def _commit(self) -> BaseException | None:
+    def _commit(self, done: Sequence[tuple[Stored, str, str | None]] = (), seen: str = "") -> BaseException | None:
         """Commit the open transaction (none open: nothing to do), the texts a batch added put in the full-text index
-        first; the error when that or the commit failed (rolled back)."""
+        first, and the ids it met (``done``'s, but those refused on their own) in the temporary table ``seen``; the
+        error when that or the commit failed (rolled back)."""
         pending, self._fts_pending = self._fts_pending, None
         mark, self._count_mark = self._count_mark, None
         try:
@@ -400,6 +399,9 @@ class Writes(StoreBase):
                     self._count_marked(mark)
                 if pending:
                     self.db.conn.executemany("INSERT INTO search_fts (rowid, body) VALUES (?, ?)", pending)
+                if seen:
+                    self.db.conn.executemany(f"INSERT OR IGNORE INTO temp.{seen} (id) VALUES (?)",
+                                             [(ep.id,) for ep, _, error in done if error is None])
                 self.db.conn.commit()
         except sqlite3.Error as e:
             self._rollback()
