@@ -145,9 +145,10 @@ def test_a_last_line_without_newline_is_read_once_the_file_settles(tmp_path):
     path = folder / "1.jsonl"
     path.write_text(json.dumps(verl_rows(1, [("a", "b", 1.0)])[0]), encoding="utf-8")
     store = Store(tmp_path / "w.db")
-    watcher = Watcher(store, folder, "verl", settle=0.3)
+    watcher = Watcher(store, folder, "verl", settle=30)  # however slow the machine, it has not settled yet
     assert watcher.poll() == [] and store.count() == 0
-    time.sleep(0.4)
+    old = time.time() - 31
+    os.utime(path, (old, old))  # unchanged for longer than the settle time
     [event] = watcher.poll()
     assert event.new == 1
     store.close()
