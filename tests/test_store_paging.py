@@ -600,6 +600,12 @@ def test_an_episodes_findings_count_its_errors_and_warnings_not_its_notes(tmp_pa
     assert all(n == kept for n, _, kept in after.values()) and after.keys() == before.keys()
     assert {r[0]: r[1] for r in store.db.execute("SELECT id, n_findings FROM episode_index")} == \
         {eid: n for eid, (n, _, _) in after.items()}
+    from tests.test_episode_stats import chart_maintained, chart_recount, maintained, recount
+
+    assert maintained(store) == recount(old) and chart_maintained(store) == chart_recount(old)
+    assert store.db.execute("SELECT COUNT(*) FROM count_mark").fetchone()[0] == 0
+    store.set_starred(noted[0], True)  # the browse index follows a change again
+    assert store.db.execute("SELECT starred FROM episode_index WHERE id = ?", [noted[0]]).fetchone()[0] == 1
     store.close()
 
     store = Store(tmp_path / "new.db")

@@ -568,21 +568,29 @@ def refill_summed_outcomes(db: sqlite_utils.Database) -> None:
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('outcomes_fill', '1')")
 
 
-# The indexes ``create_tables_v1`` gave ``episodes`` beside its key. Every query they served reads ``episode_index``,
-# which indexes the same columns (``create_browse_index``), so they only cost each write.
-EPISODES_SECONDARY_INDEXES = tuple(f"idx_episodes_{c}" for c in (
-    "env", "status", "reward", "created_at", "run_id", "task_id", "parent_id"))
-
-
 def drop_episodes_secondary_indexes(db: sqlite_utils.Database) -> None:
-    """Schema 14: drop ``EPISODES_SECONDARY_INDEXES``; the episodes are found by their columns in ``episode_index``
-    alone, and found in ``episodes`` by id."""
-    for name in EPISODES_SECONDARY_INDEXES:
-        db.execute(f"DROP INDEX IF EXISTS {name}")
+    """Schema 14: drop the indexes ``create_tables_v1`` gave ``episodes`` beside its key: every query they served
+    reads ``episode_index``, which indexes the same columns, so they only cost each write."""
+    for col in ("env", "status", "reward", "created_at", "run_id", "task_id", "parent_id"):
+        db.execute(f"DROP INDEX IF EXISTS idx_episodes_{col}")
 
 
 def count_findings_without_notes(db: sqlite_utils.Database) -> None:
     """Schema 14: ``n_findings`` counts an episode's errors and warnings, what ``check`` and ``show`` list, not its
-    notes (severity ``info``); counted again from ``findings`` where it differs."""
-    count = "(SELECT COUNT(*) FROM findings AS f WHERE f.episode_id = episodes.id AND f.severity != 'info')"
-    db.execute(f"UPDATE episodes SET n_findings = {count} WHERE n_findings != {count}")
+    notes (severity ``info``); counted again from ``findings`` for the episodes with notes. No aggregate counts
+    ``n_findings``, so the rows are changed in ``episodes`` and in the browse index alone: the browse index's
+    update trigger (which would write each row's every index again) is made again after, and the aggregates'
+    triggers are held off by a mark below every row (``count_mark``) unless a batch left one."""
+    kept = ("(SELECT episode_id, SUM(severity != 'info') AS n FROM findings GROUP BY episode_id "
+            "HAVING SUM(severity != 'info') < COUNT(*))")
+    db.execute("DROP TRIGGER IF EXISTS episodes_index_update")
+    db.execute(f"UPDATE episodes SET n_findings = c.n FROM {kept} AS c WHERE c.episode_id = episodes.id "
+               "AND episodes.n_findings != c.n")
+    left = db.execute("SELECT rid FROM count_mark").fetchone()
+    if left is None:
+        db.execute("INSERT INTO count_mark (one, rid) VALUES (0, 0)")
+    db.execute("UPDATE episode_index SET n_findings = e.n_findings FROM episodes AS e WHERE e.id = episode_index.id "
+               "AND episode_index.n_findings != e.n_findings")
+    if left is None:
+        db.execute("DELETE FROM count_mark")
+    create_browse_index(db, INDEX_COLUMNS)  # its triggers again
