@@ -17,6 +17,7 @@ from collections import Counter
 import pytest
 
 from engine import Store, formats
+from engine.analysis.replays import replay_summary
 from engine.backends.scripted import ScriptedBackend
 from engine.checks.diagnosis import read_episode
 from engine.envs.math import MathEnv
@@ -27,6 +28,7 @@ from engine.envs.retail.kinds import ANYTHING_ELSE
 from engine.envs.retail.reference import tool_call_text
 from engine.envs.retail.tasks import get_task
 from engine.envs.retail.tools import CANCEL_REASONS
+from engine.loop.replay import replay_stored
 from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
 from engine.records.episode import Action, Status
@@ -360,13 +362,20 @@ def test_an_import_that_lacks_what_the_env_reads_is_not_explained_as_a_failure(s
     assert ref.name in {c.name for t in retail.turns for c in t.tool_calls}
     dump = write_slime_dump(tmp_path / "0.pt", [episode_to_sample(e, i, i) for i, e in enumerate((retail, one, several))])
     got = {}
+    replays = {}
     for tok in (None, smol_tokenizer):
         store = Store(tmp_path / f"{tok is None}.db")
         try:
             formats.import_path(dump, "slime", store, tokenizer=tok)
             got[tok is None] = {e.source.details["original_id"]: e.outcome for e in store.iter_episodes()}
+            replays[tok is None] = {e.source.details["original_id"]: asyncio.run(replay_stored(e))
+                                    for e in store.iter_episodes()}
         finally:
             store.close()
+    # Nor are their actions re-executed: empty replies would diverge at once.
+    for r in (replays[True][retail.id], replays[True][several.id], replays[False][retail.id]):
+        assert not r.reproducible and r.reason.startswith("its record lacks the actions: its ")
+    assert replay_summary(replays[True].values())[0].startswith("0 of 3 episodes re-executed: ")
     bare, decoded = got[True], got[False]
     assert bare[retail.id].kind == "other" and "token ids without their text" in bare[retail.id].text
     assert decoded[retail.id].kind == "other" and "not the tool calls" in decoded[retail.id].text

@@ -92,7 +92,8 @@ def replay_summary(results: Iterable[ReplayResult]) -> list[str]:
     if not rs:
         return ["nothing matched"]
     reproduced = sum(1 for r in rs if r.reproducible and r.reproduced)
-    many = f"{len(rs)} episode{'s' if len(rs) != 1 else ''} re-executed"
+    tried = sum(1 for r in rs if r.reproducible)  # the rest cannot be (below, by cause)
+    many = f"{'' if tried == len(rs) else f'{tried} of '}{len(rs)} episode{'s' if len(rs) != 1 else ''} re-executed"
     if all(r.until is not None for r in rs):
         until = max(r.until or 0 for r in rs)
         head = f"{many}, turns 0-{until}: {reproduced} reproduced every output; reward not compared (--until)"

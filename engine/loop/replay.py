@@ -1,23 +1,18 @@
 """Re-execute a stored episode against its env and say what changed.
 
-The env is reset on the same task and fed the stored actions one by one;
-each observation, reward and done flag is compared with what was stored. A
-difference does not stop the replay: it goes on to the end, where the env's
-final reward is compared with the record's (``recorded_reward``,
-``replayed_reward``, ``reward_reproduced``; two rewards are one when
-``same_reward`` says so). What stops it: a differing system prompt or
-opening message (before any turn), the env failing, or the env ending the
-episode before the record does. The reward the env gives where it has not
-ended an episode the record ended is no final one, and stays unknown. This
-tells a policy problem from an env problem: an env that is nondeterministic,
-whose data changed since the run, or whose reward function drifted. verl's loop answers as it does (``verl.replay_turn``).
+The env is reset on the same task and fed the stored actions one by one; each observation, reward and done flag
+is compared with what was stored. A difference does not stop the replay: it goes on to the end, where the env's
+final reward is compared with the record's (``recorded_reward``, ``replayed_reward``, ``reward_reproduced``; two
+rewards are one when ``same_reward`` says so). What stops it: a differing system prompt or opening message (before
+any turn), the env failing, or the env ending the episode before the record does. The reward the env gives where
+it has not ended an episode the record ended is no final one, and stays unknown. This tells a policy problem from
+an env problem: an env that is nondeterministic, whose data changed since the run, or whose reward function
+drifted. verl's loop answers as it does (``verl.replay_turn``).
 
-Each differing tool output is one :class:`TurnVerdict` naming the tool, with
-its structural diff (``outputdiff``); ``divergence`` is the first. A
-verdict's ``causes`` are its changes in words that are the same for every
-episode the same change hit, for grouping many replays
-(``analysis/replays.py``); ``headline`` and ``summary`` are the one line the
-dashboard and the CLI print.
+Each differing tool output is one :class:`TurnVerdict` naming the tool, with its structural diff (``outputdiff``);
+``divergence`` is the first. A verdict's ``causes`` are its changes in words that are the same for every episode
+the same change hit, for grouping many replays (``analysis/replays.py``); ``headline`` and ``summary`` are the
+one line the dashboard and the CLI print.
 
 ``replay_recorded`` re-executes a tool-using episode with its user replayed
 from the record. An episode whose user was a model or a person, or one
@@ -40,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..envs.base import Env, StepResult
+from ..envs.outcomes import unread
 from ..presets import LoopConfig
 from ..records.episode import RESPOND, Action, Episode, Message
 from . import verl
@@ -423,7 +419,10 @@ def needs_recorded_user(ep: Episode) -> bool:
 
 async def replay_stored(ep: Episode, until: int | None = None) -> ReplayResult:
     """Re-execute a stored episode in the env its record names; with its user replayed from the record
-    where the env's own user would say something else (see :func:`needs_recorded_user`)."""
+    where the env's own user would say something else (:func:`needs_recorded_user`); not one whose record lacks the
+    actions (``outcomes.unread``), whose empty replies would diverge at once."""
+    if lacks := unread(ep):
+        return ReplayResult(ep.id, False, False, reason=f"its record lacks the actions: {lacks}", until=until)
     if needs_recorded_user(ep):
         from ..envs import env_factory
         from ..errors import RollscopeError
