@@ -166,7 +166,14 @@ def test_imported_episode_without_messages_plays_back_what_it_has(tmp_path: Path
         assert _shown_prompt(card) == decode(tok, ep.tokens.ids[: imp.turns[k].prompt_len].tolist())
         assert "no chat messages stored" in card and "no parsed actions and no env answers stored" in card
         assert "decoded from the generated ids" in card
-        assert "without a tokenizer name" in card and "no action reached the env" in card
+        assert "without a tokenizer name" in card and "no parsed action stored for this turn" in card
+        assert "no action reached the env" not in card  # the record does not say: the dump keeps no actions
+        assert "none: no fidelity checks ran" in card and "none so far" not in card
+    from dashboard.views.episode import render_header
+
+    header = render_header(imp)
+    assert "none recorded (texts shown with the embedded SmolLM2)" in header
+    assert re.search(r">0</span> · <span class=\"rs-dim\">not checked</span>", header)
     res = asyncio.run(playback.replay_stored(imp))
     assert not res.reproducible and "imported from slime" in rp.render_verdict(res)
 

@@ -439,3 +439,19 @@ def test_a_replay_stored_before_diffs_reads_back_and_shows_both_values_marked():
     page = render_replays([old])
     assert "<mark>1</mark>" in page and "<mark>2</mark>" in page and "rs-pb-diff" not in page
     assert "first divergence" in page
+
+
+def test_the_header_counts_findings_as_ls_and_browse_do_and_says_notes_and_unchecked_apart(episode: Episode) -> None:
+    """The header's findings are the episode's errors and warnings, as ``ls`` and Browse count them (``n_findings``);
+    its notes (severity info) are said apart, and an episode no check ran on says so."""
+    from engine.store.packing import episode_row
+
+    found = (Finding("mask_misaligned", Severity.ERROR, "x", turn=0), Finding("truncated_turn", Severity.WARNING, "y"),
+             Finding("not_checked", Severity.INFO, "z"))
+    for findings, checked, shown in ((found, "v9", "2 (1 error) · 1 note"), (found[2:], "v9", "0 · 1 note"),
+                                     ((), None, "0 · not checked")):
+        ep = episode.evolve(findings=findings, turns=tuple(replace(t, findings=()) for t in episode.turns),
+                            checked=checked)
+        header = re.sub(r"<[^>]+>", "", episode_view.render_header(ep))
+        assert f"findings{shown}" in header.replace("\n", ""), header
+        assert episode_row(ep, 0)["n_findings"] == int(shown.split(" ")[0])

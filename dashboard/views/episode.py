@@ -97,15 +97,16 @@ def _errors(n: int) -> str:
 
 def render_header(ep: Episode) -> str:
     """The episode's identity, verdict, sampling, rewards and token counts."""
-    found = ep.all_findings()
+    found = [f for f in ep.all_findings() if f.severity is not Severity.INFO]  # as ls and Browse count them
     n_err = sum(1 for f in found if f.severity is Severity.ERROR)
+    notes = sum(1 for f in ep.all_findings() if f.severity is Severity.INFO)
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ep.created_at)) if ep.created_at else "n/a"
     rows: list[tuple[str, str]] = [
         ("env", esc(ep.env)),
         ("task", esc(ep.task_id)),
         ("preset", esc(ep.preset or "n/a")),
         ("backend / model", esc(_backend_label(ep.backend))),
-        ("tokenizer", esc(ep.tokenizer or "smollm2 (embedded)")),
+        ("tokenizer", esc(ep.tokenizer or "none recorded (texts shown with the embedded SmolLM2)")),
         ("reward", f'<b class="rs-big">{esc(fmt_num(ep.reward))}</b>'),
         (
             "tokens",
@@ -113,7 +114,9 @@ def render_header(ep: Episode) -> str:
             f'<span class="rs-train-text">trainable {ep.tokens.n_trainable:,}</span>',
         ),
         ("turns", str(ep.n_turns)),
-        ("findings", f'<span class="{"rs-bad-text" if n_err else ""}">{len(found)}{_errors(n_err)}</span>'),
+        ("findings", f'<span class="{"rs-bad-text" if n_err else ""}">{len(found)}{_errors(n_err)}</span>'
+                     + (f' · {notes} note{"s" if notes != 1 else ""}' if notes else "")
+                     + ("" if ep.checked else ' · <span class="rs-dim">not checked</span>')),
         ("run", esc(ep.run_id or "n/a") + (f" · group {esc(ep.group_id)} #{ep.sample_index}" if ep.group_id else "")),
         ("created", esc(created)),
         ("source", esc(ep.source.kind)),

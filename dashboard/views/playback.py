@@ -164,9 +164,9 @@ def _action_block(t: Turn, budget: Budget) -> str:
     elif a is not None and not t.tool_calls:
         parts.append(call_block(a.name, a.arguments, "action", budget))
     if not parts:
-        why = ("the generation was cut off" if t.generation is not None and t.generation.finish_reason != "stop"
-               else "not stored for this turn")
-        parts.append(f'<div class="rs-dim">no action reached the env ({esc(why)})</div>')
+        said = ("no action reached the env (the generation was cut off)" if t.generation is not None and
+                t.generation.finish_reason != "stop" else "no parsed action stored for this turn")
+        parts.append(f'<div class="rs-dim">{esc(said)}</div>')
     return _h("Parsed action") + "".join(parts)
 
 
@@ -186,7 +186,7 @@ def _findings_block(ep: Episode, k: int) -> str:
     at_k = sum(1 for f in found if f.turn == k)
     head = _h(f"Findings up to turn {k}", f' <span class="rs-dim">({len(found)}; {at_k} at this turn)</span>')
     if not found and not nowhere:
-        return head + '<div class="rs-dim">none so far</div>'
+        return head + f'<div class="rs-dim">{"none so far" if ep.checked else "none: no fidelity checks ran"}</div>'
     items = "".join(
         f'<div class="{"rs-pb-now" if f.turn == k else "rs-pb-earlier"}">'
         f'<span class="rs-pb-fturn">T{esc(f.turn if f.turn is not None else "?")}</span>{finding_block(f, with_evidence=False)}</div>'

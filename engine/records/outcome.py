@@ -197,7 +197,10 @@ class Outcome:
 
     @property
     def scored_turns(self) -> tuple[int, ...]:
-        """Math: the turns whose answers the reward counts: every one where ``every_turn``, else the last."""
+        """Math: the turns whose answers the reward counts: every one where ``every_turn``, else the last; none for
+        ``other`` (a record that does not say how its reward counts the answers)."""
+        if self.kind == "other":
+            return ()
         if self.every_turn:
             return tuple(a.turn for a in self.answers)
         return (self.answers[-1].turn,) if self.answers else ()
