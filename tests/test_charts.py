@@ -102,6 +102,10 @@ def test_group_spread_per_group_and_as_a_cloud() -> None:
     assert list(means.y) == [0.25, 1.0] and list(means.error_y.array) == [0.433, 0.0]
     assert list(means.marker.color) == [charts.ACCENT, "#dc2626"]  # a flat group is red
     assert "1 of 2 with zero spread" in fig.layout.title.text
+    assert fig.layout.xaxis.tickangle == 0  # two short labels lie level
+    # Six groups named as a slime dump names them would run together: they slant.
+    named = tuple(RewardStats(f"slime:0:{i}", "arith-add-0000", 4, 0.5, 0.1, 0.0, 1.0) for i in range(6))
+    assert charts.group_spread(named, n_groups=6, n_flat=0).layout.xaxis.tickangle == -35
     many = tuple(RewardStats(f"g{i}", "t", 2, i / 100, 0.1, 0.0, 1.0) for i in range(100))
     fig = charts.group_spread(many, n_groups=250, n_flat=0)
     [cloud] = fig.data

@@ -225,7 +225,9 @@ def group_spread(groups: Sequence[RewardStats], n_groups: int, n_flat: int) -> g
             hovertemplate="group %{customdata[0]} (%{customdata[1]})<br>n %{customdata[2]}<br>mean %{y:.4g} ± "
                           "%{customdata[5]:.3g}<br>range %{customdata[3]:.4g} … %{customdata[4]:.4g}<extra></extra>",
         )
-        fig.update_xaxes(tickangle=-35 if len(groups) > 6 else 0, automargin=True, showticklabels=len(groups) <= 30)
+        # Level labels share the chart's width, about 70 characters: longer ones would run together, so they slant.
+        level = len(groups) * max(map(len, labels)) <= GROUP_LABEL_CHARS
+        fig.update_xaxes(tickangle=0 if level else -35, automargin=True, showticklabels=len(groups) <= 30)
         return layout(fig, "Groups: mean and spread" + flat, yaxis_title="reward")
     shown = "" if len(groups) == n_groups else f" ({len(groups):,} shown)"
     fig = go.Figure(go.Scattergl(
@@ -237,6 +239,10 @@ def group_spread(groups: Sequence[RewardStats], n_groups: int, n_flat: int) -> g
     ))
     return layout(fig, "Groups: mean vs spread" + shown + flat, xaxis_title="group mean reward",
                    yaxis_title="group reward std")
+
+
+GROUP_LABEL_CHARS = 70
+"""The characters of group labels laid level under a Browse chart, at most (a chart is a third of 1440 px)."""
 
 
 def browse_figures(stats: BrowseStats) -> list[go.Figure]:
