@@ -73,7 +73,13 @@ def test_a_verl_tool_run_exports_as_verls_agent_loop_output_and_imports_back_the
     store = Store(tmp_path / "back.sqlite")
     try:
         report = import_path(out, "verl", store)
-        assert report.new == 4 and not report.errors and not report.notes, report.notes
+        # Nothing lost, nothing renamed: the one note says that the loop's episodes were not checked, as they were not.
+        assert report.new == 4 and not report.errors and all(ep.checked is None for ep, _ in runs), report.notes
+        assert [n.split(":")[0] for n in report.notes] == ["4 new episodes not checked"], report.notes
+        checked = tmp_path / "checked.jsonl"
+        export([eps[0].evolve(checked="v1")], "verl", checked)  # a record that says a check ran: no note
+        again = import_path(checked, "verl", Store(tmp_path / "checked.sqlite"))
+        assert again.new == 1 and again.notes == []
         for ep in eps:
             back = store.get_episode(ep.id)
             assert back.tokens.ids.tolist() == ep.tokens.ids.tolist()

@@ -216,6 +216,7 @@ def import_path(
     replace = fmt in LOSSLESS
     stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs
     own_runs: Counter[str] = Counter()  # with ``run_id``: the episodes that name a run of their own, by run
+    unchecked = 0  # new episodes no check ran on (a record read whole says whether one did)
 
     def count(ep: Episode | PackedEpisode, present: bool) -> None:
         # By the file it was read from: a packed episode's line names it, where its record may name another.
@@ -275,6 +276,7 @@ def import_path(
             count(ep, state != "new")
             if state == "new":
                 report.new += 1
+                unchecked += isinstance(ep, Episode) and ep.checked is None
             else:
                 report.already_present += 1
                 report.replaced += state == "replaced"
@@ -288,6 +290,10 @@ def import_path(
             fanout.close()
     if not (report.new or report.already_present or report.errors):
         report.notes.append(f"{p} holds no records: nothing imported")
+    if unchecked:  # no findings listed for them yet, which reads as clean
+        report.notes.append(f"{unchecked:,} new episode{'s' if unchecked != 1 else ''} not checked: `rollscope check "
+                            f"{store.path}` runs the fidelity checks (until then {'they list' if unchecked != 1 else 'it lists'} "
+                            "no findings, in `ls` and Browse alike; --check checks as it imports)")
     if own_runs:
         n = sum(own_runs.values())
         report.notes.append(f"--run {run_id}: {n:,} episode{'s' if n != 1 else ''} name{'s' if n == 1 else ''} a run "
