@@ -4,7 +4,6 @@ over every sortable column in both directions, with ties and NULLs; a bounded co
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -14,11 +13,11 @@ from typing import Any
 import pytest
 
 from engine import EpisodePage, MatchCount
-from engine.errors import ConfigError, StoreError
+from engine.errors import ConfigError
 from engine.records.episode import Episode, Status
 from engine.records.outcome import OUTCOME_KINDS, Outcome
 from engine.records.provenance import Source
-from engine.store import SORTABLE, EpisodeFilter, Store, migrations, reads
+from engine.store import SORTABLE, EpisodeFilter, Store, reads
 from tests.synthetic import synthetic_episode
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -315,84 +314,6 @@ def test_an_older_run_newest_first_reads_its_own_rows_not_every_newer_one(in_tim
     assert any("WHERE rid IN (SELECT rid" in q for q in sql) and any("INDEXED BY" in q for q in sql)
 
 
-def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_them(tmp_path: Path) -> None:
-    path = tmp_path / "eight.sqlite"
-    shutil.copy(GOLDEN / "dbschema8.sqlite", path)
-    # 0013 adds an index, 0014 only marks the file, 0015 rewrites outcomes that readers compute again as they read,
-    # 0016 adds figures read from the token arrays, 0017, 0019 and 0020 aggregates counted from the index, 0018 two
-    # indexes, 0021 only changes who fills the search index, 0022 who counts a batch, 0023 drops indexes that the
-    # browse index stands in for, and 0024 counts findings without notes: readers do without all twelve.
-    store = Store(path, read_only=True)
-    assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index", "0014_prompt_pieces",
-                                                              "0015_summed_outcomes", "0016_entropy_stats",
-                                                              "0017_chart_stats", "0018_status_sort_indexes",
-                                                              "0019_listing_stats", "0020_chart_totals",
-                                                              "0021_search_filled_by_writer", "0022_counts_at_commit",
-                                                              "0023_episodes_found_by_the_browse_index",
-                                                              "0024_findings_counted_without_notes"]
-    run = store.list_episodes(limit=1)[0].run_id
-    flt = EpisodeFilter(run_id=run)
-    page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))
-    assert [r.id for r in page.rows] == [r.id for r in store.list_episodes(flt, limit=2)]
-    store.close()
-
-
-def _plans_reading_every_episode(conn: sqlite3.Connection, statements: list[str]) -> list[tuple[str, str]]:
-    """The statements among ``statements`` (as traced, their values bound) whose query plan reads every row of
-    ``episodes`` (each carries the episode's record, KBs): (statement, plan step)."""
-    found = []
-    for sql in statements:
-        if not sql.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE", "WITH")):
-            continue
-        for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"):
-            step = str(row[-1])
-            if step.startswith("SCAN episodes") and "COVERING INDEX" not in step:
-                found.append((sql, step))
-    return found
-
-
-def test_no_query_by_a_column_reads_every_episode_and_the_episodes_keep_only_their_key(tmp_path: Path) -> None:
-    """``episodes`` holds each record: found by id alone. What finds episodes by their columns (an export's or a
-    check's ids under a filter, an episode and its forks, a run's name, the running episodes at open) reads the
-    browse index, and the episodes' own indexes by column are gone, in a new file and in one migrated."""
-    old = tmp_path / "thirteen.sqlite"
-    shutil.copy(GOLDEN / "dbschema13.sqlite", old)
-    for path in (tmp_path / "new.db", old):
-        store = Store(path)
-        indexes = {r[0] for r in store.db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'episodes' AND sql IS NOT NULL")}
-        assert indexes == set(), (path.name, indexes)
-        store.close()
-
-    store = Store(tmp_path / "new.db")
-    eps = [varied(i) for i in range(40)]
-    fork = eps[5].evolve(id="fork-of-5", parent_id=eps[5].id, fork_turn=0)
-    running = eps[6].evolve(id="still-running", status=Status.RUNNING)
-    store.save_episodes([*eps, fork, running])
-    traced: list[str] = []
-    conns = [store.db.conn, *(store._reader(background=b)[0] for b in (False, True))]
-    for conn in conns:
-        conn.set_trace_callback(traced.append)
-    try:
-        run = next(e.run_id for e in eps if e.run_id)
-        assert store.recover_interrupted() == 0  # this process runs it: left running
-        by_run = store.episode_ids(EpisodeFilter(run_id=run))
-        assert sorted(by_run) == sorted(e.id for e in eps if e.run_id == run)
-        assert store.episode_ids(EpisodeFilter(family=eps[5].id)) == [eps[5].id, "fork-of-5"]
-        assert [e.id for e in store.iter_episodes(EpisodeFilter(status=("running",)))] == ["still-running"]
-        assert store.has_run(run) and not store.has_run("no-such-run")
-        assert store.resolve_id("fork-of") == "fork-of-5" and store.resolve_id(eps[7].id) == eps[7].id
-        for prefix, said in ((eps[7].id[:3], "is ambiguous"), ("fork-of-5x", "no episode"), ("", "is ambiguous")):
-            with pytest.raises(StoreError, match=said):
-                store.resolve_id(prefix)
-    finally:
-        for conn in conns:
-            conn.set_trace_callback(None)
-    assert len(traced) > 6
-    assert _plans_reading_every_episode(store.db.conn, traced) == []
-    store.close()
-
-
 def test_a_page_is_read_while_the_charts_are_still_counting(store: Store) -> None:
     """The charts of a filter the aggregates cannot answer (a text search) count on a connection of their own:
     held mid-query there (SQLite's progress handler waits), a page, its bounded count, the next page and the exact
@@ -574,46 +495,3 @@ def test_one_status_sorted_by_turns_or_tokens_is_read_from_an_index_where_the_lo
     for column in ("n_turns", "n_tokens"):
         assert 4 * costs[column, True] < costs[column, False], costs
     s.close()
-
-
-def test_an_episodes_findings_count_its_errors_and_warnings_not_its_notes(tmp_path: Path) -> None:
-    """``n_findings`` (ls's and Browse's findings column, its sort and "has findings") counts what ``check`` and
-    ``show`` list: errors and warnings. A note, severity info, is not one: a clean episode counts 0, in a new file and
-    in one written before (``0024_findings_counted_without_notes`` counts them again)."""
-    from engine.records.episode import Finding, Severity
-
-    def counts(conn: sqlite3.Connection) -> dict[str, tuple[int, int, int]]:
-        """Each episode's stored count, its findings of every severity, and those that are not notes."""
-        return {r[0]: (r[1], r[2], r[3]) for r in conn.execute(
-            "SELECT e.id, e.n_findings, (SELECT COUNT(*) FROM findings f WHERE f.episode_id = e.id), "
-            "(SELECT COUNT(*) FROM findings f WHERE f.episode_id = e.id AND f.severity != 'info') FROM episodes e")}
-
-    old = tmp_path / "thirteen.sqlite"
-    shutil.copy(GOLDEN / "dbschema13.sqlite", old)
-    conn = sqlite3.connect(old)
-    before = counts(conn)
-    conn.close()
-    noted = [eid for eid, (n, every, _) in before.items() if n == every and every > 0]
-    assert any(before[eid][2] < before[eid][1] for eid in noted)  # the golden file holds notes, counted
-    store = Store(old)
-    after = counts(store.db.conn)
-    assert all(n == kept for n, _, kept in after.values()) and after.keys() == before.keys()
-    assert {r[0]: r[1] for r in store.db.execute("SELECT id, n_findings FROM episode_index")} == \
-        {eid: n for eid, (n, _, _) in after.items()}
-    from tests.test_episode_stats import chart_maintained, chart_recount, maintained, recount
-
-    assert maintained(store) == recount(old) and chart_maintained(store) == chart_recount(old)
-    assert store.db.execute("SELECT COUNT(*) FROM count_mark").fetchone()[0] == 0
-    store.set_starred(noted[0], True)  # the browse index follows a change again
-    assert store.db.execute("SELECT starred FROM episode_index WHERE id = ?", [noted[0]]).fetchone()[0] == 1
-    store.close()
-
-    store = Store(tmp_path / "new.db")
-    note = Finding("not_checked", Severity.INFO, "the tool schema was not recorded")
-    warn = Finding("truncated_turn", Severity.WARNING, "turn 0 stopped on the length limit")
-    clean, warned = varied(1).evolve(findings=(note,)), varied(2).evolve(findings=(note, warn))
-    store.save_episodes([clean, warned])
-    assert counts(store.db.conn) == {clean.id: (0, 1, 0), warned.id: (1, 2, 1)}
-    assert [e.id for e in store.list_episodes(EpisodeFilter(has_findings=True))] == [warned.id]
-    assert store.count(EpisodeFilter(finding_kind="not_checked")) == 2  # a note is still found by its kind
-    store.close()
