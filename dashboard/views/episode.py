@@ -97,9 +97,10 @@ def _errors(n: int) -> str:
 
 def render_header(ep: Episode) -> str:
     """The episode's identity, verdict, sampling, rewards and token counts."""
-    found = [f for f in ep.all_findings() if f.severity is not Severity.INFO]  # as ls and Browse count them
+    every = ep.all_findings()
+    found = [f for f in every if f.severity is not Severity.INFO]  # as ls and Browse count them
     n_err = sum(1 for f in found if f.severity is Severity.ERROR)
-    notes = sum(1 for f in ep.all_findings() if f.severity is Severity.INFO)
+    notes = len(every) - len(found)
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ep.created_at)) if ep.created_at else "n/a"
     rows: list[tuple[str, str]] = [
         ("env", esc(ep.env)),

@@ -63,19 +63,15 @@ def cmd_star(a: argparse.Namespace) -> int:
 
 
 def cmd_note(a: argparse.Namespace) -> int:
-    if a.ids:  # the text first: ``note ID TEXT`` names an episode "TEXT"
-        store = open_store(a.db, must_exist=True)
-        for i in a.ids:
-            try:
-                store.resolve_id(i)
-            except StoreError as e:
-                try:
-                    store.resolve_id(a.text)
-                except StoreError:
-                    raise e from None
-                raise ConfigError(f"{e}; {a.text!r} is an episode: the note's text comes first, then the ids "
-                                  "(rollscope note TEXT ID...)") from None
-    store, ids = _chosen(a)
+    try:
+        store, ids = _chosen(a)
+    except StoreError as e:  # ``note ID TEXT``: the text first names an episode "TEXT"
+        try:
+            open_store(a.db, must_exist=True).resolve_id(a.text)
+        except StoreError:
+            raise e from None
+        raise ConfigError(f"{e}; {a.text!r} is an episode: the note's text comes first, then the ids "
+                          "(rollscope note TEXT ID...)") from None
     n = store.curate(ids, note=a.text)
     print(f"{'noted' if a.text.strip() else 'cleared the note of'} {n} episode{'s' if n != 1 else ''}")
     return 0

@@ -31,12 +31,11 @@ def unread(ep: Episode) -> str:
     if ep.env not in ("retail", "math") and not ep.env.startswith("taubench:"):
         return ""
     gens = [t.generation for t in ep.turns if t.generation is not None and t.generation.token_ids]
-    if ep.env != "math" and gens and not any(t.observation for t in ep.turns) and \
-            not any(m.role == "assistant" for m in ep.messages):
+    replies = any(m.role == "assistant" for m in ep.messages)  # an import of messages holds its calls there
+    if ep.env != "math" and gens and not any(t.observation for t in ep.turns) and not replies:
         return ("its record holds no tool calls parsed from the replies nor what the env answered (a trainer's dump "
                 "keeps the tokens alone), so there are no calls to compare with the task's")
-    if gens and not any(g.text for g in gens) and not any(m.role == "assistant" for m in ep.messages) and \
-            not any("correct" in t.info for t in ep.turns):
+    if gens and not any(g.text for g in gens) and not replies and not any("correct" in t.info for t in ep.turns):
         return ("its replies are token ids without their text (imported without a tokenizer: `rollscope import "
                 "--tokenizer NAME` decodes them)")
     return ""
