@@ -160,3 +160,23 @@ def test_a_file_that_holds_an_id_twice_stores_its_first_record_and_names_the_oth
             assert store.get_episode(first.id).reward == first.reward
     finally:
         store.close()
+
+
+def test_an_import_counts_the_records_no_check_ran_on(tmp_path, eps):
+    """A record says whether a check ran on it; read from JSONL (packed, as on workers) as from any format, the
+    import counts the new ones that no check ran on."""
+    from engine.formats import import_path
+    from engine.store import Store
+
+    path = tmp_path / "mixed.jsonl"
+    buf = io.StringIO()
+    jsonl.write([eps[0].evolve(checked=None), eps[1].evolve(checked="v1"), eps[2].evolve(checked=None)], buf)
+    path.write_text(buf.getvalue(), encoding="utf-8")
+    store = Store(tmp_path / "c.db")
+    try:
+        report = import_path(path, "jsonl", store)
+        again = import_path(path, "jsonl", store)
+    finally:
+        store.close()
+    assert report.new == 3 and [n.split(":")[0] for n in report.notes] == ["2 new episodes not checked"]
+    assert again.new == 0 and again.notes == []  # none new

@@ -276,7 +276,7 @@ def import_path(
             count(ep, state != "new")
             if state == "new":
                 report.new += 1
-                unchecked += isinstance(ep, Episode) and ep.checked is None
+                unchecked += not (ep.checked if isinstance(ep, PackedEpisode) else ep.checked is not None)
             else:
                 report.already_present += 1
                 report.replaced += state == "replaced"

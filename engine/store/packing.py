@@ -64,6 +64,8 @@ class PackedEpisode:
     the stored copy."""
     line_bytes: int = 0
     """The size of the record kept for ``reread``."""
+    checked: bool = False
+    """Whether a check ran on it (``Episode.checked``): an import counts those it stores unchecked."""
 
     def episode(self) -> Episode:
         if self.reread is None:
@@ -164,6 +166,7 @@ def pack_episode(ep: Episode, pid: int, failed_ok: bool = False) -> PackedEpisod
             search=[(part, list(dict.fromkeys(digest_of[x] for x in texts if x in digest_of))) for part, texts in parts],
             bodies=bodies,
             tags=tuple(marked.tags),
+            checked=marked.checked is not None,
         )
     except Exception as e:  # noqa: BLE001 - said of this episode alone, as the store says it
         if not failed_ok or isinstance(e, MemoryError):  # out of memory is the process's, not the episode's
