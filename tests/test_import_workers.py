@@ -172,7 +172,8 @@ def test_a_schema_13_file_is_indexed_by_the_writer_after_its_step(tmp_path: Path
     shutil.copy(GOLDEN / "dbschema13.sqlite", path)
     store = Store(path)
     assert store.applied == ["0021_search_filled_by_writer", "0022_counts_at_commit",
-                             "0023_episodes_found_by_the_browse_index", "0024_findings_counted_without_notes"]
+                             "0023_episodes_found_by_the_browse_index", "0024_findings_counted_without_notes",
+                             "0025_checked"]
     ep = synthetic_episode(5000)
     store.save_episode(ep)
     assert ep.id in {r.id for r in store.page_episodes(EpisodeFilter(text=ep.turns[-1].generation.text[:30]),
@@ -206,7 +207,7 @@ def test_the_command_line_reads_a_jsonl_file_on_its_workers(dump: Path, tmp_path
     stored = Store(tmp_path / "small" / "x.db")
     assert [x for x in small if x.startswith("rollscope: note: ")] == [
         f"rollscope: note: {stored.count()} new episodes not checked: `rollscope check x.db` runs the fidelity checks "
-        "(until then they list no findings, in `ls` and Browse alike; --check checks as it imports)"]
+        '(until then `ls` and Browse say "not checked" where the findings go; --check checks as it imports)']
     stored.close()
     assert len(big) == 8 and len(small) == 5 and set(small) <= set(big)
     assert len(extra) == 3 and all("over the 1 MB record limit" in x for x in extra)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dashboard.tabs import browse as browse_tab
 from engine.errors import ConfigError
 from engine.records.episode import Episode, Status
 from engine.store import SORTABLE, EpisodeFilter, Store
@@ -27,7 +28,8 @@ N = 2000
 
 @pytest.fixture(scope="module")
 def records() -> list[Episode]:
-    return list(synthetic_episodes(N))
+    # Two of three checked (the checks' version recorded), the third as an import without --check leaves it.
+    return [e if i % 3 == 0 else e.evolve(checked="4") for i, e in enumerate(synthetic_episodes(N))]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +80,10 @@ FILTERS = [
     ("source", EpisodeFilter(source="messages"), lambda e: e.source.kind == "messages"),
     ("has findings", EpisodeFilter(has_findings=True), lambda e: bool(e.all_findings())),
     ("no findings", EpisodeFilter(has_findings=False), lambda e: not e.all_findings()),
+    ("not checked", EpisodeFilter(checked=False), lambda e: e.checked is None),
+    ("clean: checked, no findings", browse_tab.episode_filter(findings=browse_tab.NO_FINDING),
+     lambda e: e.checked is not None and not e.all_findings()),
+    ("Browse's not checked", browse_tab.episode_filter(findings=browse_tab.NOT_CHECKED), lambda e: e.checked is None),
     ("finding kind", EpisodeFilter(finding_kind="mask_misaligned"),
      lambda e: any(f.kind == "mask_misaligned" for f in e.all_findings())),
     ("loop finding kind", EpisodeFilter(finding_kind="template_not_prefix_stable"),

@@ -161,7 +161,8 @@ def test_every_migration_is_applied_once_and_recorded(tmp_path):
                                            ("dbschema10.sqlite", "0015_summed_outcomes"),
                                            ("dbschema11.sqlite", "0016_entropy_stats"),
                                            ("dbschema12.sqlite", "0017_chart_stats"),
-                                           ("dbschema13.sqlite", "0021_search_filled_by_writer")])
+                                           ("dbschema13.sqlite", "0021_search_filled_by_writer"),
+                                           ("dbschema14.sqlite", "0025_checked")])
 def test_a_database_of_an_earlier_schema_gets_the_steps_it_lacks(tmp_path, golden, first):
     path = tmp_path / golden
     shutil.copy(GOLDEN / golden, path)
@@ -212,7 +213,8 @@ def test_a_failed_step_leaves_the_file_as_it_was_and_is_tried_again(tmp_path, mo
                              "0013_run_time_index", "0014_prompt_pieces", "0015_summed_outcomes",
                              "0016_entropy_stats", "0017_chart_stats", "0018_status_sort_indexes", "0019_listing_stats",
                              "0020_chart_totals", "0021_search_filled_by_writer", "0022_counts_at_commit",
-                             "0023_episodes_found_by_the_browse_index", "0024_findings_counted_without_notes"]
+                             "0023_episodes_found_by_the_browse_index", "0024_findings_counted_without_notes",
+                             "0025_checked"]
     assert store.count() == 10
     store.close()
 

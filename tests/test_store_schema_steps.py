@@ -23,7 +23,8 @@ def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_the
     # 0013 adds an index, 0014 only marks the file, 0015 rewrites outcomes that readers compute again as they read,
     # 0016 adds figures read from the token arrays, 0017, 0019 and 0020 aggregates counted from the index, 0018 two
     # indexes, 0021 only changes who fills the search index, 0022 who counts a batch, 0023 drops indexes that the
-    # browse index stands in for, and 0024 counts findings without notes: readers do without all twelve.
+    # browse index stands in for, 0024 counts findings without notes, and 0025 records which episodes the checks ran
+    # on: readers do without all thirteen (every episode reads as checked, and a filter by it is refused).
     store = Store(path, read_only=True)
     assert [m.name for m in migrations.pending(store.db)] == ["0013_run_time_index", "0014_prompt_pieces",
                                                               "0015_summed_outcomes", "0016_entropy_stats",
@@ -31,11 +32,15 @@ def test_a_read_only_copy_lacking_only_derived_steps_opens_and_pages_without_the
                                                               "0019_listing_stats", "0020_chart_totals",
                                                               "0021_search_filled_by_writer", "0022_counts_at_commit",
                                                               "0023_episodes_found_by_the_browse_index",
-                                                              "0024_findings_counted_without_notes"]
+                                                              "0024_findings_counted_without_notes",
+                                                              "0025_checked"]
     run = store.list_episodes(limit=1)[0].run_id
     flt = EpisodeFilter(run_id=run)
     page = store.page_episodes(flt, limit=2, matches=MatchCount(1, False))
     assert [r.id for r in page.rows] == [r.id for r in store.list_episodes(flt, limit=2)]
+    assert {r.checked for r in page.rows} == {"?"}
+    with pytest.raises(StoreError, match="lacks 0025_checked.*open it once with write access"):
+        store.count(EpisodeFilter(checked=False))
     store.close()
 
 
@@ -135,4 +140,75 @@ def test_an_episodes_findings_count_its_errors_and_warnings_not_its_notes(tmp_pa
     assert counts(store.db.conn) == {clean.id: (0, 1, 0), warned.id: (1, 2, 1)}
     assert [e.id for e in store.list_episodes(EpisodeFilter(has_findings=True))] == [warned.id]
     assert store.count(EpisodeFilter(finding_kind="not_checked")) == 2  # a note is still found by its kind
+    store.close()
+
+
+def test_an_episode_no_check_ran_on_reads_as_not_checked_not_as_clean(tmp_path: Path) -> None:
+    """``checked`` (the checks' version, NULL where none ran) in the episodes and the browse index: filled by
+    ``0025_checked`` from each record of a file written before (compressed, or text), kept by every write after, and
+    read by the findings filter, ``ls`` and Browse's findings cell, which say "not checked" where a 0 would read as
+    clean."""
+    import subprocess
+    import sys
+
+    from dashboard.views.browse import render_table
+    from engine.store import codec
+    from tests.test_episode_stats import maintained, recount
+
+    old = tmp_path / "fourteen.sqlite"
+    shutil.copy(GOLDEN / "dbschema14.sqlite", old)
+    conn = sqlite3.connect(old)
+    records = {eid: codec.unpack_json(data) for eid, data in conn.execute("SELECT id, data FROM episodes")}
+    text_row = "20d438f2cfbb52f6"  # checked, and its record stored as text (the SQL path of the fill)
+    conn.execute("UPDATE episodes SET data = ? WHERE id = ?",
+                 [codec.json_bytes(conn.execute("SELECT data FROM episodes WHERE id = ?", [text_row]).fetchone()[0])
+                  .decode("utf-8"), text_row])
+    conn.commit()
+    conn.close()
+    checked = {eid for eid, d in records.items() if d.get("checked") is not None}
+    assert checked == {"f3acbca0961a4057", "aed3b9d9ead44815", text_row} and len(records) == 10
+
+    store = Store(old)
+    assert "0025_checked" in store.applied
+    stored = dict(store.db.execute("SELECT id, checked FROM episodes").fetchall())
+    assert stored == {eid: ("4" if eid in checked else None) for eid in records}
+    assert dict(store.db.execute("SELECT id, checked FROM episode_index").fetchall()) == stored
+    assert all(store.get_episode(eid).checked == stored[eid] for eid in records)
+    assert maintained(store) == recount(old)
+    assert store.db.execute("SELECT COUNT(*) FROM count_mark").fetchone()[0] == 0
+
+    # The filters: no check ran; clean (checked, nothing found); ``--where checked=``.
+    unchecked = {e.id for e in store.list_episodes(EpisodeFilter(checked=False), limit=20)}
+    assert unchecked == set(records) - checked
+    assert [e.id for e in store.list_episodes(EpisodeFilter(checked=True, has_findings=False))] == [text_row]
+    assert EpisodeFilter.from_where(["checked=no"]) == EpisodeFilter(checked=False)
+    with pytest.raises(Exception, match="checked is true or false"):
+        EpisodeFilter.from_where(["checked=maybe"])
+
+    # Browse's findings cell: a count where the checks ran, "not checked" where they did not.
+    rows = {s.id: s for s in store.list_episodes(limit=20)}
+    cell = {eid: render_table([s], "created_at", True).split('<td class="c-findings', 1)[1].split("</td>", 1)[0]
+            for eid, s in rows.items()}
+    assert all(("not checked" in cell[eid]) == (eid not in checked) for eid in records)
+    assert "rs-bad-text" in cell["f3acbca0961a4057"] and "rs-warn-text" in cell["aed3b9d9ead44815"]
+
+    # A later write keeps it: the checks run on an episode, its row and the browse index say so.
+    ep = store.get_episode("e28fa3e34eb37b76")
+    store.save_episodes([ep.evolve(checked="4")])
+    assert store.db.execute("SELECT e.checked, i.checked FROM episodes e JOIN episode_index i ON i.id = e.id "
+                            "WHERE e.id = ?", [ep.id]).fetchone() == ("4", "4")
+    assert maintained(store) == recount(old)
+    store.close()
+
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "ls", "--db", str(old), "--where", "source=live"],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and len([x for x in lines if x.rstrip().endswith("not checked")]) == 6, out.stdout
+    assert lines[-1] == (f"6 of these not checked: no fidelity check ran on them, so no findings says nothing "
+                         f"(`rollscope check {old}` runs the checks)")
+
+    store = Store(tmp_path / "new.db")
+    store.save_episodes([varied(1), varied(2).evolve(checked="4")])
+    assert dict(store.db.execute("SELECT id, checked FROM episode_index").fetchall()) == \
+        {varied(1).id: None, varied(2).id: "4"}
     store.close()

@@ -34,7 +34,7 @@ from ..views.html import note
 PAGE_SIZES = [25, 50, 100, 200]
 PAGE_SIZE = 50
 ALL = "all"
-ANY_FINDING, NO_FINDING = "__any__", "__none__"
+ANY_FINDING, NO_FINDING, NOT_CHECKED = "__any__", "__none__", "__unchecked__"
 ROOT = "root:"  # findings filter values that select a root kind
 STARRED = {"any": None, "starred": True, "not starred": False}
 DEFAULT_SORT = {"by": "created_at", "desc": True}
@@ -82,7 +82,8 @@ def episode_filter(
         starred=STARRED.get(starred or "any"),
         source=_opt(source),
         has_findings=True if kind == ANY_FINDING else False if kind == NO_FINDING else None,
-        finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING) or kind.startswith(ROOT) else kind,
+        checked=True if kind == NO_FINDING else False if kind == NOT_CHECKED else None,
+        finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING, NOT_CHECKED) or kind.startswith(ROOT) else kind,
         root_kind=kind[len(ROOT):] if kind and kind.startswith(ROOT) else None,
         rollout_step=int(step_no) if step_no is not None and step_no.is_integer() else None,
         outcome=(why,) if (why := _opt(outcome)) else (),
@@ -197,7 +198,8 @@ def choices(store: Store) -> dict[str, Any]:
         "source": gr.Dropdown(choices=[ALL, *store.distinct("source")]),
         "tags": gr.Dropdown(choices=[f"{t}" for t, _ in store.tag_counts()]),
         "findings": gr.Dropdown(choices=[
-            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings", NO_FINDING),
+            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("clean: checked, no findings", NO_FINDING),
+            ("not checked", NOT_CHECKED),
             *((f"root: {k} ({n:,})", ROOT + k) for k, n in root_kinds),
             *((f"{k} ({n:,})", k) for k, n in kinds),
         ]),

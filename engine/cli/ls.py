@@ -16,7 +16,7 @@ def register(sub: Any) -> None:
     ls.add_argument("--db", default=DEFAULT_DB)
     ls.add_argument("--where", action="append", default=[], metavar="CLAUSE",
                     help="filter (repeatable, all must hold): status=completed,truncated  reward>=0.5  env=math  "
-                    "run=NAME  preset=NAME  tag=x  starred=true  turns>=3  step=N  finding=KIND  root=KIND  "
+                    "run=NAME  preset=NAME  tag=x  starred=true  checked=no  turns>=3  step=N  finding=KIND  root=KIND  "
                     "outcome=KIND  text=WORDS  id=ID,... (a unique prefix is enough)")
     ls.add_argument("--sort", default="created_at", choices=SORTABLE, metavar="COLUMN",
                     help="sort by this column, largest first (default: created_at, the newest first); one of "
@@ -40,8 +40,19 @@ def cmd_ls(a: argparse.Namespace) -> int:
     total = store.count(flt)
     print(table(
         [[r.id, r.env, r.task_id, r.status, f"{r.reward:.3f}", str(r.n_turns), str(r.n_tokens), str(r.n_trainable),
-          r.preset, str(r.n_findings)] for r in rows],
+          r.preset, findings_cell(r.n_findings, r.checked)] for r in rows],
         ["id", "env", "task", "status", "reward", "turns", "tokens", "trainable", "preset", "findings"],
     ))
     print(f"({len(rows)} of {total} episode{'s' if total != 1 else ''})")
+    unchecked = sum(1 for r in rows if r.checked is None)
+    if unchecked:
+        print(f"{unchecked} of these not checked: no fidelity check ran on {'it' if unchecked == 1 else 'them'}, so "
+              f"no findings says nothing (`rollscope check {a.db}` runs the checks)")
     return 0
+
+
+def findings_cell(n: int, checked: str | None) -> str:
+    """An episode's findings (errors and warnings) as ``ls`` lists them: a count, or that no check ran on it."""
+    if checked is not None:
+        return str(n)
+    return "not checked" if n == 0 else f"{n}, not checked"

@@ -292,8 +292,8 @@ def import_path(
         report.notes.append(f"{p} holds no records: nothing imported")
     if unchecked:  # no findings listed for them yet, which reads as clean
         report.notes.append(f"{unchecked:,} new episode{'s' if unchecked != 1 else ''} not checked: `rollscope check "
-                            f"{store.path}` runs the fidelity checks (until then {'they list' if unchecked != 1 else 'it lists'} "
-                            "no findings, in `ls` and Browse alike; --check checks as it imports)")
+                            f"{store.path}` runs the fidelity checks (until then `ls` and Browse say \"not checked\" where the "
+                            "findings go; --check checks as it imports)")
     if own_runs:
         n = sum(own_runs.values())
         report.notes.append(f"--run {run_id}: {n:,} episode{'s' if n != 1 else ''} name{'s' if n == 1 else ''} a run "

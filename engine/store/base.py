@@ -198,6 +198,31 @@ class StoreBase:
         """Read the tables again at the next ``_tables`` (after a migration)."""
         self._table_names = None
         self._stats_from = None
+        self._checked_kept = None
+
+    _checked_kept: bool | None = None
+
+    def _has_checked(self) -> bool:
+        """Whether the browse index says which episodes the checks ran on (``checked``; a read-only file lacking
+        ``0025_checked`` does not: its episodes read as checked, as the version that wrote it showed them)."""
+        if self._checked_kept is None:
+            self._checked_kept = any(r[1] == "checked" for r in self.browse_query("PRAGMA table_info(episode_index)"))
+        return self._checked_kept
+
+    def _summary_columns(self, names: Sequence[str]) -> list[str]:
+        """``names`` as the browse index gives them: ``checked`` a constant where it lacks the column."""
+        return [n if n != "checked" or self._has_checked() else "'?' AS checked" for n in names]
+
+    def _filter_sql(self, flt: Any) -> tuple[str, list[Any]]:
+        """The SQL of an ``EpisodeFilter`` (None: every episode), refused with what to do where it asks whether the
+        checks ran of a file that cannot say."""
+        if flt is None:
+            return "1", []
+        if flt.checked is not None and not self._has_checked():
+            raise StoreError(f"{self.path} does not record which episodes the checks ran on (it lacks 0025_checked) "
+                             "and is read-only: open it once with write access to filter by it")
+        where, args = flt.sql()
+        return str(where), list(args)
 
     def _has_stats(self) -> bool:
         """Whether the file holds the maintained aggregates, ``episode_stats`` (a read-only file of schema 7 does not:

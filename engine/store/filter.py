@@ -45,6 +45,7 @@ class EpisodeSummary:
     root_kinds: str | None = None  # their kinds, in the same order, as ",kind,kind,"
     rollout_step: int | None = None  # the trainer's rollout step an imported episode came from
     outcome: str | None = None  # the kind of its outcome (why it earned its reward); None while it runs
+    checked: str | None = None  # the checks' version that ran on it; None: none ran, so no findings says nothing
     tags: tuple[str, ...] = ()
     reason: str = ""  # why the episode ended ("reached max_turns=4", "the env said done", an abort's message)
 
@@ -84,6 +85,7 @@ class EpisodeFilter:
     text: str | None = None
     search_context: bool = False  # the text search looks in system prompts and tool schemas too
     has_findings: bool | None = None  # any finding at all (True) or none (False)
+    checked: bool | None = None  # the fidelity checks ran on it (True) or did not (False: no findings means nothing)
     group_id: str | None = None
     family: str | None = None  # this episode and its forks
     rollout_step: int | None = None
@@ -115,11 +117,11 @@ class EpisodeFilter:
                     kw["tags"] = tuple(value.split(","))
                 elif key == "id":
                     kw["ids"] = tuple(value.split(","))
-                elif key == "starred":
+                elif key in ("starred", "checked"):
                     if value.lower() not in _YES + _NO:
-                        raise ConfigError(f"--where {clause!r}: starred is true or false (or yes/no, 1/0), "
+                        raise ConfigError(f"--where {clause!r}: {key} is true or false (or yes/no, 1/0), "
                                           f"not {value!r}")
-                    kw["starred"] = value.lower() in _YES
+                    kw[key] = value.lower() in _YES
                 elif key in ("turns", "min_turns") and op in (">=", "="):
                     kw["min_turns"] = int(value)
                     if op == "=":
@@ -149,7 +151,7 @@ class EpisodeFilter:
                 else:
                     raise ConfigError(
                         f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
-                        "source, tag, starred, turns, step, finding, root, outcome, family, id, text (messages, tool calls, "
+                        "source, tag, starred, checked, turns, step, finding, root, outcome, family, id, text (messages, tool calls, "
                         "errors) or text_all (system prompts and tool schemas too)"
                     )
             except ValueError:
@@ -221,6 +223,8 @@ class EpisodeFilter:
             add(f"id IN ({','.join('?' * len(self.ids))})", *self.ids)
         if self.has_findings is not None:
             add("n_findings > 0" if self.has_findings else "n_findings = 0")
+        if self.checked is not None:
+            add("checked IS NOT NULL" if self.checked else "checked IS NULL")
         if self.group_id:
             add("group_id = ?", self.group_id)
         if self.rollout_step is not None:

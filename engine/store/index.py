@@ -354,7 +354,7 @@ class IndexQueries(StoreBase):
     def group_stats(self, flt: Any = None, limit: int = 500) -> tuple[int, list[RewardStats]]:
         """(how many groups, the first ``limit`` by id): the GRPO groups (two or more samples of one task) among
         the episodes ``flt`` selects, each with its reward count, mean, deviation and range."""
-        where, args = _where(flt)
+        where, args = self._filter_sql(flt)
         # From the maintained per-group counts when they answer the filter (a row per group and reward, not per
         # episode); the groups counted in SQL, and only the first ``limit`` read out.
         charted = (flt is None or bool(getattr(flt, "on_chart_stats", False))) and self._has_chart_stats()
@@ -389,7 +389,7 @@ class IndexQueries(StoreBase):
         Groups (two or more samples, each of one run, so of one preset) come
         back the first ``group_limit`` by id.
         """
-        where, args = _where(flt)
+        where, args = self._filter_sql(flt)
         # Counts by status, turns and reward come from the maintained aggregates when they answer the filter, and
         # so do the lengths, tasks and groups when theirs do; anything else is counted from the browse index.
         counted = (flt is None or bool(getattr(flt, "on_stats", False))) and self._has_stats()
@@ -569,8 +569,3 @@ def _reward_stat(n: str, weight: str) -> str:
     are over the episodes with a reward."""
     known = f"SUM(CASE WHEN reward IS NOT NULL THEN {weight} END)"
     return f"{n}, SUM(reward * {weight}) / {known}, SUM(reward * reward * {weight}) / {known}, MIN(reward), MAX(reward)"
-
-
-def _where(flt: Any) -> tuple[str, list[Any]]:
-    # An EpisodeFilter; duck-typed because store.py imports this module.
-    return flt.sql() if flt is not None else ("1", [])

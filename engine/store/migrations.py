@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import sqlite_utils
 
 from ..errors import StoreError
-from . import schema
+from . import schema, steps
 
 
 @dataclass(frozen=True)
@@ -102,13 +102,17 @@ MIGRATIONS: tuple[Migration, ...] = (
               "the aggregates' triggers leave the episodes an import batch writes to the batch, which counts them at "
               "its commit, a statement per key instead of one per episode; a writer of schema 14 without it still "
               "counts every episode by trigger", derived=True),
-    Migration("0023_episodes_found_by_the_browse_index", 14, schema.drop_episodes_secondary_indexes,
+    Migration("0023_episodes_found_by_the_browse_index", 14, steps.drop_episodes_secondary_indexes,
               "the episodes' indexes by env, status, reward, time, run, task and parent dropped: every query that "
               "finds episodes by those columns reads the browse index, which has the same, so each write keeps seven "
               "fewer indexes up to date", derived=True),
-    Migration("0024_findings_counted_without_notes", 14, schema.count_findings_without_notes,
+    Migration("0024_findings_counted_without_notes", 14, steps.count_findings_without_notes,
               "each episode's findings counted as its errors and warnings, what check and show list, not its notes "
               "(what a check could not look at): a clean episode lists 0", derived=True),
+    Migration("0025_checked", 15, steps.add_checked,
+              "whether the fidelity checks ran on each episode (the checks' version, in the episodes and the browse "
+              "index), so an episode imported without --check reads as not checked, not as clean; a read-only file without "
+              "it reads every episode as checked, as before", derived=True),
 )
 
 if [m.name for m in MIGRATIONS] != sorted(m.name for m in MIGRATIONS) or \

@@ -126,6 +126,7 @@ def episode_row(ep: Episode, pid: int) -> dict[str, Any]:
         "n_entropy": n_entropy,
         "entropy_micronats": entropy_micronats,
         "n_low_entropy": n_low_entropy,
+        "checked": ep.checked,
         "pid": pid if ep.status is Status.RUNNING else None,
         "schema_version": ep.schema_version,
         "data": codec.pack_json(data),

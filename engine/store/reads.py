@@ -117,7 +117,7 @@ class Reads(StoreBase):
         return [eid for chunk in self._id_chunks(flt or EpisodeFilter(), 1_000_000) for eid in chunk]
 
     def _id_chunks(self, flt: EpisodeFilter, batch: int) -> Iterator[list[str]]:
-        where, args = flt.sql()
+        where, args = self._filter_sql(flt)
         conn, lock = self._point_reader(background=True)  # every match's id: not on the pages' connection
         with lock:
             ids = [r[0] for r in conn.execute(f"SELECT id FROM episode_index WHERE {where} ORDER BY created_at, id",
@@ -172,7 +172,7 @@ class Reads(StoreBase):
         if offset and (after is not None or before is not None):
             raise ConfigError("a page is read from a token (after, before) or an offset, not both: the offset would be "
                               "ignored")
-        where, args = (flt or EpisodeFilter()).sql()
+        where, args = self._filter_sql(flt)
         token = after if after is not None else before
         scope = filter_mark(where, args)
         cursor = Cursor.parse(token, order_by, descending, scope) if token is not None else None
@@ -181,6 +181,7 @@ class Reads(StoreBase):
         # Page first, then look up the tags and the reasons of that page only (a reason is read from
         # ``episodes`` by primary key: the browse index does not hold it).
         names = [f.name for f in fields(EpisodeSummary) if f.name not in EpisodeSummary.PAGE_LOOKUPS]
+        columns = ", ".join(self._summary_columns(names))
         walk = matches is not None and not matches.exact and order_by != "id" and not self._ordered_by_index(flt, order_by)
         order = f"ORDER BY {order_by} {direction}, rid {direction}"
 
@@ -192,7 +193,7 @@ class Reads(StoreBase):
                 budget = 4 * (want + skip) * max(1, -(-total // max(1, matches.n)))
                 # A subquery with a LIMIT is not merged into its query: SQLite runs it as a co-routine that hands
                 # over its rows in its order, and the query stops taking them at its own LIMIT.
-                ranged = (f"SELECT rid, {', '.join(names)} FROM episode_index INDEXED BY episode_index_{order_by} "
+                ranged = (f"SELECT rid, {columns} FROM episode_index INDEXED BY episode_index_{order_by} "
                           f"WHERE {cond} {order} LIMIT ?")
                 rows = self.browse_query(f"SELECT * FROM ({ranged}) WHERE ({where}) LIMIT ? OFFSET ?",
                                          [*more, budget, *args, want, skip])
@@ -202,9 +203,9 @@ class Reads(StoreBase):
                     return rows  # a page, or the whole range walked
                 # The matches lie elsewhere: sorted by their sorted column and row alone, then the page's rows read.
                 return self.browse_query(
-                    f"SELECT rid, {', '.join(names)} FROM episode_index WHERE rid IN (SELECT rid FROM episode_index "
+                    f"SELECT rid, {columns} FROM episode_index WHERE rid IN (SELECT rid FROM episode_index "
                     f"WHERE ({where}) AND {cond} {order} LIMIT ? OFFSET ?) {order}", [*args, *more, want, skip])
-            return self.browse_query(f"SELECT rid, {', '.join(names)} FROM episode_index WHERE ({where}) AND {cond} "
+            return self.browse_query(f"SELECT rid, {columns} FROM episode_index WHERE ({where}) AND {cond} "
                                      f"{order} LIMIT ? OFFSET ?", [*args, *more, want, skip])
 
         found: list[tuple[Any, ...]] = []
@@ -281,12 +282,12 @@ class Reads(StoreBase):
         n = self._stats_count(flt, background=True)
         if n is not None:
             return n
-        where, args = flt.sql()
+        where, args = self._filter_sql(flt)
         return int(self.browse_query(f"SELECT COUNT(*) FROM episode_index WHERE {where}", args, background=True)[0][0])
 
     def _stats_count(self, flt: EpisodeFilter, background: bool) -> int | None:
         """``count`` from the maintained aggregates, when they answer ``flt``; else None."""
-        where, args = flt.sql()
+        where, args = self._filter_sql(flt)
         if where == "1" and self._has_table("episode_total"):  # every episode: one row
             return int(self.browse_query("SELECT IFNULL(SUM(n), 0) FROM episode_total", background=background)[0][0])
         if flt.on_stats and self._has_stats():
@@ -299,7 +300,7 @@ class Reads(StoreBase):
         ``episode_total``); the maintained aggregates', for a filter on their columns when ``episode_stats`` holds
         at most ``SMALL_STATS`` rows (a reward that takes a new value in every episode makes a row an episode, and
         their sum would scan them); else the caller's, when exact, counted again (no further than twice it)."""
-        where, args = flt.sql()
+        where, args = self._filter_sql(flt)
         if where == "1" and self._has_table("episode_total"):
             return self._stats_count(flt, background=False)
         if flt.on_stats and where != "1" and self._has_stats() and int(self.browse_query(
@@ -323,7 +324,7 @@ class Reads(StoreBase):
         Stops after ``bound`` + 1 matches: a filter an index answers reads that many index entries at most, but one
         that selects fewer than ``bound`` episodes, or that no index answers (a tag, a text, has findings), checks
         every row it does not match, up to the whole index."""
-        where, args = (flt or EpisodeFilter()).sql()
+        where, args = self._filter_sql(flt)
         n = int(self.browse_query(f"SELECT COUNT(*) FROM (SELECT 1 FROM episode_index WHERE {where} LIMIT ?)",
                                   [*args, bound + 1])[0][0])
         return MatchCount(min(n, bound), n <= bound)
@@ -335,7 +336,7 @@ class Reads(StoreBase):
         if by not in (None, "rollout_step", "run_id", "env", "task_id", "preset", "group_id"):
             raise ConfigError(f"no grouping of outcomes by {by!r}")
         flt = flt or EpisodeFilter()
-        where, args = flt.sql()
+        where, args = self._filter_sql(flt)
         key = by or "NULL"
         # From the maintained aggregates when their columns answer the question.
         table, n = ("episode_stats", "SUM(n)") if flt.on_stats and by not in ("task_id", "group_id") and \

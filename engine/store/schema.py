@@ -15,7 +15,9 @@ prompt that extended it only; 11 explains the math episodes whose reward sums ev
 with a known entropy, their sum, how many are near zero) to ``episodes``, the browse index and ``episode_stats``,
 filled from the stored token arrays; 13 added the Browse charts' other aggregates (``length_stats``, ``task_stats``,
 ``group_stats``); 14 has the writer fill the full-text index with each text it adds, where a trigger did (``search_fts``
-is the same; a version before 14 would add texts without indexing them, so it refuses the file). Every step is written to be safe on a file that already has what it adds.
+is the same; a version before 14 would add texts without indexing them, so it refuses the file); 15 added ``checked``
+(whether the checks ran on the episode) to ``episodes`` and the browse index (``steps``, which holds the steps of 14
+and after). Every step is written to be safe on a file that already has what it adds.
 """
 
 from __future__ import annotations
@@ -33,23 +35,28 @@ from ..records.episode import Finding, Severity
 from ..records.provenance import Source
 from .counts import Counted, count_triggers, counted_table
 
-DB_SCHEMA = 14
+DB_SCHEMA = 15
 
 # The columns of ``episode_index``: what Browse filters, sorts, counts and charts by.
-INDEX_COLUMNS = (
+INDEX_COLUMNS_14 = (
     "id", "env", "task_id", "status", "reward", "n_turns", "n_tokens", "n_trainable", "preset", "model", "run_id",
     "group_id", "sample_index", "created_at", "starred", "n_findings", "n_errors", "source", "parent_id",
     "diagnosis", "root_kinds", "rollout_step", "outcome", "n_entropy", "entropy_micronats", "n_low_entropy",
 )
+# Schema 15 added ``checked``: the checks' version that ran on the episode (``Episode.checked``), NULL where none ran.
+INDEX_COLUMNS = (*INDEX_COLUMNS_14, "checked")
 # Per episode: its generated tokens with a known entropy, the sum of their entropies in micro-nats (an integer, so
 # the maintained sums equal a recount exactly), and how many are under ``alternatives.NEAR_ZERO_ENTROPY``. Summed,
 # never sorted by: the browse index has no index on them.
-ENTROPY_COLUMNS = INDEX_COLUMNS[-3:]
+ENTROPY_COLUMNS = INDEX_COLUMNS_14[-3:]
 # The index columns the browse index had before ``rollout_step`` (its triggers were made from these), before
 # ``outcome``, and before the entropy figures.
-INDEX_COLUMNS_4 = INDEX_COLUMNS[:-5]
-INDEX_COLUMNS_5 = INDEX_COLUMNS[:-4]
-INDEX_COLUMNS_7 = INDEX_COLUMNS[:-3]
+INDEX_COLUMNS_4 = INDEX_COLUMNS_14[:-5]
+INDEX_COLUMNS_5 = INDEX_COLUMNS_14[:-4]
+INDEX_COLUMNS_7 = INDEX_COLUMNS_14[:-3]
+# Columns of the browse index with no index of their own: the diagnosis (a filter on it reads ``root_kinds``), the
+# entropy figures (summed, never sorted by), and ``checked`` (a filter on it reads the rows another index orders).
+UNINDEXED = ("id", "diagnosis", *ENTROPY_COLUMNS, "checked")
 
 
 def _columns(db: sqlite_utils.Database, table: str) -> set[str]:
@@ -196,7 +203,7 @@ def create_browse_index(db: sqlite_utils.Database, columns: Sequence[str] = INDE
         db.execute(f"DROP TRIGGER IF EXISTS episodes_index_{event.lower()}")
         db.execute(f"CREATE TRIGGER episodes_index_{event.lower()} AFTER {event} ON episodes BEGIN {body} END")
     for col in columns:
-        if col not in ("id", "diagnosis", *ENTROPY_COLUMNS):
+        if col not in UNINDEXED:
             db.execute(f"CREATE INDEX IF NOT EXISTS episode_index_{col} ON episode_index ({col})")
     # Per-task and per-group reward aggregates read these and nothing else.
     db.execute("CREATE INDEX IF NOT EXISTS episode_index_task_reward ON episode_index (task_id, reward)")
@@ -403,7 +410,7 @@ def add_entropy_stats(db: sqlite_utils.Database) -> None:
         if figures[0]:
             db.execute(f"UPDATE episodes SET {', '.join(f'{c} = ?' for c in ENTROPY_COLUMNS)} WHERE id = ?",
                        [*figures, eid])
-    create_browse_index(db, INDEX_COLUMNS)  # its triggers again, with the new columns
+    create_browse_index(db, INDEX_COLUMNS_14)  # its triggers again, with the new columns
     db.execute(f"UPDATE episode_index SET {', '.join(f'{c} = e.{c}' for c in ENTROPY_COLUMNS)} FROM episodes AS e "
                "WHERE e.id = episode_index.id AND e.n_entropy > 0")
     create_episode_stats(db, STATS_SUMS)
@@ -566,31 +573,3 @@ def refill_summed_outcomes(db: sqlite_utils.Database) -> None:
     step (``Store``, ``outcomes_fill``): those whose reward is the first turn's return get the outcome of every turn,
     the rest keep theirs."""
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('outcomes_fill', '1')")
-
-
-def drop_episodes_secondary_indexes(db: sqlite_utils.Database) -> None:
-    """Schema 14: drop the indexes ``create_tables_v1`` gave ``episodes`` beside its key: every query they served
-    reads ``episode_index``, which indexes the same columns, so they only cost each write."""
-    for col in ("env", "status", "reward", "created_at", "run_id", "task_id", "parent_id"):
-        db.execute(f"DROP INDEX IF EXISTS idx_episodes_{col}")
-
-
-def count_findings_without_notes(db: sqlite_utils.Database) -> None:
-    """Schema 14: ``n_findings`` counts an episode's errors and warnings, what ``check`` and ``show`` list, not its
-    notes (severity ``info``); counted again from ``findings`` for the episodes with notes. No aggregate counts
-    ``n_findings``, so the rows are changed in ``episodes`` and in the browse index alone: the browse index's
-    update trigger (which would write each row's every index again) is made again after, and the aggregates'
-    triggers are held off by a mark below every row (``count_mark``) unless a batch left one."""
-    kept = ("(SELECT episode_id, SUM(severity != 'info') AS n FROM findings GROUP BY episode_id "
-            "HAVING SUM(severity != 'info') < COUNT(*))")
-    db.execute("DROP TRIGGER IF EXISTS episodes_index_update")
-    db.execute(f"UPDATE episodes SET n_findings = c.n FROM {kept} AS c WHERE c.episode_id = episodes.id "
-               "AND episodes.n_findings != c.n")
-    left = db.execute("SELECT rid FROM count_mark").fetchone()
-    if left is None:
-        db.execute("INSERT INTO count_mark (one, rid) VALUES (0, 0)")
-    db.execute("UPDATE episode_index SET n_findings = e.n_findings FROM episodes AS e WHERE e.id = episode_index.id "
-               "AND episode_index.n_findings != e.n_findings")
-    if left is None:
-        db.execute("DELETE FROM count_mark")
-    create_browse_index(db, INDEX_COLUMNS)  # its triggers again
