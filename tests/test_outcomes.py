@@ -230,7 +230,12 @@ def test_tau_bench_results_are_explained_from_the_recorded_task_without_tau_benc
         "expected": {"name": "cancel_pending_order", "arguments": {"order_id": "#A1", "reason": "no longer needed"}}}
     none = subprocess.run([sys.executable, "-m", "engine.cli", "explain", "--db", str(tmp_path / "x.db"),
                            "--where", "outcome=wrong_answer"], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert (none.returncode, none.stdout) == (0, f"no episode matched outcome=wrong_answer in {tmp_path / 'x.db'}\n")
+    # As ``check``: an answer about nothing exits 2, saying why on stderr (a script reading stdout gets no line).
+    assert (none.returncode, none.stdout, none.stderr) == (
+        2, "", f"rollscope: nothing explained: no episode matched outcome=wrong_answer in {tmp_path / 'x.db'}\n")
+    empty = subprocess.run([sys.executable, "-m", "engine.cli", "explain", "--db", str(tmp_path / "x.db"), "--json",
+                            "--where", "outcome=wrong_answer"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (empty.returncode, empty.stdout) == (2, "")
     store.close()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from typing import Any
 
@@ -74,15 +75,17 @@ def cmd_explain(a: argparse.Namespace) -> int:
         episodes = store.iter_episodes(where(store, a.where))
     kinds: Counter[str] = Counter()
     for ep in episodes:
+        kinds[ep.outcome.kind if ep.outcome is not None else "none"] += 1
         if a.json:
             print(json.dumps(outcome_json(ep), ensure_ascii=False))
             continue
-        kinds[ep.outcome.kind if ep.outcome is not None else "none"] += 1
         print(f"{ep.id}  {ep.env} task {ep.task_id}  reward {ep.reward:g}  {ep.status.value}")
         for line in outcome_lines(ep.outcome):
             print(f"  {line}")
+    if not kinds:  # as ``check``: nothing to say is not an answer
+        why = f"no episode matched {' '.join(a.where)} in {a.db}" if a.where else f"{a.db} holds no episodes"
+        print(f"rollscope: nothing explained: {why}", file=sys.stderr)
+        return 2
     if not a.json and sum(kinds.values()) > 1:
         print(f"({sum(kinds.values())} episodes: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()) + ")")
-    elif not a.json and not kinds:
-        print(f"no episode matched {' '.join(a.where)} in {a.db}" if a.where else f"{a.db} holds no episodes")
     return 0
