@@ -158,6 +158,13 @@ def test_step_through_turns_shows_the_prompt_of_each(page: Any, site: Site, scre
     assert _prompt(page) == site.prompts[ep.id][2]
     page.evaluate("() => document.getElementById('rs-pb-card').scrollIntoView({block: 'start'})")
     page.screenshot(path=str(screenshots / "playback_retail_turn2.png"))
+    # The token view wraps its lines between words: a short token without a space ("instead", "source") is never cut
+    # across two lines, as it was when lines broke at any character.
+    cut = page.evaluate("""() => [...document.querySelectorAll('.rs-tokens .tok')].filter(t => t.offsetParent !== null
+        && /^[A-Za-z0-9_]{2,16}$/.test(t.textContent) && t.getClientRects().length > 1).map(t => t.textContent)""")
+    shown = page.evaluate("""() => [...document.querySelectorAll('.rs-tokens .tok')].filter(t =>
+        t.offsetParent !== null && /^[A-Za-z0-9_]{2,16}$/.test(t.textContent)).length""")
+    assert shown > 100 and cut == [], cut
     page.evaluate(f"() => document.querySelector('{CONV}').scrollIntoView({{block: 'start'}})")
     page.screenshot(path=str(screenshots / "playback_retail_turn2_views.png"))
     page.locator("#rs-pb-prev").click()
