@@ -249,3 +249,39 @@ def test_a_turn_reward_that_differs_in_its_last_bits_is_the_same_reward(smol_tok
     bits = ep.evolve(turns=(*ep.turns[:-1], replace(last, reward=1.0 + 2 ** -52)))
     res = asyncio.run(replay(bits, PriceEnv))
     assert res.kind == "reproduced" and res.reward_reproduced is True, res.summary()
+
+
+def test_the_episode_reward_is_compared_as_the_loop_makes_it_of_the_env_rewards(smol_tokenizer):
+    """AReaL's loop trains on the first turn's return of shaped rewards, not the env's last reward: the replay
+    compares that, made again of the replayed env's rewards, with the record's; a record whose reward does not
+    follow from its own env rewards (a reward assembled wrong, or edited) diverges on it, once."""
+    ep = next(e for i, task in enumerate(MathEnv().tasks[:6])
+              if (e := run(MathEnv, smol_tokenizer, "areal-math", task, mistake_rate=0.5, seed=i, max_turns=4))
+              and e.reward != e.turns[-1].reward)
+    res = asyncio.run(replay(ep, MathEnv))
+    assert res.kind == "reproduced" and (res.recorded_reward, res.replayed_reward) == (ep.reward, ep.reward)
+    assert res.reward_verdict() == f"the reward reproduces ({ep.reward:g})"
+    # --until at or past the last turn is the whole episode, its reward compared; before it, the reward is not.
+    from engine.loop.replay import replay_stored
+
+    for until, whole in ((ep.n_turns - 1, True), (ep.n_turns + 5, True), (ep.n_turns - 2, False)):
+        cut = asyncio.run(replay_stored(ep, until))
+        assert cut.reproduced and (cut.until is None, cut.reward_reproduced) == ((True, True) if whole else
+                                                                                 (False, None)), until
+
+    edited = ep.evolve(reward=ep.reward + 2)
+    off = asyncio.run(replay(edited, MathEnv))
+    assert off.kind == "diverged:episode_reward" and [(v.turn, v.field) for v in off.differences] == \
+        [(ep.n_turns - 1, "episode_reward")]
+    assert (off.recorded_reward, off.replayed_reward, off.reward_reproduced) == (ep.reward + 2, ep.reward, False)
+    assert off.causes == ("the episode's reward does not follow from the env's by the loop's rule",)
+    assert off.summary() == (
+        f"{ep.id}: diverged at turn {ep.n_turns - 1}, episode reward: stored {ep.reward + 2!r}, now {ep.reward!r} (the "
+        "record's reward does not follow from the env's rewards by its loop's rule: each turn's shaped as AReaL does "
+        "(scale 1, bias 0), then the first turn's return, discount 1)")
+
+    # A turn's env reward that differs explains the episode's: it is the one difference said.
+    first = ep.turns[0]
+    drifted = ep.evolve(turns=(replace(first, reward=1.0 - first.reward), *ep.turns[1:]))
+    moved = asyncio.run(replay(drifted, MathEnv))
+    assert [v.field for v in moved.differences] == ["reward"] and moved.divergence.turn == 0

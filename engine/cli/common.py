@@ -20,12 +20,20 @@ def counted(n: int, noun: str) -> str:
 
 
 def positive_int(s: str) -> int:
+    return _whole(s, 1)
+
+
+def nonnegative_int(s: str) -> int:
+    return _whole(s, 0)
+
+
+def _whole(s: str, least: int) -> int:
     try:
         v = int(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{s!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
+    if v < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, not {v}")
     return v
 
 

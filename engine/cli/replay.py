@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigError
-from .common import DEFAULT_DB, open_store, where
+from .common import DEFAULT_DB, nonnegative_int, open_store, where
 
 LISTED = 20
 """Diverged episodes listed one a line before the summary; past this many only the summary is printed."""
@@ -20,7 +20,9 @@ def register(sub: Any) -> None:
     rp = sub.add_parser("replay", help="re-execute stored episodes against their env and compare")
     rp.add_argument("episode_id", nargs="?", help="one episode (an id prefix is enough); or use --where / --all")
     rp.add_argument("--db", default=DEFAULT_DB)
-    rp.add_argument("--until", type=int, help="stop after this turn (the reward is then not compared)")
+    rp.add_argument("--until", type=nonnegative_int, metavar="TURN",
+                    help="stop after this turn (the reward is then not compared; at or past an episode's last turn, "
+                    "the whole episode is replayed and its reward compared)")
     rp.add_argument("--where", action="append", default=[], help="batch form: re-execute every episode matching")
     rp.add_argument("--json", action="store_true", help="one JSON object per episode")
     rp.add_argument("-q", "--quiet", action="store_true", help="batch form: print only the summary by cause")

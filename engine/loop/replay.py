@@ -1,9 +1,10 @@
 """Re-execute a stored episode against its env and say what changed.
 
 The env is reset on the same task and fed the stored actions one by one; each observation, reward and done flag
-is compared with what was stored. A difference does not stop the replay: it goes on to the end, where the env's
-final reward is compared with the record's (``recorded_reward``, ``replayed_reward``, ``reward_reproduced``; two
-rewards are one when ``same_reward`` says so). What stops it: a differing system prompt or opening message (before
+is compared with what was stored. A difference does not stop the replay: it goes on to the end, where the episode's
+reward, made of the replayed env's rewards by the loop's rule, is compared with the record's (``recorded_reward``,
+``replayed_reward``, ``reward_reproduced``; two rewards are one when ``same_reward`` says so; a record whose reward
+does not follow from its own env rewards diverges on ``episode_reward``). What stops it: a differing system prompt or opening message (before
 any turn), the env failing, or the env ending the episode before the record does. The reward the env gives where
 it has not ended an episode the record ended is no final one, and stays unknown. This tells a policy problem from
 an env problem: an env that is nondeterministic, whose data changed since the run, or whose reward function
@@ -40,14 +41,14 @@ from ..presets import LoopConfig
 from ..records.episode import RESPOND, Action, Episode, Message
 from . import verl
 from .outputdiff import OutputChange, output_diff, shape, short
-from .rewards import same_reward
+from .rewards import episode_rewards, same_reward
 from .turn import ENV_FAILURES, conversation_observation, execute, messages_dicts, stored_actions
 
 FIELDS = ("system_prompt", "first_observation", "observation", "reward", "done", "env_error")
 
 
 LABELS = {"observation": "observation", "first_observation": "opening message", "system_prompt": "system prompt",
-          "reward": "reward", "done": "done flag", "env_error": "env error"}
+          "reward": "reward", "done": "done flag", "env_error": "env error", "episode_reward": "episode reward"}
 """How a verdict names what differs when no tool's output does."""
 REWARD_ALONE = "every output as recorded, the reward differs"
 
@@ -102,7 +103,9 @@ class TurnVerdict:
         if self.field == "done":
             return (self.note or "the env ends the episode elsewhere",)
         return ({"reward": "the reward", "system_prompt": "the system prompt",
-                 "first_observation": "the opening message"}.get(self.field, self.field),)
+                 "first_observation": "the opening message",
+                 "episode_reward": "the episode's reward does not follow from the env's by the loop's rule"}
+                .get(self.field, self.field),)
 
     @property
     def paths(self) -> bool:
@@ -254,10 +257,12 @@ class ReplayResult:
             return "diverged" + (f"; {rw}" if rw else "") + by
         head = f"diverged at turn {d.turn}, {d.what}"
         if detail:
-            head += f": {d.describe()}" + (f" ({d.note})" if d.note and d.field in ("reward", "done") else "")
+            head += f": {d.describe()}" + (f" ({d.note})" if d.note and d.field in ("reward", "done", "episode_reward")
+                                           else "")
         later = len(self.differences) - 1
         more = f"; {later} more difference{'s' if later != 1 else ''} after it" if later > 0 else ""
-        return head + more + (f"; {rw}" if rw and (d.field != "reward" or self.until is not None) else "") + by
+        said = d.field in ("reward", "episode_reward") and self.until is None  # the reward's verdict is the head's
+        return head + more + (f"; {rw}" if rw and not said else "") + by
 
 
 def _msgs(ms: tuple[Message, ...] | list[Message]) -> list[dict[str, Any]]:
@@ -309,23 +314,46 @@ def observation_verdicts(turn: int, stored: Sequence[Message], now: Sequence[Mes
     return [_differing(turn, "observation", a, b)]
 
 
+def rule(cfg: LoopConfig) -> str:
+    """How a loop makes an episode's reward of its env's rewards, in words (``rewards.episode_rewards``)."""
+    shaped = (f"each turn's shaped as AReaL does (scale {cfg.reward_scale:g}, bias {cfg.reward_bias:g}), "
+              if cfg.shape_rewards else "")
+    made = {"first_return": f"the first turn's return, discount {cfg.turn_discount:g}",
+            "discounted_last": f"the last turn's, discounted by {cfg.turn_discount:g} a turn"}.get(
+                cfg.episode_reward, "the last turn's")
+    return shaped + ("then " if shaped else "") + made
+
+
 async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = None) -> ReplayResult:
     """Re-execute ``ep``'s stored actions (turns ``0..until``) in a fresh env.
 
     A differing observation or reward does not stop it: the stored actions go on to the end, and the
-    final reward is compared with the record's. A differing system prompt or opening message stops it
+    episode's reward is compared with the record's. A differing system prompt or opening message stops it
     before any turn, and the env failing, or ending the episode before the record does, stops it there.
-    The replayed reward is the env's where it ended the episode (or the stored turn's, where the env raised
-    again as stored), or its last where neither it nor the record ended it; else it is unknown."""
+    The replayed reward is the episode's as the loop makes it (``rewards.episode_rewards``: AReaL's shaping, a
+    discount, the first turn's return) of the env's rewards of this replay, the loop's own at a turn that reached no
+    env, up to where the env ended the episode (or raised again as stored), or to the record's end where neither
+    ended it; else it is unknown. So a record whose reward does not follow from its env's rewards by the rule it
+    ran with does not reproduce."""
     env = make_env()
     why = nondeterminism(env)
     if why is not None:
         return ReplayResult(ep.id, False, False, reason=why, until=until)
     verdicts: list[TurnVerdict] = []
-    recorded = (ep.turns[-1].reward if ep.turns else ep.reward) if until is None else None
+    recorded = ep.reward if until is None else None
     replayed: float | None = None
+    config = ep.config.loop or LoopConfig()
+    raw: list[float] = []  # each turn's reward as this replay gives it
+
+    def episode_reward() -> float:
+        return episode_rewards(config, raw)[2]
 
     def result() -> ReplayResult:
+        if recorded is not None and replayed is not None and not same_reward(recorded, replayed) and \
+                not any(v.field == "reward" for v in verdicts):  # a differing turn reward explains it
+            verdicts.append(_differing(
+                len(raw) - 1, "episode_reward", recorded, replayed,
+                f"the record's reward does not follow from the env's rewards by its loop's rule: {rule(config)}"))
         first = next((v for v in verdicts if not v.ok), None)
         return ReplayResult(ep.id, True, first is None, tuple(verdicts), first, until=until,
                             recorded_reward=recorded, replayed_reward=replayed if until is None else None)
@@ -344,8 +372,6 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
         verdicts.append(_differing(0, "first_observation", _msgs(first), _msgs(now_first)))
         return result()
 
-    config = ep.config.loop or LoopConfig()
-    last: float | None = None  # the env's reward at the last turn it answered
     for turn in ep.turns:
         if until is not None and turn.index > until:
             break
@@ -354,6 +380,7 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
             # Nothing reached the env (a parse error, an aborted generation): the
             # loop's own feedback is not the env's to reproduce.
             verdicts.append(TurnVerdict(turn.index, True, note="no env action in this turn"))
+            raw.append(turn.reward)
             continue
         stored_error = next((f.message for f in turn.findings if f.kind == "env_error"), None)
         try:
@@ -363,7 +390,8 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
             now = f"{type(e).__name__}: {e}"
             if stored_error == now:  # the record ended here too, with the turn's reward as stored
                 verdicts.append(TurnVerdict(turn.index, True, note=f"the env raised again, as stored: {now}"))
-                replayed = turn.reward
+                raw.append(turn.reward)
+                replayed = episode_reward()
             else:
                 verdicts.append(TurnVerdict(turn.index, False, "env_error", stored_error, now, traceback.format_exc()))
             return result()
@@ -379,12 +407,12 @@ async def replay(ep: Episode, make_env: Callable[[], Env], until: int | None = N
                                     "the env ended the episode before the record does" if res.done
                                     else "the env did not end the episode where the record does"))
         verdicts.extend(found or [TurnVerdict(turn.index, True)])
-        last = res.reward
+        raw.append(res.reward)
         if res.done:
-            replayed = res.reward
+            replayed = episode_reward()
             return result()
     if ep.turns and not ep.turns[-1].done:
-        replayed = last  # neither the env nor the record ended the episode: both stopped at the same place
+        replayed = episode_reward()  # neither the env nor the record ended the episode: both stopped at one place
     return result()
 
 
@@ -421,6 +449,8 @@ async def replay_stored(ep: Episode, until: int | None = None) -> ReplayResult:
     """Re-execute a stored episode in the env its record names; with its user replayed from the record
     where the env's own user would say something else (:func:`needs_recorded_user`); not one whose record lacks the
     actions (``outcomes.unread``), whose empty replies would diverge at once."""
+    if until is not None and until >= len(ep.turns) - 1:
+        until = None  # at or past the last turn: the whole episode, its reward compared
     if lacks := unread(ep):
         return ReplayResult(ep.id, False, False, reason=f"its record lacks the actions: {lacks}", until=until)
     if needs_recorded_user(ep):

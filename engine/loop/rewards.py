@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..presets import LoopConfig
 
 
 def same_reward(a: float, b: float) -> bool:
@@ -37,3 +41,16 @@ def group_advantages(rewards: Sequence[float], normalize_std: bool = True, eps: 
         return centered
     std = math.sqrt(sum(c * c for c in centered) / (len(rewards) - 1))
     return [c / (std + eps) for c in centered]
+
+
+def episode_rewards(cfg: LoopConfig, raw: list[float]) -> tuple[list[float], list[float], float]:
+    """(per-turn rewards as trained, discounted returns, the episode's reward) from the env's raw rewards."""
+    shaped = [areal_shape(r, cfg.reward_scale, cfg.reward_bias) for r in raw] if cfg.shape_rewards else raw
+    returns = discounted_returns(shaped, cfg.turn_discount)
+    if not raw:
+        return shaped, returns, 0.0
+    if cfg.episode_reward == "first_return":
+        return shaped, returns, returns[0]
+    if cfg.episode_reward == "discounted_last":
+        return shaped, returns, float(raw[-1] * cfg.turn_discount ** (len(raw) - 1))
+    return shaped, returns, raw[-1]

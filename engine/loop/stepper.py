@@ -390,7 +390,7 @@ class Stepper:
     def snapshot(self) -> Episode:
         """The episode as it stands now (status ``running`` until it ends)."""
         b = self._ctx.builder
-        shaped, returns, reward = episode_rewards(self.config, [t.reward for t in self.turns])
+        shaped, returns, reward = rewards.episode_rewards(self.config, [t.reward for t in self.turns])
         return self.episode.evolve(
             status=self.status,
             reason=self.reason,
@@ -404,19 +404,6 @@ class Stepper:
             findings=tuple(self.findings),
             outcome=self.outcome if self.status is not Status.RUNNING else None,
         )
-
-
-def episode_rewards(cfg: LoopConfig, raw: list[float]) -> tuple[list[float], list[float], float]:
-    """(per-turn rewards as trained, discounted returns, the episode's reward) from the env's raw rewards."""
-    shaped = [rewards.areal_shape(r, cfg.reward_scale, cfg.reward_bias) for r in raw] if cfg.shape_rewards else raw
-    returns = rewards.discounted_returns(shaped, cfg.turn_discount)
-    if not raw:
-        return shaped, returns, 0.0
-    if cfg.episode_reward == "first_return":
-        return shaped, returns, returns[0]
-    if cfg.episode_reward == "discounted_last":
-        return shaped, returns, float(raw[-1] * cfg.turn_discount ** (len(raw) - 1))
-    return shaped, returns, raw[-1]
 
 
 def segments_of_turn(episode: Episode, turn: int) -> list[Segment]:
