@@ -57,18 +57,21 @@ def _entropy_of(packed: bytes | None) -> tuple[int, float, int]:
 
 def recount(path: Path) -> list[tuple[object, ...]]:
     """The aggregates counted from the episodes themselves (the ``episodes`` table, not the index), their entropy
-    figures from the stored token arrays (micro-nats summed per episode, as the store keeps them)."""
+    figures from the stored token arrays (micro-nats summed per episode, as the store keeps them), and the finished
+    ones no check ran on."""
     conn = sqlite3.connect(path)
     try:
-        rows = conn.execute(f"SELECT {KEY}, n_trainable, n_errors, t.packed FROM episodes e LEFT JOIN tokens t "
-                            "ON t.episode_id = e.id").fetchall()
+        rows = conn.execute(f"SELECT {KEY}, n_trainable, n_errors, t.packed, e.checked FROM episodes e LEFT JOIN "
+                            "tokens t ON t.episode_id = e.id").fetchall()
     finally:
         conn.close()
     out: dict[tuple[object, ...], list[int]] = {}
-    for *key, trainable, errors, packed in rows:
+    status = STATS_KEY.index("status")
+    for *key, trainable, errors, packed, checked in rows:
         n_ent, total, low = _entropy_of(packed)
-        sums = out.setdefault(tuple(key), [0] * 6)
-        for j, v in enumerate((1, trainable or 0, int((errors or 0) > 0), n_ent, round(total * 1e6), low)):
+        sums = out.setdefault(tuple(key), [0] * 7)
+        unchecked = int(checked is None and key[status] != "running")
+        for j, v in enumerate((1, trainable or 0, int((errors or 0) > 0), n_ent, round(total * 1e6), low, unchecked)):
             sums[j] += v
     return sorted((tuple([*k, *v]) for k, v in out.items()), key=repr)
 
@@ -115,7 +118,7 @@ def chart_maintained(store: Store) -> dict[str, list[tuple[object, ...]]]:
 
 def maintained(store: Store) -> list[tuple[object, ...]]:
     return sorted(store.browse_query(f"SELECT {KEY}, n, trainable, with_errors, n_entropy, entropy_micronats, "
-                                     "n_low_entropy FROM episode_stats"), key=repr)
+                                     "n_low_entropy, unchecked FROM episode_stats"), key=repr)
 
 
 def assert_same_stats(a: BrowseStats, b: BrowseStats) -> None:
@@ -135,7 +138,7 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
     eps = [entropic(i) for i in range(240)]
     store.save_episodes(eps)
     assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path) and len(maintained(store)) < len(eps)
-    totals = [sum(r[-k] for r in maintained(store)) for k in (3, 1)]
+    totals = [sum(r[-k] for r in maintained(store)) for k in (4, 2)]
     assert totals[0] > 1000 and 0.3 < totals[1] / totals[0] < 0.5  # two of five planted values are near zero
 
     # A live episode: turn by turn (running), then finished with its reward.
@@ -167,12 +170,14 @@ def test_the_aggregates_equal_a_recount_after_every_kind_of_write(tmp_path: Path
                              [sharp.id])[0]
     assert row == (sharp.tokens.n_trainable, round(0.001 * 1e6 * sharp.tokens.n_trainable), sharp.tokens.n_trainable)
 
-    # Re-checked: the check's findings written over the stored episode.
+    # Re-checked: the check's findings written over the stored episode, which the checks have now run on.
+    unchecked = sum(r[-1] for r in maintained(store))
     bad = Finding("mask_misaligned", Severity.ERROR, "planted", 0, 0, 1, {})
     for ep in (eps[20], eps[21]):
-        store.finish_episode(ep.evolve(findings=(*ep.findings, bad)))
+        store.finish_episode(ep.evolve(findings=(*ep.findings, bad), checked="4"))
     assert maintained(store) == recount(path) and chart_maintained(store) == chart_recount(path)
-    assert sum(r[-1] for r in maintained(store)) == sum(r[-1] for r in recount(path)) > 0
+    assert sum(r[-2] for r in maintained(store)) == sum(r[-2] for r in recount(path)) > 0
+    assert sum(r[-1] for r in maintained(store)) == unchecked - 2 > 0
     store.close()
 
 
@@ -274,6 +279,7 @@ def test_charts_read_from_the_aggregates_say_what_the_episodes_say(tmp_path: Pat
             assert s.n == len(rows) and s.reward_min == min(rewards) and s.reward_max == max(rewards)
             assert s.reward_mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-12)
             assert s.truncated == sum(r.status == "truncated" for r in rows)
+            assert s.unchecked == sum(r.checked is None and r.status != "running" for r in rows) > 0
             assert s.aborted == sum(r.status in ("aborted", "failed") for r in rows)
             assert s.response_tokens == pytest.approx(sum(r.n_trainable for r in rows) / len(rows))
             kinds = [r.outcome for r in rows if r.outcome]
@@ -344,7 +350,10 @@ def test_a_read_only_file_from_before_the_aggregates_opens_and_charts_from_its_e
             {r: c for r, c in rw.items() if "correct" not in c and "some_turns_wrong" not in c}
     for run in runs:
         ro_steps, rw_steps = store.step_stats(run), now.step_stats(run)
-        assert [dataclasses.replace(s, outcomes={}) for s in ro_steps] == [dataclasses.replace(s, outcomes={}) for s in rw_steps] and rw_steps
+        # Read-only without 0025, every episode reads as checked; upgraded, those no check ran on are said.
+        assert [dataclasses.replace(s, outcomes={}) for s in ro_steps] == \
+            [dataclasses.replace(s, outcomes={}, unchecked=0) for s in rw_steps] and rw_steps
+        assert all(s.unchecked == 0 for s in ro_steps) and any(s.unchecked for s in rw_steps)
         assert [sum(s.outcomes.values()) for s in ro_steps] == [sum(s.outcomes.values()) for s in rw_steps]
     store.close()
     now.close()
@@ -401,7 +410,8 @@ def test_a_read_only_file_from_before_the_entropy_figures_reads_its_steps_withou
     for run in ("run0", "run1", "run2"):
         old, new = store.step_stats(run), now.step_stats(run)
         assert old and all(s.entropy_tokens == 0 and s.entropy_mean is None for s in old)
-        assert [dataclasses.replace(s, entropy_tokens=0, entropy_mean=None, near_zero_entropy=0) for s in new] == old
+        assert [dataclasses.replace(s, entropy_tokens=0, entropy_mean=None, near_zero_entropy=0, unchecked=0)
+                for s in new] == old
     assert any(s.entropy_tokens for run in ("run0", "run1", "run2") for s in now.step_stats(run))
     store.close()
     now.close()
@@ -445,8 +455,8 @@ def test_the_lists_of_runs_and_tags_read_from_the_aggregates_say_what_the_episod
     say, counted here."""
     store, now = read_only_and_upgraded(tmp_path, golden)
     assert now._has_table("run_models") and now._has_table("tag_stats") and not store._has_table("run_models")
-    for a, b in zip(now.run_overview(), store.run_overview(), strict=True):
-        assert dataclasses.replace(a, mean_reward=0.0) == dataclasses.replace(b, mean_reward=0.0)
+    for a, b in zip(now.run_overview(), store.run_overview(), strict=True):  # unchecked: as in the steps' test
+        assert dataclasses.replace(a, mean_reward=0.0, unchecked=0) == dataclasses.replace(b, mean_reward=0.0)
         assert a.mean_reward == pytest.approx(b.mean_reward, abs=1e-12)
     assert now.runs_with_steps() == store.runs_with_steps()
     assert now.tag_counts() == store.tag_counts() and now.episodes_stamp() == store.episodes_stamp()

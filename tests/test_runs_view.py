@@ -108,6 +108,49 @@ def test_alerts_mark_jumps_not_levels() -> None:
     assert "The data changed" not in alerts_note(broken[:1], step_changes(broken[:1]))
 
 
+def test_a_step_no_check_ran_on_is_no_step_without_errors(tmp_path: Path) -> None:
+    """A run imported without checks, then checked from its second step on: its first step's root errors are
+    unknown, not 0, so the checked step's errors are no jump over it; the table, the plot and the note say which
+    episodes were not checked, and the runs list does not call the run clean."""
+    from dashboard.views.runs import runs_table
+
+    folder = tmp_path / "dumps"
+    write_slime_dump(folder / "0.pt", _first_dump(), 0)
+    write_slime_dump(folder / "1.pt", _second_dump(), 1)
+    store = Store(tmp_path / "r.db")
+    watcher = Watcher(store, folder, "slime", settle=0.0, check=False)
+    assert [e.new for e in watcher.poll()] == [N, N]
+    run_id = watcher.run_id
+    unchecked = store.step_stats(run_id)
+    assert [(s.n, s.unchecked, s.with_errors, s.error_rate) for s in unchecked] == [(N, N, 0, None)] * 2
+    assert step_changes(unchecked) == []
+    [row] = store.run_overview()
+    assert (row.n_episodes, row.unchecked, row.with_errors) == (2 * N, 2 * N, 0)
+    listed = runs_table([row])
+    assert ">not checked</span></td></tr>" in listed and '<td class="rs-num">0</td>' not in listed
+    note = alerts_note(unchecked, [])
+    assert "16 of the 16 episodes were not checked: their root errors are unknown" in note and "rs-warn" in note
+
+    # The checks run on step 1 alone (as `rollscope check --where step=1` does): 6 of its 8 have a root error.
+    from engine.checks import with_checks
+    from engine.store import EpisodeFilter
+
+    for ep in store.iter_episodes(EpisodeFilter(run_id=run_id, rollout_step=1)):
+        store.finish_episode(with_checks(ep))
+    stats = store.step_stats(run_id)
+    assert [(s.unchecked, s.with_errors, s.error_rate) for s in stats] == [(N, 0, None), (0, 6, 0.75)]
+    assert step_changes(stats) == []  # 0 root errors of no checked episode is no level to jump from
+    fig = run_charts.run_figure(stats, run_id, [])
+    assert list(_trace(fig, "any root error").y) == [None, 6]
+    table = step_table(stats, [])
+    cells = {k: table.split(f'data-step="{k}"', 1)[1].split("</tr>", 1)[0] for k in (0, 1)}
+    assert ">not checked</span>" in cells[0] and "not checked" not in cells[1] and "(75%)" in cells[1]
+    [row] = store.run_overview()
+    assert (row.unchecked, row.with_errors) == (N, 6)
+    assert "(75%)</span> · <span class=\"rs-unchecked\"" in runs_table([row]) and "8 not checked" in runs_table([row])
+    store.close()
+
+
 def test_root_kinds_past_the_most_frequent_are_summed_as_other() -> None:
     kinds = {f"k{i}": i + 1 for i in range(8)}
     stats = [StepStats(0, 40, 0.0, 0.0, 0.0, 0, 0, 1.0, 20, kinds)]

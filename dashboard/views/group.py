@@ -22,9 +22,10 @@ ACTION_CHARS = 600  # an action is cut to this in the partings table
 SHARED = 0.5  # two actions sharing less than this part of the shorter one's text are marked whole
 
 
-def _roots(sample_roots: Sequence[Finding]) -> str:
+def _roots(sample_roots: Sequence[Finding], checked: bool = True) -> str:
     if not sample_roots:
-        return '<span class="rs-dim">none</span>'
+        return '<span class="rs-dim">none</span>' if checked else \
+            '<span class="rs-unchecked" title="no fidelity check ran on this sample">not checked</span>'
     return "".join(f'<span class="rs-chip rs-{esc(f.severity.value)}" title="{esc(f.message)}">{esc(f.kind)}</span>'
                    for f in sample_roots)
 
@@ -72,7 +73,7 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
             f"<td>{ep.sample_index}</td>"
             f'<td><a href="#" data-open="{esc(ep.id)}"><code>{esc(ep.id)}</code></a></td>'
             f"<td>{fmt_num(s.reward)}</td><td>{adv}</td><td>{status_badge(ep.status.value)}</td>"
-            f"<td>{ep.n_turns}</td><td>{ep.tokens.n_trainable:,}</td><td>{_roots(s.roots)}</td></tr>")
+            f"<td>{ep.n_turns}</td><td>{ep.tokens.n_trainable:,}</td><td>{_roots(s.roots, ep.checked is not None or ep.status.value == 'running')}</td></tr>")
     parts.append('<h4 class="rs-h rs-group-samples">Samples</h4>'
                  f'<table class="rs-table rs-group-table"><thead><tr>{head}</tr></thead>'
                  f'<tbody>{"".join(body)}</tbody></table>')

@@ -86,12 +86,13 @@ def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[St
         color = OTHER_COLOR if kind == "other" else KIND_COLORS[i % len(KIND_COLORS)]
         fig.add_bar(x=x, y=counts, name=kind, marker_color=color, row=4, col=1,
                     hovertemplate=f"step %{{x}}<br>root {kind}: %{{y}} episodes<extra></extra>")
+    # A step no check ran on has no point: it is no step without errors. Its share is of the checked episodes.
     fig.add_scatter(
-        x=x, y=[s.with_errors for s in stats], mode="markers", name="any root error",
+        x=x, y=[s.with_errors if s.checked else None for s in stats], mode="markers", name="any root error",
         marker={"symbol": "diamond-open", "color": "#111827", "size": 8},
-        customdata=[[s.n, 100 * s.error_rate] for s in stats], row=4, col=1,
-        hovertemplate="step %{x}<br>%{y} of %{customdata[0]} episodes have a root error (%{customdata[1]:.0f}%)"
-                      "<extra></extra>")
+        customdata=[[s.checked, 100 * (s.error_rate or 0.0), s.unchecked] for s in stats], row=4, col=1,
+        hovertemplate="step %{x}<br>%{y} of %{customdata[0]} checked episodes have a root error "
+                      "(%{customdata[1]:.0f}%); %{customdata[2]} not checked<extra></extra>")
     if entropy:
         _entropy_panel(fig, stats, row=5)
     for step in sorted({a.step for a in marked}):

@@ -102,8 +102,12 @@ def alerts_note(stats: Sequence[StepStats], marked: Sequence[StepChange], limit:
         entropy = (" Nor did the entropy collapse (the share of near-zero-entropy tokens rising by 20 points, or the "
                    f"mean entropy falling to {ENTROPY_DROP:.0%} of the step before's or less)."
                    if any(s.entropy_tokens for s in stats) else "")
+        unchecked, n = sum(s.unchecked for s in stats), sum(s.n for s in stats)
+        caveat = (f" {unchecked:,} of the {n:,} episodes were not checked: their root errors are unknown, and a step "
+                  "none of whose episodes were checked is compared on none (rollscope check runs the checks)."
+                  if unchecked else "")
         return note("No jumps: at no step did the share of episodes with root errors, aborted or truncated rise "
-                    f"by 20 points or more.{entropy}", "ok")
+                    f"by 20 points or more.{entropy}{caveat}", "warn" if unchecked else "ok")
     first = marked[0]
     items = "".join(f"<li>{esc(a.text())}</li>" for a in marked[:limit])
     more = f"<li>and {len(marked) - limit} more</li>" if len(marked) > limit else ""
@@ -112,12 +116,22 @@ def alerts_note(stats: Sequence[StepStats], marked: Sequence[StepChange], limit:
             f"<ul>{items}{more}</ul></div>")
 
 
-def _root_cell(s: StepStats) -> str:
-    if not s.with_errors:
+def unchecked_note(unchecked: int, n: int) -> str:
+    """That ``unchecked`` of ``n`` finished episodes have had no check, so their lack of root errors says nothing."""
+    if not unchecked:
         return ""
+    what = "not checked" if unchecked == n else f"{unchecked:,} not checked"
+    return (f'<span class="rs-unchecked" title="no fidelity check ran on {unchecked:,} of these {n:,} episodes '
+            f'(imported without --check): rollscope check runs them">{what}</span>')
+
+
+def _root_cell(s: StepStats) -> str:
+    more = unchecked_note(s.unchecked, s.n)
+    if not s.with_errors:
+        return more
     kinds = ", ".join(f"{k} {n}" for k, n in list(s.root_kinds.items())[:3])
-    return (f'<span class="rs-bad-text">{s.with_errors:,}</span> <span class="rs-dim">({s.error_rate:.0%})'
-            f"{' · ' + esc(kinds) if kinds else ''}</span>")
+    return (f'<span class="rs-bad-text">{s.with_errors:,}</span> <span class="rs-dim">({s.error_rate or 0:.0%})'
+            f"{' · ' + esc(kinds) if kinds else ''}</span>" + (f" · {more}" if more else ""))
 
 
 def _pct(part: int, rate: float) -> str:
@@ -170,8 +184,12 @@ def runs_table(runs: Sequence[RunOverview]) -> str:
     rows = []
     for r in runs:
         label = r.run_id or "(imported, no run)"
+        # A share of the episodes the checks ran on; those they did not are said apart, not counted as clean.
+        checked = r.n_episodes - r.unchecked
         errors = (f'<span class="rs-bad-text">{r.with_errors:,}</span> <span class="rs-dim">'
-                  f"({r.with_errors / r.n_episodes:.0%})</span>" if r.with_errors else "0")
+                  f"({r.with_errors / checked:.0%})</span>" if r.with_errors else "0" if checked else "")
+        more = unchecked_note(r.unchecked, r.n_episodes)
+        errors += (" · " if errors and more else "") + more
         rows.append(
             f'<tr data-run="{esc(r.run_id or "")}">'
             f"<td><code>{esc(label)}</code></td><td class=\"rs-dim\">{esc(_when(r.started))}</td>"

@@ -17,7 +17,7 @@ from ..store import StepStats
 JUMP = 0.2
 """A share that rises by this much (20 points) from one step to the next marks the step."""
 
-MEASURES: tuple[tuple[str, Callable[[StepStats], float]], ...] = (
+MEASURES: tuple[tuple[str, Callable[[StepStats], float | None]], ...] = (
     ("root errors", lambda s: s.error_rate),
     ("aborted", lambda s: s.aborted_rate),
     ("truncated", lambda s: s.truncated_rate),
@@ -69,7 +69,7 @@ class StepChange:
 
 def _grown_kinds(before: StepStats, s: StepStats, n: int = 3) -> tuple[str, ...]:
     def share(st: StepStats, kind: str) -> float:
-        return st.root_kinds.get(kind, 0) / st.n if st.n else 0.0
+        return st.root_kinds.get(kind, 0) / st.checked if st.checked else 0.0
 
     growth = sorted(((share(s, k) - share(before, k), k) for k in s.root_kinds), key=lambda g: (-g[0], g[1]))
     return tuple(k for g, k in growth[:n] if g > 0)
@@ -91,13 +91,16 @@ def _entropy_changes(before: StepStats, s: StepStats, jump: float, drop: float) 
 def step_changes(stats: Sequence[StepStats], jump: float = JUMP, drop: float = ENTROPY_DROP) -> list[StepChange]:
     """The steps where a share of episodes (with root errors, aborted, truncated) or of generated tokens (near-zero
     entropy) rose by ``jump`` or more over the step before, or the mean entropy fell to ``drop`` of the step before's
-    or less, in step order; nothing for a run of fewer than two steps."""
+    or less, in step order; nothing for a run of fewer than two steps. The share with root errors is of the episodes
+    the checks ran on, and compared only between two steps that have some: a step no check ran on is no step
+    without errors."""
     out: list[StepChange] = []
     for before, s in zip(stats, stats[1:]):
         for what, share in MEASURES:
-            if share(s) - share(before) >= jump:
+            was, now = share(before), share(s)
+            if was is not None and now is not None and now - was >= jump:
                 kinds = _grown_kinds(before, s) if what == "root errors" else ()
-                out.append(StepChange(s.step, what, share(before), share(s), kinds))
+                out.append(StepChange(s.step, what, was, now, kinds))
         out += _entropy_changes(before, s, jump, drop)
     return out
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, StoreError
-from ..records.episode import Finding
+from ..records.episode import Finding, Status
 from .common import counted, fanout, fanout_options, open_store, record_option, where
 
 
@@ -83,7 +83,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
             raise ConfigError("--where works on databases; for a JSONL file use --episode")
         report = jsonl.ReadReport()
         episodes = (e for e in jsonl.read(src, report, int(a.max_record_mb * 2**20)) if not a.episode or any(e.id.startswith(p) for p in a.episode))
-    n_eps = 0
+    n_eps = running = 0
     # Per episode, only what the report needs (the checked episode itself is stored or dropped at once):
     # its id, its run, its findings without the per-token difference lists.
     shown: list[tuple[str, str, list[Finding]]] = []
@@ -93,7 +93,10 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
                                   model=a.model, threshold=a.threshold, errors=tokenizer_errors,
                                   top_logprobs=a.top_logprobs):
         n_eps += 1
-        if store is not None and not a.no_store:
+        if checked.status is Status.RUNNING:
+            # Its loop still writes it (and checks it as it ends): stored, its process's mark would be this one's.
+            running += 1
+        elif store is not None and not a.no_store:
             store.finish_episode(checked)
         found = [replace(f, evidence={k: v for k, v in f.evidence.items() if k != "diff"})
                  for f in checked.all_findings()]
@@ -171,6 +174,9 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
           f"{sum(root_counts.values())} root errors by kind: {summary}; {n_caused} findings follow from a root"
           + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
           + f" ({n_err} errors in all)", file=sys.stderr if a.json else sys.stdout)  # --json: stdout is rows
+    if running and store is not None and not a.no_store:
+        print(f"rollscope: {counted(running, 'running episode')} checked as {'it stands' if running == 1 else 'they stand'}"
+              " and not stored: the loop writing it checks each as it ends", file=sys.stderr)
     return 1 if n_err else 0
 
 

@@ -521,7 +521,7 @@ class Episode:
             prompt_len=f.integer("prompt_len"),
             segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
             findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
-            checked=f.text_or_none("checked"),
+            checked=f.text_or_none("checked") or None,  # an empty version names no checks: none ran
             outcome=None if (o := f.sub_or_none("outcome")) is None else Outcome.from_fields(o),
             ground_truth=f.text_or_none("ground_truth"),
             parent_id=f.text_or_none("parent_id"),

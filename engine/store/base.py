@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
@@ -214,13 +215,13 @@ class StoreBase:
         return [n if n != "checked" or self._has_checked() else "'?' AS checked" for n in names]
 
     def _filter_sql(self, flt: Any) -> tuple[str, list[Any]]:
-        """The SQL of an ``EpisodeFilter`` (None: every episode), refused with what to do where it asks whether the
-        checks ran of a file that cannot say."""
+        """The SQL of an ``EpisodeFilter`` (None: every episode). Of a file that does not say which episodes the
+        checks ran on, as its rows read: every episode checked."""
         if flt is None:
             return "1", []
         if flt.checked is not None and not self._has_checked():
-            raise StoreError(f"{self.path} does not record which episodes the checks ran on (it lacks 0025_checked) "
-                             "and is read-only: open it once with write access to filter by it")
+            where, args = dataclasses.replace(flt, checked=None).sql()
+            return (str(where) if flt.checked else f"({where}) AND 0"), list(args)
         where, args = flt.sql()
         return str(where), list(args)
 
@@ -248,15 +249,19 @@ class StoreBase:
         return self._stats_from
 
     def _find_stats_rows(self) -> str:
+        # A column a read-only file lacks reads 0: no entropy known, every episode checked (as its version showed).
+        later = ("n_entropy", "entropy_micronats", "n_low_entropy", "unchecked")
         if self._has_stats():
             have = {r[0] for r in self.browse_query("SELECT name FROM pragma_table_info('episode_stats')")}
-            if "n_entropy" in have:
+            if set(later) <= have:
                 return "episode_stats"
-            return ("(SELECT *, 0 AS n_entropy, 0 AS entropy_micronats, 0 AS n_low_entropy FROM episode_stats)")
+            return f"(SELECT *, {', '.join(f'0 AS {c}' for c in later if c not in have)} FROM episode_stats)"
         have = {r[0] for r in self.browse_query("SELECT name FROM pragma_table_info('episode_index')")}
-        entropy = ", ".join(c if c in have else f"0 AS {c}" for c in ("n_entropy", "entropy_micronats", "n_low_entropy"))
+        made = {c: c for c in later[:3]} | {"unchecked": "(checked IS NULL AND status != 'running')"}
+        sums = ", ".join(f"{made[c]} AS {c}" if (c if c != "unchecked" else "checked") in have else f"0 AS {c}"
+                         for c in later)
         return ("(SELECT run_id, rollout_step, env, preset, status, outcome, reward, n_turns, 1 AS n, "
-                f"IFNULL(n_trainable, 0) AS trainable, IFNULL(n_errors, 0) > 0 AS with_errors, {entropy} "
+                f"IFNULL(n_trainable, 0) AS trainable, IFNULL(n_errors, 0) > 0 AS with_errors, {sums} "
                 "FROM episode_index)")
 
     @contextlib.contextmanager

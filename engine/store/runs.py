@@ -44,6 +44,8 @@ class StepStats:
     """Their mean entropy (nats); None when none is known."""
     near_zero_entropy: int = 0
     """How many of them have an entropy under ``alternatives.NEAR_ZERO_ENTROPY`` (the model all but certain)."""
+    unchecked: int = 0
+    """Finished episodes no check ran on (imported without ``--check``): no root error says nothing of them."""
 
     @property
     def truncated_rate(self) -> float:
@@ -54,9 +56,14 @@ class StepStats:
         return self.aborted / self.n if self.n else 0.0
 
     @property
-    def error_rate(self) -> float:
-        """The share of episodes with at least one root error finding."""
-        return self.with_errors / self.n if self.n else 0.0
+    def checked(self) -> int:
+        """The episodes whose root findings say something: those the checks ran on, and the running ones."""
+        return self.n - self.unchecked
+
+    @property
+    def error_rate(self) -> float | None:
+        """The share of the checked episodes with at least one root error finding; None when no check ran on any."""
+        return self.with_errors / self.checked if self.checked else None
 
     @property
     def near_zero_rate(self) -> float | None:
@@ -92,6 +99,8 @@ class RunOverview:
     """Episodes with a root error."""
     status: str
     """The run row's status (``running``, ``finished``, ``failed``, ``interrupted``), or ``imported`` (no row)."""
+    unchecked: int = 0
+    """Finished episodes no check ran on: a run of them is not clean for having no root error."""
 
 
 @dataclass(frozen=True)
@@ -150,11 +159,11 @@ class RunQueries(StoreBase):
             # A comma in a name is kept apart from the commas between names (char(30) stands for it meanwhile).
             "GROUP_CONCAT(DISTINCT replace(env, ',', char(30))), GROUP_CONCAT(DISTINCT replace(preset, ',', char(30))), "
             f"({models}), SUM(reward * n) / SUM(CASE WHEN reward IS NOT NULL THEN n END), SUM(with_errors), "
-            "(SELECT status FROM runs r WHERE r.id = s.run_id) "
+            "(SELECT status FROM runs r WHERE r.id = s.run_id), SUM(unchecked) "
             f"FROM {self._stats_rows()} s GROUP BY s.run_id ORDER BY 2 DESC, 1 LIMIT ?", [limit])
         return [RunOverview(None if r[0] is None else str(r[0]), float(r[1] or 0), int(r[2]), _listed(r[3], ","),
                             _listed(r[4], ","), _listed(r[5], "\x1f"),
-                            float(r[6] or 0), int(r[7] or 0), str(r[8] or "imported")) for r in rows]
+                            float(r[6] or 0), int(r[7] or 0), str(r[8] or "imported"), int(r[9] or 0)) for r in rows]
 
     def step_stats(self, run_id: str) -> list[StepStats]:
         """One ``StepStats`` per rollout step of ``run_id``, in step order: counts, rewards, statuses, tokens and
@@ -166,7 +175,7 @@ class RunQueries(StoreBase):
             "SELECT rollout_step, SUM(n), SUM(reward * n) / SUM(CASE WHEN reward IS NOT NULL THEN n END), MIN(reward), "
             "MAX(reward), "
             "SUM(n * (status = 'truncated')), SUM(n * (status IN ('aborted', 'failed'))), 1.0 * SUM(trainable) / SUM(n), "
-            "SUM(n_entropy), SUM(entropy_micronats), SUM(n_low_entropy) "
+            "SUM(n_entropy), SUM(entropy_micronats), SUM(n_low_entropy), SUM(unchecked) "
             f"FROM {stats} WHERE run_id = ? AND rollout_step IS NOT NULL GROUP BY rollout_step "
             "ORDER BY rollout_step", [run_id])
         kinds: dict[int, Counter[str]] = {}
@@ -189,7 +198,7 @@ class RunQueries(StoreBase):
                       outcomes=dict(outcomes.get(int(r[0]), Counter()).most_common()),
                       entropy_tokens=int(r[8] or 0),
                       entropy_mean=int(r[9] or 0) / MICRONATS / int(r[8]) if r[8] else None,
-                      near_zero_entropy=int(r[10] or 0))
+                      near_zero_entropy=int(r[10] or 0), unchecked=int(r[11] or 0))
             for r in rows
         ]
 

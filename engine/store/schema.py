@@ -272,13 +272,15 @@ STATS_KEY = ("run_id", "rollout_step", "env", "preset", "status", "outcome", "re
 
 
 # What ``episode_stats`` sums over the episodes of a row: (column, what an episode adds, given the browse index row as
-# ``{r}``). Schema 8 summed the first three; schema 12 added the entropy figures.
+# ``{r}``). Schema 8 summed the first three; schema 12 added the entropy figures; schema 15 the finished episodes no check
+# ran on (a running one is checked as it ends).
 STATS_SUMS_8 = (
     ("n", "1"),
     ("trainable", "IFNULL({r}.n_trainable, 0)"),
     ("with_errors", "(IFNULL({r}.n_errors, 0) > 0)"),
 )
-STATS_SUMS = STATS_SUMS_8 + tuple((c, f"IFNULL({{r}}.{c}, 0)") for c in ENTROPY_COLUMNS)
+STATS_SUMS_12 = STATS_SUMS_8 + tuple((c, f"IFNULL({{r}}.{c}, 0)") for c in ENTROPY_COLUMNS)
+STATS_SUMS = (*STATS_SUMS_12, ("unchecked", "({r}.checked IS NULL AND {r}.status != 'running')"))
 
 
 def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, str]] = STATS_SUMS_8) -> None:
@@ -329,9 +331,11 @@ _TYPES = {"rollout_step": "INTEGER", "reward": "REAL", "n_turns": "INTEGER"}
 _CHART = tuple(f"{{r}}.{c}" for c, _ in CHART_KEY)
 _WATCHED = tuple(c for c, _ in CHART_KEY)
 
-# The aggregates, as this version keeps them (``episode_stats`` had the first three sums before schema 12).
-EPISODE_STATS = Counted("episode_stats", tuple((c, _TYPES.get(c, "TEXT")) for c in STATS_KEY),
-                        (tuple(f"{{r}}.{c}" for c in STATS_KEY),), STATS_SUMS)
+# The aggregates, as this version keeps them (``episode_stats`` had the first three sums before schema 12, and no
+# ``unchecked`` before 15: ``EPISODE_STATS_14``).
+EPISODE_STATS_14 = Counted("episode_stats", tuple((c, _TYPES.get(c, "TEXT")) for c in STATS_KEY),
+                           (tuple(f"{{r}}.{c}" for c in STATS_KEY),), STATS_SUMS_12)
+EPISODE_STATS = dataclasses.replace(EPISODE_STATS_14, sums=STATS_SUMS)
 LENGTH_STATS = Counted("length_stats", (*CHART_KEY, ("measure", "TEXT"), ("bucket", "INTEGER")),
                        ((*_CHART, "'tokens'", length_bucket_sql("{r}.n_tokens")),
                         (*_CHART, "'trainable'", length_bucket_sql("{r}.n_trainable"))),
@@ -353,12 +357,13 @@ GROUP_REWARDS = Counted("group_rewards", (("group_id", "TEXT"), ("reward", "REAL
                         (("n", "1"),), ("group_id", "reward"))
 COUNTED = (EPISODE_STATS, LENGTH_STATS, TASK_STATS, GROUP_STATS, RUN_MODELS, TAG_STATS, EPISODE_TOTAL, TASK_REWARDS,
            GROUP_REWARDS)
+COUNTED_14 = (EPISODE_STATS_14, *COUNTED[1:])  # as schema 14 kept them, before the browse index had ``checked``
 
 
 def count_at_commit(db: sqlite_utils.Database) -> None:
     """The aggregates' triggers on the browse index made again to leave the rows above an import batch's mark
     (``count_mark``) to the batch, which counts them at its commit (``fold_counts``). Nothing is counted again."""
-    for spec in COUNTED:
+    for spec in COUNTED_14:
         if spec.source == "episode_index":
             count_triggers(db, spec)
 
@@ -413,7 +418,7 @@ def add_entropy_stats(db: sqlite_utils.Database) -> None:
     create_browse_index(db, INDEX_COLUMNS_14)  # its triggers again, with the new columns
     db.execute(f"UPDATE episode_index SET {', '.join(f'{c} = e.{c}' for c in ENTROPY_COLUMNS)} FROM episodes AS e "
                "WHERE e.id = episode_index.id AND e.n_entropy > 0")
-    create_episode_stats(db, STATS_SUMS)
+    create_episode_stats(db, STATS_SUMS_12)
 
 
 def add_run_time_index(db: sqlite_utils.Database) -> None:

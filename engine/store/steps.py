@@ -7,7 +7,7 @@ import sqlite_utils
 
 from ..errors import StoreError
 from .codec import unpack_json
-from .schema import INDEX_COLUMNS, INDEX_COLUMNS_14, _columns, create_browse_index
+from .schema import INDEX_COLUMNS, INDEX_COLUMNS_14, STATS_SUMS, _columns, create_browse_index, create_episode_stats
 
 
 def drop_episodes_secondary_indexes(db: sqlite_utils.Database) -> None:
@@ -47,15 +47,16 @@ def add_checked(db: sqlite_utils.Database) -> None:
     (``Episode.checked``), NULL where no check ran: an episode imported without ``--check`` has no findings because
     nothing looked, and Browse, ``ls`` and the findings filter tell it from a clean one. Filled from each stored
     record (its JSON holds ``checked``): in SQL where the record is text, decompressed a chunk at a time where it is
-    not. As ``count_findings_without_notes``: the rows change in ``episodes`` and the browse index alone (no aggregate
-    counts ``checked``), with the browse index's update trigger made again after and the aggregates' triggers held off
-    by a mark below every row."""
+    not. As ``count_findings_without_notes``: the rows change in ``episodes`` and the browse index alone, with the
+    browse index's update trigger made again after and the aggregates' triggers held off by a mark below every row;
+    then ``episode_stats`` is made again with a sum of the finished episodes no check ran on (``unchecked``: a run's
+    root errors are a share of the others)."""
     for table in ("episodes", "episode_index"):
         if "checked" not in _columns(db, table):
             db.execute(f"ALTER TABLE {table} ADD COLUMN checked TEXT")
     db.execute("DROP TRIGGER IF EXISTS episodes_index_update")
-    db.execute("UPDATE episodes SET checked = json_extract(data, '$.checked') "
-               "WHERE typeof(data) = 'text' AND json_valid(data)")
+    db.execute("UPDATE episodes SET checked = NULLIF(json_extract(data, '$.checked'), '') "
+               "WHERE typeof(data) = 'text' AND json_valid(data)")  # an empty version names no checks, as read
     last = 0
     while True:
         rows = db.execute("SELECT rowid, data FROM episodes WHERE rowid > ? AND typeof(data) = 'blob' "
@@ -69,7 +70,7 @@ def add_checked(db: sqlite_utils.Database) -> None:
                 version = (unpack_json(data) or {}).get("checked")
             except (StoreError, ValueError, AttributeError):  # a damaged row: its readers say why
                 continue
-            if isinstance(version, (str, int)) and not isinstance(version, bool):
+            if isinstance(version, (str, int)) and not isinstance(version, bool) and version != "":
                 found.append((str(version), rowid))
         db.conn.executemany("UPDATE episodes SET checked = ? WHERE rowid = ?", found)
     left = db.execute("SELECT rid FROM count_mark").fetchone()
@@ -80,3 +81,4 @@ def add_checked(db: sqlite_utils.Database) -> None:
     if left is None:
         db.execute("DELETE FROM count_mark")
     create_browse_index(db, INDEX_COLUMNS)  # its triggers again, with the new column
+    create_episode_stats(db, STATS_SUMS)  # made again with the finished episodes no check ran on, and filled
