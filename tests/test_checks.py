@@ -384,8 +384,13 @@ def test_a_finding_every_episode_of_a_run_has_is_reported_once_for_the_run(tmp_p
     assert proc.returncode == 1
     *body, summary = proc.stdout.splitlines()
     assert [ln for ln in body if ln.startswith("run runB:")] == [ln for ln in body if "system_block_injected" in ln]
-    assert "run runB: system_block_injected in all 3 episodes (error)" in proc.stdout
+    assert "run runB: system_block_injected in all 3 episodes (error); in areal00000000000: " in proc.stdout
     assert "run-level: system_block_injected" in summary
+    # An episode whose only root the run shares has findings: --info says so, not "no findings".
+    info = subprocess.run([sys.executable, "-m", "engine.cli", "check", str(db), "--info", "--no-store"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    said = {ln.split("  ", 1)[0]: ln.split("  ", 1)[1] for ln in info.stdout.splitlines() if ln.startswith("areal")}
+    assert said == {f"areal{i:011d}": "only the run-level system_block_injected (said below)" for i in range(3)}
 
 
 def test_an_episode_says_whether_the_checks_ran_and_a_clean_one_says_checked(tmp_path, smol_tokenizer):

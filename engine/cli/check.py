@@ -132,12 +132,16 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
                 print(json.dumps(row, ensure_ascii=False, default=str))
             continue
         line = diagnosis(found, leave_out=common)
-        if not rs and not a.info:
+        # Its roots the run shares are said once, under the run; with --all, what follows from them here too.
+        shared = [r for r in roots(found) if r.kind in common and (a.all and consequences(found, r))]
+        if not rs and not a.info and not shared:
             continue
-        print(f"{episode_id}  {line or 'no findings'}")
-        for r in rs:
+        run_only = sorted({r.kind for r in roots(found) if r.kind in common})
+        print(f"{episode_id}  {line or (f'only the run-level {_kinds_of(run_only)} (said below)' if run_only else 'no findings')}")
+        for r in rs + shared:
             follow = consequences(found, r)
-            print(f"  {_finding_line(r)}" + (f"  (causes {len(follow)}: {_kinds(follow)})" if follow else ""))
+            head = f"  {_finding_line(r)}" if r not in shared else f"  run-level {r.id} {r.kind}"
+            print(head + (f"  (causes {len(follow)}: {_kinds(follow)})" if follow else ""))
             if a.all:
                 for f in follow:
                     print(f"      <- {f.caused_by}  {_finding_line(f)}")
@@ -148,13 +152,14 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     if not a.json:
         for run, kinds in sorted(run_level_of.items()):
             for kind in sorted(kinds):
-                sample = next(f for _, r, found in shown if r == run for f in found
-                              if f.kind == kind and f.severity.value != "info")
+                first, sample = next((eid, f) for eid, r, found in shown if r == run for f in found
+                                     if f.kind == kind and f.severity.value != "info")
                 n = sum(kind in has for has, _ in runs[run])
                 rest = len(runs[run]) - n
+                # Its words are one episode's (its counts and positions differ from episode to episode): named.
                 print(f"run {run}: {kind} in {'all ' if n > 1 else ''}{counted(n, 'episode')}"
                       + (f" it applies to ({rest} could not be checked for it)" if rest else "")
-                      + f" ({sample.severity.value}): {sample.message}")
+                      + f" ({sample.severity.value}); in {first}: {sample.message}")
     skipped = list(report.errors) if report is not None else []
     for err in skipped:
         print(f"rollscope: skipped {err}", file=sys.stderr)
@@ -178,6 +183,10 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
         print(f"rollscope: {counted(running, 'running episode')} checked as {'it stands' if running == 1 else 'they stand'}"
               " and not stored: the loop writing it checks each as it ends", file=sys.stderr)
     return 1 if n_err else 0
+
+
+def _kinds_of(kinds: Sequence[str]) -> str:
+    return ", ".join(kinds)
 
 
 def _finding_line(f: Finding) -> str:
