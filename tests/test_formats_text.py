@@ -165,6 +165,19 @@ def test_messages_import_tokenizes_with_the_chat_template(tmp_path, smol_tokeniz
         f"{f}: records without a reward (none, or null) read as reward 0.0: nothing scored them"]
 
 
+def test_messages_import_without_a_tokenizer_keeps_what_the_env_answered_each_turn(tmp_path, smol_tokenizer):
+    """Without a tokenizer the episode holds the messages alone, its turns the same as with one: each assistant
+    message, and the tool and user messages after it up to the next one (what ``show`` and playback print)."""
+    f = write_jsonl(tmp_path / "chat.jsonl", [_chat_record()])
+    bare, tokenized = _db(tmp_path), _db(tmp_path, "t.db")
+    import_path(f, "messages", bare)
+    import_path(f, "messages", tokenized, tokenizer=smol_tokenizer)
+    ep, full = next(bare.iter_episodes()), next(tokenized.iter_episodes())
+    assert ep.n_tokens == 0 and [t.observation for t in ep.turns] == [t.observation for t in full.turns]
+    assert [[m.role for m in t.observation] for t in ep.turns] == [["tool"], []]
+    assert ep.turns[0].observation[0].content == '{"price": 11}'
+
+
 def test_messages_import_reports_a_template_that_rewrites_history(tmp_path, qwen3_tokenizer):
     f = write_jsonl(tmp_path / "chat.jsonl", [_chat_record()])
     st = _db(tmp_path)

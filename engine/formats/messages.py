@@ -155,11 +155,13 @@ def conversation_episode(
             tokens, prompt_len, segments, turns = tokenize_conversation(tok, messages, tools)
         except RollscopeError as e:  # a template that cannot render this conversation
             raise FormatError(f"cannot tokenize the conversation: {e}", where, "messages") from None
-    else:
+    else:  # each assistant message a turn, the messages after it up to the next one what the env answered
+        asst = [k for k, m in enumerate(messages) if m.role == "assistant"]
         turns = tuple(
-            Turn(index=t, prompt_text=None, prompt_len=0, generation=Generation(text=m.content, model="imported"),
-                 tool_calls=m.tool_calls)
-            for t, m in enumerate(m for m in messages if m.role == "assistant")
+            Turn(index=t, prompt_text=None, prompt_len=0,
+                 generation=Generation(text=messages[k].content, model="imported"), tool_calls=messages[k].tool_calls,
+                 observation=tuple(messages[k + 1: asst[t + 1] if t + 1 < len(asst) else len(messages)]))
+            for t, k in enumerate(asst)
         )
     if turns:
         turns = (*turns[:-1], replace(turns[-1], reward=reward, done=True))
