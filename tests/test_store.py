@@ -86,6 +86,19 @@ def test_filters_sort_and_page(tmp_path, episodes):
         EpisodeFilter.from_where(["colour=red"])
     assert store.count(EpisodeFilter.from_where(["starred=yes"])) == 1
     assert store.count(EpisodeFilter.from_where(["starred=False"])) == len(episodes) - 1
+    # Every clause must hold, repeated keys too: tags add up, lists are met by both, bounds narrow, and one value
+    # given twice differently is refused, not the last one kept.
+    where = EpisodeFilter.from_where
+    assert where(["tag=keep", "tag=bug"]) == EpisodeFilter(tags=("keep", "bug"))
+    assert store.count(where(["tag=keep", "tag=bug"])) == 1 and store.count(where(["tag=keep", "tag=nope"])) == 0
+    assert where(["status=completed,truncated", "status=truncated,aborted"]) == EpisodeFilter(status=("truncated",))
+    assert where(["reward>=0.2", "reward>=0.5", "reward<=0.9", "reward<=2"]) == EpisodeFilter(reward_min=0.5,
+                                                                                          reward_max=0.9)
+    assert where(["env=math", "env=math"]) == EpisodeFilter(env="math")
+    for clauses, said in ((["env=math", "env=retail"], r"env is given twice \('math' before\)"),
+                          (["status=completed", "status=aborted"], "no status is in both")):
+        with pytest.raises(ConfigError, match=said):
+            where(clauses)
     for value in ("maybe", ""):  # neither true nor false: refused, not read as false
         with pytest.raises(ConfigError, match=f"starred is true or false .*not {value!r}"):
             EpisodeFilter.from_where([f"starred={value}"])

@@ -17,7 +17,9 @@ def register(sub: Any) -> None:
     ls.add_argument("--where", action="append", default=[], metavar="CLAUSE",
                     help="filter (repeatable, all must hold): status=completed,truncated  reward>=0.5  env=math  "
                     "run=NAME  preset=NAME  tag=x  starred=true  checked=no  turns>=3  step=N  finding=KIND  root=KIND  "
-                    "outcome=KIND  text=WORDS  id=ID,... (a unique prefix is enough)")
+                    "outcome=KIND  family=ID (an episode and its forks)  text=WORDS  text_all=WORDS (system prompts "
+                    "and tool schemas too)  id=ID,... (a unique prefix is enough); a key given twice must hold twice: "
+                    "tag=a tag=b is both tags")
     ls.add_argument("--sort", default="created_at", choices=SORTABLE, metavar="COLUMN",
                     help="sort by this column, largest first (default: created_at, the newest first); one of "
                     + ", ".join(SORTABLE))

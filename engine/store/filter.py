@@ -97,6 +97,7 @@ class EpisodeFilter:
         """Parse ``key=value`` clauses: ``status=completed,truncated``, ``reward>=0.5``, ``tag=x``."""
         kw: dict[str, Any] = {}
         for clause in clauses:
+            one: dict[str, Any] = {}
             for op in (">=", "<=", "="):
                 if op in clause:
                     key, _, value = clause.partition(op)
@@ -106,49 +107,49 @@ class EpisodeFilter:
                 raise ConfigError(f"--where {clause!r}: expected key=value, reward>=X or reward<=X")
             try:
                 if key == "reward" and op != "=":
-                    kw["reward_min" if op == ">=" else "reward_max"] = float(value)
+                    one["reward_min" if op == ">=" else "reward_max"] = float(value)
                 elif key == "reward":
-                    kw["reward_min"] = kw["reward_max"] = float(value)
+                    one["reward_min"] = one["reward_max"] = float(value)
                 elif key == "status":
                     bad = [s for s in value.split(",") if s not in {x.value for x in Status}]
                     if bad:
                         raise ConfigError(f"--where status: unknown status {bad[0]!r}; one of {', '.join(x.value for x in Status)}")
-                    kw["status"] = tuple(value.split(","))
+                    one["status"] = tuple(value.split(","))
                 elif key in ("tag", "tags"):
-                    kw["tags"] = tuple(value.split(","))
+                    one["tags"] = tuple(value.split(","))
                 elif key == "id":
-                    kw["ids"] = tuple(value.split(","))
+                    one["ids"] = tuple(value.split(","))
                 elif key in ("starred", "checked"):
                     if value.lower() not in _YES + _NO:
                         raise ConfigError(f"--where {clause!r}: {key} is true or false (or yes/no, 1/0), "
                                           f"not {value!r}")
-                    kw[key] = value.lower() in _YES
+                    one[key] = value.lower() in _YES
                 elif key in ("turns", "min_turns") and op in (">=", "="):
-                    kw["min_turns"] = int(value)
+                    one["min_turns"] = int(value)
                     if op == "=":
-                        kw["max_turns"] = int(value)
+                        one["max_turns"] = int(value)
                 elif key in ("turns", "max_turns") and op == "<=":
-                    kw["max_turns"] = int(value)
+                    one["max_turns"] = int(value)
                 elif key in ("step", "rollout_step") and op == "=":
-                    kw["rollout_step"] = int(value)
+                    one["rollout_step"] = int(value)
                 elif key == "outcome":
                     bad = [k for k in value.split(",") if k not in OUTCOME_KINDS]
                     if bad:
                         raise ConfigError(f"--where outcome: unknown kind {bad[0]!r}; one of {', '.join(OUTCOME_KINDS)}")
-                    kw["outcome"] = tuple(value.split(","))
+                    one["outcome"] = tuple(value.split(","))
                 elif key in ("family", "forks_of"):
-                    kw["family"] = value
+                    one["family"] = value
                 elif key in ("finding", "finding_kind", "root", "root_kind"):
                     if value not in FINDING_KINDS:
                         near = difflib.get_close_matches(value, FINDING_KINDS, n=1)
                         raise ConfigError(f"--where {key}: unknown finding kind {value!r}"
                                           + (f" (did you mean {near[0]}?)" if near else "")
                                           + f"; one of {', '.join(sorted(FINDING_KINDS))}")
-                    kw["root_kind" if key.startswith("root") else "finding_kind"] = value
+                    one["root_kind" if key.startswith("root") else "finding_kind"] = value
                 elif key in ("text_all", "text+context"):  # system prompts and tool schemas too
-                    kw["text"], kw["search_context"] = value, True
+                    one["text"], one["search_context"] = value, True
                 elif key in ("env", "task_id", "task", "run_id", "run", "preset", "source", "text"):
-                    kw[{"task": "task_id", "run": "run_id"}.get(key, key)] = value
+                    one[{"task": "task_id", "run": "run_id"}.get(key, key)] = value
                 else:
                     raise ConfigError(
                         f"--where {clause!r}: unknown key {key!r}; use env, task, status, reward, run, preset, "
@@ -157,6 +158,7 @@ class EpisodeFilter:
                     )
             except ValueError:
                 raise ConfigError(f"--where {clause!r}: {value!r} is not a number") from None
+            _merge(kw, one, clause)
         return cls(**kw)
 
     # The filters whose columns ``episode_stats`` counts by (``schema.STATS_KEY``).
@@ -238,6 +240,31 @@ class EpisodeFilter:
         if self.text and self.text.strip():
             add(*text_clause(self.text.strip(), self.search_context))
         return (" AND ".join(f"({w})" for w in where) or "1"), args
+
+
+def _merge(kw: dict[str, Any], one: dict[str, Any], clause: str) -> None:
+    """Add one ``--where`` clause's fields to those before it: every clause must hold, so tags add up, lists of
+    statuses, outcomes and ids are met by both, bounds narrow, and a key given another value is refused (an episode
+    has one env)."""
+    for key, value in one.items():
+        if key not in kw or kw[key] == value:
+            kw[key] = value
+        elif key == "tags":
+            kw[key] = tuple(dict.fromkeys((*kw[key], *value)))
+        elif key in ("status", "outcome", "ids"):
+            both = tuple(v for v in kw[key] if v in value)
+            if not both:
+                what = {"ids": "id"}.get(key, key)
+                raise ConfigError(f"--where {clause!r}: no {what} is in both this clause and the one before "
+                                  f"({','.join(kw[key])}): all clauses must hold, so none would match")
+            kw[key] = both
+        elif key in ("reward_min", "min_turns"):
+            kw[key] = max(kw[key], value)
+        elif key in ("reward_max", "max_turns"):
+            kw[key] = min(kw[key], value)
+        else:
+            raise ConfigError(f"--where {clause!r}: {key} is given twice ({kw[key]!r} before): all clauses must hold, "
+                              "and an episode has one")
 
 
 SORTABLE = (
