@@ -368,6 +368,14 @@ def test_check_cli_says_why_nothing_was_checked(tmp_path):
     assert proc.returncode == 2
     assert f"rollscope: skipped {bad}:1: field 'id': missing" in proc.stderr
     assert f"nothing checked: none of the 2 records in {bad} could be read" in proc.stderr
+    # A file of another format is named once, with the format that reads it, not refused a line at a time.
+    chat = tmp_path / "chat.jsonl"
+    record = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], "reward": 1}
+    chat.write_text((json.dumps(record) + "\n") * 3, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "check", str(chat)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert (proc.returncode, proc.stderr) == (2, f"rollscope: error: {chat}: not jsonl records but OpenAI messages "
+                                                 "records: import them with --format messages\n")
 
 
 def test_a_finding_every_episode_of_a_run_has_is_reported_once_for_the_run(tmp_path, smol_tokenizer):

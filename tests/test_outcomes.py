@@ -236,6 +236,10 @@ def test_tau_bench_results_are_explained_from_the_recorded_task_without_tau_benc
     empty = subprocess.run([sys.executable, "-m", "engine.cli", "explain", "--db", str(tmp_path / "x.db"), "--json",
                             "--where", "outcome=wrong_answer"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert (empty.returncode, empty.stdout) == (2, "")
+    both = subprocess.run([sys.executable, "-m", "engine.cli", "explain", got["episode_id"], "--db",
+                           str(tmp_path / "x.db"), "--where", "env=math"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)  # an id and a filter: which one was meant is not guessed
+    assert (both.returncode, both.stdout) == (2, "") and "give an episode id or --where, not both" in both.stderr
     store.close()
 
 

@@ -166,6 +166,11 @@ def test_replay_cli_single_and_batch(tmp_path):
     assert "re-executed" not in one.stdout + one.stderr  # one episode: its verdict is whole, no summary
     assert store.get_episode(first) == before  # stored ids and records do not change
     assert len(store.replays(first)) == 2
+    # None that can be re-executed (the problems file gone): nothing was compared, which is no divergence.
+    probs.unlink()
+    gone = cli("replay", "--db", str(db), "--where", "env=math", "--no-store")
+    assert gone.returncode == 2 and "0 of 3 episodes re-executed" in gone.stdout, gone.stdout + gone.stderr
+    assert cli("replay", first[:8], "--db", str(db), "--where", "env=math").returncode == 2  # id and --where: refused
 
 
 @pytest.mark.parametrize("preset", ["slime-tau", "tito"])

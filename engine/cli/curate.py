@@ -33,8 +33,10 @@ def register(sub: Any) -> None:
 
 def _chosen(a: argparse.Namespace) -> tuple[Any, list[str]]:
 
-    if bool(a.ids) == bool(a.where):
-        raise ConfigError("which episodes? give ids, or --where (e.g. --where status=aborted), not both")
+    if a.ids and a.where:
+        raise ConfigError("give episode ids or --where, not both")
+    if not a.ids and not a.where:
+        raise ConfigError("which episodes? give ids, or --where (e.g. --where status=aborted)")
     store = open_store(a.db, must_exist=True)
     if a.ids:
         return store, [store.resolve_id(i) for i in a.ids]

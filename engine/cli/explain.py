@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from ..errors import ConfigError
 from ..records.episode import Episode
 from ..records.outcome import Outcome, OutcomeCall
 from .common import DEFAULT_DB, open_store, where
@@ -69,6 +70,8 @@ def outcome_lines(o: Outcome | None) -> list[str]:
 def cmd_explain(a: argparse.Namespace) -> int:
 
     store = open_store(a.db, must_exist=True)
+    if a.episode_id and a.where:
+        raise ConfigError("give an episode id or --where, not both")
     if a.episode_id:
         episodes: Any = [store.get_episode(store.resolve_id(a.episode_id))]
     else:

@@ -18,7 +18,7 @@ LISTED = 20
 
 def register(sub: Any) -> None:
     rp = sub.add_parser("replay", help="re-execute stored episodes against their env and compare")
-    rp.add_argument("episode_id", nargs="?", help="one episode (an id prefix is enough); or use --where / --all")
+    rp.add_argument("episode_id", nargs="?", help="one episode (an id prefix is enough); or use --where (--where status=completed: every finished one)")
     rp.add_argument("--db", default=DEFAULT_DB)
     rp.add_argument("--until", type=nonnegative_int, metavar="TURN",
                     help="stop after this turn (the reward is then not compared; at or past an episode's last turn, "
@@ -77,4 +77,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
         out = sys.stderr if a.json else sys.stdout
         for line in replay_summary(results):
             print(line, file=out)
-    return 0 if all(r.kind == "reproduced" for r in results) else 1
+    # 1: a divergence; 2: none could be re-executed (said above, why); 0: every one re-executed reproduced.
+    if any(r.reproducible and not r.reproduced for r in results):
+        return 1
+    return 0 if any(r.reproducible for r in results) else 2

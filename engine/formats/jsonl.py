@@ -97,6 +97,7 @@ def read(path: str | Path, report: ReadReport | None = None, max_record: int = i
         raise FormatError("no such file", str(p))
     rep = report if report is not None else ReadReport()
     ctx = ImportContext("jsonl")
+    first = True
     with p.open("rb") as f:
         start_of_text(f, p)
         for lineno, raw in enumerate(bounded_lines(f, max_record), 1):
@@ -106,8 +107,15 @@ def read(path: str | Path, report: ReadReport | None = None, max_record: int = i
                 continue
             try:
                 d, n = json_object(raw, where)
-                if d is None:
-                    continue
+            except FormatError as e:
+                rep.errors.append(e)
+                continue
+            if d is None:
+                continue
+            if first:  # a file of another format is refused whole, saying which reads it, not a line at a time
+                first = False
+                first_record_is_ours(d, p, "jsonl")
+            try:
                 ctx.replaced[where] = n
                 ep = ctx.mark_replaced(parse_dict(d, where), where)
             except FormatError as e:
