@@ -368,6 +368,10 @@ def test_check_cli_says_why_nothing_was_checked(tmp_path):
     assert proc.returncode == 2
     assert f"rollscope: skipped {bad}:1: field 'id': missing" in proc.stderr
     assert f"nothing checked: none of the 2 records in {bad} could be read" in proc.stderr
+    # A flag of --recompute-logprobs without it would be ignored: refused, saying so.
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "check", str(bad), "--model", "m"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 2 and "--model works with --recompute-logprobs only" in proc.stderr
     # A file of another format is named once, with the format that reads it, not refused a line at a time.
     chat = tmp_path / "chat.jsonl"
     record = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], "reward": 1}

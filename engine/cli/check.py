@@ -62,6 +62,9 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     from ..formats import jsonl
     from ..store import EpisodeFilter
 
+    for flag, given in (("--model", a.model), ("--top-logprobs", a.top_logprobs)):
+        if given is not None and not a.recompute_logprobs:
+            raise ConfigError(f"{flag} works with --recompute-logprobs only: add it, or leave {flag} out")
     src = Path(a.source)
     if not src.exists():
         raise ConfigError(f"{src} does not exist")

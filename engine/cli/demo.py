@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 import time
 from typing import Any
@@ -52,4 +53,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
     for tag, title, look in notes(report):
         print(f"\n  {tag}: {title}")
         print(textwrap.fill(look, width=100, initial_indent="    ", subsequent_indent="    "))
+    if not report.n_episodes and report.skipped:  # every part asked for was skipped: nothing to look at
+        print("rollscope: nothing built: the parts asked for need the Qwen3 tokenizer (see above)", file=sys.stderr)
+        return 2
     return 0

@@ -31,6 +31,8 @@ def register(sub: Any) -> None:
 def cmd_export(a: argparse.Namespace) -> int:
     from ..formats import export
 
+    if a.full_prompts and a.format != "jsonl":  # before anything is read: the other formats have no pieces to undo
+        raise ConfigError(f"--full-prompts is for --format jsonl ({a.format} writes no prompt as pieces)")
     store = open_store(a.db, must_exist=True)
     flt = where(store, a.where)
     if a.id:
