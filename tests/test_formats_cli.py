@@ -100,6 +100,16 @@ def test_unsafe_and_missing_files_are_one_clear_line(tmp_path):
     proc = rollscope("import", str(evil), "--format", "slime", "--db", str(tmp_path / "x.db"), check=False)
     assert proc.returncode == 2 and "refusing to unpickle" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not marker.exists()
+    # Refused whole, or every record skipped: no empty database is left behind; one that was there stays.
+    assert not (tmp_path / "x.db").exists()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('not json\n{"x": 1}\n', encoding="utf-8")
+    none = rollscope("import", str(bad), "--db", str(tmp_path / "z.db"), check=False)
+    assert none.returncode == 1 and "z.db not made: nothing to put in it" in none.stdout
+    assert not list(tmp_path.glob("z.db*"))
+    Store(tmp_path / "kept.db").close()
+    assert rollscope("import", str(evil), "--format", "slime", "--db", str(tmp_path / "kept.db"),
+                     check=False).returncode == 2 and (tmp_path / "kept.db").exists()
     missing = rollscope("import", str(tmp_path / "nope"), "--format", "verl", "--db", str(tmp_path / "y.db"), check=False)
     assert missing.returncode == 2 and "no such file" in missing.stderr and not (tmp_path / "y.db").exists()
 

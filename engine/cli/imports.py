@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_import(a: argparse.Namespace) -> int:
-    from ..errors import FormatError
+    from ..errors import FormatError, RollscopeError
     from ..formats import import_path
 
     if not Path(a.file).exists():  # before the database is created for nothing
@@ -59,6 +59,7 @@ def cmd_import(a: argparse.Namespace) -> int:
 
         _, loop = loop_config(None if a.config else "verl-tool", a.env or "", knob_settings(a.set), a.config)
         check_knobbed(a.format, loop)  # before the database is created for nothing
+    made = not Path(a.db).exists()
     store = open_store(a.db, must_exist=False)
     pool = None
     if a.check:
@@ -71,6 +72,10 @@ def cmd_import(a: argparse.Namespace) -> int:
         report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
                              progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,
                              fanout=pool, max_record_mb=a.max_record_mb, loop=loop)
+    except RollscopeError:
+        if made:  # a file refused whole leaves no empty database behind, only one this command made and wrote nothing to
+            _forget(store, Path(a.db))
+        raise
     finally:
         if pool is not None:
             pool.close()
@@ -80,5 +85,18 @@ def cmd_import(a: argparse.Namespace) -> int:
         print(f"rollscope: skipped {err}", file=sys.stderr)
     for note in report.notes:
         print(f"rollscope: note: {note}", file=sys.stderr)
+    if made and report.errors and not report.imported:
+        _forget(store, Path(a.db))
+        print(f"{report.summary()} ({a.db} not made: nothing to put in it)")
+        return 1
     print(f"{report.summary()}{f'; {report.checked} checked' if a.check else ''} -> {a.db}")
     return 1 if report.errors and not report.imported else 0
+
+
+def _forget(store: Any, path: Path) -> None:
+    """Remove the database this command made, if it still holds no episode."""
+    if store.count():
+        return
+    store.close()
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        p.unlink(missing_ok=True)
