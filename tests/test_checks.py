@@ -350,7 +350,7 @@ def test_check_cli_prints_roots_first_and_what_they_cause(tmp_path, bases):
     root = [ln for ln in lines if ln.startswith("  f")]
     assert len(root) == 1 and "mask_misaligned" in root[0] and "shifted 1 token to the right" in root[0]
     assert "(causes " in root[0] and all(" <- " in ln for ln in lines[2:-1])
-    assert "1 root errors by kind: mask_misaligned 1" in lines[-1]  # the summary ends what the command prints
+    assert "1 root error by kind: mask_misaligned 1" in lines[-1]  # the summary ends what the command prints
 
     code, rows = _check_cli(str(db))
     roots_ = [r for r in rows if r["caused_by"] is None and r["severity"] == "error"]

@@ -179,7 +179,8 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     run_kinds = sorted({k for kinds in run_level_of.values() for k in kinds})
     malformed = f" ({counted(len(skipped), 'malformed record')} skipped)" if skipped else ""
     print(f"checked {counted(n_eps, 'episode')}{malformed}: "
-          f"{sum(root_counts.values())} root errors by kind: {summary}; {n_caused} findings follow from a root"
+          f"{counted(sum(root_counts.values()), 'root error')} by kind: {summary}; "
+          f"{counted(n_caused, 'finding')} {'follows' if n_caused == 1 else 'follow'} from a root"
           + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
           + f" ({n_err} errors in all)", file=sys.stderr if a.json else sys.stdout)  # --json: stdout is rows
     if running and store is not None and not a.no_store:
