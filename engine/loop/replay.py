@@ -427,7 +427,8 @@ def env_for(ep: Episode) -> Callable[[], Env] | str:
     if ep.config.user == "human":
         return "a person played the user; their replies cannot be replayed"
     if info is None:
-        return f"imported from {ep.source.kind}: the env it ran in is not known"
+        return (f"imported from {ep.source.kind}: the record names env {ep.env!r} but not how it was made (its "
+                "problems, its data), so it is not rebuilt")
     problems = info.details.get("problems")
     try:
         return env_factory(ep.env, problems if problems and problems != "builtin" else None)
