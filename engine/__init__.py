@@ -113,8 +113,9 @@ from .launch.plan import (
 from .launch.policies import POLICIES, make_backend
 from .loop.fork import ActionPreview, ForkReport, HandStepper, fork, parent_env, user_played_by
 from .loop.outputdiff import OutputChange, output_diff
-from .loop.replay import ReplayResult, TurnVerdict, replay, replay_stored
+from .loop.replay import replay, replay_stored
 from .loop.stepper import Stepper, new_id, run_episode
+from .loop.verdicts import ReplayResult, TurnVerdict
 from .presets import (
     PRESET_INFO,
     PRESETS,

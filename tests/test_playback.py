@@ -29,8 +29,8 @@ from engine.backends.scripted import ScriptedBackend
 from engine.backends.tokenizers import load_tokenizer
 from engine.envs import env_factory
 from engine.formats import import_path
-from engine.loop.replay import ReplayResult, TurnVerdict
 from engine.loop.stepper import run_episode
+from engine.loop.verdicts import ReplayResult, TurnVerdict
 from engine.presets import PRESETS
 from engine.records.episode import Episode, Finding, Severity
 from engine.store import Store

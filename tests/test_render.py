@@ -361,7 +361,7 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
 
 def test_a_verdict_says_when_the_user_was_replayed_from_the_record():
     from dashboard.views.playback import render_verdict
-    from engine.loop.replay import ReplayResult, TurnVerdict
+    from engine.loop.verdicts import ReplayResult, TurnVerdict
 
     ok = ReplayResult("e1", True, True, (TurnVerdict(0, True), TurnVerdict(1, True)), user="recorded",
                       recorded_reward=1.0, replayed_reward=1.0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..loop.replay import ReplayResult
+from ..loop.verdicts import ReplayResult
 
 DIVERGED = "diverged"
 NOT_REPRODUCIBLE = "not reproducible"

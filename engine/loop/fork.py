@@ -33,7 +33,7 @@ from ..presets import LoopConfig
 from ..records.episode import Episode, Finding, Generation, Message, Severity, Status, ToolCall, Turn
 from ..tokens import chat
 from ..tokens.tokenizer import Tokenizer
-from .replay import TurnVerdict, env_for
+from .replay import env_for
 from .stepper import Stepper
 from .turn import compare_result, parse_reply
 from .users import (
@@ -47,6 +47,7 @@ from .users import (
     model_user,
     play_user,
 )
+from .verdicts import TurnVerdict
 
 # -- what a text would do ------------------------------------------------------
 

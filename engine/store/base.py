@@ -257,7 +257,8 @@ class StoreBase:
                 return "episode_stats"
             return f"(SELECT *, {', '.join(f'0 AS {c}' for c in later if c not in have)} FROM episode_stats)"
         have = {r[0] for r in self.browse_query("SELECT name FROM pragma_table_info('episode_index')")}
-        made = {c: c for c in later[:3]} | {"unchecked": "(checked IS NULL AND status != 'running')"}
+        made = {c: c for c in later[:3]} | {"unchecked": "(checked IS NULL AND status != 'running' AND "
+                                             "IFNULL(n_errors, 0) = 0)"}
         sums = ", ".join(f"{made[c]} AS {c}" if (c if c != "unchecked" else "checked") in have else f"0 AS {c}"
                          for c in later)
         return ("(SELECT run_id, rollout_step, env, preset, status, outcome, reward, n_turns, 1 AS n, "

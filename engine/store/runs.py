@@ -45,7 +45,8 @@ class StepStats:
     near_zero_entropy: int = 0
     """How many of them have an entropy under ``alternatives.NEAR_ZERO_ENTROPY`` (the model all but certain)."""
     unchecked: int = 0
-    """Finished episodes no check ran on (imported without ``--check``): no root error says nothing of them."""
+    """Finished episodes no check ran on (imported without ``--check``) and without an error (one the loop found an
+    error in has one, checked or not): no root error says nothing of them."""
 
     @property
     def truncated_rate(self) -> float:
@@ -57,7 +58,8 @@ class StepStats:
 
     @property
     def checked(self) -> int:
-        """The episodes whose root findings say something: those the checks ran on, and the running ones."""
+        """The episodes whose root errors are known: those the checks ran on, the running ones, and those with an
+        error (at least ``with_errors``)."""
         return self.n - self.unchecked
 
     @property
@@ -100,7 +102,8 @@ class RunOverview:
     status: str
     """The run row's status (``running``, ``finished``, ``failed``, ``interrupted``), or ``imported`` (no row)."""
     unchecked: int = 0
-    """Finished episodes no check ran on: a run of them is not clean for having no root error."""
+    """Finished episodes no check ran on and without an error: a run of them is not clean for having no root
+    error."""
 
 
 @dataclass(frozen=True)

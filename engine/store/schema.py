@@ -273,14 +273,14 @@ STATS_KEY = ("run_id", "rollout_step", "env", "preset", "status", "outcome", "re
 
 # What ``episode_stats`` sums over the episodes of a row: (column, what an episode adds, given the browse index row as
 # ``{r}``). Schema 8 summed the first three; schema 12 added the entropy figures; schema 15 the finished episodes no check
-# ran on (a running one is checked as it ends).
+# ran on and no error was found in (a running one is checked as it ends; one its loop found an error in has one).
 STATS_SUMS_8 = (
     ("n", "1"),
     ("trainable", "IFNULL({r}.n_trainable, 0)"),
     ("with_errors", "(IFNULL({r}.n_errors, 0) > 0)"),
 )
 STATS_SUMS_12 = STATS_SUMS_8 + tuple((c, f"IFNULL({{r}}.{c}, 0)") for c in ENTROPY_COLUMNS)
-STATS_SUMS = (*STATS_SUMS_12, ("unchecked", "({r}.checked IS NULL AND {r}.status != 'running')"))
+STATS_SUMS = (*STATS_SUMS_12, ("unchecked", "({r}.checked IS NULL AND {r}.status != 'running' AND IFNULL({r}.n_errors, 0) = 0)"))
 
 
 def create_episode_stats(db: sqlite_utils.Database, sums: Sequence[tuple[str, str]] = STATS_SUMS_8) -> None:

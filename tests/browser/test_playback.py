@@ -195,9 +195,14 @@ def test_tito_prompts_and_reexecute_reproduced_and_diverged(page: Any, site: Sit
     replay = page.locator("#rs-pb-replay")
     replay.locator(".rs-pb-first", has_text="first divergence").wait_for(timeout=30_000)
     # It goes on to the end: the turn's answer and reward differ, the turns after it are as stored, and the
-    # final reward (0) is the recorded one. The answer's change is said as its path, not as two dumps.
-    assert (f"diverged at turn {first}, observation; 1 more difference after it; the reward reproduces (0)"
-            in replay.inner_text())
+    # episode's reward, made of the env's rewards by the preset's rule, is no longer the recorded one. The answer's
+    # change is said as its path, not as two dumps.
+    from engine.loop.rewards import episode_rewards
+
+    now = episode_rewards(ep.config.loop, [0.0 if t.index == first else t.reward for t in ep.turns])[2]
+    assert now != ep.reward
+    assert (f"diverged at turn {first}, observation; 1 more difference after it; the reward does not reproduce "
+            f"(recorded {ep.reward:g}, now {now:g})" in replay.inner_text())
     assert replay.locator("tr.rs-pb-div").count() == 2 and replay.locator("tr.rs-pb-ok").count() == ep.n_turns - 1
     change = replay.locator("tr.rs-pb-div .rs-pb-diff li").first
     assert change.get_attribute("data-change") == "changed"
