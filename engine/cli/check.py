@@ -140,7 +140,8 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
         if not rs and not a.info and not shared:
             continue
         run_only = sorted({r.kind for r in roots(found) if r.kind in common})
-        print(f"{episode_id}  {line or (f'only the run-level {_kinds_of(run_only)} (said below)' if run_only else 'no findings')}")
+        said = line or (f"only the run-level {', '.join(run_only)} (said below)" if run_only else "no findings")
+        print(f"{episode_id}  {said}")
         for r in rs + shared:
             follow = consequences(found, r)
             head = f"  {_finding_line(r)}" if r not in shared else f"  run-level {r.id} {r.kind}"
@@ -184,13 +185,10 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
           + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
           + f" ({n_err} errors in all)", file=sys.stderr if a.json else sys.stdout)  # --json: stdout is rows
     if running and store is not None and not a.no_store:
-        print(f"rollscope: {counted(running, 'running episode')} checked as {'it stands' if running == 1 else 'they stand'}"
-              " and not stored: the loop writing it checks each as it ends", file=sys.stderr)
+        how = ("it stands and not stored: its loop writes it, and checks it as it ends" if running == 1 else
+               "they stand and not stored: their loops write them, and check each as it ends")
+        print(f"rollscope: {counted(running, 'running episode')} checked as {how}", file=sys.stderr)
     return 1 if n_err else 0
-
-
-def _kinds_of(kinds: Sequence[str]) -> str:
-    return ", ".join(kinds)
 
 
 def _finding_line(f: Finding) -> str:

@@ -92,9 +92,9 @@ class ReplayResult:
     """The verdict of one re-execution.
 
     ``divergence`` is the first difference; ``turns`` holds every turn compared and every later difference
-    too, since a replay goes on past a differing output to the end. ``recorded_reward`` is the reward the
-    record ends with, ``replayed_reward`` the env's where it ended the episode too (None where the replay
-    did not get that far, or stopped at ``until``).
+    too, since a replay goes on past a differing output to the end. ``recorded_reward`` is the episode's reward,
+    ``replayed_reward`` the one its loop makes of the replayed env's rewards (None where the replay did not get
+    that far, or stopped at ``until``); with the user replayed from the record, the env's last reward on both sides.
     """
 
     episode_id: str
