@@ -153,7 +153,11 @@ def test_tag_star_and_note_several_episodes_by_id_or_where(tmp_path):
     ids = sorted(e.id for e in Store(db).list_episodes(limit=10))
     out = rollscope("tag", ids[0][:8], ids[1], "--add", "gold", "--add", "look", "--db", str(db)).stdout
     assert out.strip() == "tagged gold, look: 2 episodes"
-    rollscope("tag", "--where", "tag=look", "--remove", "look", "--db", str(db))
+    assert rollscope("tag", "--where", "tag=look", "--remove", "look", "--db", str(db)).stdout.strip() == \
+        "untagged look: 2 episodes"
+    # An untag counts what it took off: a tag none of them had is said so.
+    assert rollscope("tag", ids[2], "--remove", "gold", "--db", str(db)).stdout.strip() == \
+        "untagged gold: 0 episodes (none of the 1 episode chosen had it)"
     assert rollscope("star", "--where", "tag=gold", "--db", str(db)).stdout.strip() == "starred 2 episodes"
     rollscope("note", "checked by hand", ids[2], "--db", str(db))
     store = Store(db)

@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from ..errors import ConfigError, StoreError
-from .common import DEFAULT_DB, open_store, where
+from ..store.filter import EpisodeFilter
+from .common import DEFAULT_DB, counted, open_store, where
 
 
 def _selection(p: argparse.ArgumentParser) -> None:
@@ -50,10 +51,15 @@ def cmd_tag(a: argparse.Namespace) -> int:
     if not a.add and not a.remove:
         raise ConfigError("give --add TAG or --remove TAG")
     store, ids = _chosen(a)
+    # Of the chosen episodes, those that carry each tag to remove: an untag counts what it took off, not what it chose.
+    had = {t: sum(len(store.episode_ids(EpisodeFilter(ids=tuple(ids[i:i + 500]), tags=(t,))))
+                  for i in range(0, len(ids), 500)) for t in a.remove}
     n = store.curate(ids, add_tags=a.add, remove_tags=a.remove)
-    what = " and ".join(x for x in (f"tagged {', '.join(a.add)}" if a.add else "",
-                                    f"untagged {', '.join(a.remove)}" if a.remove else "") if x)
-    print(f"{what}: {n} episode{'s' if n != 1 else ''}")
+    if a.add:
+        print(f"tagged {', '.join(a.add)}: {counted(n, 'episode')}")
+    for tag, k in had.items():
+        print(f"untagged {tag}: {counted(k, 'episode')}" + ("" if k else f" (none of the {counted(n, 'episode')} chosen "
+                                                               "had it)"))
     return 0
 
 
