@@ -28,14 +28,21 @@ def count_findings_without_notes(db: sqlite_utils.Database) -> None:
     db.execute("DROP TRIGGER IF EXISTS episodes_index_update")
     db.execute(f"UPDATE episodes SET n_findings = c.n FROM {kept} AS c WHERE c.episode_id = episodes.id "
                "AND episodes.n_findings != c.n")
+    _copy_to_index(db, "n_findings", "episode_index.n_findings != e.n_findings")
+    create_browse_index(db, INDEX_COLUMNS_14)  # its triggers again
+
+
+def _copy_to_index(db: sqlite_utils.Database, column: str, where: str) -> None:
+    """Copy ``column`` of the episodes (``e``) that ``where`` picks to the browse index, with the aggregates' triggers
+    held off by a mark below every row (``count_mark``) unless a batch left one: no aggregate counts the column as
+    it was."""
     left = db.execute("SELECT rid FROM count_mark").fetchone()
     if left is None:
         db.execute("INSERT INTO count_mark (one, rid) VALUES (0, 0)")
-    db.execute("UPDATE episode_index SET n_findings = e.n_findings FROM episodes AS e WHERE e.id = episode_index.id "
-               "AND episode_index.n_findings != e.n_findings")
+    db.execute(f"UPDATE episode_index SET {column} = e.{column} FROM episodes AS e WHERE e.id = episode_index.id "
+               f"AND {where}")
     if left is None:
         db.execute("DELETE FROM count_mark")
-    create_browse_index(db, INDEX_COLUMNS_14)  # its triggers again
 
 
 # Episodes read a chunk at a time to fill ``checked``: their records (several KB each) are not held all at once.
@@ -73,12 +80,6 @@ def add_checked(db: sqlite_utils.Database) -> None:
             if isinstance(version, (str, int)) and not isinstance(version, bool) and version != "":
                 found.append((str(version), rowid))
         db.conn.executemany("UPDATE episodes SET checked = ? WHERE rowid = ?", found)
-    left = db.execute("SELECT rid FROM count_mark").fetchone()
-    if left is None:
-        db.execute("INSERT INTO count_mark (one, rid) VALUES (0, 0)")
-    db.execute("UPDATE episode_index SET checked = e.checked FROM episodes AS e WHERE e.id = episode_index.id "
-               "AND e.checked IS NOT NULL")
-    if left is None:
-        db.execute("DELETE FROM count_mark")
+    _copy_to_index(db, "checked", "e.checked IS NOT NULL")  # episode_stats is made again below, from the index
     create_browse_index(db, INDEX_COLUMNS)  # its triggers again, with the new column
     create_episode_stats(db, STATS_SUMS)  # made again with the finished episodes no check ran on, and filled
