@@ -455,3 +455,10 @@ def test_the_header_counts_findings_as_ls_and_browse_do_and_says_notes_and_unche
         header = re.sub(r"<[^>]+>", "", episode_view.render_header(ep))
         assert f"findings{shown}" in header.replace("\n", ""), header
         assert episode_row(ep, 0)["n_findings"] == int(shown.split(" ")[0])
+        # The findings panel and the token view count the same, the notes apart.
+        n = int(shown.split(" ")[0])
+        panel = re.sub(r"<[^>]+>", "", episode_view.render_findings(ep))
+        if findings:
+            assert panel.startswith(f"{n} finding{'s' if n != 1 else ''}" + (" · 1 error, 1 warning" if n else "")
+                                    + " · 1 note"), panel
+        assert (f"· {n} finding" in tokens_view.render_tokens(ep, None, set())) == (n > 0)

@@ -205,10 +205,14 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
         return f'<div class="rs-findings" data-checked="{esc(ep.checked or "")}">{said}</div>'
     if found and not all(f.id for f in found):
         found = link_findings(found)  # records written before findings had ids
+    # Counted as ls, Browse and the header count them: errors and warnings are the findings, notes said apart.
     counts: dict[str, int] = {}
     for f in found:
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
-    summary = ", ".join(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}" for sev, n in counts.items())
+    n_notes = counts.pop("info", 0)
+    n_found = sum(counts.values())
+    summary = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in counts.items())
+    summary += (" · " if summary else "") + (f"{n_notes} note{'s' if n_notes != 1 else ''}" if n_notes else "")
     n_run, run_kinds = run_level or (0, [])
     parts = []
     line = diagnosis(found, leave_out=run_kinds)
@@ -229,8 +233,8 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
     rest = [f for f in found if f.severity is Severity.INFO]
     parts.extend(finding_block(f, episode_id=ep.id) for f in rest)
     return (
-        f'<div class="rs-findings"><div class="rs-findings-head"><b>{len(found)} finding{"s" if len(found) != 1 else ""}'
-        f"</b> · {esc(summary)}</div>{''.join(parts)}</div>"
+        f'<div class="rs-findings"><div class="rs-findings-head"><b>{n_found} finding{"s" if n_found != 1 else ""}'
+        f"</b>{' · ' + esc(summary) if summary else ''}</div>{''.join(parts)}</div>"
     )
 
 

@@ -447,7 +447,7 @@ def render_tokens(
     diff, diff_note = logprob_diff(ep)
     if diff_note:
         notes.append(diff_note)
-    n_found = len(ep.all_findings())
+    n_found = sum(1 for f in ep.all_findings() if f.severity.value != "info")  # as ls and the header count them
     meta = token_payload(ep, token_texts, special_ids, diff, windows, texts_of)
     folded = sum(b - a for a, b, _ in meta["fold"])
     summary = (
