@@ -68,3 +68,23 @@ def test_a_group_with_zero_spread_and_the_store_side(tok, tmp_path):
     with pytest.raises(ConfigError, match="no episodes in group"):
         load_group(store, "nope")
     store.close()
+
+
+def test_samples_whose_records_hold_no_calls_are_not_said_to_make_the_same_ones(tok, tmp_path):
+    """A trainer's dump read off its mask keeps tokens, not parsed calls: the group cannot line its samples up, and
+    says so, where "the same calls throughout" would be a guess (these samples do part, at DIVERGE_AT)."""
+    from dashboard.views.group import render
+    from engine.formats import export, import_path
+
+    eps = group(tok, "g-call", 0, 3, deviate=(2,), reply=WRONG_LOOKUP)
+    assert group_view(eps).diverge_turn == DIVERGE_AT and not group_view(eps).uncompared
+    dump = tmp_path / "g.pt"
+    assert export(eps, "slime", dump) == 3
+    for name, tokenizer in (("bare", None), ("decoded", tok)):
+        store = Store(tmp_path / f"{name}.db")
+        assert import_path(dump, "slime", store, tokenizer=tokenizer).new == 3
+        g = group_view(list(store.iter_episodes()))
+        assert g.uncompared.startswith("sample #") and (g.diverge_turn, g.partings) == (None, ())
+        page = render(g)
+        assert "cannot be compared" in page and "same calls throughout" not in page, name
+        store.close()

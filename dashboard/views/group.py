@@ -46,7 +46,9 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
         parts.append('<div class="rs-group-flat">' + note(
             f"Zero reward spread: every sample got {fmt_num(g.samples[0].reward)}, so every advantage is 0 and "
             "this group gives no learning signal.", "warn") + "</div>")
-    if g.diverge_turn is None:
+    if g.uncompared:
+        parts.append(note(f"The samples' actions cannot be compared: {g.uncompared}.", "warn"))
+    elif g.diverge_turn is None:
         parts.append(note("The samples made the same calls throughout (replies to the user are not compared).",
                           "info"))
     else:

@@ -77,6 +77,7 @@ class GroupView:
     diverge_turn: int | None  # None: every sample took the same actions throughout
     actions_at_divergence: tuple[str, ...]  # per sample, what it did at diverge_turn
     partings: tuple[Parting, ...] = ()  # per sample below the best reward, where it parts from a best-reward one
+    uncompared: str = ""  # why the samples' actions cannot be compared ("": they can); then no turn parts them
 
     @property
     def spread(self) -> float:
@@ -210,10 +211,28 @@ def group_view(episodes: Sequence[Episode]) -> GroupView:
     eps = sorted(episodes, key=lambda e: (e.sample_index, e.id))
     advantages = group_advantages([e.reward for e in eps])
     samples = tuple(GroupSample(e, a, tuple(roots(e.all_findings()))) for e, a in zip(eps, advantages))
+    gid = eps[0].group_id or "" if eps else ""
+    why = uncompared(eps)
+    if why:  # nothing to line the samples up by: "the same calls throughout" would be a guess
+        return GroupView(gid, samples, GROUP_NORMALIZATION, None, (), (), why)
     acts = [sample_actions(e) for e in eps]  # once per sample, for both comparisons
     turn, at = _divergence(eps, acts)
-    gid = eps[0].group_id or "" if eps else ""
     return GroupView(gid, samples, GROUP_NORMALIZATION, turn, at, _partings(eps, acts))
+
+
+def uncompared(eps: Sequence[Episode]) -> str:
+    """Why the actions of ``eps`` cannot be compared, or "": a record that lacks what its env's outcome reads (a
+    trainer's dump read off its mask: ``outcomes.unread``), or samples none of which holds a parsed call, an answer
+    or a reply's text."""
+    from ..envs.outcomes import unread
+
+    for e in eps:
+        if why := unread(e):
+            return f"sample #{e.sample_index}: {why}"
+    if len(eps) > 1 and not any(sample_actions(e) or any(t.generation is not None and t.generation.text
+                                                         for t in e.turns) for e in eps):
+        return "their records hold no parsed calls, answers nor reply texts"
+    return ""
 
 
 MAX_SAMPLES = 256
