@@ -462,3 +462,29 @@ def test_the_header_counts_findings_as_ls_and_browse_do_and_says_notes_and_unche
             assert panel.startswith(f"{n} finding{'s' if n != 1 else ''}" + (" · 1 error, 1 warning" if n else "")
                                     + " · 1 note"), panel
         assert (f"· {n} finding" in tokens_view.render_tokens(ep, None, set())) == (n > 0)
+
+
+def test_an_imported_reply_without_text_says_so_and_shows_no_latency_it_never_had(episode: Episode, tmp_path) -> None:
+    """A trainer's dump keeps a reply's ids, not its text, and no timing: the conversation says the text is not
+    stored (the token view and playback decode it), not "(empty)", and shows no "latency 0.0 ms"; so does ``show``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from engine.records.provenance import Source
+    from engine.store import Store
+
+    turns = tuple(replace(t, generation=replace(t.generation, text="", latency_s=0.0), timings={"total_s": 0.0})
+                  for t in episode.turns)
+    imported = episode.evolve(id="imported-0001", turns=turns, source=Source.imported("slime", "r.pt"))
+    page = episode_view.render_conversation(imported)
+    n = len(turns[0].generation.token_ids)
+    assert f"no text stored: {n:,} generated token ids" in page and "(empty)" not in page
+    assert "latency" not in page and "latency" in episode_view.render_conversation(episode)
+    db = tmp_path / "i.db"
+    Store(db).save_episode(imported)
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "show", "imported", "--db", str(db)], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[1], timeout=120).stdout
+    heads = [line for line in out.splitlines() if line.startswith("--- turn ")]
+    assert heads and not any(h.endswith("s") and "0.000s" in h for h in heads), heads
+    assert f"[assistant] (no text stored: {n} generated token ids" in out

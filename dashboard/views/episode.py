@@ -252,7 +252,7 @@ def message_block(m: Message, budget: Budget | None = None) -> str:
     )
 
 
-def _turn(t: Turn, episode_findings: Sequence[Finding], budget: Budget) -> str:
+def _turn(t: Turn, episode_findings: Sequence[Finding], budget: Budget, live: bool = True) -> str:
     g = t.generation
     own = [*t.findings, *(f for f in episode_findings if f.turn == t.index)]
     chips = [chip("env reward", fmt_num(t.reward), "rs-pos" if t.reward > 0 else "rs-neg" if t.reward < 0 else "")]
@@ -260,8 +260,9 @@ def _turn(t: Turn, episode_findings: Sequence[Finding], budget: Budget) -> str:
     if g is not None:
         chips.append(chip("finish", g.finish_reason, "rs-warn" if g.finish_reason != "stop" else ""))
         chips.append(chip("tokens", str(len(g.token_ids))))
-        chips.append(chip("latency", fmt_seconds(g.latency_s)))
-    if "total_s" in t.timings:
+        if live:  # an import's generations were not timed here: no latency to show
+            chips.append(chip("latency", fmt_seconds(g.latency_s)))
+    if "total_s" in t.timings and live:
         chips.append(chip("turn", fmt_seconds(t.timings["total_s"])))
     if own:
         worst = min(own, key=lambda f: SEVERITY_ORDER.get(f.severity, 3)).severity.value
@@ -278,9 +279,12 @@ def _turn(t: Turn, episode_findings: Sequence[Finding], budget: Budget) -> str:
                      '</div><div class="rs-dim">no generation</div></div>')
     else:
         model = f" · {esc(g.model)}" if g.model else ""
+        text = text_block(g.text, budget=budget) if g.text or not g.token_ids else (
+            f'<div class="rs-dim">no text stored: {len(g.token_ids):,} generated token ids, decoded in the token view '
+            "and playback</div>")
         parts.append(
             '<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'
-            f" · raw generation{model}</div>{text_block(g.text, budget=budget)}</div>"
+            f" · raw generation{model}</div>{text}</div>"
         )
     parts.extend(call_block(c.name, c.arguments, budget=budget) for c in t.tool_calls)
     if t.parse_error:
@@ -309,7 +313,7 @@ def render_conversation(ep: Episode) -> str:
         parts.extend(finding_block(f, with_evidence=False) for f in loose)
         parts.append("</div>")
     parts.extend(message_block(m, budget) for m in opening_messages(ep))
-    parts.extend(_turn(t, located, budget) for t in ep.turns)
+    parts.extend(_turn(t, located, budget, ep.source.live) for t in ep.turns)
     if not ep.turns:
         parts.append('<div class="rs-dim">no turns</div>')
     parts.append("</div>")

@@ -122,12 +122,15 @@ def cmd_show(a: argparse.Namespace) -> int:
     tokenizer = try_tokenizer(tokenizer_spec(ep))[0] if entropy else None
     for k, t in enumerate(ep.turns):
         g = t.generation
+        took = f"  {t.timings['total_s']:.3f}s" if ep.source.live and "total_s" in t.timings else ""  # an import's: untimed
         print(f"\n--- turn {t.index}  env reward {t.reward}  done {t.done}  finish {g.finish_reason if g else '-'}  "
-              f"{len(g.token_ids) if g else 0} tokens  {t.timings.get('total_s', 0):.3f}s")
+              f"{len(g.token_ids) if g else 0} tokens{took}")
         if entropy:
             print(entropy_line(entropy[k], ep.tokens.entropy_estimated, tokenizer))
         if g is not None:
-            print(f"[assistant] {g.text}")
+            print(f"[assistant] {g.text}" if g.text or not g.token_ids else
+                  f"[assistant] (no text stored: {len(g.token_ids)} generated token ids; `--json` has them, and "
+                  "`rollscope import --tokenizer` decodes them)")
         if t.parse_error:
             print(f"[parse error] {t.parse_error}")
         for c in t.tool_calls:
