@@ -81,7 +81,7 @@ FILTERS = [
     ("has findings", EpisodeFilter(has_findings=True), lambda e: bool(e.all_findings())),
     ("no findings", EpisodeFilter(has_findings=False), lambda e: not e.all_findings()),
     ("not checked", EpisodeFilter(checked=False), lambda e: e.checked is None),
-    ("clean: checked, no findings", browse_tab.episode_filter(findings=browse_tab.NO_FINDING),
+    ("no findings (checked)", browse_tab.episode_filter(findings=browse_tab.NO_FINDING),
      lambda e: e.checked is not None and not e.all_findings()),
     ("Browse's not checked", browse_tab.episode_filter(findings=browse_tab.NOT_CHECKED), lambda e: e.checked is None),
     ("finding kind", EpisodeFilter(finding_kind="mask_misaligned"),

@@ -198,10 +198,12 @@ def choices(store: Store) -> dict[str, Any]:
         "source": gr.Dropdown(choices=[ALL, *store.distinct("source")]),
         "tags": gr.Dropdown(choices=[f"{t}" for t, _ in store.tag_counts()]),
         "findings": gr.Dropdown(choices=[
-            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("clean: checked, no findings", NO_FINDING),
-            ("not checked", NOT_CHECKED),
+            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings (checked)", NO_FINDING),
+            ("not checked (no check ran)", NOT_CHECKED),
             *((f"root: {k} ({n:,})", ROOT + k) for k, n in root_kinds),
-            *((f"{k} ({n:,})", k) for k, n in kinds),
+            # A note of a check that could not look is not a finding: said so beside the episodes no check ran on.
+            *((f"note: a check could not run, not_checked ({n:,})" if k == "not_checked" else f"{k} ({n:,})", k)
+              for k, n in kinds),
         ]),
         "outcome": gr.Dropdown(choices=[("any", ALL), *((f"{kind_label(k)} ({n:,})", k)
                                                          for k, n in store.outcome_counts().get(None, {}).items())]),
