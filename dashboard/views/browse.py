@@ -120,7 +120,7 @@ def _cells(s: EpisodeSummary, run_level: Sequence[str]) -> dict[str, str]:
         "trainable": f"{s.n_trainable:,}",
         "findings": findings,
         "diagnosis": _diagnosis(s, run_level),
-        "tags": " ".join(f'<span class="rs-tag">{esc(t)}</span>' for t in s.tags),
+        "tags": " ".join(f'<span class="rs-tag" title="{esc(t)}">{esc(t)}</span>' for t in s.tags),
         "preset": esc(s.preset),
         "model": f'<span class="rs-ellip" title="{esc(s.model)}">{esc(s.model)}</span>',
         "run": f'<span class="rs-ellip" title="{esc(s.run_id or "")}">{esc(s.run_id or "")}</span>',

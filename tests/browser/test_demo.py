@@ -79,6 +79,14 @@ def test_the_demo_button_fills_an_empty_database_and_browse_shows_it(page: Any, 
     reasons = page.locator("#rs-episode-table tbody td.c-reason").all_inner_texts()
     assert any("rewrote history" in r for r in reasons) and any(r.startswith("tool call parse error") for r in reasons)
     page.screenshot(path=str(screenshots / "demo_built.png"), full_page=True)
+    # At 1440 wide every column fits, the newest-first time at the right end included, and a tag is one line
+    # (a long one cut, whole in its title), where they wrapped and ran off the table.
+    fit = page.evaluate("""() => { const w = document.querySelector('#rs-episode-table .rs-table-wrap');
+        const t = w.querySelector('table'), c = t.querySelector('thead th.c-time').getBoundingClientRect();
+        const tags = [...t.querySelectorAll('tbody .rs-tag')];
+        return {over: t.scrollWidth - w.clientWidth, time: c.right <= w.getBoundingClientRect().right,
+                lines: Math.max(...tags.map(x => x.getClientRects().length)), titled: tags.every(x => x.title)}; }""")
+    assert fit == {"over": 0, "time": True, "lines": 1, "titled": True}, fit
 
     # Filter by a tag: its episodes alone.
     page.locator("#rs-filter-tags input").click()
