@@ -462,6 +462,10 @@ def test_the_header_counts_findings_as_ls_and_browse_do_and_says_notes_and_unche
             assert panel.startswith(f"{n} finding{'s' if n != 1 else ''}" + (" · 1 error, 1 warning" if n else "")
                                     + " · 1 note"), panel
         assert (f"· {n} finding" in tokens_view.render_tokens(ep, None, set())) == (n > 0)
+    # The diagnosis is marked as its worst root: red for an error, amber for warnings alone.
+    for findings, cls in ((found, 'class="rs-diagnosis"'), (found[1:], 'class="rs-diagnosis rs-warn"')):
+        ep = episode.evolve(findings=findings, turns=tuple(replace(t, findings=()) for t in episode.turns), checked="v9")
+        assert cls in episode_view.render_findings(ep)
 
 
 def test_an_imported_reply_without_text_says_so_and_shows_no_latency_it_never_had(episode: Episode, tmp_path) -> None:

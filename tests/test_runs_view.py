@@ -142,6 +142,8 @@ def test_a_step_no_check_ran_on_is_no_step_without_errors(tmp_path: Path) -> Non
     assert step_changes(stats) == []  # 0 root errors of no checked episode is no level to jump from
     fig = run_charts.run_figure(stats, run_id, [])
     assert list(_trace(fig, "any root error").y) == [None, 6]
+    titles = [a.text for a in fig.layout.annotations]
+    assert "episodes with root errors, by kind (8 of 16 not checked: their root errors are unknown)" in titles
     table = step_table(stats, [])
     cells = {k: table.split(f'data-step="{k}"', 1)[1].split("</tr>", 1)[0] for k in (0, 1)}
     assert ">not checked</span>" in cells[0] and "not checked" not in cells[1] and "(75%)" in cells[1]

@@ -217,7 +217,9 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
     parts = []
     line = diagnosis(found, leave_out=run_kinds)
     if line:
-        parts.append(f'<div class="rs-diagnosis"><b>Diagnosis</b>: {esc(line)}</div>')
+        # Red for an error among its roots, amber for warnings alone, as the findings below are.
+        worst = "" if any(r.severity is Severity.ERROR for r in roots(found) if r.kind not in run_kinds) else " rs-warn"
+        parts.append(f'<div class="rs-diagnosis{worst}"><b>Diagnosis</b>: {esc(line)}</div>')
     own = [r for r in roots(found) if r.kind not in run_kinds]
     of_run = [r for r in roots(found) if r.kind in run_kinds]
     for r in [*own, *of_run]:

@@ -54,8 +54,11 @@ def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[St
         return empty(title, "no episodes with a rollout step in this run yet")
     x = [s.step for s in stats]
     entropy = any(s.entropy_tokens for s in stats)
+    unchecked = sum(s.unchecked for s in stats)
+    errors = "episodes with root errors, by kind" + (
+        f" ({unchecked:,} of {sum(s.n for s in stats):,} not checked: their root errors are unknown)" if unchecked else "")
     titles = ["reward: mean and min–max", "truncated and aborted (% of episodes)", "mean response tokens (trainable)",
-              "episodes with root errors, by kind"]
+              errors]
     if entropy:
         titles.append(f"entropy of generated tokens: mean (nats) and near zero (< {NEAR_ZERO_ENTROPY:g} nats, %)")
     rows = len(titles)
