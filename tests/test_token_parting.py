@@ -176,3 +176,33 @@ def test_planted_partings_read_back_from_the_store_say_each_case(tmp_path: Path)
     assert same.position is None and "never part" in same.why
     view = render_comparison(compare(a, b), parting)
     assert view.index("rs-cmp-verdict") < view.index("rs-cmp-parting") < view.index("Rewards per turn")
+
+
+def test_replies_kept_as_ids_alone_are_compared_by_their_ids(tmp_path: Path):
+    """A trainer's dump read without a tokenizer keeps each reply's ids, not its text: two such replies with other ids
+    are not "the same in both" because their (empty) texts are, so the turn comparison and the token parting agree."""
+    from dataclasses import replace
+
+    from engine.formats import export, import_path
+
+    a = synthetic_episode(3)
+    assert a.turns and a.turns[0].generation is not None and a.turns[0].generation.token_ids
+    first = a.turns[0].generation.token_ids
+    ids = a.tokens.ids.copy()
+    start = next(s.start for s in a.segments if s.trainable and s.turn == 0)
+    ids[start] = (int(ids[start]) + 1) % 1000
+    b = a.evolve(id="other-0003", tokens=a.tokens.evolve(ids=ids),
+                 turns=(replace(a.turns[0], generation=replace(a.turns[0].generation,
+                                                               token_ids=((first[0] + 1) % 1000, *first[1:]))),
+                        *a.turns[1:]))
+    dump = tmp_path / "pair.pt"
+    assert export([a, b], "slime", dump) == 2
+    store = Store(tmp_path / "p.db")
+    assert import_path(dump, "slime", store).new == 2
+    ia, ib = (store.get_episode(e.id) for e in store.list_episodes(limit=2))
+    assert not ia.turns[0].generation.text and ia.turns[0].generation.token_ids
+    cmp = compare(ia, ib)
+    assert cmp.first_divergence == 0 and "generated ids" in cmp.turns[0].differs
+    page = render_comparison(cmp)
+    assert "no text stored" in page and "first diverge at turn 0 (generated ids" in cmp.summary()
+    store.close()

@@ -58,8 +58,17 @@ def _cell(label: str, a: str, b: str, side: str, differs: bool) -> str:
     return f'<div class="rs-cmp-field{" rs-cmp-differs" if differs else ""}"><div class="rs-cmp-label">{esc(label)}{flag}</div>{body}</div>'
 
 
+IDS_SHOWN = 48  # a reply kept as ids alone shows this many of them
+
+
 def _gen_text(t: Turn | None) -> str:
-    return t.generation.text if t is not None and t.generation is not None else ""
+    g = t.generation if t is not None else None
+    if g is None:
+        return ""
+    if g.text or not g.token_ids:
+        return g.text
+    ids = " ".join(str(i) for i in g.token_ids[:IDS_SHOWN]) + (" …" if len(g.token_ids) > IDS_SHOWN else "")
+    return f"(no text stored: {len(g.token_ids):,} generated ids) {ids}"
 
 
 def _side(d: TurnDiff, side: str) -> str:
@@ -68,7 +77,8 @@ def _side(d: TurnDiff, side: str) -> str:
         return '<div class="rs-cmp-side rs-cmp-missing"><div class="rs-dim">no such turn</div></div>'
     differs = set(d.differs)
     parts = [f'<div class="rs-cmp-side rs-cmp-{side}">',
-             _cell("assistant", _gen_text(d.a), _gen_text(d.b), side, "assistant text" in differs)]
+             _cell("assistant", _gen_text(d.a), _gen_text(d.b), side,
+                   bool(differs & {"assistant text", "generated ids"}))]
     ca, cb = calls_text(d.a), calls_text(d.b)
     if ca or cb:
         parts.append(_cell("tool calls", ca, cb, side, "tool calls" in differs))

@@ -20,7 +20,7 @@ from ..records.episode import Episode, Message, Turn
 from ..tokens.tokenizer import Tokenizer
 
 # What a turn can differ in, in the order a reader checks them.
-FIELDS = ("assistant text", "tool calls", "parse error", "observation", "reward", "done")
+FIELDS = ("assistant text", "generated ids", "tool calls", "parse error", "observation", "reward", "done")
 # Word diffs of texts longer than this (in words, per side) fall back to a line diff.
 WORD_DIFF_LIMIT = 4000
 _WORDS = re.compile(r"\s+|[^\s\w]|\w+")
@@ -111,8 +111,13 @@ def diff_turn(index: int, a: Turn | None, b: Turn | None) -> TurnDiff:
         return TurnDiff(index, a, b, ("missing",))
     ga = a.generation.text if a.generation else ""
     gb = b.generation.text if b.generation else ""
+    # A reply kept as ids alone (a trainer's dump read without a tokenizer) is compared by its ids: two empty texts
+    # are not two same replies.
+    ia = tuple(a.generation.token_ids) if a.generation and not ga else ()
+    ib = tuple(b.generation.token_ids) if b.generation and not gb else ()
     checks = (
         ("assistant text", ga == gb),
+        ("generated ids", ia == ib),
         ("tool calls", _calls(a) == _calls(b)),
         ("parse error", a.parse_error == b.parse_error),
         ("observation", _msgs(a.observation) == _msgs(b.observation)),

@@ -87,7 +87,8 @@ def episode_tokenizer(ep: Episode, override: str | None = None) -> tuple[Tokeniz
     """
     spec = override or ep.tokenizer
     if not (spec or "").strip() and not ep.source.live:
-        return None, f"imported from {ep.source.kind} without a tokenizer: give one (--tokenizer) to read its ids"
+        return None, (f"imported from {ep.source.kind} without a tokenizer: its ids are of a vocabulary the record does "
+                      "not name (`rollscope import --tokenizer NAME` records one)")
     return try_tokenizer(spec)
 
 
