@@ -292,7 +292,8 @@ def test_findings_list_errors_first_with_links(episode: Episode) -> None:
     )
     out = episode_view.render_findings(episode.evolve(findings=found))
     assert out.index("mask_misaligned") < out.index("truncated_turn") < out.index("not_checked")
-    assert "3 findings" in out and "1 error" in out and "1 warning" in out
+    # Counted as the header and ls count them: errors first, then warnings; the note apart.
+    assert "<b>2 findings</b> · 1 error, 1 warning · 1 note" in out
     assert 'data-jump="tok-7"' in out and "tokens 7–8" in out and 'data-jump="conv-turn-1"' in out
     assert "… 28 more" in out  # long evidence lists are cut
     # No findings and no checks run: the page says it was not checked, not that it is clean.
@@ -345,12 +346,12 @@ def test_browse_table_escapes_and_marks_the_sort() -> None:
                          starred=True, n_findings=3, source="live", group_id=bad, n_errors=1, tags=(bad,),
                          reason=bad)
     out = render_table([row], "reward", False)
-    # The key columns and the default choice: env, tags, and the task and reason twice (text and tooltip).
-    assert "<img" not in out and out.count("&lt;img") == 6
+    # The key columns and the default choice: env, and the task, reason and tags twice (text and tooltip).
+    assert "<img" not in out and out.count("&lt;img") == 7
     assert 'class="c-preset"' not in out and 'class="c-diag"' in out and 'class="c-turns c-num"' in out
     every = render_table([row], "reward", False, columns=OPTIONAL_COLUMNS)
     # ...and with every column: preset, model and run (text and tooltip), the group (its link and its text).
-    assert "<img" not in every and every.count("&lt;img") == 13
+    assert "<img" not in every and every.count("&lt;img") == 14
     bare = render_table([row], "reward", False, columns=())
     assert [c.name for c in shown_columns(())] == list(KEY_COLUMNS) and 'class="c-turns' not in bare
     assert 'data-id="e&quot;1"' in out and 'href="?episode=e&quot;1"' in out

@@ -211,7 +211,8 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
     n_notes = counts.pop("info", 0)
     n_found = sum(counts.values())
-    summary = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in counts.items())
+    summary = ", ".join(f"{counts[sev]} {sev}{'s' if counts[sev] != 1 else ''}" for sev in ("error", "warning")
+                        if counts.get(sev))
     summary += (" · " if summary else "") + (f"{n_notes} note{'s' if n_notes != 1 else ''}" if n_notes else "")
     n_run, run_kinds = run_level or (0, [])
     parts = []
