@@ -212,7 +212,7 @@ def test_an_episode_no_check_ran_on_reads_as_not_checked_not_as_clean(tmp_path: 
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
     lines = out.stdout.splitlines()
     assert out.returncode == 0 and len([x for x in lines if x.rstrip().endswith("not checked")]) == 6, out.stdout
-    assert lines[-1] == (f"6 of these not checked: no fidelity check ran on them, so no findings says nothing "
+    assert lines[-1] == (f"6 of these not checked: no fidelity check ran on them, so finding nothing means nothing yet "
                          f"(`rollscope check {old}` runs the checks)")
 
     new = tmp_path / "new.db"

@@ -49,7 +49,7 @@ def cmd_ls(a: argparse.Namespace) -> int:
     unchecked = sum(1 for r in rows if r.checked is None and r.status != "running")
     if unchecked:
         print(f"{unchecked} of these not checked: no fidelity check ran on {'it' if unchecked == 1 else 'them'}, so "
-              f"no findings says nothing (`rollscope check {a.db}` runs the checks)")
+              f"finding nothing means nothing yet (`rollscope check {a.db}` runs the checks)")
     return 0
 
 

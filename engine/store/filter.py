@@ -45,7 +45,7 @@ class EpisodeSummary:
     root_kinds: str | None = None  # their kinds, in the same order, as ",kind,kind,"
     rollout_step: int | None = None  # the trainer's rollout step an imported episode came from
     outcome: str | None = None  # the kind of its outcome (why it earned its reward); None while it runs
-    checked: str | None = None  # the checks' version that ran on it; None: none ran, so no findings says nothing;
+    checked: str | None = None  # the checks' version that ran on it; None: none ran, so finding nothing means nothing;
     # "?" of a read-only file from before schema 15, which does not say (read as checked, as that version showed it)
     tags: tuple[str, ...] = ()
     reason: str = ""  # why the episode ended ("reached max_turns=4", "the env said done", an abort's message)
