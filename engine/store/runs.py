@@ -46,7 +46,7 @@ class StepStats:
     """How many of them have an entropy under ``alternatives.NEAR_ZERO_ENTROPY`` (the model all but certain)."""
     unchecked: int = 0
     """Finished episodes no check ran on (imported without ``--check``) and without an error (one the loop found an
-    error in has one, checked or not): no root error says nothing of them."""
+    error in has one, checked or not): their root errors are unknown."""
 
     @property
     def truncated_rate(self) -> float:
@@ -102,8 +102,7 @@ class RunOverview:
     status: str
     """The run row's status (``running``, ``finished``, ``failed``, ``interrupted``), or ``imported`` (no row)."""
     unchecked: int = 0
-    """Finished episodes no check ran on and without an error: a run of them is not clean for having no root
-    error."""
+    """Finished episodes no check ran on and without an error: their root errors are unknown."""
 
 
 @dataclass(frozen=True)
