@@ -99,8 +99,7 @@ def _cells(s: EpisodeSummary, run_level: Sequence[str]) -> dict[str, str]:
         cls = "rs-bad-text" if s.n_errors else "rs-warn-text"
         findings = (f'<span class="{cls}" title="{s.n_errors} error(s), {s.n_findings - s.n_errors} warning(s)">'
                     f"{s.n_findings}</span>")
-    if s.checked is None and s.status != "running":  # nothing looked, so finding nothing means nothing (a running
-        # episode is checked as it ends)
+    if s.unchecked:
         findings += (f'{" " if findings else ""}<span class="rs-unchecked" title="no fidelity check ran on this '
                      'episode, so finding nothing means nothing yet: rollscope check runs them">not checked</span>')
     group = (f'<a class="rs-group-link" href="?group={esc(s.group_id)}" title="the group\'s samples side by side">'

@@ -75,7 +75,7 @@ def render(g: GroupView, flat: Sequence[tuple[str, str, float, int]] = ()) -> st
             f"<td>{ep.sample_index}</td>"
             f'<td><a href="#" data-open="{esc(ep.id)}"><code>{esc(ep.id)}</code></a></td>'
             f"<td>{fmt_num(s.reward)}</td><td>{adv}</td><td>{status_badge(ep.status.value)}</td>"
-            f"<td>{ep.n_turns}</td><td>{ep.tokens.n_trainable:,}</td><td>{_roots(s.roots, ep.checked is not None or ep.status.value == 'running')}</td></tr>")
+            f"<td>{ep.n_turns}</td><td>{ep.tokens.n_trainable:,}</td><td>{_roots(s.roots, not ep.unchecked)}</td></tr>")
     parts.append('<h4 class="rs-h rs-group-samples">Samples</h4>'
                  f'<table class="rs-table rs-group-table"><thead><tr>{head}</tr></thead>'
                  f'<tbody>{"".join(body)}</tbody></table>')

@@ -42,20 +42,19 @@ def cmd_ls(a: argparse.Namespace) -> int:
     total = store.count(flt)
     print(table(
         [[r.id, r.env, r.task_id, r.status, f"{r.reward:.3f}", str(r.n_turns), str(r.n_tokens), str(r.n_trainable),
-          r.preset, findings_cell(r.n_findings, r.checked, r.status)] for r in rows],
+          r.preset, findings_cell(r.n_findings, r.unchecked)] for r in rows],
         ["id", "env", "task", "status", "reward", "turns", "tokens", "trainable", "preset", "findings"],
     ))
     print(f"({len(rows)} of {total} episode{'s' if total != 1 else ''})")
-    unchecked = sum(1 for r in rows if r.checked is None and r.status != "running")
+    unchecked = sum(1 for r in rows if r.unchecked)
     if unchecked:
         print(f"{unchecked} of these not checked: no fidelity check ran on {'it' if unchecked == 1 else 'them'}, so "
               f"finding nothing means nothing yet (`rollscope check {a.db}` runs the checks)")
     return 0
 
 
-def findings_cell(n: int, checked: str | None, status: str) -> str:
-    """An episode's findings (errors and warnings) as ``ls`` lists them: a count, or that no check ran on it (a
-    running episode is checked as it ends)."""
-    if checked is not None or status == "running":
+def findings_cell(n: int, unchecked: bool) -> str:
+    """An episode's findings (errors and warnings) as ``ls`` lists them: a count, and that no check ran on it."""
+    if not unchecked:
         return str(n)
     return "not checked" if n == 0 else f"{n}, not checked"

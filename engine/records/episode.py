@@ -449,6 +449,11 @@ class Episode:
     def response_len(self) -> int:
         return len(self.tokens) - self.prompt_len
 
+    @property
+    def unchecked(self) -> bool:
+        """It has ended and no check ran on it (a running one is checked as it ends): finding nothing means nothing."""
+        return self.checked is None and self.status is not Status.RUNNING
+
     def all_findings(self) -> tuple[Finding, ...]:
         out = list(self.findings)
         for t in self.turns:

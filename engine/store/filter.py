@@ -50,6 +50,11 @@ class EpisodeSummary:
     tags: tuple[str, ...] = ()
     reason: str = ""  # why the episode ended ("reached max_turns=4", "the env said done", an abort's message)
 
+    @property
+    def unchecked(self) -> bool:
+        """As ``Episode.unchecked``: it has ended and no check ran on it."""
+        return self.checked is None and self.status != "running"
+
     def diagnosis_parts(self) -> list[tuple[str, str]]:
         """(kind, phrase) per root, as stored."""
         kinds = [k for k in (self.root_kinds or "").split(",") if k]
