@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -187,6 +188,55 @@ def test_messages_import_reports_a_template_that_rewrites_history(tmp_path, qwen
     assert any(x.kind == "template_not_prefix_stable" for x in ep.all_findings())
 
 
+def test_a_tool_call_whose_arguments_are_not_json_is_kept_as_written_and_flagged(tmp_path, smol_tokenizer):
+    """A model's broken JSON in ``function.arguments`` (and arguments given as a list) is what the trainer rendered
+    and trained on: the episode is stored, the call keeps its arguments as written (rendered verbatim, so the tokens
+    still render), its turn holds the parse error, and the check finds that one fault alone. Export writes the text
+    back as it was."""
+    tok = smol_tokenizer
+    broken = '{"item": "fig"'
+    bad_json, bad_type = _chat_record(), _chat_record()
+    bad_json["id"], bad_type["id"] = "broken", "listed"
+    bad_json["messages"][2]["tool_calls"][0]["function"]["arguments"] = broken
+    bad_type["messages"][2]["tool_calls"][0]["function"]["arguments"] = ["fig"]
+    f = write_jsonl(tmp_path / "chat.jsonl", [bad_json, bad_type, _chat_record()])
+    st = _db(tmp_path)
+    report = import_path(f, "messages", st, tokenizer=tok, check=True)
+    assert report.new == 3 and not report.errors
+    eps = {e.task_id: e for e in st.iter_episodes()}
+    for task, raw, said in (("broken", broken, "is a string that is not JSON"), ("listed", '["fig"]', "got a list")):
+        ep = eps[task]
+        call = ep.turns[0].tool_calls[0]
+        assert (call.name, call.arguments, call.raw_arguments, call.id) == ("get_price", {}, raw, "c1")
+        text = chat.decode(tok, ep.tokens.ids.tolist())
+        assert text == chat.render(tok, ep.messages, ep.tools) and f'"arguments": {raw}' in text
+        assert said in ep.turns[0].parse_error and ep.turns[0].parse_error.startswith("tool call 1 (get_price)")
+        found = [(x.kind, x.turn) for x in ep.all_findings() if x.severity.value != "info"]
+        assert found == [("tool_call_parse_error", 0)], found
+    assert eps["shop-1"].turns[0].parse_error is None
+    assert not [x for x in eps["shop-1"].all_findings() if x.severity.value != "info"]
+    # Without a tokenizer the turn says the same; the record round-trips through Rollscope's JSONL and messages.
+    bare = _db(tmp_path, "bare.db")
+    import_path(f, "messages", bare)
+    assert {e.task_id: e.turns[0].parse_error for e in bare.iter_episodes()} == {
+        t: e.turns[0].parse_error for t, e in eps.items()}
+    out = tmp_path / "sft.jsonl"
+    export([eps["broken"]], "messages", out)
+    sent = json.loads(out.read_text())["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert sent == broken
+    rs = tmp_path / "rs.jsonl"
+    export([eps["broken"]], "jsonl", rs)
+    again = _db(tmp_path, "again.db")
+    import_path(rs, "jsonl", again)
+    assert next(again.iter_episodes()).turns[0].tool_calls == eps["broken"].turns[0].tool_calls
+    # The episode view shows the arguments as written, and says they are not a JSON object.
+    from dashboard.views.episode import render_conversation
+
+    page = render_conversation(eps["broken"])
+    assert "arguments not a JSON object, as written" in page and html.escape(broken) in page
+    assert "arguments not a JSON object" not in render_conversation(eps["shop-1"])
+
+
 def test_messages_export_for_sft_and_back(tmp_path, eps, smol_tokenizer):
     tool_ep = next(e for e in eps if e.env == "price" and any(t.tool_calls for t in e.turns))
     st = _db(tmp_path)
@@ -278,7 +328,7 @@ def test_truncated_and_wrongly_typed_records_are_skipped_with_their_position(tmp
     assert msgs[2].startswith(f"{f}:4: field 'completion': must be text")
     assert msgs[3].startswith(f"{f}:5: not valid JSON")
     bad_chat = _chat_record()
-    bad_chat["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{item: fig"
+    del bad_chat["messages"][2]["tool_calls"][0]["function"]["name"]  # arguments that are not JSON are kept (above)
     g = write_jsonl(tmp_path / "c.jsonl", [bad_chat, {"reward": 1.0}, {"messages": "hi"}])
     r2 = import_path(g, "messages", st)
     assert r2.new == 0 and [e.field for e in r2.errors] == ["messages[2].tool_calls[0]", "messages", "messages"]

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
-RECORDS = (ENGINE / "records" / "episode.py", ENGINE / "records" / "generation.py", ENGINE / "records" / "token_arrays.py",
+RECORDS = (ENGINE / "records" / "conversation.py", ENGINE / "records" / "episode.py", ENGINE / "records" / "generation.py", ENGINE / "records" / "token_arrays.py",
            ENGINE / "records" / "provenance.py")
 
 

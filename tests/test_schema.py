@@ -118,7 +118,8 @@ def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path)
     by_file = {name: {e.id: e.to_dict() for e in jsonl.read(GOLDEN / name)}
                for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
                             "schema4-episodes.jsonl", "schema5-episodes.jsonl",
-                            "schema6-episodes.jsonl", "schema7-episodes.jsonl", "schema8-episodes.jsonl")}
+                            "schema6-episodes.jsonl", "schema7-episodes.jsonl", "schema8-episodes.jsonl",
+                            "schema9-episodes.jsonl")}
     for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
                  "dbschema6.sqlite", "dbschema7.sqlite", "dbschema8.sqlite", "dbschema9.sqlite",
                  "dbschema10.sqlite", "dbschema11.sqlite", "dbschema12.sqlite", "dbschema13.sqlite"):

@@ -248,7 +248,7 @@ def message_block(m: Message, budget: Budget | None = None) -> str:
     """One chat message: its role (and name), its text, its tool calls; cut to the display limits (``budget``
     is the view's, see ``limits``)."""
     who = f'<span class="rs-role">{esc(m.role)}</span>' + (f" · {esc(m.name)}" if m.name else "")
-    calls = "".join(call_block(c.name, c.arguments, None, budget) for c in m.tool_calls)
+    calls = "".join(call_block(c.name, c.arguments, None, budget, c.raw_arguments) for c in m.tool_calls)
     return (
         f'<div class="rs-msg rs-role-{css_class(m.role)}"><div class="rs-msg-head">{who}</div>'
         f"{text_block(m.content, budget=budget)}{calls}</div>"
@@ -289,7 +289,7 @@ def _turn(t: Turn, episode_findings: Sequence[Finding], budget: Budget, live: bo
             '<div class="rs-msg rs-role-assistant"><div class="rs-msg-head"><span class="rs-role">assistant</span>'
             f" · raw generation{model}</div>{text}</div>"
         )
-    parts.extend(call_block(c.name, c.arguments, budget=budget) for c in t.tool_calls)
+    parts.extend(call_block(c.name, c.arguments, budget=budget, raw=c.raw_arguments) for c in t.tool_calls)
     if t.parse_error:
         parts.append(error_line("parse error", t.parse_error))
     if t.action is not None and not t.action.is_respond and not t.tool_calls:

@@ -118,12 +118,15 @@ def jump(target: str, label: str, cls: str = "rs-jump", href: str | None = None)
     return f'<a class="{cls}" href="{esc(href or "#" + target)}" data-jump="{esc(target)}">{label}</a>'
 
 
-def call_block(name: str, arguments: Any, kind: str | None = "tool call", budget: Budget | None = None) -> str:
+def call_block(name: str, arguments: Any, kind: str | None = "tool call", budget: Budget | None = None,
+               raw: str | None = None) -> str:
     """A tool call (or action) with its arguments as JSON, cut to the display limits (see ``text_block``);
-    ``kind`` labels it (None: no label)."""
+    ``kind`` labels it (None: no label). ``raw``: arguments that are not a JSON object, shown as the model wrote
+    them (``ToolCall.raw_arguments``) and said to be so."""
     label = f'<span class="rs-call-k">{esc(kind)}</span> ' if kind else ""
-    kept, more = cut(to_json(arguments), budget)
-    return (f'<div class="rs-call">{label}<span class="rs-call-name">{esc(name)}</span>'
+    kept, more = cut(to_json(arguments) if raw is None else raw, budget)
+    unparsed = ' <span class="rs-warn-text">arguments not a JSON object, as written</span>' if raw is not None else ""
+    return (f'<div class="rs-call">{label}<span class="rs-call-name">{esc(name)}</span>{unparsed}'
             f'<pre class="rs-json">{esc(kept)}{_cut_tail(more)}</pre></div>')
 
 

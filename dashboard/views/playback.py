@@ -154,7 +154,7 @@ def _generation_block(t: Turn, decoded: str | None, budget: Budget) -> str:
 
 
 def _action_block(t: Turn, budget: Budget) -> str:
-    parts = [call_block(c.name, c.arguments, budget=budget) for c in t.tool_calls]
+    parts = [call_block(c.name, c.arguments, budget=budget, raw=c.raw_arguments) for c in t.tool_calls]
     if t.parse_error:
         parts.append(error_line("parse error", t.parse_error))
     a = t.action

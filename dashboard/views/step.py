@@ -50,7 +50,7 @@ def conversation(ep: Episode, fork_turn: int | None = None) -> str:
                      f'<div class="rs-turn-head"><span class="rs-turn-no">Turn {t.index}</span>{tag}{_turn_chips(t)}</div>')
         text = t.generation.text if t.generation is not None else ""
         parts.append(_message(Message("assistant", text)))
-        parts.extend(call_block(c.name, c.arguments) for c in t.tool_calls)
+        parts.extend(call_block(c.name, c.arguments, raw=c.raw_arguments) for c in t.tool_calls)
         parts.extend(_message(m) for m in t.observation)
         parts.append("</section>")
     if not ep.turns:

@@ -469,7 +469,7 @@ def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                     {
                         "id": cid,
                         "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+                        "function": {"name": c.name, "arguments": c.arguments_json()},
                     }
                     for cid, c in zip(ids, calls)
                 ]

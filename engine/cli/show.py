@@ -134,7 +134,7 @@ def cmd_show(a: argparse.Namespace) -> int:
         if t.parse_error:
             print(f"[parse error] {t.parse_error}")
         for c in t.tool_calls:
-            print(f"[tool call] {c.name} {json.dumps(c.arguments)}")
+            print(f"[tool call] {c.name} {c.raw_arguments if c.raw_arguments is not None else json.dumps(c.arguments)}")
         for m in t.observation:
             print(f"[{m.role}{'/' + m.name if m.name else ''}] {m.content}")
     lines = findings_by_root(ep)

@@ -61,21 +61,46 @@ def _content(value: Any, where: str, field: str) -> str:
 
 
 def _tool_call(c: Any, where: str, field: str) -> ToolCall:
+    """One OpenAI tool call. Arguments that are not a JSON object (a model's broken JSON, a list) are kept as written
+    in ``raw_arguments``, and its turn says so (``unparsed_arguments``): the trainer trained on them as written."""
     if not isinstance(c, dict):
         raise FormatError("must be an object", where, field)
     fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else c
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         raise FormatError("needs a function name", where, field)
-    args = fn.get("arguments", {})
+    cid = c.get("id")
+    if isinstance(cid, (int, float)) and not isinstance(cid, bool):
+        cid = str(cid)
+    elif cid is not None and not isinstance(cid, str):
+        raise FormatError(f"id must be a string, got {json_type(cid)}", where, f"{field}.id")
+    args = fn.get("arguments")
+    if args is None:  # no arguments given: a call of a function that takes none
+        return ToolCall(name=name, id=cid)
     if isinstance(args, str):
         try:
-            args = jsonbounds.loads(args) if args.strip() else {}
+            parsed = jsonbounds.loads(args) if args.strip() else {}
+        except ValueError:
+            return ToolCall(name=name, id=cid, raw_arguments=args)
+        return ToolCall(name=name, arguments=parsed, id=cid) if isinstance(parsed, dict) else ToolCall(
+            name=name, id=cid, raw_arguments=args)
+    if isinstance(args, dict):
+        return ToolCall(name=name, arguments=args, id=cid)
+    return ToolCall(name=name, id=cid, raw_arguments=json.dumps(args, ensure_ascii=False))
+
+
+def unparsed_arguments(calls: Sequence[ToolCall]) -> str | None:
+    """The parse error of a reply whose tool calls include arguments that are not a JSON object (the first such
+    call), as the loop's parser words one; None when every call's arguments parsed."""
+    for i, c in enumerate(calls):
+        if c.raw_arguments is None:
+            continue
+        try:
+            value = jsonbounds.loads(c.raw_arguments)
         except ValueError as e:
-            raise FormatError(f"arguments are a string that is not JSON ({jsonbounds.describe(e)})", where, field) from None
-    if not isinstance(args, dict):
-        raise FormatError("arguments must be an object", where, field)
-    return ToolCall(name=name, arguments=args, id=c.get("id"))
+            return f"tool call {i + 1} ({c.name}): \"arguments\" is a string that is not JSON ({jsonbounds.describe(e)})"
+        return f"tool call {i + 1} ({c.name}): \"arguments\" must be an object, got {json_type(value)}"
+    return None
 
 
 def parse_messages(raw: Any, where: str) -> tuple[Message, ...]:
@@ -136,7 +161,7 @@ def tokenize_conversation(
         turns.append(Turn(
             index=t, prompt_text=None, prompt_len=start,
             generation=Generation(text=messages[k].content, token_ids=tuple(ids), model="imported"),
-            tool_calls=messages[k].tool_calls, observation=tuple(env),
+            tool_calls=messages[k].tool_calls, observation=tuple(env), parse_error=unparsed_arguments(messages[k].tool_calls),
             segments=tuple(b.segments[first_seg:]), findings=tuple(findings),
         ))
     return TokenArrays(b.ids, b.mask, b.logprobs, b.versions), prompt_len, tuple(b.segments), tuple(turns)
@@ -160,7 +185,8 @@ def conversation_episode(
         turns = tuple(
             Turn(index=t, prompt_text=None, prompt_len=0,
                  generation=Generation(text=messages[k].content, model="imported"), tool_calls=messages[k].tool_calls,
-                 observation=tuple(messages[k + 1: asst[t + 1] if t + 1 < len(asst) else len(messages)]))
+                 observation=tuple(messages[k + 1: asst[t + 1] if t + 1 < len(asst) else len(messages)]),
+                 parse_error=unparsed_arguments(messages[k].tool_calls))
             for t, k in enumerate(asst)
         )
     if turns:
@@ -230,7 +256,7 @@ def to_openai(ep: Episode) -> list[dict[str, Any]]:
                     d["content"] = parse_tool_calls(m.content, parser if parser in ("hermes", "qwen", "llama3") else "hermes").content
                 pending = [c.id or f"call_{turn}_{j}" for j, c in enumerate(calls)]
                 d["tool_calls"] = [
-                    {"id": cid, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+                    {"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json()}}
                     for cid, c in zip(pending, calls)
                 ]
             turn += 1

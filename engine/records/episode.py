@@ -21,7 +21,13 @@ import numpy as np
 
 from ..errors import FormatError
 from . import prompts
-from .generation import FINISH_REASONS as FINISH_REASONS  # re-exported: the records' face
+from .conversation import RESPOND as RESPOND  # re-exported: the records' face
+from .conversation import ROLES as ROLES
+from .conversation import Action as Action
+from .conversation import Message as Message
+from .conversation import Role as Role
+from .conversation import ToolCall as ToolCall
+from .generation import FINISH_REASONS as FINISH_REASONS
 from .generation import FinishReason as FinishReason
 from .generation import Generation as Generation
 from .outcome import Outcome
@@ -36,9 +42,10 @@ from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; im
 # text may be given as pieces of the turn before it (``records.prompts``); 8: per token the entropy and the top K
 # alternatives (entropy, top_ids, top_logprobs, entropy_estimated), on the episode and on each generation, and
 # how many were asked for (sampling.top_logprobs); 9: the outcome says whether the reward counts every turn's answer
-# (every_turn), a math outcome of a reward summed over turns computed again
-SCHEMA_VERSION = 9
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+# (every_turn), a math outcome of a reward summed over turns computed again; 10: a tool call whose arguments are not
+# a JSON object keeps them as written (raw_arguments)
+SCHEMA_VERSION = 10
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
@@ -53,8 +60,6 @@ FindingKind = Literal[
     "wrong_argument_token",
 ]
 FINDING_KINDS: tuple[str, ...] = typing.get_args(FindingKind)
-Role = Literal["system", "user", "assistant", "tool"]
-ROLES: tuple[str, ...] = typing.get_args(Role)
 
 
 class Status(str, enum.Enum):
@@ -78,103 +83,6 @@ class Severity(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    """The function the model called."""
-    arguments: dict[str, Any] = field(default_factory=dict)
-    """Its arguments, parsed from the model's JSON."""
-    id: str | None = None
-    """The call id an OpenAI-style API gave it, if any."""
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "arguments": json_safe(self.arguments)}
-        if self.id is not None:
-            d["id"] = self.id
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ToolCall:
-        return cls.from_fields(Fields(d))
-
-    @classmethod
-    def from_fields(cls, f: Fields) -> ToolCall:
-        return cls(name=f.text("name"), arguments=f.obj("arguments"), id=f.text_or_none("id") if f.has("id") else None)
-
-
-@dataclass(frozen=True)
-class Message:
-    """One chat message, as handed to the chat template."""
-
-    role: Role
-    """system, user, assistant or tool."""
-    content: str
-    """The message text as the chat template receives it."""
-    name: str | None = None
-    """A tool message's tool name (or a participant's name), if any."""
-    tool_calls: tuple[ToolCall, ...] = ()
-    """The tool calls of an assistant message."""
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.name is not None:
-            d["name"] = self.name
-        if self.tool_calls:
-            d["tool_calls"] = [c.to_dict() for c in self.tool_calls]
-        return d
-
-    def to_template(self) -> dict[str, Any]:
-        """The dict a Hugging Face chat template expects."""
-        d: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.name is not None:
-            d["name"] = self.name
-        if self.tool_calls:
-            d["tool_calls"] = [
-                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in self.tool_calls
-            ]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Message:
-        return cls.from_fields(Fields(d))
-
-    @classmethod
-    def from_fields(cls, f: Fields) -> Message:
-        return cls(
-            role=typing.cast(Role, f.choice("role", ROLES)),
-            content=f.text("content"),
-            name=f.text_or_none("name") if f.has("name") else None,
-            tool_calls=tuple(ToolCall.from_fields(c) for c in f.subs("tool_calls")) if f.has("tool_calls") else (),
-        )
-
-
-RESPOND = "respond"
-
-
-@dataclass(frozen=True)
-class Action:
-    """What the agent does in the env: a tool call, or ``respond`` with text."""
-
-    name: str
-    """The tool called, or ``respond`` for text meant for the user."""
-    arguments: dict[str, Any] = field(default_factory=dict)
-    """The tool's arguments."""
-    text: str = ""
-    """The text of a ``respond`` action."""
-
-    @property
-    def is_respond(self) -> bool:
-        return self.name == RESPOND
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "arguments": json_safe(self.arguments), "text": self.text}
-
-    @classmethod
-    def from_fields(cls, f: Fields) -> Action:
-        return cls(name=f.text("name"), arguments=f.obj("arguments"), text=f.text("text"))
 
 
 @dataclass(frozen=True)

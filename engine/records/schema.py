@@ -1,7 +1,7 @@
 """The published JSON Schema (draft 2020-12) of the JSONL episode record, built from the records.
 
 Each record class's fields, their types and the docstring written after each
-field in ``episode.py``, ``generation.py``, ``provenance.py`` and ``outcome.py`` (for the loop's knobs, the
+field in ``conversation.py``, ``episode.py``, ``generation.py``, ``provenance.py`` and ``outcome.py`` (for the loop's knobs, the
 ``doc`` each knob carries) give the schema's properties and descriptions, so
 the schema cannot drift from the code. Literal types become enums. ``rollscope schema`` prints it;
 ``docs/episode.schema.json`` is a copy that a test keeps equal to it. The
@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import FormatError
 from ..presets import LATER_KNOBS, LoopConfig
-from . import episode, generation, outcome, prompts, provenance
+from . import conversation, episode, generation, outcome, prompts, provenance
 from .bounds import within_bounds
 from .episode import SCHEMA_VERSION, Episode
 from .numbers import nonfinite_positions, spell
@@ -31,7 +31,8 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = f"https://rollscope.dev/schema/episode/{SCHEMA_VERSION}.json"
 
 # Keys ``to_dict`` leaves out while they hold their default.
-_OMITTED_WHEN_EMPTY = {"Message": {"name", "tool_calls"}, "ToolCall": {"id"}, "LoopConfig": set(LATER_KNOBS)}
+_OMITTED_WHEN_EMPTY = {"Message": {"name", "tool_calls"}, "ToolCall": {"id", "raw_arguments"},
+                      "LoopConfig": set(LATER_KNOBS)}
 # What the token arrays are written as (``TokenArrays.to_dict``), with what each holds.
 _TOKEN_KEYS: dict[str, tuple[dict[str, Any], str]] = {
     "tokens": ({"type": "array", "items": {"type": "integer"}}, "Token ids of the whole episode, prompt included."),
@@ -59,7 +60,7 @@ def field_docs() -> dict[str, dict[str, str]]:
     """class name -> field -> the docstring written right after the field in ``episode.py`` or ``provenance.py``."""
     out: dict[str, dict[str, str]] = {
         "LoopConfig": {f.name: " ".join(str(f.metadata.get("doc", "")).split()) for f in dataclasses.fields(LoopConfig)}}
-    body = [node for module in (episode, generation, provenance, outcome)
+    body = [node for module in (conversation, episode, generation, provenance, outcome)
             for node in ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8")).body]
     for node in body:
         if not isinstance(node, ast.ClassDef):

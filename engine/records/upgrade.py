@@ -36,6 +36,8 @@ takes a record dict of version N and returns one of version N + 1.
   explained by its last answer alone; its outcome reads as null here and ``read_episode`` computes it again. Every
   other outcome gains ``every_turn: false``. An outcome that already says it (the store refilled it,
   ``0015_summed_outcomes``) is kept.
+* 9 -> 10: a tool call may keep arguments that are not a JSON object as written (``raw_arguments``); a version-9
+  record has none, and reads as it is.
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ def _v8_to_v9(d: dict[str, Any]) -> dict[str, Any]:
 
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
-    8: _v8_to_v9}
+    8: _v8_to_v9, 9: lambda d: d}
 
 
 def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:

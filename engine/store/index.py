@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..records import textsafe
-from ..records.episode import Episode, Turn
+from ..records.episode import Episode, ToolCall, Turn
 from .base import BUSY_TIMEOUT_S, StoreBase
 from .schema import TOTAL_TABLES, bucket_width, length_bucket_sql
 
@@ -128,13 +128,17 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def _call_text(c: ToolCall) -> str:
+    return c.raw_arguments if c.raw_arguments is not None else _json_text(c.arguments)
+
+
 def _turn_texts(t: Turn) -> list[str]:
     out: list[str] = []
     if t.generation is not None:
         out.append(t.generation.text)
     if t.action is not None:
         out.append(t.action.text)
-    out += [f"{c.name} {_json_text(c.arguments)}" for c in t.tool_calls]
+    out += [f"{c.name} {_call_text(c)}" for c in t.tool_calls]
     out += [t.parse_error or ""]
     out += [m.content for m in t.observation]
     out += [f.message for f in t.findings]
@@ -154,7 +158,7 @@ def search_texts(ep: Episode, turn: int | None = None) -> list[tuple[int, list[s
         if m.role == "system":
             context.append(m.content)
             continue
-        opening += [m.content, *(f"{c.name} {_json_text(c.arguments)}" for c in m.tool_calls)]
+        opening += [m.content, *(f"{c.name} {_call_text(c)}" for c in m.tool_calls)]
     opening += [ep.reason, *(f.message for f in ep.findings)]
     turns = ep.turns if turn is None else [ep.turns[turn]]
     return [(CONTEXT_PART, context), (0, opening), *((t.index + 1, _turn_texts(t)) for t in turns)]
