@@ -70,6 +70,12 @@ def test_turns_and_token_distributions() -> None:
     assert [list(c) for c in fig.data[0].customdata] == [[7, 7], [8, 39], [40, 71], [25_600, 27_647],
                                                          [1_048_576, 1_114_111]]
     assert list(fig.layout.xaxis.categoryarray) == list(fig.data[0].x) and fig.layout.xaxis.type == "category"
+    assert list(fig.layout.xaxis.tickvals) == list(fig.data[0].x)  # few bars: each named
+    # Many bars: every k-th named, so no more than MAX_LENGTH_TICKS labels crowd the axis; every bar is still drawn.
+    many = Bins(tuple(10.0 * k + 5 for k in range(23)), (1,) * 23, 10.0)
+    fig = charts.token_distribution(many, Bins())
+    ticks = list(fig.layout.xaxis.tickvals)
+    assert len(fig.data[0].x) == 23 and 8 <= len(ticks) <= charts.MAX_LENGTH_TICKS and ticks == list(fig.data[0].x)[::3]
 
 
 def test_reward_by_task_has_means_and_spread_and_says_when_cut() -> None:

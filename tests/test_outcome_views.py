@@ -99,7 +99,8 @@ def test_the_outcome_chart_stacks_the_steps_counts_and_the_partings_table(run, t
     blank = outcome_figure([replace(s, outcomes={}) for s in stats])  # nothing to stack: said, not drawn
     assert not blank.data and f"none of its {sum(s.n for s in stats):,} episodes has an outcome" in \
         blank.layout.annotations[0].text
-    assert outcome_figure([]).layout.annotations[0].text == "this run has no rollout steps"
+    assert outcome_figure([], "r1").layout.annotations[0].text == "this run has no rollout steps"
+    assert outcome_figure([]).layout.annotations[0].text == "no run chosen"
     group = [p.episode for p in run.values() if p.episode.group_id]
     table = render_partings(reward_partings(group))
     assert table.count('class="rs-parting"') == 3

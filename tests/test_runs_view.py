@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,17 @@ def test_root_kinds_past_the_most_frequent_are_summed_as_other() -> None:
 def test_an_empty_run_says_why() -> None:
     fig = run_charts.run_figure([], "r")
     assert not fig.data and "no episodes with a rollout step" in fig.layout.annotations[0].text
+    assert run_charts.run_figure([]).layout.annotations[0].text == "no run chosen"  # not "in this run"
+
+
+def test_one_step_draws_its_reward_range_as_a_bar_and_more_steps_as_a_band() -> None:
+    """A band filled between min and max has no width at one step: that step's range is an error bar on the mean."""
+    one = StepStats(3, 8, 0.25, -1.0, 1.0, 0, 0, 100.0, 0, {})
+    mean = next(t for t in run_charts.run_figure([one], "r").data if t.name == "mean reward")
+    assert (mean.error_y.array, mean.error_y.arrayminus) == ((0.75,), (1.25,))
+    two = run_charts.run_figure([one, replace(one, step=4)], "r").data
+    assert next(t for t in two if t.name == "mean reward").error_y.array is None
+    assert next(t for t in two if t.name == "reward min–max").fill == "tonexty"
     assert step_table([]) == "" and "No steps yet" in alerts_note([], [])
 
 

@@ -81,6 +81,11 @@ def _created(ts: float) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(ts)) if ts else ""
 
 
+def _breakable(kind: str) -> str:
+    """A finding kind, escaped, that a narrow cell wraps after an underscore rather than inside a word."""
+    return esc(kind).replace("_", "_<wbr>")
+
+
 def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
     parts = s.diagnosis_parts()
     own = [(k, t) for k, t in parts if k not in run_level]
@@ -89,7 +94,7 @@ def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
     if len(own) < len(parts):
         kinds = sorted({k for k, _ in parts if k in run_level})
         cell += (" " if cell else "") + (f'<span class="rs-run-chip" title="every episode of run {esc(s.run_id)} has it: '
-                                         f'see the note above the table">run: {esc(", ".join(kinds))}</span>')
+                                         f'see the note above the table">run: {", ".join(map(_breakable, kinds))}</span>')
     return cell
 
 

@@ -134,6 +134,9 @@ def turns_distribution(turns: Sequence[tuple[int, int]]) -> go.Figure:
     return layout(fig, title, xaxis_title="turns", yaxis_title="episodes")
 
 
+MAX_LENGTH_TICKS = 11  # the token-length bars named below a chart a third of the page wide
+
+
 def token_distribution(tokens: Bins, trainable: Bins) -> go.Figure:
     """Episodes per token length: all tokens and the trainable (mask 1) ones, on the same bars. Bars widen with the
     length (``schema.length_bucket``), so each is drawn the same width and named by its first and last length: a
@@ -162,8 +165,10 @@ def token_distribution(tokens: Bins, trainable: Bins) -> go.Figure:
     layout(fig, title, xaxis_title="tokens per episode (a bar from its length up; wider as lengths grow)",
            yaxis_title="episodes",
            barmode="overlay", showlegend=True)
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels(tokens),
-                     tickangle=-35 if len(tokens.counts) > 6 else 0, automargin=True)
+    names = labels(tokens)
+    every = math.ceil(len(names) / MAX_LENGTH_TICKS)  # past that many, every k-th bar named (its hover names all)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=names, tickvals=names[::every],
+                     tickangle=-35 if len(names) > 6 else 0, automargin=True)
     fig.update_layout(legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right", "font": {"size": 10}})
     return fig
 

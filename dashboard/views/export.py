@@ -27,7 +27,7 @@ def export_preview(count: int, rows: Sequence[EpisodeSummary], sample: str, what
         f'<td class="rs-num">{r.n_turns}</td><td>{esc(", ".join(r.tags))}</td></tr>'
         for r in rows
     )
-    more = f" (the first {len(rows)} shown)" if count > len(rows) else ""
+    more = f" (the first {len(rows)} shown, in the file's order: oldest first)" if count > len(rows) else ""
     return (
         f'<div class="rs-export-preview"><div class="rs-export-count"><b>{count:,}</b> episode{"s" if count != 1 else ""} '
         f"{'match' if count != 1 else 'matches'} ({esc(what)}){more}; format <b>{esc(fmt_name)}</b>.</div>"

@@ -102,7 +102,7 @@ def render_list(total: int, groups: Sequence[RewardStats]) -> str:
         return empty("No GRPO groups here: a group is two or more samples of one task (`rollscope run --samples 4`).")
     flat = sum(1 for g in groups if g.zero_spread)
     rows = "".join(
-        f'<tr class="rs-group-row{" rs-group-flat" if g.zero_spread else ""}" data-group="{esc(g.key)}">'
+        f'<tr class="rs-group-row{" rs-group-flat" if g.zero_spread else ""}" data-group="{esc(g.key)}" tabindex="0">'
         f'<td><a class="rs-group-link" href="?group={esc(g.key)}">{esc(g.key)}</a></td><td>{esc(g.task_id)}</td>'
         f'<td>{esc(g.preset)}</td><td class="rs-num">{g.n}</td><td class="rs-num">{fmt_num(g.mean)}</td>'
         f'<td class="rs-num">{fmt_num(g.min)} … {fmt_num(g.max)}</td>'

@@ -51,7 +51,7 @@ def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[St
     the share of them near zero (%, right axis). The steps in ``marked`` are dashed red lines on every panel."""
     title = f"Run {run_id} by rollout step" if run_id else "Run by rollout step"
     if not stats:
-        return empty(title, "no episodes with a rollout step in this run yet")
+        return empty(title, "no episodes with a rollout step in this run yet" if run_id else "no run chosen")
     x = [s.step for s in stats]
     entropy = any(s.entropy_tokens for s in stats)
     unchecked = sum(s.unchecked for s in stats)
@@ -75,7 +75,11 @@ def run_figure(stats: Sequence[StepStats], run_id: str = "", marked: Sequence[St
         x=x, y=[s.reward_mean for s in stats], mode="lines+markers", name="mean reward", showlegend=False,
         line={"color": ACCENT}, customdata=[[s.n, s.reward_min, s.reward_max] for s in stats], row=1, col=1,
         hovertemplate="step %{x}<br>mean reward %{y:.4g}<br>range %{customdata[1]:.4g} … %{customdata[2]:.4g}"
-                      "<br>%{customdata[0]} episodes<extra></extra>")
+                      "<br>%{customdata[0]} episodes<extra></extra>",
+        # One step has no band to fill between: its min–max is drawn as a bar through the point.
+        error_y={"type": "data", "symmetric": False, "array": [stats[0].reward_max - stats[0].reward_mean],
+                 "arrayminus": [stats[0].reward_mean - stats[0].reward_min], "color": "rgba(37,99,235,.45)",
+                 "thickness": 6, "width": 0} if len(stats) == 1 else None)
     for name in ("truncated", "aborted"):  # StepStats.truncated, .truncated_rate, .aborted, .aborted_rate
         fig.add_scatter(
             x=x, y=[100 * getattr(s, f"{name}_rate") for s in stats], mode="lines+markers", name=name,
@@ -139,7 +143,7 @@ def outcome_figure(stats: Sequence[StepStats], run_id: str = "") -> go.Figure:
     present = [k for k in OUTCOME_KINDS if any(s.outcomes.get(k) for s in stats)]
     if not present:
         if not stats:
-            return empty(title, "this run has no rollout steps")
+            return empty(title, "this run has no rollout steps" if run_id else "no run chosen")
         n = sum(s.n for s in stats)
         return empty(title, f"none of its {n:,} episodes has an outcome<br>(an episode still running, or imported "
                             "from an env Rollscope does not run, has none)")

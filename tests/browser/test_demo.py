@@ -87,6 +87,18 @@ def test_the_demo_button_fills_an_empty_database_and_browse_shows_it(page: Any, 
         return {over: t.scrollWidth - w.clientWidth, time: c.right <= w.getBoundingClientRect().right,
                 lines: Math.max(...tags.map(x => x.getClientRects().length)), titled: tags.every(x => x.title)}; }""")
     assert fit == {"over": 0, "time": True, "lines": 1, "titled": True}, fit
+    # A run chip in the narrow diagnosis column wraps between words or after an underscore, never inside a word
+    # ("generation_prompt_missin" / "g" before).
+    breaks = page.evaluate("""() => [...document.querySelectorAll('#rs-episode-table .rs-run-chip')].flatMap(chip => {
+        const chars = [], walk = document.createTreeWalker(chip, NodeFilter.SHOW_TEXT);
+        for (let n = walk.nextNode(); n; n = walk.nextNode())
+            for (let i = 0; i < n.length; i++) {
+                const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + 1);
+                const box = r.getClientRects()[0];
+                if (box) chars.push([n.data[i], box.top]);
+            }
+        return chars.flatMap(([c, top], i) => i && top > chars[i - 1][1] + 2 ? [chars[i - 1][0] + c] : []); })""")
+    assert breaks and all(pair[0] in "_ ," for pair in breaks), breaks
 
     # Filter by a tag: its episodes alone.
     page.locator("#rs-filter-tags input").click()

@@ -137,6 +137,12 @@ def test_the_group_tab_lists_the_groups_with_their_spread(page: Any, site: str) 
     assert "zero reward spread in" in page.locator("#rs-group-view .rs-note").first.inner_text()
     page.locator("#rs-group-view tr[data-group='grouprun:div'] a.rs-group-link").click()
     page.locator("#rs-group-view .rs-group[data-group='grouprun:div']").wait_for()
+    # A click anywhere on a row of the list opens its group too, as in every other table (its task cell here).
+    page.goto(f"{site}/")
+    page.locator("#rs-tab-group-button").click()
+    other = next(g for g in groups if g != "grouprun:div")
+    page.locator(f"#rs-group-view tr[data-group='{other}'] td").nth(1).click()
+    page.locator(f"#rs-group-view .rs-group[data-group='{other}']").wait_for()
 
 
 @pytest.mark.browser
