@@ -179,6 +179,57 @@ def test_messages_import_without_a_tokenizer_keeps_what_the_env_answered_each_tu
     assert ep.turns[0].observation[0].content == '{"price": 11}'
 
 
+def test_an_episode_checked_without_a_tokenizer_says_its_checks_ran_in_part(tmp_path, smol_tokenizer):
+    """Checked without a tokenizer, the checks that need one could not run (a ``not_checked`` note each): the episode
+    is checked in part, not clean. ``ls``, Browse's findings cell, the filters and ``show`` say so; the same record
+    checked with a tokenizer is checked whole."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dashboard.tabs import browse as browse_tab
+    from dashboard.views.browse import render_table
+    from engine.store import EpisodeFilter
+
+    f = write_jsonl(tmp_path / "chat.jsonl", [_chat_record()])
+    db = tmp_path / "both.db"
+    st = Store(db)
+    import_path(f, "messages", st, check=True)
+    import_path(tmp_path / "chat.jsonl", "messages", _db(tmp_path, "tok.db"), tokenizer=smol_tokenizer, check=True)
+    whole = next(Store(tmp_path / "tok.db").iter_episodes())
+    st.save_episodes([whole.evolve(id="whole-1", env="tokenized")])
+    part = next(e for e in st.iter_episodes() if e.id != "whole-1")
+    not_run = st.checks_not_run([part.id, "whole-1"])
+    assert list(not_run) == [part.id] and len(not_run[part.id]) == 4
+    assert {m.split(":")[0] for m in not_run[part.id]} == {
+        "template_not_prefix_stable", "tokens_not_rendering", "retokenization_drift", "mask_misaligned"}
+    # The filters: in part, whole, and Browse's "no findings" means every check ran.
+    assert [e.id for e in st.list_episodes(EpisodeFilter.from_where(["checked=part"]))] == [part.id]
+    assert [e.id for e in st.list_episodes(EpisodeFilter.from_where(["checked=whole"]))] == ["whole-1"]
+    assert [e.id for e in st.list_episodes(browse_tab.episode_filter(findings=browse_tab.NO_FINDING))] == ["whole-1"]
+    assert [e.id for e in st.list_episodes(browse_tab.episode_filter(findings=browse_tab.IN_PART))] == [part.id]
+    labels = [c[0] for c in browse_tab.choices(st)["findings"].choices]
+    assert "checked in part (a check could not run)" in labels and "no findings (every check ran)" in labels
+    # Browse's cell: 0, and how many checks did not run (their notes in its title); none beside a whole check.
+    rows = {s.id: s for s in st.list_episodes()}
+    cells = {eid: render_table([s], "created_at", True, not_run=not_run).split('<td class="c-findings', 1)[1]
+             .split("</td>", 1)[0] for eid, s in rows.items()}
+    assert "4 checks not run</span>" in cells[part.id] and html.escape(not_run[part.id][0]) in cells[part.id]
+    assert "not run" not in cells["whole-1"]
+    st.close()
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "ls", "--db", str(db)], capture_output=True, text=True,
+                         cwd=root, timeout=120)
+    lines = out.stdout.splitlines()
+    assert any(x.startswith(part.id) and x.rstrip().endswith("0, 4 checks not run") for x in lines), out.stdout
+    assert any(x.startswith("whole-1") and x.rstrip().endswith(" 0") for x in lines), out.stdout
+    assert lines[-1].startswith("1 of these checked in part: a check could not run on it") and \
+        f"rollscope show {part.id}" in lines[-1]
+    shown = subprocess.run([sys.executable, "-m", "engine.cli", "show", part.id, "--db", str(db)], capture_output=True,
+                           text=True, cwd=root, timeout=120).stdout
+    assert "; 4 could not run, their notes below)" in shown and "tokens_not_rendering: not checked" in shown
+
+
 def test_messages_import_reports_a_template_that_rewrites_history(tmp_path, qwen3_tokenizer):
     f = write_jsonl(tmp_path / "chat.jsonl", [_chat_record()])
     st = _db(tmp_path)

@@ -18,7 +18,7 @@ import pytest
 
 from dashboard.tabs import browse as browse_tab
 from engine.errors import ConfigError
-from engine.records.episode import Episode, Status
+from engine.records.episode import Episode, Finding, Severity, Status
 from engine.store import SORTABLE, EpisodeFilter, Store
 from engine.store import index as browse
 from tests.synthetic import ENVS, needle, synthetic_episode, synthetic_episodes
@@ -28,8 +28,25 @@ N = 2000
 
 @pytest.fixture(scope="module")
 def records() -> list[Episode]:
-    # Two of three checked (the checks' version recorded), the third as an import without --check leaves it.
-    return [e if i % 3 == 0 else e.evolve(checked="4") for i, e in enumerate(synthetic_episodes(N))]
+    # Two of three checked (the checks' version recorded), the third as an import without --check leaves it; of the
+    # checked, one in five was checked without a tokenizer: the checks that need one could not run (a note each).
+    out = [e if i % 3 == 0 else e.evolve(checked="4") for i, e in enumerate(synthetic_episodes(N))]
+    return [e.evolve(findings=(*e.findings, *NOT_RUN)) if i % 3 and i % 5 == 1 else e for i, e in enumerate(out)]
+
+
+NOT_RUN = (Finding("not_checked", Severity.INFO, "tokens_not_rendering: not checked: no tokenizer with a chat template",
+                   evidence={"check": "tokens_not_rendering"}),
+           Finding("not_checked", Severity.INFO, "retokenization_drift: not checked: no generated token ids in the trace",
+                   evidence={"check": "retokenization_drift"}))
+
+
+def _found(e: Episode) -> list[Finding]:
+    """Its errors and warnings: what the findings count counts (a note is not one)."""
+    return [f for f in e.all_findings() if f.severity is not Severity.INFO]
+
+
+def _in_part(e: Episode) -> bool:
+    return any(f.kind == "not_checked" for f in e.all_findings())
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +95,14 @@ FILTERS = [
     ("not starred", EpisodeFilter(starred=False), lambda e: not e.starred),
     ("run", EpisodeFilter(run_id="run1"), lambda e: e.run_id == "run1"),
     ("source", EpisodeFilter(source="messages"), lambda e: e.source.kind == "messages"),
-    ("has findings", EpisodeFilter(has_findings=True), lambda e: bool(e.all_findings())),
-    ("no findings", EpisodeFilter(has_findings=False), lambda e: not e.all_findings()),
+    ("has findings", EpisodeFilter(has_findings=True), lambda e: bool(_found(e))),
+    ("no findings", EpisodeFilter(has_findings=False), lambda e: not _found(e)),
     ("not checked", EpisodeFilter(checked=False), lambda e: e.checked is None),
-    ("no findings (checked)", browse_tab.episode_filter(findings=browse_tab.NO_FINDING),
-     lambda e: e.checked is not None and not e.all_findings()),
+    ("no findings (every check ran)", browse_tab.episode_filter(findings=browse_tab.NO_FINDING),
+     lambda e: e.checked is not None and not _found(e) and not _in_part(e)),
+    ("Browse's checked in part", browse_tab.episode_filter(findings=browse_tab.IN_PART), _in_part),
+    ("checked=part", EpisodeFilter.from_where(["checked=part"]), _in_part),
+    ("checked=whole", EpisodeFilter.from_where(["checked=whole"]), lambda e: e.checked is not None and not _in_part(e)),
     ("Browse's not checked", browse_tab.episode_filter(findings=browse_tab.NOT_CHECKED), lambda e: e.checked is None),
     ("finding kind", EpisodeFilter(finding_kind="mask_misaligned"),
      lambda e: any(f.kind == "mask_misaligned" for f in e.all_findings())),
@@ -90,7 +110,7 @@ FILTERS = [
      lambda e: any(f.kind == "template_not_prefix_stable" for f in e.all_findings())),
     ("group", EpisodeFilter(group_id="g17"), lambda e: e.group_id == "g17"),
     ("combined", EpisodeFilter(env="retail", status=("completed",), reward_min=0.5, has_findings=False),
-     lambda e: e.env == "retail" and e.status is Status.COMPLETED and e.reward >= 0.5 and not e.all_findings()),
+     lambda e: e.env == "retail" and e.status is Status.COMPLETED and e.reward >= 0.5 and not _found(e)),
 ]
 
 

@@ -34,7 +34,7 @@ from ..views.html import note
 PAGE_SIZES = [25, 50, 100, 200]
 PAGE_SIZE = 50
 ALL = "all"
-ANY_FINDING, NO_FINDING, NOT_CHECKED = "__any__", "__none__", "__unchecked__"
+ANY_FINDING, NO_FINDING, NOT_CHECKED, IN_PART = "__any__", "__none__", "__unchecked__", "__in_part__"
 ROOT = "root:"  # findings filter values that select a root kind
 STARRED = {"any": None, "starred": True, "not starred": False}
 DEFAULT_SORT = {"by": "created_at", "desc": True}
@@ -82,8 +82,10 @@ def episode_filter(
         starred=STARRED.get(starred or "any"),
         source=_opt(source),
         has_findings=True if kind == ANY_FINDING else False if kind == NO_FINDING else None,
-        checked=True if kind == NO_FINDING else False if kind == NOT_CHECKED else None,
-        finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING, NOT_CHECKED) or kind.startswith(ROOT) else kind,
+        checked=True if kind in (NO_FINDING, IN_PART) else False if kind == NOT_CHECKED else None,
+        every_check=True if kind == NO_FINDING else False if kind == IN_PART else None,
+        finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING, NOT_CHECKED, IN_PART) or kind.startswith(ROOT)
+        else kind,
         root_kind=kind[len(ROOT):] if kind and kind.startswith(ROOT) else None,
         rollout_step=int(step_no) if step_no is not None and step_no.is_integer() else None,
         outcome=(why,) if (why := _opt(outcome)) else (),
@@ -128,6 +130,7 @@ def _page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: 
             shown = store.page_episodes(flt, by, desc, size, offset=(number - 1) * size, matches=total)
         rows = list(shown.rows)
         run_level = store.run_level_kinds([r.run_id for r in rows if r.run_id])
+        not_run = store.checks_not_run([r.id for r in rows])
     except RollscopeError as e:
         return {"table": render_table([], by, desc, "—", columns=columns), "info": note(str(e), "error"), "number": 1,
                 "after": None, "before": None, "count": None}
@@ -148,7 +151,7 @@ def _page(store: Store, flt: EpisodeFilter, sort: Any, page_no: Any, page_size: 
     else:
         empty = "No episode matches these filters."
         info = note(empty)
-    table = render_table(rows, by, desc, empty, run_level, selected, columns)
+    table = render_table(rows, by, desc, empty, run_level, selected, columns, not_run)
     return {"table": table, "info": info + render_run_notes(run_level), "number": number, "after": shown.after,
             "before": shown.before, "count": count, "notes": render_run_notes(run_level)}
 
@@ -198,8 +201,10 @@ def choices(store: Store) -> dict[str, Any]:
         "source": gr.Dropdown(choices=[ALL, *store.distinct("source")]),
         "tags": gr.Dropdown(choices=[f"{t}" for t, _ in store.tag_counts()]),
         "findings": gr.Dropdown(choices=[
-            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings (checked)", NO_FINDING),
+            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings (every check ran)", NO_FINDING),
             ("not checked (no check ran)", NOT_CHECKED),
+            *([("checked in part (a check could not run)", IN_PART)] if any(k == "not_checked" for k, _ in kinds)
+              else []),
             *((f"root: {k} ({n:,})", ROOT + k) for k, n in root_kinds),
             # A note of a check that could not look is not a finding: said so beside the episodes no check ran on.
             *((f"note: a check could not run, not_checked ({n:,})" if k == "not_checked" else f"{k} ({n:,})", k)

@@ -98,8 +98,8 @@ def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
     return cell
 
 
-def _cells(s: EpisodeSummary, run_level: Sequence[str]) -> dict[str, str]:
-    findings = ""
+def _cells(s: EpisodeSummary, run_level: Sequence[str], not_run: Sequence[str] = ()) -> dict[str, str]:
+    findings = "0" if not_run and not s.n_findings else ""
     if s.n_findings:
         cls = "rs-bad-text" if s.n_errors else "rs-warn-text"
         findings = (f'<span class="{cls}" title="{s.n_errors} error(s), {s.n_findings - s.n_errors} warning(s)">'
@@ -107,6 +107,9 @@ def _cells(s: EpisodeSummary, run_level: Sequence[str]) -> dict[str, str]:
     if s.unchecked:
         findings += (f'{" " if findings else ""}<span class="rs-unchecked" title="no fidelity check ran on this '
                      'episode, so finding nothing means nothing yet: rollscope check runs them">not checked</span>')
+    elif not_run:  # Store.checks_not_run: its findings are those of the checks that ran
+        findings += (f' <span class="rs-unchecked" title="{esc(chr(10).join(not_run))}">{len(not_run)} '
+                     f'check{"s" if len(not_run) != 1 else ""} not run</span>')
     group = (f'<a class="rs-group-link" href="?group={esc(s.group_id)}" title="the group\'s samples side by side">'
              f"{esc(s.group_id)}</a> #{s.sample_index}" if s.group_id else "")
     return {
@@ -134,8 +137,9 @@ def _cells(s: EpisodeSummary, run_level: Sequence[str]) -> dict[str, str]:
     }
 
 
-def _row(s: EpisodeSummary, columns: Sequence[Column], run_level: Sequence[str] = (), selected: bool = False) -> str:
-    cells = _cells(s, run_level)
+def _row(s: EpisodeSummary, columns: Sequence[Column], run_level: Sequence[str] = (), selected: bool = False,
+         not_run: Sequence[str] = ()) -> str:
+    cells = _cells(s, run_level, not_run)
     tds = "".join(f'<td class="{c.cls}">{cells[c.name]}</td>' for c in columns)
     mark = ' class="rs-selected"' if selected else ""
     return f'<tr data-id="{esc(s.id)}" tabindex="0"{mark}>{tds}</tr>'
@@ -165,11 +169,13 @@ def _pickbar() -> str:
 
 def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool, empty: str = "",
                  run_level: dict[str, tuple[int, list[str]]] | None = None, selected: str | None = None,
-                 columns: Sequence[str] | None = None) -> str:
+                 columns: Sequence[str] | None = None, not_run: dict[str, list[str]] | None = None) -> str:
     """The table of one page of episodes, with the key columns and the chosen ones (``shown_columns``); the
     header of the sort column shows its direction. Kinds every episode of a run has (``run_level``) are left
     out of the rows' diagnosis: the run's note says them once. The row of ``selected`` (the episode last
-    opened) is marked."""
+    opened) is marked. ``not_run`` (``Store.checks_not_run``): the notes of the checks that could not run on a row,
+    counted beside its findings."""
+    not_run = not_run or {}
     run_level = run_level or {}
     shown = shown_columns(columns, order_by)
     ths: list[str] = []
@@ -190,7 +196,8 @@ def render_table(rows: Sequence[EpisodeSummary], order_by: str, descending: bool
             f'<th class="{c.cls} rs-sortable{" rs-sorted" if active else ""}" data-sort="{esc(c.sort)}" '
             f'aria-sort="{aria}" title="{esc(tip)}">{esc(c.label)}{arrow}</th>'
         )
-    body = "".join(_row(s, shown, run_level.get(s.run_id or "", (0, []))[1], s.id == selected) for s in rows)
+    body = "".join(_row(s, shown, run_level.get(s.run_id or "", (0, []))[1], s.id == selected, not_run.get(s.id, ()))
+                   for s in rows)
     if not rows:
         body = f'<tr class="rs-empty-row"><td colspan="{len(shown)}">{esc(empty or "No episodes.")}</td></tr>'
     return (

@@ -16,7 +16,7 @@ def register(sub: Any) -> None:
     ls.add_argument("--db", default=DEFAULT_DB)
     ls.add_argument("--where", action="append", default=[], metavar="CLAUSE",
                     help="filter (repeatable, all must hold): status=completed,truncated  reward>=0.5  env=math  "
-                    "run=NAME  preset=NAME  tag=x  starred=true  checked=no  turns>=3  step=N  finding=KIND  root=KIND  "
+                    "run=NAME  preset=NAME  tag=x  starred=true  checked=no|part  turns>=3  step=N  finding=KIND  root=KIND  "
                     "outcome=KIND  family=ID (an episode and its forks)  text=WORDS  text_all=WORDS (system prompts "
                     "and tool schemas too)  id=ID,... (a unique prefix is enough); a key given twice must hold twice: "
                     "tag=a tag=b is both tags")
@@ -40,9 +40,10 @@ def cmd_ls(a: argparse.Namespace) -> int:
             print(json.dumps(r.__dict__))
         return 0
     total = store.count(flt)
+    not_run = store.checks_not_run([r.id for r in rows])
     print(table(
         [[r.id, r.env, r.task_id, r.status, f"{r.reward:.3f}", str(r.n_turns), str(r.n_tokens), str(r.n_trainable),
-          r.preset, findings_cell(r.n_findings, r.unchecked)] for r in rows],
+          r.preset, findings_cell(r.n_findings, r.unchecked, len(not_run.get(r.id, ())))] for r in rows],
         ["id", "env", "task", "status", "reward", "turns", "tokens", "trainable", "preset", "findings"],
     ))
     print(f"({len(rows)} of {total} episode{'s' if total != 1 else ''})")
@@ -50,11 +51,17 @@ def cmd_ls(a: argparse.Namespace) -> int:
     if unchecked:
         print(f"{unchecked} of these not checked: no fidelity check ran on {'it' if unchecked == 1 else 'them'}, so "
               f"finding nothing means nothing yet (`rollscope check {a.db}` runs the checks)")
+    if not_run:
+        first = next(r.id for r in rows if r.id in not_run)
+        print(f"{len(not_run)} of these checked in part: a check could not run on {'it' if len(not_run) == 1 else 'them'}"
+              f" (one that needs a tokenizer, run without one), so its findings are those of the checks that ran "
+              f"(`rollscope show {first}` says which and why)")
     return 0
 
 
-def findings_cell(n: int, unchecked: bool) -> str:
-    """An episode's findings (errors and warnings) as ``ls`` lists them: a count, and that no check ran on it."""
-    if not unchecked:
-        return str(n)
-    return "not checked" if n == 0 else f"{n}, not checked"
+def findings_cell(n: int, unchecked: bool, not_run: int = 0) -> str:
+    """An episode's findings (errors and warnings) as ``ls`` lists them: a count, that no check ran on it, or how
+    many checks could not run on it."""
+    if unchecked:
+        return "not checked" if n == 0 else f"{n}, not checked"
+    return f"{n}, {not_run} check{'s' if not_run != 1 else ''} not run" if not_run else str(n)

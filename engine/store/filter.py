@@ -17,6 +17,8 @@ from .index import text_clause
 
 _YES = ("1", "true", "yes")
 _NO = ("0", "false", "no")
+_WHOLE = ("whole", "full", "fully", "all")  # --where checked=whole: every check ran
+_PART = ("part", "partly", "partial")  # checked=part: one could not run
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class EpisodeFilter:
     search_context: bool = False  # the text search looks in system prompts and tool schemas too
     has_findings: bool | None = None  # any finding at all (True) or none (False)
     checked: bool | None = None  # the fidelity checks ran on it (True) or did not (False: no findings means nothing)
+    every_check: bool | None = None  # every check could run on it (True) or one could not (False: a ``not_checked``
+    # note, such as a check that needs a tokenizer run without one): its findings are those of the checks that ran
     group_id: str | None = None
     family: str | None = None  # this episode and its forks
     rollout_step: int | None = None
@@ -124,10 +128,13 @@ class EpisodeFilter:
                     one["tags"] = tuple(value.split(","))
                 elif key == "id":
                     one["ids"] = tuple(value.split(","))
+                elif key == "checked" and value.lower() in _WHOLE + _PART:
+                    one["checked"], one["every_check"] = True, value.lower() in _WHOLE
                 elif key in ("starred", "checked"):
                     if value.lower() not in _YES + _NO:
-                        raise ConfigError(f"--where {clause!r}: {key} is true or false (or yes/no, 1/0), "
-                                          f"not {value!r}")
+                        raise ConfigError(f"--where {clause!r}: {key} is true or false (or yes/no, 1/0"
+                                          + (", or whole/part: every check ran, or one could not" if key == "checked"
+                                             else "") + f"), not {value!r}")
                     one[key] = value.lower() in _YES
                 elif key in ("turns", "min_turns") and op in (">=", "="):
                     one["min_turns"] = int(value)
@@ -233,6 +240,8 @@ class EpisodeFilter:
             add("n_findings > 0" if self.has_findings else "n_findings = 0")
         if self.checked is not None:
             add("checked IS NOT NULL" if self.checked else "checked IS NULL")
+        if self.every_check is not None:
+            add(f"id {'NOT ' if self.every_check else ''}IN (SELECT episode_id FROM findings WHERE kind = 'not_checked')")
         if self.group_id:
             add("group_id = ?", self.group_id)
         if self.rollout_step is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -351,6 +351,20 @@ class Reads(StoreBase):
 
     def findings(self, episode_id: str) -> list[Finding]:
         return list(self.get_episode(episode_id).all_findings())
+
+    def checks_not_run(self, episode_ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each of these episodes that a check could not run on (a ``not_checked`` note: a check that needs a
+        tokenizer, run without one), the notes, each "CHECK: not checked: WHY"; a page's rows, from the findings'
+        index by kind. Their findings are those of the checks that ran: the views say so beside the count."""
+        out: dict[str, list[str]] = {}
+        ids = list(dict.fromkeys(episode_ids))
+        for k in range(0, len(ids), 500):
+            chunk = ids[k:k + 500]
+            for eid, message in self.browse_query(
+                    f"SELECT episode_id, message FROM findings WHERE kind = 'not_checked' AND episode_id IN "
+                    f"({','.join('?' * len(chunk))}) ORDER BY episode_id, rowid", chunk):
+                out.setdefault(eid, []).append(message)
+        return out
 
     def distinct(self, column: str) -> list[str]:
         if column not in ("env", "status", "preset", "run_id", "source", "task_id", "outcome"):
