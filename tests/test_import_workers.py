@@ -68,7 +68,7 @@ def dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lines[50] = json.dumps({"id": "huge", "pad": "x" * (2 << 20)})
     lines[70] = json.dumps(odd)  # ASCII escapes: a lone surrogate is valid JSON
     too_big = json.loads(lines[89])
-    too_big["sample_index"] = 2**70  # read, and refused by SQLite when written
+    too_big["sample_index"] = 2**70  # past 64 bits: refused as it is read, as SQLite could not hold it
     lines[89] = json.dumps(too_big)
     path = d / "mixed.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -96,7 +96,7 @@ def test_read_on_workers_stores_what_one_process_stores(dump: Path, tmp_path: Pa
     assert [str(e) for e in two.errors] == [str(e) for e in one.errors]
     assert len(one.errors) == 4 and [e.where for e in one.errors] == [f"{dump}:{k}" for k in (8, 21, 51, 90)]
     assert "over the 1 MB record limit" in str(one.errors[2])
-    assert str(one.errors[3]).startswith(f"{dump}:90: could not be stored: OverflowError")
+    assert str(one.errors[3]).startswith(f"{dump}:90: field 'sample_index': must be an integer within 64 bits")
     assert (two.new, two.already_present, two.files) == (one.new, one.already_present, one.files) == \
         (N - 5, 0, [str(dump)])
     rows_one, rows_two = _tables(tmp_path / "one.db"), _tables(tmp_path / "two.db")

@@ -182,6 +182,59 @@ def test_foreign_readers_refuse_a_nan_reward_and_mark_logprobs_that_are_not_fini
     store.close()
 
 
+def test_an_integer_past_what_a_float_or_64_bits_hold_refuses_its_record_alone_in_every_reader(tmp_path, smol_tokenizer):
+    """JSON's integers have no bound: a reward of 400 digits is as unusable as Infinity, and a sample index past 64
+    bits does not fit SQLite. Each refuses its own record, named; the records around it are stored (an import ended
+    in a traceback, storing nothing)."""
+    huge = "1" + "0" * 400
+    good, other, third = synthetic_episode(0), synthetic_episode(1), synthetic_episode(2)
+    f = write_jsonl(tmp_path / "huge.jsonl", [
+        _line(good), _line(other).replace(f'"reward": {json.dumps(other.reward)}', f'"reward": {huge}', 1),
+        _line(third, sample_index=2 ** 64),
+        _line(third, turn_rewards=[10 ** 400] + list(third.turn_rewards[1:])),
+        _line(third, sample_index=-(2 ** 63))])
+    store = Store(tmp_path / "x.db")
+    for check in (False, True):
+        report = formats.import_path(f, "jsonl", store, check=check)
+        assert report.new + report.already_present == 2, report
+        assert [(e.where, e.field) for e in report.errors] == [
+            (f"{f}:2", "reward"), (f"{f}:3", "sample_index"), (f"{f}:4", "turn_rewards.0")]
+        assert "got an integer of 401 digits, past what a float holds" in str(report.errors[0])
+    assert store.get_episode(third.id).sample_index == -(2 ** 63)
+    wide = write_jsonl(tmp_path / "wide.jsonl", [_line(other, sample_index=2 ** 63)])
+    report = formats.import_path(wide, "jsonl", store)
+    assert report.new == 0 and "must be an integer within 64 bits, got one of 19 digits" in str(report.errors[0])
+    msgs = write_jsonl(tmp_path / "m.jsonl", [
+        '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "reward": ' + huge
+        + "}", '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "reward": 1}'])
+    report = formats.import_path(msgs, "messages", store)
+    assert report.new == 1 and [(e.where, e.field) for e in report.errors] == [(f"{msgs}:1", "reward")]
+    verl = write_jsonl(tmp_path / "verl.jsonl", verl_rows(1, [("q", "a", 1.0), ("q", "b", 1.0)]))
+    lines = verl.read_text().splitlines()
+    first = json.loads(lines[0])
+    verl.write_text(json.dumps({**first, "score": 0}).replace('"score": 0', f'"score": {huge}') + "\n" + lines[1] + "\n")
+    report = formats.import_path(verl, "verl", store)
+    assert report.new == 1 and [(e.where, e.field) for e in report.errors] == [(f"{verl}:1", "score")]
+    # A logprob past a float is an infinite one: unknown, and marked.
+    lp = [None if math.isnan(x) else float(x) for x in good.tokens.logprobs]
+    at = next(i for i, m in enumerate(good.tokens.loss_mask) if m)
+    lp[at] = -12345.0
+    text = _line(good.evolve(id="lp-1"), logprobs=lp).replace("-12345.0", "-" + huge, 1)
+    report = formats.import_path(write_jsonl(tmp_path / "lp.jsonl", [text]), "jsonl", store)
+    assert report.new == 1 and not report.errors
+    assert _marks(store.get_episode("lp-1"))[0][0] == at
+    store.close()
+
+
+def test_a_record_that_repeats_an_id_is_named_by_its_line_checked_or_not(tmp_path):
+    ep = synthetic_episode(0)
+    f = write_jsonl(tmp_path / "dup.jsonl", [_line(ep), _line(ep, reward=ep.reward + 1)])
+    for check in (False, True):
+        report = formats.import_path(f, "jsonl", Store(tmp_path / f"{check}.db"), check=check)
+        assert report.new == 1 and report.clashed == 1
+        assert str(report.errors[0]).startswith(f"{f}:2: episode {ep.id} again, with other content"), report.errors
+
+
 def test_the_store_refuses_a_reward_that_is_not_finite_and_marks_infinite_logprobs(tmp_path):
     store = Store(tmp_path / "x.db")
     ep = synthetic_episode(0)

@@ -227,6 +227,8 @@ def import_path(
         if run_id and ep.run_id != run_id:
             own_runs[ep.run_id or ""] += 1
 
+    read_at: dict[str, list[str]] = {}  # where each record of an id is, in order, where its source does not say it
+
     def new_ones() -> Iterator[Episode]:
         for ep in IMPORTERS[fmt](p, ctx):
             if run_id and not ep.run_id:
@@ -239,6 +241,8 @@ def import_path(
                 continue
             if not replace and ep.outcome is None:  # a lossless record carries its own (read_episode fills old ones)
                 ep = ep.evolve(outcome=explain(ep))
+            if ctx.at and ep.source.file != ctx.at.rsplit(":", 1)[0]:
+                read_at.setdefault(ep.id, []).append(ctx.at)
             yield ep
 
     episodes: Iterator[Episode] | Iterator[PackedEpisode]
@@ -258,8 +262,9 @@ def import_path(
         episodes = new_ones()
     try:
         for ep, state, error in store.save_batches(episodes, batch=batch, replace=replace):
+            at = {ep.id: _first(read_at, ep.id)} if ep.id in read_at else {}  # held until its batch is written
             if error is not None:  # a bug in storing this one record: list it, import the rest
-                ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), _where(ep)))
+                ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), _where(ep, at)))
                 continue
             if bar is not None:
                 bar.update(1)
@@ -271,7 +276,7 @@ def import_path(
                 ctx.skip(FormatError(
                     f"episode {ep.id} again, with other content: an earlier record of this import has its id, and is "
                     "the one stored" + ("; to store this one instead, import a file that holds it alone"
-                                        if replace else ""), _where(ep)))
+                                        if replace else ""), _where(ep, at)))
                 continue
             count(ep, state != "new")
             if state == "new":
@@ -306,11 +311,21 @@ def import_path(
     return report
 
 
-def _where(ep: Episode | PackedEpisode) -> str:
-    """The file and line an episode was read from."""
+def _first(read_at: dict[str, list[str]], eid: str) -> str:
+    """The first of ``eid``'s places, taken off the list (the list too when it was the last)."""
+    places = read_at[eid]
+    if len(places) == 1:
+        del read_at[eid]
+    return places.pop(0)
+
+
+def _where(ep: Episode | PackedEpisode, read_at: dict[str, str]) -> str:
+    """The file and line an episode was read from (``read_at``: by id, where its source names another)."""
     if isinstance(ep, PackedEpisode) and ep.where:
         return ep.where
-    return f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file)
+    if ep.id in read_at:
+        return read_at[ep.id]
+    return f"{ep.source.file}:{ep.source.line}" if ep.source.line is not None else str(ep.source.file or "")
 
 
 def _few(names: list[str], most: int = 4) -> str:

@@ -81,6 +81,9 @@ class ImportContext:
     """Set by a reader whose records named their own tokenizer (no ``--tokenizer`` needed for them)."""
     loop: LoopConfig | None = None
     """The loop's knobs the records ran with (``import --set`` / ``--config``), for records that do not say."""
+    at: str = ""
+    """Where the record read last is (a JSONL file's ``path:line``): what the import names a record it cannot store
+    by, when the episode's own source names another file (a Rollscope record keeps where it first came from)."""
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""
@@ -186,6 +189,7 @@ def json_lines(path: Path, ctx: ImportContext) -> Iterator[tuple[str, dict[str, 
             first = False
         if n:
             ctx.replaced[where] = n
+        ctx.at = where
         yield where, obj
 
 
@@ -336,13 +340,12 @@ def reward_value(value: Any, where: str, name: str = "reward") -> float:
         nums = [v for v in value.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if not nums:
             raise FormatError("is a dict without a 'score' key or any numeric value", where, name)
-        value = float(sum(nums))
+        value = sum(nums)
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise FormatError(f"must be a number, got {value!r}"[:200], where, name)
-    out = float(value)
-    if not math.isfinite(out):
-        raise FormatError(numbers.not_finite(out), where, name)
-    return out
+    if not numbers.is_finite(value):  # NaN, an infinity, or an integer past what a float holds
+        raise FormatError(numbers.not_finite(value), where, name)
+    return float(value)
 
 
 def jsonable(value: Any) -> Any:

@@ -25,18 +25,42 @@ def spell(x: float) -> str:
 
 
 def not_finite(value: Any) -> str:
-    """The sentence a reader refuses a non-finite number with."""
-    shown = spell(value) if isinstance(value, float) and not math.isfinite(value) else repr(value)
+    """The sentence a reader refuses a non-finite number with (an integer past what a float holds is one)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        shown = spell(value)
+    elif isinstance(value, int) and too_big(value):
+        shown = f"an integer of {len(str(abs(value))):,} digits, past what a float holds"
+    else:
+        shown = repr(value)
     return (f"must be a finite number, got {shown}: nothing downstream can hold it; write the value the source "
             "meant, or leave the record out")
 
 
+def too_big(value: int) -> bool:
+    """Whether an integer is past what a float holds (``float(value)`` would raise)."""
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
+
+
 def is_finite(value: Any) -> bool:
-    """Whether a number (int, float, numpy scalar) is finite; None and non-numbers are not."""
+    """Whether a number (int, float, numpy scalar) is finite; None and non-numbers are not, nor an integer past
+    what a float holds (JSON's integers have no bound)."""
     try:
         return math.isfinite(value)
-    except TypeError:
+    except (TypeError, OverflowError):
         return False
+
+
+def as_float(value: Any) -> float:
+    """A number as a float: an integer past what a float holds is infinite, with its sign (then refused or marked as
+    any infinite number is)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def nan_to_none(xs: Any) -> list[float | None] | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import FormatError
 from .jsonbounds import depth_over, too_deep
-from .numbers import is_finite, not_finite
+from .numbers import as_float, is_finite, not_finite
 from .textsafe import NONFINITE_KEY, from_json_safe
 
 
@@ -84,34 +84,40 @@ class Fields:
 
     def integer(self, key: str) -> int:
         v = self.d.get(key)
-        if type(v) is int:
+        if type(v) is int and -_INT64 <= v < _INT64:
             return v
-        return int(self._typed(key, False, _is_int, "an integer"))
+        return self._int64(key, int(self._typed(key, False, _is_int, "an integer")))
 
     def int_or_none(self, key: str) -> int | None:
         v = self.d.get(key, _MISSING)
-        if v is None or type(v) is int:
+        if v is None or (type(v) is int and -_INT64 <= v < _INT64):
             return v
         v = self._typed(key, True, _is_int, "an integer")
-        return None if v is None else int(v)
+        return None if v is None else self._int64(key, int(v))
+
+    def _int64(self, key: str, v: int) -> int:
+        """``v`` if a 64-bit integer holds it (what SQLite and every trainer's arrays hold), else the field refused."""
+        if not -_INT64 <= v < _INT64:
+            raise self.fail(key, f"must be an integer within 64 bits, got one of {len(str(abs(v))):,} digits")
+        return v
 
     def number(self, key: str) -> float:
         v = self.d.get(key)
         if type(v) is float and v - v == 0.0:  # finite: NaN - NaN and inf - inf are NaN
             return v
-        return self._finite(key, float(self._typed(key, False, _is_number, "a number")))
+        return self._finite(key, self._typed(key, False, _is_number, "a number"))
 
     def number_or_none(self, key: str) -> float | None:
         v = self.d.get(key, _MISSING)
         if v is None or (type(v) is float and v - v == 0.0):
             return v
         v = self._typed(key, True, _is_number, "a number")
-        return None if v is None else self._finite(key, float(v))
+        return None if v is None else self._finite(key, v)
 
     def _finite(self, key: str, v: float) -> float:
-        if not is_finite(v):
+        if not is_finite(v):  # NaN, an infinity, or an integer past what a float holds
             raise self.fail(key, not_finite(v))
-        return v
+        return float(v)
 
     def boolean(self, key: str) -> bool:
         v = self.d.get(key)
@@ -202,7 +208,7 @@ class Fields:
                 out.append(math.nan)
             elif _is_number(x):
                 if not is_finite(x):
-                    self.nonfinite.append((self.name(key), i, float(x)))
+                    self.nonfinite.append((self.name(key), i, as_float(x)))
                     x = math.nan
                 out.append(float(x))
             else:
@@ -210,6 +216,7 @@ class Fields:
         return tuple(out)
 
 
+_INT64 = 2 ** 63
 _MISSING = object()
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 # The types of a list's values that its common case, checked at C speed (``set(map(type, values))``), may hold.
