@@ -110,7 +110,7 @@ def test_browse_shows_the_diagnosis_and_says_run_level_kinds_once(tmp_path):
         table, info, _ = page(store, episode_filter(run="b5258a9f04bd4eaa"), None, 1)
         # Every areal-math episode of that run has the injected block: one note, not four rows saying it.
         assert info.count("system_block_injected") == 1 and "in every one of its 4 episodes" in info
-        assert table.count("a system block is injected") == 0 and table.count("run: system_block_injected") == 4
+        assert table.count("a system block is injected") == 0 and table.count("run: system_<wbr>block_<wbr>injected") == 4
         table, _, _ = page(store, episode_filter(findings=ROOT + "system_block_injected"), None, 1)
         assert table.count('<tr data-id=') == 5
         fork = store.get_episode("a0dd25aea5c24541")  # a run of its own: its diagnosis stays on its row

@@ -166,6 +166,34 @@ def test_messages_import_tokenizes_with_the_chat_template(tmp_path, smol_tokeniz
         f"{f}: records without a reward (none, or null) read as reward 0.0: nothing scored them"]
 
 
+def test_a_chat_file_re_imported_with_records_added_or_reordered_stores_each_conversation_once(tmp_path):
+    """A chat record's id is its content and how many identical records came before it, not its line: a record
+    added at the top, or the file reversed, finds the episodes stored before (it stored them all again); two
+    identical records are two samples. An episode stored when ids were numbered by line keeps its id."""
+    from engine.formats.base import stable_id
+
+    records = [{**_chat_record(), "id": f"shop-{k}", "reward": float(k)} for k in range(4)]
+    twin = records[1]
+    f = write_jsonl(tmp_path / "a.jsonl", [*records, twin])
+    st = _db(tmp_path)
+    assert import_path(f, "messages", st).new == 5  # the twin is a sample of its own
+    ids = {e.id for e in st.iter_episodes()}
+    extra = {**_chat_record(), "id": "shop-new"}
+    for variant in ([extra, *records, twin], [twin, *reversed(records)]):
+        g = write_jsonl(tmp_path / "b.jsonl", variant)
+        report = import_path(g, "messages", st)
+        assert report.already_present == 5 and report.new == (1 if extra in variant else 0), report
+    assert len(ids | {e.id for e in st.iter_episodes()}) == st.count() == 6
+    # A database from before: its episode of line 1 has the id of line 1, and a re-import leaves it as it is.
+    fresh = _db(tmp_path, "fresh.db")
+    import_path(write_jsonl(tmp_path / "one.jsonl", [records[0]]), "messages", fresh)
+    legacy = stable_id("messages", 1, records[0])
+    old = _db(tmp_path, "old.db")
+    old.save_episodes([next(fresh.iter_episodes()).evolve(id=legacy)])
+    report = import_path(tmp_path / "one.jsonl", "messages", old)
+    assert (report.new, report.already_present) == (0, 1) and [e.id for e in old.iter_episodes()] == [legacy]
+
+
 def test_messages_import_without_a_tokenizer_keeps_what_the_env_answered_each_turn(tmp_path, smol_tokenizer):
     """Without a tokenizer the episode holds the messages alone, its turns the same as with one: each assistant
     message, and the tool and user messages after it up to the next one (what ``show`` and playback print)."""

@@ -211,7 +211,7 @@ def import_path(
         fmt, tok, name, env=env or "", errors=report.errors, notes=report.notes, files=report.files,
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
-        lines=lines, max_record=max_record, loop=loop,
+        lines=lines, max_record=max_record, loop=loop, known=store.has_episode,
     )
     replace = fmt in LOSSLESS
     stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs

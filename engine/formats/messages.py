@@ -209,6 +209,20 @@ def _tools(raw: Any, where: str) -> tuple[dict[str, Any], ...]:
     return tuple(t if "type" in t else {"type": "function", "function": t} for t in raw)
 
 
+def record_id(d: dict[str, Any], line: int, ctx: ImportContext) -> str:
+    """The episode id of a chat record: its content, and how many identical records this import read before it (two
+    samples that said the same are two episodes), so the same file re-imported with records added, removed or
+    reordered finds the episodes it stored. An episode stored by a version that numbered records by their line
+    keeps that id."""
+    key = stable_id("messages-record", d)
+    k = ctx.occurrences.get(key, 0)
+    ctx.occurrences[key] = k + 1
+    legacy = stable_id("messages", line, d)
+    if ctx.known is not None and ctx.known(legacy):
+        return legacy
+    return stable_id("messages", "content", key, k)
+
+
 def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
     if "messages" not in d:
         raise FormatError("missing", where, "messages")
@@ -225,7 +239,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     source = Source.imported("messages", str(path), line=line, index=line - 1,
                              **({"reward": jsonable(d["reward"])} if isinstance(d.get("reward"), dict) else {}))
     return conversation_episode(
-        fmt="messages", eid=stable_id("messages", line, d), env=str(d.get("env") or ctx.env or "messages"),
+        fmt="messages", eid=record_id(d, line, ctx), env=str(d.get("env") or ctx.env or "messages"),
         task_id=str(task) if task is not None else "p-" + stable_id("prompt", prompt)[:10],
         messages=messages, tools=tools, reward=reward, status=Status(status_raw), source=source, ctx=ctx, where=where,
     )

@@ -157,6 +157,10 @@ def other_format(record: object, fmt: str) -> str:
         return ""
     keys = set(record)
     if any(need <= keys for need in _READS[fmt]):
+        if fmt != "jsonl" and _SHAPES[0][2] <= keys:  # a Rollscope record holds "messages" too: read as messages it
+            # would lose its token ids, mask, logprobs and findings
+            return (f"not {fmt} records but {_SHAPES[0][1]}: import them with --format jsonl (read as {fmt} they "
+                    "would keep their messages and lose their token ids, loss mask, logprobs and findings)")
         return ""
     for reader, what, need in _SHAPES:
         if need <= keys and reader != fmt:
