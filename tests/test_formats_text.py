@@ -194,6 +194,36 @@ def test_a_chat_file_re_imported_with_records_added_or_reordered_stores_each_con
     assert (report.new, report.already_present) == (0, 1) and [e.id for e in old.iter_episodes()] == [legacy]
 
 
+def test_a_legacy_function_call_is_flagged_as_dropped_and_shapeless_conversations_are_refused(tmp_path, smol_tokenizer):
+    """OpenAI's legacy ``function_call`` is not rendered by chat templates (they read ``tool_calls``): the turn's
+    tokens hold no call, and the turn says so (``tool_call_dropped``), with or without a tokenizer. ``tool_calls``
+    that is not a list, and a record of no messages, are refused with the field named (they read as no call and as
+    a completed episode of no turns)."""
+    legacy = _chat_record()
+    legacy["id"] = "legacy"
+    call = legacy["messages"][2].pop("tool_calls")[0]
+    legacy["messages"][2]["function_call"] = call["function"]
+    shapeless, empty = _chat_record(), {**_chat_record(), "messages": []}
+    shapeless["messages"][2]["tool_calls"] = {}
+    f = write_jsonl(tmp_path / "chat.jsonl", [legacy, shapeless, empty])
+    for tok in (None, smol_tokenizer):
+        st = _db(tmp_path, f"{tok is None}.db")
+        report = import_path(f, "messages", st, tokenizer=tok, check=True)
+        assert report.new == 1 and [(e.where, e.field) for e in report.errors] == [
+            (f"{f}:2", "messages[2].tool_calls"), (f"{f}:3", "messages")]
+        assert "must be a list of tool calls, got an object" in str(report.errors[0])
+        ep = next(st.iter_episodes())
+        assert ep.turns[0].tool_calls == () and ep.messages[2].tool_calls == ()
+        [dropped] = [x for x in ep.all_findings() if x.kind == "tool_call_dropped"]
+        assert dropped.turn == 0 and dropped.severity.value == "warning"
+        assert "messages[2] calls get_price in OpenAI's legacy function_call" in dropped.message
+        if tok is not None:  # the tokens are the template's render: no call in them
+            [reply] = [s for s in ep.segments if s.trainable and s.turn == 0]
+            text = chat.decode(tok, ep.tokens.ids[reply.start:reply.end].tolist())
+            assert text.startswith("Let me check.") and "<tool_call>" not in text and "get_price" not in text
+            assert not [x for x in ep.all_findings() if x.severity.value == "error"]
+
+
 def test_messages_import_without_a_tokenizer_keeps_what_the_env_answered_each_turn(tmp_path, smol_tokenizer):
     """Without a tokenizer the episode holds the messages alone, its turns the same as with one: each assistant
     message, and the tool and user messages after it up to the next one (what ``show`` and playback print)."""

@@ -36,6 +36,7 @@ from ..records.episode import (
     Generation,
     Message,
     Segment,
+    Severity,
     Status,
     TokenArrays,
     ToolCall,
@@ -115,11 +116,35 @@ def parse_messages(raw: Any, where: str) -> tuple[Message, ...]:
             raise FormatError("must be an object with a 'role'", where, field)
         if m["role"] not in ROLES:
             raise FormatError(f"role must be one of {', '.join(ROLES)}, got {m['role']!r:.40}", where, f"{field}.role")
-        calls = tuple(_tool_call(c, where, f"{field}.tool_calls[{j}]") for j, c in enumerate(m.get("tool_calls") or ()))
+        raw_calls = m.get("tool_calls")
+        if raw_calls is not None and not isinstance(raw_calls, list):
+            raise FormatError(f"must be a list of tool calls, got {json_type(raw_calls)}", where, f"{field}.tool_calls")
+        calls = tuple(_tool_call(c, where, f"{field}.tool_calls[{j}]") for j, c in enumerate(raw_calls or ()))
         names.update({c.id: c.name for c in calls if c.id})
         name = m.get("name") or (names.get(m.get("tool_call_id", "")) if m["role"] == "tool" else None)
         out.append(Message(m["role"], _content(m.get("content"), where, f"{field}.content"), name, calls))
     return tuple(out)
+
+
+def legacy_function_calls(raw: list[Any]) -> dict[int, Finding]:
+    """A ``tool_call_dropped`` warning for each assistant message (by its turn) that holds OpenAI's legacy
+    ``function_call`` and no ``tool_calls``: chat templates render ``tool_calls`` alone, so the trainer's tokens of
+    that turn hold no call (the message is read as the template sees it, without one)."""
+    out: dict[int, Finding] = {}
+    turn = 0
+    for k, m in enumerate(raw):
+        if m["role"] != "assistant":
+            continue
+        fc = m.get("function_call")
+        if isinstance(fc, dict) and not m.get("tool_calls"):
+            name = fc.get("name") if isinstance(fc.get("name"), str) else "?"
+            out[turn] = Finding(
+                "tool_call_dropped", Severity.WARNING,
+                f"turn {turn}: messages[{k}] calls {name} in OpenAI's legacy function_call, which chat templates do "
+                "not render (they read tool_calls): the tokens of this reply hold no call; write it as tool_calls",
+                turn=turn, evidence={"message": k, "function_call": jsonable(fc)})
+        turn += 1
+    return out
 
 
 def tokenize_conversation(
@@ -227,6 +252,9 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     if "messages" not in d:
         raise FormatError("missing", where, "messages")
     messages = parse_messages(d["messages"], where)
+    if not messages:
+        raise FormatError("holds no messages: there is no conversation to import", where, "messages")
+    dropped = legacy_function_calls(d["messages"])
     tools = _tools(d.get("tools"), where)
     reward = reward_value(d.get("reward"), where)
     if d.get("reward") is None:
@@ -238,11 +266,15 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     task = d.get("task_id", d.get("id"))
     source = Source.imported("messages", str(path), line=line, index=line - 1,
                              **({"reward": jsonable(d["reward"])} if isinstance(d.get("reward"), dict) else {}))
-    return conversation_episode(
+    ep = conversation_episode(
         fmt="messages", eid=record_id(d, line, ctx), env=str(d.get("env") or ctx.env or "messages"),
         task_id=str(task) if task is not None else "p-" + stable_id("prompt", prompt)[:10],
         messages=messages, tools=tools, reward=reward, status=Status(status_raw), source=source, ctx=ctx, where=where,
     )
+    if not dropped:
+        return ep
+    return ep.evolve(turns=tuple(replace(t, findings=(*t.findings, dropped[t.index])) if t.index in dropped else t
+                                 for t in ep.turns))
 
 
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
