@@ -372,6 +372,55 @@ def test_messages_export_for_sft_and_back(tmp_path, eps, smol_tokenizer):
 # -- lossless formats ----------------------------------------------------------------
 
 
+def test_columns_edited_after_export_are_read_over_the_record_and_said_so(tmp_path, eps):
+    """A Parquet export's summary columns, and a verl row's reward_score, repeat the embedded record's fields for
+    dataset tools: re-scored or re-labelled there, they are what the person means. Read back, an edited column is
+    taken over the record's copy, checked as the field is, and the import says so; unedited rows are as they were."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    src = _db(tmp_path)
+    src.save_episodes(eps)
+    originals = {e.id: e for e in src.iter_episodes()}
+    out = tmp_path / "all.parquet"
+    export(src.iter_episodes(), "parquet", out)
+    t = pq.read_table(out)
+    first = t.column("id")[0].as_py()
+    edited = pc.equal(t.column("id"), first)
+    t = t.set_column(t.schema.get_field_index("reward"), "reward",
+                     pc.if_else(edited, pa.scalar(0.25), t.column("reward")))
+    t = t.set_column(t.schema.get_field_index("status"), "status",
+                     pc.if_else(edited, pa.scalar("failed"), t.column("status")))
+    pq.write_table(t, tmp_path / "edited.parquet")
+    dst = _db(tmp_path, "b.db")
+    report = import_path(tmp_path / "edited.parquet", "parquet", dst)
+    assert report.new == len(eps) and not report.errors
+    got = dst.get_episode(first)
+    assert (got.reward, got.status.value) == (0.25, "failed")
+    assert got.evolve(reward=originals[first].reward, status=originals[first].status) == originals[first]
+    assert all(dst.get_episode(eid) == e for eid, e in originals.items() if eid != first)
+    said = [n for n in report.notes if "column differs from their Rollscope record" in n]
+    assert sorted(n.split(" column")[0].rsplit(" ", 1)[-1] for n in said) == ["reward", "status"]
+    # An edit the field cannot hold refuses its row, naming the column.
+    bad = t.set_column(t.schema.get_field_index("status"), "status",
+                       pc.if_else(edited, pa.scalar("finished"), t.column("status")))
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    report = import_path(tmp_path / "bad.parquet", "parquet", _db(tmp_path, "c.db"))
+    assert report.new == len(eps) - 1 and [e.field for e in report.errors] == ["status"]
+    assert "must be one of running, completed" in str(report.errors[0]) and "got 'finished'" in str(report.errors[0])
+    # verl's AgentLoopOutput rows: reward_score re-scored.
+    rows = tmp_path / "rows.jsonl"
+    export(src.iter_episodes(), "verl", rows)
+    lines = [json.loads(x) for x in rows.read_text().splitlines()]
+    lines[0]["reward_score"] = -2.0
+    rows.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    report = import_path(rows, "verl", _db(tmp_path, "v.db"))
+    assert report.new == len(eps) and any("reward_score column differs" in n for n in report.notes)
+    assert sorted(e.reward for e in _db(tmp_path, "v.db").iter_episodes()) == sorted(
+        [-2.0] + [e.reward for e in list(src.iter_episodes())[1:]])
+
+
 @pytest.mark.parametrize("fmt,suffix", [("jsonl", "jsonl"), ("parquet", "parquet")])
 def test_lossless_round_trip(tmp_path, eps, fmt, suffix):
     src = _db(tmp_path)

@@ -8,7 +8,8 @@ the token arrays as list columns (``tokens`` int32, ``loss_mask`` uint8,
 where none), the entropy and top K (``entropy`` float32 per token, NaN where unknown; ``top_k``, K; ``top_ids``
 int32 and ``top_logprobs`` float32, K per token row after row, -1 and NaN where a token has none), and
 ``record``: the rest of the episode as Rollscope JSON, so a
-Parquet file imports back losslessly. Rows are written and read in batches,
+Parquet file imports back losslessly. A summary column edited after export (a re-scored ``reward``, a ``status``,
+``tags``) is read over the record's copy, and the import says so (``edited``). Rows are written and read in batches,
 so neither direction holds the whole file in memory.
 """
 
@@ -27,6 +28,7 @@ from ..records import jsonbounds
 from ..records.bounds import within_bounds
 from ..records.episode import Episode, TokenArrays
 from .base import ImportContext, discover
+from .edited import EDITABLE, with_edited_columns
 from .limits import over_limit
 
 BATCH = 256
@@ -160,9 +162,11 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
         ctx.expect(pf.metadata.num_rows)
         row = 0
         more = [c for c in ("top_k", *_ALTERNATIVES) if c in pf.schema_arrow.names]
-        for batch in pf.iter_batches(batch_size=64, columns=["record", *_TOKEN_KEYS, *more]):
+        editable = [c for c in EDITABLE if c in pf.schema_arrow.names]
+        for batch in pf.iter_batches(batch_size=64, columns=["record", *_TOKEN_KEYS, *more, *editable]):
             sizes = _row_sizes(batch)
             column = batch.column("record")
+            edits = {c: batch.column(c).to_pylist() for c in editable}
             for i in range(batch.num_rows):
                 where = f"{f}: row {row}"
                 row += 1
@@ -173,6 +177,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                 try:
                     d = jsonbounds.loads(rec, limit=None)
                     ep = within_bounds(read_episode(d, tokens=_tokens(batch, i, d, bool(more))))
+                    ep = with_edited_columns(ep, {c: values[i] for c, values in edits.items()}, where, f, ctx)
                 except FormatError as e:
                     ctx.skip(e.at(where))
                     continue

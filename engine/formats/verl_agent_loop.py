@@ -44,6 +44,7 @@ from ..records.episode import Episode, Message, Status, TokenArrays
 from ..records.numbers import nan_to_none
 from ..records.provenance import RunConfig, Source
 from .base import ImportContext, int_array, jsonable, logprob_array, mask_array, mask_structure, reward_value, stable_id
+from .edited import with_edited_columns
 
 # AgentLoopOutput's fields in the model's order, and AgentLoopMetrics'.
 FIELDS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "routed_experts", "multi_modal_data",
@@ -205,6 +206,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
                      "the rows without one")
         elif ctx.loop is not None:
             ep = ep.evolve(config=replace(ep.config, loop=ctx.loop))
+        if v.get("reward_score") is not None:  # re-scored after export: the row's score, as a verl trainer reads it
+            ep = with_edited_columns(ep, {"reward": v["reward_score"]}, where, path, ctx, {"reward": "reward_score"})
         return ep
     if "reward_score" in v and v["reward_score"] is None:
         ctx.note(f"{path}: reward_score is null (verl's loop leaves it to the reward manager, which had not scored "

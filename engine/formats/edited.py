@@ -1,0 +1,82 @@
+"""Columns a person edited after export: a Rollscope Parquet file's summary columns, a verl row's ``reward_score``.
+
+A lossless export writes the whole record beside columns that repeat a few of its fields for dataset tools (pandas,
+polars, ``datasets``). Those columns are what a person edits: a re-scored reward, a status, a tag. Read back, an
+edited column is taken over the record's copy (where they agree nothing changes), once checked as the record's
+field would be, and the import says so once a file and field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError
+from ..records import numbers
+from ..records.episode import Episode, Status
+from ..records.reading import json_type
+from .base import ImportContext
+
+EDITABLE = ("env", "task_id", "run_id", "group_id", "sample_index", "preset", "status", "reason", "reward", "tags",
+            "starred")
+"""The record's fields a Parquet export repeats as columns that a person may edit; the others (``n_tokens``,
+``prompt_len``, ``source``...) are figures of the record and its arrays, read from them."""
+_TEXT = {"env", "task_id", "preset", "reason"}
+_TEXT_OR_NULL = {"run_id", "group_id"}
+
+
+def _value(name: str, value: Any, where: str) -> Any:
+    """``value`` of column ``name`` as the record's field holds it, or a FormatError naming the column."""
+    if name in _TEXT and not isinstance(value, str) or name in _TEXT_OR_NULL and not isinstance(value, (str, type(None))):
+        raise FormatError(f"must be text, got {json_type(value)}", where, name)
+    if name == "status":
+        if value not in {s.value for s in Status}:
+            raise FormatError(f"must be one of {', '.join(s.value for s in Status)}, got {value!r:.40}", where, name)
+        return Status(value)
+    if name == "reward":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise FormatError(f"must be a number, got {json_type(value)}", where, name)
+        if not numbers.is_finite(value):
+            raise FormatError(numbers.not_finite(value), where, name)
+        return float(value)
+    if name == "sample_index" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise FormatError(f"must be an integer, got {json_type(value)}", where, name)
+    if name == "starred" and not isinstance(value, bool):
+        raise FormatError(f"must be true or false, got {json_type(value)}", where, name)
+    if name == "tags":
+        if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
+            raise FormatError("must be a list of text", where, name)
+        return tuple(value)
+    return value
+
+
+def _same(name: str, ep: Episode, value: Any) -> bool:
+    held = getattr(ep, name)
+    if name == "status":
+        return bool(value == held.value)
+    if name == "tags":
+        return isinstance(value, (list, tuple)) and tuple(value) == held
+    if name == "reward" and isinstance(value, float) and math.isnan(value):
+        return False
+    return bool(value == held)
+
+
+def with_edited_columns(ep: Episode, columns: Mapping[str, Any], where: str, path: Path, ctx: ImportContext,
+                        named: Mapping[str, str] | None = None) -> Episode:
+    """``ep`` with each of ``columns`` (a field of ``EDITABLE`` -> the row's value) that differs from its record taken
+    over it, checked as the field is (a FormatError names the column: ``named`` maps a field to the column's name
+    where they differ); one note a file and field."""
+    changes: dict[str, Any] = {}
+    for name, value in columns.items():
+        if _same(name, ep, value):
+            continue
+        column = (named or {}).get(name, name)
+        try:
+            changes[name] = _value(name, value, where)
+        except FormatError as e:
+            raise FormatError(e.detail, where, column) from None
+        ctx.note(f"{path}: rows whose {column} column differs from their Rollscope record (edited after export) are "
+                 "read with the column's value")
+    return ep.evolve(**changes) if changes else ep
