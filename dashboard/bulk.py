@@ -35,9 +35,10 @@ def bulk(store: Store, data: dict[str, Any]) -> tuple[str, Path | None]:
             from .tabs.export import write
 
             fmt = str(data.get("format") or "jsonl")
-            path, written = write(store, EpisodeFilter(ids=tuple(store.resolve_id(i) for i in ids)), fmt)
+            path, written, said = write(store, EpisodeFilter(ids=tuple(store.resolve_id(i) for i in ids)), fmt)
             return note(f"Exported {written:,} ticked episode{'s' if written != 1 else ''} as {fmt}: {path.name} "
-                        "(downloading; the link below downloads it again)", "ok"), path
+                        "(downloading; the link below downloads it again)", "ok") + "".join(
+                note(x, "warn") for x in said), path
         if store.read_only:
             return note(f"{store.path} is open read-only: nothing changed", "error"), None
         if action in ("tag", "untag"):

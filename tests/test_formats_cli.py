@@ -123,3 +123,45 @@ def test_an_export_that_would_write_nothing_or_into_a_missing_folder_is_an_error
     none = rollscope("export", "--db", str(path), "-o", str(out), "--tag", "nosuchtag", check=False)
     assert none.returncode == 2 and "no episodes match" in none.stderr and not out.exists()
     assert len(none.stderr.strip().splitlines()) == 1
+
+
+def test_a_format_of_token_ids_leaves_out_episodes_that_hold_none_and_says_so(tmp_path, db):
+    """Chat messages imported without a tokenizer hold no token ids: slime, AReaL and verl files are ids a trainer
+    loads, so such episodes are left out of them and the export says how many and what to do (areal said "exported
+    28" over an empty file, slime wrote samples of no tokens, verl said "exported 0" and no more). An export that
+    could carry none of the matching episodes exits 2; jsonl and messages export them as they are."""
+    path, eps = db
+    chat = tmp_path / "chat.jsonl"
+    rollscope("export", "--db", str(path), "--format", "messages", "-o", str(chat))
+    mixed = tmp_path / "mixed.db"
+    rollscope("import", str(chat), "--format", "messages", "--db", str(mixed))
+    bare = Store(mixed).count()
+    for fmt in ("slime", "areal", "areal-realhf", "verl"):
+        out = tmp_path / f"only.{fmt}"
+        proc = rollscope("export", "--db", str(mixed), "--format", fmt, "-o", str(out), check=False)
+        assert proc.returncode == 2 and f"exported 0 episodes ({fmt})" in proc.stderr, proc.stderr
+        assert f"{fmt}: left out {bare} episodes that hold no token ids" in proc.stderr
+    st = Store(mixed)
+    st.save_episodes(eps[:2])  # two with ids beside them: those are written, the rest said
+    st.close()
+    out = tmp_path / "some.areal"
+    proc = rollscope("export", "--db", str(mixed), "--format", "areal", "-o", str(out))
+    assert "exported 2 episodes (areal)" in proc.stderr and f"left out {bare} episodes that hold no token ids" in \
+        proc.stderr and {json.loads(x)["episode_id"] for x in out.read_text().splitlines()} == {e.id for e in eps[:2]}
+    assert "left out" not in rollscope("export", "--db", str(mixed), "-o", str(tmp_path / "all.jsonl")).stderr
+    # The dashboard's Export (and the ticked rows' export) says the same, from the same export.
+    from dashboard.bulk import bulk
+    from dashboard.tabs.export import write
+    from engine.store import EpisodeFilter
+
+    st = Store(mixed)
+    try:
+        _, written, said = write(st, EpisodeFilter(), "verl")
+        assert written == 2 and said == [f"verl: left out {bare} episodes that hold no token ids (imported from chat "
+                                         "messages without --tokenizer): verl is token ids a trainer loads; `rollscope "
+                                         "import --format messages --tokenizer NAME` tokenizes them, and jsonl and "
+                                         "messages export them as they are"]
+        message, _ = bulk(st, {"bulk": "export", "ids": [r.id for r in st.list_episodes()], "format": "slime"})
+        assert "Exported 2 ticked episodes as slime" in message and "slime: left out" in message
+    finally:
+        st.close()

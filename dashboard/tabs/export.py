@@ -104,15 +104,16 @@ def sample(store: Store, flt: EpisodeFilter, fmt: str) -> str:
     return text[:SAMPLE_CHARS] + cut
 
 
-def write(store: Store, flt: EpisodeFilter, fmt: str) -> tuple[Path, int]:
-    """Write every matching episode in ``fmt`` to a new file; (path, count)."""
+def write(store: Store, flt: EpisodeFilter, fmt: str) -> tuple[Path, int, list[str]]:
+    """Write every matching episode in ``fmt`` to a new file; (path, count, what the export says it left out)."""
     n = store.count(flt)
     if n == 0:
         raise ConfigError("no episodes match: nothing to export")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = _out_dir() / f"rollscope-{n}-episodes-{stamp}.{EXTENSIONS.get(fmt, 'out')}"
-    written = export(store.iter_episodes(flt), fmt, path)
-    return path, written
+    notes: list[str] = []
+    written = export(store.iter_episodes(flt), fmt, path, notes)
+    return path, written, notes
 
 
 # One click exports and downloads: the link and message before the click are remembered (download_mark.js), and
@@ -210,14 +211,15 @@ def build(store: Store, browse_filters: Outputs | None = None,
     def on_export(*values: Any) -> list[Any]:
         try:
             flt, what, fmt_v = chosen(values)
-            path, n = write(store, flt, fmt_v)
+            path, n, said = write(store, flt, fmt_v)
         except RollscopeError as e:
             kind = "warn" if isinstance(e, ConfigError) else "error"
             return exported.values(message=note(str(e), kind), download=gr.File(value=None, visible=False))
         size = path.stat().st_size
         return exported.values(
             message=note(f"Wrote {n:,} episode{'s' if n != 1 else ''} ({what}) as {fmt_v}: {path.name}, "
-                         f"{_size(size)}: downloading (the link below downloads it again).", "ok"),
+                         f"{_size(size)}: downloading (the link below downloads it again).", "ok")
+            + "".join(note(x, "warn") for x in said),
             download=gr.File(value=str(path), visible=True))
 
     export.click(None, js=script("download_mark", **DOWNLOAD)).then(

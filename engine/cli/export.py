@@ -50,4 +50,4 @@ def cmd_export(a: argparse.Namespace) -> int:
     print(f"exported {counted(n, 'episode')} ({a.format}) to {a.output}", file=sys.stderr)
     for note in notes:
         print(note, file=sys.stderr)
-    return 0
+    return 0 if n else 2  # episodes matched, and the format could carry none of them

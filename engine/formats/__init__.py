@@ -91,6 +91,8 @@ EXPORTERS: dict[str, Exporter] = {
     "parquet": parquet.write,
 }
 LOSSLESS = frozenset({"jsonl", "parquet"})
+# Formats of token ids alone: an episode without ids (chat messages imported without a tokenizer) has nothing in them.
+ON_IDS = frozenset({"slime", "areal", "areal-realhf", "verl"})
 # Formats whose rows may not say the loop's knobs they ran with (``import --set``/``--config`` give them).
 KNOBBED = frozenset({"verl"})
 # Formats whose records carry their own tokenizer name (or need none).
@@ -357,6 +359,13 @@ def left_out(fmt: str, n: int) -> str:
             f"(the format has no place for them; jsonl and parquet keep them)")
 
 
+def no_ids(fmt: str, n: int) -> str:
+    """The line an export in ``fmt`` (a format of token ids) says of the ``n`` episodes it left out for holding none."""
+    return (f"{fmt}: left out {n} episode{'s' if n != 1 else ''} that hold{'s' if n == 1 else ''} no token ids "
+            f"(imported from chat messages without --tokenizer): {fmt} is token ids a trainer loads; `rollscope "
+            "import --format messages --tokenizer NAME` tokenizes them, and jsonl and messages export them as they are")
+
+
 def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, notes: list[str] | None = None,
            full_prompts: bool = False) -> int:
     """Write episodes in format ``fmt`` to ``out_path`` (``-``: stdout, text formats only).
@@ -367,16 +376,19 @@ def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, notes: l
     ``full_prompts``: JSONL gives every turn's prompt text whole, not as pieces of the turn before.
     """
     if fmt not in LOSSLESS:
-        dropped = [0]
+        dropped, idless = [0], [0]
 
         def counted(eps: Iterable[Episode]) -> Iterator[Episode]:
             for ep in eps:
+                if fmt in ON_IDS and not ep.n_tokens:  # nothing a trainer of ids could load: left out, and said
+                    idless[0] += 1
+                    continue
                 dropped[0] += ep.tokens.has_alternatives
                 yield ep
 
         n = _export(counted(episodes), fmt, out_path, full_prompts)
-        if dropped[0] and notes is not None:
-            notes.append(left_out(fmt, dropped[0]))
+        if notes is not None:
+            notes += ([left_out(fmt, dropped[0])] if dropped[0] else []) + ([no_ids(fmt, idless[0])] if idless[0] else [])
         return n
     return _export(episodes, fmt, out_path, full_prompts)
 
