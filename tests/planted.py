@@ -317,7 +317,17 @@ def logprob_above_zero(b: Base) -> Planted:
     lp = b.episode.tokens.logprobs.copy()
     lp[s.start + 2] = 5.0
     return replace(_lp_plant(b, lp, MISALIGNED, t, f"a logprob of 5.0 in turn {t}"),
-                   says=f"the stored logprob at token {s.start + 2} is 5, which no probability has")
+                   says=f"a logprob above 0, first at {s.start + 2} (5), which no probability has")
+
+
+def id_past_vocab(b: Base) -> Planted:
+    # An id the tokenizer has no entry for: a corrupt file, or another tokenizer's ids.
+    t = mid_turn(b.episode)
+    s = seg(b.episode, "assistant", t)
+    ids, mask, lp, ver = arrays(b.episode)
+    ids[s.start + 1] = len(b.tok) + 7
+    return Planted(with_arrays(b.episode, ids, mask, lp, ver), "token_out_of_vocab", ERR, s.start + 1, t,
+                   f"an id past the vocabulary in turn {t}", says=f"id {len(b.tok) + 7:,}")
 
 
 def logprobs_on_context(b: Base) -> Planted:
@@ -447,6 +457,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("logprobs-shift-left", MISALIGNED, logprobs_shift_left),
     Variant("logprobs-shift-in-one-turn", MISALIGNED, logprobs_shift_in_one_turn),
     Variant("logprob-above-zero", MISALIGNED, logprob_above_zero),
+    Variant("id-past-vocab", "token_out_of_vocab", id_past_vocab),
     Variant("logprobs-on-context", MISALIGNED, logprobs_on_context),
     Variant("fewer-logprobs-than-ids", MISALIGNED, fewer_logprobs_than_ids),
     Variant("finish-reason-length", "truncated_turn", finish_reason_length),

@@ -438,3 +438,32 @@ def _clean_tito(tok):
     backend = ScriptedBackend(MathEnv().reference_reply, tok, mistake_rate=0.0, seed=0)
     return asyncio.run(run_episode(env, backend, tok, PRESETS["tito"], env.tasks[0], preset="tito",
                                    tokenizer_name="smollm2"))
+
+
+def test_ids_of_another_tokenizer_are_one_root_whatever_else_the_checks_read_through_it(tmp_path, qwen3_tokenizer,
+                                                                                       smol_tokenizer):
+    """Qwen3's ids checked with SmolLM2's tokenizer (the wrong ``--tokenizer``): its vocabulary is a third of
+    Qwen3's, so some ids have no entry in it. That is the one root; the rendering, re-encoding and mask findings the
+    checks made through the wrong tokenizer follow from it, wherever they are. With the right tokenizer: clean."""
+    from engine.checks.diagnosis import diagnosis, roots
+    from engine.formats import import_path
+    from tests.fixtures_formats import write_jsonl
+    from tests.test_formats_text import _chat_record
+
+    f = write_jsonl(tmp_path / "chat.jsonl", [_chat_record()])
+    store = Store(tmp_path / "q.db")
+    import_path(f, "messages", store, tokenizer=qwen3_tokenizer)
+    ep = next(store.iter_episodes())
+    assert int(ep.tokens.ids.max()) >= len(smol_tokenizer)
+    right = with_checks(ep, CheckOptions(tokenizer=qwen3_tokenizer)).all_findings()
+    assert not [x for x in right if x.kind == "token_out_of_vocab"]
+    # Qwen3's template rewrites history: the import said so, and it stays a root of its own either way.
+    assert [r.kind for r in roots(right) if r.severity is not Severity.INFO] == ["template_not_prefix_stable"]
+    wrong = with_checks(ep, CheckOptions(tokenizer=smol_tokenizer)).all_findings()
+    tripped = {x.kind for x in wrong if x.severity is not Severity.INFO} - {x.kind for x in right}
+    assert tripped >= {"token_out_of_vocab", "retokenization_drift", "mask_misaligned"}, tripped
+    new_roots = [r for r in roots(wrong) if r.severity is not Severity.INFO and r.kind != "template_not_prefix_stable"]
+    past = np.flatnonzero(ep.tokens.ids >= len(smol_tokenizer))
+    assert [(r.kind, r.token_start, r.evidence["count"]) for r in new_roots] == [
+        ("token_out_of_vocab", int(past[0]), past.size)]
+    assert diagnosis(wrong).startswith(f"token ids past the tokenizer's vocabulary from token {past[0]}")

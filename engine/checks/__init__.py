@@ -28,6 +28,7 @@ from .arrays import (
     check_response_length,
     check_truncation,
     check_turn_records,
+    check_vocabulary,
     closing_newlines,
 )
 from .base import CHECKS_VERSION, KEEPS_IDS, KINDS, LOOP_KINDS, Check, CheckOptions
@@ -46,7 +47,7 @@ from .verl_layout import raw_observations
 RECHECKED = frozenset({"truncated_turn", "truncated_episode", "template_not_prefix_stable"})
 
 CHECKS: tuple[Check, ...] = (
-    check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
+    check_vocabulary, check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
     check_response_length, check_logprob_mismatch, check_turn_records, *VERL_CHECKS, check_wrong_argument,
 )
 

@@ -301,9 +301,42 @@ def _logprob_shift(lp: np.ndarray, want: np.ndarray) -> int:
     return 0
 
 
+def check_vocabulary(ep: Episode, o: CheckOptions) -> list[Finding]:
+    """``token_out_of_vocab``: ids the tokenizer has no entry for. A tokenizer's own ids are always inside its
+    vocabulary, so these ids are another tokenizer's (the wrong ``--tokenizer``) or corrupted, and whatever the other
+    checks read through it here follows from that (``diagnosis``)."""
+    tok = o.tokenizer
+    ids = ep.tokens.ids
+    if tok is None or not len(ids):
+        return []
+    vocab = len(tok)
+    past = np.flatnonzero(ids >= vocab)
+    if not past.size:
+        return []
+    at = int(past[0])
+    return [Finding("token_out_of_vocab", ERROR,
+                    f"{past.size:,} token id{'s are' if past.size != 1 else ' is'} past the tokenizer's vocabulary of "
+                    f"{vocab:,}, first at token {at} (id {int(ids[at]):,}, largest {int(ids[past].max()):,}): these "
+                    "ids are not this tokenizer's (the wrong --tokenizer?) or are corrupted, and a trainer would index "
+                    "past its embedding table; what the checks read through this tokenizer follows from it",
+                    turn=turn_at(ep, at), token_start=at, token_end=int(past[-1]) + 1,
+                    evidence={"vocab": vocab, "count": int(past.size), "positions": past[:200].tolist(),
+                              "runs": position_runs(past), "largest": int(ids[past].max())})]
+
+
 def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
     out: list[Finding] = []
     lp, mask = ep.tokens.logprobs, ep.tokens.loss_mask
+    above = np.flatnonzero(lp > ABOVE_ZERO)  # NaN compares False: an unknown logprob is not one
+    if above.size:
+        at = int(above[0])
+        out.append(Finding("logprobs_misaligned", ERROR,
+                           f"{above.size:,} token{'s carry' if above.size != 1 else ' carries'} a logprob above 0, "
+                           f"first at {at} ({float(lp[at]):.4g}), which no probability has (a log probability is at "
+                           "most 0): the array holds something else (probabilities, a flipped sign?)",
+                           turn=turn_at(ep, at), token_start=at, token_end=int(above[-1]) + 1,
+                           evidence={"positions": above[:200].tolist(), "runs": position_runs(above),
+                                     "largest": float(np.nanmax(lp[above]))}))
     want = _generated_logprobs(ep)
     shift = _logprob_shift(lp, want)
     if shift:
@@ -311,11 +344,12 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
         bad = np.flatnonzero(~same & ((mask == 1) | ~np.isnan(lp) | ~np.isnan(want)))
         at = int(bad[0])
         side = "right (later)" if shift > 0 else "left (earlier)"
-        return [Finding("logprobs_misaligned", ERROR,
-                        f"the rollout logprobs are shifted {abs(shift)} token{'s' if abs(shift) != 1 else ''} to the "
-                        f"{side} of the ids they belong to; first at {at}",
-                        turn=turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
-                        evidence={"positions": bad[:200].tolist(), "runs": position_runs(bad), "shift": shift})]
+        return out + [Finding(
+            "logprobs_misaligned", ERROR,
+            f"the rollout logprobs are shifted {abs(shift)} token{'s' if abs(shift) != 1 else ''} to the "
+            f"{side} of the ids they belong to; first at {at}",
+            turn=turn_at(ep, at), token_start=at, token_end=int(bad[-1]) + 1,
+            evidence={"positions": bad[:200].tolist(), "runs": position_runs(bad), "shift": shift})]
     missing = np.flatnonzero((mask == 1) & np.isnan(lp))
     # A logprob that came as NaN or infinity is unknown now and already said (logprob_not_finite, where it entered).
     said = {p for f in ep.all_findings() if f.kind == "logprob_not_finite" and f.token_start is not None
@@ -385,9 +419,15 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
         differ = ~np.isclose(stored, np.asarray(g.logprobs[:k], dtype=np.float32), atol=1e-4)
         if (differ & ~np.isnan(stored)).any():
             i = int(np.flatnonzero(differ & ~np.isnan(stored))[0])
+            if stored[i] > ABOVE_ZERO:  # said above, once for the episode
+                continue
             out.append(Finding("logprobs_misaligned", ERROR, _not_generated(t.index, seg.start, i, stored, g.logprobs[:k]),
                                turn=t.index, token_start=seg.start + i, token_end=seg.start + k))
     return out
+
+
+ABOVE_ZERO = 1e-3
+"""A logprob above this is above 0 for certain (float32 noise put aside): no probability has it."""
 
 
 def _not_generated(turn: int, start: int, i: int, stored: np.ndarray, generated: Sequence[float | None]) -> str:
@@ -396,7 +436,7 @@ def _not_generated(turn: int, start: int, i: int, stored: np.ndarray, generated:
     at, got = start + i, float(stored[i])
     gen = np.asarray([np.nan if x is None else x for x in generated], dtype=np.float32)
     want = f"{gen[i]:.4g}" if not np.isnan(gen[i]) else "unknown"
-    if got > 1e-3:  # a probability above 1
+    if got > ABOVE_ZERO:  # a probability above 1
         return (f"turn {turn}: the stored logprob at token {at} is {got:.4g}, which no probability has (a log "
                 f"probability is at most 0); the generation's is {want}")
     n = len(stored)

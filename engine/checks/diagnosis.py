@@ -11,6 +11,8 @@ in ``caused_by``. A finding with ``caused_by`` None is a root. The rules:
   ones, ids that stop matching the render. Every token finding after its
   first wrong token follows from it: the mask, logprob and rendering checks
   there compare against tokens that are already wrong.
+* Ids past the tokenizer's vocabulary are another tokenizer's (or corrupted): every token finding the checks made
+  through that tokenizer follows from them, wherever it is.
 * A template rewrites history for one reason however many turns it touches:
   later rewrites follow from the first.
 * A mask finding causes the logprob findings on its own positions: a trained
@@ -41,7 +43,7 @@ INFO = Severity.INFO
 
 # Findings that say the token ids themselves are wrong from their first token on.
 STRUCTURAL = frozenset({
-    "template_not_prefix_stable", "system_block_injected", "generation_prompt_missing", "retokenization_drift",
+    "token_out_of_vocab", "template_not_prefix_stable", "system_block_injected", "generation_prompt_missing", "retokenization_drift",
     "tokens_not_rendering", "im_end_newline_missing", "system_cut_wrong",
 })
 # Findings computed on the token arrays, which a wrong id sequence before them can explain.
@@ -56,7 +58,7 @@ RECURRING = frozenset({"tool_call_parse_error", "tool_call_dropped", "truncated_
                        "logprobs_misaligned", "retokenization_drift", "strict_score_refused"})
 # At the same first token, the lower rank is the root: the more specific explanation wins.
 RANK = {
-    "system_cut_wrong": -2, "im_end_newline_missing": -1, "template_not_prefix_stable": 0, "system_block_injected": 1, "generation_prompt_missing": 2,
+    "token_out_of_vocab": -3, "system_cut_wrong": -2, "im_end_newline_missing": -1, "template_not_prefix_stable": 0, "system_block_injected": 1, "generation_prompt_missing": 2,
     "retokenization_drift": 3, "tokens_not_rendering": 4, "response_length_mismatch": 5, "mask_misaligned": 6,
     "logprobs_misaligned": 7, "logprobs_missing": 8, "response_cut_trained": 9, "truncated_turn": 10,
 }
@@ -111,6 +113,8 @@ def follows(cause: Finding, effect: Finding) -> bool:
         return False  # otherwise a warning never explains an error away
     if cause.kind == effect.kind == "template_not_prefix_stable":
         return True  # one template, one reason, however many turns it rewrites
+    if cause.kind == "token_out_of_vocab" and effect.kind in TOKEN_LEVEL:
+        return True  # the checks read these ids through a tokenizer that is not theirs, from the first token on
     if cause.kind == effect.kind and cause.token_start is not None and cause.token_start == effect.token_start:
         return True  # two checks saw the same wrong token
     if cause.kind == effect.kind and cause.kind in RECURRING and cause.severity is effect.severity:
@@ -152,6 +156,8 @@ def follows(cause: Finding, effect: Finding) -> bool:
 
 
 def _order_key(f: Finding, i: int) -> tuple[float, int, int]:
+    if f.kind == "token_out_of_vocab":
+        return -2.0, 0, i  # ids another tokenizer's: what was read through this one is wrong before its span too
     if f.kind == "template_not_prefix_stable" and f.severity is Severity.ERROR:
         return -1.0, 0, i  # a history rewrite explains token findings before its own span too
     start = float("inf") if f.token_start is None else float(f.token_start)
@@ -262,6 +268,8 @@ def _phrase(f: Finding) -> str:
         "system_block_injected": f"a system block is injected mid-trajectory at {w}",
         "retokenization_drift": (f"the trained ids of {w} are not the generated ones" if f.severity is Severity.ERROR
                                  else f"re-encoding {w}'s text would change its ids"),
+        "token_out_of_vocab": f"token ids past the tokenizer's vocabulary from token {f.token_start} (the wrong "
+                              "tokenizer, or corrupted ids)",
         "tokens_not_rendering": f"the ids stop matching the conversation at token {f.token_start} ({w})",
         "mask_misaligned": f"the loss mask is wrong from token {f.token_start} ({w})",
         "logprobs_missing": f"trained tokens have no logprob from token {f.token_start} ({w})",

@@ -55,7 +55,7 @@ FindingKind = Literal[
     "logprob_mismatch", "tool_call_parse_error", "env_error", "backend_error", "internal_error", "not_checked",
     "generation_prompt_missing", "system_block_injected", "template_newline_trained", "tool_call_dropped",
     "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged", "text_replaced",
-    "server_answer_invalid", "ids_reencoded", "logprob_not_finite", "reward_not_finite", "im_end_newline_missing",
+    "server_answer_invalid", "token_out_of_vocab", "ids_reencoded", "logprob_not_finite", "reward_not_finite", "im_end_newline_missing",
     "system_cut_wrong", "think_kept", "response_cut_trained", "tool_result_truncated", "strict_score_refused",
     "wrong_argument_token",
 ]
