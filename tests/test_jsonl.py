@@ -180,3 +180,26 @@ def test_an_import_counts_the_records_no_check_ran_on(tmp_path, eps):
         store.close()
     assert report.new == 3 and [n.split(":")[0] for n in report.notes] == ["2 new episodes not checked"]
     assert again.new == 0 and again.notes == []  # none new
+
+
+def test_a_record_of_an_empty_id_is_refused_from_a_file_but_read_where_stored(tmp_path, eps):
+    """An empty (or blank) id names nothing ``ls``, ``show`` or a link can hold: a file's record with one is refused,
+    naming the field, in the JSONL and Parquet readers and ``schema --validate``. A database that holds one (an
+    earlier version stored it) still reads it."""
+    from engine.formats import export, import_path
+    from engine.records.schema import problems
+    from engine.store import Store
+
+    blank = eps[0].evolve(id=" ")
+    path = tmp_path / "blank.jsonl"
+    jsonl.write([blank, eps[1]], path.open("w", encoding="utf-8"))
+    store = Store(tmp_path / "x.db")
+    report = import_path(path, "jsonl", store)
+    assert report.new == 1 and [(e.where, e.field) for e in report.errors] == [(f"{path}:1", "id")]
+    assert "must not be empty: it names the episode" in str(report.errors[0])
+    assert problems(json.loads(path.read_text().splitlines()[0]))[0].startswith("id: must not be empty")
+    store.save_episodes([blank])  # stored as it is (the store reads what it holds)
+    assert store.get_episode(" ").id == " "
+    export(store.iter_episodes(), "parquet", tmp_path / "x.parquet")
+    again = import_path(tmp_path / "x.parquet", "parquet", Store(tmp_path / "y.db"))
+    assert again.new == 1 and [e.field for e in again.errors] == ["id"]

@@ -99,9 +99,16 @@ def test_filters_sort_and_page(tmp_path, episodes):
                           (["status=completed", "status=aborted"], "no status is in both")):
         with pytest.raises(ConfigError, match=said):
             where(clauses)
-    for value in ("maybe", ""):  # neither true nor false: refused, not read as false
-        with pytest.raises(ConfigError, match=f"starred is true or false .*not {value!r}"):
-            EpisodeFilter.from_where([f"starred={value}"])
+    with pytest.raises(ConfigError, match="starred is true or false .*not 'maybe'"):  # not read as false
+        EpisodeFilter.from_where(["starred=maybe"])
+    # No value, or a bound that is no finite number, is refused: it matched every episode (env=, text=) or none
+    # (tag=, reward>=nan) without a word.
+    for clause in ("starred=", "env=", "text=", "tag=", "reward>="):
+        with pytest.raises(ConfigError, match="no value after"):
+            EpisodeFilter.from_where([clause])
+    for clause in ("reward>=nan", "reward<=inf", "reward=-Infinity"):
+        with pytest.raises(ConfigError, match="a reward bound is a finite number"):
+            EpisodeFilter.from_where([clause])
     # A finding kind misspelt is refused, not read as "no such episode".
     assert store.count(EpisodeFilter.from_where(["finding=env_error"])) == 1
     assert store.count(EpisodeFilter.from_where(["root=env_error"])) == 1

@@ -6,7 +6,7 @@ end)``. ``Episode.from_dict`` reads each as an integer; whether it points
 inside the episode's ``tokens`` is a question of the whole record, asked here
 by every reader of a file (JSONL, Parquet, ``schema --validate``). A position
 outside the array would split prompt from response in the wrong place in every
-export (verl's ``prompts``/``responses``, the trained tokens counted), so a
+export (and an empty ``id`` names nothing a link can hold) (verl's ``prompts``/``responses``, the trained tokens counted), so a
 file that gives one is refused with the field named. Episodes already stored
 are read as they are: refusing them here would hide what is in the database.
 
@@ -25,6 +25,8 @@ from .episode import Episode
 def out_of_bounds(ep: Episode) -> FormatError | None:
     """The first token position in ``ep`` outside ``0..len(ep.tokens)``, as a FormatError naming its field (None
     when every position is inside)."""
+    if not ep.id.strip():  # not a position, but what every link to the episode holds
+        return FormatError("must not be empty: it names the episode (ls, show and every link use it)", field="id")
     n = len(ep.tokens)
     within = f"must be 0..{n:,} (the episode has {n:,} tokens)"
     if not 0 <= ep.prompt_len <= n:

@@ -6,6 +6,7 @@ Shared by the store, the CLI's ``--where`` and the dashboard's Browse.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
@@ -114,11 +115,18 @@ class EpisodeFilter:
                     break
             else:
                 raise ConfigError(f"--where {clause!r}: expected key=value, reward>=X or reward<=X")
+            if not value:
+                raise ConfigError(f"--where {clause!r}: no value after {op!r} (an empty value would match every "
+                                  "episode, or none)")
             try:
-                if key == "reward" and op != "=":
-                    one["reward_min" if op == ">=" else "reward_max"] = float(value)
-                elif key == "reward":
-                    one["reward_min"] = one["reward_max"] = float(value)
+                if key == "reward":
+                    bound = float(value)
+                    if not math.isfinite(bound):
+                        raise ConfigError(f"--where {clause!r}: a reward bound is a finite number, not {value!r}")
+                    if op == "=":
+                        one["reward_min"] = one["reward_max"] = bound
+                    else:
+                        one["reward_min" if op == ">=" else "reward_max"] = bound
                 elif key == "status":
                     bad = [s for s in value.split(",") if s not in {x.value for x in Status}]
                     if bad:
