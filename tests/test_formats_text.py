@@ -372,7 +372,7 @@ def test_messages_export_for_sft_and_back(tmp_path, eps, smol_tokenizer):
 # -- lossless formats ----------------------------------------------------------------
 
 
-def test_columns_edited_after_export_are_read_over_the_record_and_said_so(tmp_path, eps):
+def test_columns_edited_after_export_are_read_over_the_record_and_said_so(tmp_path, eps, smol_tokenizer):
     """A Parquet export's summary columns, and a verl row's reward_score, repeat the embedded record's fields for
     dataset tools: re-scored or re-labelled there, they are what the person means. Read back, an edited column is
     taken over the record's copy, checked as the field is, and the import says so; unedited rows are as they were."""
@@ -380,6 +380,9 @@ def test_columns_edited_after_export_are_read_over_the_record_and_said_so(tmp_pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from engine.checks import LOOP_KINDS, with_checks
+
+    eps = [with_checks(e, CheckOptions(tokenizer=smol_tokenizer)) for e in eps]
     src = _db(tmp_path)
     src.save_episodes(eps)
     originals = {e.id: e for e in src.iter_episodes()}
@@ -409,6 +412,22 @@ def test_columns_edited_after_export_are_read_over_the_record_and_said_so(tmp_pa
     report = import_path(tmp_path / "bad.parquet", "parquet", _db(tmp_path, "c.db"))
     assert report.new == len(eps) - 1 and [e.field for e in report.errors] == ["status"]
     assert "must be one of running, completed" in str(report.errors[0]) and "got 'finished'" in str(report.errors[0])
+    # Token arrays edited after export (a mask zeroed): the record's findings were of other arrays, so the episode
+    # reads as not checked, its loop findings kept.
+    checked = next(e for e in originals.values() if e.checked and any(m for m in e.tokens.loss_mask))
+    row = pc.equal(t.column("id"), checked.id)
+    masks = [[0] * len(m) if r else m for m, r in zip(t.column("loss_mask").to_pylist(), row.to_pylist())]
+    zeroed = t.set_column(t.schema.get_field_index("loss_mask"), "loss_mask", pa.array(masks, pa.list_(pa.uint8())))
+    pq.write_table(zeroed, tmp_path / "zeroed.parquet")
+    report = import_path(tmp_path / "zeroed.parquet", "parquet", _db(tmp_path, "z.db"))
+    got = _db(tmp_path, "z.db").get_episode(checked.id)
+    assert got.checked is None and got.tokens.n_trainable == 0
+    assert {f.kind for f in got.findings} <= LOOP_KINDS and [f for f in got.findings if f.kind in LOOP_KINDS] == [
+        f for f in checked.findings if f.kind in LOOP_KINDS]
+    assert any("no longer give their n_trainable column (edited after export) read as not checked" in n
+               for n in report.notes)
+    assert all(_db(tmp_path, "z.db").get_episode(e.id).checked == e.checked for e in originals.values()
+               if e.id != checked.id)
     # verl's AgentLoopOutput rows: reward_score re-scored.
     rows = tmp_path / "rows.jsonl"
     export(src.iter_episodes(), "verl", rows)

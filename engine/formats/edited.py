@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..checks.base import LOOP_KINDS
 from ..errors import FormatError
 from ..records import numbers
 from ..records.episode import Episode, Status
@@ -80,3 +81,22 @@ def with_edited_columns(ep: Episode, columns: Mapping[str, Any], where: str, pat
         ctx.note(f"{path}: rows whose {column} column differs from their Rollscope record (edited after export) are "
                  "read with the column's value")
     return ep.evolve(**changes) if changes else ep
+
+
+FIGURES = ("n_tokens", "n_trainable")
+"""Columns a Parquet export counts from the token arrays: arrays that no longer give them were edited after export."""
+
+
+def with_stale_checks(ep: Episode, figures: Mapping[str, Any], path: Path, ctx: ImportContext) -> Episode:
+    """``ep`` as not checked when its arrays no longer give the figures the export counted from them
+    (``FIGURES``): the findings its record holds are the checks' of other arrays. The loop's own findings stay
+    (they are of the run, not of the arrays' check)."""
+    now = {"n_tokens": ep.n_tokens, "n_trainable": ep.tokens.n_trainable}
+    changed = [k for k, v in figures.items() if v is not None and v != now[k]]
+    if not changed or ep.checked is None:
+        return ep
+    ctx.note(f"{path}: rows whose token arrays no longer give their {' and '.join(changed)} "
+             f"column{'s' if len(changed) > 1 else ''} (edited after "
+             "export) read as not checked: the findings their records hold were of other arrays; `rollscope check` "
+             "checks them")
+    return ep.evolve(checked=None, findings=tuple(f for f in ep.findings if f.kind in LOOP_KINDS))

@@ -28,7 +28,7 @@ from ..records import jsonbounds
 from ..records.bounds import within_bounds
 from ..records.episode import Episode, TokenArrays
 from .base import ImportContext, discover
-from .edited import EDITABLE, with_edited_columns
+from .edited import EDITABLE, FIGURES, with_edited_columns, with_stale_checks
 from .limits import over_limit
 
 BATCH = 256
@@ -163,10 +163,12 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
         row = 0
         more = [c for c in ("top_k", *_ALTERNATIVES) if c in pf.schema_arrow.names]
         editable = [c for c in EDITABLE if c in pf.schema_arrow.names]
-        for batch in pf.iter_batches(batch_size=64, columns=["record", *_TOKEN_KEYS, *more, *editable]):
+        counted = [c for c in FIGURES if c in pf.schema_arrow.names]
+        for batch in pf.iter_batches(batch_size=64, columns=["record", *_TOKEN_KEYS, *more, *editable, *counted]):
             sizes = _row_sizes(batch)
             column = batch.column("record")
             edits = {c: batch.column(c).to_pylist() for c in editable}
+            figures = {c: batch.column(c).to_pylist() for c in counted}
             for i in range(batch.num_rows):
                 where = f"{f}: row {row}"
                 row += 1
@@ -178,6 +180,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
                     d = jsonbounds.loads(rec, limit=None)
                     ep = within_bounds(read_episode(d, tokens=_tokens(batch, i, d, bool(more))))
                     ep = with_edited_columns(ep, {c: values[i] for c, values in edits.items()}, where, f, ctx)
+                    ep = with_stale_checks(ep, {c: values[i] for c, values in figures.items()}, f, ctx)
                 except FormatError as e:
                     ctx.skip(e.at(where))
                     continue
