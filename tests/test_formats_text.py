@@ -274,6 +274,14 @@ def test_an_episode_checked_without_a_tokenizer_says_its_checks_ran_in_part(tmp_
              .split("</td>", 1)[0] for eid, s in rows.items()}
     assert "4 checks not run</span>" in cells[part.id] and html.escape(not_run[part.id][0]) in cells[part.id]
     assert "not run" not in cells["whole-1"]
+    # The episode view says it where its header and its findings panel count: the episode's own notes, as the
+    # findings' index has them.
+    from dashboard.views.episode import render_findings, render_header
+
+    assert part.checks_not_run == tuple(not_run[part.id]) and st.get_episode("whole-1").checks_not_run == ()
+    for html_text in (render_header(part), render_findings(part)):
+        assert "4 checks not run</span>" in html_text
+    assert "not run" not in render_header(st.get_episode("whole-1")) + render_findings(st.get_episode("whole-1"))
     st.close()
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-m", "engine.cli", "ls", "--db", str(db)], capture_output=True, text=True,

@@ -117,7 +117,8 @@ def render_header(ep: Episode) -> str:
         ("turns", str(ep.n_turns)),
         ("findings", f'<span class="{"rs-bad-text" if n_err else ""}">{len(found)}{_errors(n_err)}</span>'
                      + (f' · {notes} note{"s" if notes != 1 else ""}' if notes else "")
-                     + ("" if ep.checked else ' · <span class="rs-dim">not checked</span>')),
+                     + ("" if ep.checked else ' · <span class="rs-dim">not checked</span>')
+                     + _not_run(ep.checks_not_run if ep.checked else ())),
         ("run", esc(ep.run_id or "n/a") + (f" · group {esc(ep.group_id)} #{ep.sample_index}" if ep.group_id else "")),
         ("created", esc(created)),
         ("source", esc(ep.source.kind)),
@@ -193,6 +194,14 @@ def finding_block(f: Finding, with_evidence: bool = True, episode_id: str = "") 
     )
 
 
+def _not_run(notes: Sequence[str]) -> str:
+    """" · N checks not run", titled with their notes, as ``ls`` and Browse say it beside the count (none: "")."""
+    if not notes:
+        return ""
+    return (f' · <span class="rs-unchecked" title="{esc(chr(10).join(notes))}">{len(notes)} '
+            f'check{"s" if len(notes) != 1 else ""} not run</span>')
+
+
 def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None) -> str:
     """The episode's findings grouped by root: its diagnosis, then each root (errors first) with the findings
     that follow from it folded under it, then what could not be checked. Each links to its tokens and turn.
@@ -237,7 +246,8 @@ def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None)
     parts.extend(finding_block(f, episode_id=ep.id) for f in rest)
     return (
         f'<div class="rs-findings"><div class="rs-findings-head"><b>{n_found} finding{"s" if n_found != 1 else ""}'
-        f"</b>{' · ' + esc(summary) if summary else ''}</div>{''.join(parts)}</div>"
+        f"</b>{' · ' + esc(summary) if summary else ''}{_not_run(ep.checks_not_run if ep.checked else ())}</div>"
+        f"{''.join(parts)}</div>"
     )
 
 

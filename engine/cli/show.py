@@ -138,7 +138,7 @@ def cmd_show(a: argparse.Namespace) -> int:
         for m in t.observation:
             print(f"[{m.role}{'/' + m.name if m.name else ''}] {m.content}")
     lines = findings_by_root(ep)
-    not_run = sum(1 for f in ep.all_findings() if f.kind == "not_checked")
+    not_run = len(ep.checks_not_run)
     checked = (f"checks v{ep.checked}" + (f"; {not_run} could not run, their notes below" if not_run else "")
                if ep.checked else "not checked (`rollscope check` runs the checks)")
     print(f"\n--- findings ({checked})" + ("" if lines or not ep.checked else ": none"))

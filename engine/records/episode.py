@@ -362,6 +362,12 @@ class Episode:
         """It has ended and no check ran on it (a running one is checked as it ends): finding nothing means nothing."""
         return self.checked is None and self.status is not Status.RUNNING
 
+    @property
+    def checks_not_run(self) -> tuple[str, ...]:
+        """The notes of the checks that could not run on it ("CHECK: not checked: WHY"): checked in part, its findings
+        those of the checks that ran (``Store.checks_not_run`` reads the same from the findings' index)."""
+        return tuple(f.message for f in self.all_findings() if f.kind == "not_checked")
+
     def all_findings(self) -> tuple[Finding, ...]:
         out = list(self.findings)
         for t in self.turns:
