@@ -222,6 +222,22 @@ def test_a_legacy_function_call_is_flagged_as_dropped_and_shapeless_conversation
             text = chat.decode(tok, ep.tokens.ids[reply.start:reply.end].tolist())
             assert text.startswith("Let me check.") and "<tool_call>" not in text and "get_price" not in text
             assert not [x for x in ep.all_findings() if x.severity.value == "error"]
+    # A tool message answering a call id the reply before it did not make (the call dropped, its answer kept), and one
+    # before any reply: each said on its turn. Answers to the calls made, or without ids, are fine.
+    orphan, stray, plain = _chat_record(), _chat_record(), _chat_record()
+    orphan["id"], stray["id"], plain["id"] = "orphan", "stray", "plain"
+    orphan["messages"][3]["tool_call_id"] = "call_nope"
+    stray["messages"].insert(2, {"role": "tool", "tool_call_id": "x9", "content": "stray"})
+    del plain["messages"][3]["tool_call_id"]
+    g = write_jsonl(tmp_path / "ids.jsonl", [orphan, stray, plain, _chat_record()])
+    st = _db(tmp_path, "ids.db")
+    assert import_path(g, "messages", st, check=True).new == 4
+    said = {e.task_id: [(x.turn, x.message.split(": ", 1)[0]) for x in e.all_findings() if x.kind == "tool_call_dropped"]
+            for e in st.iter_episodes()}
+    assert said == {"orphan": [(0, "turn 0")], "stray": [(0, "before the first reply")], "plain": [], "shop-1": []}
+    text = next(x.message for e in st.iter_episodes() if e.task_id == "orphan" for x in e.all_findings()
+                if x.kind == "tool_call_dropped")
+    assert "messages[3] answers tool call 'call_nope', but the reply before it made no call of that id" in text
 
 
 def test_messages_import_without_a_tokenizer_keeps_what_the_env_answered_each_turn(tmp_path, smol_tokenizer):

@@ -126,24 +126,38 @@ def parse_messages(raw: Any, where: str) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def legacy_function_calls(raw: list[Any]) -> dict[int, Finding]:
-    """A ``tool_call_dropped`` warning for each assistant message (by its turn) that holds OpenAI's legacy
-    ``function_call`` and no ``tool_calls``: chat templates render ``tool_calls`` alone, so the trainer's tokens of
-    that turn hold no call (the message is read as the template sees it, without one)."""
+def dropped_calls(raw: list[Any]) -> dict[int, Finding]:
+    """A ``tool_call_dropped`` warning for each turn (by index; -1: before the first reply) whose call is not in
+    the tokens: an assistant message that holds OpenAI's legacy ``function_call`` and no ``tool_calls`` (chat
+    templates render ``tool_calls`` alone, so the trainer's tokens of that reply hold no call; the message is read
+    as the template sees it), or a tool message answering a ``tool_call_id`` the reply before it did not make (a
+    call dropped from the reply, with its answer kept). One a turn, the first."""
     out: dict[int, Finding] = {}
-    turn = 0
+    turn, made = -1, None  # the reply's index, and its calls' ids (None: no reply yet, or calls without ids)
     for k, m in enumerate(raw):
-        if m["role"] != "assistant":
-            continue
-        fc = m.get("function_call")
-        if isinstance(fc, dict) and not m.get("tool_calls"):
-            name = fc.get("name") if isinstance(fc.get("name"), str) else "?"
-            out[turn] = Finding(
+        if m["role"] == "assistant":
+            turn += 1
+            calls = m.get("tool_calls") or []
+            made = {c.get("id") for c in calls if isinstance(c, dict)} if all(
+                isinstance(c, dict) and isinstance(c.get("id"), str) for c in calls) else None
+            fc = m.get("function_call")
+            if isinstance(fc, dict) and not calls:
+                name = fc.get("name") if isinstance(fc.get("name"), str) else "?"
+                out.setdefault(turn, Finding(
+                    "tool_call_dropped", Severity.WARNING,
+                    f"turn {turn}: messages[{k}] calls {name} in OpenAI's legacy function_call, which chat templates "
+                    "do not render (they read tool_calls): the tokens of this reply hold no call; write it as "
+                    "tool_calls", turn=turn, evidence={"message": k, "function_call": jsonable(fc)}))
+                made = None  # its answer names no id the reply made either: said once, above
+        elif m["role"] == "tool" and isinstance(m.get("tool_call_id"), str) and (turn < 0 or made is not None) \
+                and m["tool_call_id"] not in (made or set()):
+            where = f"turn {turn}: " if turn >= 0 else "before the first reply: "
+            said = "the reply before it made no call of that id" if turn >= 0 else "no reply has called a tool yet"
+            out.setdefault(turn, Finding(
                 "tool_call_dropped", Severity.WARNING,
-                f"turn {turn}: messages[{k}] calls {name} in OpenAI's legacy function_call, which chat templates do "
-                "not render (they read tool_calls): the tokens of this reply hold no call; write it as tool_calls",
-                turn=turn, evidence={"message": k, "function_call": jsonable(fc)})
-        turn += 1
+                f"{where}messages[{k}] answers tool call {m['tool_call_id']!r}, but {said} (a call dropped from "
+                "the reply, its answer kept?): the tokens hold an answer to no call",
+                turn=turn if turn >= 0 else None, evidence={"message": k, "tool_call_id": m["tool_call_id"]}))
     return out
 
 
@@ -254,7 +268,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     messages = parse_messages(d["messages"], where)
     if not messages:
         raise FormatError("holds no messages: there is no conversation to import", where, "messages")
-    dropped = legacy_function_calls(d["messages"])
+    dropped = dropped_calls(d["messages"])
     tools = _tools(d.get("tools"), where)
     reward = reward_value(d.get("reward"), where)
     if d.get("reward") is None:
@@ -273,6 +287,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     )
     if not dropped:
         return ep
+    if -1 in dropped:  # an answer before the first reply: said on the first turn (a turn's findings stay its own)
+        dropped.setdefault(0, replace(dropped.pop(-1), turn=0))
     return ep.evolve(turns=tuple(replace(t, findings=(*t.findings, dropped[t.index])) if t.index in dropped else t
                                  for t in ep.turns))
 
