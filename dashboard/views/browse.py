@@ -108,7 +108,7 @@ def _cells(s: EpisodeSummary, run_level: Sequence[str], not_run: Sequence[str] =
         findings += (f'{" " if findings else ""}<span class="rs-unchecked" title="no fidelity check ran on this '
                      'episode, so finding nothing means nothing yet: rollscope check runs them">not checked</span>')
     elif not_run:  # Store.checks_not_run: its findings are those of the checks that ran
-        findings += (f' <span class="rs-unchecked" title="{esc(chr(10).join(not_run))}">{len(not_run)} '
+        findings += (f' <span class="rs-unchecked rs-not-run" title="{esc(chr(10).join(not_run))}">{len(not_run)} '
                      f'check{"s" if len(not_run) != 1 else ""} not run</span>')
     group = (f'<a class="rs-group-link" href="?group={esc(s.group_id)}" title="the group\'s samples side by side">'
              f"{esc(s.group_id)}</a> #{s.sample_index}" if s.group_id else "")

@@ -109,5 +109,23 @@ def test_the_demo_button_fills_an_empty_database_and_browse_shows_it(page: Any, 
     # A reload finds the finished build again.
     page.reload()
     page.locator("#rs-demo-message [data-state=finished]").wait_for()
+
+    # An episode checked in part (checks that could not run, as without a tokenizer): its findings cell says how many
+    # under the count, on lines of their own, and the table still keeps to the page.
+    from engine.records.episode import Finding, Severity
+
+    base = store.get_episode(store.list_episodes(limit=1)[0].id)
+    notes = tuple(Finding("not_checked", Severity.INFO, f"{k}: not checked: no tokenizer with a chat template",
+                          evidence={"check": k}) for k in ("template_not_prefix_stable", "tokens_not_rendering"))
+    store.save_episodes([base.evolve(id="in-part", created_at=2e9, tags=(), findings=notes, checked="4")])
+    page.reload()
+    cell = page.locator("#rs-episode-table tr[data-id='in-part'] td.c-findings")
+    cell.wait_for()
+    assert cell.inner_text().split() == ["0", "2", "checks", "not", "run"]
+    assert "tokens_not_rendering: not checked" in cell.locator(".rs-not-run").get_attribute("title")
+    fit = page.evaluate("""() => { const w = document.querySelector('#rs-episode-table .rs-table-wrap');
+        const t = w.querySelector('table'), c = t.querySelector('thead th.c-time').getBoundingClientRect();
+        return {over: t.scrollWidth - w.clientWidth, time: c.right <= w.getBoundingClientRect().right}; }""")
+    assert fit == {"over": 0, "time": True}, fit
     store.close()
     assert not page.errors
