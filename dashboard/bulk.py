@@ -36,6 +36,9 @@ def bulk(store: Store, data: dict[str, Any]) -> tuple[str, Path | None]:
 
             fmt = str(data.get("format") or "jsonl")
             path, written, said = write(store, EpisodeFilter(ids=tuple(store.resolve_id(i) for i in ids)), fmt)
+            if not written:  # the format could carry none of them: no empty file to download
+                path.unlink(missing_ok=True)
+                return note(f"Nothing written as {fmt}.", "warn") + "".join(note(x, "warn") for x in said), None
             return note(f"Exported {written:,} ticked episode{'s' if written != 1 else ''} as {fmt}: {path.name} "
                         "(downloading; the link below downloads it again)", "ok") + "".join(
                 note(x, "warn") for x in said), path

@@ -467,3 +467,12 @@ def test_ids_of_another_tokenizer_are_one_root_whatever_else_the_checks_read_thr
     assert [(r.kind, r.token_start, r.evidence["count"]) for r in new_roots] == [
         ("token_out_of_vocab", int(past[0]), past.size)]
     assert diagnosis(wrong).startswith(f"token ids past the tokenizer's vocabulary from token {past[0]}")
+    # What is not read through the tokenizer stays a root of its own: a logprob above 0 in the same arrays.
+    lp = ep.tokens.logprobs.copy()
+    at = int(np.flatnonzero(ep.tokens.loss_mask)[0])
+    lp[at] = 3.0
+    t = ep.tokens
+    both = with_checks(ep.evolve(tokens=type(t)(t.ids, t.loss_mask, lp, t.versions)),
+                       CheckOptions(tokenizer=smol_tokenizer)).all_findings()
+    assert {(r.kind, r.token_start) for r in roots(both) if r.severity is Severity.ERROR} >= {
+        ("token_out_of_vocab", int(past[0])), ("logprobs_misaligned", at)}

@@ -163,5 +163,8 @@ def test_a_format_of_token_ids_leaves_out_episodes_that_hold_none_and_says_so(tm
                                          "messages export them as they are"]
         message, _ = bulk(st, {"bulk": "export", "ids": [r.id for r in st.list_episodes()], "format": "slime"})
         assert "Exported 2 ticked episodes as slime" in message and "slime: left out" in message
+        idless = [r.id for r in st.list_episodes() if r.id not in {e.id for e in eps[:2]}]
+        message, file = bulk(st, {"bulk": "export", "ids": idless, "format": "verl"})
+        assert file is None and "Nothing written as verl" in message and "verl: left out" in message
     finally:
         st.close()

@@ -204,6 +204,12 @@ def test_an_integer_past_what_a_float_or_64_bits_hold_refuses_its_record_alone_i
     wide = write_jsonl(tmp_path / "wide.jsonl", [_line(other, sample_index=2 ** 63)])
     report = formats.import_path(wide, "jsonl", store)
     assert report.new == 0 and "must be an integer within 64 bits, got one of 19 digits" in str(report.errors[0])
+    # In a list too: a generation's ids (the store could not hold it: "could not be stored: OverflowError").
+    d = other.to_dict()
+    d["turns"][0]["generation"]["token_ids"][0] = 10 ** 30
+    report = formats.import_path(write_jsonl(tmp_path / "ids.jsonl", [json.dumps(d)]), "jsonl", store)
+    assert report.new == 0 and [e.field for e in report.errors] == ["turns.0.generation.token_ids.0"]
+    assert "must be an integer within 64 bits, got one of 31 digits" in str(report.errors[0])
     msgs = write_jsonl(tmp_path / "m.jsonl", [
         '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "reward": ' + huge
         + "}", '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "reward": 1}'])

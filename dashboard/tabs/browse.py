@@ -55,7 +55,7 @@ def _num(value: Any) -> float | None:
         x = float(value)
     except (TypeError, ValueError):
         return None
-    return None if math.isnan(x) else x
+    return x if math.isfinite(x) else None  # "inf" or "nan" bounds nothing: ignored and said, as the CLI refuses it
 
 
 def episode_filter(
@@ -342,7 +342,7 @@ def _bad_bounds(filter_values: dict[str, Any]) -> str:
     labels = {"reward_min": "reward ≥", "reward_max": "reward ≤", "turns_min": "turns ≥", "turns_max": "turns ≤"}
     bounds = [(label, filter_values.get(name)) for name, label in labels.items()]
     bad = [f"{label} {str(v).strip()!r}" for label, v in bounds if str(v or "").strip() and _num(v) is None]
-    out = note(f"Not a number, ignored: {', '.join(bad)}", "warn") if bad else ""
+    out = note(f"Not a finite number, ignored: {', '.join(bad)}", "warn") if bad else ""
     step = str(filter_values.get("step") or "").strip()
     if step and (_num(step) is None or not float(step).is_integer()):
         out += note(f"Not a whole number, ignored: step {step!r}", "warn")

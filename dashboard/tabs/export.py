@@ -215,6 +215,10 @@ def build(store: Store, browse_filters: Outputs | None = None,
         except RollscopeError as e:
             kind = "warn" if isinstance(e, ConfigError) else "error"
             return exported.values(message=note(str(e), kind), download=gr.File(value=None, visible=False))
+        if not n:  # the format could carry none of them: no empty file to download
+            path.unlink(missing_ok=True)
+            return exported.values(message=note(f"Nothing written ({what}) as {fmt_v}.", "warn")
+                                   + "".join(note(x, "warn") for x in said), download=gr.File(value=None, visible=False))
         size = path.stat().st_size
         return exported.values(
             message=note(f"Wrote {n:,} episode{'s' if n != 1 else ''} ({what}) as {fmt_v}: {path.name}, "

@@ -99,7 +99,7 @@ def _diagnosis(s: EpisodeSummary, run_level: Sequence[str]) -> str:
 
 
 def _cells(s: EpisodeSummary, run_level: Sequence[str], not_run: Sequence[str] = ()) -> dict[str, str]:
-    findings = "0" if not_run and not s.n_findings else ""
+    findings = "0" if not_run and not s.n_findings and not s.unchecked else ""
     if s.n_findings:
         cls = "rs-bad-text" if s.n_errors else "rs-warn-text"
         findings = (f'<span class="{cls}" title="{s.n_errors} error(s), {s.n_findings - s.n_errors} warning(s)">'

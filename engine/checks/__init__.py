@@ -71,7 +71,7 @@ def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
 
 
 __all__ = [
-    "CHECKS", "CHECKS_VERSION", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "Check", "CheckOptions", "assistant_spans",
+    "CHECKS", "CHECKS_VERSION", "KEEPS_IDS", "KINDS", "LOOP_KINDS", "RECHECKED", "Check", "CheckOptions", "assistant_spans",
     "check_chat_markup", "check_drift", "check_injected_system", "check_logprob_mismatch", "check_logprobs",
     "check_mask", "check_rendering", "check_response_length", "check_template", "check_truncation",
     "check_turn_records", "check_wrong_argument", "closing_newlines", "injected_system_blocks", "raw_observations", "run_checks", "tito_expected_ids",

@@ -154,7 +154,7 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
     spans = assistant_spans(ep, tok)
     if spans is None:
         if not ep.segments:
-            return out + [skip("mask_misaligned", "no ChatML tokenizer and no segments to tell assistant tokens")]
+            return out + [skip("mask_misaligned", "no ChatML tokenizer and no segments to tell assistant tokens", "tokenizer")]
         spans = [(s.start, s.end) for s in ep.segments if s.kind == "assistant"]
     if is_verl(ep) and tok is not None:
         # verl's generation prompt may go on past the assistant header (an empty think block): template text.
@@ -315,10 +315,11 @@ def check_vocabulary(ep: Episode, o: CheckOptions) -> list[Finding]:
         return []
     at = int(past[0])
     return [Finding("token_out_of_vocab", ERROR,
-                    f"{past.size:,} token id{'s are' if past.size != 1 else ' is'} past the tokenizer's vocabulary of "
-                    f"{vocab:,}, first at token {at} (id {int(ids[at]):,}, largest {int(ids[past].max()):,}): these "
-                    "ids are not this tokenizer's (the wrong --tokenizer?) or are corrupted, and a trainer would index "
-                    "past its embedding table; what the checks read through this tokenizer follows from it",
+                    f"{past.size:,} token id{'s are' if past.size != 1 else ' is'} past the tokenizer's vocabulary "
+                    f"(len(tokenizer) = {vocab:,}), first at token {at} (id {int(ids[at]):,}, largest "
+                    f"{int(ids[past].max()):,}): it has no text for them. They are another tokenizer's (the wrong "
+                    "--tokenizer?), corrupted, or sampled from the model's padding rows past the vocabulary; what the "
+                    "checks read through this tokenizer follows from them",
                     turn=turn_at(ep, at), token_start=at, token_end=int(past[-1]) + 1,
                     evidence={"vocab": vocab, "count": int(past.size), "positions": past[:200].tolist(),
                               "runs": position_runs(past), "largest": int(ids[past].max())})]
@@ -336,7 +337,7 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                            "most 0): the array holds something else (probabilities, a flipped sign?)",
                            turn=turn_at(ep, at), token_start=at, token_end=int(above[-1]) + 1,
                            evidence={"positions": above[:200].tolist(), "runs": position_runs(above),
-                                     "largest": float(np.nanmax(lp[above]))}))
+                                     "largest": float(np.nanmax(lp[above])), "impossible": True}))
     want = _generated_logprobs(ep)
     shift = _logprob_shift(lp, want)
     if shift:
@@ -500,7 +501,8 @@ def check_logprob_mismatch(ep: Episode, o: CheckOptions) -> list[Finding]:
     spec = o.model
     if spec is None:
         if ep.backend is None or ep.backend.name != "local":
-            return [skip("logprob_mismatch", "the rollout did not come from a local model; pass a model to recompute with")]
+            return [skip("logprob_mismatch", "the rollout did not come from a local model; pass a model to recompute with",
+                         "model")]
         spec = ep.backend.model_spec or "smollm2"
     mask = ep.tokens.loss_mask
     rollout = ep.tokens.logprobs
@@ -513,14 +515,14 @@ def check_logprob_mismatch(ep: Episode, o: CheckOptions) -> list[Finding]:
     try:
         limit = context_length(None if spec == "smollm2" else spec)
     except RollscopeError as e:
-        return [skip("logprob_mismatch", f"could not load the model: {e}")]
+        return [skip("logprob_mismatch", f"could not load the model: {e}", "model")]
     if limit is not None and len(ids) > limit:
         return [skip("logprob_mismatch", f"the episode has {len(ids)} tokens, more than the model's context of {limit}")]
     first = int(np.flatnonzero(mask)[0])
     try:
         recomputed = teacher_forced_logprobs(None if spec == "smollm2" else spec, ids, max(1, first), temperature=temp)
     except (RollscopeError, ValueError, RuntimeError) as e:
-        return [skip("logprob_mismatch", f"could not run the model: {e}")]
+        return [skip("logprob_mismatch", f"could not run the model: {e}", "model")]
     diff = np.full(len(ids), np.nan, dtype=np.float32)
     diff[max(1, first) :] = np.asarray(recomputed, dtype=np.float32) - rollout[max(1, first) :]
     diff[(mask == 0) | np.isnan(rollout)] = np.nan

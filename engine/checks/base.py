@@ -45,8 +45,12 @@ class CheckOptions:
 Check = Callable[[Episode, CheckOptions], list[Finding]]
 
 
-def skip(check: str, why: str) -> Finding:
-    return Finding("not_checked", INFO, f"{check}: not checked: {why}", evidence={"check": check})
+def skip(check: str, why: str, needs: str | None = None) -> Finding:
+    """The note of a check that could not look: ``needs`` names what it lacked that the person can give (a
+    ``tokenizer``, a ``model``), which makes the episode checked in part (``Episode.checks_not_run``); None where
+    the episode has nothing for the check to look at (no answer after a reply, no ground truth)."""
+    return Finding("not_checked", INFO, f"{check}: not checked: {why}",
+                   evidence={"check": check, **({"needs": needs} if needs else {})})
 
 
 def chatml_ids(tok: Tokenizer | None) -> tuple[int, int] | None:

@@ -11,15 +11,16 @@ in ``caused_by``. A finding with ``caused_by`` None is a root. The rules:
   ones, ids that stop matching the render. Every token finding after its
   first wrong token follows from it: the mask, logprob and rendering checks
   there compare against tokens that are already wrong.
-* Ids past the tokenizer's vocabulary are another tokenizer's (or corrupted): every token finding the checks made
-  through that tokenizer follows from them, wherever it is.
+* Ids past the tokenizer's vocabulary are another tokenizer's (or corrupted): every finding the checks made
+  through that tokenizer (rendering, re-encoding, its markers) follows from them, wherever it is; the logprobs'
+  findings do not.
 * A template rewrites history for one reason however many turns it touches:
   later rewrites follow from the first.
 * A mask finding causes the logprob findings on its own positions: a trained
   token that is not the model's output has no rollout logprob, and an
   untrained one that is carries one.
 * A reply whose trained ids are not its generated ids causes the logprob
-  findings of its turn.
+  findings of its turn. A logprob above 0 follows from nothing: no ids or mask make it possible.
 * verl's cut of a reply at ``response_length`` causes the turn's length
   findings: the server's stop on it, and the episode's end for reaching it.
 
@@ -52,6 +53,9 @@ TOKEN_LEVEL = frozenset({
     "generation_prompt_missing", "system_block_injected", "template_newline_trained",
 })
 LOGPROB = frozenset({"logprobs_missing", "logprobs_misaligned"})
+# What the checks read through the tokenizer (rendering, re-encoding, its ChatML markers): ids it has no entry for
+# explain these wherever they are; the logprobs are the arrays' own.
+THROUGH_TOKENIZER = (TOKEN_LEVEL - LOGPROB) | {"im_end_newline_missing", "system_cut_wrong"}
 # Per-turn failures that, repeated in later turns, are one cause recurring (a model that never writes a
 # parsable call, a length limit every reply hits).
 RECURRING = frozenset({"tool_call_parse_error", "tool_call_dropped", "truncated_turn", "answer_extraction_failed",
@@ -106,6 +110,8 @@ def follows(cause: Finding, effect: Finding) -> bool:
     """Whether ``effect`` is explained by ``cause`` (``cause`` comes first in the ordering)."""
     if cause.severity is INFO or effect.severity is INFO:
         return False
+    if effect.evidence.get("impossible") and cause.kind != effect.kind:
+        return False  # a logprob above 0 is wrong whatever the ids and the mask around it: its own root
     if cause.kind == "retokenization_drift" and effect.kind == "tokens_not_rendering" \
             and cause.token_start is not None and cause.token_start == effect.token_start:
         return True  # the ids differ from the render exactly where, and because, the reply was tokenized otherwise
@@ -113,7 +119,7 @@ def follows(cause: Finding, effect: Finding) -> bool:
         return False  # otherwise a warning never explains an error away
     if cause.kind == effect.kind == "template_not_prefix_stable":
         return True  # one template, one reason, however many turns it rewrites
-    if cause.kind == "token_out_of_vocab" and effect.kind in TOKEN_LEVEL:
+    if cause.kind == "token_out_of_vocab" and effect.kind in THROUGH_TOKENIZER:
         return True  # the checks read these ids through a tokenizer that is not theirs, from the first token on
     if cause.kind == effect.kind and cause.token_start is not None and cause.token_start == effect.token_start:
         return True  # two checks saw the same wrong token

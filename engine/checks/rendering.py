@@ -37,7 +37,7 @@ def _message_turns(ep: Episode) -> list[int]:
 def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
     tok = o.tokenizer
     if tok is None:
-        return [skip("template_not_prefix_stable", "no tokenizer with a chat template")]
+        return [skip("template_not_prefix_stable", "no tokenizer with a chat template", "tokenizer")]
     if len(ep.messages) < 2:
         return [skip("template_not_prefix_stable", "the episode has no conversation to re-render")]
     msgs = list(ep.messages)
@@ -131,7 +131,7 @@ def _rendered_candidates(ep: Episode, tok: Tokenizer) -> list[list[int]]:
 def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     tok = o.tokenizer
     if tok is None:
-        return [skip("tokens_not_rendering", "no tokenizer with a chat template")]
+        return [skip("tokens_not_rendering", "no tokenizer with a chat template", "tokenizer")]
     if not ep.messages or not len(ep.tokens):
         return [skip("tokens_not_rendering", "the episode has no messages or no tokens")]
     if ep.tokens.n_trainable and not any(m.role == "assistant" for m in ep.messages):

@@ -79,7 +79,7 @@ def check_verl_answers(ep: Episode, o: CheckOptions) -> list[Finding]:
     template gives for it after the reply."""
     tok = o.tokenizer
     if not is_verl(ep) or tok is None:
-        return [] if not is_verl(ep) else [skip("im_end_newline_missing", "no tokenizer with a chat template")]
+        return [] if not is_verl(ep) else [skip("im_end_newline_missing", "no tokenizer with a chat template", "tokenizer")]
     ids = ep.tokens.ids.tolist()
     kw = template_kwargs(ep)
     eot = chat.end_of_turn_ids(tok)
@@ -257,7 +257,7 @@ def check_response_cut(ep: Episode, o: CheckOptions) -> list[Finding]:
     last = bs[-1]
     tok = o.tokenizer
     if tok is None:  # a reply that ends exactly at the limit is whole when its last id ends the turn
-        return [skip("response_cut_trained", "no tokenizer to tell a reply's end-of-turn token")]
+        return [skip("response_cut_trained", "no tokenizer to tell a reply's end-of-turn token", "tokenizer")]
     if int(ep.tokens.ids[n - 1]) in chat.end_of_turn_ids(tok):
         return []
     t = turn_record(ep, last.turn)

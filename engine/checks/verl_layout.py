@@ -233,7 +233,7 @@ def check_verl_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     """``tokens_not_rendering`` for verl: the ids against :func:`verl_expected_ids`."""
     tok = o.tokenizer
     if tok is None:
-        return [skip("tokens_not_rendering", "no tokenizer with a chat template")]
+        return [skip("tokens_not_rendering", "no tokenizer with a chat template", "tokenizer")]
     want = verl_expected_ids(ep, tok)
     if want is None:
         return [skip("tokens_not_rendering", "the answers verl appended cannot be read off the record")]

@@ -35,12 +35,12 @@ def cmd_ls(a: argparse.Namespace) -> int:
     store = open_store(a.db, must_exist=True)
     flt = where(store, a.where)
     rows = store.list_episodes(flt, order_by=a.sort, descending=not a.ascending, limit=a.limit)
-    if a.json:
+    not_run = store.checks_not_run([r.id for r in rows])
+    if a.json:  # with the checks that could not run on each, as the table says beside its count
         for r in rows:
-            print(json.dumps(r.__dict__))
+            print(json.dumps({**r.__dict__, "checks_not_run": not_run.get(r.id, [])}))
         return 0
     total = store.count(flt)
-    not_run = store.checks_not_run([r.id for r in rows])
     print(table(
         [[r.id, r.env, r.task_id, r.status, f"{r.reward:.3f}", str(r.n_turns), str(r.n_tokens), str(r.n_trainable),
           r.preset, findings_cell(r.n_findings, r.unchecked, len(not_run.get(r.id, ())))] for r in rows],
@@ -54,7 +54,7 @@ def cmd_ls(a: argparse.Namespace) -> int:
     if not_run:
         first = next(r.id for r in rows if r.id in not_run)
         print(f"{len(not_run)} of these checked in part: a check could not run on {'it' if len(not_run) == 1 else 'them'}"
-              f" (one that needs a tokenizer, run without one), so its findings are those of the checks that ran "
+              f" (one that needs a tokenizer or a model, run without it), so its findings are those of the checks that ran "
               f"(`rollscope show {first}` says which and why)")
     return 0
 

@@ -47,6 +47,7 @@ from ..errors import ConfigError, FormatError
 from ..presets import LoopConfig
 from ..records import textsafe
 from ..records.episode import Episode
+from ..store.filter import EpisodeFilter
 from ..store.packing import PackedEpisode
 from ..store.writes import BATCH_EPISODES
 from ..tokens.tokenizer import Tokenizer
@@ -213,7 +214,10 @@ def import_path(
         fmt, tok, name, env=env or "", errors=report.errors, notes=report.notes, files=report.files,
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
-        lines=lines, max_record=max_record, loop=loop, known=store.has_episode,
+        lines=lines, max_record=max_record, loop=loop,
+        # Chat records' ids were their lines before: looked up only where such episodes may be (a query a record).
+        known=store.has_episode if fmt == "messages" and store.count_upto(EpisodeFilter(source="messages"), 1).n
+        else None,
     )
     replace = fmt in LOSSLESS
     stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs

@@ -83,9 +83,9 @@ class ImportContext:
     """The loop's knobs the records ran with (``import --set`` / ``--config``), for records that do not say."""
     known: Callable[[str], bool] | None = None
     """Whether the database holds an episode of this id (a reader whose ids changed looks its old ids up)."""
-    occurrences: dict[str, int] = field(default_factory=dict)
-    """How many records of each content (``stable_id`` of the record) this import read so far: identical records
-    are distinct samples, numbered by their order of appearance, not their line."""
+    occurrences: dict[tuple[str, str], int] = field(default_factory=dict)
+    """How many records of each content (a file's name, ``stable_id`` of the record) this import read so far:
+    identical records are distinct samples, numbered by their order of appearance in their file, not their line."""
     at: str = ""
     """Where the record read last is (a JSONL file's ``path:line``): what the import names a record it cannot store
     by, when the episode's own source names another file (a Rollscope record keeps where it first came from)."""

@@ -13,12 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..checks.base import LOOP_KINDS
+from ..checks import LOOP_KINDS, RECHECKED
 from ..errors import FormatError
-from ..records import numbers
 from ..records.episode import Episode, Status
 from ..records.reading import json_type
-from .base import ImportContext
+from .base import ImportContext, reward_value
 
 EDITABLE = ("env", "task_id", "run_id", "group_id", "sample_index", "preset", "status", "reason", "reward", "tags",
             "starred")
@@ -36,12 +35,8 @@ def _value(name: str, value: Any, where: str) -> Any:
         if value not in {s.value for s in Status}:
             raise FormatError(f"must be one of {', '.join(s.value for s in Status)}, got {value!r:.40}", where, name)
         return Status(value)
-    if name == "reward":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise FormatError(f"must be a number, got {json_type(value)}", where, name)
-        if not numbers.is_finite(value):
-            raise FormatError(numbers.not_finite(value), where, name)
-        return float(value)
+    if name == "reward":  # as the row's own reader reads it (a dict of scores too)
+        return reward_value(value, where, name)
     if name == "sample_index" and (isinstance(value, bool) or not isinstance(value, int)):
         raise FormatError(f"must be an integer, got {json_type(value)}", where, name)
     if name == "starred" and not isinstance(value, bool):
@@ -90,7 +85,7 @@ FIGURES = ("n_tokens", "n_trainable")
 def with_stale_checks(ep: Episode, figures: Mapping[str, Any], path: Path, ctx: ImportContext) -> Episode:
     """``ep`` as not checked when its arrays no longer give the figures the export counted from them
     (``FIGURES``): the findings its record holds are the checks' of other arrays. The loop's own findings stay
-    (they are of the run, not of the arrays' check)."""
+    (they are of the run, not of the arrays' check; those the checks write again go with theirs)."""
     now = {"n_tokens": ep.n_tokens, "n_trainable": ep.tokens.n_trainable}
     changed = [k for k, v in figures.items() if v is not None and v != now[k]]
     if not changed or ep.checked is None:
@@ -99,4 +94,4 @@ def with_stale_checks(ep: Episode, figures: Mapping[str, Any], path: Path, ctx: 
              f"column{'s' if len(changed) > 1 else ''} (edited after "
              "export) read as not checked: the findings their records hold were of other arrays; `rollscope check` "
              "checks them")
-    return ep.evolve(checked=None, findings=tuple(f for f in ep.findings if f.kind in LOOP_KINDS))
+    return ep.evolve(checked=None, findings=tuple(f for f in ep.findings if f.kind in LOOP_KINDS - RECHECKED))

@@ -248,18 +248,21 @@ def _tools(raw: Any, where: str) -> tuple[dict[str, Any], ...]:
     return tuple(t if "type" in t else {"type": "function", "function": t} for t in raw)
 
 
-def record_id(d: dict[str, Any], line: int, ctx: ImportContext) -> str:
-    """The episode id of a chat record: its content, and how many identical records this import read before it (two
-    samples that said the same are two episodes), so the same file re-imported with records added, removed or
-    reordered finds the episodes it stored. An episode stored by a version that numbered records by their line
-    keeps that id."""
+def record_id(d: dict[str, Any], path: Path, line: int, ctx: ImportContext) -> str:
+    """The episode id of a chat record: its file's name, its content, and how many identical records that file held
+    before it (two samples that said the same are two episodes, in one file or two), so the file re-imported with
+    records added, removed or reordered finds the episodes it stored, and a folder imported whole or a file at a
+    time stores the same. An episode a version that numbered records by their line stored keeps that id, found when
+    its record is on the same line (``ctx.known``: set when the database holds chat episodes)."""
     key = stable_id("messages-record", d)
-    k = ctx.occurrences.get(key, 0)
-    ctx.occurrences[key] = k + 1
-    legacy = stable_id("messages", line, d)
-    if ctx.known is not None and ctx.known(legacy):
-        return legacy
-    return stable_id("messages", "content", key, k)
+    seen = (path.name, key)
+    k = ctx.occurrences.get(seen, 0)
+    ctx.occurrences[seen] = k + 1
+    if ctx.known is not None:
+        legacy = stable_id("messages", line, d)
+        if ctx.known(legacy):
+            return legacy
+    return stable_id("messages", "content", path.name, key, k)
 
 
 def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
@@ -281,7 +284,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     source = Source.imported("messages", str(path), line=line, index=line - 1,
                              **({"reward": jsonable(d["reward"])} if isinstance(d.get("reward"), dict) else {}))
     ep = conversation_episode(
-        fmt="messages", eid=record_id(d, line, ctx), env=str(d.get("env") or ctx.env or "messages"),
+        fmt="messages", eid=record_id(d, path, line, ctx), env=str(d.get("env") or ctx.env or "messages"),
         task_id=str(task) if task is not None else "p-" + stable_id("prompt", prompt)[:10],
         messages=messages, tools=tools, reward=reward, status=Status(status_raw), source=source, ctx=ctx, where=where,
     )

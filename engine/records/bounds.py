@@ -6,9 +6,10 @@ end)``. ``Episode.from_dict`` reads each as an integer; whether it points
 inside the episode's ``tokens`` is a question of the whole record, asked here
 by every reader of a file (JSONL, Parquet, ``schema --validate``). A position
 outside the array would split prompt from response in the wrong place in every
-export (and an empty ``id`` names nothing a link can hold) (verl's ``prompts``/``responses``, the trained tokens counted), so a
+export (verl's ``prompts``/``responses``, the trained tokens counted), so a
 file that gives one is refused with the field named. Episodes already stored
-are read as they are: refusing them here would hide what is in the database.
+are read as they are: refusing them here would hide what is in the database. A file's record whose ``id`` is
+empty or blank is refused here too: it names nothing ``show`` or a link can hold.
 
 A turn's own ``prompt_len`` (where its reply begins) must be 0 or more, but
 may lie past the end: a turn whose reply verl's final cut removed whole

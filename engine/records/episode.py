@@ -364,9 +364,11 @@ class Episode:
 
     @property
     def checks_not_run(self) -> tuple[str, ...]:
-        """The notes of the checks that could not run on it ("CHECK: not checked: WHY"): checked in part, its findings
-        those of the checks that ran (``Store.checks_not_run`` reads the same from the findings' index)."""
-        return tuple(f.message for f in self.all_findings() if f.kind == "not_checked")
+        """The notes of the checks that could not run on it for want of what a person can give, a tokenizer or a
+        model ("CHECK: not checked: WHY", their evidence ``needs`` it): checked in part, its findings those of the
+        checks that ran (``Store.checks_not_run`` reads the same from the findings' index). A note of a check that
+        had nothing to look at (no answer after a reply) is not one."""
+        return tuple(f.message for f in self.all_findings() if f.kind == "not_checked" and f.evidence.get("needs"))
 
     def all_findings(self) -> tuple[Finding, ...]:
         out = list(self.findings)

@@ -184,6 +184,10 @@ class Fields:
         if not set(map(type, out)) <= _INT and not all(_is_int(v) for v in out):
             i = next(i for i, v in enumerate(out) if not _is_int(v))
             raise FormatError(f"must be an integer, got {json_type(out[i])}", field=f"{self.name(key)}.{i}")
+        if out and not (-_INT64 <= min(out) and max(out) < _INT64):  # what SQLite and the arrays hold
+            i = next(i for i, v in enumerate(out) if not -_INT64 <= v < _INT64)
+            raise FormatError(f"must be an integer within 64 bits, got one of {len(str(abs(out[i]))):,} digits",
+                              field=f"{self.name(key)}.{i}")
         return tuple(out)
 
     def logprobs_or_none(self, key: str) -> tuple[float, ...] | None:

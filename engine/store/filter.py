@@ -18,6 +18,8 @@ from .index import text_clause
 
 _YES = ("1", "true", "yes")
 _NO = ("0", "false", "no")
+NEEDS_SQL = "json_extract(evidence, '$.needs') IS NOT NULL"
+"""A ``not_checked`` finding row whose check lacked what a person can give (``checks.base.skip``'s ``needs``)."""
 _WHOLE = ("whole", "full", "fully", "all")  # --where checked=whole: every check ran
 _PART = ("part", "partly", "partial")  # checked=part: one could not run
 
@@ -249,7 +251,8 @@ class EpisodeFilter:
         if self.checked is not None:
             add("checked IS NOT NULL" if self.checked else "checked IS NULL")
         if self.every_check is not None:
-            add(f"id {'NOT ' if self.every_check else ''}IN (SELECT episode_id FROM findings WHERE kind = 'not_checked')")
+            add(f"id {'NOT ' if self.every_check else ''}IN (SELECT episode_id FROM findings WHERE kind = 'not_checked' "
+                f"AND {NEEDS_SQL})")
         if self.group_id:
             add("group_id = ?", self.group_id)
         if self.rollout_step is not None:

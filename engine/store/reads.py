@@ -14,7 +14,7 @@ from ..errors import ConfigError, FormatError, StoreError
 from ..records.episode import Episode, Finding, TokenArrays
 from . import codec
 from .base import StoreBase
-from .filter import SORTABLE, EpisodeFilter, EpisodeSummary
+from .filter import NEEDS_SQL, SORTABLE, EpisodeFilter, EpisodeSummary
 from .paging import Cursor, EpisodePage, MatchCount, filter_mark, ranges
 
 # An offset of at least this many rows, past the middle of its selection, is read from the selection's other end
@@ -353,16 +353,17 @@ class Reads(StoreBase):
         return list(self.get_episode(episode_id).all_findings())
 
     def checks_not_run(self, episode_ids: Sequence[str]) -> dict[str, list[str]]:
-        """For each of these episodes that a check could not run on (a ``not_checked`` note: a check that needs a
-        tokenizer, run without one), the notes, each "CHECK: not checked: WHY"; a page's rows, from the findings'
-        index by kind. Their findings are those of the checks that ran: the views say so beside the count."""
+        """For each of these episodes that a check could not run on for want of what a person can give (a
+        ``not_checked`` note that ``needs`` a tokenizer or a model: ``checks.base.skip``), the notes, each "CHECK:
+        not checked: WHY"; a page's rows, from the findings' index by kind. Their findings are those of the checks
+        that ran: the views say so beside the count (as ``Episode.checks_not_run``)."""
         out: dict[str, list[str]] = {}
         ids = list(dict.fromkeys(episode_ids))
         for k in range(0, len(ids), 500):
             chunk = ids[k:k + 500]
             for eid, message in self.browse_query(
                     f"SELECT episode_id, message FROM findings WHERE kind = 'not_checked' AND episode_id IN "
-                    f"({','.join('?' * len(chunk))}) ORDER BY episode_id, rowid", chunk):
+                    f"({','.join('?' * len(chunk))}) AND {NEEDS_SQL} ORDER BY episode_id, rowid", chunk):
                 out.setdefault(eid, []).append(message)
         return out
 

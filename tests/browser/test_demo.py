@@ -116,7 +116,8 @@ def test_the_demo_button_fills_an_empty_database_and_browse_shows_it(page: Any, 
 
     base = store.get_episode(store.list_episodes(limit=1)[0].id)
     notes = tuple(Finding("not_checked", Severity.INFO, f"{k}: not checked: no tokenizer with a chat template",
-                          evidence={"check": k}) for k in ("template_not_prefix_stable", "tokens_not_rendering"))
+                          evidence={"check": k, "needs": "tokenizer"})
+                  for k in ("template_not_prefix_stable", "tokens_not_rendering"))
     store.save_episodes([base.evolve(id="in-part", created_at=2e9, tags=(), findings=notes, checked="4")])
     page.reload()
     cell = page.locator("#rs-episode-table tr[data-id='in-part'] td.c-findings")
