@@ -49,8 +49,12 @@ def test_an_import_with_lone_surrogates_and_nan_arguments_is_stored_whole_and_ex
     assert not [f for f in second.findings if f.kind == "text_replaced"]
     args = first.messages[1].tool_calls[0].arguments
     assert math.isnan(args["x"]) and args["y"] == -math.inf  # read back as the numbers they were
-    for fmt, name in (("jsonl", "x.jsonl"), ("parquet", "x.parquet"), ("messages", "m.jsonl"), ("areal", "a.jsonl")):
+    for fmt, name in (("jsonl", "x.jsonl"), ("parquet", "x.parquet"), ("messages", "m.jsonl")):
         assert formats.export(store.iter_episodes(), fmt, tmp_path / name) == 2, fmt
+    # Messages without a tokenizer hold no token ids: a format of ids leaves them out, and says so.
+    said: list[str] = []
+    assert formats.export(store.iter_episodes(), "areal", tmp_path / "a.jsonl", said) == 0
+    assert said == [formats.no_ids("areal", 2)]
     record = json.loads((tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert problems(record) == []
     # Re-importing the export keeps the finding and the numbers (the lossless round trip).

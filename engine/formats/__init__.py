@@ -421,6 +421,6 @@ def _export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, full_pr
 
 __all__ = [
     "EXPORTERS", "IMPORTERS", "LOSSLESS", "MAX_RECORD_MB", "STREAM_WRITERS", "Exporter", "ImportContext", "ImportReport", "Importer",
-    "LineRange",
-    "export", "import_path", "left_out",
+    "LineRange", "ON_IDS",
+    "export", "import_path", "left_out", "no_ids",
 ]
