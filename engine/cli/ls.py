@@ -54,7 +54,8 @@ def cmd_ls(a: argparse.Namespace) -> int:
     if not_run:
         first = next(r.id for r in rows if r.id in not_run)
         print(f"{len(not_run)} of these checked in part: a check could not run on {'it' if len(not_run) == 1 else 'them'}"
-              f" (one that needs a tokenizer or a model, run without it), so its findings are those of the checks that ran "
+              f" (one that needs a tokenizer or a model, run without it), so {'its' if len(not_run) == 1 else 'their'} "
+              "findings are those of the checks that ran "
               f"(`rollscope show {first}` says which and why)")
     return 0
 
