@@ -70,9 +70,12 @@ def with_edited_columns(ep: Episode, columns: Mapping[str, Any], where: str, pat
             continue
         column = (named or {}).get(name, name)
         try:
-            changes[name] = _value(name, value, where)
+            read = _value(name, value, where)
         except FormatError as e:
             raise FormatError(e.detail, where, column) from None
+        if _same(name, ep, read.value if isinstance(read, Status) else read):  # another spelling of the same
+            continue
+        changes[name] = read
         ctx.note(f"{path}: rows whose {column} column differs from their Rollscope record (edited after export) are "
                  "read with the column's value")
     return ep.evolve(**changes) if changes else ep
