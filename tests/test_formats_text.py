@@ -383,6 +383,11 @@ def test_a_tool_call_whose_arguments_are_not_json_is_kept_as_written_and_flagged
     page = render_conversation(eps["broken"])
     assert "arguments not a JSON object, as written" in page and html.escape(broken) in page
     assert "arguments not a JSON object" not in render_conversation(eps["shop-1"])
+    # Group and Compare tell calls apart by the arguments as written, not by the empty object beside them.
+    from engine.analysis.groups import call_text
+
+    assert call_text(eps["broken"].turns[0].tool_calls[0]) == f"get_price({broken})"
+    assert call_text(eps["listed"].turns[0].tool_calls[0]) == 'get_price(["fig"])'
 
 
 def test_messages_export_for_sft_and_back(tmp_path, eps, smol_tokenizer):

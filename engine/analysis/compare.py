@@ -102,7 +102,8 @@ def opening_messages(ep: Episode) -> tuple[Message, ...]:
 
 
 def _calls(t: Turn) -> list[dict[str, Any]]:
-    return [{"name": c.name, "arguments": c.arguments} for c in t.tool_calls]
+    # Arguments that are not a JSON object compare as the text the model wrote (``ToolCall.wire_arguments``).
+    return [{"name": c.name, "arguments": c.wire_arguments} for c in t.tool_calls]
 
 
 def diff_turn(index: int, a: Turn | None, b: Turn | None) -> TurnDiff:

@@ -94,7 +94,10 @@ class GroupView:
 
 
 def call_text(call: ToolCall | Action) -> str:
-    """A tool call as one comparable string: its name and its arguments as sorted JSON."""
+    """A tool call as one comparable string: its name and its arguments as sorted JSON (as the model wrote them,
+    where they are not a JSON object)."""
+    if isinstance(call, ToolCall) and call.raw_arguments is not None:
+        return f"{call.name}({call.raw_arguments})"
     return f"{call.name}({json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)})"
 
 
