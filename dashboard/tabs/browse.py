@@ -83,7 +83,9 @@ def episode_filter(
         source=_opt(source),
         has_findings=True if kind == ANY_FINDING else False if kind == NO_FINDING else None,
         checked=True if kind in (NO_FINDING, IN_PART) else False if kind == NOT_CHECKED else None,
-        every_check=True if kind == NO_FINDING else False if kind == IN_PART else None,
+        # "no findings" is read off the browse index alone (its rows checked in part say so in their cells);
+        # "checked in part" reads the findings' notes, when asked for.
+        every_check=False if kind == IN_PART else None,
         finding_kind=None if kind in (None, ANY_FINDING, NO_FINDING, NOT_CHECKED, IN_PART) or kind.startswith(ROOT)
         else kind,
         root_kind=kind[len(ROOT):] if kind and kind.startswith(ROOT) else None,
@@ -201,7 +203,7 @@ def choices(store: Store) -> dict[str, Any]:
         "source": gr.Dropdown(choices=[ALL, *store.distinct("source")]),
         "tags": gr.Dropdown(choices=[f"{t}" for t, _ in store.tag_counts()]),
         "findings": gr.Dropdown(choices=[
-            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings (every check ran)", NO_FINDING),
+            ("any", ALL), ("has findings (any kind)", ANY_FINDING), ("no findings (checked)", NO_FINDING),
             ("not checked (no check ran)", NOT_CHECKED),
             *([("checked in part (a check could not run)", IN_PART)] if any(k == "not_checked" for k, _ in kinds)
               else []),
