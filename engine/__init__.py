@@ -88,7 +88,7 @@ from .errors import (
     TemplateError,
     TokenizerNotFound,
 )
-from .formats import EXPORTERS, IMPORTERS, export, import_path
+from .formats import EXPORTERS, IMPORTERS, ON_IDS, export, import_path, no_ids
 from .formats.watch import WATCH_FORMATS, Watcher, WatchEvent
 from .launch.batch import BatchResult, BatchSpec, run_batch
 from .launch.demo import DEMO_PARTS, DemoPart, DemoReport, DemoRun, build_demo, find_qwen3
@@ -175,7 +175,7 @@ from .tokens.chat import decode
 from .tokens.tokenizer import Tokenizer
 
 __all__ = [
-    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENTROPY_DROP", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "MAX_TOP_LOGPROBS", "NEAR_ZERO_ENTROPY", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
+    "AUTO", "CHECKS_VERSION", "DEMO_PARTS", "ENTROPY_DROP", "ENVS", "EXPORTERS", "FORKS_PER_TURN", "GROUP_NORMALIZATION", "IMPORTERS", "MAX_EPISODES", "MAX_TOP_LOGPROBS", "NEAR_ZERO_ENTROPY", "ON_IDS", "OUTCOME_COLORS", "OUTCOME_KINDS", "OUTCOME_LABELS", "PASSING_KINDS", "POLICIES",
     "PRESETS", "PRESET_CHOICES", "PRESET_INFO", "SCHEMA_VERSION", "SORTABLE", "TD_CHANGED", "TD_ONLY_A", "TD_ONLY_B",
     "WATCH_FORMATS",
     "Action", "ActionPreview", "Backend", "BackendError", "BackendInfo", "BackendSettings", "BatchResult",
@@ -191,7 +191,7 @@ __all__ = [
     "alternatives_at", "apply_settings", "build_demo", "calls_text", "check_env", "check_reachable", "common_prefix", "compare",
     "consequences", "decode", "default_preset", "diagnosis", "env_factory", "episode_schema", "episode_tokenizer",
     "export", "find_qwen3", "findings_up_to", "flat_groups", "forget_tokenizers", "fork", "format_knob",
-    "get_preset", "group_view", "has_entropy", "import_path", "kind_label", "kind_passed", "knobs", "link_findings", "linked", "load_config_file", "load_group",
+    "get_preset", "group_view", "has_entropy", "import_path", "no_ids", "kind_label", "kind_passed", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
     "output_diff", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
     "prompt_tokens", "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary", "retokenized",

@@ -141,6 +141,7 @@ def test_a_format_of_token_ids_leaves_out_episodes_that_hold_none_and_says_so(tm
         proc = rollscope("export", "--db", str(mixed), "--format", fmt, "-o", str(out), check=False)
         assert proc.returncode == 2 and f"exported 0 episodes ({fmt})" in proc.stderr, proc.stderr
         assert f"{fmt}: left out {bare} episodes that hold no token ids" in proc.stderr
+        assert not out.exists() and f"(no file written: {out} would hold nothing)" in proc.stderr
     st = Store(mixed)
     st.save_episodes(eps[:2])  # two with ids beside them: those are written, the rest said
     st.close()
@@ -151,12 +152,18 @@ def test_a_format_of_token_ids_leaves_out_episodes_that_hold_none_and_says_so(tm
     assert "left out" not in rollscope("export", "--db", str(mixed), "-o", str(tmp_path / "all.jsonl")).stderr
     # The dashboard's Export (and the ticked rows' export) says the same, from the same export.
     from dashboard.bulk import bulk
-    from dashboard.tabs.export import write
+    from dashboard.tabs.export import IDS, selection, write
+
+    # Its id box takes ids a comma, a line or (with neither) a space apart, as pasted from `ls`.
+    for text, ids in (("a b  c", ("a", "b", "c")), ("a, b c", ("a", "b c")), ("x\ny", ("x", "y"))):
+        assert selection(IDS, None, [], text)[0].ids == ids
     from engine.store import EpisodeFilter
 
     st = Store(mixed)
     try:
-        _, written, said = write(st, EpisodeFilter(), "verl")
+        path, written, said = write(st, EpisodeFilter(), "verl")
+        assert path.name.startswith("rollscope-2-episodes-")  # named by what it holds, not by what matched
+        assert st.count(EpisodeFilter(has_tokens=False)) == bare and st.count(EpisodeFilter(has_tokens=True)) == 2
         assert written == 2 and said == [f"verl: left out {bare} episodes that hold no token ids (imported from chat "
                                          "messages without --tokenizer): verl is token ids a trainer loads; `rollscope "
                                          "import --format messages --tokenizer NAME` tokenizes them, and jsonl and "

@@ -310,7 +310,7 @@ def test_an_episode_checked_without_a_tokenizer_says_its_checks_ran_in_part(tmp_
 
     assert part.checks_not_run == tuple(not_run[part.id]) and st.get_episode("whole-1").checks_not_run == ()
     for html_text in (render_header(part), render_findings(part)):
-        assert "3 checks not run</span>" in html_text
+        assert "3 checks not run (no tokenizer or model given)</span>" in html_text
     assert "not run" not in render_header(st.get_episode("whole-1")) + render_findings(st.get_episode("whole-1"))
     st.close()
     root = Path(__file__).resolve().parents[1]
@@ -326,7 +326,8 @@ def test_an_episode_checked_without_a_tokenizer_says_its_checks_ran_in_part(tmp_
     assert {(r := json.loads(x))["id"]: len(r["checks_not_run"]) for x in listed.splitlines()} == {part.id: 3, "whole-1": 0}
     shown = subprocess.run([sys.executable, "-m", "engine.cli", "show", part.id, "--db", str(db)], capture_output=True,
                            text=True, cwd=root, timeout=120).stdout
-    assert "; 3 could not run, their notes below)" in shown and "tokens_not_rendering: not checked" in shown
+    assert "; 3 could not run for want of a tokenizer or a model, their notes below)" in shown
+    assert "tokens_not_rendering: not checked" in shown
 
 
 def test_messages_import_reports_a_template_that_rewrites_history(tmp_path, qwen3_tokenizer):
@@ -370,6 +371,11 @@ def test_a_tool_call_whose_arguments_are_not_json_is_kept_as_written_and_flagged
     import_path(f, "messages", bare)
     assert {e.task_id: e.turns[0].parse_error for e in bare.iter_episodes()} == {
         t: e.turns[0].parse_error for t, e in eps.items()}
+    # Compared with its copy read without a tokenizer (no ids), the reply is the same: text and calls say so.
+    from engine.analysis.compare import compare
+
+    same = compare(eps["broken"], next(e for e in bare.iter_episodes() if e.task_id == "broken"))
+    assert same.first_divergence is None, same.summary()
     out = tmp_path / "sft.jsonl"
     export([eps["broken"]], "messages", out)
     sent = json.loads(out.read_text())["messages"][2]["tool_calls"][0]["function"]["arguments"]

@@ -282,6 +282,12 @@ def test_parse_error_turn_shows_the_error_and_the_loops_feedback(tok: Any) -> No
     card = playback.turn_card(_loaded(ep, tok), k)
     assert "parse error" in card and html.escape(ep.turns[k].parse_error) in card
     assert "Loop&#x27;s feedback (the env was not called)" in card and "Env answered" not in card
+    # Imported, the same turn records no action either: what followed is the record's messages, not the loop's.
+    from engine.records.provenance import Source
+
+    imported = ep.evolve(source=Source.imported("messages", "chat.jsonl", line=1, index=0))
+    card = playback.turn_card(_loaded(imported, tok), k)
+    assert "What followed (the record&#x27;s messages)" in card and "Loop&#x27;s feedback" not in card
 
 
 def test_the_cards_cached_decoding_is_the_prompt_the_engine_reads(retok: tuple[Episode, list[GenerationRequest]],

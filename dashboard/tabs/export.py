@@ -14,13 +14,13 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from engine import EXPORTERS, ConfigError, EpisodeFilter, RollscopeError, Store, export
+from engine import EXPORTERS, ON_IDS, ConfigError, EpisodeFilter, RollscopeError, Store, export, no_ids
 
 from ..assets import script
 from ..gradio_glue import Outputs, html
@@ -73,9 +73,12 @@ def selection(source: str, browse_filter: EpisodeFilter | None, tags: Sequence[s
     if source == STARRED:
         return EpisodeFilter(starred=True), "starred"
     if source == IDS:
-        wanted = tuple(dict.fromkeys(p.strip() for p in (ids or "").replace("\n", ",").split(",") if p.strip()))
+        # Commas or lines separate them; with neither, blanks do (ids pasted from `ls` a space apart).
+        text = ids or ""
+        parts = text.replace("\n", ",").split(",") if "," in text or "\n" in text else text.split()
+        wanted = tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
         if not wanted:
-            raise ConfigError("give one or more episode ids, separated by commas")
+            raise ConfigError("give one or more episode ids, separated by commas or spaces")
         return EpisodeFilter(ids=wanted), f"{len(wanted)} listed id{'s' if len(wanted) != 1 else ''}"
     raise ConfigError(f"unknown selection {source!r}")
 
@@ -113,6 +116,8 @@ def write(store: Store, flt: EpisodeFilter, fmt: str) -> tuple[Path, int, list[s
     path = _out_dir() / f"rollscope-{n}-episodes-{stamp}.{EXTENSIONS.get(fmt, 'out')}"
     notes: list[str] = []
     written = export(store.iter_episodes(flt), fmt, path, notes)
+    if written and written != n:  # named by what it holds (the format left some out, and says so)
+        path = path.rename(path.with_name(f"rollscope-{written}-episodes-{stamp}.{EXTENSIONS.get(fmt, 'out')}"))
     return path, written, notes
 
 
@@ -159,7 +164,7 @@ def build(store: Store, browse_filters: Outputs | None = None,
     with gr.Row(equal_height=True):
         tags = gr.Dropdown([], value=[], multiselect=True, label="tags (all of them)", visible=False, scale=2,
                            elem_id="rs-export-tags")
-        ids = gr.Textbox(label="episode ids", placeholder="id1, id2, … (unique prefixes are enough)", visible=False,
+        ids = gr.Textbox(label="episode ids", placeholder="id1, id2 … or one a line (unique prefixes are enough)", visible=False,
                          scale=3, elem_id="rs-export-ids", max_lines=3)
     with gr.Row(elem_classes="rs-actions"):
         export = gr.Button("⬇ Export and download", variant="primary", scale=0, min_width=220, elem_id="rs-export-run")
@@ -196,12 +201,17 @@ def build(store: Store, browse_filters: Outputs | None = None,
         try:
             flt, what, fmt_v = chosen(values)
             n = store.count(flt)
+            # A format of token ids leaves out what holds none: counted here as the export will leave them out.
+            idless = n - store.count(replace(flt, has_tokens=True)) if n and fmt_v in ON_IDS else 0
             rows = store.list_episodes(flt, order_by="created_at", descending=False, limit=PREVIEW_ROWS)
-            text = sample(store, flt, fmt_v) if n else ""
+            text = sample(store, flt, fmt_v) if n > idless else ""
         except RollscopeError as e:
             return previewed.values(message=note(str(e), "error"), download=gr.File(visible=False))
-        msg = note(f"{n:,} episodes will be written as {fmt_v}: press Export and download." if n else
-                   "Nothing matches: nothing to export.", "info" if n else "warn")
+        kept = n - idless
+        msg = (note(f"{kept:,} episode{'s' if kept != 1 else ''} will be written as {fmt_v}: press Export and "
+                    "download.", "info") if kept else
+               note(f"Nothing would be written as {fmt_v}." if n else "Nothing matches: nothing to export.", "warn"))
+        msg += note(no_ids(fmt_v, idless), "warn") if idless else ""
         return previewed.values(view=export_preview(n, rows, text, what, fmt_v), message=msg,
                                 download=gr.File(value=None, visible=False))
 

@@ -199,7 +199,7 @@ def _not_run(notes: Sequence[str]) -> str:
     if not notes:
         return ""
     return (f' · <span class="rs-unchecked" title="{esc(chr(10).join(notes))}">{len(notes)} '
-            f'check{"s" if len(notes) != 1 else ""} not run</span>')
+            f'check{"s" if len(notes) != 1 else ""} not run (no tokenizer or model given)</span>')
 
 
 def render_findings(ep: Episode, run_level: tuple[int, list[str]] | None = None) -> str:

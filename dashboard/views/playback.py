@@ -170,14 +170,16 @@ def _action_block(t: Turn, budget: Budget) -> str:
     return _h("Parsed action") + "".join(parts)
 
 
-def _env_block(t: Turn, budget: Budget) -> str:
+def _env_block(t: Turn, budget: Budget, live: bool = True) -> str:
     chips = chip("reward", fmt_num(t.reward)) + chip("done", "yes" if t.done else "no")
     body = "".join(message_block(m, budget) for m in t.observation) or '<div class="rs-dim">no observation stored</div>'
     info = json_details("env info", t.info, budget) if t.info else ""
     if t.raw_observation:
         info = json_details("raw tool output, before truncation", list(t.raw_observation), budget) + info
-    # With no action (a parse error in feedback mode) the observation is the loop's own reply, not the env's.
-    title = "Env answered" if t.action is not None or not t.observation else "Loop's feedback (the env was not called)"
+    # With no action (a parse error in feedback mode) the observation is the loop's own reply, not the env's. An
+    # import records no action: what followed the reply is the record's messages, whoever wrote them.
+    title = ("Env answered" if t.action is not None or not t.observation else
+             "Loop's feedback (the env was not called)" if live else "What followed (the record's messages)")
     return _h(title) + f'<div class="rs-pb-chips">{chips}</div>{body}{info}'
 
 
@@ -237,7 +239,7 @@ def render_turn(ep: Episode, k: int, prompt: PromptView, previous_prompt: str | 
         f'<div class="rs-pb-col">{_prompt_block(prompt, previous_prompt, t, span, k)}</div>'
         f'<div class="rs-pb-col">{_generation_block(t, decoded_generation, budget)}'
         f'{forks_block(ep, entropy, texts or {}) if entropy is not None else ""}{_action_block(t, budget)}'
-        f"{_env_block(t, budget)}"
+        f"{_env_block(t, budget, ep.source.live)}"
         f"{_findings_block(ep, k)}</div>"
         "</div></div>"
     )

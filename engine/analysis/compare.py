@@ -113,12 +113,13 @@ def diff_turn(index: int, a: Turn | None, b: Turn | None) -> TurnDiff:
     ga = a.generation.text if a.generation else ""
     gb = b.generation.text if b.generation else ""
     # A reply kept as ids alone (a trainer's dump read without a tokenizer) is compared by its ids: two empty texts
-    # are not two same replies.
+    # are not two same replies. Where one side holds no ids (chat messages read without a tokenizer) there is
+    # nothing to compare them with: the reply's text and calls say it.
     ia = tuple(a.generation.token_ids) if a.generation and not ga else ()
     ib = tuple(b.generation.token_ids) if b.generation and not gb else ()
     checks = (
         ("assistant text", ga == gb),
-        ("generated ids", ia == ib),
+        ("generated ids", ia == ib or not ia or not ib),
         ("tool calls", _calls(a) == _calls(b)),
         ("parse error", a.parse_error == b.parse_error),
         ("observation", _msgs(a.observation) == _msgs(b.observation)),

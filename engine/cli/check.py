@@ -86,7 +86,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
             raise ConfigError("--where works on databases; for a JSONL file use --episode")
         report = jsonl.ReadReport()
         episodes = (e for e in jsonl.read(src, report, int(a.max_record_mb * 2**20)) if not a.episode or any(e.id.startswith(p) for p in a.episode))
-    n_eps = running = 0
+    n_eps = running = in_part = 0
     # Per episode, only what the report needs (the checked episode itself is stored or dropped at once):
     # its id, its run, its findings without the per-token difference lists.
     shown: list[tuple[str, str, list[Finding]]] = []
@@ -108,6 +108,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
             ({f.kind for f in found if f.kind in RUN_KINDS and f.severity.value != "info"},
              {k for k in map(unchecked_kind, found) if k is not None}))
         shown.append((checked.id, run_key, found))
+        in_part += bool(checked.checks_not_run)
     # A kind every episode of a run has is the run's (its preset, template or source): said once. An episode
     # its check could not look at (a prompt refused, no answer after a reply) does not count against it.
     run_levels = {run: run_level(sets) for run, sets in runs.items()}
@@ -184,6 +185,9 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
           f"{counted(n_caused, 'finding')} {'follows' if n_caused == 1 else 'follow'} from a root"
           + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
           + f" ({n_err} errors in all)", file=sys.stderr if a.json else sys.stdout)  # --json: stdout is rows
+    if in_part:  # its findings are those of the checks that ran: said, as ls and Browse say it beside the count
+        print(f"rollscope: {counted(in_part, 'episode')} checked in part: a check needed a tokenizer or a model not "
+              "given (--tokenizer, --recompute-logprobs --model); --info lists which", file=sys.stderr)
     if running and store is not None and not a.no_store:
         how = ("it stands and not stored: its loop writes it, and checks it as it ends" if running == 1 else
                "they stand and not stored: their loops write them, and check each as it ends")

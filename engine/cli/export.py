@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -50,4 +51,9 @@ def cmd_export(a: argparse.Namespace) -> int:
     print(f"exported {counted(n, 'episode')} ({a.format}) to {a.output}", file=sys.stderr)
     for note in notes:
         print(note, file=sys.stderr)
-    return 0 if n else 2  # episodes matched, and the format could carry none of them
+    if n:
+        return 0
+    if a.output != "-":  # episodes matched and the format could carry none of them: no empty file left behind
+        Path(a.output).unlink(missing_ok=True)
+        print(f"(no file written: {a.output} would hold nothing)", file=sys.stderr)
+    return 2

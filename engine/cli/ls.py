@@ -16,7 +16,7 @@ def register(sub: Any) -> None:
     ls.add_argument("--db", default=DEFAULT_DB)
     ls.add_argument("--where", action="append", default=[], metavar="CLAUSE",
                     help="filter (repeatable, all must hold): status=completed,truncated  reward>=0.5  env=math  "
-                    "run=NAME  preset=NAME  tag=x  starred=true  checked=no|part  turns>=3  step=N  finding=KIND  root=KIND  "
+                    "run=NAME  preset=NAME  tag=x  starred=true  checked=no|part|whole  turns>=3  step=N  finding=KIND  root=KIND  "
                     "outcome=KIND  family=ID (an episode and its forks)  text=WORDS  text_all=WORDS (system prompts "
                     "and tool schemas too)  id=ID,... (a unique prefix is enough); a key given twice must hold twice: "
                     "tag=a tag=b is both tags")

@@ -139,7 +139,8 @@ def cmd_show(a: argparse.Namespace) -> int:
             print(f"[{m.role}{'/' + m.name if m.name else ''}] {m.content}")
     lines = findings_by_root(ep)
     not_run = len(ep.checks_not_run)
-    checked = (f"checks v{ep.checked}" + (f"; {not_run} could not run, their notes below" if not_run else "")
+    checked = (f"checks v{ep.checked}" + (f"; {not_run} could not run for want of a tokenizer or a model, their "
+                                          "notes below" if not_run else "")
                if ep.checked else "not checked (`rollscope check` runs the checks)")
     print(f"\n--- findings ({checked})" + ("" if lines or not ep.checked else ": none"))
     for line in lines:

@@ -100,6 +100,7 @@ class EpisodeFilter:
     every_check: bool | None = None  # every check could run on it (True) or one could not (False: a ``not_checked``
     # note, such as a check that needs a tokenizer run without one): its findings are those of the checks that ran
     group_id: str | None = None
+    has_tokens: bool | None = None  # holds token ids (True) or none (False: chat messages imported without a tokenizer)
     family: str | None = None  # this episode and its forks
     rollout_step: int | None = None
     outcome: tuple[str, ...] = ()  # outcome kinds (``records.outcome.OUTCOME_KINDS``)
@@ -255,6 +256,8 @@ class EpisodeFilter:
                 f"AND {NEEDS_SQL})")
         if self.group_id:
             add("group_id = ?", self.group_id)
+        if self.has_tokens is not None:
+            add("n_tokens > 0" if self.has_tokens else "n_tokens = 0")
         if self.rollout_step is not None:
             add("rollout_step = ?", self.rollout_step)
         if self.outcome:
