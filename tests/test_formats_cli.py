@@ -152,7 +152,7 @@ def test_a_format_of_token_ids_leaves_out_episodes_that_hold_none_and_says_so(tm
     assert "left out" not in rollscope("export", "--db", str(mixed), "-o", str(tmp_path / "all.jsonl")).stderr
     # The dashboard's Export (and the ticked rows' export) says the same, from the same export.
     from dashboard.bulk import bulk
-    from dashboard.tabs.export import IDS, selection, write
+    from dashboard.tabs.export import IDS, sample, selection, write
 
     # Its id box takes ids a comma, a line or (with neither) a space apart, as pasted from `ls`.
     for text, ids in (("a b  c", ("a", "b", "c")), ("a, b c", ("a", "b c")), ("x\ny", ("x", "y"))):
@@ -161,6 +161,9 @@ def test_a_format_of_token_ids_leaves_out_episodes_that_hold_none_and_says_so(tm
 
     st = Store(mixed)
     try:
+        # The preview's first record is of an episode the export writes (the oldest would be one without ids).
+        first = sample(st, EpisodeFilter(has_tokens=True), "verl")
+        assert first.startswith('{"prompt_ids": [') and not first.startswith('{"prompt_ids": []')
         path, written, said = write(st, EpisodeFilter(), "verl")
         assert path.name.startswith("rollscope-2-episodes-")  # named by what it holds, not by what matched
         assert st.count(EpisodeFilter(has_tokens=False)) == bare and st.count(EpisodeFilter(has_tokens=True)) == 2

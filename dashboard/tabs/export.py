@@ -204,7 +204,7 @@ def build(store: Store, browse_filters: Outputs | None = None,
             # A format of token ids leaves out what holds none: counted here as the export will leave them out.
             idless = n - store.count(replace(flt, has_tokens=True)) if n and fmt_v in ON_IDS else 0
             rows = store.list_episodes(flt, order_by="created_at", descending=False, limit=PREVIEW_ROWS)
-            text = sample(store, flt, fmt_v) if n > idless else ""
+            text = sample(store, replace(flt, has_tokens=True) if idless else flt, fmt_v) if n > idless else ""
         except RollscopeError as e:
             return previewed.values(message=note(str(e), "error"), download=gr.File(visible=False))
         kept = n - idless
