@@ -445,6 +445,23 @@ def test_an_export_imported_as_another_format_is_refused_once_naming_the_format_
             finally:
                 into.close()
     assert refused == 16
+    # tau-bench's results are one JSON document, a list: each JSON-lines export given as them says what it is and
+    # which format reads it; lines of no known shape (tau-bench's results written a line each) say how to make
+    # the list; a binary file says what it is.
+    into = Store(tmp_path / "taubench.db")
+    for written, path in files.items():
+        with pytest.raises(formats.FormatError) as e:
+            formats.import_path(path, "taubench", into)
+        assert str(e.value) == (f"{path}: not a tau-bench results file (one JSON document) but JSON lines, one record "
+                                f"a line: {said[written]}"), written
+    lines = _write(tmp_path / "results.jsonl", b'{"task_id": 0, "reward": 1.0, "traj": []}\n{"task_id": 1}\n')
+    with pytest.raises(formats.FormatError, match=r"one record a line: --format taubench reads one JSON document, "
+                                                  r"a list \(jq -s \. FILE > out\.json writes the lines so\)$"):
+        formats.import_path(lines, "taubench", into)
+    with pytest.raises(formats.FormatError, match="not a tau-bench results file but a SQLite database"):
+        formats.import_path(tmp_path / "src.db", "taubench", into)
+    assert into.count() == 0
+    into.close()
     # Read on workers, the first line is looked at before any goes out.
     monkey = jsonl_format.WORKERS_FROM_BYTES
     jsonl_format.WORKERS_FROM_BYTES = 0

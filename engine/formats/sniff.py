@@ -1,9 +1,11 @@
 """What a file given as JSON lines is, from its first bytes: JSON text in UTF-8 (past a byte order mark), or a
 known binary format, UTF-16 or UTF-32, binary data, one JSON document spread over lines or text of no JSON objects
-(a CSV), each refused whole with a sentence saying what it is."""
+(a CSV), each refused whole with a sentence saying what it is; and of a file read as one JSON document (tau-bench's
+results), whether it is JSON lines or binary instead."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import IO
 
@@ -124,6 +126,31 @@ def not_torch_save(head: bytes, path: Path) -> None:
         raise FormatError("not a torch.save dump but JSON text: a Rollscope export imports with --format jsonl, verl's "
                           "rows with --format verl, AReaL's with --format areal, OpenAI messages with --format "
                           "messages, tau-bench results with --format taubench", str(path))
+
+
+def not_json_list(raw: bytes, path: Path, fmt: str, what: str) -> None:
+    """A FormatError when a file ``fmt`` reads as one JSON document (``what``: what writes it) is not one: a known
+    binary format, UTF-16 or UTF-32 text, or JSON lines (one record a line), whose first record says which
+    ``--format`` reads it. Anything else is left to the JSON parser, which names its first error."""
+    for magic, kind in _MAGIC:
+        if raw.startswith(magic):
+            raise FormatError(f"not {what} but {kind}", str(path))
+    wide = wide_encoding(raw[:4096])
+    if wide is not None:
+        raise FormatError(f"not UTF-8 but {wide} text: convert it to UTF-8 (iconv -f {wide} -t UTF-8 FILE > "
+                          "out.json)", str(path))
+    text = raw[utf8_bom(raw):]
+    first, _, rest = text.lstrip().partition(b"\n")
+    if not (_record_like(first.strip()) and rest.strip()[:1] == b"{"):
+        return
+    try:
+        keys = set(json.loads(first))
+    except (ValueError, TypeError):
+        return
+    shape = next(((reader, kind) for reader, kind, need in _SHAPES if need <= keys), None)
+    said = (f"{shape[1]}" + (f": import them with --format {shape[0]}" if shape[0] else "") if shape is not None
+            else f"--format {fmt} reads one JSON document, a list (jq -s . FILE > out.json writes the lines so)")
+    raise FormatError(f"not {what} (one JSON document) but JSON lines, one record a line: {said}", str(path))
 
 
 # The record shapes of the JSON-lines formats: (the format that reads it, what it is, the keys that say so). A record

@@ -33,7 +33,7 @@ from ..records.provenance import Source
 from ..records.reading import json_type
 from .base import ImportContext, discover, jsonable, reward_value, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode, parse_messages
-from .sniff import utf8_bom
+from .sniff import not_json_list, utf8_bom
 
 DOMAINS = ("retail", "airline")
 
@@ -90,6 +90,7 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
         ctx.opened(f)
         try:
             raw = f.read_bytes()
+            not_json_list(raw, f, "taubench", "a tau-bench results file")
             data = jsonbounds.loads(raw.decode("utf-8-sig"), limit=None)
         except OSError as e:
             raise FormatError(f"cannot read: {e.strerror}", str(f)) from None
