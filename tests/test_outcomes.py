@@ -100,6 +100,27 @@ def test_the_reference_run_is_a_success(smol_tokenizer):
     assert (ep.outcome.kind, ep.outcome.turn, ep.outcome.db_diff) == ("success", None, ())
 
 
+def test_a_call_to_a_tool_the_episode_does_not_offer_is_no_write(smol_tokenizer):
+    """A record whose answers do not say a call failed (a chat import, an env that echoes) may hold a call to a tool
+    that does not exist: it wrote nothing, so it is no extra write, where the episode lists its tools. Where it
+    lists none, every name is taken for a tool."""
+    import dataclasses
+
+    from engine.records.episode import Message, ToolCall
+
+    ep, _ = planted(smol_tokenizer, "return-00", lambda r, h: None)
+    assert ep.tools and ep.outcome.kind == "success"
+    k = next(t.index for t in ep.turns if t.tool_calls)  # a turn that called a tool: one more call, answered "done"
+    turns = list(ep.turns)
+    turns[k] = dataclasses.replace(turns[k], tool_calls=turns[k].tool_calls + (
+        ToolCall("delete_all_orders", {"confirm": True}),), observation=turns[k].observation + (
+        Message("tool", "done", name="delete_all_orders"),))
+    chat = dataclasses.replace(ep, turns=tuple(turns))
+    assert explain(chat).kind == "success"
+    listed_none = explain(dataclasses.replace(chat, tools=()))
+    assert (listed_none.kind, listed_none.taken) == ("extra_write", OutcomeCall("delete_all_orders", {"confirm": True}))
+
+
 def test_at_a_mistake_rate_every_completed_episode_is_explained_as_its_reward_says(smol_tokenizer):
     kinds: Counter[str] = Counter()
     for task_id in RetailEnv().tasks[:30]:

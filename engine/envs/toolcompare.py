@@ -9,6 +9,7 @@ from typing import Any
 
 from ..records.episode import Episode
 from ..records.outcome import DbChange, Outcome, OutcomeCall
+from ..tokens.toolcalls import tool_names
 
 # Tools without a database effect, by name in every tool env (tau-bench's retail and airline, ours).
 NO_EFFECT = frozenset({"think", "calculate", "transfer_to_human_agents", "respond"})
@@ -30,23 +31,32 @@ class AgentCall:
     name: str
     arguments: dict[str, Any]
     result: str | None
+    offered: bool = True
+    """Whether the episode offers the tool (False: its ``tools`` list other tools and not this one)."""
 
     @property
     def accepted(self) -> bool:
+        """Whether the call went through: a tool the episode offers, answered without an error. A call to a tool
+        that does not exist wrote nothing, whatever answered it (an env that echoes, a record without answers)."""
         r = (self.result or "").lstrip()
-        return not (r.startswith("Error") or r.startswith("Unknown action"))
+        return self.offered and not (r.startswith("Error") or r.startswith("Unknown action"))
 
 
 def agent_calls(ep: Episode) -> list[AgentCall]:
     """The agent's executed tool calls, in order. A live episode's turns hold what the env answered; an import
     without them is read from its messages (turn k is the k-th assistant message, as imports number turns)."""
     out: list[AgentCall] = []
+    tools = tool_names(ep.tools)  # none listed: every name is taken for a tool
+
+    def call(turn: int, name: str, arguments: dict[str, Any], result: str | None) -> AgentCall:
+        return AgentCall(turn, name, arguments, result, not tools or name in tools)
+
     if any(t.observation for t in ep.turns):
         for t in ep.turns:
             answers = [m.content for m in t.observation if m.role == "tool"]
             if t.parse_error is not None:
                 continue
-            out += [AgentCall(t.index, c.name, dict(c.arguments), a) for c, a in zip(t.tool_calls, answers)]
+            out += [call(t.index, c.name, dict(c.arguments), a) for c, a in zip(t.tool_calls, answers)]
         return out
     k = -1
     pending: list[AgentCall] = []
@@ -54,11 +64,11 @@ def agent_calls(ep: Episode) -> list[AgentCall]:
         if m.role == "assistant":
             out += pending
             k += 1
-            pending = [AgentCall(k, c.name, dict(c.arguments), None) for c in m.tool_calls]
+            pending = [call(k, c.name, dict(c.arguments), None) for c in m.tool_calls]
         elif m.role == "tool" and pending:
             i = next((j for j, c in enumerate(pending) if c.name == m.name), 0)
             c = pending.pop(i)
-            out.append(AgentCall(c.turn, c.name, c.arguments, m.content))
+            out.append(call(c.turn, c.name, c.arguments, m.content))
     return out + pending
 
 
