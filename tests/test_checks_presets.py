@@ -54,6 +54,26 @@ def test_slime_seed_missing_generation_prompts_named_at_the_first(smol_tokenizer
     assert not errors(found(clean, smol_tokenizer))
 
 
+def test_slime_seed_replies_without_headers_are_one_root_and_every_trained_newline_one_warning(smol_tokenizer):
+    """The seed loop glues each reply after the first to the message before it: one root at the first missing
+    header. Those replies are still replies: their mask is right (no "not assistant output"), and the newline
+    after each reply's <|im_end|>, trained with no logprob, is the template's, counted once over every turn, none
+    of them a missing logprob."""
+    from engine.checks import with_checks
+
+    ep, _ = run(RetailEnv, smol_tokenizer, "slime-tau-seed", 1, 0.0)
+    checked = with_checks(ep, CheckOptions(tokenizer=smol_tokenizer))
+    fs = [f for f in checked.all_findings() if f.severity is not Severity.INFO]
+    assert sorted(f.kind for f in fs) == ["generation_prompt_missing", "template_newline_trained"]
+    assert all(f.caused_by is None for f in fs)  # two roots: a missing header does not train a newline
+    replies = [s for s in ep.segments if s.kind == "assistant"]
+    trained_newlines = [s.end - 1 for s in replies if ep.tokens.loss_mask[s.end - 1]
+                        and smol_tokenizer.decode(ep.tokens.ids[s.end - 1 : s.end].tolist()) == "\n"]
+    newline = next(f for f in fs if f.kind == "template_newline_trained")
+    assert len(trained_newlines) == len(replies) > 2
+    assert newline.evidence["positions"] == trained_newlines and newline.message.startswith(f"{len(replies)} trained")
+
+
 def test_slime_trained_template_newline_is_its_own_warning(smol_tokenizer):
     ep, _ = run(RetailEnv, smol_tokenizer, "slime-tau", 0, 0.0)
     fs = [f for f in found(ep, smol_tokenizer) if f.kind == "template_newline_trained"]

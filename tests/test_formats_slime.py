@@ -12,7 +12,7 @@ from engine.errors import FormatError
 from engine.formats import export, import_path
 from engine.formats.base import ImportContext, safe_torch_load
 from engine.formats.slime import episode_to_sample
-from engine.records.episode import Message, Status
+from engine.records.episode import Message, Severity, Status
 from engine.store import Store
 from engine.tokens import chat
 from tests.fixtures_formats import (
@@ -269,3 +269,52 @@ def test_a_file_of_another_format_given_as_slime_says_what_it_is(tmp_path, eps):
             import_path(f, "slime", _db(tmp_path, "x.db"))
         assert said in str(e.value) and "arbitrary code" not in str(e.value), f.name
     assert import_path(dump, "slime", _db(tmp_path, "ok.db")).new == 1
+
+
+def test_trainer_exports_name_their_tokenizer_and_read_back_with_it_as_with_tokenizer(tmp_path, smol_tokenizer):
+    """slime's and AReaL's exports write the tokenizer beside the trainer's fields; imported without --tokenizer,
+    they are read with it (said in a note) and check as an import given it does. The seed loops' bugs survive the
+    trip: slime's replies glued without headers, and in AReaL's per-turn rows the system block each feedback
+    message brought, inside the next turn's context. A name that is not a folder here is said, not fetched."""
+    from engine.envs.math import MathEnv
+    from engine.envs.retail import RetailEnv
+    from tests.test_presets_fidelity import run
+
+    seed, _ = run(RetailEnv, smol_tokenizer, "slime-tau-seed", 1, 0.0)
+    areal, _ = run(MathEnv, smol_tokenizer, "areal-math", 1, 0.5)
+    assert seed.tokenizer == areal.tokenizer == "smollm2" and areal.n_turns > 1
+
+    def roots(store):
+        return {(e.source.details.get("original_id") or e.source.details.get("episode_id"),
+                 e.source.details.get("turn")): sorted(f.kind for f in e.all_findings()
+                                                       if f.severity is Severity.ERROR and f.caused_by is None)
+                for e in store.iter_episodes()}
+
+    for fmt in ("slime", "areal"):
+        out = tmp_path / f"x.{fmt}"
+        export([seed, areal], fmt, out)
+        named, given = _db(tmp_path, f"{fmt}-named.db"), _db(tmp_path, f"{fmt}-given.db")
+        report = import_path(out, fmt, named, check=True)
+        assert "read with the tokenizer the records name, smollm2 (--tokenizer reads them with another)" in report.notes
+        assert not any(n.startswith("no tokenizer given") for n in report.notes)
+        import_path(out, fmt, given, tokenizer=smol_tokenizer, check=True)
+        assert {e.tokenizer for e in named.iter_episodes()} == {"smollm2"}
+        assert roots(named) == roots(given), fmt
+        if fmt == "slime":
+            assert roots(named) == {(seed.id, None): ["generation_prompt_missing"],
+                                    (areal.id, None): ["system_block_injected"]}
+        else:  # a row a turn: each later math turn's context holds the block the feedback before it brought
+            got = roots(named)
+            assert {k: v for k, v in got.items() if k[0] == areal.id} == {
+                (areal.id, t): (["system_block_injected"] if t > 0 else []) for t in range(areal.n_turns)}
+            assert {k: v for k, v in got.items() if k[0] == seed.id} == {
+                (seed.id, t): (["generation_prompt_missing"] if t > 0 else []) for t in range(seed.n_turns)}
+        named.close()
+        given.close()
+    rows = (tmp_path / "x.areal").read_text(encoding="utf-8").replace('"tokenizer": "smollm2"',
+                                                                       '"tokenizer": "Qwen/Qwen3-8B"')
+    (tmp_path / "hub.areal").write_text(rows, encoding="utf-8")
+    report = import_path(tmp_path / "hub.areal", "areal", _db(tmp_path, "hub.db"))
+    assert "the records name the tokenizer 'Qwen/Qwen3-8B', which is not a folder here: --tokenizer Qwen/Qwen3-8B " \
+           "decodes their ids and runs the token-level checks" in report.notes
+    assert {e.tokenizer for e in _db(tmp_path, "hub.db").iter_episodes()} == {""}

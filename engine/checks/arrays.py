@@ -89,7 +89,11 @@ def assistant_spans(ep: Episode, tok: Tokenizer | None) -> list[tuple[int, int]]
 
     For ChatML templates the header ``<|im_start|>assistant\\n`` opens a reply
     and ``<|im_end|>`` closes it (inclusive). This does not trust the
-    episode's segments, which may carry the very bug being looked for.
+    episode's segments, which may carry the very bug being looked for. A trained
+    run that starts right after a closed message with no header at all (past the
+    newline after ``<|im_end|>``, on no ``<|im_start|>``) is a reply whose header is
+    missing: ``generation_prompt_missing`` roots it (``check_rendering``,
+    ``check_chat_markup``), and its mask and closing newline are read as a reply's.
     """
     marks = chatml_ids(tok)
     if tok is None or marks is None:
@@ -98,19 +102,27 @@ def assistant_spans(ep: Episode, tok: Tokenizer | None) -> list[tuple[int, int]]
     header = chat.encode(tok, "<|im_start|>assistant\n")
     ids = ep.tokens.ids.tolist()
     spans, i, n, h = [], 0, len(ids), len(header)
+
+    def reply_from(s: int) -> tuple[int, int]:
+        e = s
+        while e < n and ids[e] != end_id and ids[e] != start_id:
+            e += 1
+        return s, e + 1 if e < n and ids[e] == end_id else e
+
     while i < n:
         if ids[i] == start_id and ids[i : i + h] == header:
-            s = i + h
-            e = s
-            while e < n and ids[e] != end_id and ids[e] != start_id:
-                e += 1
-            if e < n and ids[e] == end_id:
-                e += 1
-            spans.append((s, e))
-            i = e
+            spans.append(reply_from(i + h))
+            i = spans[-1][1]
         else:
             i += 1
-    return spans
+    mask, nl = ep.tokens.loss_mask, set(chat.encode(tok, "\n"))
+    inside = np.zeros(n + 1, dtype=bool)
+    for s, e in spans:
+        inside[s:e] = True
+    bare = [reply_from(s) for s in range(max(2, ep.prompt_len), n)
+            if mask[s] and not mask[s - 1] and not inside[s] and ids[s] != start_id and ids[s] not in nl
+            and (ids[s - 1] == end_id or (ids[s - 1] in nl and ids[s - 2] == end_id))]
+    return sorted(spans + bare)
 
 
 def closing_newlines(ep: Episode, tok: Tokenizer | None, spans: list[tuple[int, int]]) -> list[int]:

@@ -132,8 +132,11 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
     tok = o.tokenizer
     if tok is None:
         return [skip("tokens_not_rendering", "no tokenizer with a chat template", "tokenizer")]
-    if not ep.messages or not len(ep.tokens):
-        return [skip("tokens_not_rendering", "the episode has no messages or no tokens")]
+    if not len(ep.tokens):
+        return [skip("tokens_not_rendering", "the episode has no tokens")]
+    if not ep.messages:  # a trainer's row of ids alone (AReaL's per-turn sequences, a bare slime dump)
+        return [skip("tokens_not_rendering", "the record holds no conversation to render: only the chat markup is "
+                     "checked"), *check_chat_markup(ep, o)]
     if ep.tokens.n_trainable and not any(m.role == "assistant" for m in ep.messages):
         return [skip("tokens_not_rendering", "the record holds the prompt but not the conversation after it: "
                       "nothing to render the response from; only the chat markup is checked"),
@@ -278,7 +281,9 @@ def _system_header(tok: Tokenizer) -> list[int]:
 
 def injected_system_blocks(ep: Episode, tok: Tokenizer | None) -> list[tuple[int, int]]:
     """[start, end) of every system block after the first prompt: ``<|im_start|>system ... <|im_end|>``
-    plus the newline after it."""
+    plus the newline after it. A trainer's row of ids alone (no messages: AReaL's per-turn sequences, whose prompt is
+    the whole conversation before the turn) is looked at past its first token: no message of its own puts a system
+    block there."""
     if tok is None:
         return []
     header = _system_header(tok)
@@ -289,7 +294,7 @@ def injected_system_blocks(ep: Episode, tok: Tokenizer | None) -> list[tuple[int
     end_id = marks[1]
     nl = set(chat.encode(tok, "\n"))
     ids = ep.tokens.ids.tolist()
-    out, h, i = [], len(header), max(ep.prompt_len, 1)
+    out, h, i = [], len(header), max(ep.prompt_len, 1) if ep.messages else 1
     while i < len(ids):
         if ids[i] == header[0] and ids[i : i + h] == header:
             e = i + h

@@ -23,7 +23,8 @@ turn's generated tokens, ``logprobs`` 0.0 before them (``null`` where a
 generated token's logprob is unknown), ``versions`` -1 before them, and
 ``rewards`` the turn's discounted return (AReaL's ``apply_reward_discount``:
 ``r[i] += r[i+1] * turn_discount``, which is ``Episode.returns``). One JSON
-row per (episode, turn). Such rows import back exactly, each row an episode of its own (the import says so).
+row per (episode, turn), with the episode's ``tokenizer`` beside AReaL's fields. Such rows import back exactly,
+each row an episode of its own (the import says so), read with that tokenizer when none is given.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def _expand_rle(rle: Any) -> list[int] | None:
 
 
 def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
-    """A row this module's exporter wrote: the ids are all there."""
+    """A row this module's exporter wrote: the ids are all there, and the tokenizer they were made with."""
+    ctx.use_named_tokenizer(d.get("tokenizer"))
     ids = int_array(d["input_ids"], where, "input_ids")
     mask = mask_array(d["loss_mask"], where, "loss_mask")
     n = len(ids)
@@ -214,6 +216,7 @@ def packed_rows(ep: Episode) -> Iterator[dict[str, Any]]:
         gen_ver = out_ver[out_ver >= 0]
         yield {
             "episode_id": ep.id, "turn": t, "env": ep.env, "task_id": ep.task_id, "sample_idx": ep.sample_index,
+            "tokenizer": ep.tokenizer,
             "input_ids": ids[:end].tolist(),
             "loss_mask": [0] * start + mask[start:end].tolist(),
             "logprobs": [0.0] * start + [None if math.isnan(x) else x for x in out_lp],

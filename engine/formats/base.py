@@ -100,6 +100,26 @@ class ImportContext:
         if message not in self.notes:
             self.notes.append(message)
 
+    named_tried: bool = False  # whether ``use_named_tokenizer`` looked (once an import, at its first record)
+
+    def use_named_tokenizer(self, name: Any) -> None:
+        """Read with the tokenizer the records name (Rollscope's export of a trainer format writes it beside the
+        trainer's fields) where no ``--tokenizer`` was given: the embedded one, or a folder here; a hub id is said."""
+        if self.tokenizer is not None or self.named_tried or not isinstance(name, str) or not name.strip():
+            return
+        self.named_tried = True
+        from ..backends.tokenizers import tokenizer_key, try_tokenizer
+
+        key = tokenizer_key(name)
+        tok, why = (None, "") if key is not None and not Path(key).is_dir() else try_tokenizer(key)
+        if tok is None:
+            self.note(f"the records name the tokenizer {name!r}, which " + (
+                f"could not be loaded ({why}); tokens are shown as ids" if why else f"is not a folder here: "
+                f"--tokenizer {name} decodes their ids and runs the token-level checks"))
+            return
+        self.tokenizer, self.tokenizer_name, self.self_described = tok, name, True
+        self.note(f"read with the tokenizer the records name, {name} (--tokenizer reads them with another)")
+
     def expect(self, n: int) -> None:
         """Tell the progress bar that ``n`` more records are coming."""
         if self.on_total is not None:

@@ -46,7 +46,8 @@ propagate NaN through masked sums) and their positions kept in
 slime -> Rollscope is exact for tokens, mask, logprobs, reward and status.
 Per-token policy versions ride along there too (slime keeps one version
 per generation call), and each generated run's finish reason (slime keeps
-one status a sample). ``response`` is a human-readable join of the turns;
+one status a sample), and the tokenizer, which an import given none reads with. ``response`` is a
+human-readable join of the turns;
 slime trains on ``tokens``.
 """
 
@@ -324,6 +325,7 @@ def sample_to_episode(
     metadata = dict(meta_raw)
     ours = metadata.pop("rollscope", None)
     ours = ours if isinstance(ours, dict) else {}
+    ctx.use_named_tokenizer(ours.get("tokenizer"))
 
     lp = np.full(n, np.nan, dtype=np.float32)
     nonfinite: list[tuple[str, int, float]] = []
@@ -463,7 +465,8 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
     resp_ver = ep.tokens.versions[start:]
     cuts = [0, *(np.flatnonzero(np.diff(resp_ver)) + 1).tolist(), len(resp_ver)]
     versions_rle = [[int(resp_ver[a]), b - a] for a, b in zip(cuts, cuts[1:]) if b > a]
-    metadata["rollscope"] = {"episode_id": ep.id, "env": ep.env, "task_id": ep.task_id, "nan_logprobs": nan_spans,
+    metadata["rollscope"] = {"episode_id": ep.id, "env": ep.env, "task_id": ep.task_id, "tokenizer": ep.tokenizer,
+                             "nan_logprobs": nan_spans,
                              "versions_rle": versions_rle, "finish": _finish_reasons(ep, spans)}
     return {
         "group_index": group_index,
