@@ -63,7 +63,16 @@ from .analysis.groups import (
 )
 from .analysis.replays import ReplayCause, replay_causes, replay_summary
 from .analysis.steps import ENTROPY_DROP, StepChange, step_changes
-from .analysis.tokendiff import TD_CHANGED, TD_ONLY_A, TD_ONLY_B, TokenDiff, TokenDiffRow, retokenized, token_diff
+from .analysis.tokendiff import (
+    TD_CHANGED,
+    TD_ONLY_A,
+    TD_ONLY_B,
+    TokenDiff,
+    TokenDiffRow,
+    laid_down_ending,
+    retokenized,
+    token_diff,
+)
 from .backends.base import Backend, GenerationRequest, SamplingParams
 from .backends.tokenizers import (
     TokenizerCache,
@@ -194,7 +203,8 @@ __all__ = [
     "get_preset", "group_view", "has_entropy", "import_path", "no_ids", "kind_label", "kind_passed", "knobs", "link_findings", "linked", "load_config_file", "load_group",
     "load_tokenizer", "loop_config", "make_backend", "misplaced", "new_id", "observation_text", "opening_messages",
     "output_diff", "parent_env", "parse_settings", "parse_tasks", "plan_fork", "plan_run", "plan_step", "preset_name", "prompt_at",
-    "prompt_tokens", "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary", "retokenized",
+    "laid_down_ending", "prompt_tokens", "read_episode", "replay", "replay_causes", "replay_stored", "replay_summary",
+    "retokenized",
     "reward_partings", "reward_so_far", "rewrites_at", "roots", "run_batch", "run_checks",
     "run_episode", "step_changes", "token_diff", "token_parting", "tokenizer_spec", "try_tokenizer", "turn_entropy", "turn_span", "user_played_by", "with_checks",
     "word_diff",

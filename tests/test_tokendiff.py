@@ -146,3 +146,42 @@ def test_a_math_episode_is_laid_down_again_under_another_preset(smol_tokenizer):
     assert [t.generation.token_ids for t in other.turns] == [t.generation.token_ids for t in ep.turns]
     d = td.token_diff(ep, other, smol_tokenizer, smol_tokenizer)
     assert d.first is not None  # areal-math's injected system block and feedback tokens differ from tito's
+
+
+def test_a_preset_lays_down_its_own_episode_with_the_knobs_it_ran_with_and_says_how_another_ended(tok, tmp_path,
+                                                                                                 capsys):
+    """An episode run under verl-tool with a prompt_length of its own is laid down by verl-tool as it ran: no
+    difference. Under the preset's defaults its 3,000-token prompt is refused (verl's overlong-prompt filter), and the
+    diff says B ended so, and why, where it used to show the whole response as only A's; --set gives the knob."""
+    env = env_factory("retail")()
+    backend = ScriptedBackend(env.reference_reply, tok)
+    cfg = PRESETS["verl-tool"].with_settings({"prompt_length": "4096"})
+    verl = asyncio.run(run_episode(env, backend, tok, cfg, env.tasks[0], preset="verl-tool", tokenizer_name="smollm2"))
+    slime = _retail(tok, "slime-tau")
+    assert verl.prompt_len > PRESETS["verl-tool"].prompt_length and verl.n_tokens > verl.prompt_len
+    again = asyncio.run(td.retokenized(verl, preset="verl-tool", tokenizer=tok))
+    assert td.token_diff(verl, again).n_differing == 0 and td.laid_down_ending(verl, again) == ""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    store.save_episode(verl)
+    store.save_episode(slime)
+    store.close()
+    assert main(["diff", verl.id[:8], "--preset", "verl-tool", "--db", str(db)]) == 0
+    assert "0 differ" in capsys.readouterr().out
+    assert main(["diff", slime.id[:8], "--preset", "verl-tool", "--db", str(db)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    b = asyncio.run(td.retokenized(slime, preset="verl-tool", tokenizer=tok))
+    assert len(b.tokens) == b.prompt_len > 512  # the prompt alone: the loop ended before any reply
+    assert out[2] == td.laid_down_ending(slime, b) == (
+        f"B ended failed: the prompt is {b.prompt_len} tokens, longer than prompt_length=512: verl's dataset refuses "
+        f"it (filter_overlong_prompts); raise prompt_length (--set prompt_length={b.prompt_len} or more) (A ended "
+        "completed)")
+    # With the knob, verl's loop answers the same env otherwise (its tool messages unnamed, long answers cut):
+    # another conversation, said with what differs and what to do instead.
+    assert main(["diff", slime.id[:8], "--preset", "verl-tool", "--set", "prompt_length=4096", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rollscope: error: A's conversation cannot be laid down by verl-tool: replayed under it, "
+                          "what follows a reply differs at turn ")
+    assert "(observation: [tool/" in err and "stored, [tool: " in err and "rollscope diff A B" in err
+    assert main(["diff", slime.id[:8], "--set", "prompt_length=4096", "--db", str(db)]) == 2
+    assert "give --preset (A's own is slime-tau)" in capsys.readouterr().err

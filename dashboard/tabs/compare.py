@@ -23,6 +23,7 @@ from engine import (
     Store,
     compare,
     episode_tokenizer,
+    laid_down_ending,
     retokenized,
     token_diff,
     token_parting,
@@ -100,7 +101,7 @@ def token_view(store: Store, a: Any, b: Any, against: Any) -> str:
         return token_views.empty(str(e), "error")
     texts_a = decode_token_texts(tok_a, ep_a.tokens.ids.tolist())
     texts_b = decode_token_texts(tok_b, ep_b.tokens.ids.tolist())
-    return token_views.render(d, texts_a, texts_b, label)
+    return token_views.render(d, texts_a, texts_b, label, laid_down_ending(ep_a, ep_b) if preset is not None else "")
 
 
 def from_request(store: Store, request: Any) -> dict[str, Any]:

@@ -66,13 +66,16 @@ def _counts(d: TokenDiff) -> str:
     return f'<table class="rs-table td-counts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def render(d: TokenDiff, texts_a: Sequence[str], texts_b: Sequence[str], label_b: str) -> str:
-    """The whole token diff of A against ``label_b`` (another episode, or A laid down another way)."""
+def render(d: TokenDiff, texts_a: Sequence[str], texts_b: Sequence[str], label_b: str, ending: str = "") -> str:
+    """The whole token diff of A against ``label_b`` (another episode, or A laid down another way; ``ending``: how
+    that B ended otherwise than A, ``tokendiff.ending``)."""
     how = "token text (the tokenizers differ)" if d.by_text else "token id"
     parts = [f'<div class="rs-tokdiff" data-runs="{len(d.hunks)}">',
              f'<div class="rs-head-line">{chip("A", d.a.id)}{chip("B", label_b)}{chip("aligned by", how)}'
              f'{chip("positions", f"{len(d.rows):,}")}{chip("differ", f"{d.n_differing:,}")}'
              f'{chip("runs", len(d.hunks))}</div>']
+    if ending:
+        parts.append(f'<div class="td-ending">{note(ending + ".", "warn")}</div>')
     first = d.first
     if first is None:
         parts.append(note("The token arrays agree: the same ids, loss mask and logprobs everywhere.", "ok"))

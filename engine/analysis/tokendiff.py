@@ -292,8 +292,9 @@ LAYOUT_KNOBS = ("token_mode", "gen_prompt_tokens", "keep_failed_turn", "observe_
 
 
 async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Tokenizer | None = None,
-                      tokenizer_name: str | None = None) -> Episode:
-    """``ep``'s own conversation laid down again by another loop preset and/or tokenizer.
+                      tokenizer_name: str | None = None, settings: dict[str, str] | None = None) -> Episode:
+    """``ep``'s own conversation laid down again by another loop preset and/or tokenizer; its own preset lays it down
+    with the knobs it ran with, and ``settings`` (``--set``) change the loop's knobs.
 
     In an env without a user (math) the env answers again, so the preset lends its layout (``LAYOUT_KNOBS``) and
     the record keeps its conversation knobs (feedback texts, when to stop).
@@ -308,12 +309,18 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
     from ..loop.replay import USER_ENVS
     from ..presets import get_preset
 
-    config = get_preset(preset) if preset else (ep.config.loop if ep.config is not None else None)
+    own = ep.config.loop if ep.config is not None else None
+    # Its own preset lays it down with the knobs it ran with (a prompt_length it was given), not the preset's defaults.
+    config = get_preset(preset) if preset and (preset != ep.preset or own is None) else own
     user = "recorded" if ep.env in USER_ENVS else "scripted"
     if preset and ep.env not in USER_ENVS and ep.config is not None and ep.config.loop is not None:
         # No user to replay (math): the env answers again, so the conversation must be the one it answered, with
         # the record's feedback and stopping rules; the other preset lays its tokens down.
         config = replace(ep.config.loop, **{k: getattr(config, k) for k in LAYOUT_KNOBS})
+    if settings:
+        if config is None:
+            raise ConfigError(f"episode {ep.id} records no loop knobs to change: give --preset")
+        config = config.with_settings(settings)
     other = tokenizer is not None and tokenizer_name is not None and tokenizer_name != ep.tokenizer
     if tokenizer is None:
         tokenizer, why = tokenizers.episode_tokenizer(ep)
@@ -322,10 +329,35 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
     hand = await fork(ep, ep.n_turns, _NoModel(), tokenizer, config=config, user=user, then="scripted",
                       tokenizer_name=tokenizer_name, reencode=other)
     report = hand.report
-    if report is not None and report.divergences and any(v.field != "tokens" for v in report.divergences):
-        raise RollscopeError(f"the conversation could not be replayed under {preset or tokenizer_name}: "
-                             f"{report.summary()}")
+    differ = [v for v in (report.divergences if report is not None else ()) if v.field != "tokens"]
+    if differ:
+        v = differ[0]
+        more = f", and {len(differ) - 1} more" if len(differ) > 1 else ""
+        under = preset or tokenizer_name
+        raise RollscopeError(
+            f"A's conversation cannot be laid down by {under}: replayed under it, what follows a reply differs at "
+            f"turn {v.turn} ({v.field}: {_short(v.stored)} stored, {_short(v.now)} now{more}): {under}'s loop answers "
+            f"otherwise than {ep.preset or 'the one A ran'}, so it would be another conversation. To compare the loops, "
+            f"run task {ep.task_id} under {under} (rollscope run --env {ep.env} --preset {under}) and diff the two "
+            "episodes (rollscope diff A B)")
     return hand.stepper.snapshot().evolve(preset=preset or ep.preset, parent_id=None, fork_turn=None)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    if isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value):
+        # messages: who says what (a tool message named or not is a difference too)
+        return "[" + " / ".join(f"{m.get('role')}{'/' + str(m['name']) if m.get('name') else ''}: "
+                                f"{_short(m['content'], limit // 2)}" for m in value) + "]"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def laid_down_ending(a: Episode, b: Episode) -> str:
+    """How B, A's conversation laid down by another loop, ended otherwise than A: its status and reason ("" where it
+    ended as A did). A loop that stopped early (a prompt past its prompt_length) leaves B short, and says why."""
+    if b.status is a.status and b.reason == a.reason:
+        return ""
+    return f"B ended {b.status.value}" + (f": {b.reason}" if b.reason else "") + f" (A ended {a.status.value})"
 
 
 class _NoModel:

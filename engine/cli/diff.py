@@ -12,7 +12,7 @@ from ..backends import tokenizers
 from ..errors import ConfigError
 from ..records.episode import Episode
 from ..tokens.tokenizer import Tokenizer
-from .common import DEFAULT_DB, open_store
+from .common import DEFAULT_DB, knob_settings, open_store
 
 SHOWN_RUNS = 20
 
@@ -24,6 +24,8 @@ def register(sub: Any) -> None:
     d.add_argument("b", metavar="B", nargs="?", help="the other episode; or give --preset / --tokenizer")
     d.add_argument("--preset", help="compare A with its own conversation laid down by this preset (e.g. tito)")
     d.add_argument("--tokenizer", help="... or by this tokenizer (folder or hub id; aligned by token text)")
+    d.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                   help="with --preset: change one of the knobs of the loop that lays A down (repeatable)")
     d.add_argument("--db", default=DEFAULT_DB)
     d.add_argument("--all", action="store_true", help=f"every differing run (default: the first {SHOWN_RUNS})")
     d.add_argument("--context", type=int, default=2, help="equal tokens shown either side of a run")
@@ -43,12 +45,15 @@ def _tokenizer(ep: Episode) -> Any:
     return tok
 
 
-def compute(store: Any, a_ref: str, b_ref: str | None, preset: str | None, tokenizer: str | None
-            ) -> tuple[tokendiff.TokenDiff, Any, Any, str]:
+def compute(store: Any, a_ref: str, b_ref: str | None, preset: str | None, tokenizer: str | None,
+            settings: dict[str, str] | None = None) -> tuple[tokendiff.TokenDiff, Any, Any, str]:
     """(the diff, A's tokenizer, B's tokenizer, how B was made) for the command's arguments."""
     a = _load(store, a_ref)
     if b_ref and (preset or tokenizer):
         raise ConfigError("give B, or --preset/--tokenizer to re-tokenize A, not both")
+    if settings and not preset:
+        raise ConfigError("--set changes the knobs of the loop --preset names: give --preset (A's own is "
+                          f"{a.preset or 'not recorded'})")
     if not b_ref and not (preset or tokenizer):
         raise ConfigError("give B, or --preset NAME / --tokenizer NAME to compare A with its conversation laid "
                           "down another way")
@@ -59,8 +64,10 @@ def compute(store: Any, a_ref: str, b_ref: str | None, preset: str | None, token
         how = f"episode {b.id}"
     else:
         tok_b = tokenizers.load_tokenizer(tokenizer) if tokenizer else tok_a
-        b = asyncio.run(tokendiff.retokenized(a, preset=preset, tokenizer=tok_b, tokenizer_name=tokenizer))
-        how = f"A's conversation under {' and '.join(x for x in (preset and f'preset {preset}', tokenizer and f'tokenizer {tokenizer}') if x)}"
+        b = asyncio.run(tokendiff.retokenized(a, preset=preset, tokenizer=tok_b, tokenizer_name=tokenizer,
+                                              settings=settings))
+        knobs = f" ({', '.join(f'{k}={v}' for k, v in settings.items())})" if settings else ""
+        how = f"A's conversation under {' and '.join(x for x in (preset and f'preset {preset}{knobs}', tokenizer and f'tokenizer {tokenizer}') if x)}"
     return tokendiff.token_diff(a, b, tok_a, tok_b), tok_a, tok_b, how
 
 
@@ -96,15 +103,18 @@ def cmd_diff(a: argparse.Namespace) -> int:
 
 
 def diff(a: argparse.Namespace, store: Any) -> int:
-    d, tok_a, tok_b, how = compute(store, a.a, a.b, a.preset, a.tokenizer)
+    d, tok_a, tok_b, how = compute(store, a.a, a.b, a.preset, a.tokenizer, knob_settings(a.set))
     found = runs(d, tok_a, tok_b)
     counts = {k: vars(c) for k, c in d.counts.items()}
     if a.json:
-        print(json.dumps({"a": d.a.id, "b": how, "by_text": d.by_text, "rows": len(d.rows),
+        print(json.dumps({"a": d.a.id, "b": how, "b_ending": "" if a.b else tokendiff.laid_down_ending(d.a, d.b),
+                          "by_text": d.by_text, "rows": len(d.rows),
                           "differing": d.n_differing, "counts": counts, "runs": found}, ensure_ascii=False))
         return 1 if d.hunks else 0
     print(f"A: episode {d.a.id} ({d.a.preset}, {len(d.a.tokens)} tokens)")
     print(f"B: {how} ({d.b.preset}, {len(d.b.tokens)} tokens)")
+    if not a.b and (said := tokendiff.laid_down_ending(d.a, d.b)):
+        print(said)
     print(f"aligned by token {'text (the tokenizers differ)' if d.by_text else 'id'}: {len(d.rows)} positions, "
           f"{d.n_differing} differ in {len(d.hunks)} run{'s' if len(d.hunks) != 1 else ''}")
     if not d.hunks:

@@ -415,8 +415,27 @@ def test_token_diff_of_a_slime_tau_episode(page: Any, app: WorkflowApp, screensh
     only_a = view.locator(".td-run[data-kind=gen_prompt] .tok.td-a")
     assert only_a.count() >= 3 and "<|im_start|>" in only_a.all_inner_texts()
     page.screenshot(path=str(screenshots / "token_diff_seed.png"), full_page=True)
+    # Against verl-tool with its default prompt_length: the loop refuses the long prompt, and the view says how B
+    # ended, as `rollscope diff --preset verl-tool` does (the engine's words, not the page's).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine import laid_down_ending, retokenized
+    from engine.backends.tokenizers import episode_tokenizer
+
+    store = Store(app.db)
+    try:
+        ep = store.get_episode(retail)
+    finally:
+        store.close()
+    with ThreadPoolExecutor(1) as pool:  # playwright's loop runs in this thread
+        b = pool.submit(asyncio.run, retokenized(ep, preset="verl-tool", tokenizer=episode_tokenizer(ep)[0])).result()
+    said = laid_down_ending(ep, b)
+    assert said.startswith("B ended failed: the prompt is")
+    view = diff_against("A under verl-tool")
+    assert view.locator(".td-ending").inner_text().strip() == said + "."
     # The same episode against itself agrees.
     diff_against("episode B", "The token arrays agree")
+    assert page.locator("#rs-compare-tokens .td-ending").count() == 0
     _no_xss(page)
 
 
