@@ -68,6 +68,8 @@ def test_run_export_import_equal_records(tmp_path):
         (["ls", "--db", "{missing}"], "does not exist"),
         (["show", "zzz", "--db", "{db}"], "no episode 'zzz'"),
         (["import", "{missing}", "--db", "{db}"], "no such file"),
+        (["import", "-", "--db", "{db}"], "-: import reads a file or folder, not standard input: write what you pipe"),
+        (["check", "{junk}"], "is not a SQLite database (its first bytes are not SQLite's), though its name says one"),
         (["ls", "--db", "{db}", "--where", "colour=red"], "unknown key 'colour'"),
     ],
 )

@@ -101,6 +101,13 @@ def test_check_on_a_file_that_is_not_utf8_names_each_bad_line(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{bad}:1: not UTF-8 text (byte 0)" in proc.stderr
     assert f"{bad}:2: not valid JSON (nested too deeply to read)" in proc.stderr
+    # A file named as a database that is not one is said so, not read as a JSONL file of bad lines.
+    text = tmp_path / "runs.db"
+    text.write_text("this is not sqlite\n", encoding="utf-8")
+    proc = rollscope("check", str(text), check=False)
+    assert (proc.returncode, proc.stderr) == (2, f"rollscope: error: {text} is not a SQLite database (its first bytes "
+                                                 "are not SQLite's), though its name says one: check takes a Rollscope "
+                                                 "database or a Rollscope JSONL file\n")
 
 
 def test_a_db_path_that_cannot_be_created_is_a_one_line_error(tmp_path):
@@ -445,6 +452,12 @@ def test_an_export_imported_as_another_format_is_refused_once_naming_the_format_
             finally:
                 into.close()
     assert refused == 16
+    # schema --validate of another format's file says what it holds, once, not every missing field of every line.
+    for written in ("verl", "areal", "messages"):
+        proc = rollscope("schema", "--validate", str(files[written]), check=False)
+        assert (proc.returncode, proc.stdout) == (2, ""), written
+        assert proc.stderr == (f"rollscope: error: {files[written]}: not Rollscope episode records but {said[written]}; "
+                               "--validate checks Rollscope's own records (export --format jsonl)\n"), written
     # tau-bench's results are one JSON document, a list: each JSON-lines export given as them says what it is and
     # which format reads it; lines of no known shape (tau-bench's results written a line each) say how to make
     # the list; a binary file says what it is.

@@ -78,3 +78,17 @@ def test_scripted_mistake_rate_is_seeded():
     wrong = [env.reference_reply(task, (), random.Random(i), 1.0) for i in range(20)]
     assert not any(check_answer(w, env.task(task).solutions)[0] for w in wrong)
     assert env.reference_reply(task, (), random.Random(7), 0.5) == env.reference_reply(task, (), random.Random(7), 0.5)
+
+
+def test_checking_an_answer_prints_nothing_of_its_own():
+    """math-verify warns once a process that its timeouts are off; they are off on purpose, so `check` and
+    `explain` on math say nothing of it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "-c", "from engine.envs.math import check_answer; "
+                           "print(check_answer('so \\\\boxed{2}', ('2',)))"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "(True, '2')\n", "")

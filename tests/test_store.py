@@ -181,3 +181,11 @@ def test_family_filter_lists_an_episode_with_its_forks(tmp_path, episodes):
     store.save_episode(episodes[3])
     ids = {e.id for e in store.list_episodes(EpisodeFilter.from_where([f"family={parent.id}"]))}
     assert ids == {parent.id, "fork0", "fork1"}
+    # The CLI takes a unique prefix, as id= and show do; one that matches nothing, or two, is refused.
+    from engine.cli.common import where
+
+    assert {e.id for e in store.list_episodes(where(store, [f"family={parent.id[:6]}"]))} == ids
+    with pytest.raises(StoreError, match="no episode 'zzzz'"):
+        where(store, ["family=zzzz"])
+    with pytest.raises(StoreError, match="fork"):
+        where(store, ["family=fork"])

@@ -66,6 +66,8 @@ def source(spec: str | None) -> tuple[str, dict[str, Any], str]:
     assert spec is not None
     if _looks_like_path(spec):
         path = Path(spec).expanduser()
+        if not path.exists():
+            raise ModelNotFound(f"{spec!r}: no such folder or file (a local path; a hub id has no leading / or ./)")
         if path.suffix == ".gguf":
             return str(path.parent), {"gguf_file": path.name}, spec
         return str(path), {}, spec

@@ -82,6 +82,9 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
             flt = EpisodeFilter(**{**flt.__dict__, "ids": tuple(ids)})
         episodes = store.iter_episodes(flt)
     else:
+        if src.suffix.lower() in (".db", ".sqlite", ".sqlite3") and src.is_file() and src.stat().st_size:
+            raise ConfigError(f"{src} is not a SQLite database (its first bytes are not SQLite's), though its name "
+                              "says one: check takes a Rollscope database or a Rollscope JSONL file")
         if a.where:
             raise ConfigError("--where works on databases; for a JSONL file use --episode")
         report = jsonl.ReadReport()

@@ -79,13 +79,15 @@ def fanout(a: argparse.Namespace, most: int | None = None) -> Any:
 
 
 def where(store: Any, clauses: Sequence[str]) -> Any:
-    """The ``EpisodeFilter`` of ``--where`` clauses, an ``id=`` clause's unique id prefixes resolved to their ids (as
-    ``show`` takes them): one that matches no episode, or more than one, is refused."""
+    """The ``EpisodeFilter`` of ``--where`` clauses, the unique id prefixes of an ``id=`` or ``family=`` clause resolved
+    to their ids (as ``show`` takes them): one that matches no episode, or more than one, is refused."""
     from ..store import EpisodeFilter
 
     flt = EpisodeFilter.from_where(clauses)
     if flt.ids:
         flt = dataclasses.replace(flt, ids=tuple(store.resolve_id(i) for i in flt.ids))
+    if flt.family:
+        flt = dataclasses.replace(flt, family=store.resolve_id(flt.family))
     return flt
 
 

@@ -50,6 +50,9 @@ def cmd_import(a: argparse.Namespace) -> int:
     from ..errors import FormatError, RollscopeError
     from ..formats import import_path
 
+    if a.file == "-" and not Path(a.file).exists():
+        raise FormatError("import reads a file or folder, not standard input: write what you pipe to a file first "
+                          "(... > dump.jsonl) and import that", a.file)
     if not Path(a.file).exists():  # before the database is created for nothing
         raise FormatError("no such file", a.file)
     loop = None

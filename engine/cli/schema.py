@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
 
 def cmd_schema(a: argparse.Namespace) -> int:
     from ..checks.diagnosis import upgrade_record
-    from ..formats.sniff import start_of_text
+    from ..formats.sniff import other_format, start_of_text
     from ..records.episode import READABLE_VERSIONS, SCHEMA_VERSION
     from ..records.schema import episode_schema, problems, warnings
 
@@ -47,6 +47,9 @@ def cmd_schema(a: argparse.Namespace) -> int:
             bad += 1
             print(f"{path}:{lineno}: not valid JSON ({jsonbounds.describe(e)})")
             continue
+        if n == 1 and (other := other_format(record, "jsonl")):  # another format's file: said once, not a line each
+            raise ConfigError(f"{path}: {other.replace('not jsonl records', 'not Rollscope episode records', 1)}; "
+                              "--validate checks Rollscope's own records (export --format jsonl)")
         if isinstance(record, dict) and record.get("schema_version") in READABLE_VERSIONS \
                 and record["schema_version"] < SCHEMA_VERSION:
             record = upgrade_record(record)  # an earlier version is judged as it reads today

@@ -10,6 +10,7 @@ loop's decision (``stop_on_success``), not the env's.
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,17 @@ from ..records.episode import Action, Episode, Message
 from ..records.outcome import MathAnswer, Outcome, OutcomeKind
 from .base import StepResult
 from .math_problems import BUILTIN_PROBLEMS, MathProblem
+
+
+class _TimeoutsOff(logging.Filter):
+    """math-verify warns, once a process, that its timeouts are off: they are, on purpose (``check_answer``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.grader", "math_verify.parser"):
+    logging.getLogger(_name).addFilter(_TimeoutsOff())
 
 INSTRUCTION = "Solve the problem. Put your final answer in \\boxed{}."
 FEEDBACK_CORRECT = "Your answer is correct."
