@@ -176,12 +176,25 @@ def test_a_preset_lays_down_its_own_episode_with_the_knobs_it_ran_with_and_says_
         f"B ended failed: the prompt is {b.prompt_len} tokens, longer than prompt_length=512: verl's dataset refuses "
         f"it (filter_overlong_prompts); raise prompt_length (--set prompt_length={b.prompt_len} or more) (A ended "
         "completed)")
-    # With the knob, verl's loop answers the same env otherwise (its tool messages unnamed, long answers cut):
-    # another conversation, said with what differs and what to do instead.
-    assert main(["diff", slime.id[:8], "--preset", "verl-tool", "--set", "prompt_length=4096", "--db", str(db)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("rollscope: error: A's conversation cannot be laid down by verl-tool: replayed under it, "
-                          "what follows a reply differs at turn ")
-    assert "(observation: [tool/" in err and "stored, [tool: " in err and "rollscope diff A B" in err
+    # With the knob it is laid down: verl's loop names no tool message and cuts long answers (its layout of the same
+    # answers), and its response_length ends B before A's last turns, which the diff says.
+    assert main(["diff", slime.id[:8], "--preset", "verl-tool", "--set", "prompt_length=4096", "--db", str(db)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("B: A's conversation under preset verl-tool (prompt_length=4096) (verl-tool, ")
+    assert out[2] == "B ended truncated: the response reached response_length=512 (A ended completed)"
+    # Where the other loop's env says other words (verl's gsm8k interaction against the math env's feedback), it
+    # would be another conversation: refused, saying where, what differs and what to do instead.
+    from engine.envs.math import MathEnv
+    from engine.errors import RollscopeError
+
+    math = MathEnv()
+    answered = asyncio.run(run_episode(math, ScriptedBackend(math.reference_reply, tok), tok, PRESETS["verl-tool"],
+                                       math.tasks[1], preset="verl-tool", tokenizer_name="smollm2"))
+    with pytest.raises(RollscopeError) as e:
+        asyncio.run(td.retokenized(answered, preset="tito", tokenizer=tok))
+    said = str(e.value)
+    assert said.startswith("A's conversation cannot be laid down by tito: replayed under it, what follows a reply "
+                           "differs at turn 0 (observation: [user: ")
+    assert "tito's loop answers otherwise than verl-tool" in said and "rollscope diff A B" in said
     assert main(["diff", slime.id[:8], "--set", "prompt_length=4096", "--db", str(db)]) == 2
     assert "give --preset (A's own is slime-tau)" in capsys.readouterr().err

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..records.episode import Episode
+from ..records.episode import Episode, Status, raw_observations
 from ..tokens.tokenizer import Tokenizer
 
 LOGPROB_TOL = 1e-3
@@ -329,7 +329,8 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
     hand = await fork(ep, ep.n_turns, _NoModel(), tokenizer, config=config, user=user, then="scripted",
                       tokenizer_name=tokenizer_name, reencode=other)
     report = hand.report
-    differ = [v for v in (report.divergences if report is not None else ()) if v.field != "tokens"]
+    laid = hand.stepper.snapshot()
+    differ = [v for v in (report.divergences if report is not None else ()) if not _layout_only(v, ep, laid)]
     if differ:
         v = differ[0]
         more = f", and {len(differ) - 1} more" if len(differ) > 1 else ""
@@ -340,7 +341,29 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
             f"otherwise than {ep.preset or 'the one A ran'}, so it would be another conversation. To compare the loops, "
             f"run task {ep.task_id} under {under} (rollscope run --env {ep.env} --preset {under}) and diff the two "
             "episodes (rollscope diff A B)")
-    return hand.stepper.snapshot().evolve(preset=preset or ep.preset, parent_id=None, fork_turn=None)
+    return laid.evolve(preset=preset or ep.preset, parent_id=None, fork_turn=None)
+
+
+def _layout_only(v: Any, a: Episode, b: Episode) -> bool:
+    """Whether a turn that replayed otherwise under another loop is still A's conversation: the tokens (what the
+    diff is about), the rewards (the loop's shaping), and what the env answered kept the same in the words it said
+    (each loop lays its answers down its own way: a tool message named or not, a long answer verl cuts), or not
+    answered because B's loop ended at that turn (a response_length reached: ``laid_down_ending`` says so)."""
+    if v.field in ("tokens", "reward"):
+        return True
+    t = v.turn
+    if not 0 <= t < len(a.turns):
+        return False
+    if t == len(b.turns) - 1 and b.status is not Status.RUNNING and not b.turns[t].observation \
+            and laid_down_ending(a, b) and v.field in ("observation", "done"):
+        return True  # B's loop ended before the env answered: said by ``laid_down_ending``
+    return v.field == "observation" and t < len(b.turns) and _answers(a.turns[t]) == _answers(b.turns[t])
+
+
+def _answers(turn: Any) -> tuple[list[str], list[tuple[str, str]]]:
+    """What the env answered a turn, in its own words: each tool's raw output, and what else was said, by whom."""
+    tools = list(raw_observations(turn)) or [m.content for m in turn.observation if m.role == "tool"]
+    return tools, [(m.role, m.content) for m in turn.observation if m.role != "tool"]
 
 
 def _short(value: Any, limit: int = 80) -> str:
