@@ -110,3 +110,60 @@ def test_sglang_drops_a_call_to_an_undefined_tool_and_slime_sends_the_text_to_th
     dropped = [f for f in t.findings if f.kind == "tool_call_dropped"]
     assert dropped and "get_cost" in dropped[0].message
     assert ep.status is Status.COMPLETED and ep.reward == 0.0
+
+
+def test_text_glued_after_a_closed_message_that_runs_into_the_next_is_still_a_mask_error(smol_tokenizer):
+    """Only a run that closes on <|im_end|> is read as a reply missing its header: raw text a loop glued after a
+    closed message and trained (a tool answer without its message) is still "not assistant output"."""
+    import numpy as np
+
+    from engine.checks import check_mask
+    from engine.records.token_arrays import TokenArrays
+
+    ep, _ = run(RetailEnv, smol_tokenizer, "tito", 0, 0.0)
+    assert not [f for f in check_mask(ep, CheckOptions(tokenizer=smol_tokenizer)) if f.severity is Severity.ERROR]
+    first = next(s for s in ep.segments if s.kind == "assistant")
+    at = first.end + 1  # past the reply's <|im_end|> and the newline after it: the next message's <|im_start|>
+    assert smol_tokenizer.decode(ep.tokens.ids[at - 2 : at + 1].tolist()) == "<|im_end|>\n<|im_start|>"
+    raw = smol_tokenizer.encode("order #W1 cancelled", add_special_tokens=False)
+    t = ep.tokens
+
+    def put(a, fill):
+        return np.concatenate([a[:at], np.full(len(raw), fill, dtype=a.dtype), a[at:]])
+
+    glued = ep.evolve(tokens=TokenArrays(np.concatenate([t.ids[:at], raw, t.ids[at:]]), put(t.loss_mask, 1),
+                                         put(t.logprobs, -0.5), put(t.versions, -1)), segments=())
+    found = [f for f in check_mask(glued, CheckOptions(tokenizer=smol_tokenizer)) if f.kind == "mask_misaligned"]
+    assert [(f.token_start, f.token_end) for f in found] == [(at, at + len(raw))]
+    assert found[0].message.startswith(f"loss mask 1 on tokens that are not assistant output: {len(raw)} tokens")
+
+
+def test_in_ids_alone_a_bos_is_no_injection_and_only_the_templates_own_system_block_is(smol_tokenizer):
+    """A row of ids alone (AReaL's per-turn sequences) has no messages to say which system block a loop wrote: past
+    its first message (a BOS token may come first), a block is injected where it is the template's default one."""
+    import numpy as np
+
+    from engine.checks import injected_system_blocks
+    from engine.records.episode import Episode
+    from engine.records.token_arrays import TokenArrays
+
+    ep, _ = run(MathEnv, smol_tokenizer, "areal-math", 0, 0.5)
+    blocks = injected_system_blocks(ep, smol_tokenizer)
+    assert len(blocks) == ep.n_turns - 1 >= 2
+    bos = smol_tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    t = ep.tokens
+
+    def row(ids, mask):
+        n = len(ids)
+        return Episode(id="row", env="areal", task_id="t", prompt_len=int(np.flatnonzero(mask)[0]),
+                       tokens=TokenArrays(ids, mask, np.full(n, np.nan), np.full(n, -1)))
+
+    with_bos = row(np.concatenate([[bos], t.ids]), np.concatenate([[0], t.loss_mask]))
+    assert injected_system_blocks(with_bos, smol_tokenizer) == [(s + 1, e + 1) for s, e in blocks]
+    # The first injected block rewritten as a system message of the loop's own words: not the template's.
+    s, e = blocks[0]
+    own = smol_tokenizer.encode("<|im_start|>system\nBe brief.<|im_end|>\n", add_special_tokens=False)
+    ids = np.concatenate([t.ids[:s], own, t.ids[e:]])
+    mask = np.concatenate([t.loss_mask[:s], np.zeros(len(own), np.uint8), t.loss_mask[e:]])
+    shift = len(own) - (e - s)
+    assert injected_system_blocks(row(ids, mask), smol_tokenizer) == [(a + shift, b + shift) for a, b in blocks[1:]]

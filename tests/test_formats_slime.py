@@ -276,6 +276,8 @@ def test_trainer_exports_name_their_tokenizer_and_read_back_with_it_as_with_toke
     they are read with it (said in a note) and check as an import given it does. The seed loops' bugs survive the
     trip: slime's replies glued without headers, and in AReaL's per-turn rows the system block each feedback
     message brought, inside the next turn's context. A name that is not a folder here is said, not fetched."""
+    from transformers import AutoTokenizer
+
     from engine.envs.math import MathEnv
     from engine.envs.retail import RetailEnv
     from tests.test_presets_fidelity import run
@@ -315,6 +317,20 @@ def test_trainer_exports_name_their_tokenizer_and_read_back_with_it_as_with_toke
                                                                        '"tokenizer": "Qwen/Qwen3-8B"')
     (tmp_path / "hub.areal").write_text(rows, encoding="utf-8")
     report = import_path(tmp_path / "hub.areal", "areal", _db(tmp_path, "hub.db"))
-    assert "the records name the tokenizer 'Qwen/Qwen3-8B', which is not a folder here: --tokenizer Qwen/Qwen3-8B " \
-           "decodes their ids and runs the token-level checks" in report.notes
+    (said,) = [n for n in report.notes if "Qwen/Qwen3-8B" in n]  # looked up in the local cache alone, once
+    assert said.startswith("the records name the tokenizer 'Qwen/Qwen3-8B', which could not be loaded (")
+    assert said.endswith("): --tokenizer gives one to decode their ids and run the token-level checks")
     assert {e.tokenizer for e in _db(tmp_path, "hub.db").iter_episodes()} == {""}
+    # Episodes of two tokenizers in one file: each record is read with the one it names, not the first one's.
+    from tests.conftest import QWEN3_DIR
+
+    qwen, _ = run(RetailEnv, AutoTokenizer.from_pretrained(str(QWEN3_DIR)), "slime-tau", 0, 0.0)
+    qwen = qwen.evolve(tokenizer=str(QWEN3_DIR))
+    export([qwen, seed], "slime", tmp_path / "two.slime")
+    mixed = _db(tmp_path, "two.db")
+    report = import_path(tmp_path / "two.slime", "slime", mixed, check=True)
+    assert sum(n.startswith("read with the tokenizer the records name") for n in report.notes) == 2
+    got = {e.source.details["original_id"]: e for e in mixed.iter_episodes()}
+    assert (got[qwen.id].tokenizer, got[seed.id].tokenizer) == (str(QWEN3_DIR), "smollm2")
+    assert qwen.turns[0].generation.text in got[qwen.id].turns[0].generation.text  # decoded with its own vocabulary
+    assert not [f for f in got[qwen.id].all_findings() if f.kind == "token_out_of_vocab"]

@@ -452,7 +452,11 @@ def test_an_export_imported_as_another_format_is_refused_once_naming_the_format_
             finally:
                 into.close()
     assert refused == 16
-    # schema --validate of another format's file says what it holds, once, not every missing field of every line.
+    # schema --validate of another format's file says what it holds, once, not every missing field of every line;
+    # a Rollscope record that lacks a field is what --validate is for: named, as before.
+    broken = _write(tmp_path / "broken.jsonl", b'{"schema_version": 10, "id": "x", "turns": [], "messages": []}\n')
+    proc = rollscope("schema", "--validate", str(broken), check=False)
+    assert proc.returncode == 1 and f"{broken}:1: (record): 'env' is a required property" in proc.stdout
     for written in ("verl", "areal", "messages"):
         proc = rollscope("schema", "--validate", str(files[written]), check=False)
         assert (proc.returncode, proc.stdout) == (2, ""), written
@@ -467,6 +471,9 @@ def test_an_export_imported_as_another_format_is_refused_once_naming_the_format_
             formats.import_path(path, "taubench", into)
         assert str(e.value) == (f"{path}: not a tau-bench results file (one JSON document) but JSON lines, one record "
                                 f"a line: {said[written]}"), written
+    deep = _write(tmp_path / "deep.jsonl", b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b'}\n{"b": 1}\n')
+    with pytest.raises(formats.FormatError, match="not valid JSON"):  # the parser's own word, not a RecursionError
+        formats.import_path(deep, "taubench", into)
     lines = _write(tmp_path / "results.jsonl", b'{"task_id": 0, "reward": 1.0, "traj": []}\n{"task_id": 1}\n')
     with pytest.raises(formats.FormatError, match=r"one record a line: --format taubench reads one JSON document, "
                                                   r"a list \(jq -s \. FILE > out\.json writes the lines so\)$"):

@@ -226,6 +226,35 @@ def _import(tmp_path, results):
     return store
 
 
+def test_a_chat_record_call_to_a_tool_not_offered_is_no_write_and_namespaced_tools_are_offered(tmp_path, monkeypatch):
+    """Read from a record's messages (no env answers kept on turns): a call to a tool the tools list does not name,
+    answered "ok", is no extra write; tools listed under a namespace (``functions.cancel_pending_order``) are the
+    same tools; a reference write whose tool is not listed says so, not "refused"."""
+    import dataclasses
+    import sys
+
+    from engine.records.episode import Message, ToolCall
+
+    monkeypatch.setitem(sys.modules, "tau_bench", None)
+    store = _import(tmp_path, [_tau_result("no longer needed")])
+    ep = next(store.iter_episodes())
+    store.close()
+    # As a chat import holds it: the calls and answers in its messages alone.
+    ep = dataclasses.replace(ep, turns=tuple(dataclasses.replace(t, observation=()) for t in ep.turns))
+    assert explain(ep).kind == "success"
+    last = max(i for i, m in enumerate(ep.messages) if m.role == "assistant")
+    extra = (Message("assistant", "", tool_calls=(ToolCall("wipe_orders", {"all": True}, id="w"),)),
+             Message("tool", "ok", name="wipe_orders"))
+    chat = dataclasses.replace(ep, messages=ep.messages[:last] + extra + ep.messages[last:])
+    schema = [{"type": "function", "function": {"name": f"functions.{n}"}}
+              for n in ("find_user_id_by_name_zip", "cancel_pending_order")]
+    assert explain(dataclasses.replace(chat, tools=())).kind == "extra_write"  # no tools listed: a tool it may be
+    assert explain(dataclasses.replace(chat, tools=tuple(schema))).kind == "success"
+    unlisted = explain(dataclasses.replace(ep, tools=tuple(schema[:1])))
+    assert unlisted.kind == "wrong_arguments" and unlisted.text.endswith(
+        "cancel_pending_order was called as the reference does, but the episode's tools do not list it")
+
+
 def test_tau_bench_results_are_explained_from_the_recorded_task_without_tau_bench(tmp_path, monkeypatch):
     import sys
 
@@ -390,7 +419,9 @@ def test_an_import_that_lacks_what_the_env_reads_is_not_explained_as_a_failure(s
     several, _ = math_episode(smol_tokenizer, ["\\boxed{1}", f"\\boxed{{{truth}}}"], preset="areal-math")
     assert (retail.outcome.kind, one.outcome.kind) == ("success", "correct") and several.n_turns == 2
     assert ref.name in {c.name for t in retail.turns for c in t.tool_calls}
-    dump = write_slime_dump(tmp_path / "0.pt", [episode_to_sample(e, i, i) for i, e in enumerate((retail, one, several))])
+    # A trainer's dump names no tokenizer (Rollscope's own export does: left out here, as slime writes none).
+    dump = write_slime_dump(tmp_path / "0.pt", [episode_to_sample(e.evolve(tokenizer=""), i, i)
+                                                for i, e in enumerate((retail, one, several))])
     got = {}
     replays = {}
     for tok in (None, smol_tokenizer):

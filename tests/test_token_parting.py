@@ -196,7 +196,7 @@ def test_replies_kept_as_ids_alone_are_compared_by_their_ids(tmp_path: Path):
                                                                token_ids=((first[0] + 1) % 1000, *first[1:]))),
                         *a.turns[1:]))
     dump = tmp_path / "pair.pt"
-    assert export([a, b], "slime", dump) == 2
+    assert export([e.evolve(tokenizer="") for e in (a, b)], "slime", dump) == 2  # as slime writes it: no tokenizer named
     store = Store(tmp_path / "p.db")
     assert import_path(dump, "slime", store).new == 2
     ia, ib = (store.get_episode(e.id) for e in store.list_episodes(limit=2))

@@ -334,13 +334,16 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
     if differ:
         v = differ[0]
         more = f", and {len(differ) - 1} more" if len(differ) > 1 else ""
-        under = preset or tokenizer_name
+        where = (f"turn {v.turn} ({v.field}: {_short(v.stored)} stored, {_short(v.now)} now{more})")
+        if not preset:
+            raise RollscopeError(f"A's conversation cannot be laid down with tokenizer {tokenizer_name}: re-encoded "
+                                 f"with it, what follows a reply differs at {where}, so it would be another "
+                                 "conversation")
         raise RollscopeError(
-            f"A's conversation cannot be laid down by {under}: replayed under it, what follows a reply differs at "
-            f"turn {v.turn} ({v.field}: {_short(v.stored)} stored, {_short(v.now)} now{more}): {under}'s loop answers "
-            f"otherwise than {ep.preset or 'the one A ran'}, so it would be another conversation. To compare the loops, "
-            f"run task {ep.task_id} under {under} (rollscope run --env {ep.env} --preset {under}) and diff the two "
-            "episodes (rollscope diff A B)")
+            f"A's conversation cannot be laid down by {preset}: replayed under it, what follows a reply differs at "
+            f"{where}: {preset}'s loop answers otherwise than {ep.preset or 'the one A ran'}, so it would be another "
+            f"conversation. To compare the loops, run task {ep.task_id} under {preset} (rollscope run --env {ep.env} "
+            f"--preset {preset}) and diff the two episodes (rollscope diff A B)")
     return laid.evolve(preset=preset or ep.preset, parent_id=None, fork_turn=None)
 
 
@@ -378,7 +381,7 @@ def _short(value: Any, limit: int = 80) -> str:
 def laid_down_ending(a: Episode, b: Episode) -> str:
     """How B, A's conversation laid down by another loop, ended otherwise than A: its status and reason ("" where it
     ended as A did). A loop that stopped early (a prompt past its prompt_length) leaves B short, and says why."""
-    if b.status is a.status and b.reason == a.reason:
+    if b.status is a.status:  # the same end said in other words (each loop words its own) is the same end
         return ""
     return f"B ended {b.status.value}" + (f": {b.reason}" if b.reason else "") + f" (A ended {a.status.value})"
 

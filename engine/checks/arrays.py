@@ -91,7 +91,7 @@ def assistant_spans(ep: Episode, tok: Tokenizer | None) -> list[tuple[int, int]]
     and ``<|im_end|>`` closes it (inclusive). This does not trust the
     episode's segments, which may carry the very bug being looked for. A trained
     run that starts right after a closed message with no header at all (past the
-    newline after ``<|im_end|>``, on no ``<|im_start|>``) is a reply whose header is
+    newline after ``<|im_end|>``, on no ``<|im_start|>``) and closes on ``<|im_end|>`` is a reply whose header is
     missing: ``generation_prompt_missing`` roots it (``check_rendering``,
     ``check_chat_markup``), and its mask and closing newline are read as a reply's.
     """
@@ -122,7 +122,8 @@ def assistant_spans(ep: Episode, tok: Tokenizer | None) -> list[tuple[int, int]]
     bare = [reply_from(s) for s in range(max(2, ep.prompt_len), n)
             if mask[s] and not mask[s - 1] and not inside[s] and ids[s] != start_id and ids[s] not in nl
             and (ids[s - 1] == end_id or (ids[s - 1] in nl and ids[s - 2] == end_id))]
-    return sorted(spans + bare)
+    # A reply closes on <|im_end|>; text glued on that runs into the next message (a raw tool answer) is no reply.
+    return sorted(spans + [(s, e) for s, e in bare if ids[e - 1] == end_id])
 
 
 def closing_newlines(ep: Episode, tok: Tokenizer | None, spans: list[tuple[int, int]]) -> list[int]:

@@ -227,7 +227,8 @@ def check_chat_markup(ep: Episode, o: CheckOptions) -> list[Finding]:
     starts = [i for i in range(max(1, ep.prompt_len), len(ids)) if mask[i] and not mask[i - 1]]
     # (A run that opens on the newline after <|im_end|> or on a header is a mask matter, not a missing header.)
     bare = [s for s in starts if ids[s] not in nl and ids[s] != start_id
-            and (ids[s - 1] == end_id or (ids[s - 1] in nl and s >= 2 and ids[s - 2] == end_id))]
+            and (ids[s - 1] == end_id or (ids[s - 1] in nl and s >= 2 and ids[s - 2] == end_id))
+            and _closes(ids, s, start_id, end_id)]
     if bare:
         at = bare[0]
         out.append(Finding("generation_prompt_missing", ERROR,
@@ -236,6 +237,15 @@ def check_chat_markup(ep: Episode, o: CheckOptions) -> list[Finding]:
                            "message before it", turn=turn_at(ep, at), token_start=at, token_end=at + 1,
                            evidence={"positions": bare[:50]}))
     return out
+
+
+def _closes(ids: list[int], s: int, start_id: int, end_id: int) -> bool:
+    """Whether the text from ``s`` closes on <|im_end|> before another message opens: a reply does; text glued on
+    that runs into the next message (a raw tool answer) does not."""
+    e = s
+    while e < len(ids) and ids[e] not in (start_id, end_id):
+        e += 1
+    return e < len(ids) and ids[e] == end_id
 
 
 def _closes_cut_reply(ep: Episode, tok: Tokenizer, rest: list[int]) -> bool:
@@ -282,8 +292,9 @@ def _system_header(tok: Tokenizer) -> list[int]:
 def injected_system_blocks(ep: Episode, tok: Tokenizer | None) -> list[tuple[int, int]]:
     """[start, end) of every system block after the first prompt: ``<|im_start|>system ... <|im_end|>``
     plus the newline after it. A trainer's row of ids alone (no messages: AReaL's per-turn sequences, whose prompt is
-    the whole conversation before the turn) is looked at past its first token: no message of its own puts a system
-    block there."""
+    the whole conversation before the turn) is looked at past its first message (a BOS token may come before it), and
+    a block there is injected only where it is the template's own default system block, rendered again: without the
+    messages, a system message the loop wrote is not told from one the template added."""
     if tok is None:
         return []
     header = _system_header(tok)
@@ -294,7 +305,14 @@ def injected_system_blocks(ep: Episode, tok: Tokenizer | None) -> list[tuple[int
     end_id = marks[1]
     nl = set(chat.encode(tok, "\n"))
     ids = ep.tokens.ids.tolist()
-    out, h, i = [], len(header), max(ep.prompt_len, 1) if ep.messages else 1
+    out, h, i = [], len(header), max(ep.prompt_len, 1)
+    default: list[int] | None = None
+    if not ep.messages:
+        default = _default_system_block(tok)
+        first = ids.index(marks[0]) if marks[0] in ids else len(ids)
+        i = ids.index(end_id, first) + 1 if end_id in ids[first:] else len(ids)
+        if not default:
+            return []
     while i < len(ids):
         if ids[i] == header[0] and ids[i : i + h] == header:
             e = i + h
@@ -303,11 +321,36 @@ def injected_system_blocks(ep: Episode, tok: Tokenizer | None) -> list[tuple[int
             e = min(e + 1, len(ids))
             if e < len(ids) and ids[e] in nl:
                 e += 1
-            out.append((i, e))
+            if default is None or ids[i:e] == default:
+                out.append((i, e))
             i = e
         else:
             i += 1
     return out
+
+
+_DEFAULT_BLOCKS: dict[int, tuple[Tokenizer, list[int]]] = {}
+
+
+def _default_system_block(tok: Tokenizer) -> list[int]:
+    """The ids of the system block the template writes on its own before a lone user message, with its newline
+    ([] when it writes none, or cannot render); once a tokenizer (and template)."""
+    key = hash((id(tok), getattr(tok, "chat_template", None)))
+    held = _DEFAULT_BLOCKS.get(key)
+    if held is not None and held[0] is tok:
+        return held[1]
+    try:
+        text = chat.render(tok, [Message("user", "x")])
+    except RollscopeError:
+        text = ""
+    at = text.find("<|im_start|>system")
+    end = text.find("<|im_end|>", at) + len("<|im_end|>")
+    block = chat.encode(tok, text[at : end + (text[end : end + 1] == "\n")]) \
+        if at >= 0 and end >= len("<|im_end|>") else []
+    if len(_DEFAULT_BLOCKS) > 16:
+        _DEFAULT_BLOCKS.clear()
+    _DEFAULT_BLOCKS[key] = (tok, block)
+    return block
 
 
 def _without(ids: list[int], spans: list[tuple[int, int]]) -> list[int]:

@@ -38,11 +38,13 @@ def register(sub: Any) -> None:
 
 
 def _is_sqlite(path: Path) -> bool:
+    if path.is_dir():  # a folder of JSONL files
+        return False
     try:
         with path.open("rb") as f:
             return f.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        return False
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
 
 
 def cmd_check(a: argparse.Namespace) -> int:

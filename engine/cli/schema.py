@@ -47,7 +47,8 @@ def cmd_schema(a: argparse.Namespace) -> int:
             bad += 1
             print(f"{path}:{lineno}: not valid JSON ({jsonbounds.describe(e)})")
             continue
-        if n == 1 and (other := other_format(record, "jsonl")):  # another format's file: said once, not a line each
+        if n == 1 and not (isinstance(record, dict) and "schema_version" in record) \
+                and (other := other_format(record, "jsonl")):  # another format's file: said once, not a line each
             raise ConfigError(f"{path}: {other.replace('not jsonl records', 'not Rollscope episode records', 1)}; "
                               "--validate checks Rollscope's own records (export --format jsonl)")
         if isinstance(record, dict) and record.get("schema_version") in READABLE_VERSIONS \

@@ -46,10 +46,12 @@ def agent_calls(ep: Episode) -> list[AgentCall]:
     """The agent's executed tool calls, in order. A live episode's turns hold what the env answered; an import
     without them is read from its messages (turn k is the k-th assistant message, as imports number turns)."""
     out: list[AgentCall] = []
-    tools = tool_names(ep.tools)  # none listed: every name is taken for a tool
+    # None listed: every name is taken for a tool. A namespace before a name (``functions.cancel_order``) is not
+    # part of it, on either side.
+    tools = {t.rsplit(".", 1)[-1] for t in tool_names(ep.tools)}
 
     def call(turn: int, name: str, arguments: dict[str, Any], result: str | None) -> AgentCall:
-        return AgentCall(turn, name, arguments, result, not tools or name in tools)
+        return AgentCall(turn, name, arguments, result, not tools or name.rsplit(".", 1)[-1] in tools)
 
     if any(t.observation for t in ep.turns):
         for t in ep.turns:
@@ -120,6 +122,9 @@ def compare_tools(reference: Sequence[OutcomeCall], outputs: Sequence[str], call
             shown = "; ".join(f"{k}={best.arguments.get(k)!r} where the reference has {missing.arguments.get(k)!r}"
                               for k in keys[:3])
             text = f"turn {best.turn}: {best.name} was called with {shown}"
+        elif not best.offered:
+            text = (f"turn {best.turn}: {best.name} was called as the reference does, but the episode's tools do not "
+                    "list it")
         else:
             text = f"turn {best.turn}: {best.name} was called as the reference does, but refused: {best.result}"
         return Outcome("wrong_arguments", best.turn, missing, taken, tuple(keys), lacking, diff, (), None, text)

@@ -79,7 +79,7 @@ def _expand_rle(rle: Any) -> list[int] | None:
 
 def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
     """A row this module's exporter wrote: the ids are all there, and the tokenizer they were made with."""
-    ctx.use_named_tokenizer(d.get("tokenizer"))
+    tok, tok_name = ctx.named_tokenizer(d.get("tokenizer"))
     ids = int_array(d["input_ids"], where, "input_ids")
     mask = mask_array(d["loss_mask"], where, "loss_mask")
     n = len(ids)
@@ -94,12 +94,12 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     prompt_len = int(trained[0]) if trained.size else n
     lps[:prompt_len] = np.nan  # AReaL writes 0.0 for prompt tokens: unknown, not certain
     reward = reward_value(d.get("rewards"), where, "rewards")
-    segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=ctx.tokenizer, reward=reward)
+    segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=tok, reward=reward)
     task = d.get("task_id", "")
     return unknown_logprobs(Episode(
         id=stable_id("areal-packed", d.get("episode_id"), d.get("turn"), tokens=ids),
         env=str(d.get("env") or "areal"), task_id=str(task), sample_index=int(d.get("sample_idx") or 0),
-        tokenizer=ctx.tokenizer_name, status=Status.COMPLETED, reason="imported from areal", reward=reward,
+        tokenizer=tok_name, status=Status.COMPLETED, reason="imported from areal", reward=reward,
         turn_rewards=tuple(t.reward for t in turns), returns=tuple(t.reward for t in turns), turns=turns,
         tokens=TokenArrays(ids, mask, lps, vers), prompt_len=prompt_len, segments=segments,
         source=Source.imported("areal", str(path), line=line, episode_id=jsonable(d.get("episode_id")),

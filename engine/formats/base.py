@@ -100,25 +100,24 @@ class ImportContext:
         if message not in self.notes:
             self.notes.append(message)
 
-    named_tried: bool = False  # whether ``use_named_tokenizer`` looked (once an import, at its first record)
+    named: dict[str, tuple[Tokenizer | None, str]] = field(default_factory=dict)  # ``named_tokenizer``'s, by name
 
-    def use_named_tokenizer(self, name: Any) -> None:
-        """Read with the tokenizer the records name (Rollscope's export of a trainer format writes it beside the
-        trainer's fields) where no ``--tokenizer`` was given: the embedded one, or a folder here; a hub id is said."""
-        if self.tokenizer is not None or self.named_tried or not isinstance(name, str) or not name.strip():
-            return
-        self.named_tried = True
-        from ..backends.tokenizers import tokenizer_key, try_tokenizer
+    def named_tokenizer(self, name: Any) -> tuple[Tokenizer | None, str]:
+        """The tokenizer (and its name) to read a record with: ``--tokenizer``'s, else the one the record names
+        (Rollscope's exports of trainer formats write it beside the trainer's fields), loaded as ``check`` loads an
+        episode's (a hub id from the local cache alone), once a name; (None, "") where neither is to be had."""
+        if self.tokenizer is not None or not isinstance(name, str) or not name.strip():
+            return self.tokenizer, self.tokenizer_name
+        if name not in self.named:
+            from ..backends.tokenizers import tokenizer_key, try_tokenizer
 
-        key = tokenizer_key(name)
-        tok, why = (None, "") if key is not None and not Path(key).is_dir() else try_tokenizer(key)
-        if tok is None:
-            self.note(f"the records name the tokenizer {name!r}, which " + (
-                f"could not be loaded ({why}); tokens are shown as ids" if why else f"is not a folder here: "
-                f"--tokenizer {name} decodes their ids and runs the token-level checks"))
-            return
-        self.tokenizer, self.tokenizer_name, self.self_described = tok, name, True
-        self.note(f"read with the tokenizer the records name, {name} (--tokenizer reads them with another)")
+            tok, why = try_tokenizer(tokenizer_key(name))
+            self.named[name] = (tok, name if tok is not None else "")
+            self.self_described |= tok is not None
+            self.note(f"read with the tokenizer the records name, {name} (--tokenizer reads them with another)"
+                      if tok is not None else f"the records name the tokenizer {name!r}, which could not be loaded "
+                      f"({why}): --tokenizer gives one to decode their ids and run the token-level checks")
+        return self.named[name]
 
     def expect(self, n: int) -> None:
         """Tell the progress bar that ``n`` more records are coming."""

@@ -325,7 +325,7 @@ def sample_to_episode(
     metadata = dict(meta_raw)
     ours = metadata.pop("rollscope", None)
     ours = ours if isinstance(ours, dict) else {}
-    ctx.use_named_tokenizer(ours.get("tokenizer"))
+    tok, tok_name = ctx.named_tokenizer(ours.get("tokenizer"))
 
     lp = np.full(n, np.nan, dtype=np.float32)
     nonfinite: list[tuple[str, int, float]] = []
@@ -360,7 +360,6 @@ def sample_to_episode(
     response = s.get("response") if isinstance(s.get("response"), str) else ""
     prompt_msgs = _messages(prompt, where)
     n_runs = sum(1 for _, _, v in runs(mask, prompt_len) if v)
-    tok = ctx.tokenizer
     texts = [response] if tok is None and n_runs == 1 and response else None
     segments, turns = mask_structure(
         ids, mask, lp, versions, prompt_len, tokenizer=tok, texts=texts,
@@ -405,7 +404,7 @@ def sample_to_episode(
         task_id=str(task if task is not None else position),
         group_id=None if group_index is None else f"slime:{rollout_id}:{group_index}",
         sample_index=index if index is not None else position,
-        tokenizer=ctx.tokenizer_name,
+        tokenizer=tok_name,
         template_hash=chat.template_hash(tok) if tok is not None else "",
         status=STATUS_IN[status],
         reason=f"slime status {status}",

@@ -5,11 +5,11 @@ results), whether it is JSON lines or binary instead."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import IO
 
 from ..errors import FormatError
+from ..records import jsonbounds
 
 _MAGIC = ((b"PAR1", "a Parquet file: one Rollscope wrote imports with --format parquet"),
           (b"SQLite format 3\x00", "a SQLite database: a Rollscope database is opened with --db, not imported"),
@@ -144,8 +144,8 @@ def not_json_list(raw: bytes, path: Path, fmt: str, what: str) -> None:
     if not (_record_like(first.strip()) and rest.strip()[:1] == b"{"):
         return
     try:
-        keys = set(json.loads(first))
-    except (ValueError, TypeError):
+        keys = set(jsonbounds.loads(first.decode("utf-8", "replace"), limit=None))
+    except (ValueError, TypeError):  # not JSON, or nested past what is read: the parser names it
         return
     shape = next(((reader, kind) for reader, kind, need in _SHAPES if need <= keys), None)
     said = (f"{shape[1]}" + (f": import them with --format {shape[0]}" if shape[0] else "") if shape is not None
