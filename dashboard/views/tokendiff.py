@@ -75,7 +75,9 @@ def render(d: TokenDiff, texts_a: Sequence[str], texts_b: Sequence[str], label_b
              f'{chip("positions", f"{len(d.rows):,}")}{chip("differ", f"{d.n_differing:,}")}'
              f'{chip("runs", len(d.hunks))}</div>']
     if ending:
-        parts.append(f'<div class="td-ending">{note(ending + ".", "warn")}</div>')
+        parts.append(f'<div class="td-ending">{note(ending + ".", "warn")}</div>'
+                     '<div class="td-ending-how rs-dim">Other knobs for the loop that lays A down: <code>rollscope diff '
+                     'A --preset NAME --set KNOB=VALUE</code>.</div>')
     first = d.first
     if first is None:
         parts.append(note("The token arrays agree: the same ids, loss mask and logprobs everywhere.", "ok"))
