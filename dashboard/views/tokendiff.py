@@ -68,7 +68,7 @@ def _counts(d: TokenDiff) -> str:
 
 def render(d: TokenDiff, texts_a: Sequence[str], texts_b: Sequence[str], label_b: str, ending: str = "") -> str:
     """The whole token diff of A against ``label_b`` (another episode, or A laid down another way; ``ending``: how
-    that B ended otherwise than A, ``tokendiff.ending``)."""
+    that B ended otherwise than A, ``tokendiff.laid_down_ending``)."""
     how = "token text (the tokenizers differ)" if d.by_text else "token id"
     parts = [f'<div class="rs-tokdiff" data-runs="{len(d.hunks)}">',
              f'<div class="rs-head-line">{chip("A", d.a.id)}{chip("B", label_b)}{chip("aligned by", how)}'
