@@ -334,7 +334,7 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
     if differ:
         v = differ[0]
         more = f", and {len(differ) - 1} more" if len(differ) > 1 else ""
-        where = (f"turn {v.turn} ({v.field}: {_short(v.stored)} stored, {_short(v.now)} now{more})")
+        where = f"turn {v.turn} ({v.field}: {_short(v.stored)} stored, {_short(v.now)} now{more})"
         if not preset:
             raise RollscopeError(f"A's conversation cannot be laid down with tokenizer {tokenizer_name}: re-encoded "
                                  f"with it, what follows a reply differs at {where}, so it would be another "

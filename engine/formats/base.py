@@ -89,6 +89,7 @@ class ImportContext:
     at: str = ""
     """Where the record read last is (a JSONL file's ``path:line``): what the import names a record it cannot store
     by, when the episode's own source names another file (a Rollscope record keeps where it first came from)."""
+    named: dict[str, tuple[Tokenizer | None, str]] = field(default_factory=dict)  # ``named_tokenizer``'s, by name
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""
@@ -99,8 +100,6 @@ class ImportContext:
     def note(self, message: str) -> None:
         if message not in self.notes:
             self.notes.append(message)
-
-    named: dict[str, tuple[Tokenizer | None, str]] = field(default_factory=dict)  # ``named_tokenizer``'s, by name
 
     def named_tokenizer(self, name: Any) -> tuple[Tokenizer | None, str]:
         """The tokenizer (and its name) to read a record with: ``--tokenizer``'s, else the one the record names
