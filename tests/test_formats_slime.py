@@ -334,3 +334,51 @@ def test_trainer_exports_name_their_tokenizer_and_read_back_with_it_as_with_toke
     assert (got[qwen.id].tokenizer, got[seed.id].tokenizer) == (str(QWEN3_DIR), "smollm2")
     assert qwen.turns[0].generation.text in got[qwen.id].turns[0].generation.text  # decoded with its own vocabulary
     assert not [f for f in got[qwen.id].all_findings() if f.kind == "token_out_of_vocab"]
+
+
+def test_a_rescored_dump_says_which_stored_episodes_it_differs_from_and_replaces_them_when_asked(tmp_path, capsys):
+    from engine.cli import main
+
+    def dump(rewards, mask_of_1=None):
+        return write_slime_dump(tmp_path / "s.pt", [
+            slime_sample([1, 2, 3, 4], 2, index=i, reward=r, rollout_log_probs=[-0.5, -0.25],
+                         loss_mask=[0, 1] if i == mask_of_1 else None) for i, r in enumerate(rewards)])
+
+    dump([0.0, 1.0, 0.0])
+    st = _db(tmp_path)
+    assert import_path(tmp_path / "s.pt", "slime", st).new == 3
+    first = {e.sample_index: e for e in st.iter_episodes()}
+    st.set_tags(first[0].id, ["look"])
+    st.curate([first[0].id], starred=True, note="odd")
+    dump([1.0, 1.0, 0.0], mask_of_1=1)  # rewards fixed on sample 0, sample 1's mask corrected; sample 2 the same
+    again = import_path(tmp_path / "s.pt", "slime", st)
+    assert (again.new, again.already_present, again.replaced, again.differ) == (0, 3, 0, 2)
+    assert dict(again.differing) == {"reward": 1, "loss mask": 1}
+    assert "2 of them differ from the dump in" in again.summary() and "--replace" in again.summary()
+    assert st.get_episode(first[0].id).reward == 0.0  # left as it was
+
+    db = str(tmp_path / "a.db")
+    st.close()
+    assert main(["import", str(tmp_path / "s.pt"), "--format", "slime", "--db", db, "--replace", "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert "0 new, 3 already present (2 replaced: the dump says otherwise in" in out.out, out.out
+    assert "1 left as they were; stars, notes and tags kept" in out.out
+    assert "2 new or replaced episodes not checked" in out.err
+    st = _db(tmp_path)
+    now = {e.sample_index: e for e in st.iter_episodes()}
+    assert now[0].reward == 1.0 and now[0].starred and now[0].note == "odd" and now[0].tags == ("look",)
+    assert now[1].tokens.loss_mask.tolist()[-2:] == [0, 1] and now[2].created_at == first[2].created_at
+    assert import_path(tmp_path / "s.pt", "slime", st).differ == 0  # the dump and the store agree now
+    st.close()
+
+
+def test_two_samples_of_one_id_in_a_dump_store_the_first_and_list_the_second_when_they_differ(tmp_path):
+    same = slime_sample([1, 2, 3, 4], 2, index=0, reward=1.0)
+    f = write_slime_dump(tmp_path / "s.pt", [same, dict(same), {**same, "reward": 0.0}])
+    st = _db(tmp_path)
+    report = import_path(f, "slime", st)
+    assert (report.new, report.repeated, report.clashed, report.already_present) == (1, 1, 1, 0)
+    (err,) = report.errors
+    assert "again, with other content" in str(err) and "import a file that holds it alone" not in str(err)
+    assert [e.reward for e in st.iter_episodes()] == [1.0]
+    st.close()

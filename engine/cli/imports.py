@@ -38,6 +38,11 @@ def register(sub: Any) -> None:
                     "the knobs verl's loop ran with, instead of the verl-tool preset's")
     im.add_argument("--check", action="store_true", help="run the fidelity checks on each new episode as it is "
                     "imported (on --workers processes, or --ray)")
+    im.add_argument("--replace", action="store_true",
+                    help="write a dump's record over the stored episode of its id where the dump says otherwise "
+                    "(a reward, the mask, the status: a dump written again after a fix); stars, notes and tags are "
+                    "kept, its findings go until it is checked again. Without it such episodes are left as they were "
+                    "and counted. jsonl and parquet records always replace their stored copy")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
     fanout_options(im, "read a JSONL file of 8 MB or more (each parses lines and packs their rows, which this process "
                        "writes; default: one per CPU up to 4) and run the checks (default: one per CPU)")
@@ -74,7 +79,7 @@ def cmd_import(a: argparse.Namespace) -> int:
     try:
         report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
                              progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,
-                             fanout=pool, max_record_mb=a.max_record_mb, loop=loop)
+                             fanout=pool, max_record_mb=a.max_record_mb, loop=loop, replace_changed=a.replace)
     except RollscopeError:
         if made:  # a file refused whole leaves no empty database behind, only one this command made and wrote nothing to
             _forget(store, Path(a.db))

@@ -113,6 +113,11 @@ class ImportReport:
     """Records an earlier record of this import was, id and content: stored once."""
     clashed: int = 0
     """Records with an earlier record's id and other content: skipped (listed in ``errors``), the first stored."""
+    differing: Counter[str] = field(default_factory=Counter)
+    """Of a foreign format's records already present, how many say otherwise than the stored copy, by field
+    (``reimport.dump_changes``): left as they were, or written over it with ``replace_changed``."""
+    differ: int = 0
+    """How many records ``differing`` counts."""
     errors: list[FormatError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -136,6 +141,12 @@ class ImportReport:
         if self.fmt in LOSSLESS and self.already_present:
             kept = (f"{self.replaced} replaced: their content changed; {self.unchanged} unchanged; stars, notes and "
                     "tags kept")
+        elif self.replaced:
+            kept = (f"{self.replaced} replaced: the dump says otherwise in {self._fields()}; "
+                    f"{self.already_present - self.replaced} left as they were; stars, notes and tags kept")
+        elif self.differ:
+            kept = (f"left as they were, though {self.differ} of them differ from the dump in {self._fields()}: "
+                    "--replace writes the dump's over them, stars, notes and tags kept")
         else:
             kept = "left as they were"
         over = sum(map(is_over_limit, self.errors))
@@ -146,6 +157,10 @@ class ImportReport:
                 + (f", {self.repeated} repeating an earlier record of this import whole (stored once)"
                    if self.repeated else "")
                 + (f", {self.clashed} with an earlier record's id and other content skipped" if self.clashed else ""))
+
+
+    def _fields(self) -> str:
+        return ", ".join(f"{name} ({n})" for name, n in self.differing.most_common())
 
 
 def _resolve_tokenizer(tokenizer: Tokenizer | str | None) -> tuple[Tokenizer | None, str]:
@@ -172,6 +187,7 @@ def import_path(
     path: str | Path, fmt: str, store: Any, *, tokenizer: Tokenizer | str | None = None, progress: bool = False, env: str | None = None,
     run_id: str | None = None, check: bool = False, fanout: Any = None, lines: LineRange | None = None,
     max_record_mb: float = MAX_RECORD_MB, loop: LoopConfig | None = None, batch: int = BATCH_EPISODES,
+    replace_changed: bool = False,
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
 
@@ -189,7 +205,11 @@ def import_path(
     Malformed records are skipped and listed in the report; a missing, unreadable or
     unsafe file (a pickle that would run code) raises ``FormatError``; what was read before it is stored.
     Episodes are written a batch per transaction (``batch`` at most), each in a
-    savepoint of its own: one that cannot be stored is listed, the rest kept.
+    savepoint of its own: one that cannot be stored is listed, the rest kept. A foreign record of an episode
+    stored already is left as it was; where it says otherwise (``reimport.dump_changes``: a re-scored dump) the
+    report counts it, and ``replace_changed`` (``--replace``) writes it over the stored copy, annotations kept. A
+    record whose id an earlier record of this import had is stored once (``repeated``), or skipped and listed when
+    it says otherwise (``clashed``).
     """
     if fmt not in IMPORTERS:
         raise ConfigError(f"unknown import format {fmt!r}; one of {', '.join(IMPORTERS)}")
@@ -219,7 +239,8 @@ def import_path(
         known=store.has_episode if fmt == "messages" and store.count_upto(EpisodeFilter(source="messages"), 1).n
         else None,
     )
-    replace = fmt in LOSSLESS
+    lossless = fmt in LOSSLESS
+    replace = lossless or replace_changed
     stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs
     own_runs: Counter[str] = Counter()  # with ``run_id``: the episodes that name a run of their own, by run
     unchecked = 0  # new episodes no check ran on (a record read whole says whether one did)
@@ -239,13 +260,17 @@ def import_path(
         for ep in IMPORTERS[fmt](p, ctx):
             if run_id and not ep.run_id:
                 ep = ep.evolve(run_id=run_id)
-            if not replace and store.has_episode(ep.id):
-                report.already_present += 1  # left as it is: not checked or written again
-                count(ep, True)
-                if bar is not None:
-                    bar.update(1)
-                continue
-            if not replace and ep.outcome is None:  # a lossless record carries its own (read_episode fills old ones)
+            if not lossless and store.has_episode(ep.id):
+                changed = _changes(store, ep)
+                report.differ += bool(changed)
+                report.differing.update(changed)
+                if not (changed and replace_changed):
+                    report.already_present += 1  # left as it is: not checked or written again
+                    count(ep, True)
+                    if bar is not None:
+                        bar.update(1)
+                    continue
+            if not lossless and ep.outcome is None:  # a lossless record carries its own (read_episode fills old ones)
                 ep = ep.evolve(outcome=explain(ep))
             if ctx.at and ep.source.file != ctx.at.rsplit(":", 1)[0]:
                 read_at.setdefault(ep.id, []).append(ctx.at)
@@ -267,7 +292,8 @@ def import_path(
     else:
         episodes = new_ones()
     try:
-        for ep, state, error in store.save_batches(episodes, batch=batch, replace=replace):
+        for ep, state, error in store.save_batches(episodes, batch=batch, replace=replace, once=True,
+                                                   same=None if lossless else _says_the_same):
             at = {ep.id: _first(read_at, ep.id)} if ep.id in read_at else {}  # held until its batch is written
             if error is not None:  # a bug in storing this one record: list it, import the rest
                 ctx.skip(FormatError(textsafe.clean_text(f"could not be stored: {error}"), _where(ep, at)))
@@ -282,7 +308,7 @@ def import_path(
                 ctx.skip(FormatError(
                     f"episode {ep.id} again, with other content: an earlier record of this import has its id, and is "
                     "the one stored" + ("; to store this one instead, import a file that holds it alone"
-                                        if replace else ""), _where(ep, at)))
+                                        if lossless else ""), _where(ep, at)))
                 continue
             count(ep, state != "new")
             if state == "new":
@@ -291,6 +317,7 @@ def import_path(
             else:
                 report.already_present += 1
                 report.replaced += state == "replaced"
+                unchecked += state == "replaced" and not lossless and not check  # a dump's record, over a checked one
             report.checked += int(check)
     except FormatError as e:  # a file refused part way: say what of it is stored already, and where
         raise _stored_before(e, stored, store) from None
@@ -302,7 +329,8 @@ def import_path(
     if not (report.new or report.already_present or report.errors):
         report.notes.append(f"{p} holds no records: nothing imported")
     if unchecked:  # no findings listed for them yet, which reads as clean
-        report.notes.append(f"{unchecked:,} new episode{'s' if unchecked != 1 else ''} not checked: `rollscope check "
+        report.notes.append(f"{unchecked:,} {'new ' if not report.replaced or lossless else 'new or replaced '}"
+                            f"episode{'s' if unchecked != 1 else ''} not checked: `rollscope check "
                             f"{store.path}` runs the fidelity checks (until then `ls` and Browse say \"not checked\" where the "
                             "findings go; --check checks as it imports)")
     if own_runs:
@@ -315,6 +343,26 @@ def import_path(
         report.notes.append("no tokenizer given (--tokenizer PATH_OR_ID): tokens are shown as ids and "
                             "token-level checks are skipped")
     return report
+
+
+def _says_the_same(read: Episode, first: Episode) -> bool:
+    """Whether a foreign record says what the first of its id in this import said (where it was read and when do
+    not count)."""
+    from .reimport import dump_changes
+
+    return not dump_changes(read, first)
+
+
+def _changes(store: Any, ep: Episode) -> tuple[str, ...]:
+    """Where a foreign record says otherwise than its stored copy (none where that copy cannot be read: its
+    readers say why)."""
+    from ..errors import StoreError
+    from .reimport import dump_changes
+
+    try:
+        return dump_changes(ep, store.get_episode(ep.id))
+    except StoreError:
+        return ()
 
 
 def _first(read_at: dict[str, list[str]], eid: str) -> str:

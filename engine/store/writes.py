@@ -7,7 +7,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,22 +37,20 @@ BATCH_BYTES = 256 << 20
 
 def _content(ep: Episode) -> dict[str, Any]:
     """An episode as a record, without a person's annotations: what a re-import compares."""
-    d = ep.to_dict()
-    for k in _ANNOTATIONS:
-        d.pop(k, None)
-    return d
+    return {k: v for k, v in ep.to_dict().items() if k not in _ANNOTATIONS}
 
 
 @dataclass
 class _Written:
     """How many episodes a ``save_batches`` stored, and the last one's id: what it names when the writing stops
-    (a count, so a million-episode import holds none of them). ``seen`` (with ``replace``): the temporary table of
+    (a count, so a million-episode import holds none of them). ``seen`` (with ``once``): the temporary table of
     the ids its committed batches met, each put in with its batch's commit (``Writes._commit``), so a batch rolled
     back met none; on disk, not in memory."""
 
     n: int = 0
     last: str = ""
     seen: str = ""
+    same: Callable[[Episode, Episode], bool] | None = None  # whether a record and its id's first say the same
 
     def met(self, conn: sqlite3.Connection, episode_id: str) -> bool:
         return bool(self.seen) and conn.execute(f"SELECT 1 FROM temp.{self.seen} WHERE id = ?",
@@ -163,7 +161,8 @@ class Writes(StoreBase):
         return n + (self._save_chunk(chunk) if chunk else 0)
 
     def save_batches(self, episodes: Iterable[Stored], batch: int = BATCH_EPISODES, replace: bool = True,
-                     batch_tokens: int = 2_000_000, batch_bytes: int = BATCH_BYTES
+                     batch_tokens: int = 2_000_000, batch_bytes: int = BATCH_BYTES, once: bool = False,
+                     same: Callable[[Episode, Episode], bool] | None = None
                      ) -> Iterator[tuple[Stored, str, str | None]]:
         """Write whole episodes (or their rows, packed elsewhere: ``packing.pack_episode``), ``batch`` per transaction
         (fewer when they hold more than ``batch_tokens`` tokens or about ``batch_bytes`` of text together, so a batch
@@ -179,21 +178,21 @@ class Writes(StoreBase):
 
         An episode already stored keeps its star, note and tags (a person's work; tags the record carries
         are added to them): with ``replace`` its content is written again when it differs (``replaced``) and
-        left when it does not (``unchanged``); without, it is left as it is (``kept``). With ``replace`` (records whose
-        ids are their own), an id this call met already is not written again: ``repeated`` when the record is the
-        same, ``clashed`` when not (the first is stored). When ``episodes``
-        raises, those read before are written, then the error goes on. The writing connection's page cache is at
-        least ``BATCH_CACHE_KB`` meanwhile."""
+        left when it does not (``unchanged``); without, it is left as it is (``kept``). With ``replace`` or ``once``
+        (records whose ids are their own), an id this call met already is not written again: ``repeated`` when the
+        record is the same (its content, or ``same(record, first)``), ``clashed`` when not (the first is stored). When
+        ``episodes`` raises, those read before are written, then the error goes on. The writing connection's page
+        cache is at least ``BATCH_CACHE_KB`` meanwhile."""
         self._refuse_read_only("save episodes")
         with self._batch_cache():
-            yield from self._save_batches(episodes, batch, replace, batch_tokens, batch_bytes)
+            yield from self._save_batches(episodes, batch, replace, batch_tokens, batch_bytes, _Written(same=same),
+                                          replace or once)
 
     def _save_batches(self, episodes: Iterable[Stored], batch: int, replace: bool, batch_tokens: int,
-                      batch_bytes: int) -> Iterator[tuple[Stored, str, str | None]]:
+                      batch_bytes: int, stored: _Written, once: bool) -> Iterator[tuple[Stored, str, str | None]]:
         chunk: list[Stored] = []
         tokens = held = 0
-        stored = _Written()
-        if replace:
+        if once:
             with self._lock:  # made outside any transaction: no rollback takes it away
                 stored.seen = f"rs_seen_{id(stored)}"
                 self.db.conn.execute(f"CREATE TEMP TABLE {stored.seen} (id TEXT PRIMARY KEY) WITHOUT ROWID")
@@ -327,7 +326,7 @@ class Writes(StoreBase):
             held = len(pending)
             try:
                 if call.seen and (ep.id in here or call.met(conn, ep.id)):  # its id again in this call
-                    out.append((ep, "repeated" if self._same(ep) else "clashed", None))
+                    out.append((ep, "repeated" if self._same(ep, call.same) else "clashed", None))
                     continue
                 present = conn.execute("SELECT 1 FROM episodes WHERE id = ?", [ep.id]).fetchone() is not None
                 if not locked and (replace if present else not (isinstance(ep, PackedEpisode) and ep.failed)):
@@ -429,10 +428,11 @@ class Writes(StoreBase):
         except sqlite3.Error:
             pass  # the rollback of a file that failed: SQLite undoes the transaction when the file opens again
 
-    def _same(self, ep: Stored) -> bool:
-        """Whether ``ep``'s content is its stored copy's (one that cannot be read is not)."""
+    def _same(self, ep: Stored, by: Callable[[Episode, Episode], bool] | None = None) -> bool:
+        """Whether ``ep``'s content is its stored copy's (``by(ep, copy)``; one that cannot be read is not)."""
         try:
-            return _content(self.get_episode(ep.id)) == _content(ep.episode() if isinstance(ep, PackedEpisode) else ep)
+            whole, copy = ep.episode() if isinstance(ep, PackedEpisode) else ep, self.get_episode(ep.id)
+            return by(whole, copy) if by else _content(copy) == _content(whole)
         except Exception:  # noqa: BLE001
             return False
 
