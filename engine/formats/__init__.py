@@ -348,19 +348,19 @@ def import_path(
 def _says_the_same(read: Episode, first: Episode) -> bool:
     """Whether a foreign record says what the first of its id in this import said (where it was read and when do
     not count)."""
-    from .reimport import dump_changes
+    from .reimport import dump_changes, said
 
-    return not dump_changes(read, first)
+    return not dump_changes(said(read), said(first))
 
 
 def _changes(store: Any, ep: Episode) -> tuple[str, ...]:
     """Where a foreign record says otherwise than its stored copy (none where that copy cannot be read: its
     readers say why)."""
     from ..errors import StoreError
-    from .reimport import dump_changes
+    from .reimport import dump_changes, said
 
     try:
-        return dump_changes(ep, store.get_episode(ep.id))
+        return dump_changes(said(ep), store.ending_and_tokens(ep.id))
     except StoreError:
         return ()
 

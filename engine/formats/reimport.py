@@ -6,38 +6,39 @@ mask of a corrected loop, has the stored episodes' ids and other values. An impo
 they are (a foreign record is no authority over what a person or a check added); :func:`dump_changes` says which
 of the dump's own fields differ, so the import can say so and ``--replace`` can write the dump's over them.
 
-Only what a dump carries is compared: how the episode ended, its rewards and its token arrays. What the import
-derives (messages decoded with a tokenizer, the outcome, findings) depends on the tokenizer and checks of the
-day, not on the dump.
+Only what a dump carries is compared: how the episode ended, its rewards, its number of turns and its token
+arrays. What the import derives (messages decoded with a tokenizer, the outcome, findings) depends on the
+tokenizer and checks of the day, not on the dump.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from ..records.episode import Episode
+from ..records.episode import Episode, TokenArrays
 
-# The fields a dump says, each with how it reads off an episode: compared in this order, named in the report.
-_SAID: tuple[tuple[str, Callable[[Episode], object]], ...] = (
-    ("status", lambda e: e.status.value),
-    ("reward", lambda e: e.reward),
-    ("turn rewards", lambda e: e.turn_rewards),
-    ("turns", lambda e: e.n_turns),
-)
-_ARRAYS = ("ids", "loss_mask", "logprobs", "versions")
-_ARRAY_NAMES = {"ids": "token ids", "loss_mask": "loss mask", "logprobs": "logprobs", "versions": "versions"}
+_ARRAYS = {"ids": "token ids", "loss_mask": "loss mask", "logprobs": "logprobs", "versions": "versions"}
+_FIELDS = {"status": "status", "reward": "reward", "turn_rewards": "turn rewards", "n_turns": "turns"}
 
 
-def dump_changes(read: Episode, stored: Episode) -> tuple[str, ...]:
-    """The fields (in words: ``reward``, ``loss mask``, ...) where the record just read says otherwise than the
-    stored episode of its id; empty when it says the same."""
-    out = [name for name, value in _SAID if value(read) != value(stored)]
+def said(ep: Episode) -> tuple[dict[str, Any], TokenArrays]:
+    """What a dump says of ``ep``, as ``Store.ending_and_tokens`` reads it of a stored one."""
+    return ({"status": ep.status.value, "reward": ep.reward, "turn_rewards": ep.turn_rewards, "n_turns": ep.n_turns},
+            ep.tokens)
+
+
+def dump_changes(read: tuple[dict[str, Any], TokenArrays], stored: tuple[dict[str, Any], TokenArrays]
+                 ) -> tuple[str, ...]:
+    """The fields (in words: ``reward``, ``loss mask``, ...) where a record just read (``said``) says otherwise
+    than the stored episode of its id; empty when it says the same."""
+    (a, a_tokens), (b, b_tokens) = read, stored
+    out = [name for key, name in _FIELDS.items() if a[key] != b[key]]
     if "reward" in out and "turn rewards" in out:  # the episode's reward put on its turns: one change, said once
         out.remove("turn rewards")
-    for key in _ARRAYS:
-        a, b = getattr(read.tokens, key), getattr(stored.tokens, key)
-        if a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
-            out.append(_ARRAY_NAMES[key])
+    for key, name in _ARRAYS.items():
+        x, y = getattr(a_tokens, key), getattr(b_tokens, key)
+        if x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+            out.append(name)
     return tuple(out)

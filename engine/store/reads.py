@@ -107,6 +107,23 @@ class Reads(StoreBase):
         d["turns"] = turns
         return d, tokens
 
+    def ending_and_tokens(self, episode_id: str) -> tuple[dict[str, Any], TokenArrays]:
+        """Of a stored episode, its ``status``, ``reward``, ``turn_rewards`` and ``n_turns``, and its token arrays:
+        what a trainer's dump says of it (``formats.reimport``), read without its turns."""
+        conn, lock = self._point_reader()
+        with _one_state(conn, lock):
+            row = self._require(episode_id)
+            n = conn.execute("SELECT count(*) FROM turns WHERE episode_id = ?", [episode_id]).fetchone()[0]
+            tok = conn.execute("SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?",
+                               [episode_id]).fetchone()
+        try:
+            tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
+                      else TokenArrays.from_blobs(*tok[:4]))
+            rewards = (codec.unpack_json(row["data"]) or {}).get("turn_rewards", [])
+        except StoreError as e:
+            raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
+        return {"status": row["status"], "reward": row["reward"], "turn_rewards": tuple(rewards), "n_turns": n}, tokens
+
     def iter_episodes(self, flt: EpisodeFilter | None = None, batch: int = 200) -> Iterator[Episode]:
         for chunk in self._id_chunks(flt or EpisodeFilter(), batch):
             for eid in chunk:
