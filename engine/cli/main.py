@@ -19,9 +19,9 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from ..errors import RollscopeError
-from . import check, curate, demo, diff, explain, export, imports, ls, presets, replay, run, schema, show, watch
+from . import check, curate, demo, diff, explain, export, fork, imports, ls, presets, replay, run, schema, show, watch
 
-COMMANDS = (run, presets, schema, ls, show, explain, curate, export, imports, check, replay, watch, demo, diff)
+COMMANDS = (run, presets, schema, ls, show, explain, curate, export, imports, check, replay, fork, watch, demo, diff)
 PLUGINS = "rollscope.commands"
 
 

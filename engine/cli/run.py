@@ -14,12 +14,30 @@ def register(sub: Any) -> None:
     r = sub.add_parser("run", help="run a batch of episodes and store them")
     r.add_argument("--env", default="math", help="math, retail, taubench:retail or taubench:airline")
     r.add_argument("--problems", help="math env: an AReaL-style JSONL (query_id, prompt, solutions) instead of the built-in set")
-    r.add_argument("--policy", default="scripted", help="scripted, local, sglang or openai")
     r.add_argument("--preset", help="tito, slime-tau, slime-tau-seed, areal-math, areal-multiturn or verl-tool "
                    "(default: areal-math for math, slime-tau for tool envs; `rollscope presets` lists them)")
     r.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                    help="change one of the preset's knobs, e.g. --set turn_discount=0.9 (repeatable)")
     r.add_argument("--config", help="a preset file (JSON, as `rollscope presets --json` prints) instead of --preset")
+    r.add_argument("--user", default="scripted", help="who plays the user in tool envs: scripted or llm")
+    r.add_argument("--user-url", help="--user llm: an sglang server for the user model (default: the local model)")
+    r.add_argument("--user-model", help="--user llm: a local model for the user (default: the embedded SmolLM2)")
+    policy_options(r)
+    r.add_argument("--tasks", default="0:8", help="task range or list: 0:8, 3, 1,5,9, all")
+    r.add_argument("--samples", type=positive_int, default=1, help="samples per task (a GRPO group)")
+    r.add_argument("--db", default=DEFAULT_DB)
+    r.add_argument("--tokenizer", help="tokenizer folder or id (default: the embedded SmolLM2 one with its tool template)")
+    r.add_argument("--max-turns", type=positive_int)
+    r.add_argument("--concurrency", type=positive_int, default=4)
+    r.add_argument("--run", metavar="NAME", help="name the run (default: a fresh id); a name already used is refused")
+    r.add_argument("--tag", action="append", default=[], metavar="TAG", help="tag every episode (repeatable)")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(handler=cmd_run)
+
+
+def policy_options(r: argparse.ArgumentParser) -> None:
+    """The options of the policy that generates (``run``, ``fork``): which one, where, and how it samples."""
+    r.add_argument("--policy", default="scripted", help="scripted, local, sglang or openai")
     r.add_argument("--url", help="sglang / openai policy: the server's base URL, e.g. http://127.0.0.1:30000")
     r.add_argument("--api", default="completions", choices=["completions", "chat"], help="openai policy: which endpoint")
     r.add_argument("--timeout", type=float, default=60.0,
@@ -28,15 +46,7 @@ def register(sub: Any) -> None:
     r.add_argument("--retries", type=int, default=3,
                    help="sglang / openai policy: tries after the first when the server fails (default 3); a server "
                         "that stops answering, its health check included, is not retried")
-    r.add_argument("--user", default="scripted", help="who plays the user in tool envs: scripted or llm")
-    r.add_argument("--user-url", help="--user llm: an sglang server for the user model (default: the local model)")
-    r.add_argument("--user-model", help="--user llm: a local model for the user (default: the embedded SmolLM2)")
-    r.add_argument("--tasks", default="0:8", help="task range or list: 0:8, 3, 1,5,9, all")
-    r.add_argument("--samples", type=positive_int, default=1, help="samples per task (a GRPO group)")
-    r.add_argument("--db", default=DEFAULT_DB)
     r.add_argument("--model", help="local policy: a local Hugging Face folder or a cached hub id (default: embedded SmolLM2)")
-    r.add_argument("--tokenizer", help="tokenizer folder or id (default: the embedded SmolLM2 one with its tool template)")
-    r.add_argument("--max-turns", type=positive_int)
     r.add_argument("--temperature", type=float, default=1.0)
     r.add_argument("--top-p", type=float, default=1.0)
     r.add_argument("--max-new-tokens", type=positive_int, default=256)
@@ -44,23 +54,23 @@ def register(sub: Any) -> None:
     r.add_argument("--top-logprobs", type=int, default=0, metavar="K",
                    help="record at each generated token its K most likely tokens with their logprobs, and the "
                         "entropy (exact on the local model, estimated from the top K on a server; 0 = none, at most 20)")
-    r.add_argument("--concurrency", type=positive_int, default=4)
     r.add_argument("--mistake-rate", type=rate, default=0.2, help="scripted policy: share of wrong turns (0 = always right)")
-    r.add_argument("--run", metavar="NAME", help="name the run (default: a fresh id); a name already used is refused")
-    r.add_argument("--tag", action="append", default=[], metavar="TAG", help="tag every episode (repeatable)")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.set_defaults(handler=cmd_run)
+
+
+def backend_settings(a: argparse.Namespace, tokenizer: str | None = None) -> Any:
+    """The checked ``BackendSettings`` of ``policy_options``."""
+    from ..launch.plan import BackendSettings
+
+    return BackendSettings.parse(a.policy, a.model, a.url, a.api, tokenizer, a.temperature, a.top_p,
+                                 a.max_new_tokens, a.mistake_rate, a.seed, a.timeout, a.retries, a.top_logprobs)
 
 
 def cmd_run(a: argparse.Namespace) -> int:
     from ..launch.batch import run_batch
-    from ..launch.plan import BackendSettings, UserSettings, plan_run
+    from ..launch.plan import UserSettings, plan_run
 
     settings = knob_settings(a.set) | ({"max_turns": str(a.max_turns)} if a.max_turns is not None else {})
-    backend_settings = BackendSettings.parse(a.policy, a.model, a.url, a.api, a.tokenizer, a.temperature, a.top_p,
-                                             a.max_new_tokens, a.mistake_rate, a.seed, a.timeout, a.retries,
-                                             a.top_logprobs)
-    plan = plan_run(a.env, a.tasks, a.samples, a.preset, settings, a.concurrency, backend_settings,
+    plan = plan_run(a.env, a.tasks, a.samples, a.preset, settings, a.concurrency, backend_settings(a, a.tokenizer),
                     config_file=a.config, problems=a.problems, user=UserSettings(a.user, a.user_model, a.user_url),
                     max_episodes=None, preflight=False, run_name=a.run, tags=a.tag)
     tokenizer, backend = plan.backend.open(plan.make_env)

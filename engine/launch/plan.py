@@ -380,14 +380,25 @@ def plan_step(env: Any, task: Any, preset: Any, settings: Any, user: str, backen
     return HandStart(tokenizer, backend.describe(), start)
 
 
-def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any,
-              backend: BackendSettings, user_model: UserSettings | None = None) -> HandStart:
-    """A fork of a stored or imported episode at ``turn``: its turns before it replayed (with the user's
-    recorded replies where only the record knows them), the rest by hand, under the parent's loop config
-    with the knob changes of ``settings`` and the form's sampling (``backend``: temperature, top-p, max new tokens,
-    seed), which the fork's record keeps. ``user`` (``fork.FORK_USERS``) answers after the fork; written
-    ``recorded>scripted`` or ``recorded>llm``, the recorded user hands over to that user instead of the
-    person. ``user_model`` says which model plays the user where one does."""
+@dataclass(frozen=True)
+class ForkSetup:
+    """What a fork of a stored episode starts from, checked: the parent, the turn, the loop knobs, the env, the
+    parent's tokenizer, and who answers as the user after the fork (``who``, and ``then`` after the recorded one)."""
+
+    parent: Episode
+    turn: int
+    config: LoopConfig
+    make_env: Callable[[], Env]
+    tokenizer: Tokenizer
+    who: str
+    then: str
+    user_backend: Backend | None
+    user_tokenizer: Any
+
+
+def fork_setup(store: Store, episode_id: Any, turn: Any, user: str, settings: Any, backend: BackendSettings,
+               user_model: UserSettings | None = None) -> ForkSetup:
+    """The checked start of a fork (``plan_fork``); the policy is not built yet."""
     eid = str(episode_id or "").strip()
     if not eid:
         raise ConfigError("give the id of the episode to fork")
@@ -405,12 +416,25 @@ def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any
     backend.preflight()
     # The fork continues the parent's token sequence: it must use the parent's tokenizer.
     tokenizer = tokenizers.load_tokenizer(tokenizers.tokenizer_spec(parent))
-    policy = backend.build(make_env, tokenizer)
     user_backend, user_tokenizer = _user_model(then if who == "recorded" else who, user_model)
+    return ForkSetup(parent, k, config, make_env, tokenizer, who, then, user_backend, user_tokenizer)
 
-    async def start() -> HandStepper:
-        return await fork(parent, k, policy, tokenizer, make_env=make_env, user=who, then=then,
-                          user_backend=user_backend, user_tokenizer=user_tokenizer, config=config,
-                          sampling=backend.sampling(seed=backend.seed))
 
-    return HandStart(tokenizer, backend.describe(), start)
+def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any,
+              backend: BackendSettings, user_model: UserSettings | None = None) -> HandStart:
+    """A fork of a stored or imported episode at ``turn``: its turns before it replayed (with the user's
+    recorded replies where only the record knows them), the rest by hand, under the parent's loop config
+    with the knob changes of ``settings`` and the form's sampling (``backend``: temperature, top-p, max new tokens,
+    seed), which the fork's record keeps. ``user`` (``fork.FORK_USERS``) answers after the fork; written
+    ``recorded>scripted`` or ``recorded>llm``, the recorded user hands over to that user instead of the
+    person. ``user_model`` says which model plays the user where one does."""
+    f = fork_setup(store, episode_id, turn, user, settings, backend, user_model)
+    policy = backend.build(f.make_env, f.tokenizer)
+    return HandStart(f.tokenizer, backend.describe(), lambda: start_fork(f, policy, backend, backend.seed))
+
+
+async def start_fork(f: ForkSetup, policy: Backend, backend: BackendSettings, seed: int) -> HandStepper:
+    """The fork ``f`` started on ``policy``, sampling with ``backend``'s parameters and ``seed``."""
+    return await fork(f.parent, f.turn, policy, f.tokenizer, make_env=f.make_env, user=f.who, then=f.then,
+                      user_backend=f.user_backend, user_tokenizer=f.user_tokenizer, config=f.config,
+                      sampling=backend.sampling(seed=seed))

@@ -1,0 +1,83 @@
+"""Forks played to their end by the policy (``rollscope fork``): what the policy makes of one point of a stored
+conversation, sampled again.
+
+Each fork replays the parent's turns before ``turn`` (``loop.fork.fork``: the record's generations, the env
+stepped again and compared with what was stored), then the policy generates and the env (and its user) answers
+until the episode ends, as a run would. The forks are stored with the parent's id and the turn, checked as a live
+episode is, so ``diff``, ``show`` and the dashboard's Compare read them like any other episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..backends.base import Backend
+from ..errors import BackendError, ConfigError
+from ..loop.fork import ForkReport
+from ..records.episode import Episode
+from ..store import Store
+from .plan import BackendSettings, ForkSetup, start_fork
+
+MAX_SAMPLES = 256
+
+
+@dataclass(frozen=True)
+class PlayedFork:
+    """One fork played to its end, and how replaying the parent's turns before it went."""
+
+    episode: Episode
+    report: ForkReport
+
+
+def check_samples(samples: int, f: ForkSetup) -> None:
+    """A ConfigError unless ``samples`` forks of ``f`` can be played by the policy alone."""
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise ConfigError(f"samples: 1 to {MAX_SAMPLES}, not {samples}")
+    after = f.then if f.who == "recorded" else f.who
+    if after == "human":
+        raise ConfigError("a fork played to its end has no person to answer as the user: choose --user scripted, "
+                          "llm, recorded>scripted or recorded>llm (the dashboard's Step tab lets you play the user)")
+    if f.turn >= f.parent.n_turns:
+        raise ConfigError(f"episode {f.parent.id} has turns 0 to {f.parent.n_turns - 1}: fork at one of them to "
+                          "sample that turn again")
+
+
+def play_forks(f: ForkSetup, backend: BackendSettings, samples: int, store: Store | None = None,
+               on_fork: Callable[[PlayedFork], None] | None = None) -> list[PlayedFork]:
+    """``samples`` forks of ``f`` played to their end by ``backend``'s policy, each with seed ``backend.seed + i``
+    (the scripted policy's mistakes, a model's sampling), stored in ``store`` as each ends (None: not stored);
+    ``on_fork`` is told of each."""
+    check_samples(samples, f)
+    out: list[PlayedFork] = []
+    shared = None if backend.policy == "scripted" else backend.build(f.make_env, f.tokenizer)  # a model loads once
+    for i in range(samples):
+        seed = backend.seed + i
+        policy = shared or dataclasses.replace(backend, seed=seed).build(f.make_env, f.tokenizer)
+        played = asyncio.run(_play(f, policy, backend, seed))
+        if store is not None:
+            store.save_episode(played.episode)
+        out.append(played)
+        if on_fork is not None:
+            on_fork(played)
+    return out
+
+
+async def _play(f: ForkSetup, policy: Backend, backend: BackendSettings, seed: int) -> PlayedFork:
+    """One fork: the parent's turns replayed, then driven as a run drives an episode (``stepper.drive``)."""
+    hand = await start_fork(f, policy, backend, seed)
+    stepper = hand.stepper
+    while not stepper.done:
+        await asyncio.sleep(0)
+        try:
+            await stepper.generate()
+        except BackendError as e:  # the episode ends aborted, as in a run
+            stepper.backend_failed(e)
+            break
+        await stepper.commit()
+    ep = hand.to_save()
+    ep = ep.evolve(source=dataclasses.replace(ep.source, by_hand=False))  # the policy played it, not a person
+    assert hand.report is not None
+    return PlayedFork(ep, hand.report)
