@@ -578,3 +578,26 @@ def test_episodes_with_nan_reward_parts_and_dict_rewards(tmp_path):
     ep = next(st.iter_episodes())
     assert ep.reward == 1.5 and ep.source.details["reward"] == {"acc": 1.0, "fmt": 0.5}
     assert np.asarray(ep.tokens.ids).size == 0
+
+
+def test_a_reply_that_never_reached_its_end_of_turn_token_is_read_as_cut_by_the_length_limit(tmp_path, qwen3_tokenizer):
+    """AReaL's dump and verl's rows record no finish reason: their loops end a reply on the template's end-of-turn
+    token or at the length limit, so a reply without one was cut, and the checks say so; one with it was not."""
+    tok = qwen3_tokenizer
+    prompt = _enc(tok, chat.render(tok, [Message("user", "What is 6*7?")], add_generation_prompt=True))
+    ended = _enc(tok, "<think>\nmultiply\n</think>\n\n42<|im_end|>")
+    cut = _enc(tok, "<think>\nmultiply six by seven, which is")
+    rows = [areal_record(tok, 3, i, [("prompt", prompt), ("gen", g)], reward=0.0) for i, g in enumerate((ended, cut))]
+    write_jsonl(tmp_path / "rollout" / "1" / "3.jsonl", rows)
+    # verl's AgentLoopOutput row of the same two replies (the fields verl's rows hold; no finish reason among them)
+    verl = [{"prompt_ids": prompt, "response_ids": g, "response_mask": [1] * len(g), "response_logprobs": None,
+             "num_turns": 2, "reward_score": 0.0, "metrics": {}, "extra_fields": {}} for g in (ended, cut)]
+    write_jsonl(tmp_path / "verl.jsonl", verl)
+    for path, fmt in ((tmp_path / "rollout", "areal"), (tmp_path / "verl.jsonl", "verl")):
+        st = _db(tmp_path, f"{fmt}.db")
+        import_path(path, fmt, st, tokenizer=tok)
+        eps = sorted(st.iter_episodes(), key=lambda e: e.tokens.ids[-1] == tok.convert_tokens_to_ids("<|im_end|>"))
+        st.close()
+        assert [e.turns[-1].generation.finish_reason for e in eps] == ["length", "stop"], fmt
+        kinds = [[f.kind for f in run_checks(e, CheckOptions(tokenizer=tok))] for e in eps]
+        assert "truncated_turn" in kinds[0] and "truncated_turn" not in kinds[1], (fmt, kinds)

@@ -94,7 +94,8 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     prompt_len = int(trained[0]) if trained.size else n
     lps[:prompt_len] = np.nan  # AReaL writes 0.0 for prompt tokens: unknown, not certain
     reward = reward_value(d.get("rewards"), where, "rewards")
-    segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=tok, reward=reward)
+    segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=tok, reward=reward,
+                                     cut_without_eot=True)
     task = d.get("task_id", "")
     return unknown_logprobs(Episode(
         id=stable_id("areal-packed", d.get("episode_id"), d.get("turn"), tokens=ids),
@@ -171,7 +172,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
             versions[trained] = d["head_version"]
         lps = np.full(len(ids), np.nan, dtype=np.float32)
         segments, turns = mask_structure(ids, mask, lps, versions, prompt_len, tokenizer=tok, texts=gen_texts,
-                                         prompt_text=d["prompt"], reward=reward)
+                                         prompt_text=d["prompt"], reward=reward, cut_without_eot=True)
         tokens = TokenArrays(ids, mask, lps, versions)
     else:
         tokens, prompt_len, segments = TokenArrays(), 0, ()

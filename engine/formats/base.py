@@ -413,6 +413,7 @@ def mask_structure(
     status: str = "completed",
     reward: float = 0.0,
     finish: list[str] | None = None,
+    cut_without_eot: bool = False,
 ) -> tuple[tuple[Segment, ...], tuple[Turn, ...]]:
     """Segments and turns of a token array whose only structure is its loss mask.
 
@@ -422,7 +423,10 @@ def mask_structure(
     text, which a mask cannot tell apart). Generated text comes from
     ``texts`` (one per turn) or from decoding with the tokenizer; without
     either it is empty and the ids speak for themselves. A turn's finish reason is ``finish``'s (one per turn, as a
-    Rollscope export records them), else ``status``'s for the last turn and ``stop`` for the others.
+    Rollscope export records them), else ``status``'s for the last turn and ``stop`` for the others; with
+    ``cut_without_eot`` (a dump that records no finish reason, of a loop whose replies end on the template's
+    end-of-turn token or at the length limit: AReaL's, verl's) and a tokenizer, a reply whose last id is no
+    end-of-turn token stopped on the length limit.
     """
     from ..tokens import chat
 
@@ -446,6 +450,9 @@ def mask_structure(
     last = len(turn_spans) - 1
     known = [typing.cast(FinishReason, f) for f in finish] if finish is not None and len(finish) == len(turn_spans) \
         and all(f in FINISH_REASONS for f in finish) else None
+    if known is None and cut_without_eot and tokenizer is not None and turn_spans:
+        ends = chat.end_of_turn_ids(tokenizer)
+        known = [typing.cast(FinishReason, "stop" if int(ids[b - 1]) in ends else "length") for _, b in turn_spans]
     for t, (a, b) in enumerate(turn_spans):
         lp = logprobs[a:b]
         ver = int(versions[a]) if versions[a] >= 0 else None
@@ -463,31 +470,17 @@ def mask_structure(
             prompt_tokens=a,
             weight_version=ver,
         )
-        turns.append(
-            Turn(
-                index=t,
-                prompt_text=prompt_text if t == 0 else None,
-                prompt_len=a,
-                generation=gen,
-                reward=reward if t == last else 0.0,
-                done=t == last,
-                segments=tuple(turn_segments[t]),
-            )
-        )
+        turns.append(Turn(index=t, prompt_text=prompt_text if t == 0 else None, prompt_len=a, generation=gen,
+                          reward=reward if t == last else 0.0, done=t == last, segments=tuple(turn_segments[t])))
     return tuple(segments), tuple(turns)
 
 
 def unstable_finding(turn: int, what: str, delta: Any, at_token: int) -> Finding:
     """The loop's own finding for a template that rewrote history while tokenizing."""
-    return Finding(
-        "template_not_prefix_stable",
-        Severity.ERROR,
-        f"rendering the {what} message of turn {turn} rewrote earlier text at character {delta.diff_at}; "
-        "the sliced delta (and its loss mask) is wrong",
-        turn=turn,
-        token_start=at_token,
-        evidence=delta.evidence(),
-    )
+    return Finding("template_not_prefix_stable", Severity.ERROR,
+                   f"rendering the {what} message of turn {turn} rewrote earlier text at character {delta.diff_at}; "
+                   "the sliced delta (and its loss mask) is wrong", turn=turn, token_start=at_token,
+                   evidence=delta.evidence())
 
 
 # -- files ----------------------------------------------------------------------

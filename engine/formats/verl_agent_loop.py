@@ -214,7 +214,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
                  "these rows): their reward reads as 0.0")
     reward = reward_value(v.get("reward_score"), where, "reward_score")
     versions = np.full(len(ids), -1, dtype=np.int64)
-    segments, turns = mask_structure(ids, mask, lps, versions, prompt_len, tokenizer=ctx.tokenizer, reward=reward)
+    segments, turns = mask_structure(ids, mask, lps, versions, prompt_len, tokenizer=ctx.tokenizer, reward=reward,
+                                     cut_without_eot=True)
     raw_prompt = extra.get("raw_prompt")
     messages: list[Message] = []
     if isinstance(raw_prompt, list):
