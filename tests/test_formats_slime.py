@@ -382,3 +382,32 @@ def test_two_samples_of_one_id_in_a_dump_store_the_first_and_list_the_second_whe
     assert "again, with other content" in str(err) and "import a file that holds it alone" not in str(err)
     assert [e.reward for e in st.iter_episodes()] == [1.0]
     st.close()
+
+
+@pytest.mark.parametrize("cut_inside", [True, False])
+def test_a_reply_cut_inside_a_character_is_a_warning_of_its_text_not_an_error_of_its_ids(tmp_path, smol_tokenizer,
+                                                                                        cut_inside):
+    """slime trains the ids the model generated; a reply the length limit cut inside a multi-byte character has a
+    text that cannot hold its last bytes, so no render of the conversation gives its ids. That is the reply's text
+    (retokenization_drift, a warning), not ids that are wrong (tokens_not_rendering, an error)."""
+    tok = smol_tokenizer
+    msgs = [Message("system", "You are a helpful math assistant."), Message("user", "What is 6 * 7?")]
+    prompt = chat.encode(tok, chat.render(tok, msgs, add_generation_prompt=True))
+    reply = chat.encode(tok, "Done 🎉🎉 \\boxed{42}")
+    emoji = chat.encode(tok, "🎉")
+    at = next(k for k in range(len(reply)) if reply[k:k + len(emoji)] == emoji)
+    cut = reply[:at + 1] if cut_inside else reply[:at]  # one byte of the emoji, or the word before it
+    assert ("\ufffd" in chat.decode(tok, cut)) is cut_inside
+    f = write_slime_dump(tmp_path / "s.pt", [slime_sample(
+        prompt + cut, len(cut), prompt=[m.to_dict() for m in msgs], response=chat.decode(tok, cut),
+        status="truncated", reward=0.0, rollout_log_probs=[-0.5] * len(cut))])
+    st = _db(tmp_path)
+    import_path(f, "slime", st, tokenizer=tok)
+    (ep,) = st.iter_episodes()
+    st.close()
+    found = run_checks(ep, CheckOptions(tokenizer=tok))
+    assert [x.kind for x in found if x.severity is Severity.ERROR] == []
+    drift = [x for x in found if x.kind == "retokenization_drift"]
+    assert [x.severity for x in drift] == ([Severity.WARNING] if cut_inside else [])
+    assert all("cut the reply inside a character" in x.message for x in drift)
+    assert "truncated_turn" in {x.kind for x in found}

@@ -70,7 +70,9 @@ def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
                         "retokenization_drift",
                         WARNING,
                         f"turn {t.index}: re-encoding the generated text gives other ids from token {at}; "
-                        "a loop that re-tokenizes this text trains on ids the model never produced",
+                        "a loop that re-tokenizes this text trains on ids the model never produced"
+                        + ("" if g.finish_reason != "length" or "\ufffd" not in chat.decode(tok, body[at:]) else
+                           " (the length limit cut the reply inside a character, whose bytes no text holds)"),
                         turn=t.index,
                         token_start=start,
                         token_end=None if start is None else start + 1,

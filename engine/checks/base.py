@@ -26,7 +26,7 @@ KINDS = FINDING_KINDS  # every kind a finding can have, the loop's and the check
 KEEPS_IDS = frozenset({"tito", "areal", "areal-seed"})
 
 
-CHECKS_VERSION = "5"
+CHECKS_VERSION = "6"
 """The fidelity checks' version, recorded on every episode they run on (``Episode.checked``): raised when a check
 is added or changes what it finds, so an episode says which checks judged it."""
 

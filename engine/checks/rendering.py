@@ -161,8 +161,8 @@ def check_rendering(ep: Episode, o: CheckOptions) -> list[Finding]:
             max(candidates, key=lambda c: first_diff(ids, c) or 0)
         what = "the tokenization of the rendered conversation"
     at = first_diff(ids, want)
-    if at is None:
-        return []
+    if at is None or _in_cut_character(ep, tok, ids, at):
+        return []  # (a reply cut inside a character: no text holds its last bytes; retokenization_drift says so)
     if at < ep.prompt_len and not ep.source.live:
         # An imported record's prompt was rendered from inputs it does not hold (tools, a system prompt):
         # what its messages render to says nothing about its ids.
@@ -246,6 +246,17 @@ def _closes(ids: list[int], s: int, start_id: int, end_id: int) -> bool:
     while e < len(ids) and ids[e] not in (start_id, end_id):
         e += 1
     return e < len(ids) and ids[e] == end_id
+
+
+def _in_cut_character(ep: Episode, tok: Tokenizer, ids: list[int], at: int) -> bool:
+    """Whether ``at`` falls in the tail of a reply the length limit cut inside a character: its last ids are bytes of
+    a character never finished, which its text (and so any render of the conversation) cannot hold."""
+    for t in ep.turns:
+        seg = next((s for s in t.segments if s.kind == "assistant"), None)
+        if t.generation is not None and t.generation.finish_reason == "length" and seg is not None \
+                and seg.start <= at < seg.end:
+            return "\ufffd" in chat.decode(tok, ids[at:seg.end])
+    return False
 
 
 def _closes_cut_reply(ep: Episode, tok: Tokenizer, rest: list[int]) -> bool:

@@ -452,7 +452,7 @@ def mask_structure(
         and all(f in FINISH_REASONS for f in finish) else None
     if known is None and cut_without_eot and tokenizer is not None and turn_spans:
         ends = chat.end_of_turn_ids(tokenizer)
-        known = [typing.cast(FinishReason, "stop" if int(ids[b - 1]) in ends else "length") for _, b in turn_spans]
+        known = ["stop" if int(ids[b - 1]) in ends else "length" for _, b in turn_spans]
     for t, (a, b) in enumerate(turn_spans):
         lp = logprobs[a:b]
         ver = int(versions[a]) if versions[a] >= 0 else None
