@@ -363,7 +363,7 @@ def test_a_rescored_dump_says_which_stored_episodes_it_differs_from_and_replaces
     out = capsys.readouterr()
     assert "0 new, 3 already present (2 replaced: the dump says otherwise in" in out.out, out.out
     assert "1 left as they were; stars, notes and tags kept" in out.out
-    assert "2 new or replaced episodes not checked" in out.err
+    assert "2 replaced episodes not checked" in out.err
     st = _db(tmp_path)
     now = {e.sample_index: e for e in st.iter_episodes()}
     assert now[0].reward == 1.0 and now[0].starred and now[0].note == "odd" and now[0].tags == ("look",)

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from engine.checks import CheckOptions, check_mask, run_checks
+from engine.checks import LOOP_KINDS, CheckOptions, check_mask, run_checks
 from engine.errors import FormatError
 from engine.formats import export, import_path
 from engine.formats.areal import ROWS_NOTE, packed_rows
@@ -475,10 +475,13 @@ def test_columns_edited_after_export_are_read_over_the_record_and_said_so(tmp_pa
     got = _db(tmp_path, "z.db").get_episode(checked.id)
     assert got.checked is None and got.tokens.n_trainable == 0
     kept = LOOP_KINDS - RECHECKED  # the loop's own; the kinds the checks write again go with their findings
-    assert {f.kind for f in got.findings} <= kept and list(got.findings) == [
-        f for f in checked.findings if f.kind in kept]
-    assert any("no longer give their n_trainable column (edited after export) read as not checked" in n
-               for n in report.notes)
+    assert {f.kind for f in got.findings} <= kept | {"not_checked"}
+    assert [(f.kind, f.message) for f in got.findings if f.kind in kept] == [
+        (f.kind, f.message) for f in checked.findings if f.kind in kept]
+    (why,) = [f for f in got.findings if f.kind == "not_checked"]
+    assert "its token ids, loss mask or logprobs are not those checks version" in why.message
+    assert any("1 new episode not checked" in n and "1 of them held findings of other token arrays (edited after "
+               "their check)" in n for n in report.notes), report.notes
     assert all(_db(tmp_path, "z.db").get_episode(e.id).checked == e.checked for e in originals.values()
                if e.id != checked.id)
     # verl's AgentLoopOutput rows: reward_score re-scored.
@@ -601,3 +604,50 @@ def test_a_reply_that_never_reached_its_end_of_turn_token_is_read_as_cut_by_the_
         assert [e.turns[-1].generation.finish_reason for e in eps] == ["length", "stop"], fmt
         kinds = [[f.kind for f in run_checks(e, CheckOptions(tokenizer=tok))] for e in eps]
         assert "truncated_turn" in kinds[0] and "truncated_turn" not in kinds[1], (fmt, kinds)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "verl"])
+def test_a_record_whose_mask_was_edited_after_its_check_reads_as_not_checked_in_either_import_path(
+        tmp_path, smol_tokenizer, fmt):
+    """A record carries a hash of the arrays its checks judged (``checked_arrays``): a mask shifted in the file after
+    export no longer gives it, so the record's findings (of the old mask) are dropped and it reads as not checked,
+    whether the line is read here or on a worker (``jsonl.pack_lines``), until ``check`` finds the shifted mask."""
+    from engine.checks import with_checks
+    from engine.formats import jsonl
+
+    ep = with_checks(next(e for e in loop_episodes(smol_tokenizer) if e.preset == "tito" and e.n_turns > 1),
+                     CheckOptions(tokenizer=smol_tokenizer))
+    assert ep.checked and ep.checked_arrays == ep.tokens.digest()
+    assert not [f for f in ep.all_findings() if f.kind == "mask_misaligned"]
+    src = _db(tmp_path, "src.db")
+    src.save_episode(ep)
+    out = tmp_path / f"e.{fmt}.jsonl"
+    export(src.iter_episodes(), fmt, out)
+    src.close()
+    d = json.loads(out.read_text())
+    if fmt == "jsonl":
+        d["loss_mask"] = [0] + d["loss_mask"][:-1]
+    else:
+        d["response_mask"] = [0] + d["response_mask"][:-1]
+    out.write_text(json.dumps(d) + "\n")
+    st = _db(tmp_path, "b.db")
+    report = import_path(out, fmt, st)
+    got = st.get_episode(ep.id)
+    assert got.checked is None and got.checked_arrays is None
+    assert not [f for f in got.findings if f.kind not in ("not_checked", *LOOP_KINDS)]
+    (why,) = [f for f in got.findings if f.kind == "not_checked"]
+    assert "not those checks version" in why.message and why.evidence["edited_after_check"] == ep.checked
+    assert any("1 of them held findings of other token arrays" in n for n in report.notes), report.notes
+    again = with_checks(got, CheckOptions(tokenizer=smol_tokenizer))
+    assert any(f.kind == "mask_misaligned" for f in again.all_findings())
+    assert not [f for f in again.findings if f.kind == "not_checked" and "edited_after_check" in f.evidence]
+    st.close()
+    if fmt == "jsonl":  # the worker's path packs the same verdict
+        (packed,) = jsonl.pack_lines([(f"{out}:1", out.read_bytes(), 1 << 30, None, 1)])
+        assert not packed.checked and packed.edited_after_check
+    # The same file untouched: checked, as it was.
+    export([ep], fmt, tmp_path / "same.jsonl")
+    fresh = _db(tmp_path, "c.db")
+    import_path(tmp_path / "same.jsonl", fmt, fresh)
+    assert fresh.get_episode(ep.id).checked == ep.checked
+    fresh.close()

@@ -224,10 +224,10 @@ def test_a_parquet_export_holds_records_that_conform(tmp_path):
 
 
 def _with_no_alternatives(d: dict) -> dict:
-    """A record of version 6 as version 9 reads it: no entropy, no top K, none asked for (8); an outcome that says
+    """A record of version 6 as version 11 reads it: no entropy, no top K, none asked for (8); an outcome that says
     the reward counted the last turn, or none where the reward sums every turn's (9: ``read_episode`` computes
-    that one again)."""
-    d.update(entropy=[], top_ids=[], top_logprobs=[], entropy_estimated=False)
+    that one again); and (11) no hash of the arrays its checks judged."""
+    d.update(entropy=[], top_ids=[], top_logprobs=[], entropy_estimated=False, checked_arrays=None)
     if d["outcome"] is not None:
         summed = d["env"] == "math" and d["config"]["loop"]["episode_reward"] == "first_return"
         d["outcome"] = None if summed else {**d["outcome"], "every_turn": False}

@@ -31,7 +31,7 @@ from .arrays import (
     check_vocabulary,
     closing_newlines,
 )
-from .base import CHECKS_VERSION, KEEPS_IDS, KINDS, LOOP_KINDS, Check, CheckOptions
+from .base import CHECKS_VERSION, KEEPS_IDS, KINDS, LOOP_KINDS, RECHECKED, Check, CheckOptions
 from .diagnosis import link
 from .rendering import (
     check_chat_markup,
@@ -43,8 +43,6 @@ from .rendering import (
 )
 from .verl import VERL_CHECKS
 from .verl_layout import raw_observations
-
-RECHECKED = frozenset({"truncated_turn", "truncated_episode", "template_not_prefix_stable"})
 
 CHECKS: tuple[Check, ...] = (
     check_vocabulary, check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
@@ -67,7 +65,8 @@ def with_checks(ep: Episode, options: CheckOptions | None = None) -> Episode:
     # The checks write these kinds at the episode level too (the loop, on its turns): the episode's own are an
     # earlier check's, replaced like the rest, so checking twice finds the same.
     loop_found = [f for f in ep.findings if f.kind in LOOP_KINDS and f.kind not in RECHECKED]
-    return link(ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options)), checked=CHECKS_VERSION))
+    return link(ep.evolve(findings=tuple(loop_found) + tuple(run_checks(ep, options)), checked=CHECKS_VERSION,
+                          checked_arrays=ep.tokens.digest()))
 
 
 __all__ = [

@@ -21,6 +21,8 @@ LOOP_KINDS = frozenset(
      "truncated_turn", "truncated_episode", "text_replaced", "server_answer_invalid", "logprob_not_finite",
      "reward_not_finite"}
 )
+# Loop kinds the checks write at the episode level too: the episode's own are an earlier check's.
+RECHECKED = frozenset({"truncated_turn", "truncated_episode", "template_not_prefix_stable"})
 KINDS = FINDING_KINDS  # every kind a finding can have, the loop's and the checks' (records.FindingKind)
 # Token modes whose arrays hold the very ids the model was given and generated.
 KEEPS_IDS = frozenset({"tito", "areal", "areal-seed"})

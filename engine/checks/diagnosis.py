@@ -405,7 +405,29 @@ def read_episode(d: dict[str, Any], tokens: TokenArrays | None = None) -> Episod
         from ..envs.outcomes import explain
 
         ep = ep.evolve(outcome=explain(ep))
+    if ep.checked is not None and ep.checked_arrays is not None and ep.checked_arrays != ep.tokens.digest():
+        ep = without_checks(ep, f"its token ids, loss mask or logprobs are not those checks version {ep.checked} "
+                                "judged (edited after the check)")
     return ep
+
+
+def edited_after_check(ep: Episode) -> bool:
+    """Whether ``ep``'s checks were dropped as it was read because its arrays were edited after them
+    (``without_checks``)."""
+    return ep.checked is None and any(f.kind == "not_checked" and "edited_after_check" in f.evidence
+                                      for f in ep.findings)
+
+
+def without_checks(ep: Episode, why: str) -> Episode:
+    """``ep`` as not checked, because ``why``: the findings the checks wrote go (they were of other arrays), the
+    loop's own stay, and an info finding says why; ``rollscope check`` checks it again."""
+    from .base import LOOP_KINDS, RECHECKED
+
+    kept = tuple(f for f in ep.findings if f.kind in LOOP_KINDS - RECHECKED)
+    note = Finding("not_checked", Severity.INFO, f"every check: not checked: {why}; the findings it held were of "
+                   "other arrays: `rollscope check` checks it again",
+                   evidence={"check": "every check", "edited_after_check": ep.checked})
+    return link(ep.evolve(checked=None, checked_arrays=None, findings=(*kept, note)))
 
 
 def _version(d: dict[str, Any]) -> int:

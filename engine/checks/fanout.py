@@ -263,7 +263,8 @@ def apply_findings(ep: Episode, checked: Checked) -> Episode:
         raise ValueError(f"findings of {checked.episode_id} do not fit episode {ep.id}")
     turns = tuple(t if t.findings == f else replace(t, findings=f) for t, f in zip(ep.turns, checked.turn_findings))
     tokens = ep.tokens if checked.tokens is None else checked.tokens
-    return ep.evolve(findings=checked.findings, turns=turns, checked=checked.checked, tokens=tokens)
+    return ep.evolve(findings=checked.findings, turns=turns, checked=checked.checked,
+                     checked_arrays=tokens.digest() if checked.checked else None, tokens=tokens)
 
 
 def check_episodes(fanout: Fanout, episodes: Iterable[Episode], *, tokenizer: str | None = None,

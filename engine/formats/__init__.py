@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ..checks.diagnosis import edited_after_check
 from ..envs.outcomes import explain
 from ..errors import ConfigError, FormatError
 from ..presets import LoopConfig
@@ -244,6 +245,7 @@ def import_path(
     stored: dict[str, tuple[list[int], set[str]]] = {}  # per file: [new, already there], their runs
     own_runs: Counter[str] = Counter()  # with ``run_id``: the episodes that name a run of their own, by run
     unchecked = 0  # new episodes no check ran on (a record read whole says whether one did)
+    edited = 0  # of them, those whose record's checks were of other arrays (edited after the check)
 
     def count(ep: Episode | PackedEpisode, present: bool) -> None:
         # By the file it was read from: a packed episode's line names it, where its record may name another.
@@ -311,13 +313,12 @@ def import_path(
                                         if lossless else ""), _where(ep, at)))
                 continue
             count(ep, state != "new")
-            if state == "new":
-                report.new += 1
+            report.new += state == "new"
+            report.already_present += state != "new"
+            report.replaced += state == "replaced"
+            if state in ("new", "replaced"):  # written from this record: checked as it says
                 unchecked += not (ep.checked if isinstance(ep, PackedEpisode) else ep.checked is not None)
-            else:
-                report.already_present += 1
-                report.replaced += state == "replaced"
-                unchecked += state == "replaced" and not lossless and not check  # a dump's record, over a checked one
+                edited += ep.edited_after_check if isinstance(ep, PackedEpisode) else edited_after_check(ep)
             report.checked += int(check)
     except FormatError as e:  # a file refused part way: say what of it is stored already, and where
         raise _stored_before(e, stored, store) from None
@@ -329,10 +330,12 @@ def import_path(
     if not (report.new or report.already_present or report.errors):
         report.notes.append(f"{p} holds no records: nothing imported")
     if unchecked:  # no findings listed for them yet, which reads as clean
-        report.notes.append(f"{unchecked:,} {'new ' if not report.replaced or lossless else 'new or replaced '}"
-                            f"episode{'s' if unchecked != 1 else ''} not checked: `rollscope check "
+        written = "new" if not report.replaced else "replaced" if not report.new else "new or replaced"
+        report.notes.append(f"{unchecked:,} {written} episode{'s' if unchecked != 1 else ''} not checked: `rollscope check "
                             f"{store.path}` runs the fidelity checks (until then `ls` and Browse say \"not checked\" where the "
-                            "findings go; --check checks as it imports)")
+                            "findings go; --check checks as it imports)"
+                            + (f"; {edited:,} of them held findings of other token arrays (edited after their check): "
+                               "those findings were dropped" if edited else ""))
     if own_runs:
         n = sum(own_runs.values())
         report.notes.append(f"--run {run_id}: {n:,} episode{'s' if n != 1 else ''} name{'s' if n == 1 else ''} a run "

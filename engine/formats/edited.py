@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..checks import LOOP_KINDS, RECHECKED
+from ..checks.diagnosis import without_checks
 from ..errors import FormatError
 from ..records.episode import Episode, Status
 from ..records.reading import json_type
@@ -97,4 +97,5 @@ def with_stale_checks(ep: Episode, figures: Mapping[str, Any], path: Path, ctx: 
              f"column{'s' if len(changed) > 1 else ''} (edited after "
              "export) read as not checked: the findings their records hold were of other arrays; `rollscope check` "
              "checks them")
-    return ep.evolve(checked=None, findings=tuple(f for f in ep.findings if f.kind in LOOP_KINDS - RECHECKED))
+    return without_checks(ep, f"its token arrays no longer give its {' and '.join(changed)} column"
+                              f"{'s' if len(changed) > 1 else ''} (edited after export)")

@@ -39,6 +39,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..checks.diagnosis import read_episode
 from ..errors import FormatError
 from ..records.episode import Episode, Message, Status, TokenArrays
 from ..records.numbers import nan_to_none
@@ -193,7 +194,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
             lps, _ = logprob_array(own, where, "extra_fields.rollscope.logprobs")
         body = {k: val for k, val in record.items() if k not in ("versions", "logprobs")}
         try:
-            ep = Episode.from_dict(body, tokens=TokenArrays(ids, mask, lps, ver))
+            ep = read_episode(body, tokens=TokenArrays(ids, mask, lps, ver))
         except FormatError as e:
             raise FormatError(e.detail, where, f"extra_fields.rollscope.{e.field}" if e.field else "extra_fields.rollscope") \
                 from None

@@ -43,9 +43,9 @@ from .token_arrays import TokenArrays as TokenArrays  # the episode's arrays; im
 # alternatives (entropy, top_ids, top_logprobs, entropy_estimated), on the episode and on each generation, and
 # how many were asked for (sampling.top_logprobs); 9: the outcome says whether the reward counts every turn's answer
 # (every_turn), a math outcome of a reward summed over turns computed again; 10: a tool call whose arguments are not
-# a JSON object keeps them as written (raw_arguments)
-SCHEMA_VERSION = 10
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+# a JSON object keeps them as written (raw_arguments); 11: a hash of the arrays the checks judged (checked_arrays)
+SCHEMA_VERSION = 11
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 
 SegmentKind = Literal["prompt", "gen_prompt", "assistant", "tail", "user", "tool", "system", "env"]
 SEGMENT_KINDS: tuple[str, ...] = typing.get_args(SegmentKind)
@@ -320,6 +320,9 @@ class Episode:
     checked: str | None = None
     """The version of the fidelity checks whose findings it holds (every live run, `rollscope check` and
     `import --check` run them); null when no checks ran on it, so no findings does not mean clean."""
+    checked_arrays: str | None = None
+    """A hash of the token ids, loss mask and logprobs the checks judged (``TokenArrays.digest``); an import whose
+    arrays no longer give it reads the record as not checked: its arrays were edited after the check."""
     outcome: Outcome | None = None
     """Why it earned its reward, computed by the env that scored it; null while it runs."""
     ground_truth: str | None = None
@@ -443,6 +446,7 @@ class Episode:
             segments=tuple(Segment.from_fields(s) for s in f.subs("segments")),
             findings=tuple(Finding.from_fields(x) for x in f.subs("findings")),
             checked=f.text_or_none("checked") or None,  # an empty version names no checks: none ran
+            checked_arrays=f.text_or_none("checked_arrays"),
             outcome=None if (o := f.sub_or_none("outcome")) is None else Outcome.from_fields(o),
             ground_truth=f.text_or_none("ground_truth"),
             parent_id=f.text_or_none("parent_id"),

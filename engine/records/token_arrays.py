@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import hashlib
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +118,13 @@ class TokenArrays:
     def has_alternatives(self) -> bool:
         """Whether any token has an entropy or a top K."""
         return bool(self.top_k and (self.top_ids[:, 0] >= 0).any()) or bool(np.isfinite(self.entropy).any())
+
+    def digest(self) -> str:
+        """A short hash of what the checks judge: the ids, the loss mask and the logprobs (every unknown alike)."""
+        h = hashlib.sha256(self.ids.astype("<i4").tobytes())
+        h.update(self.loss_mask.tobytes())
+        h.update(np.where(np.isnan(self.logprobs), np.float32(np.nan), self.logprobs).astype("<f4").tobytes())
+        return h.hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         d = {

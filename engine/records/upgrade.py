@@ -38,6 +38,8 @@ takes a record dict of version N and returns one of version N + 1.
   ``0015_summed_outcomes``) is kept.
 * 9 -> 10: a tool call may keep arguments that are not a JSON object as written (``raw_arguments``); a version-9
   record has none, and reads as it is.
+* 10 -> 11: ``checked_arrays``, a hash of the arrays the checks judged, is new: a version-10 record does not say
+  which arrays its findings were of, and reads as it always did (null).
 """
 
 from __future__ import annotations
@@ -195,7 +197,7 @@ def _v8_to_v9(d: dict[str, Any]) -> dict[str, Any]:
 
 STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
-    8: _v8_to_v9, 9: lambda d: d}
+    8: _v8_to_v9, 9: lambda d: d, 10: lambda d: {**d, "schema_version": 11, "checked_arrays": None}}
 
 
 def upgrade(d: dict[str, Any], to: int) -> dict[str, Any]:

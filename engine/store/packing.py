@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks.diagnosis import edited_after_check
 from ..errors import StoreError
 from ..records import marks, numbers
 from ..records.alternatives import entropy_figures
@@ -66,6 +67,9 @@ class PackedEpisode:
     """The size of the record kept for ``reread``."""
     checked: bool = False
     """Whether a check ran on it (``Episode.checked``): an import counts those it stores unchecked."""
+    edited_after_check: bool = False
+    """Whether its record's checks were dropped as it was read, its arrays edited after them
+    (``diagnosis.edited_after_check``)."""
 
     def episode(self) -> Episode:
         if self.reread is None:
@@ -168,6 +172,7 @@ def pack_episode(ep: Episode, pid: int, failed_ok: bool = False) -> PackedEpisod
             bodies=bodies,
             tags=tuple(marked.tags),
             checked=marked.checked is not None,
+            edited_after_check=edited_after_check(marked),
         )
     except Exception as e:  # noqa: BLE001 - said of this episode alone, as the store says it
         if not failed_ok or isinstance(e, MemoryError):  # out of memory is the process's, not the episode's
