@@ -411,3 +411,51 @@ def test_a_reply_cut_inside_a_character_is_a_warning_of_its_text_not_an_error_of
     assert [x.severity for x in drift] == ([Severity.WARNING] if cut_inside else [])
     assert all("cut the reply inside a character" in x.message for x in drift)
     assert "truncated_turn" in {x.kind for x in found}
+
+
+def test_a_reimport_reads_duplicates_across_batches_and_a_stored_copy_it_cannot_read(tmp_path):
+    import sqlite3
+
+    def sample(i, reward):
+        return slime_sample([1, 2, 3, 4], 2, index=i, reward=reward, rollout_log_probs=[-0.5, -0.25])
+
+    # The first record of an id is committed before its second comes (one episode a batch): listed, not stored twice.
+    f = write_slime_dump(tmp_path / "a.pt", [sample(0, 1.0), sample(1, 1.0), sample(0, 0.0)])
+    st = _db(tmp_path)
+    first = import_path(f, "slime", st, batch=1)
+    assert (first.new, first.clashed, first.already_present, first.differ) == (2, 1, 0, 0)
+    # An episode stored before the import, twice in the dump: compared once, the second listed or counted as one.
+    f = write_slime_dump(tmp_path / "b.pt", [sample(0, 0.5), sample(0, 0.5), sample(1, 1.0), sample(1, 0.0)])
+    again = import_path(f, "slime", st)
+    assert (again.already_present, again.differ, again.repeated, again.clashed) == (2, 1, 1, 1)
+    assert dict(again.differing) == {"reward": 1} and "1 of them differs from the dump in reward (1)" in again.summary()
+    # A stored copy whose token blob is damaged: it differs from any dump, and --replace writes the dump's over it.
+    ids = {e.sample_index: e.id for e in st.iter_episodes()}
+    st.close()
+    with sqlite3.connect(tmp_path / "a.db") as conn:
+        conn.execute("UPDATE tokens SET ids = x'001122', packed = NULL WHERE episode_id = ?", [ids[1]])
+    st = _db(tmp_path)
+    f = write_slime_dump(tmp_path / "c.pt", [sample(1, 1.0)])
+    damaged = import_path(f, "slime", st)
+    assert damaged.differ == 1 and dict(damaged.differing) == {"the stored copy, which cannot be read": 1}
+    fixed = import_path(f, "slime", st, replace_changed=True)
+    assert fixed.replaced == 1 and st.get_episode(ids[1]).tokens.ids.tolist() == [1, 2, 3, 4]
+    st.close()
+
+
+def test_replacing_an_episode_with_a_dumps_record_drops_the_replays_of_its_old_content(tmp_path):
+    import asyncio
+
+    from engine.loop.replay import replay_stored
+
+    f = write_slime_dump(tmp_path / "s.pt", [slime_sample([1, 2, 3, 4], 2, index=0, reward=1.0)])
+    st = _db(tmp_path)
+    import_path(f, "slime", st)
+    (ep,) = st.iter_episodes()
+    st.save_replay(asyncio.run(replay_stored(ep)))
+    assert len(st.replays(ep.id)) == 1
+    write_slime_dump(tmp_path / "s.pt", [slime_sample([1, 2, 3, 4], 2, index=0, reward=0.0)])
+    assert import_path(f, "slime", st).differ == 1 and len(st.replays(ep.id)) == 1  # left as it was
+    assert import_path(f, "slime", st, replace_changed=True).replaced == 1
+    assert st.replays(ep.id) == [] and st.get_episode(ep.id).reward == 0.0
+    st.close()

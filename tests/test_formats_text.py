@@ -651,3 +651,22 @@ def test_a_record_whose_mask_was_edited_after_its_check_reads_as_not_checked_in_
     import_path(tmp_path / "same.jsonl", fmt, fresh)
     assert fresh.get_episode(ep.id).checked == ep.checked
     fresh.close()
+
+
+def test_a_text_dump_read_again_with_a_tokenizer_is_not_said_to_differ_in_the_arrays_it_encoded(tmp_path, qwen3_tokenizer):
+    """AReaL's dump holds text: its arrays are the tokenizer's encoding. Read first without one, then with one, the
+    arrays (and the turns read off their mask) differ by encoding, not by what the dump says; a re-scored reward
+    is still found."""
+    tok = qwen3_tokenizer
+    prompt = _enc(tok, chat.render(tok, [Message("user", "What is 6*7?")], add_generation_prompt=True))
+    gen = _enc(tok, "<think>\nmultiply\n</think>\n\n42<|im_end|>")
+    path = tmp_path / "rollout" / "1" / "3.jsonl"
+    write_jsonl(path, [areal_record(tok, 3, 0, [("prompt", prompt), ("gen", gen)], reward=1.0)])
+    st = _db(tmp_path)
+    assert import_path(tmp_path / "rollout", "areal", st).new == 1
+    again = import_path(tmp_path / "rollout", "areal", st, tokenizer=tok)
+    assert (again.already_present, again.differ) == (1, 0), again.differing
+    write_jsonl(path, [areal_record(tok, 3, 0, [("prompt", prompt), ("gen", gen)], reward=0.0)])
+    rescored = import_path(tmp_path / "rollout", "areal", st, tokenizer=tok)
+    assert dict(rescored.differing) == {"reward": 1}
+    st.close()

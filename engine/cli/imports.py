@@ -40,9 +40,11 @@ def register(sub: Any) -> None:
                     "imported (on --workers processes, or --ray)")
     im.add_argument("--replace", action="store_true",
                     help="write a dump's record over the stored episode of its id where the dump says otherwise "
-                    "(a reward, the mask, the status: a dump written again after a fix); stars, notes and tags are "
-                    "kept, its findings go until it is checked again. Without it such episodes are left as they were "
-                    "and counted. jsonl and parquet records always replace their stored copy")
+                    "(a reward, the mask, the status: a slime, AReaL, tau-bench or verl rollout_data_dir dump written "
+                    "again after a fix); stars, notes and tags are kept, its findings and replays go until it is "
+                    "checked again. Without it such episodes are left as they were and counted. jsonl and parquet "
+                    "records always replace their stored copy; a chat record or a verl AgentLoopOutput row that says "
+                    "otherwise has another id (a new episode)")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
     fanout_options(im, "read a JSONL file of 8 MB or more (each parses lines and packs their rows, which this process "
                        "writes; default: one per CPU up to 4) and run the checks (default: one per CPU)")

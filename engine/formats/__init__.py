@@ -55,6 +55,7 @@ from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl, verl_agent_loop
 from .base import ImportContext, LineRange, atomic_path
 from .limits import MAX_RECORD_MB, is_over_limit, record_limit
+from .reimport import said_digest
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
 Exporter = Callable[[Iterable[Episode], Path], int]
@@ -143,10 +144,11 @@ class ImportReport:
             kept = (f"{self.replaced} replaced: their content changed; {self.unchanged} unchanged; stars, notes and "
                     "tags kept")
         elif self.replaced:
-            kept = (f"{self.replaced} replaced: the dump says otherwise in {self._fields()}; "
+            kept = (f"{self.replaced} replaced: the dump says otherwise in {self.fields()}; "
                     f"{self.already_present - self.replaced} left as they were; stars, notes and tags kept")
         elif self.differ:
-            kept = (f"left as they were, though {self.differ} of them differ from the dump in {self._fields()}: "
+            kept = (f"left as they were, though {self.differ} of them differ{'s' if self.differ == 1 else ''} from "
+                    f"the dump in {self.fields()}: "
                     "--replace writes the dump's over them, stars, notes and tags kept")
         else:
             kept = "left as they were"
@@ -160,7 +162,8 @@ class ImportReport:
                 + (f", {self.clashed} with an earlier record's id and other content skipped" if self.clashed else ""))
 
 
-    def _fields(self) -> str:
+    def fields(self) -> str:
+        """The fields ``differing`` counts, most first: ``reward (3), loss mask (1)``."""
         return ", ".join(f"{name} ({n})" for name, n in self.differing.most_common())
 
 
@@ -258,19 +261,40 @@ def import_path(
 
     read_at: dict[str, list[str]] = {}  # where each record of an id is, in order, where its source does not say it
 
+    def tick() -> None:
+        if bar is not None:
+            bar.update(1)
+
+    def _again(ep: Episode, same: bool) -> None:
+        """A record of an id an earlier record of this import had: stored once, or listed when it says otherwise."""
+        if same:
+            report.repeated += 1
+            return
+        report.clashed += 1
+        ctx.skip(FormatError(f"episode {ep.id} again, with other content: an earlier record of this import has its id, "
+                             "and is the one compared with the stored copy", ctx.at or str(ep.source.file or p)))
+
+    mark = store.write_mark()  # what was stored before this import: a record of an id it wrote is one again
+    first_said: dict[int, str] = {}  # of the ids stored before it, what the first record of each said (a digest)
+
     def new_ones() -> Iterator[Episode]:
         for ep in IMPORTERS[fmt](p, ctx):
             if run_id and not ep.run_id:
                 ep = ep.evolve(run_id=run_id)
-            if not lossless and store.has_episode(ep.id):
-                changed = _changes(store, ep)
+            if not lossless and store.stored_before(ep.id, mark):
+                says, key = said_digest(ep), hash(ep.id)
+                if key in first_said:  # this import's second record of an episode stored before it
+                    _again(ep, first_said[key] == says)
+                    tick()
+                    continue
+                first_said[key] = says
+                changed = _changes(store, ep, own_ids=fmt == "slime")
                 report.differ += bool(changed)
                 report.differing.update(changed)
                 if not (changed and replace_changed):
                     report.already_present += 1  # left as it is: not checked or written again
                     count(ep, True)
-                    if bar is not None:
-                        bar.update(1)
+                    tick()
                     continue
             if not lossless and ep.outcome is None:  # a lossless record carries its own (read_episode fills old ones)
                 ep = ep.evolve(outcome=explain(ep))
@@ -356,16 +380,16 @@ def _says_the_same(read: Episode, first: Episode) -> bool:
     return not dump_changes(said(read), said(first))
 
 
-def _changes(store: Any, ep: Episode) -> tuple[str, ...]:
-    """Where a foreign record says otherwise than its stored copy (none where that copy cannot be read: its
-    readers say why)."""
+def _changes(store: Any, ep: Episode, own_ids: bool) -> tuple[str, ...]:
+    """Where a foreign record says otherwise than its stored copy (``reimport.dump_changes``); a stored copy that
+    cannot be read differs (``--replace`` writes the record over it)."""
     from ..errors import StoreError
     from .reimport import dump_changes, said
 
     try:
-        return dump_changes(said(ep), store.ending_and_tokens(ep.id))
+        return dump_changes(said(ep), store.ending_and_tokens(ep.id), own_ids)
     except StoreError:
-        return ()
+        return ("the stored copy, which cannot be read",)
 
 
 def _first(read_at: dict[str, list[str]], eid: str) -> str:

@@ -13,6 +13,7 @@ tokenizer and checks of the day, not on the dump.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -25,20 +26,36 @@ _FIELDS = {"status": "status", "reward": "reward", "turn_rewards": "turn rewards
 
 def said(ep: Episode) -> tuple[dict[str, Any], TokenArrays]:
     """What a dump says of ``ep``, as ``Store.ending_and_tokens`` reads it of a stored one."""
-    return ({"status": ep.status.value, "reward": ep.reward, "turn_rewards": ep.turn_rewards, "n_turns": ep.n_turns},
-            ep.tokens)
+    return ({"status": ep.status.value, "reward": ep.reward, "turn_rewards": ep.turn_rewards, "n_turns": ep.n_turns,
+             "tokenizer": ep.tokenizer}, ep.tokens)
 
 
-def dump_changes(read: tuple[dict[str, Any], TokenArrays], stored: tuple[dict[str, Any], TokenArrays]
-                 ) -> tuple[str, ...]:
+def said_digest(ep: Episode) -> str:
+    """A short hash of what a dump says of ``ep`` (``said``): two records of one id with the same say the same."""
+    fields, tokens = said(ep)
+    h = hashlib.sha256(repr(sorted(fields.items())).encode())
+    h.update(tokens.digest().encode())
+    h.update(tokens.versions.astype("<i4").tobytes())
+    return h.hexdigest()[:16]
+
+
+def dump_changes(read: tuple[dict[str, Any], TokenArrays], stored: tuple[dict[str, Any], TokenArrays],
+                 own_ids: bool = False) -> tuple[str, ...]:
     """The fields (in words: ``reward``, ``loss mask``, ...) where a record just read (``said``) says otherwise
-    than the stored episode of its id; empty when it says the same."""
+    than the stored episode of its id; empty when it says the same. The token arrays are compared where the dump
+    holds them itself (``own_ids``: slime's) or both were read with the same tokenizer: a chat record's or a text
+    dump's are the tokenizer's encoding, which another tokenizer makes otherwise."""
     (a, a_tokens), (b, b_tokens) = read, stored
     out = [name for key, name in _FIELDS.items() if a[key] != b[key]]
-    if "reward" in out and "turn rewards" in out:  # the episode's reward put on its turns: one change, said once
-        out.remove("turn rewards")
-    for key, name in _ARRAYS.items():
-        x, y = getattr(a_tokens, key), getattr(b_tokens, key)
-        if x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
-            out.append(name)
-    return tuple(out)
+    same_encoding = own_ids or a["tokenizer"] == b["tokenizer"]
+    arrays = [name for key, name in _ARRAYS.items()
+              if same_encoding and not _equal(getattr(a_tokens, key), getattr(b_tokens, key))]
+    if not same_encoding:  # turns read off another encoding's mask
+        out = [x for x in out if x != "turns"]
+    # The turns are read off the mask and the turn rewards off the reward: one change, said where it was made.
+    derived = {"turns", "turn rewards"} if arrays else {"turn rewards"} if "reward" in out else set()
+    return tuple([x for x in out if x not in derived] + arrays)
+
+
+def _equal(x: np.ndarray, y: np.ndarray) -> bool:
+    return x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=x.dtype.kind == "f"))

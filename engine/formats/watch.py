@@ -197,7 +197,10 @@ class Watcher:
         self.tokenizer_errors.update(report.tokenizer_errors)
         self._record(key, path, st, known, st.st_size if offset is None else offset, n_lines, state, report.new,
                      report.skipped, "; ".join(str(e) for e in report.errors[:3]))
-        return WatchEvent(key, state, report.new, report.already_present, report.skipped,
+        differ = (f"{report.differ} already stored differ{'s' if report.differ == 1 else ''} from the file in "
+                  f"{report.fields()}: left as {'it was' if report.differ == 1 else 'they were'} (`rollscope import "
+                  "--replace` writes the file's over them)") if report.differ else ""
+        return WatchEvent(key, state, report.new, report.already_present, report.skipped, message=differ,
                           seconds=time.perf_counter() - t0)
 
     def _record(self, key: str, path: Path, st: Any, known: WatchedFile | None, offset: int, lines: int, state: str,

@@ -107,22 +107,36 @@ class Reads(StoreBase):
         d["turns"] = turns
         return d, tokens
 
+    def write_mark(self) -> int:
+        """A mark of what is stored now: ``stored_before(id, mark)`` tells an episode stored before it from one
+        written after (the rowid of ``episodes``, which a write over a stored episode keeps)."""
+        conn, lock = self._point_reader()
+        with lock:
+            return int(conn.execute("SELECT coalesce(max(rowid), 0) FROM episodes").fetchone()[0])
+
+    def stored_before(self, episode_id: str, mark: int) -> bool:
+        """Whether ``episode_id`` is stored, and was before ``mark`` (``write_mark``) was taken."""
+        conn, lock = self._point_reader()
+        with lock:
+            row = conn.execute("SELECT rowid FROM episodes WHERE id = ?", [episode_id]).fetchone()
+        return row is not None and row[0] <= mark
+
     def ending_and_tokens(self, episode_id: str) -> tuple[dict[str, Any], TokenArrays]:
-        """Of a stored episode, its ``status``, ``reward``, ``turn_rewards`` and ``n_turns``, and its token arrays:
-        what a trainer's dump says of it (``formats.reimport``), read without its turns."""
+        """Of a stored episode, its ``status``, ``reward``, ``turn_rewards``, ``n_turns`` and ``tokenizer``, and its
+        token arrays: what a trainer's dump says of it (``formats.reimport``), read without its turns."""
         conn, lock = self._point_reader()
         with _one_state(conn, lock):
             row = self._require(episode_id)
-            n = conn.execute("SELECT count(*) FROM turns WHERE episode_id = ?", [episode_id]).fetchone()[0]
             tok = conn.execute("SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?",
                                [episode_id]).fetchone()
         try:
             tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
                       else TokenArrays.from_blobs(*tok[:4]))
-            rewards = (codec.unpack_json(row["data"]) or {}).get("turn_rewards", [])
-        except StoreError as e:
+            data = codec.unpack_json(row["data"]) or {}
+        except (StoreError, ValueError) as e:  # a damaged row: blobs of the wrong length, JSON that is not
             raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
-        return {"status": row["status"], "reward": row["reward"], "turn_rewards": tuple(rewards), "n_turns": n}, tokens
+        return {"status": row["status"], "reward": row["reward"], "turn_rewards": tuple(data.get("turn_rewards", ())),
+                "n_turns": row["n_turns"], "tokenizer": data.get("tokenizer", "")}, tokens
 
     def iter_episodes(self, flt: EpisodeFilter | None = None, batch: int = 200) -> Iterator[Episode]:
         for chunk in self._id_chunks(flt or EpisodeFilter(), batch):

@@ -443,8 +443,9 @@ class Writes(StoreBase):
         tags = [r[0] for r in self.db.execute("SELECT tag FROM tags WHERE episode_id = ?", [ep.id])]
         merged = ep.evolve(tags=tuple(sorted({*tags, *ep.tags})), starred=bool(row[0]) or ep.starred,
                            note=row[1] or ep.note)
-        if not self._same(ep):  # a stored copy that cannot be read is replaced
+        if not self._same(ep):  # a stored copy that cannot be read is replaced; its replays were of other content
             self._save_whole(merged)
+            self.db.execute("DELETE FROM replays WHERE episode_id = ?", [ep.id])
             return "replaced"
         if merged.starred != bool(row[0]) or merged.note != row[1]:
             self.db.execute("UPDATE episodes SET starred = ?, note = ? WHERE id = ?",
