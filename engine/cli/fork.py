@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from typing import Any
 
 from .common import DEFAULT_DB, knob_settings, nonnegative_int, open_store, positive_int
@@ -18,15 +19,18 @@ def register(sub: Any) -> None:
     f.add_argument("--turn", type=nonnegative_int, required=True,
                    help="the turn to sample again: the turns before it are replayed from the record, this one and "
                    "those after it are the policy's")
-    f.add_argument("--samples", type=positive_int, default=1, help="forks to play, with seeds --seed, --seed+1, ...")
+    f.add_argument("--samples", type=positive_int, default=1,
+                   help="forks to play, each with a seed of its own made from the parent's id, --seed and its number "
+                   "(never the parent's seed, which would play the parent again)")
     f.add_argument("--user", default="scripted",
                    help="who answers as the user after the fork, in envs with a user: scripted, llm, recorded>scripted "
                    "or recorded>llm (the recorded user while the conversation matches the record)")
     f.add_argument("--user-url", help="--user llm: an sglang server for the user model (default: the local model)")
     f.add_argument("--user-model", help="--user llm: a local model for the user (default: the embedded SmolLM2)")
     f.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
-                   help="change one of the parent's loop knobs for the forks (repeatable)")
-    policy_options(f)
+                   help="change one of the parent's loop knobs for the forks (repeatable); the summary says which, "
+                   "since their rewards then are not the parent's kind")
+    policy_options(f, sampling_default="the parent's recorded sampling")
     f.add_argument("--db", default=DEFAULT_DB)
     f.add_argument("--no-store", action="store_true", help="play the forks without storing them")
     f.add_argument("--json", action="store_true", help="one JSON object per fork")
@@ -38,36 +42,57 @@ def cmd_fork(a: argparse.Namespace) -> int:
     from ..launch.plan import UserSettings, fork_setup
 
     store = open_store(a.db, must_exist=True)
+    parent = store.get_episode(store.resolve_id(a.episode_id))
+    recorded = parent.config.sampling
+    for name in ("temperature", "top_p", "max_new_tokens"):
+        if getattr(a, name) is None and recorded is not None:  # the parent's, as it was sampled
+            setattr(a, name, getattr(recorded, name))
     backend = backend_settings(a)
     who = a.user.partition(">")[2] or a.user
     user_model = UserSettings("llm", a.user_model, a.user_url) if who == "llm" else None
-    settings = "\n".join(f"{k} = {v}" for k, v in knob_settings(a.set).items())
-    setup = fork_setup(store, a.episode_id, a.turn, a.user, settings, backend, user_model)
+    knobs = knob_settings(a.set)
+    setup = fork_setup(store, parent.id, a.turn, a.user, "\n".join(f"{k} = {v}" for k, v in knobs.items()), backend,
+                       user_model)
     check_samples(a.samples, setup)
-    parent = setup.parent
-    if not a.json:
-        print(f"parent {parent.id}: {parent.status}, reward {parent.reward:g}, {parent.n_turns} turns; policy "
-              f"{backend.describe()}")
+    out = sys.stderr if a.json else sys.stdout
+    ran = f"{parent.backend.name}{' ' + parent.backend.model if parent.backend.model else ''}" \
+        if parent.backend is not None else "not recorded"
+    print(f"parent {parent.id}: {parent.status}, reward {parent.reward:g}, {parent.n_turns} turns (its policy: {ran})\n"
+          f"forks at turn {a.turn}: policy {backend.describe()}", file=out)
 
     def said(p: PlayedFork) -> None:
         ep = p.episode
         if a.json:
-            print(json.dumps({"id": ep.id, "parent_id": parent.id, "fork_turn": a.turn, "status": ep.status.value,
-                              "reward": ep.reward, "turns": ep.n_turns, "replay_matched": p.report.ok,
-                              "replay": p.report.summary(), "stored": not a.no_store}, ensure_ascii=False))
+            print(json.dumps({"id": ep.id, "parent_id": parent.id, "fork_turn": a.turn, "seed": p.seed,
+                              "status": ep.status.value, "reason": ep.reason, "reward": ep.reward,
+                              "turns": ep.n_turns, "replay_matched": p.report.ok, "replay": p.report.summary(),
+                              "stored": not a.no_store}, ensure_ascii=False), flush=True)
             return
-        if not p.report.ok:
-            print(f"  {p.report.summary()}", file=sys.stderr)
-        print(f"  fork {ep.id}  {ep.status.value:<11} reward {ep.reward:g}  {ep.n_turns} turns")
+        ended = f" ({ep.reason})" if ep.status.value in ("aborted", "failed") else ""
+        print(f"  fork {ep.id}  seed {p.seed:<10}  {ep.status.value:<11} reward {ep.reward:g}  {ep.n_turns} turns"
+              f"{ended}", flush=True)
 
-    forks = play_forks(setup, backend, a.samples, None if a.no_store else store, on_fork=said)
+    forks: list[PlayedFork] = []
+
+    def played(p: PlayedFork) -> None:
+        forks.append(p)
+        said(p)
+
+    try:
+        play_forks(setup, backend, a.samples, None if a.no_store else store, on_fork=played)
+    except KeyboardInterrupt:
+        print(f"rollscope: interrupted: {len(forks)} fork{'s' if len(forks) != 1 else ''} played"
+              f"{'' if a.no_store else ' and stored'}", file=sys.stderr)
+        return 130
     replayed = forks[0].report
+    print(replayed.summary(), file=out if replayed.ok else sys.stderr)
+    statuses = Counter(p.episode.status.value for p in forks)
     mean = sum(p.episode.reward for p in forks) / len(forks)
     better = sum(p.episode.reward > parent.reward for p in forks)
-    out = sys.stderr if a.json else sys.stdout
-    print(f"{replayed.summary()}", file=out)
-    print(f"from turn {a.turn}, {len(forks)} sample{'s' if len(forks) != 1 else ''}: mean reward {mean:.3f}, "
-          f"{better} above the parent's {parent.reward:g}"
+    changed = f"; knobs changed from the parent's: {', '.join(f'{k}={v}' for k, v in knobs.items())}" if knobs else ""
+    print(f"from turn {a.turn}, {len(forks)} sample{'s' if len(forks) != 1 else ''} "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}): mean reward {mean:.3f}, {better} above the "
+          f"parent's {parent.reward:g}{changed}"
           + ("" if a.no_store else f" -> {a.db} (`rollscope diff {parent.id[:8]} {forks[0].episode.id[:8]}` "
                                    "compares one with its parent)"), file=out)
-    return 0
+    return 0 if replayed.ok else 1

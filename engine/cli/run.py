@@ -35,8 +35,9 @@ def register(sub: Any) -> None:
     r.set_defaults(handler=cmd_run)
 
 
-def policy_options(r: argparse.ArgumentParser) -> None:
-    """The options of the policy that generates (``run``, ``fork``): which one, where, and how it samples."""
+def policy_options(r: argparse.ArgumentParser, sampling_default: str = "") -> None:
+    """The options of the policy that generates (``run``, ``fork``): which one, where, and how it samples;
+    ``sampling_default`` says where the sampling parameters come from when not given (else their defaults)."""
     r.add_argument("--policy", default="scripted", help="scripted, local, sglang or openai")
     r.add_argument("--url", help="sglang / openai policy: the server's base URL, e.g. http://127.0.0.1:30000")
     r.add_argument("--api", default="completions", choices=["completions", "chat"], help="openai policy: which endpoint")
@@ -47,9 +48,10 @@ def policy_options(r: argparse.ArgumentParser) -> None:
                    help="sglang / openai policy: tries after the first when the server fails (default 3); a server "
                         "that stops answering, its health check included, is not retried")
     r.add_argument("--model", help="local policy: a local Hugging Face folder or a cached hub id (default: embedded SmolLM2)")
-    r.add_argument("--temperature", type=float, default=1.0)
-    r.add_argument("--top-p", type=float, default=1.0)
-    r.add_argument("--max-new-tokens", type=positive_int, default=256)
+    said = f" (default: {sampling_default})" if sampling_default else ""
+    r.add_argument("--temperature", type=float, default=None if said else 1.0, help=said.strip(" ()") or None)
+    r.add_argument("--top-p", type=float, default=None if said else 1.0, help=said.strip(" ()") or None)
+    r.add_argument("--max-new-tokens", type=positive_int, default=None if said else 256, help=said.strip(" ()") or None)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--top-logprobs", type=int, default=0, metavar="K",
                    help="record at each generated token its K most likely tokens with their logprobs, and the "

@@ -3,14 +3,18 @@ conversation, sampled again.
 
 Each fork replays the parent's turns before ``turn`` (``loop.fork.fork``: the record's generations, the env
 stepped again and compared with what was stored), then the policy generates and the env (and its user) answers
-until the episode ends, as a run would. The forks are stored with the parent's id and the turn, checked as a live
-episode is, so ``diff``, ``show`` and the dashboard's Compare read them like any other episode.
+until the episode ends, as a run drives an episode: a backend that fails ends it ``aborted``, a bug ``failed``. A
+replay that cannot reach the fork turn (the parent's record holds no reply to replay, or the episode ends during
+it) plays nothing. The forks are stored with the parent's id and the turn, checked as a live episode is (a replay
+that diverged from the record leaves its ``fork_replay_diverged`` findings), so ``diff``, ``show`` and the
+dashboard's Compare read them like any other episode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,10 +30,17 @@ MAX_SAMPLES = 256
 
 @dataclass(frozen=True)
 class PlayedFork:
-    """One fork played to its end, and how replaying the parent's turns before it went."""
+    """One fork played to its end, the seed it sampled with, and how replaying the parent's turns before it went."""
 
     episode: Episode
     report: ForkReport
+    seed: int
+
+
+def fork_seed(parent_id: str, seed: int, i: int) -> int:
+    """The seed of fork ``i`` of ``parent_id`` under ``--seed``: not the parent's own (a fork sampled with the parent's
+    seed is the parent again), nor another fork's shifted by a turn (a model's seed goes up by one a turn)."""
+    return int.from_bytes(hashlib.sha256(f"{parent_id}|{seed}|{i}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
 def check_samples(samples: int, f: ForkSetup) -> None:
@@ -40,6 +51,8 @@ def check_samples(samples: int, f: ForkSetup) -> None:
     if after == "human":
         raise ConfigError("a fork played to its end has no person to answer as the user: choose --user scripted, "
                           "llm, recorded>scripted or recorded>llm (the dashboard's Step tab lets you play the user)")
+    if not f.parent.n_turns:
+        raise ConfigError(f"episode {f.parent.id} has no turns to fork at")
     if f.turn >= f.parent.n_turns:
         raise ConfigError(f"episode {f.parent.id} has turns 0 to {f.parent.n_turns - 1}: fork at one of them to "
                           "sample that turn again")
@@ -47,14 +60,15 @@ def check_samples(samples: int, f: ForkSetup) -> None:
 
 def play_forks(f: ForkSetup, backend: BackendSettings, samples: int, store: Store | None = None,
                on_fork: Callable[[PlayedFork], None] | None = None) -> list[PlayedFork]:
-    """``samples`` forks of ``f`` played to their end by ``backend``'s policy, each with seed ``backend.seed + i``
-    (the scripted policy's mistakes, a model's sampling), stored in ``store`` as each ends (None: not stored);
-    ``on_fork`` is told of each."""
+    """``samples`` forks of ``f`` played to their end by ``backend``'s policy, fork ``i`` with seed
+    ``fork_seed(parent, backend.seed, i)`` (the scripted policy's mistakes, a model's sampling), each stored in
+    ``store`` as it ends (None: not stored) and told to ``on_fork``. A ConfigError, before any is stored, when the
+    replay cannot reach the fork turn."""
     check_samples(samples, f)
     out: list[PlayedFork] = []
     shared = None if backend.policy == "scripted" else backend.build(f.make_env, f.tokenizer)  # a model loads once
     for i in range(samples):
-        seed = backend.seed + i
+        seed = fork_seed(f.parent.id, backend.seed, i)
         policy = shared or dataclasses.replace(backend, seed=seed).build(f.make_env, f.tokenizer)
         played = asyncio.run(_play(f, policy, backend, seed))
         if store is not None:
@@ -68,6 +82,11 @@ def play_forks(f: ForkSetup, backend: BackendSettings, samples: int, store: Stor
 async def _play(f: ForkSetup, policy: Backend, backend: BackendSettings, seed: int) -> PlayedFork:
     """One fork: the parent's turns replayed, then driven as a run drives an episode (``stepper.drive``)."""
     hand = await start_fork(f, policy, backend, seed)
+    report = hand.report
+    assert report is not None
+    if report.ended or report.replayed < f.turn:
+        raise ConfigError(f"cannot fork {f.parent.id} at turn {f.turn}: replayed {report.replayed} of its turns "
+                          f"before it ({report.ended or 'the replay stopped short'})")
     stepper = hand.stepper
     while not stepper.done:
         await asyncio.sleep(0)
@@ -76,8 +95,14 @@ async def _play(f: ForkSetup, policy: Backend, backend: BackendSettings, seed: i
         except BackendError as e:  # the episode ends aborted, as in a run
             stepper.backend_failed(e)
             break
-        await stepper.commit()
+        except Exception as e:  # noqa: BLE001 - a bug (ours, the env's): the fork ends failed, as in a run
+            stepper.fail(e)
+            break
+        try:
+            await stepper.commit()
+        except Exception as e:  # noqa: BLE001
+            stepper.fail(e)
+            break
     ep = hand.to_save()
     ep = ep.evolve(source=dataclasses.replace(ep.source, by_hand=False))  # the policy played it, not a person
-    assert hand.report is not None
-    return PlayedFork(ep, hand.report)
+    return PlayedFork(ep, report, seed)

@@ -379,7 +379,9 @@ async def fork(
 
     env = make_env()
     fork_user: ForkUser | None = None
-    if played_by is not None or imported or user != "scripted":
+    # An env with no user (math: its feedback is the env's own) has no replies to replay, whoever made the parent.
+    has_user = getattr(env, "use_user", None) is not None
+    if (played_by is not None or imported) and has_user or user != "scripted":
         inner = (model_user(env.name, user_backend, user_tokenizer or tokenizer) if after == "llm"
                  else getattr(env, "user", None))
         if after == "human" and not can_play_user(env):
