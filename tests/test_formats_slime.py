@@ -459,3 +459,17 @@ def test_replacing_an_episode_with_a_dumps_record_drops_the_replays_of_its_old_c
     assert import_path(f, "slime", st, replace_changed=True).replaced == 1
     assert st.replays(ep.id) == [] and st.get_episode(ep.id).reward == 0.0
     st.close()
+
+
+def test_a_mask_one_token_off_its_logprobs_says_either_may_have_moved_without_a_tokenizer(tmp_path):
+    """Without a tokenizer nothing says which tokens are the assistant's output, so a mask and logprobs a token apart
+    are one finding that names both, and how to tell them apart; not "shifted logprobs"."""
+    f = write_slime_dump(tmp_path / "s.pt", [slime_sample(
+        [5, 6, 7, 10, 11, 12, 13], 4, loss_mask=[0, 1, 1, 1], rollout_log_probs=[-0.5, -0.5, -0.5, 0.0])])
+    st = _db(tmp_path)
+    import_path(f, "slime", st)
+    (ep,) = st.iter_episodes()
+    st.close()
+    found = [x for x in run_checks(ep, CheckOptions()) if x.severity is Severity.ERROR]
+    assert [x.kind for x in found] == ["logprobs_misaligned"]
+    assert "moved 1 token after: the loss mask or the logprobs is shifted (a tokenizer tells which" in found[0].message

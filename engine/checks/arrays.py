@@ -413,7 +413,8 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
     if stray.size:
         at = int(stray[0])
         out.append(Finding("logprobs_misaligned", ERROR,
-                           f"{stray.size} non-trainable tokens carry logprobs (shifted logprobs?), first at {at}",
+                           f"{stray.size} non-trainable tokens carry logprobs, first at {at}: "
+                           + _apart(mask, lp, ep.prompt_len, o.tokenizer is None),
                            turn=turn_at(ep, at), token_start=at, token_end=int(stray[-1]) + 1,
                            evidence={"positions": stray[:200].tolist(), "runs": position_runs(stray)}))
     for t in ep.turns:
@@ -475,6 +476,20 @@ def check_turn_records(ep: Episode, o: CheckOptions) -> list[Finding]:
             out.append(Finding("tool_call_parse_error", ERROR, t.parse_error, turn=t.index,
                                token_start=a.start if a else None, token_end=a.end if a else None))
     return out
+
+
+def _apart(mask: np.ndarray, lp: np.ndarray, start: int, no_tokenizer: bool) -> str:
+    """What stray logprobs say: where the tokens that carry one are the trained ones moved by a token, that the mask
+    or the logprobs moved (only the assistant output, read with a tokenizer, tells which: ``check_mask``)."""
+    carry = (~np.isnan(lp[start:]) & (lp[start:] != 0)).astype(np.uint8)
+    trained = mask[start:].astype(np.uint8)
+    for shift, where in ((1, "after"), (-1, "before")):
+        moved = np.roll(carry, shift)
+        moved[0 if shift > 0 else -1] = 0
+        if trained.any() and np.array_equal(moved, trained):
+            return (f"the trained tokens are the ones carrying logprobs moved 1 token {where}: the loss mask or the "
+                    "logprobs is shifted" + (" (a tokenizer tells which: --tokenizer)" if no_tokenizer else ""))
+    return "the logprobs or the mask are misplaced"
 
 
 def check_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:

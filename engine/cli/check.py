@@ -189,7 +189,7 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
           f"{counted(sum(root_counts.values()), 'root error')} by kind: {summary}; "
           f"{counted(n_caused, 'finding')} {'follows' if n_caused == 1 else 'follow'} from a root"
           + (f"; run-level: {', '.join(run_kinds)}" if run_kinds else "")
-          + f" ({n_err} errors in all)", file=sys.stderr if a.json else sys.stdout)  # --json: stdout is rows
+          + f" ({counted(n_err, 'error')} in all)", file=sys.stderr if a.json else sys.stdout)  # --json: stdout is rows
     if in_part:  # its findings are those of the checks that ran: said, as ls and Browse say it beside the count
         print(f"rollscope: {counted(in_part, 'episode')} checked in part: a check needed a tokenizer or a model not "
               "given (--tokenizer, --recompute-logprobs --model); --info lists which", file=sys.stderr)
