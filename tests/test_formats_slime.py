@@ -473,3 +473,25 @@ def test_a_mask_one_token_off_its_logprobs_says_either_may_have_moved_without_a_
     found = [x for x in run_checks(ep, CheckOptions()) if x.severity is Severity.ERROR]
     assert [x.kind for x in found] == ["logprobs_misaligned"]
     assert "moved 1 token after: the loss mask or the logprobs is shifted (a tokenizer tells which" in found[0].message
+
+
+def test_a_slime_rollout_exported_again_keeps_its_rollout_id_indexes_groups_and_reward_scores(tmp_path):
+    """What slime's train dumps join on (the rollout id, each sample's index) and a reward model's scores survive an
+    import and an export, a skipped sample leaving its index unused; read again, the samples are the same episodes."""
+    samples = [slime_sample([1, 2, 3, 4 + i], 2, index=i, group_index=i // 2, reward={"score": 1.0, "acc": True})
+               for i in range(5)]
+    samples[3]["reward"] = "1.0"  # malformed: skipped
+    f = write_slime_dump(tmp_path / "7.pt", samples, rollout_id=7)
+    st = _db(tmp_path)
+    first = import_path(f, "slime", st)
+    assert first.new == 4 and first.skipped == 1
+    out = tmp_path / "back.pt"
+    assert export(st.iter_episodes(), "slime", out) == 4
+    back = safe_torch_load(out)
+    assert back["rollout_id"] == 7
+    got = sorted(back["samples"], key=lambda s: s["index"])
+    assert [s["index"] for s in got] == [0, 1, 2, 4] and [s["group_index"] for s in got] == [0, 0, 1, 2]
+    assert all(s["reward"] == {"score": 1.0, "acc": True} for s in got)
+    again = import_path(out, "slime", st)
+    assert (again.new, again.already_present, again.differ) == (0, 4, 0)
+    st.close()

@@ -48,7 +48,9 @@ Per-token policy versions ride along there too (slime keeps one version
 per generation call), and each generated run's finish reason (slime keeps
 one status a sample), and the tokenizer, which an import given none reads with. ``response`` is a
 human-readable join of the turns;
-slime trains on ``tokens``.
+slime trains on ``tokens``. Samples imported from one slime rollout are written back with its ``rollout_id``,
+their own ``index`` and ``group_index`` (what its train dumps join on) and a reward model's dict of scores, so such
+a dump exported again imports as the same episodes.
 """
 
 from __future__ import annotations
@@ -475,7 +477,7 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
         "response": "\n".join(p for p in parts if p),
         "response_length": n - start,
         "label": src.get("label"),
-        "reward": float(ep.reward),
+        "reward": _reward(ep, src),
         "loss_mask": mask[start:].tolist(),
         "weight_versions": [str(v) for v in vers] if vers and min(vers) >= 0 else [],
         "rollout_log_probs": rollout_lp,
@@ -484,17 +486,41 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
     }
 
 
+def _reward(ep: Episode, src: dict[str, Any]) -> Any:
+    """The reward as the slime sample had it: its dict of scores (a reward model's) while the episode's reward is
+    still what it reads to, else the number."""
+    kept = src.get("reward")
+    if isinstance(kept, dict):
+        try:
+            if reward_value(kept, "") == ep.reward:
+                return kept
+        except FormatError:
+            pass
+    return float(ep.reward)
+
+
 def write(episodes: Iterable[Episode], out: Path, rollout_id: int = 0) -> int:
     """Write one slime rollout dump (``{"rollout_id", "samples"}``) with every episode.
 
+    Episodes imported from one slime rollout keep its ``rollout_id`` and their ``index`` and ``group_index`` (what
+    slime's train dumps join on), where those are distinct; others are numbered in order, grouped by group or task.
     ``torch.save`` pickles one object, so the samples are built in memory first.
     """
     import torch
 
+    eps = list(episodes)
+    own = [ep.source.details if ep.source.kind == "slime" else {} for ep in eps]
+    rollouts = {jsonable(d.get("rollout_id")) for d in own}
+    if len(rollouts) == 1 and isinstance(next(iter(rollouts)), int):
+        rollout_id = next(iter(rollouts))
+    indexes = [ep.source.index if ep.source.kind == "slime" else None for ep in eps]
+    keep = None not in indexes and len(set(indexes)) == len(indexes)
     groups: dict[str, int] = {}
     samples = []
-    for k, ep in enumerate(episodes):
+    for k, (ep, d) in enumerate(zip(eps, own)):
         g = groups.setdefault(ep.group_id or f"{ep.env}/{ep.task_id}", len(groups))
-        samples.append(episode_to_sample(ep, k, g))
+        original = d.get("group_index")
+        group = original if keep and isinstance(original, int) else g
+        samples.append(episode_to_sample(ep, int(indexes[k]) if keep else k, group))  # type: ignore[arg-type]
     torch.save({"rollout_id": rollout_id, "samples": samples}, out)
     return len(samples)
