@@ -495,3 +495,16 @@ def test_a_slime_rollout_exported_again_keeps_its_rollout_id_indexes_groups_and_
     again = import_path(out, "slime", st)
     assert (again.new, again.already_present, again.differ) == (0, 4, 0)
     st.close()
+
+
+def test_a_sample_that_generated_nothing_says_so(tmp_path):
+    """An empty response trains nothing, yet its reward counts in its group: a warning, not a clean episode."""
+    f = write_slime_dump(tmp_path / "s.pt", [slime_sample([1, 2, 3], 0, index=0, reward=0.0),
+                                             slime_sample([1, 2, 3, 4, 5], 2, index=1, reward=1.0)])
+    st = _db(tmp_path)
+    import_path(f, "slime", st)
+    empty, fine = sorted(st.iter_episodes(), key=lambda e: e.n_tokens)
+    st.close()
+    (found,) = [x for x in run_checks(empty, CheckOptions()) if x.kind == "nothing_trained"]
+    assert found.severity is Severity.WARNING and "the response is empty" in found.message
+    assert not [x for x in run_checks(fine, CheckOptions()) if x.kind == "nothing_trained"]

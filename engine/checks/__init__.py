@@ -26,6 +26,7 @@ from .arrays import (
     check_logprobs,
     check_mask,
     check_response_length,
+    check_trained,
     check_truncation,
     check_turn_records,
     check_vocabulary,
@@ -47,6 +48,7 @@ from .verl_layout import raw_observations
 CHECKS: tuple[Check, ...] = (
     check_vocabulary, check_template, check_rendering, check_injected_system, check_drift, check_mask, check_logprobs, check_truncation,
     check_response_length, check_logprob_mismatch, check_turn_records, *VERL_CHECKS, check_wrong_argument,
+    check_trained,
 )
 
 

@@ -507,6 +507,19 @@ def check_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
     return out
 
 
+def check_trained(ep: Episode, o: CheckOptions) -> list[Finding]:
+    """An episode that ended (completed or cut) with token ids and not one trained: it adds nothing to the loss, yet
+    its reward counts in its group's mean and spread (GRPO's advantage of the others)."""
+    if ep.status.value not in ("completed", "truncated") or not ep.n_tokens or ep.tokens.n_trainable:
+        return []
+    empty = ep.n_tokens <= ep.prompt_len
+    return [Finding("nothing_trained", WARNING,
+                    ("the response is empty: nothing was generated" if empty else "the loss mask is 0 on every token")
+                    + f", so no token is trained, though the episode {ep.status.value} with reward {ep.reward:g}, "
+                    "which still counts in its group's statistics",
+                    turn=None, evidence={"tokens": ep.n_tokens, "prompt_len": ep.prompt_len})]
+
+
 def check_response_length(ep: Episode, o: CheckOptions) -> list[Finding]:
     src = ep.source.details
     if "response_length" not in src:

@@ -300,6 +300,7 @@ def _phrase(f: Finding) -> str:
         "response_cut_trained": f"verl cut {w}'s reply at response_length and trains it",
         "tool_result_truncated": f"a tool result was truncated at {w}",
         "strict_score_refused": f"verl's reward manager (strict gsm8k score) would refuse the right answer at {w}",
+        "nothing_trained": "no token is trained: the response is empty or its mask all 0",
     }
     return phrases.get(f.kind, f"{f.kind} at {w}")
 

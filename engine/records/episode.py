@@ -57,7 +57,7 @@ FindingKind = Literal[
     "answer_extraction_failed", "logprobs_absent", "edited_by_hand", "fork_replay_diverged", "text_replaced",
     "server_answer_invalid", "token_out_of_vocab", "ids_reencoded", "logprob_not_finite", "reward_not_finite", "im_end_newline_missing",
     "system_cut_wrong", "think_kept", "response_cut_trained", "tool_result_truncated", "strict_score_refused",
-    "wrong_argument_token",
+    "wrong_argument_token", "nothing_trained",
 ]
 FINDING_KINDS: tuple[str, ...] = typing.get_args(FindingKind)
 
