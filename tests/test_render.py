@@ -469,7 +469,8 @@ def test_the_header_counts_findings_as_ls_and_browse_do_and_says_notes_and_unche
         assert cls in episode_view.render_findings(ep)
 
 
-def test_an_imported_reply_without_text_says_so_and_shows_no_latency_it_never_had(episode: Episode, tmp_path) -> None:
+def test_an_imported_reply_without_text_says_so_and_shows_no_latency_it_never_had(episode: Episode, tok: Any,
+                                                                                   tmp_path) -> None:
     """A trainer's dump keeps a reply's ids, not its text, and no timing: the conversation says the text is not
     stored (the token view and playback decode it), not "(empty)", and shows no "latency 0.0 ms"; so does ``show``."""
     import subprocess
@@ -492,4 +493,27 @@ def test_an_imported_reply_without_text_says_so_and_shows_no_latency_it_never_ha
                          text=True, cwd=Path(__file__).resolve().parents[1], timeout=120).stdout
     heads = [line for line in out.splitlines() if line.startswith("--- turn ")]
     assert heads and not any(h.endswith("s") and "0.000s" in h for h in heads), heads
-    assert f"[assistant] (no text stored: {n} generated token ids" in out
+    # show decodes them with the episode's tokenizer
+    from engine.tokens import chat
+
+    want = chat.strip_end_of_turn(tok, chat.decode(tok, list(turns[0].generation.token_ids)).rstrip())
+    assert f"[assistant] (no text stored; decoded with {imported.tokenizer}:) {want}" in out, out
+
+
+def test_an_imported_reply_of_nothing_but_its_end_of_turn_says_so_not_how_to_decode_it(episode: Episode, tok: Any,
+                                                                                      tmp_path, capsys) -> None:
+    from engine.cli import main
+    from engine.records.provenance import Source
+    from engine.store import Store
+
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    turns = (replace(episode.turns[0], generation=replace(episode.turns[0].generation, text="", token_ids=(eot,))),
+             *episode.turns[1:])
+    imported = episode.evolve(id="imported-0002", turns=turns, source=Source.imported("verl", "rows.jsonl"))
+    st = Store(tmp_path / "e.db")
+    st.save_episode(imported)
+    st.close()
+    assert main(["show", "imported-0002", "--db", str(tmp_path / "e.db")]) == 0
+    out = capsys.readouterr().out
+    assert "[assistant] (no text: its 1 generated token id decodes to none but the end of the turn)" in out
+    assert "rollscope import --tokenizer" not in out

@@ -10,6 +10,7 @@ from typing import Any
 from ..analysis.entropy import ForkToken, TurnEntropy, has_entropy, turn_entropy
 from ..backends.tokenizers import tokenizer_spec, try_tokenizer
 from ..records.episode import Episode, Finding, Message
+from ..tokens import chat
 from .common import DEFAULT_DB, open_store
 from .explain import outcome_lines
 
@@ -88,6 +89,18 @@ def fork_text(f: ForkToken, tokenizer: Any) -> str:
             + (f" ({', '.join(choices)})" if choices else ""))
 
 
+def _undecoded(ep: Any, ids: Any) -> str:
+    """A reply stored as ids alone: decoded with the episode's tokenizer where it loads, else how to decode it."""
+    tok = try_tokenizer(tokenizer_spec(ep))[0] if ep.tokenizer else None
+    if tok is None:
+        return (f"[assistant] (no text stored: {len(ids)} generated token ids; `--json` has them, and "
+                "`rollscope import --tokenizer` decodes them)")
+    text = chat.strip_end_of_turn(tok, chat.decode(tok, list(ids)).rstrip())
+    return (f"[assistant] (no text stored; decoded with {ep.tokenizer}:) {text}" if text.strip() else
+            f"[assistant] (no text: {'its 1 generated token id decodes' if len(ids) == 1 else f'its {len(ids)} generated token ids decode'} "
+            "to none but the end of the turn)")
+
+
 def entropy_line(te: TurnEntropy, estimated: bool, tokenizer: Any) -> str:
     """A turn's mean entropy and its forks, on one line."""
     if not te.known:
@@ -128,9 +141,7 @@ def cmd_show(a: argparse.Namespace) -> int:
         if entropy:
             print(entropy_line(entropy[k], ep.tokens.entropy_estimated, tokenizer))
         if g is not None:
-            print(f"[assistant] {g.text}" if g.text or not g.token_ids else
-                  f"[assistant] (no text stored: {len(g.token_ids)} generated token ids; `--json` has them, and "
-                  "`rollscope import --tokenizer` decodes them)")
+            print(f"[assistant] {g.text}" if g.text or not g.token_ids else _undecoded(ep, g.token_ids))
         if t.parse_error:
             print(f"[parse error] {t.parse_error}")
         for c in t.tool_calls:

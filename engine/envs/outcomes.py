@@ -36,6 +36,8 @@ def unread(ep: Episode) -> str:
         return ("its record holds no tool calls parsed from the replies nor what the env answered (a trainer's dump "
                 "keeps the tokens alone), so there are no calls to compare with the task's")
     if gens and not any(g.text for g in gens) and not replies and not any("correct" in t.info for t in ep.turns):
+        if ep.tokenizer:  # decoded, and nothing came of it
+            return "its replies decode to no text"
         return ("its replies are token ids without their text (imported without a tokenizer: `rollscope import "
                 "--tokenizer NAME` decodes them)")
     return ""
