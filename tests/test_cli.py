@@ -70,6 +70,10 @@ def test_run_export_import_equal_records(tmp_path):
         (["import", "{missing}", "--db", "{db}"], "no such file"),
         (["import", "-", "--db", "{db}"], "-: import reads a file or folder, not standard input: write what you pipe"),
         (["check", "{junk}"], "is not a SQLite database (its first bytes are not SQLite's), though its name says one"),
+        (["check", "--db", "{junk}"], "is not a SQLite database (its first bytes are not SQLite's), though its name says one"),
+        (["check", "--db", "{missing}"], "database {missing} does not exist (run `rollscope run --db"),
+        (["check"], "which file? give a database or a Rollscope JSONL file"),
+        (["check", "{db}", "--db", "{junk}"], "two files to check"),
         (["ls", "--db", "{db}", "--where", "colour=red"], "unknown key 'colour'"),
     ],
 )
@@ -81,7 +85,7 @@ def test_user_mistakes_are_one_clear_line(tmp_path, args, needle):
     fill = {"db": str(db), "junk": str(junk), "missing": str(tmp_path / "missing.db")}
     proc = rollscope(*[a.format(**fill) for a in args], check=False)
     assert proc.returncode != 0
-    assert needle in proc.stderr
+    assert needle.format(**fill) in proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 

@@ -17,7 +17,9 @@ from .common import counted, fanout, fanout_options, open_store, record_option, 
 
 def register(sub: Any) -> None:
     ck = sub.add_parser("check", help="run the fidelity checks on stored or exported episodes")
-    ck.add_argument("source", metavar="FILE_OR_DB", help="a Rollscope database or a Rollscope JSONL file")
+    ck.add_argument("source", metavar="FILE_OR_DB", nargs="?",
+                    help="a Rollscope database or a Rollscope JSONL file (or --db, as the other commands take it)")
+    ck.add_argument("--db", help="the database to check: the same as giving it first")
     ck.add_argument("--episode", action="append", default=[], help="only this episode (repeatable; an id prefix is enough)")
     ck.add_argument("--where", action="append", default=[], help="database only: filter like `ls`")
     ck.add_argument("--json", action="store_true", help="one JSON object per finding")
@@ -67,9 +69,15 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     for flag, given in (("--model", a.model), ("--top-logprobs", a.top_logprobs)):
         if given is not None and not a.recompute_logprobs:
             raise ConfigError(f"{flag} works with --recompute-logprobs only: add it, or leave {flag} out")
+    if a.source and a.db and a.source != a.db:
+        raise ConfigError(f"two files to check: {a.source} and --db {a.db}; give one")
+    if not (a.source or a.db):
+        raise ConfigError("which file? give a database or a Rollscope JSONL file: `rollscope check runs.db` (or --db)")
+    a.source = a.source or a.db
     src = Path(a.source)
     if not src.exists():
-        raise ConfigError(f"{src} does not exist")
+        raise ConfigError(f"database {src} does not exist (run `rollscope run --db {src}` or `rollscope import` "
+                          "first)" if src.suffix in (".db", ".sqlite") else f"{src} does not exist")
     tokenizer_errors: dict[str, str] = {}
     store = None
     report = None
