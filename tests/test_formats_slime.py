@@ -508,3 +508,14 @@ def test_a_sample_that_generated_nothing_says_so(tmp_path):
     (found,) = [x for x in run_checks(empty, CheckOptions()) if x.kind == "nothing_trained"]
     assert found.severity is Severity.WARNING and "the response is empty" in found.message
     assert not [x for x in run_checks(fine, CheckOptions()) if x.kind == "nothing_trained"]
+
+
+def test_a_folder_of_dumps_beside_an_empty_rollout_data_folder_reads_its_own(tmp_path):
+    write_slime_dump(tmp_path / "d" / "3.pt", [slime_sample([1, 2, 3], 1, index=0)])
+    (tmp_path / "d" / "rollout_data").mkdir()
+    st = _db(tmp_path)
+    assert import_path(tmp_path / "d", "slime", st).new == 1
+    (tmp_path / "e" / "rollout_data").mkdir(parents=True)
+    with pytest.raises(FormatError, match="no \\*.pt file in it, nor in a rollout_data/ folder of it"):
+        import_path(tmp_path / "e", "slime", st)
+    st.close()

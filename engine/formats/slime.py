@@ -118,11 +118,12 @@ def rollout_files(path: Path) -> list[Path]:
     """A dump file, a ``--dump-details`` folder, or a folder of rollout ``.pt`` files."""
     if path.is_file():
         return [path]
-    base = path / "rollout_data" if (path / "rollout_data").is_dir() else path
-    files = sorted((p for p in base.glob("*.pt") if p.is_file()), key=_sort_key)
-    if not files:
-        raise FormatError("no slime rollout dumps (*.pt, or rollout_data/*.pt) in this folder", str(path))
-    return files
+    for base in (path / "rollout_data", path):  # a --dump-details folder's rollout dumps, else the folder's own
+        files = sorted((p for p in base.glob("*.pt") if p.is_file()), key=_sort_key) if base.is_dir() else []
+        if files:
+            return files
+    raise FormatError("no slime rollout dumps in this folder: no *.pt file in it, nor in a rollout_data/ folder of it",
+                      str(path))
 
 
 def _dump_root(f: Path) -> Path | None:
