@@ -324,6 +324,7 @@ def test_an_episode_checked_without_a_tokenizer_says_its_checks_ran_in_part(tmp_
     listed = subprocess.run([sys.executable, "-m", "engine.cli", "ls", "--db", str(db), "--json"], capture_output=True,
                             text=True, cwd=root, timeout=120).stdout
     assert {(r := json.loads(x))["id"]: len(r["checks_not_run"]) for x in listed.splitlines()} == {part.id: 3, "whole-1": 0}
+    assert all(isinstance(json.loads(x)["root_kinds"], list) for x in listed.splitlines())
     shown = subprocess.run([sys.executable, "-m", "engine.cli", "show", part.id, "--db", str(db)], capture_output=True,
                            text=True, cwd=root, timeout=120).stdout
     assert "; 3 could not run for want of a tokenizer or a model, their notes below)" in shown

@@ -121,6 +121,7 @@ def test_rollscope_diff_against_a_preset_and_between_two_episodes(tok, tmp_path,
     assert main(["diff", seed.id, tito.id, "--db", str(db), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["counts"]["gen_prompt"]["only_b"] > 0 and doc["runs"]
+    assert (doc["a"], doc["b"]) == (seed.id, tito.id) and doc["b_how"] == f"episode {tito.id}"
     assert main(["diff", tito.id, tito.id, "--db", str(db)]) == 0
     assert "agree" in capsys.readouterr().out
     assert main(["diff", tito.id, "--db", str(db)]) == 2

@@ -107,7 +107,9 @@ def diff(a: argparse.Namespace, store: Any) -> int:
     found = runs(d, tok_a, tok_b)
     counts = {k: vars(c) for k, c in d.counts.items()}
     if a.json:
-        print(json.dumps({"a": d.a.id, "b": how, "b_ending": "" if a.b else tokendiff.laid_down_ending(d.a, d.b),
+        # "b": B's id when B is a stored episode, as "a" is; "b_how": what B is (an episode, or A laid down otherwise)
+        print(json.dumps({"a": d.a.id, "b": d.b.id if a.b else None, "b_how": how,
+                          "b_ending": "" if a.b else tokendiff.laid_down_ending(d.a, d.b),
                           "by_text": d.by_text, "rows": len(d.rows),
                           "differing": d.n_differing, "counts": counts, "runs": found}, ensure_ascii=False))
         return 1 if d.hunks else 0

@@ -38,7 +38,9 @@ def cmd_ls(a: argparse.Namespace) -> int:
     not_run = store.checks_not_run([r.id for r in rows])
     if a.json:  # with the checks that could not run on each, as the table says beside its count
         for r in rows:
-            print(json.dumps({**r.__dict__, "checks_not_run": not_run.get(r.id, [])}))
+            row = {**r.__dict__, "root_kinds": [k for k in (r.root_kinds or "").split(",") if k],
+                   "checks_not_run": not_run.get(r.id, [])}
+            print(json.dumps(row))
         return 0
     total = store.count(flt)
     print(table(
