@@ -72,7 +72,6 @@ def test_run_export_import_equal_records(tmp_path):
         (["check", "{junk}"], "is not a SQLite database (its first bytes are not SQLite's), though its name says one"),
         (["check", "--db", "{junk}"], "is not a SQLite database (its first bytes are not SQLite's), though its name says one"),
         (["check", "--db", "{missing}"], "database {missing} does not exist (run `rollscope run --db"),
-        (["check"], "which file? give a database or a Rollscope JSONL file"),
         (["check", "{db}", "--db", "{junk}"], "two files to check"),
         (["ls", "--db", "{db}", "--where", "colour=red"], "unknown key 'colour'"),
     ],
@@ -88,6 +87,14 @@ def test_user_mistakes_are_one_clear_line(tmp_path, args, needle):
     assert needle.format(**fill) in proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_check_with_no_file_checks_the_default_database_as_ls_does(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "check"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=600)
+    assert proc.returncode == 2
+    assert "database rollscope.db does not exist (run `rollscope run --db rollscope.db`" in proc.stderr
 
 
 def test_import_reports_bad_lines_and_keeps_good(tmp_path):

@@ -519,3 +519,52 @@ def test_a_folder_of_dumps_beside_an_empty_rollout_data_folder_reads_its_own(tmp
     with pytest.raises(FormatError, match="no \\*.pt file in it, nor in a rollout_data/ folder of it"):
         import_path(tmp_path / "e", "slime", st)
     st.close()
+
+
+def test_a_reply_cut_inside_a_character_does_not_hide_ids_that_differ_earlier(tmp_path, smol_tokenizer):
+    """Only the unfinished character's own bytes are let go: ids tokenized otherwise earlier in the reply are still
+    an error of the rendering, and the drift warning there does not blame the cut."""
+    tok = smol_tokenizer
+    msgs = [Message("user", "What is 6 * 7?")]
+    prompt = chat.encode(tok, chat.render(tok, msgs, add_generation_prompt=True))
+    odd = chat.encode(tok, "Well") + chat.encode(tok, " D") + chat.encode(tok, "one")  # " Done", split otherwise
+    assert odd != chat.encode(tok, "Well Done")
+    emoji = chat.encode(tok, " 🎉")
+    reply = odd + emoji[:-1]  # cut inside the emoji
+    assert "\ufffd" in chat.decode(tok, reply)
+    f = write_slime_dump(tmp_path / "s.pt", [slime_sample(
+        prompt + reply, len(reply), prompt=[m.to_dict() for m in msgs], response=chat.decode(tok, reply),
+        status="truncated", reward=0.0, rollout_log_probs=[-0.5] * len(reply))])
+    st = _db(tmp_path)
+    import_path(f, "slime", st, tokenizer=tok)
+    (ep,) = st.iter_episodes()
+    st.close()
+    found = run_checks(ep, CheckOptions(tokenizer=tok))
+    assert "tokens_not_rendering" in {x.kind for x in found if x.severity is Severity.ERROR}
+    assert not any("inside a character" in x.message for x in found)
+
+
+def test_a_checked_episode_with_an_infinite_logprob_reads_back_checked(tmp_path, eps, smol_tokenizer):
+    """The store keeps an infinite logprob unknown; the hash of the arrays the checks judged takes it so too."""
+    from engine.checks import with_checks
+
+    ep = eps[0]
+    lp = ep.tokens.logprobs.copy()
+    at = int(np.flatnonzero(~np.isnan(lp))[0])
+    lp[at] = -np.inf
+    checked = with_checks(ep.evolve(tokens=ep.tokens.evolve(logprobs=lp)), CheckOptions(tokenizer=smol_tokenizer))
+    st = _db(tmp_path)
+    st.save_episode(checked)
+    assert st.get_episode(checked.id).checked == checked.checked
+    st.close()
+
+
+def test_one_more_token_carrying_a_logprob_is_not_called_a_shift(tmp_path):
+    f = write_slime_dump(tmp_path / "s.pt", [slime_sample(
+        [5, 6, 7, 10, 11, 12, 13], 4, loss_mask=[1, 1, 1, 0], rollout_log_probs=[-0.5, -0.5, -0.5, -0.5])])
+    st = _db(tmp_path)
+    import_path(f, "slime", st)
+    (ep,) = st.iter_episodes()
+    st.close()
+    (found,) = [x for x in run_checks(ep, CheckOptions()) if x.kind == "logprobs_misaligned"]
+    assert "shifted" not in found.message and "misplaced" in found.message

@@ -591,7 +591,9 @@ def test_a_reply_that_never_reached_its_end_of_turn_token_is_read_as_cut_by_the_
     prompt = _enc(tok, chat.render(tok, [Message("user", "What is 6*7?")], add_generation_prompt=True))
     ended = _enc(tok, "<think>\nmultiply\n</think>\n\n42<|im_end|>")
     cut = _enc(tok, "<think>\nmultiply six by seven, which is")
-    rows = [areal_record(tok, 3, i, [("prompt", prompt), ("gen", g)], reward=0.0) for i, g in enumerate((ended, cut))]
+    newline = _enc(tok, "<think>\nsix sevens\n</think>\n\n42<|im_end|>\n")  # a mask that trains the template's newline
+    rows = [areal_record(tok, 3, i, [("prompt", prompt), ("gen", g)], reward=0.0)
+            for i, g in enumerate((ended, cut, newline))]
     write_jsonl(tmp_path / "rollout" / "1" / "3.jsonl", rows)
     # verl's AgentLoopOutput row of the same two replies (the fields verl's rows hold; no finish reason among them)
     verl = [{"prompt_ids": prompt, "response_ids": g, "response_mask": [1] * len(g), "response_logprobs": None,
@@ -600,11 +602,12 @@ def test_a_reply_that_never_reached_its_end_of_turn_token_is_read_as_cut_by_the_
     for path, fmt in ((tmp_path / "rollout", "areal"), (tmp_path / "verl.jsonl", "verl")):
         st = _db(tmp_path, f"{fmt}.db")
         import_path(path, fmt, st, tokenizer=tok)
-        eps = sorted(st.iter_episodes(), key=lambda e: e.tokens.ids[-1] == tok.convert_tokens_to_ids("<|im_end|>"))
+        eps = sorted(st.iter_episodes(), key=lambda e: e.tokens.ids[len(prompt):].tolist() != cut)  # the cut first
         st.close()
-        assert [e.turns[-1].generation.finish_reason for e in eps] == ["length", "stop"], fmt
+        assert [e.turns[-1].generation.finish_reason for e in eps] == ["length"] + ["stop"] * (len(eps) - 1), fmt
         kinds = [[f.kind for f in run_checks(e, CheckOptions(tokenizer=tok))] for e in eps]
-        assert "truncated_turn" in kinds[0] and "truncated_turn" not in kinds[1], (fmt, kinds)
+        assert "truncated_turn" in kinds[0] and not any("truncated_turn" in k for k in kinds[1:]), (fmt, kinds)
+    assert len(eps) == 2  # (verl's rows: the two replies without the trained newline)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "verl"])
@@ -671,3 +674,20 @@ def test_a_text_dump_read_again_with_a_tokenizer_is_not_said_to_differ_in_the_ar
     rescored = import_path(tmp_path / "rollout", "areal", st, tokenizer=tok)
     assert dict(rescored.differing) == {"reward": 1}
     st.close()
+
+
+def test_a_row_of_ids_whose_mask_trains_nothing_says_the_mask_not_an_empty_response(tmp_path, smol_tokenizer):
+    """AReaL's rows put the prompt's end at the first trained token, so a mask of zeros leaves a prompt that runs to
+    the end: the response is there, untrained, and ``nothing_trained`` says so rather than "nothing generated"."""
+    ep = next(e for e in loop_episodes(smol_tokenizer) if e.preset == "areal-math")
+    zero = ep.evolve(tokens=ep.tokens.evolve(loss_mask=np.zeros(len(ep.tokens), np.uint8)))
+    out = tmp_path / "rows.jsonl"
+    export([zero], "areal", out)
+    st = _db(tmp_path)
+    import_path(out, "areal", st, tokenizer=smol_tokenizer)
+    rows = list(st.iter_episodes())
+    st.close()
+    assert rows
+    for row in rows:
+        (found,) = [f for f in run_checks(row, CheckOptions(tokenizer=smol_tokenizer)) if f.kind == "nothing_trained"]
+        assert "the loss mask is 0 on every token" in found.message

@@ -263,3 +263,26 @@ def test_another_presets_episode_round_trips_too(smol_tokenizer, tmp_path):
         assert store.get_episode(ep.id).to_dict() == ep.to_dict()
     finally:
         store.close()
+
+
+def test_a_mask_that_trains_the_prompt_comes_back_whole_from_a_verl_row(smol_tokenizer, tmp_path):
+    """verl's response_mask cannot hold a trained prompt token (a mask bug Rollscope shows); the row's record keeps the
+    whole mask, so the episode reads back as it was, still checked, its finding still there."""
+    from engine.checks import CheckOptions, with_checks
+    from engine.formats import export, import_path
+    from tests.fixtures_formats import loop_episodes
+
+    ep = next(e for e in loop_episodes(smol_tokenizer) if e.preset == "tito")
+    mask = ep.tokens.loss_mask.copy()
+    mask[ep.prompt_len - 1] = 1
+    bad = with_checks(ep.evolve(tokens=ep.tokens.evolve(loss_mask=mask)), CheckOptions(tokenizer=smol_tokenizer))
+    out = tmp_path / "rows.jsonl"
+    export([bad], "verl", out)
+    row = json.loads(out.read_text())
+    assert row["response_mask"] == mask[ep.prompt_len:].tolist()  # verl's view
+    store = Store(tmp_path / "s.db")
+    import_path(out, "verl", store)
+    got = store.get_episode(bad.id)
+    store.close()
+    assert np.array_equal(got.tokens.loss_mask, mask) and got.checked == bad.checked
+    assert [f.kind for f in got.all_findings()] == [f.kind for f in bad.all_findings()]

@@ -71,8 +71,9 @@ def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
                         WARNING,
                         f"turn {t.index}: re-encoding the generated text gives other ids from token {at}; "
                         "a loop that re-tokenizes this text trains on ids the model never produced"
-                        + ("" if g.finish_reason != "length" or "\ufffd" not in chat.decode(tok, body[at:]) else
-                           " (the length limit cut the reply inside a character, whose bytes no text holds)"),
+                        + (" (the length limit cut the reply inside a character, whose bytes no text holds)"
+                           if g.finish_reason == "length" and set(chat.decode(tok, body[at:]) or "x") <= {"\ufffd"}
+                           else ""),
                         turn=t.index,
                         token_start=start,
                         token_end=None if start is None else start + 1,
@@ -486,7 +487,8 @@ def _apart(mask: np.ndarray, lp: np.ndarray, start: int, no_tokenizer: bool) -> 
     for shift, where in ((1, "after"), (-1, "before")):
         moved = np.roll(carry, shift)
         moved[0 if shift > 0 else -1] = 0
-        if trained.any() and np.array_equal(moved, trained):
+        # A shift moves every one of them: as many trained as carry, none lost off an end.
+        if trained.any() and carry.sum() == trained.sum() == moved.sum() and np.array_equal(moved, trained):
             return (f"the trained tokens are the ones carrying logprobs moved 1 token {where}: the loss mask or the "
                     "logprobs is shifted" + (" (a tokenizer tells which: --tokenizer)" if no_tokenizer else ""))
     return "the logprobs or the mask are misplaced"
@@ -512,7 +514,10 @@ def check_trained(ep: Episode, o: CheckOptions) -> list[Finding]:
     its reward counts in its group's mean and spread (GRPO's advantage of the others)."""
     if ep.status.value not in ("completed", "truncated") or not ep.n_tokens or ep.tokens.n_trainable:
         return []
-    empty = ep.n_tokens <= ep.prompt_len
+    # Empty where the record says its response is (slime's response_length), or a live reply generated no token;
+    # a prompt that runs to the end says nothing (AReaL's rows put it there when nothing is trained).
+    empty = ep.source.details.get("response_length") == 0 or (ep.source.live and not any(
+        t.generation is not None and t.generation.token_ids for t in ep.turns))
     return [Finding("nothing_trained", WARNING,
                     ("the response is empty: nothing was generated" if empty else "the loss mask is 0 on every token")
                     + f", so no token is trained, though the episode {ep.status.value} with reward {ep.reward:g}, "

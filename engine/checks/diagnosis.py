@@ -408,7 +408,7 @@ def read_episode(d: dict[str, Any], tokens: TokenArrays | None = None) -> Episod
         ep = ep.evolve(outcome=explain(ep))
     if ep.checked is not None and ep.checked_arrays is not None and ep.checked_arrays != ep.tokens.digest():
         ep = without_checks(ep, f"its token ids, loss mask or logprobs are not those checks version {ep.checked} "
-                                "judged (edited after the check)")
+                                "judged (edited after the check, or written where they do not fit)")
     return ep
 
 

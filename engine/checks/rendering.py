@@ -255,7 +255,8 @@ def _in_cut_character(ep: Episode, tok: Tokenizer, ids: list[int], at: int) -> b
         seg = next((s for s in t.segments if s.kind == "assistant"), None)
         if t.generation is not None and t.generation.finish_reason == "length" and seg is not None \
                 and seg.start <= at < seg.end:
-            return "\ufffd" in chat.decode(tok, ids[at:seg.end])
+            tail = chat.decode(tok, ids[at:seg.end])
+            return bool(tail) and set(tail) <= {"\ufffd"}  # nothing from ``at`` on but the unfinished character
     return False
 
 

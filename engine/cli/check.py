@@ -12,13 +12,14 @@ from typing import Any
 
 from ..errors import ConfigError, StoreError
 from ..records.episode import Finding, Status
-from .common import counted, fanout, fanout_options, open_store, record_option, where
+from .common import DEFAULT_DB, counted, fanout, fanout_options, open_store, record_option, where
 
 
 def register(sub: Any) -> None:
     ck = sub.add_parser("check", help="run the fidelity checks on stored or exported episodes")
     ck.add_argument("source", metavar="FILE_OR_DB", nargs="?",
-                    help="a Rollscope database or a Rollscope JSONL file (or --db, as the other commands take it)")
+                    help=f"a Rollscope database or a Rollscope JSONL file (or --db, as the other commands take it; "
+                    f"default {DEFAULT_DB})")
     ck.add_argument("--db", help="the database to check: the same as giving it first")
     ck.add_argument("--episode", action="append", default=[], help="only this episode (repeatable; an id prefix is enough)")
     ck.add_argument("--where", action="append", default=[], help="database only: filter like `ls`")
@@ -69,11 +70,9 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     for flag, given in (("--model", a.model), ("--top-logprobs", a.top_logprobs)):
         if given is not None and not a.recompute_logprobs:
             raise ConfigError(f"{flag} works with --recompute-logprobs only: add it, or leave {flag} out")
-    if a.source and a.db and a.source != a.db:
+    if a.source and a.db and Path(a.source).resolve() != Path(a.db).resolve():
         raise ConfigError(f"two files to check: {a.source} and --db {a.db}; give one")
-    if not (a.source or a.db):
-        raise ConfigError("which file? give a database or a Rollscope JSONL file: `rollscope check runs.db` (or --db)")
-    a.source = a.source or a.db
+    a.source = a.source or a.db or DEFAULT_DB  # as every command that reads a database defaults
     src = Path(a.source)
     if not src.exists():
         raise ConfigError(f"database {src} does not exist (run `rollscope run --db {src}` or `rollscope import` "

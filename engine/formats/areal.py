@@ -52,11 +52,11 @@ from .base import (
     jsonable,
     logprob_array,
     mask_array,
-    mask_structure,
     read_jsonl_records,
     reward_value,
     stable_id,
 )
+from .masks import mask_structure
 
 REQUIRED = ("task_id", "sample_idx", "reward", "prompt", "completion")
 NO_TOKENIZER_NOTE = "no tokenizer given (--tokenizer PATH_OR_ID): AReaL dumps hold text, so episodes have no token ids"

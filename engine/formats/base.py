@@ -20,7 +20,6 @@ import json
 import math
 import os
 import pickle
-import typing
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
@@ -34,14 +33,11 @@ import numpy as np
 from ..errors import FormatError
 from ..presets import LoopConfig
 from ..records import jsonbounds, numbers, textsafe
-from ..records.episode import Episode, Finding, FinishReason, Generation, Segment, Severity, Turn
-from ..records.generation import FINISH_REASONS
+from ..records.episode import Episode, Finding, Severity
 from ..records.reading import json_type
 from ..tokens.tokenizer import Tokenizer
 from .limits import MAX_RECORD_MB, bounded_lines, check_inflation, open_entry, over_limit
 from .sniff import other_format, start_of_text
-
-STATUS_FINISH: dict[str, FinishReason] = {"truncated": "length", "aborted": "abort"}
 
 
 class UnsafeFileError(FormatError):
@@ -384,95 +380,6 @@ def jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
-
-
-# -- episode structure from a loss mask ----------------------------------------
-
-
-def runs(mask: np.ndarray, start: int) -> list[tuple[int, int, int]]:
-    """(start, end, value) of every maximal run of equal mask values from ``start``."""
-    n = len(mask)
-    if start >= n:
-        return []
-    tail = mask[start:]
-    cuts = np.flatnonzero(np.diff(tail)) + 1
-    bounds = [0, *cuts.tolist(), len(tail)]
-    return [(start + a, start + b, int(tail[a])) for a, b in zip(bounds, bounds[1:])]
-
-
-def mask_structure(
-    ids: np.ndarray,
-    mask: np.ndarray,
-    logprobs: np.ndarray,
-    versions: np.ndarray,
-    prompt_len: int,
-    *,
-    tokenizer: Tokenizer | None = None,
-    texts: list[str] | None = None,
-    prompt_text: str | None = None,
-    status: str = "completed",
-    reward: float = 0.0,
-    finish: list[str] | None = None,
-    cut_without_eot: bool = False,
-) -> tuple[tuple[Segment, ...], tuple[Turn, ...]]:
-    """Segments and turns of a token array whose only structure is its loss mask.
-
-    The prompt is one ``prompt`` segment; each run of mask 1 after it is an
-    ``assistant`` segment and one turn; each run of mask 0 after it is an
-    ``env`` segment of that turn (tool results, user replies and template
-    text, which a mask cannot tell apart). Generated text comes from
-    ``texts`` (one per turn) or from decoding with the tokenizer; without
-    either it is empty and the ids speak for themselves. A turn's finish reason is ``finish``'s (one per turn, as a
-    Rollscope export records them), else ``status``'s for the last turn and ``stop`` for the others; with
-    ``cut_without_eot`` (a dump that records no finish reason, of a loop whose replies end on the template's
-    end-of-turn token or at the length limit: AReaL's, verl's) and a tokenizer, a reply whose last id is no
-    end-of-turn token stopped on the length limit.
-    """
-    from ..tokens import chat
-
-    segments: list[Segment] = []
-    if prompt_len:
-        segments.append(Segment(0, prompt_len, "prompt", 0, False))
-    turn_spans: list[tuple[int, int]] = []
-    turn_segments: list[list[Segment]] = []
-    for a, b, v in runs(mask, prompt_len):
-        if v:
-            seg = Segment(a, b, "assistant", len(turn_spans), True)
-            turn_spans.append((a, b))
-            turn_segments.append([seg])
-        else:
-            t = max(0, len(turn_spans) - 1)
-            seg = Segment(a, b, "env", t, False)
-            if turn_segments:
-                turn_segments[-1].append(seg)
-        segments.append(seg)
-    turns: list[Turn] = []
-    last = len(turn_spans) - 1
-    known = [typing.cast(FinishReason, f) for f in finish] if finish is not None and len(finish) == len(turn_spans) \
-        and all(f in FINISH_REASONS for f in finish) else None
-    if known is None and cut_without_eot and tokenizer is not None and turn_spans:
-        ends = chat.end_of_turn_ids(tokenizer)
-        known = ["stop" if int(ids[b - 1]) in ends else "length" for _, b in turn_spans]
-    for t, (a, b) in enumerate(turn_spans):
-        lp = logprobs[a:b]
-        ver = int(versions[a]) if versions[a] >= 0 else None
-        if texts is not None and t < len(texts):
-            text = texts[t]
-        elif tokenizer is not None:
-            text = chat.decode(tokenizer, ids[a:b].tolist())
-        else:
-            text = ""
-        gen = Generation(
-            text=text,
-            token_ids=tuple(ids[a:b].tolist()),
-            logprobs=None if np.isnan(lp).all() else tuple(lp.tolist()),
-            finish_reason=known[t] if known else STATUS_FINISH.get(status, "stop") if t == last else "stop",
-            prompt_tokens=a,
-            weight_version=ver,
-        )
-        turns.append(Turn(index=t, prompt_text=prompt_text if t == 0 else None, prompt_len=a, generation=gen,
-                          reward=reward if t == last else 0.0, done=t == last, segments=tuple(turn_segments[t])))
-    return tuple(segments), tuple(turns)
 
 
 def unstable_finding(turn: int, what: str, delta: Any, at_token: int) -> Finding:

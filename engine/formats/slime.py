@@ -81,13 +81,12 @@ from .base import (
     jsonable,
     logprob_array,
     mask_array,
-    mask_structure,
     reward_value,
-    runs,
     safe_torch_load,
     stable_id,
 )
 from .limits import over_limit
+from .masks import mask_structure, runs
 from .sniff import not_torch_save
 
 STATUS_IN = {

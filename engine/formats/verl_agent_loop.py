@@ -21,9 +21,11 @@ The shape is verl's pydantic model ``AgentLoopOutput`` (``verl/experimental/agen
 
 For a ``verl-tool`` episode the arrays are verl's to the token. Another preset's episode is written in the same
 shape: mask-0 logprobs become 0.0, ``response_logprobs`` is null unless every generated id has one, and
-``turn_scores`` are its turn rewards; where that loses a logprob, the record keeps the episode's own (``logprobs``). Reading, a row with a ``rollscope``
+``turn_scores`` are its turn rewards; where that loses a logprob, the record keeps the episode's own (``logprobs``),
+and where a mask trains tokens of the prompt (which ``response_mask`` cannot hold: verl would not train them), the
+record keeps the whole mask (``loss_mask``). Reading, a row with a ``rollscope``
 record comes back as that episode; a row verl wrote itself becomes an episode whose turns come from the mask
-(``base.mask_structure``), with the knobs ``import --set``/``--config`` give as its ``config.loop`` (none given: none
+(``masks.mask_structure``), with the knobs ``import --set``/``--config`` give as its ``config.loop`` (none given: none
 recorded, and the checks say they assume verl's defaults). A field verl's model has that the row lacks, or holds
 under another name, is named in a note and read as its default.
 """
@@ -44,8 +46,9 @@ from ..errors import FormatError
 from ..records.episode import Episode, Message, Status, TokenArrays
 from ..records.numbers import nan_to_none
 from ..records.provenance import RunConfig, Source
-from .base import ImportContext, int_array, jsonable, logprob_array, mask_array, mask_structure, reward_value, stable_id
+from .base import ImportContext, int_array, jsonable, logprob_array, mask_array, reward_value, stable_id
 from .edited import with_edited_columns
+from .masks import mask_structure
 
 # AgentLoopOutput's fields in the model's order, and AgentLoopMetrics'.
 FIELDS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "routed_experts", "multi_modal_data",
@@ -105,6 +108,8 @@ def row(ep: Episode) -> dict[str, Any]:
         back[p:] = response_logprobs
     if not np.array_equal(back, ep.tokens.logprobs, equal_nan=True):  # verl's shape cannot say it: the record does
         record["logprobs"] = nan_to_none(ep.tokens.logprobs.tolist())
+    if any(mask[:p]):  # trained prompt tokens (a mask bug): verl's response_mask cannot hold them, the record does
+        record["loss_mask"] = mask
     return {
         "prompt_ids": ids[:p],
         "response_ids": ids[p:],
@@ -192,7 +197,10 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         own = record.get("logprobs")
         if isinstance(own, list) and len(own) == len(ids):
             lps, _ = logprob_array(own, where, "extra_fields.rollscope.logprobs")
-        body = {k: val for k, val in record.items() if k not in ("versions", "logprobs")}
+        whole = record.get("loss_mask")
+        if isinstance(whole, list) and len(whole) == len(ids) and whole[prompt_len:] == mask[prompt_len:].tolist():
+            mask = mask_array(whole, where, "extra_fields.rollscope.loss_mask")  # the prompt's trained tokens too
+        body = {k: val for k, val in record.items() if k not in ("versions", "logprobs", "loss_mask")}
         try:
             ep = read_episode(body, tokens=TokenArrays(ids, mask, lps, ver))
         except FormatError as e:

@@ -120,10 +120,11 @@ class TokenArrays:
         return bool(self.top_k and (self.top_ids[:, 0] >= 0).any()) or bool(np.isfinite(self.entropy).any())
 
     def digest(self) -> str:
-        """A short hash of what the checks judge: the ids, the loss mask and the logprobs (every unknown alike)."""
+        """A short hash of what the checks judge: the ids, the loss mask and the logprobs (every unknown alike, an
+        infinite one too: the store keeps it unknown, ``marks.unknown_logprobs``)."""
         h = hashlib.sha256(self.ids.astype("<i4").tobytes())
         h.update(self.loss_mask.tobytes())
-        h.update(np.where(np.isnan(self.logprobs), np.float32(np.nan), self.logprobs).astype("<f4").tobytes())
+        h.update(np.where(np.isfinite(self.logprobs), self.logprobs, np.float32(np.nan)).astype("<f4").tobytes())
         return h.hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
