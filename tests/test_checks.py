@@ -167,6 +167,9 @@ def test_every_kind_is_planted():
               "tool_result_truncated", "strict_score_refused"}
     # The wrong argument's token, on planted retail and tau-bench episodes in tests/test_wrong_argument.py.
     kinds |= {"wrong_argument_token"}
+    # An episode that trains nothing: a slime sample of an empty response (tests/test_formats_slime.py); a mask of
+    # zeros on a live episode is mask_misaligned's, which explains it (below).
+    kinds |= {"nothing_trained"}
     from engine.checks import KINDS
 
     # answer_extraction_failed: realhf's split cannot fail on byte-level BPE tokenizers.

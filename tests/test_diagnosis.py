@@ -36,6 +36,13 @@ def test_a_mask_finding_causes_the_logprob_findings_on_its_own_positions_only():
     assert consequences(found, found[0]) == [found[1]] and root_of(found, found[1]) is found[0]
 
 
+def test_a_mask_that_leaves_every_reply_untrained_explains_that_nothing_is_trained():
+    nothing = Finding("nothing_trained", Severity.WARNING, "the loss mask is 0 on every token")
+    found = link_findings([_f("mask_misaligned", start=10, end=40, positions=[10, 20, 30]), nothing])
+    assert [f.caused_by for f in found] == [None, "f1"] and [r.kind for r in roots(found)] == ["mask_misaligned"]
+    assert [r.kind for r in roots(link_findings([nothing]))] == ["nothing_trained"]  # alone: a root of its own
+
+
 def test_token_structure_explains_what_comes_after_it_not_before():
     found = link_findings([
         _f("mask_misaligned", start=5, end=6, positions=[5]),  # before the first wrong id: its own cause

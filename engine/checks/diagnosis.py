@@ -128,6 +128,8 @@ def follows(cause: Finding, effect: Finding) -> bool:
     if cause.kind == "template_not_prefix_stable" and cause.severity is Severity.ERROR and effect.kind in TOKEN_LEVEL:
         # A history rewrite makes the whole conversation render otherwise, earlier turns included.
         return True
+    if cause.kind == "mask_misaligned" and effect.kind == "nothing_trained":
+        return True  # a mask that leaves the replies untrained leaves nothing trained: one cause
     if cause.kind == "generation_prompt_missing" and effect.kind == "template_newline_trained":
         return False  # a reply's missing header does not train the newline after its <|im_end|>: its own root
     structural = cause.kind in STRUCTURAL and not (cause.kind == "retokenization_drift" and cause.severity
