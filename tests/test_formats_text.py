@@ -481,7 +481,7 @@ def test_columns_edited_after_export_are_read_over_the_record_and_said_so(tmp_pa
         (f.kind, f.message) for f in checked.findings if f.kind in kept]
     (why,) = [f for f in got.findings if f.kind == "not_checked"]
     assert "its token ids, loss mask or logprobs are not those checks version" in why.message
-    assert any("1 new episode not checked" in n and "1 of them held findings of other token arrays (edited after "
+    assert any("1 new episode not checked" in n and "1 of them held findings of other token arrays (changed after "
                "their check)" in n for n in report.notes), report.notes
     assert all(_db(tmp_path, "z.db").get_episode(e.id).checked == e.checked for e in originals.values()
                if e.id != checked.id)

@@ -161,7 +161,6 @@ class ImportReport:
                    if self.repeated else "")
                 + (f", {self.clashed} with an earlier record's id and other content skipped" if self.clashed else ""))
 
-
     def fields(self) -> str:
         """The fields ``differing`` counts, most first: ``reward (3), loss mask (1)``."""
         return ", ".join(f"{name} ({n})" for name, n in self.differing.most_common())
@@ -358,8 +357,8 @@ def import_path(
         report.notes.append(f"{unchecked:,} {written} episode{'s' if unchecked != 1 else ''} not checked: `rollscope check "
                             f"{store.path}` runs the fidelity checks (until then `ls` and Browse say \"not checked\" where the "
                             "findings go; --check checks as it imports)"
-                            + (f"; {edited:,} of them held findings of other token arrays (edited after their check): "
-                               "those findings were dropped" if edited else ""))
+                            + (f"; {edited:,} of them held findings of other token arrays (changed after their "
+                               "check): those findings were dropped" if edited else ""))
     if own_runs:
         n = sum(own_runs.values())
         report.notes.append(f"--run {run_id}: {n:,} episode{'s' if n != 1 else ''} name{'s' if n == 1 else ''} a run "

@@ -321,8 +321,8 @@ class Episode:
     """The version of the fidelity checks whose findings it holds (every live run, `rollscope check` and
     `import --check` run them); null when no checks ran on it, so no findings does not mean clean."""
     checked_arrays: str | None = None
-    """A hash of the token ids, loss mask and logprobs the checks judged (``TokenArrays.digest``); an import whose
-    arrays no longer give it reads the record as not checked: its arrays were edited after the check."""
+    """A hash of the token ids, loss mask and logprobs the checks judged (``TokenArrays.digest``); a record whose
+    arrays no longer give it (edited after the check, or written where they do not fit) reads as not checked."""
     outcome: Outcome | None = None
     """Why it earned its reward, computed by the env that scored it; null while it runs."""
     ground_truth: str | None = None
