@@ -691,3 +691,29 @@ def test_a_row_of_ids_whose_mask_trains_nothing_says_the_mask_not_an_empty_respo
     for row in rows:
         (found,) = [f for f in run_checks(row, CheckOptions(tokenizer=smol_tokenizer)) if f.kind == "nothing_trained"]
         assert "the loss mask is 0 on every token" in found.message
+
+
+def test_an_areal_dump_whose_counts_its_text_does_not_give_says_so_on_the_episode(tmp_path, qwen3_tokenizer):
+    """The dump's seqlen and segment lengths count the ids AReaL trained; its text re-encodes to others here. The
+    episode says which count, where, and that its ids are a re-encoding, not a vague note for the whole file."""
+    tok = qwen3_tokenizer
+    prompt = _enc(tok, chat.render(tok, [Message("user", "What is 6*7?")], add_generation_prompt=True))
+    gen1 = _enc(tok, "<think>\nmultiply\n</think>\n\n41<|im_end|>")
+    feedback = _enc(tok, "\n<|im_start|>user\nwrong, try again<|im_end|>\n<|im_start|>assistant\n")
+    gen2 = _enc(tok, "<think>\nagain\n</think>\n\n42<|im_end|>")
+    rec = areal_record(tok, 17, 1, [("prompt", prompt), ("gen", gen1), ("context", feedback), ("gen", gen2)],
+                       reward=0.9)
+    rec["segments"][3]["len"] += 2
+    rec["seqlen"] += 2
+    clean = areal_record(tok, 17, 0, [("prompt", prompt), ("gen", gen1)], reward=0.0)
+    write_jsonl(tmp_path / "rollout" / "4" / "17.jsonl", [clean, rec])
+    st = _db(tmp_path)
+    report = import_path(tmp_path / "rollout", "areal", st, tokenizer=tok)
+    one, two = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
+    st.close()
+    assert any("each says where (ids_reencoded)" in n for n in report.notes)
+    assert not [f for f in one.all_findings() if f.kind == "ids_reencoded"]
+    (found,) = [f for f in two.all_findings() if f.kind == "ids_reencoded"]
+    assert found.turn == 1 and found.token_start == len(prompt) + len(gen1) + len(feedback)
+    assert f"seqlen {len(prompt) + len(gen1) + len(feedback) + len(gen2) + 2}" in found.message
+    assert f"segment 3 of {len(gen2) + 2} tokens (re-encoded: {len(gen2)})" in found.message

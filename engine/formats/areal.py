@@ -13,7 +13,8 @@ The dump has text, not ids, and no logprobs. With a tokenizer each segment
 (or the prompt and the completion) is encoded; ``gen`` text gets mask 1 and
 the versions from ``version_rle``; where the encoded lengths differ from
 the dump's ``len``/``prompt_len``/``seqlen`` the counts are kept in
-``source["token_counts"]`` and the import says so. Without a tokenizer the
+``source["token_counts"]``, and the turn where they part holds an ``ids_reencoded`` warning naming the counts:
+these ids are a re-encoding, not the ids AReaL trained. Without a tokenizer the
 episode holds the text: one turn per ``gen`` segment.
 
 Export builds, per turn, the sequence AReaL's multi-turn agent trains on
@@ -33,6 +34,7 @@ import json
 import math
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,7 +42,7 @@ import numpy as np
 
 from ..errors import FormatError
 from ..loop.rewards import discounted_returns
-from ..records.episode import Episode, Generation, Status, TokenArrays, Turn
+from ..records.episode import Episode, Finding, Generation, Severity, Status, TokenArrays, Turn
 from ..records.marks import unknown_logprobs
 from ..records.provenance import Source
 from ..records.reading import json_type
@@ -62,8 +64,24 @@ REQUIRED = ("task_id", "sample_idx", "reward", "prompt", "completion")
 NO_TOKENIZER_NOTE = "no tokenizer given (--tokenizer PATH_OR_ID): AReaL dumps hold text, so episodes have no token ids"
 ROWS_NOTE = ("the rows are per-turn training sequences (what export --format areal writes, one row per turn that "
              "generated): each is imported as an episode of its own, with that turn's sequence and return")
-DRIFT_NOTE = ("some AReaL samples re-encode to other token counts than the dump records (see the source's token_counts); "
-              "their ids are a re-encoding of the dumped text")
+DRIFT_NOTE = ("some AReaL samples re-encode to other token counts than the dump records: their ids are this tokenizer's "
+              "encoding of the dumped text, not the ids AReaL trained, and each says where (ids_reencoded)")
+
+
+def _counts_differ(dumped: dict[str, Any], encoded: dict[str, Any]) -> Finding:
+    """What the dump's token counts say against the dumped text re-encoded, at the first piece that differs."""
+    said = [f"{k} {dumped[k]} (its text re-encodes to {encoded[k]})" for k in ("seqlen", "prompt_len")
+            if dumped[k] is not None and dumped[k] != encoded[k]]
+    lens = encoded["segment_lens"]
+    k = next((i for i, (a, b) in enumerate(zip(dumped["segment_lens"], lens)) if a is not None and a != b), None)
+    if k is not None:
+        said.append(f"segment {k} of {dumped['segment_lens'][k]} tokens (re-encoded: {lens[k]})")
+    at = sum(lens[:k]) if k is not None else 0
+    return Finding("ids_reencoded", Severity.WARNING,
+                   f"AReaL's dump records {'; '.join(said)}: these ids are this tokenizer's encoding of the dumped "
+                   "text, not the ids AReaL trained, and the checks judge them", token_start=at,
+                   token_end=at + (lens[k] if k is not None else encoded["seqlen"]),
+                   evidence={"dump": dumped, "encoded": encoded})
 
 
 def _expand_rle(rle: Any) -> list[int] | None:
@@ -149,6 +167,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     if step is not None:
         details["rollout_step"] = step
     tok = ctx.tokenizer
+    drift: Finding | None = None
     if tok is not None:
         enc = [chat.encode(tok, s["text"]) for s in pieces]
         ids = np.asarray([i for e in enc for i in e], dtype=np.int32)
@@ -164,6 +183,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         ):
             details["token_counts"] = {"dump": dumped, "encoded": counts}
             ctx.note(DRIFT_NOTE)
+            drift = _counts_differ(dumped, counts)
         versions = np.full(len(ids), -1, dtype=np.int32)
         expanded = _expand_rle(d.get("version_rle"))
         if expanded is not None and len(expanded) == trained.size:
@@ -174,6 +194,10 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         segments, turns = mask_structure(ids, mask, lps, versions, prompt_len, tokenizer=tok, texts=gen_texts,
                                          prompt_text=d["prompt"], reward=reward, cut_without_eot=True)
         tokens = TokenArrays(ids, mask, lps, versions)
+        if drift is not None and turns:  # on the turn it falls in (the prompt's: the first)
+            k = max([t.index for t in turns if t.prompt_len <= (drift.token_start or 0)] or [0])
+            turns = tuple(replace(t, findings=(*t.findings, replace(drift, turn=k))) if t.index == k else t
+                          for t in turns)
     else:
         tokens, prompt_len, segments = TokenArrays(), 0, ()
         last = len(gen_texts) - 1
