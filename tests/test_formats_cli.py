@@ -89,7 +89,7 @@ def test_import_reports_each_skipped_record(tmp_path):
     skipped = [line for line in proc.stderr.splitlines() if line.startswith("rollscope: skipped")]
     assert skipped == [
         f"rollscope: skipped {f}: sample 1: field 'tokens': must be integer token ids, got floats",
-        f"rollscope: skipped {f}: sample 2: field 'reward': must be a number, got 'high'",
+        f"rollscope: skipped {f}: sample 2: field 'reward': must be a number, got a string 'high'",
     ]
     assert "no tokenizer" in proc.stderr
 

@@ -568,3 +568,14 @@ def test_one_more_token_carrying_a_logprob_is_not_called_a_shift(tmp_path):
     st.close()
     (found,) = [x for x in run_checks(ep, CheckOptions()) if x.kind == "logprobs_misaligned"]
     assert "shifted" not in found.message and "misplaced" in found.message
+
+
+def test_two_samples_of_one_index_with_other_tokens_are_two_episodes_and_said(tmp_path):
+    f = write_slime_dump(tmp_path / "s.pt", [slime_sample([1, 2, 3, 4], 2, index=0), slime_sample([1, 2, 3, 5], 2, index=1),
+                                             slime_sample([1, 2, 3, 6], 2, index=0)])
+    st = _db(tmp_path)
+    report = import_path(f, "slime", st)
+    st.close()
+    assert report.new == 3
+    assert any("samples share an index (first: index 0, at samples 0 and 2)" in n and "train dumps join on index" in n
+               for n in report.notes), report.notes

@@ -361,7 +361,8 @@ def reward_value(value: Any, where: str, name: str = "reward") -> float:
             raise FormatError("is a dict without a 'score' key or any numeric value", where, name)
         value = sum(nums)
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise FormatError(f"must be a number, got {value!r}"[:200], where, name)
+        shown = "" if value is None or isinstance(value, (dict, list)) else f" {value!r:.40}"
+        raise FormatError(f"must be a number, got {json_type(value)}{shown}", where, name)  # as a record's fields say
     if not numbers.is_finite(value):  # NaN, an infinity, or an integer past what a float holds
         raise FormatError(numbers.not_finite(value), where, name)
     return float(value)

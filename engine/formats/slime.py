@@ -188,38 +188,58 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
     files = rollout_files(path)
     _use_saved_tokenizer(files, ctx)
     for f in files:
-        try:
-            with f.open("rb") as head:
-                not_torch_save(head.read(4096), f)
-        except OSError as e:
-            raise FormatError(f"cannot read: {e.strerror}", str(f)) from None
-        try:
-            stream = torchstream.open_dump(f, ctx.max_record)
-        except torchstream.NotStreamable:
-            yield from _read_whole(f, ctx, 0)
-            continue
-        ctx.opened(f)
-        rollout_id = stream.header.get("rollout_id")
-        train = _train_index(f, rollout_id, ctx)
-        position = 0
-        try:
-            for s in stream.samples():
-                ctx.expect(1)
-                if isinstance(s, torchstream.Skipped):
-                    ctx.skip(over_limit(s.size, ctx.max_record, "the sample", f"{f}: sample {position}"))
-                else:
-                    yield from _convert(s, f, rollout_id, position, ctx, train)
-                position += 1
-        except torchstream.NotStreamable as e:
-            if stream.skipped:  # read whole, the file would bring back what was skipped for its size
-                raise FormatError(f"cannot read past sample {position}: it refers to what a sample skipped for its "
-                                  f"size defined ({e}); --max-record-mb above that sample's size reads it",
-                                  str(f)) from None
-            yield from _read_whole(f, ctx, position, train)
-        except (pickle.UnpicklingError, zipfile.BadZipFile, OSError, EOFError, ValueError, IndexError, KeyError,
-                TypeError) as e:
-            raise FormatError(f"cannot read past sample {position} (truncated or corrupt?): {type(e).__name__}: "
-                              f"{str(e)[:200]}", str(f)) from None
+        yield from _noting_repeats(f, _read_file(f, ctx), ctx)
+
+
+def _noting_repeats(f: Path, episodes: Iterator[Episode], ctx: ImportContext) -> Iterator[Episode]:
+    """``episodes`` of ``f``, a note when two samples of it share an ``index`` (each is its own episode: their ids
+    hold their tokens): slime's train dumps join on it, so a train-side value of that index is either's."""
+    first: dict[int, Any] = {}
+    for ep in episodes:
+        i = ep.source.index
+        if i is not None and i in first:
+            ctx.note(f"{f}: samples share an index (first: index {i}, at samples {first[i]} and "
+                     f"{ep.source.details.get('position')}); slime's train dumps join on index, so their train-side "
+                     "values cannot be told apart")
+        elif i is not None:
+            first[i] = ep.source.details.get("position")
+        yield ep
+
+
+def _read_file(f: Path, ctx: ImportContext) -> Iterator[Episode]:
+    """The episodes of one rollout dump ``f``."""
+    try:
+        with f.open("rb") as head:
+            not_torch_save(head.read(4096), f)
+    except OSError as e:
+        raise FormatError(f"cannot read: {e.strerror}", str(f)) from None
+    try:
+        stream = torchstream.open_dump(f, ctx.max_record)
+    except torchstream.NotStreamable:
+        yield from _read_whole(f, ctx, 0)
+        return
+    ctx.opened(f)
+    rollout_id = stream.header.get("rollout_id")
+    train = _train_index(f, rollout_id, ctx)
+    position = 0
+    try:
+        for s in stream.samples():
+            ctx.expect(1)
+            if isinstance(s, torchstream.Skipped):
+                ctx.skip(over_limit(s.size, ctx.max_record, "the sample", f"{f}: sample {position}"))
+            else:
+                yield from _convert(s, f, rollout_id, position, ctx, train)
+            position += 1
+    except torchstream.NotStreamable as e:
+        if stream.skipped:  # read whole, the file would bring back what was skipped for its size
+            raise FormatError(f"cannot read past sample {position}: it refers to what a sample skipped for its "
+                              f"size defined ({e}); --max-record-mb above that sample's size reads it",
+                              str(f)) from None
+        yield from _read_whole(f, ctx, position, train)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, OSError, EOFError, ValueError, IndexError, KeyError,
+            TypeError) as e:
+        raise FormatError(f"cannot read past sample {position} (truncated or corrupt?): {type(e).__name__}: "
+                          f"{str(e)[:200]}", str(f)) from None
 
 
 def _convert(s: Any, f: Path, rollout_id: Any, position: int, ctx: ImportContext,
