@@ -54,7 +54,7 @@ def test_the_copy_in_docs_is_what_rollscope_schema_prints():
 
 @pytest.mark.parametrize("name", ["schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
                                   "schema4-episodes.jsonl", "schema5-episodes.jsonl",
-                                  "schema6-episodes.jsonl", "schema7-episodes.jsonl"])
+                                  "schema6-episodes.jsonl", "schema7-episodes.jsonl", "schema10-episodes.jsonl"])
 def test_earlier_files_read_upgraded_and_export_valid_records(name):
     report = jsonl.ReadReport()
     episodes = list(jsonl.read(GOLDEN / name, report))
@@ -119,7 +119,7 @@ def test_every_golden_file_of_every_version_reads_as_the_same_episodes(tmp_path)
                for name in ("schema1-episodes.jsonl", "schema2-episodes.jsonl", "schema3-episodes.jsonl",
                             "schema4-episodes.jsonl", "schema5-episodes.jsonl",
                             "schema6-episodes.jsonl", "schema7-episodes.jsonl", "schema8-episodes.jsonl",
-                            "schema9-episodes.jsonl")}
+                            "schema9-episodes.jsonl", "schema10-episodes.jsonl")}
     for name in ("dbschema2.sqlite", "dbschema3.sqlite", "dbschema4.sqlite", "dbschema5.sqlite",
                  "dbschema6.sqlite", "dbschema7.sqlite", "dbschema8.sqlite", "dbschema9.sqlite",
                  "dbschema10.sqlite", "dbschema11.sqlite", "dbschema12.sqlite", "dbschema13.sqlite"):
