@@ -61,6 +61,10 @@ def test_forks_replay_the_turns_before_the_fork_and_are_stored_with_their_parent
     for f in forks:
         assert np.array_equal(f.tokens.ids[:cut], parent.tokens.ids[:cut])
         assert [t.generation.text for t in f.turns[:turn]] == [t.generation.text for t in parent.turns[:turn]]
+    # The parent's own policy settings, where none are given: its mistake rate, its sampling.
+    assert main(["fork", parent.id, "--turn", str(turn), "--db", str(db), "--no-store"]) == 0
+    said = capsys.readouterr().out
+    assert "(its policy: scripted, mistake rate 0.4)" in said and "max 256 new tokens, mistake rate 0.4)" in said
     # Every fork sampled anew: none is the parent again, and they differ among themselves.
     assert all(not np.array_equal(f.tokens.ids, parent.tokens.ids) for f in forks)
     assert len({tuple(f.tokens.ids.tolist()) for f in forks}) > 1

@@ -47,6 +47,9 @@ def cmd_fork(a: argparse.Namespace) -> int:
     for name in ("temperature", "top_p", "max_new_tokens"):
         if getattr(a, name) is None and recorded is not None:  # the parent's, as it was sampled
             setattr(a, name, getattr(recorded, name))
+    own = parent.backend.settings.get("mistake_rate") if parent.backend is not None else None
+    if a.mistake_rate is None:  # the scripted policy's: the parent's where it played it
+        a.mistake_rate = own if isinstance(own, (int, float)) and not isinstance(own, bool) else 0.2
     backend = backend_settings(a)
     who = a.user.partition(">")[2] or a.user
     user_model = UserSettings("llm", a.user_model, a.user_url) if who == "llm" else None
@@ -56,6 +59,7 @@ def cmd_fork(a: argparse.Namespace) -> int:
     check_samples(a.samples, setup)
     out = sys.stderr if a.json else sys.stdout
     ran = f"{parent.backend.name}{' ' + parent.backend.model if parent.backend.model else ''}" \
+        + (f", mistake rate {own:g}" if isinstance(own, (int, float)) and not isinstance(own, bool) else "") \
         if parent.backend is not None else "not recorded"
     print(f"parent {parent.id}: {parent.status}, reward {parent.reward:g}, {parent.n_turns} turns (its policy: {ran})\n"
           f"forks at turn {a.turn}: policy {backend.describe()}", file=out)

@@ -56,7 +56,9 @@ def policy_options(r: argparse.ArgumentParser, sampling_default: str = "") -> No
     r.add_argument("--top-logprobs", type=int, default=0, metavar="K",
                    help="record at each generated token its K most likely tokens with their logprobs, and the "
                         "entropy (exact on the local model, estimated from the top K on a server; 0 = none, at most 20)")
-    r.add_argument("--mistake-rate", type=rate, default=0.2, help="scripted policy: share of wrong turns (0 = always right)")
+    r.add_argument("--mistake-rate", type=rate, default=None if said else 0.2,
+                   help="scripted policy: share of wrong turns (0 = always right; default: "
+                   + ("the parent's, else 0.2)" if said else "0.2)"))
 
 
 def backend_settings(a: argparse.Namespace, tokenizer: str | None = None) -> Any:
