@@ -195,13 +195,15 @@ def _noting_repeats(f: Path, episodes: Iterator[Episode], ctx: ImportContext) ->
     """``episodes`` of ``f``, a note when two samples of it share an ``index`` (each is its own episode: their ids
     hold their tokens): slime's train dumps join on it, so a train-side value of that index is either's."""
     first: dict[int, Any] = {}
+    said = False  # once a file: the first pair named
     for ep in episodes:
         i = ep.source.index
-        if i is not None and i in first:
+        if i is not None and i in first and not said:
+            said = True
             ctx.note(f"{f}: samples share an index (first: index {i}, at samples {first[i]} and "
                      f"{ep.source.details.get('position')}); slime's train dumps join on index, so their train-side "
                      "values cannot be told apart")
-        elif i is not None:
+        elif i is not None and i not in first:
             first[i] = ep.source.details.get("position")
         yield ep
 
