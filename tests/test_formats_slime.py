@@ -384,6 +384,18 @@ def test_two_samples_of_one_id_in_a_dump_store_the_first_and_list_the_second_whe
     st.close()
 
 
+def _cut_reply_found(tmp_path, tok, msgs, prompt, reply):
+    """The checks' findings on a slime sample whose one reply, ``reply``, the length limit cut."""
+    f = write_slime_dump(tmp_path / "s.pt", [slime_sample(
+        prompt + reply, len(reply), prompt=[m.to_dict() for m in msgs], response=chat.decode(tok, reply),
+        status="truncated", reward=0.0, rollout_log_probs=[-0.5] * len(reply))])
+    st = _db(tmp_path)
+    import_path(f, "slime", st, tokenizer=tok)
+    (ep,) = st.iter_episodes()
+    st.close()
+    return run_checks(ep, CheckOptions(tokenizer=tok))
+
+
 @pytest.mark.parametrize("cut_inside", [True, False])
 def test_a_reply_cut_inside_a_character_is_a_warning_of_its_text_not_an_error_of_its_ids(tmp_path, smol_tokenizer,
                                                                                         cut_inside):
@@ -398,14 +410,7 @@ def test_a_reply_cut_inside_a_character_is_a_warning_of_its_text_not_an_error_of
     at = next(k for k in range(len(reply)) if reply[k:k + len(emoji)] == emoji)
     cut = reply[:at + 1] if cut_inside else reply[:at]  # one byte of the emoji, or the word before it
     assert ("\ufffd" in chat.decode(tok, cut)) is cut_inside
-    f = write_slime_dump(tmp_path / "s.pt", [slime_sample(
-        prompt + cut, len(cut), prompt=[m.to_dict() for m in msgs], response=chat.decode(tok, cut),
-        status="truncated", reward=0.0, rollout_log_probs=[-0.5] * len(cut))])
-    st = _db(tmp_path)
-    import_path(f, "slime", st, tokenizer=tok)
-    (ep,) = st.iter_episodes()
-    st.close()
-    found = run_checks(ep, CheckOptions(tokenizer=tok))
+    found = _cut_reply_found(tmp_path, tok, msgs, prompt, cut)
     assert [x.kind for x in found if x.severity is Severity.ERROR] == []
     drift = [x for x in found if x.kind == "retokenization_drift"]
     assert [x.severity for x in drift] == ([Severity.WARNING] if cut_inside else [])
@@ -532,14 +537,7 @@ def test_a_reply_cut_inside_a_character_does_not_hide_ids_that_differ_earlier(tm
     emoji = chat.encode(tok, " 🎉")
     reply = odd + emoji[:-1]  # cut inside the emoji
     assert "\ufffd" in chat.decode(tok, reply)
-    f = write_slime_dump(tmp_path / "s.pt", [slime_sample(
-        prompt + reply, len(reply), prompt=[m.to_dict() for m in msgs], response=chat.decode(tok, reply),
-        status="truncated", reward=0.0, rollout_log_probs=[-0.5] * len(reply))])
-    st = _db(tmp_path)
-    import_path(f, "slime", st, tokenizer=tok)
-    (ep,) = st.iter_episodes()
-    st.close()
-    found = run_checks(ep, CheckOptions(tokenizer=tok))
+    found = _cut_reply_found(tmp_path, tok, msgs, prompt, reply)
     assert "tokens_not_rendering" in {x.kind for x in found if x.severity is Severity.ERROR}
     assert not any("inside a character" in x.message for x in found)
 
