@@ -11,7 +11,7 @@ from ..analysis.entropy import ForkToken, TurnEntropy, has_entropy, turn_entropy
 from ..backends.tokenizers import tokenizer_spec, try_tokenizer
 from ..records.episode import Episode, Finding, Message
 from ..tokens import chat
-from .common import DEFAULT_DB, open_store
+from .common import DEFAULT_DB, counted, open_store
 from .explain import outcome_lines
 
 FOLDED_LINES = 3
@@ -96,8 +96,9 @@ def _undecoded(ep: Any, ids: Any) -> str:
         return (f"[assistant] (no text stored: {len(ids)} generated token ids; `--json` has them, and "
                 "`rollscope import --tokenizer` decodes them)")
     text = chat.strip_end_of_turn(tok, chat.decode(tok, list(ids)).rstrip())
-    return (f"[assistant] (no text stored; decoded with {ep.tokenizer}:) {text}" if text.strip() else
-            f"[assistant] (no text: {'its 1 generated token id decodes' if len(ids) == 1 else f'its {len(ids)} generated token ids decode'} "
+    if text.strip():
+        return f"[assistant] (no text stored; decoded with {ep.tokenizer}:) {text}"
+    return (f"[assistant] (no text: its {counted(len(ids), 'generated token id')} decode{'s' if len(ids) == 1 else ''} "
             "to none but the end of the turn)")
 
 

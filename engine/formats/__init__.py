@@ -44,7 +44,7 @@ from typing import IO, Any
 
 from ..checks.diagnosis import edited_after_check
 from ..envs.outcomes import explain
-from ..errors import ConfigError, FormatError
+from ..errors import ConfigError, FormatError, StoreError
 from ..presets import LoopConfig
 from ..records import textsafe
 from ..records.episode import Episode
@@ -55,7 +55,7 @@ from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl, verl_agent_loop
 from .base import ImportContext, LineRange, atomic_path
 from .limits import MAX_RECORD_MB, is_over_limit, record_limit
-from .reimport import said_digest
+from .reimport import dump_changes, said, said_digest
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
 Exporter = Callable[[Iterable[Episode], Path], int]
@@ -374,17 +374,12 @@ def import_path(
 def _says_the_same(read: Episode, first: Episode) -> bool:
     """Whether a foreign record says what the first of its id in this import said (where it was read and when do
     not count)."""
-    from .reimport import dump_changes, said
-
     return not dump_changes(said(read), said(first))
 
 
 def _changes(store: Any, ep: Episode, own_ids: bool) -> tuple[str, ...]:
     """Where a foreign record says otherwise than its stored copy (``reimport.dump_changes``); a stored copy that
     cannot be read differs (``--replace`` writes the record over it)."""
-    from ..errors import StoreError
-    from .reimport import dump_changes, said
-
     try:
         return dump_changes(said(ep), store.ending_and_tokens(ep.id), own_ids)
     except StoreError:

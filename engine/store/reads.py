@@ -30,6 +30,18 @@ _PAIRED = {("run_id", "created_at"): "episode_index_run_created", ("run_id", "ro
            ("task_id", "reward"): "episode_index_task_reward", ("group_id", "reward"): "episode_index_group_reward"}
 
 
+def _token_row(conn: sqlite3.Connection, episode_id: str) -> Any:
+    return conn.execute("SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?",
+                        [episode_id]).fetchone()
+
+
+def _token_arrays(row: Any) -> TokenArrays:
+    """An episode's token arrays from its ``tokens`` row (``_token_row``): packed, as raw blobs, or none."""
+    if row is None:
+        return TokenArrays()
+    return codec.unpack_tokens(row[4]) if row[4] is not None else TokenArrays.from_blobs(*row[:4])
+
+
 @contextlib.contextmanager
 def _one_state(conn: sqlite3.Connection, lock: Any) -> Iterator[None]:
     """Reads on ``conn`` inside the block (under ``lock``) see one state of the file: one read transaction, or the
@@ -81,14 +93,11 @@ class Reads(StoreBase):
         with _one_state(conn, lock):  # the row, turns, tokens and tags of one committed state
             row = self._require(episode_id)
             rows = conn.execute("SELECT idx, data FROM turns WHERE episode_id = ? ORDER BY idx", [episode_id]).fetchall()
-            tok = conn.execute(
-                "SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?", [episode_id]
-            ).fetchone()
+            tok = _token_row(conn, episode_id)
             tags = [r[0] for r in conn.execute("SELECT tag FROM tags WHERE episode_id = ? ORDER BY tag",
                                                [episode_id]).fetchall()]
         try:
-            tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
-                      else TokenArrays.from_blobs(*tok[:4]))
+            tokens = _token_arrays(tok)
             turns: list[dict[str, Any]] = []
             previous: dict[str, Any] | None = None
             for idx, data in rows:
@@ -127,11 +136,9 @@ class Reads(StoreBase):
         conn, lock = self._point_reader()
         with _one_state(conn, lock):
             row = self._require(episode_id)
-            tok = conn.execute("SELECT ids, loss_mask, logprobs, versions, packed FROM tokens WHERE episode_id = ?",
-                               [episode_id]).fetchone()
+            tok = _token_row(conn, episode_id)
         try:
-            tokens = (TokenArrays() if tok is None else codec.unpack_tokens(tok[4]) if tok[4] is not None
-                      else TokenArrays.from_blobs(*tok[:4]))
+            tokens = _token_arrays(tok)
             data = codec.unpack_json(row["data"]) or {}
         except (StoreError, ValueError) as e:  # a damaged row: blobs of the wrong length, JSON that is not
             raise StoreError(f"episode {episode_id} in {self.path} cannot be read: {e}") from None
