@@ -12,23 +12,9 @@ from engine.checks import CheckOptions, check_mask, run_checks
 from engine.formats import export, import_path
 from engine.formats.areal import ROWS_NOTE, packed_rows
 from engine.records.episode import Message
-from engine.store import Store
 from engine.tokens import chat
 from tests.fixtures_formats import areal_record, loop_episodes, verl_rows, write_jsonl
-
-
-@pytest.fixture(scope="module")
-def eps(smol_tokenizer):
-    return loop_episodes(smol_tokenizer)
-
-
-def _db(tmp_path, name="a.db"):
-    return Store(tmp_path / name)
-
-
-def _enc(tok, text):
-    return chat.encode(tok, text)
-
+from tests.test_formats_text import _db, _enc
 
 # -- AReaL ------------------------------------------------------------------------
 
@@ -65,8 +51,8 @@ def test_areal_dump_imports_with_tokens_mask_and_versions(tmp_path, qwen3_tokeni
     assert b2.n_tokens == 0 and b2.n_turns == 2 and b2.turns[0].prompt_text.startswith("<|im_start|>user")
 
 
-def test_areal_export_packs_each_turn_and_imports_back(tmp_path, eps):
-    ep = next(e for e in eps if e.preset == "areal-math" and e.n_turns > 1)
+def test_areal_export_packs_each_turn_and_imports_back(tmp_path, smol_tokenizer):
+    ep = next(e for e in loop_episodes(smol_tokenizer) if e.preset == "areal-math" and e.n_turns > 1)
     st = _db(tmp_path)
     st.save_episode(ep)
     out = tmp_path / "packed.jsonl"
