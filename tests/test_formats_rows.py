@@ -128,8 +128,12 @@ def test_a_reply_that_never_reached_its_end_of_turn_token_is_read_as_cut_by_the_
         eps = sorted(st.iter_episodes(), key=lambda e: e.tokens.ids[len(prompt):].tolist() != cut)  # the cut first
         st.close()
         assert [e.turns[-1].generation.finish_reason for e in eps] == ["length"] + ["stop"] * (len(eps) - 1), fmt
-        kinds = [[f.kind for f in run_checks(e, CheckOptions(tokenizer=tok))] for e in eps]
+        found = [run_checks(e, CheckOptions(tokenizer=tok)) for e in eps]
+        kinds = [[f.kind for f in fs] for fs in found]
         assert "truncated_turn" in kinds[0] and not any("truncated_turn" in k for k in kinds[1:]), (fmt, kinds)
+        # read off the ids, not recorded: it says so, and names the other way a reply ends without the token
+        said = next(f.message for f in found[0] if f.kind == "truncated_turn")
+        assert "no end-of-turn token" in said and "stop string" in said, said
     assert len(eps) == 2  # (verl's rows: the two replies without the trained newline)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import RollscopeError
 from ..records.episode import Episode, Finding
+from ..records.generation import READ_OFF_IDS
 from ..tokens import chat
 from ..tokens.tokenizer import Tokenizer
 from .base import (
@@ -500,8 +501,10 @@ def check_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
     for t in ep.turns:
         if t.generation is not None and t.generation.finish_reason == "length" and ("truncated_turn", t.index) not in logged:
             seg = next((s for s in t.segments if s.kind == "assistant"), None)
-            out.append(Finding("truncated_turn", WARNING,
-                               f"turn {t.index} stopped on the length limit; its trainable tokens end mid-reply",
+            why = (f"turn {t.index} reads as cut by the length limit: {READ_OFF_IDS}"
+                   if t.generation.finish_detail == READ_OFF_IDS else
+                   f"turn {t.index} stopped on the length limit; its trainable tokens end mid-reply")
+            out.append(Finding("truncated_turn", WARNING, why,
                                turn=t.index, token_start=seg.start if seg else None, token_end=seg.end if seg else None))
     if ep.status.value == "truncated" and not any(k == "truncated_episode" for k, _ in logged):
         out.append(Finding("truncated_episode", WARNING, f"episode cut: {ep.reason or 'turn limit'}",

@@ -8,7 +8,7 @@ import typing
 import numpy as np
 
 from ..records.episode import FinishReason, Generation, Segment, Turn
-from ..records.generation import FINISH_REASONS
+from ..records.generation import FINISH_REASONS, READ_OFF_IDS
 from ..tokens.tokenizer import Tokenizer
 
 STATUS_FINISH: dict[str, FinishReason] = {"truncated": "length", "aborted": "abort"}
@@ -76,7 +76,8 @@ def mask_structure(
     last = len(turn_spans) - 1
     known = [typing.cast(FinishReason, f) for f in finish] if finish is not None and len(finish) == len(turn_spans) \
         and all(f in FINISH_REASONS for f in finish) else None
-    if known is None and cut_without_eot and tokenizer is not None and turn_spans:
+    read_off = known is None and cut_without_eot and tokenizer is not None and bool(turn_spans)
+    if read_off:
         known = _ended(ids, turn_spans, tokenizer)
     for t, (a, b) in enumerate(turn_spans):
         lp = logprobs[a:b]
@@ -92,6 +93,7 @@ def mask_structure(
             token_ids=tuple(ids[a:b].tolist()),
             logprobs=None if np.isnan(lp).all() else tuple(lp.tolist()),
             finish_reason=known[t] if known else STATUS_FINISH.get(status, "stop") if t == last else "stop",
+            finish_detail=READ_OFF_IDS if read_off and known and known[t] == "length" else "",
             prompt_tokens=a,
             weight_version=ver,
         )

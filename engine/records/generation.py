@@ -17,6 +17,11 @@ FinishReason = Literal["stop", "length", "abort"]
 FINISH_REASONS: tuple[str, ...] = typing.get_args(FinishReason)
 
 
+READ_OFF_IDS = ("it ends on no end-of-turn token and the dump records no finish reason (a stop string, which the "
+                "server leaves out of the reply, would end it so too)")
+"""The ``finish_detail`` of a reply whose finish reason was read off its ids, a dump recording none
+(``formats.masks.mask_structure``): what its ``truncated_turn`` says."""
+
 @dataclass(frozen=True)
 class Generation:
     """The raw answer of a backend to one request."""
