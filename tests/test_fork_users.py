@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from engine import formats
+from engine.backends.base import SamplingParams
 from engine.backends.scripted import ScriptedBackend
 from engine.envs.retail import RetailEnv
 from engine.envs.retail.user import USER_SYSTEM
 from engine.errors import ConfigError
-from engine.launch.plan import BackendSettings, UserSettings, plan_fork, plan_step
+from engine.launch.plan import BackendSettings, UserSettings, fork_seed, plan_fork, plan_step
 from engine.loop import fork as forking
 from engine.loop.stepper import run_episode
 from engine.presets import PRESETS
@@ -217,6 +218,29 @@ def test_a_fork_samples_as_the_step_form_says_and_its_record_keeps_it(retail_par
     hand = asyncio.run(start.start())
     asyncio.run(hand.commit(hand.text_of(asyncio.run(hand.generate()))))
     sampling = hand.to_save().config.sampling
-    assert (sampling.temperature, sampling.top_p, sampling.max_new_tokens, sampling.seed) == (0.5, 0.9, 40, 11)
+    # the seed is the fork's own, made from the form's as `rollscope fork --seed 11` makes its first sample's
+    assert (sampling.temperature, sampling.top_p, sampling.max_new_tokens) == (0.5, 0.9, 40)
+    assert sampling.seed == fork_seed(retail_parent.id, 11, 0) != 11
     assert all(len(t.generation.token_ids) <= 40 for t in hand.episode().turns[1:] if t.generation is not None)
+    store.close()
+
+
+def test_a_fork_from_the_step_form_with_the_parents_seed_does_not_sample_the_parent_again(tmp_path, smol_tokenizer):
+    """The form's seed is the parent's (both the form's default): the fork's replies are not the parent's, replayed."""
+    be = ScriptedBackend(RetailEnv().reference_reply, smol_tokenizer, mistake_rate=0.5, seed=0)
+    parent = asyncio.run(run_episode(RetailEnv(), be, smol_tokenizer, PRESETS["slime-tau"], RetailEnv().tasks[0],
+                                     preset="slime-tau", sampling=SamplingParams(seed=0)))
+    store = Store(tmp_path / "x.db")
+    store.save_episode(parent)
+    form = BackendSettings("scripted", mistake_rate=0.5, seed=parent.config.sampling.seed)
+    played = []
+    for _ in range(2):  # the same form twice: the same fork, so a fork is reproduced by its seed
+        hand = asyncio.run(plan_fork(store, parent.id, 0, "scripted", "", form).start())
+        played.append([])
+        while not hand.done and len(played[-1]) < 3:
+            gen = asyncio.run(hand.generate())
+            played[-1].append(gen.token_ids)
+            asyncio.run(hand.commit(hand.text_of(gen)))
+    assert played[0] == played[1]
+    assert played[0] != [t.generation.token_ids for t in parent.turns[:len(played[0])]]
     store.close()

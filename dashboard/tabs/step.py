@@ -125,8 +125,10 @@ class StepTab:
                 session = self.sessions.start_new(env, task, preset, settings, who, backend, model)
         except RollscopeError as e:
             return self.error(str(e), at_start=True)
-        what = (f"Forked {session.hand.report.parent_id} at turn {session.hand.report.turn}." if session.hand.report
-                else "Started a new conversation.")
+        seed = session.hand.stepper.sampling.seed
+        what = (f"Forked {session.hand.report.parent_id} at turn {session.hand.report.turn}, sampling with seed {seed} "
+                "(the fork's own, made from the form's seed and the parent's id: the parent's would sample it again)."
+                if session.hand.report else "Started a new conversation.")
         return _view(session, message=rs.note(f"{what} Press Generate for the next assistant turn, or write it "
                                               "yourself.", "info"), reset_text=True, fold_start=True)
 

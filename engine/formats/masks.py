@@ -77,7 +77,7 @@ def mask_structure(
     known = [typing.cast(FinishReason, f) for f in finish] if finish is not None and len(finish) == len(turn_spans) \
         and all(f in FINISH_REASONS for f in finish) else None
     read_off = known is None and cut_without_eot and tokenizer is not None and bool(turn_spans)
-    if read_off:
+    if read_off and tokenizer is not None:
         known = _ended(ids, turn_spans, tokenizer)
     for t, (a, b) in enumerate(turn_spans):
         lp = logprobs[a:b]

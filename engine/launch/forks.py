@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +22,7 @@ from ..errors import BackendError, ConfigError
 from ..loop.fork import ForkReport
 from ..records.episode import Episode
 from ..store import Store
-from .plan import BackendSettings, ForkSetup, start_fork
+from .plan import BackendSettings, ForkSetup, fork_seed, start_fork
 
 MAX_SAMPLES = 256
 
@@ -35,12 +34,6 @@ class PlayedFork:
     episode: Episode
     report: ForkReport
     seed: int
-
-
-def fork_seed(parent_id: str, seed: int, i: int) -> int:
-    """The seed of fork ``i`` of ``parent_id`` under ``--seed``: not the parent's own (a fork sampled with the parent's
-    seed is the parent again), nor another fork's shifted by a turn (a model's seed goes up by one a turn)."""
-    return int.from_bytes(hashlib.sha256(f"{parent_id}|{seed}|{i}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
 def check_samples(samples: int, f: ForkSetup) -> None:

@@ -12,6 +12,8 @@ whose model loads then); ``BackendSettings.open()`` does the slow part
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 import re
 from collections.abc import Callable, Coroutine
@@ -424,13 +426,22 @@ def plan_fork(store: Store, episode_id: Any, turn: Any, user: str, settings: Any
               backend: BackendSettings, user_model: UserSettings | None = None) -> HandStart:
     """A fork of a stored or imported episode at ``turn``: its turns before it replayed (with the user's
     recorded replies where only the record knows them), the rest by hand, under the parent's loop config
-    with the knob changes of ``settings`` and the form's sampling (``backend``: temperature, top-p, max new tokens,
-    seed), which the fork's record keeps. ``user`` (``fork.FORK_USERS``) answers after the fork; written
+    with the knob changes of ``settings`` and the form's sampling (``backend``: temperature, top-p, max new tokens),
+    its seed the fork's own made from the form's (``fork_seed``: the parent's would sample the parent again), which
+    the fork's record keeps. ``user`` (``fork.FORK_USERS``) answers after the fork; written
     ``recorded>scripted`` or ``recorded>llm``, the recorded user hands over to that user instead of the
     person. ``user_model`` says which model plays the user where one does."""
     f = fork_setup(store, episode_id, turn, user, settings, backend, user_model)
-    policy = backend.build(f.make_env, f.tokenizer)
-    return HandStart(f.tokenizer, backend.describe(), lambda: start_fork(f, policy, backend, backend.seed))
+    seed = fork_seed(f.parent.id, backend.seed, 0)  # as `rollscope fork --seed`'s first sample
+    own = dataclasses.replace(backend, seed=seed)  # the scripted policy's mistakes follow its seed too
+    policy = own.build(f.make_env, f.tokenizer)
+    return HandStart(f.tokenizer, own.describe(), lambda: start_fork(f, policy, own, seed))
+
+
+def fork_seed(parent_id: str, seed: int, i: int) -> int:
+    """The seed of fork ``i`` of ``parent_id`` under ``--seed``: not the parent's own (a fork sampled with the parent's
+    seed is the parent again), nor another fork's shifted by a turn (a model's seed goes up by one a turn)."""
+    return int.from_bytes(hashlib.sha256(f"{parent_id}|{seed}|{i}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
 async def start_fork(f: ForkSetup, policy: Backend, backend: BackendSettings, seed: int) -> HandStepper:
