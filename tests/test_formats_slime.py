@@ -187,15 +187,15 @@ def test_statuses_rewards_and_reimport(tmp_path):
     ]
     f = write_slime_dump(tmp_path / "s.pt", samples)
     st = _db(tmp_path)
-    first = import_path(f, "slime", st)
+    first = import_path(f, "slime", st, reward_key="acc")  # slime's --reward-key: which score is the reward
     eps = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
     assert [e.status for e in eps] == [Status.INTERRUPTED, Status.TRUNCATED, Status.ABORTED]
     assert [e.source.details["status"] for e in eps] == ["pending", "truncated", "aborted"]
-    assert [e.reward for e in eps] == [0.0, 0.75, 0.0]
+    assert [e.reward for e in eps] == [0.0, 1.0, 0.0]
     assert eps[1].turns[-1].generation.finish_reason == "length" and eps[2].n_turns == 0
     st.set_tags(eps[0].id, ["keep"])
-    again = import_path(f, "slime", st)
-    assert (first.new, again.new, again.already_present) == (3, 0, 3)
+    again = import_path(f, "slime", st, reward_key="acc")
+    assert (first.new, again.new, again.already_present, again.differ) == (3, 0, 3, 0)
     assert st.count() == 3 and st.get_episode(eps[0].id).tags == ("keep",)  # a re-import keeps annotations
 
 

@@ -489,10 +489,10 @@ def test_episodes_with_nan_reward_parts_and_dict_rewards(tmp_path):
             {"messages": [{"role": "user", "content": "hi"}], "reward": float("nan")}]
     f = tmp_path / "r.jsonl"
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    r = import_path(f, "messages", st)
+    r = import_path(f, "messages", st, reward_key="acc")
     assert r.new == 1 and "finite" in str(r.errors[0])
     ep = next(st.iter_episodes())
-    assert ep.reward == 1.5 and ep.source.details["reward"] == {"acc": 1.0, "fmt": 0.5}
+    assert ep.reward == 1.0 and ep.source.details["reward"] == {"acc": 1.0, "fmt": 0.5}
     assert np.asarray(ep.tokens.ids).size == 0
 
 

@@ -42,3 +42,13 @@ def test_the_docstrings_are_read_from_the_source_as_written():
     docs = field_docs()
     assert docs["Finding"]["caused_by"] == "The id of the finding this one follows from; None for a root."
     assert len(docs["Episode"]) >= 30
+
+
+def test_the_readme_names_the_record_schema_version_the_code_writes():
+    import re
+
+    from engine.records.episode import SCHEMA_VERSION
+
+    readme = (ENGINE.parent / "README.md").read_text(encoding="utf-8")
+    said = re.findall(r"`schema_version` (\d+)", readme)
+    assert said and {int(v) for v in said} == {SCHEMA_VERSION}, said

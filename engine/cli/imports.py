@@ -45,6 +45,9 @@ def register(sub: Any) -> None:
                     "checked again. Without it such episodes are left as they were and counted. jsonl and parquet "
                     "records always replace their stored copy; a chat record or a verl AgentLoopOutput row that says "
                     "otherwise has another id (a new episode)")
+    im.add_argument("--reward-key", default="", metavar="KEY",
+                    help="the score that is the reward where a record's reward is a reward model's dict of scores "
+                    "(slime's --reward-key); without it such a dict gives its 'score', and one without is refused")
     im.add_argument("--quiet", action="store_true", help="no progress bar")
     fanout_options(im, "read a JSONL file of 8 MB or more (each parses lines and packs their rows, which this process "
                        "writes; default: one per CPU up to 4) and run the checks (default: one per CPU)")
@@ -81,7 +84,8 @@ def cmd_import(a: argparse.Namespace) -> int:
     try:
         report = import_path(a.file, a.format, store, tokenizer=a.tokenizer,
                              progress=not a.quiet and sys.stderr.isatty(), env=a.env, run_id=a.run, check=a.check,
-                             fanout=pool, max_record_mb=a.max_record_mb, loop=loop, replace_changed=a.replace)
+                             fanout=pool, max_record_mb=a.max_record_mb, loop=loop, replace_changed=a.replace,
+                             reward_key=a.reward_key)
     except RollscopeError:
         if made:  # a file refused whole leaves no empty database behind, only one this command made and wrote nothing to
             _forget(store, Path(a.db))

@@ -23,6 +23,8 @@ def register(sub: Any) -> None:
     w.add_argument("--run", help="the run the episodes go to (default: the folder's name and a hash of its path)")
     w.add_argument("--tokenizer", help="tokenizer folder or hub id, to tokenize and check the dumps with")
     w.add_argument("--env", help="the env the records ran in, when they do not say")
+    w.add_argument("--reward-key", default="", metavar="KEY",
+                   help="the score that is the reward where a record's reward is a dict of scores (as import's)")
     w.add_argument("--interval", type=float, default=2.0, help="seconds between looks at the folder")
     w.add_argument("--settle", type=float, default=2.0,
                    help="seconds a JSONL dump must stay unchanged before its last line, without its newline, is "
@@ -42,7 +44,8 @@ def cmd_watch(a: argparse.Namespace) -> int:
 
 def watch(a: argparse.Namespace, store: Any, pool: Any) -> int:
     watcher = Watcher(store, a.folder, a.format, run_id=a.run, tokenizer=a.tokenizer, check=not a.no_check,
-                      fanout=pool, settle=a.settle, env=a.env, max_record_mb=a.max_record_mb)
+                      fanout=pool, settle=a.settle, env=a.env, max_record_mb=a.max_record_mb,
+                      reward_key=a.reward_key)
     totals = {"new": 0, "files": 0, "failed": 0}
 
     def show(e: WatchEvent) -> None:

@@ -190,7 +190,7 @@ def import_path(
     path: str | Path, fmt: str, store: Any, *, tokenizer: Tokenizer | str | None = None, progress: bool = False, env: str | None = None,
     run_id: str | None = None, check: bool = False, fanout: Any = None, lines: LineRange | None = None,
     max_record_mb: float = MAX_RECORD_MB, loop: LoopConfig | None = None, batch: int = BATCH_EPISODES,
-    replace_changed: bool = False,
+    replace_changed: bool = False, reward_key: str = "",
 ) -> ImportReport:
     """Import a file or folder in format ``fmt`` into ``store``.
 
@@ -205,6 +205,7 @@ def import_path(
     on a growing file). ``max_record_mb`` is the largest record read (a line, a sample, a row): a larger one is
     skipped and listed, read no further than the format allows. ``loop`` is the knobs verl's loop ran with
     (``--set``/``--config``), recorded on each ``verl`` row that does not carry its own; the verl checks read them.
+    ``reward_key`` names the score of a reward model's dict that is the reward (``base.reward_value``).
     Malformed records are skipped and listed in the report; a missing, unreadable or
     unsafe file (a pickle that would run code) raises ``FormatError``; what was read before it is stored.
     Episodes are written a batch per transaction (``batch`` at most), each in a
@@ -237,7 +238,7 @@ def import_path(
         fmt, tok, name, env=env or "", errors=report.errors, notes=report.notes, files=report.files,
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
-        lines=lines, max_record=max_record, loop=loop,
+        lines=lines, max_record=max_record, loop=loop, reward_key=reward_key,
         # Chat records' ids were their lines before: looked up only where such episodes may be (a query a record).
         known=store.has_episode if fmt == "messages" and store.count_upto(EpisodeFilter(source="messages"), 1).n
         else None,

@@ -55,7 +55,6 @@ from .base import (
     logprob_array,
     mask_array,
     read_jsonl_records,
-    reward_value,
     stable_id,
 )
 from .masks import mask_structure
@@ -111,7 +110,7 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     trained = np.flatnonzero(mask)
     prompt_len = int(trained[0]) if trained.size else n
     lps[:prompt_len] = np.nan  # AReaL writes 0.0 for prompt tokens: unknown, not certain
-    reward = reward_value(d.get("rewards"), where, "rewards")
+    reward = ctx.reward(d.get("rewards"), where, "rewards")
     segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=tok, reward=reward,
                                      cut_without_eot=True)
     task = d.get("task_id", "")
@@ -148,7 +147,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     for key in ("prompt", "completion"):
         if not isinstance(d[key], str):
             raise FormatError(f"must be text, got {json_type(d[key])}", where, key)
-    reward = reward_value(d["reward"], where)
+    reward = ctx.reward(d["reward"], where)
     sample_idx = int_field(d["sample_idx"], where, "sample_idx")
     assert sample_idx is not None  # not optional: int_field raised otherwise
     dump_counts = {k: int_field(d.get(k), where, k, optional=True) for k in ("seqlen", "prompt_len")}

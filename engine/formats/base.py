@@ -86,6 +86,15 @@ class ImportContext:
     """Where the record read last is (a JSONL file's ``path:line``): what the import names a record it cannot store
     by, when the episode's own source names another file (a Rollscope record keeps where it first came from)."""
     named: dict[str, tuple[Tokenizer | None, str]] = field(default_factory=dict)  # ``named_tokenizer``'s, by name
+    reward_key: str = ""
+    """Which score of a reward model's dict is the reward (``import --reward-key``; ``reward_value``)."""
+
+    def reward(self, value: Any, where: str, name: str = "reward") -> float:
+        """A record's reward (``reward_value`` with ``--reward-key``); one that holds none (null: a sample never
+        scored) reads as 0.0, and the import says so."""
+        if value is None:
+            self.note(f"some records hold no {name} (null: a sample never scored): each reads as 0.0")
+        return reward_value(value, where, name, self.reward_key)
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""
@@ -341,25 +350,28 @@ def int_field(value: Any, where: str, name: str, *, optional: bool = False) -> i
     return int(value)
 
 
-def reward_value(value: Any, where: str, name: str = "reward") -> float:
+def reward_value(value: Any, where: str, name: str = "reward", key: str = "") -> float:
     """A record's reward as one float.
 
-    Numbers are taken as they are; ``None`` is 0.0; a dict (a reward model
-    returning several scores) gives its ``score`` key if it has one, else
-    the sum of its numeric values. Anything else, and non-finite numbers,
-    is a malformed record.
+    Numbers are taken as they are; ``None`` (a sample never scored) is 0.0 (``ImportContext.reward`` says so); a
+    dict (a reward model returning several scores) gives its ``key`` entry (``import --reward-key``, as slime's
+    ``--reward-key`` picks one), else its ``score`` (verl's reward managers' key), else it is refused: which of
+    several scores is the reward is not to be guessed. Anything else, and non-finite numbers, is a malformed record.
     """
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()
     if value is None:
         return 0.0
     if isinstance(value, dict):
+        keys = ", ".join(repr(str(k)) for k in list(value)[:8]) + (", ..." if len(value) > 8 else "")
+        if key:
+            if key not in value:
+                raise FormatError(f"has no key {key!r} (--reward-key); its keys: {keys or 'none'}", where, name)
+            return reward_value(value[key], where, f"{name}.{key}")
         if "score" in value:
             return reward_value(value["score"], where, f"{name}.score")
-        nums = [v for v in value.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if not nums:
-            raise FormatError("is a dict without a 'score' key or any numeric value", where, name)
-        value = sum(nums)
+        raise FormatError(f"is a dict of scores ({keys or 'empty'}) without a 'score' key: --reward-key NAME says which "
+                          "one is the reward, as slime's --reward-key does", where, name)
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         shown = "" if value is None or isinstance(value, (dict, list)) else f" {value!r:.40}"
         raise FormatError(f"must be a number, got {json_type(value)}{shown}", where, name)  # as a record's fields say

@@ -273,7 +273,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         raise FormatError("holds no messages: there is no conversation to import", where, "messages")
     dropped = dropped_calls(d["messages"])
     tools = _tools(d.get("tools"), where)
-    reward = reward_value(d.get("reward"), where)
+    reward = reward_value(d.get("reward"), where, key=ctx.reward_key)  # a missing one is noted below
     if d.get("reward") is None:
         ctx.note(f"{path}: records without a reward (none, or null) read as reward 0.0: nothing scored them")
     status_raw = d.get("status", "completed")

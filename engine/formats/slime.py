@@ -368,7 +368,7 @@ def sample_to_episode(
         for a, b in _spans(ours.get("nan_logprobs")):
             lp[a:b] = np.nan  # unknown logprobs our exporter wrote as 0.0
 
-    reward = reward_value(s.get("reward"), where)
+    reward = ctx.reward(s.get("reward"), where)
     status = s.get("status", "completed")
     status = getattr(status, "value", status)
     if status not in STATUS_IN:
@@ -414,6 +414,8 @@ def sample_to_episode(
     }
     if isinstance(s.get("reward"), dict):
         details["reward"] = jsonable(s["reward"])
+        if ctx.reward_key:
+            details["reward_key"] = ctx.reward_key
     if s.get("weight_versions"):
         details["weight_versions"] = jsonable(s["weight_versions"])
     if ours.get("episode_id"):
@@ -514,7 +516,7 @@ def _reward(ep: Episode, src: dict[str, Any]) -> Any:
     kept = src.get("reward")
     if isinstance(kept, dict):
         try:
-            if reward_value(kept, "") == ep.reward:
+            if reward_value(kept, "", key=str(src.get("reward_key") or "")) == ep.reward:
                 return kept
         except FormatError:
             pass

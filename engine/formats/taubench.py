@@ -31,7 +31,7 @@ from ..records import jsonbounds, textsafe
 from ..records.episode import Episode, Status
 from ..records.provenance import Source
 from ..records.reading import json_type
-from .base import ImportContext, discover, jsonable, reward_value, stable_id
+from .base import ImportContext, discover, jsonable, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode, parse_messages
 from .sniff import not_json_list, utf8_bom
 
@@ -69,7 +69,7 @@ def result_to_episode(d: Any, where: str, path: Path, index: int, ctx: ImportCon
     if isinstance(trial, bool) or not isinstance(trial, int) or trial < 0:
         raise FormatError(f"must be a whole number of 0 or more, got {trial!r:.40}", where, "trial")
     messages = parse_messages(d["traj"], where)
-    reward = reward_value(d["reward"], where)
+    reward = ctx.reward(d["reward"], where)
     env = _env(ctx, messages, where)
     details: dict[str, Any] = {"trial": trial}
     if d.get("info") is not None:

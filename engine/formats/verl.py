@@ -32,7 +32,7 @@ from ..records.episode import Episode, Message, Status
 from ..records.provenance import Source
 from ..records.reading import json_type
 from . import verl_agent_loop as agent_loop
-from .base import ImportContext, discover, json_lines, jsonable, reward_value, stable_id
+from .base import ImportContext, discover, json_lines, jsonable, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode
 
 REQUIRED = ("input", "output")
@@ -48,7 +48,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
             raise FormatError(f"must be text, got {json_type(d[key])}", where, key)
     if "score" not in d:
         raise FormatError("missing", where, "score")
-    reward = reward_value(d["score"], where, "score")
+    reward = ctx.reward(d["score"], where, "score")
     step = d.get("step")
     if step is None:
         m = re.fullmatch(r"(\d+)", path.stem)

@@ -98,7 +98,7 @@ class Watcher:
 
     def __init__(self, store: Store, folder: str | Path, fmt: str, *, run_id: str | None = None,
                  tokenizer: Tokenizer | str | None = None, check: bool = True, fanout: Any = None, settle: float = 2.0,
-                 env: str | None = None, max_record_mb: float = MAX_RECORD_MB) -> None:
+                 env: str | None = None, max_record_mb: float = MAX_RECORD_MB, reward_key: str = "") -> None:
         if fmt not in WATCH_FORMATS:
             raise ConfigError(f"watch reads {', '.join(WATCH_FORMATS)} dumps, not {fmt!r}")
         self.store, self.folder, self.fmt = store, Path(folder), fmt
@@ -107,7 +107,7 @@ class Watcher:
         self.run_id = run_id or default_run_id(self.folder)
         self.tokenizer, self.check, self.fanout, self.settle, self.env = tokenizer, check, fanout, settle, env
         record_limit(max_record_mb)
-        self.max_record_mb = max_record_mb
+        self.max_record_mb, self.reward_key = max_record_mb, reward_key
         self._seen: dict[str, tuple[int, float, float]] = {}  # path -> (size, mtime, when first seen so)
         self.tokenizer_errors: dict[str, str] = {}
         saved = self.folder / "tokenizer"
@@ -190,7 +190,7 @@ class Watcher:
         try:
             report = import_path(path, self.fmt, self.store, tokenizer=self.tokenizer, env=self.env,
                                  run_id=self._run_of(path), check=self.check, fanout=self.fanout, lines=lines,
-                                 max_record_mb=self.max_record_mb, batch=WATCH_BATCH)
+                                 max_record_mb=self.max_record_mb, batch=WATCH_BATCH, reward_key=self.reward_key)
         except RollscopeError as e:
             self._record(key, path, st, known, 0, 0, "failed", message=str(e))
             return WatchEvent(key, "failed", message=str(e), seconds=time.perf_counter() - t0)
