@@ -460,8 +460,9 @@ def test_ids_of_another_tokenizer_are_one_root_whatever_else_the_checks_read_thr
     assert int(ep.tokens.ids.max()) >= len(smol_tokenizer)
     right = with_checks(ep, CheckOptions(tokenizer=qwen3_tokenizer)).all_findings()
     assert not [x for x in right if x.kind == "token_out_of_vocab"]
-    # Qwen3's template rewrites history: the import said so, and it stays a root of its own either way.
-    assert [r.kind for r in roots(right) if r.severity is not Severity.INFO] == ["template_not_prefix_stable"]
+    # Qwen3's template rewrites history: harmless to ids rendered whole, said as information alone
+    assert not [r.kind for r in roots(right) if r.severity is not Severity.INFO]
+    assert [x.severity for x in right if x.kind == "template_not_prefix_stable"] == [Severity.INFO]
     wrong = with_checks(ep, CheckOptions(tokenizer=smol_tokenizer)).all_findings()
     tripped = {x.kind for x in wrong if x.severity is not Severity.INFO} - {x.kind for x in right}
     assert tripped >= {"token_out_of_vocab", "retokenization_drift", "mask_misaligned"}, tripped

@@ -13,7 +13,7 @@ from engine.formats import export, import_path
 from engine.formats.areal import ROWS_NOTE, packed_rows
 from engine.records.episode import Message
 from engine.tokens import chat
-from tests.fixtures_formats import areal_record, loop_episodes, verl_rows, write_jsonl
+from tests.fixtures_formats import areal_record, loop_episodes, slime_sample, verl_rows, write_jsonl, write_slime_dump
 from tests.test_formats_text import _db, _enc
 
 # -- AReaL ------------------------------------------------------------------------
@@ -197,3 +197,34 @@ def test_an_areal_dump_whose_counts_its_text_does_not_give_says_so_on_the_episod
     assert found.turn == 1 and found.token_start == len(prompt) + len(gen1) + len(feedback)
     assert f"seqlen {len(prompt) + len(gen1) + len(feedback) + len(gen2) + 2}" in found.message
     assert f"segment 3 of {len(gen2) + 2} tokens (re-encoded: {len(gen2)})" in found.message
+
+
+def test_a_thinking_off_generation_prompt_in_a_dump_is_the_prompt_not_an_untrained_reply(tmp_path, qwen3_tokenizer):
+    """Qwen3 rendered with ``enable_thinking=False`` ends its generation prompt on an empty think block: template
+    text the model was given, at the first turn (slime's prompt) and after a user's answer (in the response, untrained,
+    without a logprob). A dump that does not say how it rendered is read so; the same block untrained where the model
+    generated it (its logprobs say so) is still an untrained reply."""
+    tok = qwen3_tokenizer
+    off = {"enable_thinking": False}
+    first = _enc(tok, chat.render(tok, [Message("user", "Add 2 and 3.")], add_generation_prompt=True, **off))
+    assert chat.decode(tok, first).endswith("<think>\n\n</think>\n\n")
+    reply, again = _enc(tok, "It is 5.<|im_end|>"), _enc(tok, "Yes: 5.<|im_end|>")
+    answer = _enc(tok, "\n<|im_start|>user\nAre you sure?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    response = reply + answer + again
+    mask = [1] * len(reply) + [0] * len(answer) + [1] * len(again)
+    lps = [-0.25] * len(reply) + [0.0] * len(answer) + [-0.5] * len(again)
+    samples = [slime_sample(first + response, len(response), index=0, loss_mask=mask, rollout_log_probs=lps)]
+    # the model wrote the empty think block itself and the loop left it untrained: logprobs on it
+    think = _enc(tok, "<think>\n\n</think>\n\n")
+    plain = _enc(tok, chat.render(tok, [Message("user", "Add 2 and 3.")], add_generation_prompt=True))
+    own = think + reply
+    samples.append(slime_sample(plain + own, len(own), index=1, loss_mask=[0] * len(think) + [1] * len(reply),
+                                rollout_log_probs=[-0.01] * len(think) + [-0.25] * len(reply)))
+    st = _db(tmp_path)
+    import_path(write_slime_dump(tmp_path / "1.pt", samples), "slime", st, tokenizer=tok)
+    eps = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
+    st.close()
+    found = [[f for f in run_checks(e, CheckOptions(tokenizer=tok)) if f.severity.value != "info"] for e in eps]
+    assert not found[0], [(f.kind, f.message) for f in found[0]]
+    (wrong,) = [f for f in found[1] if f.kind == "mask_misaligned"]
+    assert "loss mask 0 on assistant output" in wrong.message and wrong.token_start == len(plain)

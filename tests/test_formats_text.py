@@ -12,7 +12,7 @@ import pytest
 from engine.checks import LOOP_KINDS, CheckOptions, run_checks
 from engine.errors import FormatError
 from engine.formats import export, import_path
-from engine.formats.messages import to_openai
+from engine.formats.messages import parse_messages, sliced_deltas, to_openai
 from engine.records.episode import ToolCall
 from engine.store import Store
 from engine.tokens import chat
@@ -66,7 +66,8 @@ def test_messages_import_tokenizes_with_the_chat_template(tmp_path, smol_tokeniz
     assert ep.prompt_len == len(chat.encode(tok, prompt)) and ep.tokens.loss_mask[: ep.prompt_len].sum() == 0
     trained = [chat.decode(tok, ep.tokens.ids[s.start : s.end].tolist()) for s in ep.segments if s.trainable]
     assert trained[0].startswith("Let me check.") and trained[1].startswith("A fig costs 11 dollars.")
-    assert [s.kind for s in ep.segments] == ["prompt", "assistant", "tool", "gen_prompt", "assistant"]
+    assert [s.kind for s in ep.segments] == ["prompt", "assistant", "tool", "gen_prompt", "assistant", "tail"]
+    assert ep.source.details["tokenized"] == "whole render"
     kinds = {x.kind for x in run_checks(ep, CheckOptions(tokenizer=tok))}
     assert not kinds & {"mask_misaligned", "tokens_not_rendering", "template_not_prefix_stable"}
     assert not any("without a reward" in n for n in report.notes)
@@ -243,13 +244,29 @@ def test_an_episode_checked_without_a_tokenizer_says_its_checks_ran_in_part(tmp_
     assert "tokens_not_rendering: not checked" in shown
 
 
-def test_messages_import_reports_a_template_that_rewrites_history(tmp_path, qwen3_tokenizer):
-    f = write_jsonl(tmp_path / "chat.jsonl", [_chat_record()])
+def test_a_chat_record_is_its_whole_render_even_where_the_template_rewrites_history(tmp_path, qwen3_tokenizer):
+    """Qwen3's template drops earlier thinking at a user's turn: sliced deltas of its prefixes' renders would be
+    wrong ids, which the import would then blame on the record. Rendered whole, the ids are the conversation as the
+    template writes it, each reply trained through its end-of-turn token, and the rewrite is said as harmless."""
+    tok = qwen3_tokenizer
+    rec = {"id": "c", "reward": 1.0, "messages": [
+        {"role": "user", "content": "What is 2+3?"}, {"role": "assistant", "content": "It is 5."},
+        {"role": "user", "content": "Are you sure?"}, {"role": "assistant", "content": "Yes, 5."}]}
+    f = write_jsonl(tmp_path / "chat.jsonl", [rec, _chat_record()])
     st = _db(tmp_path)
-    import_path(f, "messages", st, tokenizer=qwen3_tokenizer)
-    ep = next(st.iter_episodes())
-    assert ep.tokens.n_trainable > 0
-    assert any(x.kind == "template_not_prefix_stable" for x in ep.all_findings())
+    import_path(f, "messages", st, tokenizer=tok)
+    for ep in st.iter_episodes():
+        assert chat.decode(tok, ep.tokens.ids.tolist()) == chat.render(tok, ep.messages, ep.tools)
+        trained = [chat.decode(tok, ep.tokens.ids[s.start:s.end].tolist()) for s in ep.segments if s.trainable]
+        assert all(t.endswith("<|im_end|>") for t in trained) and len(trained) == ep.n_turns
+        found = run_checks(ep, CheckOptions(tokenizer=tok))
+        assert not [x for x in found if x.severity.value != "info"], [(x.kind, x.message) for x in found]
+        said = [x for x in found if x.kind == "template_not_prefix_stable"]
+        assert said and all("rendered whole" in x.message for x in said)
+    st.close()
+    # the slicing a reply that cannot be placed in the render falls back to says what it gets wrong
+    *_, turns = sliced_deltas(tok, parse_messages(rec["messages"], "rec"))
+    assert any(x.kind == "template_not_prefix_stable" for t in turns for x in t.findings)
 
 
 def test_a_tool_call_whose_arguments_are_not_json_is_kept_as_written_and_flagged(tmp_path, smol_tokenizer):

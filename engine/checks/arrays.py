@@ -27,7 +27,7 @@ from .base import (
     skip,
     turn_at,
 )
-from .verl_layout import generation_prompt_rest, is_verl, template_kwargs
+from .verl_layout import is_verl, past_template_rest
 
 
 def check_drift(ep: Episode, o: CheckOptions) -> list[Finding]:
@@ -173,11 +173,8 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
         if not ep.segments:
             return out + [skip("mask_misaligned", "no ChatML tokenizer and no segments to tell assistant tokens", "tokenizer")]
         spans = [(s.start, s.end) for s in ep.segments if s.kind == "assistant"]
-    if is_verl(ep) and tok is not None:
-        # verl's generation prompt may go on past the assistant header (an empty think block): template text.
-        rest = generation_prompt_rest(tok, template_kwargs(ep))
-        ids_ = ep.tokens.ids
-        spans = [(s + len(rest), e) if rest and ids_[s : s + len(rest)].tolist() == rest else (s, e) for s, e in spans]
+    if tok is not None:
+        spans = past_template_rest(ep, tok, spans)
     # Replies inside the record's prompt are context for this sample (AReaL's per-turn rows train only
     # their own turn), not output to train.
     spans = [(s, e) for s, e in spans if e > ep.prompt_len]

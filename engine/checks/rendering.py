@@ -43,7 +43,9 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
     msgs = list(ep.messages)
     turns = _message_turns(ep)
     already = {f.turn for t in ep.turns for f in t.findings if f.kind == "template_not_prefix_stable"}
-    harmless = keeps_ids(ep) or is_verl(ep)  # verl never re-renders history either (its <think>: think_kept)
+    # verl never re-renders history either (its <think>: think_kept); a chat record tokenized whole is the render
+    whole = ep.source.details.get("tokenized") == "whole render"
+    harmless = keeps_ids(ep) or is_verl(ep) or whole
     out: list[Finding] = []
     prev = render_for(ep, tok, msgs[:1], False)
     for k in range(1, len(msgs)):
@@ -62,7 +64,8 @@ def check_template(ep: Episode, o: CheckOptions) -> list[Finding]:
                 "template_not_prefix_stable",
                 INFO if harmless else ERROR,
                 f"adding message {k} ({msgs[k].role}) rewrote earlier rendered text at character {d.diff_at}"
-                + ("; harmless here: the loop keeps the generated ids" if harmless else "; sliced text deltas are wrong"),
+                + ("; harmless here: the ids are the conversation rendered whole, once" if whole else
+                   "; harmless here: the loop keeps the generated ids" if harmless else "; sliced text deltas are wrong"),
                 turn=turns[k],
                 token_start=span[0],
                 token_end=span[1],

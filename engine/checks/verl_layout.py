@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import RollscopeError
 from ..records.episode import Episode, Finding, Message, Turn
 from ..records.episode import raw_observations as turn_raw_observations
@@ -134,6 +136,33 @@ def generation_prompt_rest(tok: Tokenizer, kw: dict[str, Any]) -> list[int]:
     gp = with_gp[len(without):] if with_gp.startswith(without) else ""
     head = "<|im_start|>assistant\n"
     return chat.encode(tok, gp[len(head):]) if gp.startswith(head) else []
+
+
+def past_template_rest(ep: Episode, tok: Tokenizer, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` (assistant replies read off the ids, each from its header's end), each started past the template
+    text a generation prompt may write after the header (Qwen3's empty think block with ``enable_thinking`` off):
+    the loop's kwargs' rest (``template_kwargs``), always for verl's layout, which puts it in the prompt; otherwise
+    where the record holds it untrained and without a logprob the model would have given it, the kwargs' rest or,
+    when the record names none, the thinking-off one (a trainer's dump that does not say how it rendered)."""
+    kw = template_kwargs(ep)
+    verl = is_verl(ep)
+    rests = [generation_prompt_rest(tok, kw)]
+    if not verl and "enable_thinking" not in kw:
+        rests.append(generation_prompt_rest(tok, {**kw, "enable_thinking": False}))
+    rests = [r for r in rests if r]
+    if not rests:
+        return spans
+    ids, mask, lps = ep.tokens.ids, ep.tokens.loss_mask, ep.tokens.logprobs
+    out = []
+    for s, e in spans:
+        for rest in rests:
+            k = len(rest)
+            if s + k <= e and ids[s : s + k].tolist() == rest and (verl or (
+                    not mask[s : s + k].any() and bool(np.all(np.isnan(lps[s : s + k]) | (lps[s : s + k] == 0.0))))):
+                s += k
+                break
+        out.append((s, e))
+    return out
 
 
 def observation(ep: Episode, tok: Tokenizer, reply: Block, answer: Block) -> list[Any] | None:

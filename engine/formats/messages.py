@@ -9,11 +9,16 @@ with ``tool_call_id`` and ``name``. Optional keys read: ``tools``,
 ``task_id``, ``env``, ``status``.
 
 On import the conversation is tokenized with the tokenizer the user names,
-the way slime's multi-turn example does it (retokenize): the first prompt
-is rendered with the generation prompt, each assistant message's text
-delta is encoded with mask 1, each run of tool/user messages and the next
-generation prompt with mask 0. Without a tokenizer the episode holds the
-messages only. Export writes the same format for SFT, with tool calls
+rendered whole by its template, once (``rendered_whole``): each assistant
+reply, from the end of its generation prompt through the end-of-turn token,
+has mask 1, the rest (the prompt, tool and user messages, generation
+prompts) mask 0. A template that rewrites history (Qwen3 drops earlier
+thinking) writes the conversation as it renders it, so the ids are the
+record's, not a slicing's. Where a reply cannot be placed in the render,
+the deltas are taken as slime's multi-turn example takes them
+(``sliced_deltas``, retokenize), and a rewrite of history is the loop's
+``template_not_prefix_stable`` finding. ``source.details["tokenized"]``
+says which. Without a tokenizer the episode holds the messages only. Export writes the same format for SFT, with tool calls
 taken from each turn's parsed calls.
 """
 
@@ -161,15 +166,83 @@ def dropped_calls(raw: list[Any]) -> dict[int, Finding]:
     return out
 
 
-def tokenize_conversation(
-    tok: Tokenizer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()
-) -> tuple[TokenArrays, int, tuple[Segment, ...], tuple[Turn, ...]]:
-    """Token arrays, prompt length, segments and turns of a finished conversation.
+Tokenized = tuple[TokenArrays, int, tuple[Segment, ...], tuple[Turn, ...]]
+WHOLE, SLICED = "whole render", "sliced deltas"
+"""How an import tokenized a conversation (``source.details["tokenized"]``): the checks read a rewrite of history
+by the template as harmless to ids made whole, and as the wrong ids it makes of sliced deltas."""
 
-    Deltas are taken as the loop's ``retokenize`` mode takes them; where the
-    template rewrites history the turn carries the loop's
-    ``template_not_prefix_stable`` finding.
-    """
+
+def tokenize_conversation(tok: Tokenizer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()
+                          ) -> tuple[Tokenized, bool]:
+    """Token arrays, prompt length, segments and turns of a finished conversation, and whether they are its whole
+    render (``rendered_whole``), else the loop's ``retokenize`` deltas (``sliced_deltas``)."""
+    whole = rendered_whole(tok, messages, tools)
+    return (whole, True) if whole is not None else (sliced_deltas(tok, messages, tools), False)
+
+
+def _piece_ids(tok: Tokenizer, full: str, bounds: list[int]) -> list[list[int]] | None:
+    """``full`` encoded piece by piece between ``bounds`` (character offsets), where the pieces spell what encoding it
+    whole gives (a boundary no token straddles); None where they do not."""
+    cuts = [0, *bounds, len(full)]
+    pieces = [chat.encode(tok, full[a:b]) if b > a else [] for a, b in zip(cuts, cuts[1:])]
+    return pieces if [i for p in pieces for i in p] == chat.encode(tok, full) else None
+
+
+def rendered_whole(tok: Tokenizer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()
+                   ) -> Tokenized | None:
+    """The conversation as its template renders it whole, once (what a chat record says was said), each assistant
+    reply trained from the end of its generation prompt through the template's end-of-turn token: a template that
+    rewrites history (Qwen3 drops earlier thinking) writes it here as it writes the conversation, not as deltas
+    sliced from renders of its prefixes would. None where a reply cannot be placed in the render (its generation
+    prompt is no prefix of it, no end-of-turn follows it) or a piece boundary splits a token."""
+    asst = [k for k, m in enumerate(messages) if m.role == "assistant"]
+    if not asst or asst[0] == 0:
+        return None
+    full = chat.render(tok, messages, tools)
+    end_mark = chat.assistant_closing(tok, tools).strip()
+    if not end_mark:
+        return None
+    spans: list[tuple[int, int, int]] = []  # per reply: where its env's generation prompt starts, and the reply
+    for k in asst:
+        head = chat.render(tok, messages[:k], tools, add_generation_prompt=True)
+        bare = chat.render(tok, messages[:k], tools)
+        end = full.find(end_mark, len(head))
+        if not full.startswith(head) or end < 0 or (spans and len(head) < spans[-1][2]):
+            return None
+        gp = len(bare) if head.startswith(bare) and len(bare) >= (spans[-1][2] if spans else 0) else len(head)
+        spans.append((gp, len(head), end + len(end_mark)))
+    bounds = [c for g, a, e in spans for c in (g, a, e)]
+    pieces = _piece_ids(tok, full, bounds)
+    if pieces is None:
+        return None
+    b = chat.TokenBuilder()
+    b.add(pieces[0] + pieces[1], "prompt", 0, False)  # up to the first reply: the first prompt, generation prompt too
+    prompt_len = len(b)
+    turns: list[Turn] = []
+    for t, k in enumerate(asst):
+        start = len(b)
+        ids = pieces[3 * t + 2]
+        b.add(ids, "assistant", t, True)
+        first_seg = len(b.segments) - 1
+        nxt = asst[t + 1] if t + 1 < len(asst) else len(messages)
+        env = messages[k + 1 : nxt]
+        after = pieces[3 * t + 3]  # the closing's rest, what the env answered, to the next generation prompt
+        b.add(after, env[0].role if env else "tail", t, False)
+        if t + 1 < len(asst):
+            b.add(pieces[3 * t + 4], "gen_prompt", t + 1, False)
+        turns.append(Turn(
+            index=t, prompt_text=None, prompt_len=start,
+            generation=Generation(text=messages[k].content, token_ids=tuple(ids), model="imported"),
+            tool_calls=messages[k].tool_calls, observation=tuple(env), parse_error=unparsed_arguments(messages[k].tool_calls),
+            segments=tuple(b.segments[first_seg:]),
+        ))
+    return TokenArrays(b.ids, b.mask, b.logprobs, b.versions), prompt_len, tuple(b.segments), tuple(turns)
+
+
+def sliced_deltas(tok: Tokenizer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()) -> Tokenized:
+    """Token arrays, prompt length, segments and turns of a finished conversation, its deltas taken as the loop's
+    ``retokenize`` mode takes them; where the template rewrites history the turn carries the loop's
+    ``template_not_prefix_stable`` finding."""
     b = chat.TokenBuilder()
     asst = [k for k, m in enumerate(messages) if m.role == "assistant"]
     if not asst:
@@ -216,9 +289,10 @@ def conversation_episode(
     segments: tuple[Segment, ...] = ()
     if tok is not None:
         try:
-            tokens, prompt_len, segments, turns = tokenize_conversation(tok, messages, tools)
+            (tokens, prompt_len, segments, turns), whole = tokenize_conversation(tok, messages, tools)
         except RollscopeError as e:  # a template that cannot render this conversation
             raise FormatError(f"cannot tokenize the conversation: {e}", where, "messages") from None
+        source = replace(source, details={**source.details, "tokenized": WHOLE if whole else SLICED})
     else:  # each assistant message a turn, the messages after it up to the next one what the env answered
         asst = [k for k, m in enumerate(messages) if m.role == "assistant"]
         turns = tuple(
