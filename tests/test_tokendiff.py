@@ -199,3 +199,20 @@ def test_a_preset_lays_down_its_own_episode_with_the_knobs_it_ran_with_and_says_
     assert "tito's loop answers otherwise than verl-tool" in said and "rollscope diff A B" in said
     assert main(["diff", slime.id[:8], "--set", "prompt_length=4096", "--db", str(db)]) == 2
     assert "give --preset (A's own is slime-tau)" in capsys.readouterr().err
+
+
+def test_a_record_of_an_env_rollscope_cannot_rebuild_says_why_diff_cannot_lay_it_down_again(tmp_path, capsys):
+    """A chat record names no env Rollscope has: diff against a preset or tokenizer replays the conversation in its
+    env, so it says so in diff's words (not fork's), with what works without one."""
+    from tests.fixtures_formats import write_jsonl
+
+    rec = {"id": "c", "messages": [{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": "5."}]}
+    db = tmp_path / "m.db"
+    assert main(["import", str(write_jsonl(tmp_path / "c.jsonl", [rec])), "--format", "messages", "--db", str(db),
+                 "--tokenizer", "smollm2", "--quiet"]) == 0
+    eid = next(Store(db).iter_episodes()).id
+    capsys.readouterr()
+    assert main(["diff", eid[:8], "--preset", "tito", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot replay {eid}: it names env 'messages'" in err and "import it with --env" in err
+    assert "`diff A B`" in err and "fork" not in err

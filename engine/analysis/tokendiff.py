@@ -305,7 +305,7 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
     """
     from ..backends import tokenizers
     from ..errors import ConfigError, RollscopeError
-    from ..loop.fork import fork
+    from ..loop.fork import fork, parent_env
     from ..loop.replay import USER_ENVS
     from ..presets import get_preset
 
@@ -326,6 +326,11 @@ async def retokenized(ep: Episode, *, preset: str | None = None, tokenizer: Toke
         tokenizer, why = tokenizers.episode_tokenizer(ep)
         if tokenizer is None:
             raise ConfigError(f"episode {ep.id}: {why}")
+    try:  # A's conversation is laid down by replaying it in its env: one Rollscope cannot rebuild is said as diff's
+        parent_env(ep, "replay")
+    except ConfigError as e:
+        raise ConfigError(f"{e}; diff --preset/--tokenizer lays A's conversation down again by replaying it in its env "
+                          "(`diff A B`, two stored episodes, needs none)") from None
     hand = await fork(ep, ep.n_turns, _NoModel(), tokenizer, config=config, user=user, then="scripted",
                       tokenizer_name=tokenizer_name, reencode=other)
     report = hand.report

@@ -287,8 +287,9 @@ def user_played_by(parent: Episode) -> str | None:
     return user if user in ("llm", "human") else None
 
 
-def parent_env(parent: Episode) -> tuple[Callable[[], Env], str | None]:
-    """(constructor of the env the parent ran in, who played its user if not the scripted user).
+def parent_env(parent: Episode, doing: str = "fork") -> tuple[Callable[[], Env], str | None]:
+    """(constructor of the env the parent ran in, who played its user if not the scripted user); a ConfigError that
+    says what cannot be done (``doing``) without it.
 
     A parent whose user was a model or a person, or one imported with an env it names, can still be
     forked: its recorded user replies are replayed, and the chosen user answers after.
@@ -298,15 +299,15 @@ def parent_env(parent: Episode) -> tuple[Callable[[], Env], str | None]:
         from ..envs import ENVS, env_factory
 
         if parent.env not in ENVS:
-            raise ConfigError(f"cannot fork {parent.id}: it names env {parent.env!r}, which is not one of "
+            raise ConfigError(f"cannot {doing} {parent.id}: it names env {parent.env!r}, which is not one of "
                               f"{', '.join(ENVS)} (import it with --env)")
         try:
             return env_factory(parent.env), played_by or "record"
         except RollscopeError as e:
-            raise ConfigError(f"cannot rebuild env {parent.env!r} to fork {parent.id}: {e}") from None
+            raise ConfigError(f"cannot rebuild env {parent.env!r} to {doing} {parent.id}: {e}") from None
     make = env_for(parent)
     if isinstance(make, str):
-        raise ConfigError(f"cannot fork {parent.id}: {make}")
+        raise ConfigError(f"cannot {doing} {parent.id}: {make}")
     return make, None
 
 
