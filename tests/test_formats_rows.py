@@ -228,3 +228,27 @@ def test_a_thinking_off_generation_prompt_in_a_dump_is_the_prompt_not_an_untrain
     assert not found[0], [(f.kind, f.message) for f in found[0]]
     (wrong,) = [f for f in found[1] if f.kind == "mask_misaligned"]
     assert "loss mask 0 on assistant output" in wrong.message and wrong.token_start == len(plain)
+
+
+def test_show_reads_a_dumps_prompt_and_what_answered_each_reply_off_its_tokens(tmp_path, qwen3_tokenizer, capsys):
+    """An AReaL dump holds the conversation as tokens: `show` prints the prompt and the user's retry between the
+    replies, decoded, as the dashboard's episode view does, and says they were read off the tokens."""
+    from engine.cli import main
+
+    tok = qwen3_tokenizer
+    prompt = _enc(tok, chat.render(tok, [Message("user", "What is 6*7?")], add_generation_prompt=True))
+    retry = _enc(tok, "\n<|im_start|>user\nWrong, try again.<|im_end|>\n<|im_start|>assistant\n")
+    pieces = [("prompt", prompt), ("gen", _enc(tok, "48<|im_end|>")), ("context", retry), ("gen", _enc(tok, "42<|im_end|>"))]
+    write_jsonl(tmp_path / "rollout" / "1" / "3.jsonl", [areal_record(tok, 3, 0, pieces, reward=1.0)])
+    db = tmp_path / "a.db"
+    st = _db(tmp_path)
+    import_path(tmp_path / "rollout", "areal", st, tokenizer=tok)
+    eid = next(st.iter_episodes()).id
+    st.close()
+    capsys.readouterr()
+    assert main(["show", eid[:10], "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "[prompt] <|im_start|>user\nWhat is 6*7?" in out
+    at = len(prompt) + len(pieces[1][1])
+    assert f"[after the reply: tokens {at}-{at + len(retry)}, decoded]" in out and "Wrong, try again." in out
+    assert out.index("48") < out.index("Wrong, try again.") < out.index("--- turn 1")

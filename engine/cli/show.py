@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from ..analysis.at_turn import prompt_at, turn_span
 from ..analysis.entropy import ForkToken, TurnEntropy, has_entropy, turn_entropy
 from ..backends.tokenizers import tokenizer_spec, try_tokenizer
 from ..records.episode import Episode, Finding, Message
@@ -34,6 +35,14 @@ def _opening(m: Message, full: bool) -> str:
     shown = "\n".join(lines[:FOLDED_LINES])
     return (f"\n[{m.role}] {shown}\n  … {len(lines) - FOLDED_LINES} more lines ({len(m.content):,} characters); "
             "--full shows them")
+
+
+def _clip(text: str) -> str:
+    """``text`` folded to its first lines (``--full`` shows all)."""
+    lines = text.splitlines()
+    if len(lines) <= FOLDED_LINES:
+        return text
+    return "\n".join(lines[:FOLDED_LINES]) + f"\n  … {len(lines) - FOLDED_LINES} more lines; --full shows them"
 
 
 def _finding(f: Finding) -> str:
@@ -128,12 +137,20 @@ def cmd_show(a: argparse.Namespace) -> int:
         print(line)
     print(f"tokens {ep.n_tokens} (prompt {ep.prompt_len}, trainable {ep.tokens.n_trainable})  backend {ep.backend.label if ep.backend else 'unknown'}"
           f"  source {ep.source.kind}{f' ({ep.source.file})' if ep.source.file else ''}")
-    for m in ep.messages:
-        if m.role == "assistant":
-            break
+    opening = [m for m in ep.messages[: next((i for i, m in enumerate(ep.messages) if m.role == "assistant"),
+                                              len(ep.messages))]]
+    for m in opening:
         print(_opening(m, a.full))
     entropy = turn_entropy(ep) if has_entropy(ep) else None
-    tokenizer = try_tokenizer(tokenizer_spec(ep))[0] if entropy else None
+    # A dump's record may hold its prompt and what answered each reply as tokens alone: read off them, as the
+    # dashboard's episode view reads them.
+    off_tokens = ep.turns and ep.n_tokens and (not opening or not any(t.observation for t in ep.turns))
+    tokenizer = try_tokenizer(tokenizer_spec(ep))[0] if (entropy or off_tokens) and ep.tokenizer else None
+    if ep.turns and not opening:
+        view = prompt_at(ep, 0, tokenizer)
+        if view.text is not None:
+            said = "prompt" if view.source == "prompt_text" else f"prompt: {view.note}"
+            print(f"[{said}] {view.text if a.full else _clip(view.text)}")
     for k, t in enumerate(ep.turns):
         g = t.generation
         took = f"  {t.timings['total_s']:.3f}s" if ep.source.live and "total_s" in t.timings else ""  # an import's: untimed
@@ -149,6 +166,11 @@ def cmd_show(a: argparse.Namespace) -> int:
             print(f"[tool call] {c.name} {c.raw_arguments if c.raw_arguments is not None else json.dumps(c.arguments)}")
         for m in t.observation:
             print(f"[{m.role}{'/' + m.name if m.name else ''}] {m.content}")
+        span = turn_span(ep, k)
+        if not t.observation and tokenizer is not None and span.cut > span.gen_end:
+            after = chat.decode(tokenizer, ep.tokens.ids[span.gen_end : span.cut].tolist())
+            if after.strip():
+                print(f"[after the reply: tokens {span.gen_end}-{span.cut}, decoded] {after if a.full else _clip(after)}")
     lines = findings_by_root(ep)
     not_run = len(ep.checks_not_run)
     checked = (f"checks v{ep.checked}" + (f"; {not_run} could not run for want of a tokenizer or a model, their "
