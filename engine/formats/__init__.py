@@ -239,8 +239,9 @@ def import_path(
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
         lines=lines, max_record=max_record, loop=loop, reward_key=reward_key,
-        # Chat records' ids were their lines before: looked up only where such episodes may be (a query a record).
-        known=store.has_episode if fmt == "messages" and store.count_upto(EpisodeFilter(source="messages"), 1).n
+        # Chat records' ids were their lines before, and slime samples of Rollscope's export their dump's: looked up
+        # only where such episodes may be (a query a record).
+        known=store.has_episode if fmt in ("messages", "slime") and store.count_upto(EpisodeFilter(source=fmt), 1).n
         else None,
     )
     lossless = fmt in LOSSLESS

@@ -111,13 +111,17 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     prompt_len = int(trained[0]) if trained.size else n
     lps[:prompt_len] = np.nan  # AReaL writes 0.0 for prompt tokens: unknown, not certain
     reward = ctx.reward(d.get("rewards"), where, "rewards")
-    segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=tok, reward=reward,
+    status = d.get("status", Status.COMPLETED.value)
+    if status not in {s.value for s in Status} or status == Status.RUNNING.value:
+        raise FormatError(f"must be one of completed, truncated, aborted, failed, interrupted, got {status!r:.40}",
+                          where, "status")
+    segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=tok, reward=reward, status=status,
                                      cut_without_eot=True)
     task = d.get("task_id", "")
     return unknown_logprobs(Episode(
         id=stable_id("areal-packed", d.get("episode_id"), d.get("turn"), tokens=ids),
         env=str(d.get("env") or "areal"), task_id=str(task), sample_index=int(d.get("sample_idx") or 0),
-        tokenizer=tok_name, status=Status.COMPLETED, reason="imported from areal", reward=reward,
+        tokenizer=tok_name, status=Status(status), reason="imported from areal", reward=reward,
         turn_rewards=tuple(t.reward for t in turns), returns=tuple(t.reward for t in turns), turns=turns,
         tokens=TokenArrays(ids, mask, lps, vers), prompt_len=prompt_len, segments=segments,
         source=Source.imported("areal", str(path), line=line, episode_id=jsonable(d.get("episode_id")),
@@ -230,10 +234,12 @@ def packed_rows(ep: Episode) -> Iterator[dict[str, Any]]:
     """One AReaL training sequence per turn that generated tokens."""
     ids, mask, lps, vers = ep.tokens.ids, ep.tokens.loss_mask, ep.tokens.logprobs, ep.tokens.versions
     returns = list(ep.returns) or discounted_returns(list(ep.turn_rewards) or [0.0] * (ep.n_turns - 1) + [ep.reward], 1.0)
+    generated = [t for t, turn in enumerate(ep.turns)
+                 if any(s.turn == t and s.kind == "assistant" for s in (turn.segments or ep.segments))]
     for t, turn in enumerate(ep.turns):
-        segs = [s for s in (turn.segments or ep.segments) if s.turn == t and s.kind == "assistant"]
-        if not segs:
+        if t not in generated:
             continue
+        segs = [s for s in (turn.segments or ep.segments) if s.turn == t and s.kind == "assistant"]
         start, end = min(s.start for s in segs), max(s.end for s in segs)
         out_lp = lps[start:end].tolist()
         out_ver = vers[start:end]
@@ -249,6 +255,8 @@ def packed_rows(ep: Episode) -> Iterator[dict[str, Any]]:
             "seqlen": end, "prompt_len": start,
             "head_version": int(gen_ver.min()) if gen_ver.size else -1,
             "tail_version": int(gen_ver.max()) if gen_ver.size else -1,
+            # how the episode ended, on the row of its last reply (a row is an episode when read back)
+            "status": ep.status.value if t == generated[-1] else Status.COMPLETED.value,
         }
 
 

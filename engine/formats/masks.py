@@ -49,10 +49,10 @@ def mask_structure(
     text, which a mask cannot tell apart). Generated text comes from
     ``texts`` (one per turn) or from decoding with the tokenizer; without
     either it is empty and the ids speak for themselves. A turn's finish reason is ``finish``'s (one per turn, as a
-    Rollscope export records them), else ``status``'s for the last turn and ``stop`` for the others; with
-    ``cut_without_eot`` (a dump that records no finish reason, of a loop whose replies end on the template's
+    Rollscope export records them); else the last turn's is ``status``'s where that says it was cut or aborted; else,
+    with ``cut_without_eot`` (a dump that records no finish reason, of a loop whose replies end on the template's
     end-of-turn token or at the length limit: AReaL's, verl's) and a tokenizer, a reply whose last id is no
-    end-of-turn token stopped on the length limit.
+    end-of-turn token stopped on the length limit (``READ_OFF_IDS`` says so); else ``stop``.
     """
     from ..tokens import chat
 
@@ -76,9 +76,17 @@ def mask_structure(
     last = len(turn_spans) - 1
     known = [typing.cast(FinishReason, f) for f in finish] if finish is not None and len(finish) == len(turn_spans) \
         and all(f in FINISH_REASONS for f in finish) else None
-    read_off = known is None and cut_without_eot and tokenizer is not None and bool(turn_spans)
-    if read_off and tokenizer is not None:
-        known = _ended(ids, turn_spans, tokenizer)
+    read = _ended(ids, turn_spans, tokenizer) if known is None and cut_without_eot and tokenizer is not None \
+        and turn_spans else None
+
+    def finish_of(t: int) -> FinishReason:
+        # the record's own reasons, else its status for the last reply (cut, aborted), else the ids' word
+        if known:
+            return known[t]
+        if t == last and status in STATUS_FINISH:
+            return STATUS_FINISH[status]
+        return read[t] if read else "stop"
+
     for t, (a, b) in enumerate(turn_spans):
         lp = logprobs[a:b]
         ver = int(versions[a]) if versions[a] >= 0 else None
@@ -92,8 +100,8 @@ def mask_structure(
             text=text,
             token_ids=tuple(ids[a:b].tolist()),
             logprobs=None if np.isnan(lp).all() else tuple(lp.tolist()),
-            finish_reason=known[t] if known else STATUS_FINISH.get(status, "stop") if t == last else "stop",
-            finish_detail=READ_OFF_IDS if read_off and known and known[t] == "length" else "",
+            finish_reason=finish_of(t),
+            finish_detail=READ_OFF_IDS if not known and read and finish_of(t) == read[t] == "length" else "",
             prompt_tokens=a,
             weight_version=ver,
         )

@@ -6,9 +6,10 @@ mask of a corrected loop, has the stored episodes' ids and other values. An impo
 they are (a foreign record is no authority over what a person or a check added); :func:`dump_changes` says which
 of the dump's own fields differ, so the import can say so and ``--replace`` can write the dump's over them.
 
-Only what a dump carries is compared: how the episode ended, its rewards, its number of turns and its token
-arrays. What the import derives (messages decoded with a tokenizer, the outcome, findings) depends on the
-tokenizer and checks of the day, not on the dump.
+Only what a dump carries is compared: how the episode ended, its reward, its token arrays, and its number of turns
+where no token arrays hold it. What the import derives (the turns read off a mask and their rewards off the reward,
+messages decoded with a tokenizer, the outcome, findings) depends on the reading, not on the dump: a live episode
+exported and read back has its turns and turn rewards made otherwise, and the same dump.
 """
 
 from __future__ import annotations
@@ -46,15 +47,14 @@ def dump_changes(read: tuple[dict[str, Any], TokenArrays], stored: tuple[dict[st
     holds them itself (``own_ids``: slime's) or both were read with the same tokenizer: a chat record's or a text
     dump's are the tokenizer's encoding, which another tokenizer makes otherwise."""
     (a, a_tokens), (b, b_tokens) = read, stored
-    out = [name for key, name in _FIELDS.items() if a[key] != b[key]]
+    # No foreign dump carries turn rewards (they follow its one reward); its turns, where it holds token arrays,
+    # are read off its mask: the mask says it.
+    out = [name for key, name in _FIELDS.items() if key != "turn_rewards" and a[key] != b[key]
+           and (key != "n_turns" or not (len(a_tokens) or len(b_tokens)))]
     same_encoding = own_ids or a["tokenizer"] == b["tokenizer"]
     arrays = [name for key, name in _ARRAYS.items()
               if same_encoding and not _equal(getattr(a_tokens, key), getattr(b_tokens, key))]
-    if not same_encoding:  # turns read off another encoding's mask
-        out = [x for x in out if x != "turns"]
-    # The turns are read off the mask and the turn rewards off the reward: one change, said where it was made.
-    derived = {"turns", "turn rewards"} if arrays else {"turn rewards"} if "reward" in out else set()
-    return tuple([x for x in out if x not in derived] + arrays)
+    return tuple(out + arrays)
 
 
 def _equal(x: np.ndarray, y: np.ndarray) -> bool:

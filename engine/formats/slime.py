@@ -424,8 +424,13 @@ def sample_to_episode(
         details["train"] = train[index]
     source = Source.imported("slime", str(f), index=index, **details)
     turn_rewards = tuple(t.reward for t in turns)
+    # Rollscope's own export names the episode it was: read back, it is that episode (a re-import of it is the
+    # stored one again, compared), but where an earlier import stored it under the dump's id.
+    dumped = stable_id("slime", jsonable(rollout_id), index if index is not None else f"#{position}", tokens=ids)
+    own, run = ours.get("episode_id"), ours.get("run_id")
     return unknown_logprobs(Episode(
-        id=stable_id("slime", jsonable(rollout_id), index if index is not None else f"#{position}", tokens=ids),
+        id=own if isinstance(own, str) and own and not (ctx.known is not None and ctx.known(dumped)) else dumped,
+        run_id=run if isinstance(run, str) and run else None,
         env=str(ours.get("env") or metadata.get("env") or "slime"),
         task_id=str(task if task is not None else position),
         group_id=None if group_index is None else f"slime:{rollout_id}:{group_index}",
@@ -490,7 +495,8 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
     resp_ver = ep.tokens.versions[start:]
     cuts = [0, *(np.flatnonzero(np.diff(resp_ver)) + 1).tolist(), len(resp_ver)]
     versions_rle = [[int(resp_ver[a]), b - a] for a, b in zip(cuts, cuts[1:]) if b > a]
-    metadata["rollscope"] = {"episode_id": ep.id, "env": ep.env, "task_id": ep.task_id, "tokenizer": ep.tokenizer,
+    metadata["rollscope"] = {"episode_id": ep.id, "run_id": ep.run_id, "env": ep.env, "task_id": ep.task_id,
+                             "tokenizer": ep.tokenizer,
                              "nan_logprobs": nan_spans,
                              "versions_rle": versions_rle, "finish": _finish_reasons(ep, spans)}
     return {
