@@ -207,3 +207,18 @@ def test_a_named_run_tags_its_episodes_and_a_name_is_used_once(tmp_path):
     assert again.returncode == 2 and "run 'baseline-1' already" in again.stderr
     bad = rollscope("run", "--env", "math", "--tasks", "0:1", "--run", "no spaces", "--db", str(db), check=False)
     assert bad.returncode == 2 and "run name 'no spaces'" in bad.stderr
+
+
+def test_a_run_level_kind_is_said_by_its_severest_instance_as_the_summary_counts_it(tmp_path):
+    """slime's loop over Qwen3's template in a retail run: a user's message renders on its own (a harmless rewrite, a
+    warning) before a tool message rewrites history (an error that ends the sample). The run-level line quotes the
+    error the summary counts, not the first warning it meets."""
+    from tests.conftest import QWEN3_DIR
+
+    db = tmp_path / "r.db"
+    rollscope("run", "--env", "retail", "--preset", "slime-tau", "--tasks", "0:2", "--mistake-rate", "0.3",
+              "--tokenizer", str(QWEN3_DIR), "--db", str(db), "--run", "r1")
+    out = rollscope("check", str(db), check=False).stdout
+    line = next(x for x in out.splitlines() if x.startswith("run r1: template_not_prefix_stable"))
+    assert "(error)" in line and "non-user token delta" in line, out
+    assert "template_not_prefix_stable (run-level) 2" in out

@@ -71,6 +71,22 @@ def test_a_history_rewrite_is_one_cause_and_info_is_never_linked():
                                 "2 findings follow across 3 turns")
 
 
+def test_a_later_history_rewrite_explains_the_render_before_it_not_what_the_loop_laid_down_before_it():
+    """slime slices Qwen3's deltas: a tool message rewrites history at turn 2. The whole render then differs from
+    turn 0 on, which the rewrite explains; turn 0's trained ids differing from its generated ones were laid down
+    before it, by the re-encoding of the reply: a root of their own, at their own first wrong token."""
+    found = link_findings([
+        _f("tokens_not_rendering", start=12, end=13, turn=0),
+        _f("retokenization_drift", start=12, end=30, turn=0),
+        _f("logprobs_missing", start=12, end=40, turn=0),
+        _f("template_not_prefix_stable", start=70, end=71, turn=2),
+        _f("retokenization_drift", start=70, end=90, turn=2),
+    ])
+    rewrite, drift = found[3], found[1]
+    assert {r.id for r in roots(found)} == {drift.id, rewrite.id}
+    assert found[0].caused_by == rewrite.id and found[2].caused_by == drift.id and found[4].caused_by is not None
+
+
 def test_the_same_failure_in_later_turns_is_one_cause_recurring():
     found = link_findings([_f("tool_call_parse_error", turn=t) for t in range(4)] + [_f("env_error", turn=2)])
     assert [f.caused_by for f in found] == [None, "f1", "f1", "f1", None]

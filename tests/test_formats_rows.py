@@ -252,3 +252,17 @@ def test_show_reads_a_dumps_prompt_and_what_answered_each_reply_off_its_tokens(t
     at = len(prompt) + len(pieces[1][1])
     assert f"[after the reply: tokens {at}-{at + len(retry)}, decoded]" in out and "Wrong, try again." in out
     assert out.index("48") < out.index("Wrong, try again.") < out.index("--- turn 1")
+
+
+def test_a_slime_sample_cut_by_the_length_limit_is_one_finding_not_two(tmp_path, smol_tokenizer):
+    """slime keeps one status a sample: ``truncated`` is its last reply's cut, said once, on that turn."""
+    tok = smol_tokenizer
+    prompt = _enc(tok, chat.render(tok, [Message("user", "Count to ten.")], add_generation_prompt=True))
+    cut = _enc(tok, "One, two, three")
+    sample = slime_sample(prompt + cut, len(cut), status="truncated", rollout_log_probs=[-0.1] * len(cut))
+    st = _db(tmp_path)
+    import_path(write_slime_dump(tmp_path / "1.pt", [sample]), "slime", st, tokenizer=tok)
+    ep = next(st.iter_episodes())
+    st.close()
+    cuts = [f.kind for f in run_checks(ep, CheckOptions(tokenizer=tok)) if f.kind.startswith("truncated")]
+    assert cuts == ["truncated_turn"]

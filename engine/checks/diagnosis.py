@@ -126,8 +126,10 @@ def follows(cause: Finding, effect: Finding) -> bool:
     if cause.kind == effect.kind and cause.kind in RECURRING and cause.severity is effect.severity:
         return True  # the same failure again in a later turn: one cause, recurring
     if cause.kind == "template_not_prefix_stable" and cause.severity is Severity.ERROR and effect.kind in TOKEN_LEVEL:
-        # A history rewrite makes the whole conversation render otherwise, earlier turns included.
-        return True
+        # A history rewrite makes the whole conversation render otherwise, earlier turns included: what is compared
+        # with that render follows from it wherever it is; what the loop laid down before the rewrite does not.
+        return effect.kind == "tokens_not_rendering" or cause.token_start is None or effect.token_start is None \
+            or effect.token_start >= cause.token_start
     if cause.kind == "mask_misaligned" and effect.kind == "nothing_trained":
         return True  # a mask that leaves the replies untrained leaves nothing trained: one cause
     if cause.kind == "generation_prompt_missing" and effect.kind == "template_newline_trained":
