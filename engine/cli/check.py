@@ -169,10 +169,10 @@ def check(a: argparse.Namespace, pool: Any, open_db: Callable[[str], Any]) -> in
     if not a.json:
         for run, kinds in sorted(run_level_of.items()):
             for kind in sorted(kinds):
-                said = [(eid, f) for eid, r, found in shown if r == run for f in found
-                        if f.kind == kind and f.severity.value != "info"]
+                instances = [(eid, f) for eid, r, found in shown if r == run for f in found
+                             if f.kind == kind and f.severity.value != "info"]
                 # the severest instance speaks for the run, as the summary counts it (a harmless one may come first)
-                first, sample = next((x for x in said if x[1].severity.value == "error"), said[0])
+                first, sample = next((x for x in instances if x[1].severity.value == "error"), instances[0])
                 n = sum(kind in has for has, _ in runs[run])
                 rest = len(runs[run]) - n
                 # Its words are one episode's (its counts and positions differ from episode to episode): named.
