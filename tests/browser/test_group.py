@@ -58,7 +58,8 @@ def test_a_group_that_parts_ways_then_open_and_compare(page: Any, site: str, scr
     page.locator("#rs-group-compare").click()
     _selected(page, "compare")
     page.locator("#rs-compare-view .rs-cmp-verdict").wait_for()
-    # Open one sample.
+    # Open one sample, from a fresh page: the compare view's own navigation must not abort this one.
+    page.goto("about:blank")
     page.goto(f"{site}/?group=grouprun:div")
     first = page.locator("#rs-group-view tr.rs-group-sample").first
     first.wait_for()
