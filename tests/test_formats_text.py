@@ -12,7 +12,7 @@ import pytest
 from engine.checks import LOOP_KINDS, CheckOptions, run_checks
 from engine.errors import FormatError
 from engine.formats import export, import_path
-from engine.formats.messages import parse_messages, sliced_deltas, to_openai
+from engine.formats.messages import parse_messages, sliced_deltas, to_openai, tokenize_conversation
 from engine.records.episode import ToolCall
 from engine.store import Store
 from engine.tokens import chat
@@ -264,9 +264,38 @@ def test_a_chat_record_is_its_whole_render_even_where_the_template_rewrites_hist
         said = [x for x in found if x.kind == "template_not_prefix_stable"]
         assert said and all("rendered whole" in x.message for x in said)
     st.close()
+    # a reply with thinking and a call before a user's turn: its prefix's render keeps the thinking the whole drops
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}
+    thought = {"id": "t", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nA",
+                                            "tool_calls": [call]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1", "name": "f"},
+        {"role": "assistant", "content": "<think>\nx\n</think>\n\nB"}, {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "C"}]}
+    st = _db(tmp_path, "t.db")
+    import_path(write_jsonl(tmp_path / "t.jsonl", [thought]), "messages", st, tokenizer=tok)
+    ep = next(st.iter_episodes())
+    st.close()
+    assert ep.source.details["tokenized"] == "whole render" and ep.n_turns == 3
+    assert not [x for x in run_checks(ep, CheckOptions(tokenizer=tok)) if x.severity.value != "info"]
     # the slicing a reply that cannot be placed in the render falls back to says what it gets wrong
     *_, turns = sliced_deltas(tok, parse_messages(rec["messages"], "rec"))
     assert any(x.kind == "template_not_prefix_stable" for t in turns for x in t.findings)
+
+
+def test_a_template_that_refuses_a_system_message_still_tokenizes_a_chat_record(qwen3_tokenizer):
+    """The end-of-turn text is read off a probe conversation with a system message: a template that refuses one
+    (Gemma's) tokenizes by the deltas, as before."""
+    import copy
+
+    tok = copy.deepcopy(qwen3_tokenizer)
+    tok.chat_template = (
+        "{%- if messages[0]['role'] == 'system' -%}{{ raise_exception('System role not supported') }}{%- endif -%}"
+        "{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+        "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}")
+    msgs = parse_messages([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], "r")
+    (tokens, _, _, turns), whole = tokenize_conversation(tok, msgs)
+    assert not whole and len(turns) == 1 and chat.decode(tok, tokens.ids.tolist()).endswith("hello<|im_end|>\n")
 
 
 def test_a_tool_call_whose_arguments_are_not_json_is_kept_as_written_and_flagged(tmp_path, smol_tokenizer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from engine.checks import CheckOptions, run_checks
 from engine.formats import export, import_path
 from engine.records.episode import Status
 from engine.store import Store
@@ -55,7 +56,8 @@ def test_a_slime_export_read_into_a_database_that_holds_it_under_its_dumps_id_is
 
 def test_an_areal_export_keeps_how_each_episode_ended_on_its_last_reply(tmp_path, smol_tokenizer):
     """AReaL's rows are per turn, each read back as an episode: the row of an aborted or cut episode's last reply
-    says how it ended (Rollscope's field beside AReaL's), the rows before it completed."""
+    says how it ended (Rollscope's field beside AReaL's), the rows before it completed, and each row how its reply
+    ended: an episode a turn limit cut is not read as a reply the length limit cut."""
     base = [e for e in loop_episodes(smol_tokenizer) if e.n_turns >= 2][:2]
     eps = [base[0].evolve(status=Status.ABORTED), base[1].evolve(status=Status.TRUNCATED)]
     out = tmp_path / "rows.jsonl"
@@ -67,7 +69,49 @@ def test_an_areal_export_keeps_how_each_episode_ended_on_its_last_reply(tmp_path
     for ep in eps:
         mine = sorted(t for i, t in by_row if i == ep.id)
         assert [by_row[ep.id, t].status for t in mine] == [Status.COMPLETED] * (len(mine) - 1) + [ep.status]
-        last = by_row[ep.id, mine[-1]].turns[-1].generation
-        assert last.finish_reason == {Status.ABORTED: "abort", Status.TRUNCATED: "length"}[ep.status]
+        # the reply itself ended as it did (a turn limit cuts an episode after a reply that ended on its own)
+        last = by_row[ep.id, mine[-1]]
+        assert last.turns[-1].generation.finish_reason == ep.turns[mine[-1]].generation.finish_reason == "stop"
+        cuts = {f.kind for f in run_checks(last, CheckOptions(tokenizer=smol_tokenizer)) if "truncated" in f.kind}
+        assert cuts == ({"truncated_episode"} if ep.status is Status.TRUNCATED else set())
     assert {r["status"] for r in rows} == {"completed", "aborted", "truncated"}
     st.close()
+
+
+def test_an_exported_id_names_only_its_own_sample_and_the_score_it_was_read_with(tmp_path, smol_tokenizer):
+    """slime copies a dataset row's metadata into every sample made from that prompt: a prompt set built of an export
+    gives many samples naming one episode id, which only the sample exported with it is. The score an import took of
+    a dict of scores (``--reward-key``) is kept by the export, so it reads back without the option."""
+    import torch
+
+    from engine.formats.base import safe_torch_load
+    from tests.fixtures_formats import slime_sample, write_slime_dump
+
+    st = Store(tmp_path / "a.db")
+    f = write_slime_dump(tmp_path / "1.pt", [slime_sample([1, 2, 3, 4], 2, reward={"acc": 1.0, "len": 9})])
+    assert import_path(f, "slime", st, reward_key="acc").new == 1
+    out = tmp_path / "back.pt"
+    export(st.iter_episodes(), "slime", out)
+    fresh = Store(tmp_path / "b.db")
+    assert import_path(out, "slime", fresh).new == 1 and next(fresh.iter_episodes()).reward == 1.0
+    sample = safe_torch_load(out)["samples"][0]
+    copies = [dict(sample, tokens=[1, 2, 3, 4 + i], index=i) for i in range(3)]  # the same metadata, other samples
+    torch.save({"rollout_id": 5, "samples": copies}, tmp_path / "copies.pt")
+    other = Store(tmp_path / "c.db")
+    report = import_path(tmp_path / "copies.pt", "slime", other)
+    assert report.new == 3 and not report.errors
+    named = {e.id for e in other.iter_episodes()} & {e.id for e in st.iter_episodes()}
+    assert len(named) == 1  # the exported sample's tokens (4) keep its id; the others are their own
+    for db in (st, fresh, other):
+        db.close()
+
+
+def test_a_row_whose_status_is_not_a_word_is_skipped_and_named(tmp_path, smol_tokenizer):
+    eps = loop_episodes(smol_tokenizer)[:1]
+    out = tmp_path / "rows.jsonl"
+    export(eps, "areal", out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows[0]["status"] = ["truncated"]
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = import_path(out, "areal", Store(tmp_path / "a.db"))
+    assert report.new == len(rows) - 1 and report.errors[0].field == "status"

@@ -21,7 +21,7 @@ from engine import step_changes
 from engine.errors import ConfigError, StoreError
 from engine.formats.watch import Watcher, WatchEvent
 from engine.store import StepStats, Store
-from tests.fixtures_formats import synthetic_slime_samples, write_slime_dump
+from tests.fixtures_formats import slime_sample, synthetic_slime_samples, write_slime_dump
 
 N = 8
 
@@ -241,6 +241,18 @@ def test_a_watch_imports_new_dumps_until_stopped(tmp_path: Path) -> None:
 
     assert job.stop() and job.wait(10) and job.status().state == STOPPED and not job.stop()
     assert watches.running(str(folder)) is None and "Stopped." in watch_status(job.status())
+    watches.stop_all()
+
+
+def test_a_watch_reads_the_score_its_form_names_of_a_dict_of_scores(tmp_path: Path) -> None:
+    """The dashboard's watch has the reward key `rollscope watch --reward-key` has: the same dump reads the same."""
+    folder = tmp_path / "run-k"
+    write_slime_dump(folder / "0.pt", [slime_sample([1, 2, 3, 4], 2, index=0, reward={"acc": 0.5, "len": 7})], 0)
+    store = Store(tmp_path / "r.db")
+    watches = WatchManager(interval=0.1, settle=0.0)
+    job = watches.start(store, str(folder), "slime", "", "k", " acc ")
+    _until(lambda: job.status().new == 1)
+    assert [e.reward for e in store.iter_episodes()] == [0.5]
     watches.stop_all()
 
 

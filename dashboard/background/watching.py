@@ -143,8 +143,9 @@ class WatchManager:
         self._ids = itertools.count(1)
 
     def start(self, store: Store, folder: str | None, fmt: str | None, tokenizer: str | None = None,
-              run_name: str | None = None) -> WatchJob:
-        """Start watching ``folder``; a ``RollscopeError`` saying what to do when the form is wrong.
+              run_name: str | None = None, reward_key: str | None = None) -> WatchJob:
+        """Start watching ``folder``; a ``RollscopeError`` saying what to do when the form is wrong. ``reward_key``:
+        the score of a reward model's dict that is the reward (``rollscope watch --reward-key``).
 
         Loading ``tokenizer`` (a folder or a hub id in the local cache) happens here, before the watch
         starts, so a wrong one is said at once. A folder that is already watched is a ``ConfigError``
@@ -170,7 +171,7 @@ class WatchManager:
         spec = _blank(tokenizer)
         try:
             watcher = Watcher(store, where, fmt, run_id=_blank(run_name), tokenizer=spec, check=True,
-                              settle=self.settle)
+                              settle=self.settle, reward_key=_blank(reward_key) or "")
         except TokenizerNotFound as e:
             raise ConfigError(f"{e}. Give a tokenizer folder, or a hub id already in this server's Hugging Face "
                               "cache; or leave it empty to import without token checks.") from None

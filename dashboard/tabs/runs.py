@@ -162,6 +162,8 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
                                    "folder if there is one", scale=2, max_lines=1, elem_id="rs-watch-tokenizer")
             run_name = gr.Textbox(label="run name (optional)", placeholder="default: folder name and a hash",
                                   scale=2, max_lines=1, elem_id="rs-watch-run")
+            reward_key = gr.Textbox(label="reward key (optional)", placeholder="a dict of scores: which is the reward",
+                                    scale=2, max_lines=1, elem_id="rs-watch-reward-key")
     with gr.Row(elem_classes="rs-actions"):
         start = gr.Button("▶ Start watching", variant="primary", scale=0, min_width=210, elem_id="rs-watch-start")
         stop = gr.Button("■ Stop", variant="stop", scale=0, min_width=110, interactive=False,
@@ -196,10 +198,10 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
     timer.tick(on_tick, inputs=[tab.watch_id, tab.shown, run, tab.view_key, tab.stamp], outputs=ticked.components,
                show_progress="hidden", concurrency_limit=None)
 
-    def on_start(folder_v: str, fmt_v: str, tok_v: str, name_v: str) -> list[Any]:
+    def on_start(folder_v: str, fmt_v: str, tok_v: str, name_v: str, key_v: str) -> list[Any]:
         running = watches.running(folder_v) if (folder_v or "").strip() else None
         try:
-            job = running or watches.start(store, folder_v, fmt_v, tok_v, name_v)
+            job = running or watches.start(store, folder_v, fmt_v, tok_v, name_v, key_v)
         except RollscopeError as e:
             return watched.values(message=note(str(e), "error"))
         said = (f"Already watching {job.folder}: showing that watch." if running else
@@ -208,7 +210,7 @@ def build(store: Store, watches: WatchManager | None = None) -> RunsTab:
         return watched.values(watch_id=job.watch_id, **_status_values(watches, job, None, note(said, "info")),
                               run=gr.Dropdown(choices=choices, value=value), **view_values(store, value))
 
-    start.click(on_start, inputs=[folder, fmt, tokenizer, run_name], outputs=watched.components,
+    start.click(on_start, inputs=[folder, fmt, tokenizer, run_name, reward_key], outputs=watched.components,
                 concurrency_limit=None)
 
     def on_stop(watch_id: str | None) -> list[Any]:

@@ -112,11 +112,12 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     lps[:prompt_len] = np.nan  # AReaL writes 0.0 for prompt tokens: unknown, not certain
     reward = ctx.reward(d.get("rewards"), where, "rewards")
     status = d.get("status", Status.COMPLETED.value)
-    if status not in {s.value for s in Status} or status == Status.RUNNING.value:
+    if not isinstance(status, str) or status not in {s.value for s in Status} or status == Status.RUNNING.value:
         raise FormatError(f"must be one of completed, truncated, aborted, failed, interrupted, got {status!r:.40}",
                           where, "status")
+    finish = d.get("finish_reason")  # how the row's reply ended, where Rollscope's export wrote it
     segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=tok, reward=reward, status=status,
-                                     cut_without_eot=True)
+                                     finish=[finish] if isinstance(finish, str) else None, cut_without_eot=True)
     task = d.get("task_id", "")
     return unknown_logprobs(Episode(
         id=stable_id("areal-packed", d.get("episode_id"), d.get("turn"), tokens=ids),
@@ -255,8 +256,10 @@ def packed_rows(ep: Episode) -> Iterator[dict[str, Any]]:
             "seqlen": end, "prompt_len": start,
             "head_version": int(gen_ver.min()) if gen_ver.size else -1,
             "tail_version": int(gen_ver.max()) if gen_ver.size else -1,
-            # how the episode ended, on the row of its last reply (a row is an episode when read back)
+            # how the episode ended, on the row of its last reply (a row is an episode when read back), and how
+            # the reply did: a turn limit ends an episode `truncated` after a reply that ended on its own
             "status": ep.status.value if t == generated[-1] else Status.COMPLETED.value,
+            "finish_reason": turn.generation.finish_reason if turn.generation is not None else "stop",
         }
 
 

@@ -89,12 +89,12 @@ class ImportContext:
     reward_key: str = ""
     """Which score of a reward model's dict is the reward (``import --reward-key``; ``reward_value``)."""
 
-    def reward(self, value: Any, where: str, name: str = "reward") -> float:
-        """A record's reward (``reward_value`` with ``--reward-key``); one that holds none (null: a sample never
-        scored) reads as 0.0, and the import says so."""
+    def reward(self, value: Any, where: str, name: str = "reward", key: str = "") -> float:
+        """A record's reward (``reward_value`` with ``--reward-key``, else ``key``: the one the record names); one
+        that holds none (null: a sample never scored) reads as 0.0, and the import says so."""
         if value is None:
             self.note(f"some records hold no {name} (null: a sample never scored): each reads as 0.0")
-        return reward_value(value, where, name, self.reward_key)
+        return reward_value(value, where, name, self.reward_key or key)
 
     def skip(self, error: FormatError) -> None:
         """Record a malformed record; the reader goes on with the next one."""
@@ -370,8 +370,9 @@ def reward_value(value: Any, where: str, name: str = "reward", key: str = "") ->
             return reward_value(value[key], where, f"{name}.{key}")
         if "score" in value:
             return reward_value(value["score"], where, f"{name}.score")
-        raise FormatError(f"is a dict of scores ({keys or 'empty'}) without a 'score' key: --reward-key NAME says which "
-                          "one is the reward, as slime's --reward-key does", where, name)
+        raise FormatError(f"is a dict of scores ({keys or 'empty'}) without a 'score' key: --reward-key NAME (the "
+                          "dashboard's watch: reward key) says which one is the reward, as slime's --reward-key does",
+                          where, name)
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         shown = "" if value is None or isinstance(value, (dict, list)) else f" {value!r:.40}"
         raise FormatError(f"must be a number, got {json_type(value)}{shown}", where, name)  # as a record's fields say

@@ -101,7 +101,8 @@ def mask_structure(
             token_ids=tuple(ids[a:b].tolist()),
             logprobs=None if np.isnan(lp).all() else tuple(lp.tolist()),
             finish_reason=finish_of(t),
-            finish_detail=READ_OFF_IDS if not known and read and finish_of(t) == read[t] == "length" else "",
+            finish_detail=READ_OFF_IDS if not known and read and read[t] == "length" and not (
+                t == last and status in STATUS_FINISH) else "",
             prompt_tokens=a,
             weight_version=ver,
         )

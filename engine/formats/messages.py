@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import FormatError, RollscopeError
+from ..errors import FormatError, RollscopeError, TemplateError
 from ..loop.rewards import discounted_returns
 from ..records import jsonbounds
 from ..records.episode import (
@@ -193,24 +193,40 @@ def rendered_whole(tok: Tokenizer, messages: Sequence[Message], tools: Sequence[
     """The conversation as its template renders it whole, once (what a chat record says was said), each assistant
     reply trained from the end of its generation prompt through the template's end-of-turn token: a template that
     rewrites history (Qwen3 drops earlier thinking) writes it here as it writes the conversation, not as deltas
-    sliced from renders of its prefixes would. None where a reply cannot be placed in the render (its generation
-    prompt is no prefix of it, no end-of-turn follows it) or a piece boundary splits a token."""
+    sliced from renders of its prefixes would. The first reply follows its prompt rendered with the generation
+    prompt; each later one the next generation prompt after the reply before it (its prefix's render may hold what
+    the whole drops). None where a reply cannot be placed so (the template renders no closing, the first prompt is no
+    prefix of the whole, a reply runs past what it renders to on its own, into what answered it) or a piece boundary
+    splits a token."""
     asst = [k for k, m in enumerate(messages) if m.role == "assistant"]
     if not asst or asst[0] == 0:
         return None
     full = chat.render(tok, messages, tools)
-    end_mark = chat.assistant_closing(tok, tools).strip()
+    try:
+        end_mark = chat.assistant_closing(tok, tools).strip()
+    except TemplateError:  # a template that refuses the probe's system message, say: the deltas are still had
+        return None
     if not end_mark:
         return None
-    spans: list[tuple[int, int, int]] = []  # per reply: where its env's generation prompt starts, and the reply
+    spans: list[tuple[int, int, int]] = []  # per reply: where its generation prompt starts, the reply, its end
     for k in asst:
         head = chat.render(tok, messages[:k], tools, add_generation_prompt=True)
         bare = chat.render(tok, messages[:k], tools)
-        end = full.find(end_mark, len(head))
-        if not full.startswith(head) or end < 0 or (spans and len(head) < spans[-1][2]):
+        gp = head[len(bare):] if head.startswith(bare) else ""
+        if not spans:
+            if not full.startswith(head):
+                return None
+            g, start = len(head) - len(gp), len(head)
+        else:
+            g = full.find(gp, spans[-1][2]) if gp else -1
+            if g < 0:
+                return None
+            start = g + len(gp)
+        end = full.find(end_mark, start)
+        alone = len(chat.render(tok, messages[: k + 1], tools)) - len(head)  # the reply rendered last, closing too
+        if end < 0 or end + len(end_mark) - start > alone:
             return None
-        gp = len(bare) if head.startswith(bare) and len(bare) >= (spans[-1][2] if spans else 0) else len(head)
-        spans.append((gp, len(head), end + len(end_mark)))
+        spans.append((g, start, end + len(end_mark)))
     bounds = [c for g, a, e in spans for c in (g, a, e)]
     pieces = _piece_ids(tok, full, bounds)
     if pieces is None:

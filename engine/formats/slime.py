@@ -55,6 +55,7 @@ a dump exported again imports as the same episodes.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import re
 import time
@@ -368,7 +369,9 @@ def sample_to_episode(
         for a, b in _spans(ours.get("nan_logprobs")):
             lp[a:b] = np.nan  # unknown logprobs our exporter wrote as 0.0
 
-    reward = ctx.reward(s.get("reward"), where)
+    named_key = ours.get("reward_key")  # the score an earlier import took, kept by Rollscope's export
+    reward_key = ctx.reward_key or (named_key if isinstance(named_key, str) else "")
+    reward = ctx.reward(s.get("reward"), where, key=reward_key)
     status = s.get("status", "completed")
     status = getattr(status, "value", status)
     if status not in STATUS_IN:
@@ -414,8 +417,8 @@ def sample_to_episode(
     }
     if isinstance(s.get("reward"), dict):
         details["reward"] = jsonable(s["reward"])
-        if ctx.reward_key:
-            details["reward_key"] = ctx.reward_key
+        if reward_key:
+            details["reward_key"] = reward_key
     if s.get("weight_versions"):
         details["weight_versions"] = jsonable(s["weight_versions"])
     if ours.get("episode_id"):
@@ -427,7 +430,10 @@ def sample_to_episode(
     # Rollscope's own export names the episode it was: read back, it is that episode (a re-import of it is the
     # stored one again, compared), but where an earlier import stored it under the dump's id.
     dumped = stable_id("slime", jsonable(rollout_id), index if index is not None else f"#{position}", tokens=ids)
-    own, run = ours.get("episode_id"), ours.get("run_id")
+    # ...where the sample is the one exported: slime copies a dataset row's metadata into every sample of its prompt
+    # (a prompt set made of an export), which names one episode for them all.
+    own = ours.get("episode_id") if ours.get("tokens_digest") == tokens_digest(ids) else None
+    run = ours.get("run_id")
     return unknown_logprobs(Episode(
         id=own if isinstance(own, str) and own and not (ctx.known is not None and ctx.known(dumped)) else dumped,
         run_id=run if isinstance(run, str) and run else None,
@@ -495,8 +501,9 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
     resp_ver = ep.tokens.versions[start:]
     cuts = [0, *(np.flatnonzero(np.diff(resp_ver)) + 1).tolist(), len(resp_ver)]
     versions_rle = [[int(resp_ver[a]), b - a] for a, b in zip(cuts, cuts[1:]) if b > a]
-    metadata["rollscope"] = {"episode_id": ep.id, "run_id": ep.run_id, "env": ep.env, "task_id": ep.task_id,
-                             "tokenizer": ep.tokenizer,
+    metadata["rollscope"] = {"episode_id": ep.id, "tokens_digest": tokens_digest(ids), "run_id": ep.run_id,
+                             "env": ep.env, "task_id": ep.task_id, "tokenizer": ep.tokenizer,
+                             **({"reward_key": src["reward_key"]} if src.get("reward_key") else {}),
                              "nan_logprobs": nan_spans,
                              "versions_rle": versions_rle, "finish": _finish_reasons(ep, spans)}
     return {
@@ -514,6 +521,11 @@ def episode_to_sample(ep: Episode, index: int, group_index: int) -> dict[str, An
         "status": STATUS_OUT[ep.status],
         "metadata": jsonable(metadata),
     }
+
+
+def tokens_digest(ids: Any) -> str:
+    """A short hash of a sample's token ids: what ties the episode id Rollscope's export names to its sample."""
+    return hashlib.sha256(np.asarray(ids, dtype="<i8").tobytes()).hexdigest()[:16]
 
 
 def _reward(ep: Episode, src: dict[str, Any]) -> Any:

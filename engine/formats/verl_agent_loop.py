@@ -46,7 +46,7 @@ from ..errors import FormatError
 from ..records.episode import Episode, Message, Status, TokenArrays
 from ..records.numbers import nan_to_none
 from ..records.provenance import RunConfig, Source
-from .base import ImportContext, int_array, jsonable, logprob_array, mask_array, stable_id
+from .base import ImportContext, int_array, jsonable, logprob_array, mask_array, reward_value, stable_id
 from .edited import with_edited_columns
 from .masks import mask_structure
 
@@ -221,7 +221,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     if "reward_score" in v and v["reward_score"] is None:
         ctx.note(f"{path}: reward_score is null (verl's loop leaves it to the reward manager, which had not scored "
                  "these rows): their reward reads as 0.0")
-    reward = ctx.reward(v.get("reward_score"), where, "reward_score")
+    reward = reward_value(v.get("reward_score"), where, "reward_score", ctx.reward_key)  # null: said above
     versions = np.full(len(ids), -1, dtype=np.int64)
     segments, turns = mask_structure(ids, mask, lps, versions, prompt_len, tokenizer=ctx.tokenizer, reward=reward,
                                      cut_without_eot=True)
