@@ -254,15 +254,19 @@ def test_show_reads_a_dumps_prompt_and_what_answered_each_reply_off_its_tokens(t
     assert out.index("48") < out.index("Wrong, try again.") < out.index("--- turn 1")
 
 
-def test_a_slime_sample_cut_by_the_length_limit_is_one_finding_not_two(tmp_path, smol_tokenizer):
-    """slime keeps one status a sample: ``truncated`` is its last reply's cut, said once, on that turn."""
+def test_a_slime_sample_cut_by_the_length_limit_is_one_finding_and_one_out_of_turns_another(tmp_path, smol_tokenizer):
+    """slime keeps one status a sample: ``truncated`` is a reply the length limit cut (its ids end on no end-of-turn
+    token), said once, on that turn; or, from slime's tau agent, a conversation out of turns (its last reply ended
+    on its own), said as the episode's."""
     tok = smol_tokenizer
     prompt = _enc(tok, chat.render(tok, [Message("user", "Count to ten.")], add_generation_prompt=True))
-    cut = _enc(tok, "One, two, three")
-    sample = slime_sample(prompt + cut, len(cut), status="truncated", rollout_log_probs=[-0.1] * len(cut))
+    cut, whole = _enc(tok, "One, two, three"), _enc(tok, "One to ten.<|im_end|>")
+    samples = [slime_sample(prompt + r, len(r), index=i, status="truncated", rollout_log_probs=[-0.1] * len(r))
+               for i, r in enumerate((cut, whole))]
     st = _db(tmp_path)
-    import_path(write_slime_dump(tmp_path / "1.pt", [sample]), "slime", st, tokenizer=tok)
-    ep = next(st.iter_episodes())
+    import_path(write_slime_dump(tmp_path / "1.pt", samples), "slime", st, tokenizer=tok)
+    eps = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
     st.close()
-    cuts = [f.kind for f in run_checks(ep, CheckOptions(tokenizer=tok)) if f.kind.startswith("truncated")]
-    assert cuts == ["truncated_turn"]
+    assert [e.turns[-1].generation.finish_reason for e in eps] == ["length", "stop"]
+    cuts = [[f.kind for f in run_checks(e, CheckOptions(tokenizer=tok)) if f.kind.startswith("truncated")] for e in eps]
+    assert cuts == [["truncated_turn"], ["truncated_episode"]]

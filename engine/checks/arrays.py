@@ -503,9 +503,12 @@ def check_truncation(ep: Episode, o: CheckOptions) -> list[Finding]:
                    f"turn {t.index} stopped on the length limit; its trainable tokens end mid-reply")
             out.append(Finding("truncated_turn", WARNING, why,
                                turn=t.index, token_start=seg.start if seg else None, token_end=seg.end if seg else None))
-    # A dump's one status of a sample cut by the length limit is its last reply's cut, said once (as that turn's).
-    said_by_turn = not ep.source.live and bool(ep.turns) and ep.turns[-1].generation is not None \
-        and ep.turns[-1].generation.finish_reason == "length"
+    # A dump's one status of a sample its ids say the length limit cut is its last reply's cut, said once (as that
+    # turn's); a status of a conversation out of turns, its last reply ended on its own, is the episode's.
+    last = ep.turns[-1].generation if ep.turns else None
+    said_by_turn = not ep.source.live and o.tokenizer is not None and last is not None \
+        and last.finish_reason == "length" and bool(last.token_ids) \
+        and int(last.token_ids[-1]) not in chat.end_of_turn_ids(o.tokenizer)
     if ep.status.value == "truncated" and not said_by_turn and not any(k == "truncated_episode" for k, _ in logged):
         out.append(Finding("truncated_episode", WARNING, f"episode cut: {ep.reason or 'turn limit'}",
                            turn=ep.n_turns - 1 if ep.turns else None))

@@ -76,16 +76,18 @@ def mask_structure(
     last = len(turn_spans) - 1
     known = [typing.cast(FinishReason, f) for f in finish] if finish is not None and len(finish) == len(turn_spans) \
         and all(f in FINISH_REASONS for f in finish) else None
-    read = _ended(ids, turn_spans, tokenizer) if known is None and cut_without_eot and tokenizer is not None \
-        and turn_spans else None
+    read = _ended(ids, turn_spans, tokenizer) if known is None and (cut_without_eot or status == "truncated") \
+        and tokenizer is not None and turn_spans else None
 
     def finish_of(t: int) -> FinishReason:
-        # the record's own reasons, else its status for the last reply (cut, aborted), else the ids' word
+        # The record's own reasons; else its status for the last reply: aborted, or truncated, which is a length cut
+        # where its ids say so and a turn limit where the reply ended on its end-of-turn token (slime's tau agent
+        # says truncated for a conversation out of turns); else the ids' word where the loop ends replies on them.
         if known:
             return known[t]
         if t == last and status in STATUS_FINISH:
-            return STATUS_FINISH[status]
-        return read[t] if read else "stop"
+            return read[t] if read and status == "truncated" else STATUS_FINISH[status]
+        return read[t] if read and cut_without_eot else "stop"
 
     for t, (a, b) in enumerate(turn_spans):
         lp = logprobs[a:b]
@@ -101,7 +103,7 @@ def mask_structure(
             token_ids=tuple(ids[a:b].tolist()),
             logprobs=None if np.isnan(lp).all() else tuple(lp.tolist()),
             finish_reason=finish_of(t),
-            finish_detail=READ_OFF_IDS if not known and read and read[t] == "length" and not (
+            finish_detail=READ_OFF_IDS if not known and read and cut_without_eot and read[t] == "length" and not (
                 t == last and status in STATUS_FINISH) else "",
             prompt_tokens=a,
             weight_version=ver,
