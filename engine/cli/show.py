@@ -137,14 +137,13 @@ def cmd_show(a: argparse.Namespace) -> int:
         print(line)
     print(f"tokens {ep.n_tokens} (prompt {ep.prompt_len}, trainable {ep.tokens.n_trainable})  backend {ep.backend.label if ep.backend else 'unknown'}"
           f"  source {ep.source.kind}{f' ({ep.source.file})' if ep.source.file else ''}")
-    opening = [m for m in ep.messages[: next((i for i, m in enumerate(ep.messages) if m.role == "assistant"),
-                                              len(ep.messages))]]
+    opening = ep.messages[: next((i for i, m in enumerate(ep.messages) if m.role == "assistant"), len(ep.messages))]
     for m in opening:
         print(_opening(m, a.full))
     entropy = turn_entropy(ep) if has_entropy(ep) else None
     # A dump's record may hold its prompt and what answered each reply as tokens alone: read off them, as the
     # dashboard's episode view reads them.
-    off_tokens = ep.turns and ep.n_tokens and (not opening or not any(t.observation for t in ep.turns))
+    off_tokens = bool(ep.turns) and ep.n_tokens > 0 and (not opening or not any(t.observation for t in ep.turns))
     tokenizer = try_tokenizer(tokenizer_spec(ep))[0] if (entropy or off_tokens) and ep.tokenizer else None
     if ep.turns and not opening:
         view = prompt_at(ep, 0, tokenizer)
