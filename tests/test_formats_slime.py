@@ -144,7 +144,7 @@ def test_malformed_samples_are_reported_and_skipped(tmp_path):
         slime_sample([5, 6, 7], 1, index=2, reward="high"),  # string reward
         slime_sample([5, 6, 7], 5, index=3),  # response longer than the sample
         slime_sample([5, 6, 7], 2, index=4, loss_mask=[1, 2]),  # not a 0/1 mask
-        slime_sample([5, 6, 7], 2, index=5, rollout_log_probs=[-1.0, -1.0, -1.0, -1.0]),
+        slime_sample([5, 6, 7], 2, index=5, loss_mask=[1]),  # a mask of another length is shown, not skipped
         slime_sample([5, 6, 7], 2, index=6, status="exploded"),
         {k: v for k, v in good.items() if k != "tokens"},
         "not a dict",
@@ -152,18 +152,17 @@ def test_malformed_samples_are_reported_and_skipped(tmp_path):
     f = write_slime_dump(tmp_path / "r.pt", samples, rollout_id=9)
     st = _db(tmp_path)
     report = import_path(f, "slime", st)
-    assert report.new == 1 and report.skipped == 8
+    assert report.new == 2 and report.skipped == 7
     msgs = [str(e) for e in report.errors]
     assert f"{f}: sample 1: field 'tokens': must be integer token ids, got floats" in msgs[0]
     assert "sample 2: field 'reward': must be a number" in msgs[1]
     assert "sample 3: field 'response_length': is 5 but the sample has 3 tokens" in msgs[2]
     assert "sample 4: field 'loss_mask': must contain only 0 and 1" in msgs[3]
-    assert "sample 5: field 'rollout_log_probs': has 4 entries" in msgs[4]
-    assert "sample 6: field 'status': unknown status 'exploded'" in msgs[5]
-    assert "sample 7: field 'tokens': missing" in msgs[6]
-    assert "sample 8: expected a dict" in msgs[7]
-    assert all(e.where.startswith(str(f)) and e.field for e in report.errors[:7])
-    ep = next(st.iter_episodes())
+    assert "sample 6: field 'status': unknown status 'exploded'" in msgs[4]
+    assert "sample 7: field 'tokens': missing" in msgs[5]
+    assert "sample 8: expected a dict" in msgs[6]
+    assert all(e.where.startswith(str(f)) and e.field for e in report.errors[:6])
+    ep = next(e for e in st.iter_episodes() if e.n_tokens == 5)
     assert ep.tokens.loss_mask.tolist() == [0, 0, 1, 1, 0] and ep.tokens.logprobs[2:].tolist() == [-1.0, -2.0, 0.0]
 
 

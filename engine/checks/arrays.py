@@ -27,6 +27,7 @@ from .base import (
     skip,
     turn_at,
 )
+from .lengths import logprobs_length, mask_length
 from .verl_layout import is_verl, past_template_rest
 
 
@@ -160,14 +161,7 @@ def check_mask(ep: Episode, o: CheckOptions) -> list[Finding]:
     tok = o.tokenizer
     mask = ep.tokens.loss_mask
     n = len(mask)
-    out: list[Finding] = []
-    src = ep.source.details
-    if "loss_mask_length" in src and "response_length" in src and src["loss_mask_length"] != src["response_length"]:
-        out.append(Finding("mask_misaligned", ERROR,
-                           f"loss mask has {src['loss_mask_length']} entries for a response of {src['response_length']} tokens",
-                           token_start=ep.prompt_len, token_end=n,
-                           evidence={"loss_mask_length": src["loss_mask_length"],
-                                     "response_length": src["response_length"]}))
+    out: list[Finding] = mask_length(ep)
     spans = assistant_spans(ep, tok)
     if spans is None:
         if not ep.segments:
@@ -340,7 +334,7 @@ def check_vocabulary(ep: Episode, o: CheckOptions) -> list[Finding]:
 
 
 def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
-    out: list[Finding] = []
+    out: list[Finding] = logprobs_length(ep)
     lp, mask = ep.tokens.logprobs, ep.tokens.loss_mask
     above = np.flatnonzero(lp > ABOVE_ZERO)  # NaN compares False: an unknown logprob is not one
     if above.size:

@@ -151,6 +151,10 @@ def follows(cause: Finding, effect: Finding) -> bool:
             "mask_misaligned", *LOGPROB) and effect.token_start is not None and cause.token_start is not None \
             and effect.token_start >= cause.token_start:
         return True  # a mask of the wrong length, laid from the response start, is wrong where it runs out
+    if cause.kind == "logprobs_misaligned" and "logprobs_length" in cause.evidence and effect.kind in LOGPROB \
+            and effect is not cause and effect.token_start is not None and cause.token_start is not None \
+            and effect.token_start >= cause.token_start:
+        return True  # logprobs of the wrong length, laid from the response start: what else is wrong with them
     if cause.kind == "mask_misaligned" and cause.evidence.get("shift") and effect.kind == "template_newline_trained":
         return True  # the shifted mask now covers the template's newline after <|im_end|>
     if cause.kind == "mask_misaligned" and effect.kind in LOGPROB:

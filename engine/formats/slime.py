@@ -30,7 +30,8 @@ Import decisions:
   ``source`` so ``rollscope check`` reports ``mask_misaligned``: the point
   of a debugger is to show that record, not to drop it;
 * ``rollout_log_probs`` of another length than the response (or than its
-  trainable tokens) cannot be placed: that record is skipped;
+  trainable tokens) are laid from the response start too (cut, or unknown
+  past their end), their length in ``source`` for ``logprobs_misaligned``;
 * ``pending`` (never finished) becomes ``interrupted``; the slime status
   is kept in ``source["status"]``;
 * ``weight_versions`` become per-token versions when there is one per
@@ -107,6 +108,9 @@ TASK_KEYS = ("task_id", "query_id", "qid", "id", "instance_id")
 _EOT_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")
 MASK_NOTE = ("samples whose loss mask length differs from response_length were imported with the mask laid "
              "from the response start; `rollscope check` reports them as mask_misaligned")
+LOGPROBS_NOTE = ("samples whose rollout_log_probs length is neither response_length nor the number of trainable "
+                 "tokens were imported with the logprobs laid from the response start; `rollscope check` reports "
+                 "them as logprobs_misaligned")
 
 
 def _sort_key(p: Path) -> tuple[bool, int, str]:
@@ -354,6 +358,7 @@ def sample_to_episode(
 
     lp = np.full(n, np.nan, dtype=np.float32)
     nonfinite: list[tuple[str, int, float]] = []
+    logprobs_length: int | None = None
     if s.get("rollout_log_probs") is not None:
         arr, bad = logprob_array(s["rollout_log_probs"], where, "rollout_log_probs")
         trained = prompt_len + np.flatnonzero(mask[prompt_len:])
@@ -363,9 +368,12 @@ def sample_to_episode(
         elif len(arr) == len(trained):
             lp[trained] = arr
             nonfinite = [("logprobs", int(trained[i]), x) for i, x in bad]
-        else:
-            raise FormatError(f"has {len(arr)} entries for a response of {rl} tokens ({len(trained)} trainable)",
-                              where, "rollout_log_probs")
+        else:  # shown, not dropped: laid from the response start, and ``check`` says where they run out
+            m = min(len(arr), rl)
+            lp[prompt_len:prompt_len + m] = arr[:m]
+            nonfinite = [("logprobs", prompt_len + i, x) for i, x in bad if i < m]
+            logprobs_length = len(arr)
+            ctx.note(LOGPROBS_NOTE)
         for a, b in _spans(ours.get("nan_logprobs")):
             lp[a:b] = np.nan  # unknown logprobs our exporter wrote as 0.0
 
@@ -419,6 +427,8 @@ def sample_to_episode(
         details["reward"] = jsonable(s["reward"])
         if reward_key:
             details["reward_key"] = reward_key
+    if logprobs_length is not None:
+        details["logprobs_length"] = logprobs_length
     if s.get("weight_versions"):
         details["weight_versions"] = jsonable(s["weight_versions"])
     if ours.get("episode_id"):

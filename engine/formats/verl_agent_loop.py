@@ -161,8 +161,10 @@ def _fields(d: dict[str, Any], path: Path, ctx: ImportContext) -> dict[str, Any]
     return out
 
 
-def _arrays(v: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(ids, mask, logprobs) of the whole sequence, prompt first, and the prompt's length."""
+def _arrays(v: dict[str, Any], where: str, ctx: ImportContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int | None]:
+    """(ids, mask, logprobs) of the whole sequence, prompt first, the prompt's length, and the length of
+    ``response_logprobs`` where it is not the response's (laid from the response start, cut or unknown past its end:
+    ``check`` reports the row, which is shown rather than dropped)."""
     for name in ("prompt_ids", "response_ids", "response_mask"):
         if name not in v:
             raise FormatError("missing (an AgentLoopOutput needs prompt_ids, response_ids and response_mask)",
@@ -173,19 +175,23 @@ def _arrays(v: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray, np.n
     if len(rmask) != len(response):
         raise FormatError(f"has {len(rmask)} values for {len(response)} response ids", where, "response_mask")
     lps = np.full(len(prompt) + len(response), np.nan)
+    misfit = None
     if v.get("response_logprobs") is not None:
         rl, _ = logprob_array(v["response_logprobs"], where, "response_logprobs")
         if len(rl) != len(response):
-            raise FormatError(f"has {len(rl)} values for {len(response)} response ids", where, "response_logprobs")
-        lps[len(prompt):] = rl
+            misfit = len(rl)
+            ctx.note("rows whose response_logprobs length differs from response_ids' were imported with the "
+                     "logprobs laid from the response start; `rollscope check` reports them as logprobs_misaligned")
+        m = min(len(rl), len(response))
+        lps[len(prompt):len(prompt) + m] = rl[:m]
     ids = np.concatenate([prompt, response]).astype(np.int64)
     mask = np.concatenate([np.zeros(len(prompt), dtype=np.int8), rmask.astype(np.int8)])
-    return ids, mask, lps, len(prompt)
+    return ids, mask, lps, len(prompt), misfit
 
 
 def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: ImportContext) -> Episode:
     v = _fields(d, path, ctx)
-    ids, mask, lps, prompt_len = _arrays(v, where)
+    ids, mask, lps, prompt_len, misfit = _arrays(v, where, ctx)
     extra = v.get("extra_fields") if isinstance(v.get("extra_fields"), dict) else {}
     assert isinstance(extra, dict)
     record = extra.get("rollscope")
@@ -235,6 +241,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     details.update(shape="AgentLoopOutput", num_turns=jsonable(v.get("num_turns", 0)),
                    metrics=jsonable(v.get("metrics") or {}),
                    extra_fields=jsonable({k: x for k, x in extra.items() if k not in ("turn_scores", "tool_rewards")}))
+    if misfit is not None:
+        details.update(logprobs_length=misfit, response_length=len(ids) - prompt_len)
     return Episode(
         # Its file's name and line in the id: the samples of a group that generated the same reply are rows alike,
         # and so are an eval's greedy answers in each step's file; each is its own episode (their rewards and
