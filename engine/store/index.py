@@ -215,7 +215,8 @@ class IndexQueries(StoreBase):
         digest alone puts each new key on a page of its own once the index has more pages than the batch has
         texts (the largest share of the pages a batch wrote into a large database: ``bench/write_scale.py``)."""
         conn = self.db.conn
-        window = int(conn.execute("SELECT IFNULL(MAX(id), 0) FROM search_texts").fetchone()[0]) // _WINDOW
+        last = int(conn.execute("SELECT IFNULL(MAX(id), 0) FROM search_texts").fetchone()[0])
+        window = last // _WINDOW
         here, before = struct.pack(">I", window), struct.pack(">I", max(window - 1, 0))
         key_of = {d: d if d in context else here + d for d in bodies}
         probe = {k: d for d in bodies for k in ((d,) if d in context else (here + d, before + d))}
@@ -226,12 +227,17 @@ class IndexQueries(StoreBase):
             for key, text_id in conn.execute(
                     f"SELECT hash, id FROM search_texts WHERE hash IN ({','.join('?' * len(part))})", part):
                 found.setdefault(probe[key], text_id)
-        new: list[tuple[int, str]] = []
+        # The ids SQLite would give them (the largest + 1 on), given here so they go in one statement: this
+        # transaction holds the write lock, so no other writer takes one meanwhile.
+        rows: list[tuple[int, bytes, str]] = []
         for digest, body in bodies.items():
             if digest not in found:
-                found[digest] = int(conn.execute("INSERT INTO search_texts (hash, body) VALUES (?, ?)",
-                                                 [key_of[digest], body]).lastrowid or 0)
-                new.append((found[digest], body))
+                last += 1
+                found[digest] = last
+                rows.append((last, key_of[digest], body))
+        if rows:
+            conn.executemany("INSERT INTO search_texts (id, hash, body) VALUES (?, ?, ?)", rows)
+        new = [(i, body) for i, _, body in rows]
         # The full-text index of the texts added (schema 14: no trigger does it); in a batch, at its commit.
         if self._fts_pending is not None:
             self._fts_pending += new

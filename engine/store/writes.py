@@ -25,9 +25,8 @@ from .schema import COUNTED, nonfinite_episodes
 Stored = Episode | PackedEpisode
 """What ``save_batches`` writes: an episode, or its rows made elsewhere (``packing.pack_episode``)."""
 
-# What a person adds to an episode, kept when it is imported again.
-_ANNOTATIONS = ("tags", "starred", "note")
-
+_ANNOTATIONS = ("tags", "starred", "note")  # what a person adds to an episode, kept when it is imported again
+_UPSERTS: dict[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], str] = {}  # ``_upsert``'s SQL, made once
 BATCH_EPISODES = 4096
 """Episodes ``save_batches`` writes a transaction: an index keyed by task takes new entries at random places, and a
 commit writes a page for each one touched, so a larger batch shares them (``bench/write_scale.py``)."""
@@ -92,13 +91,14 @@ class Writes(StoreBase):
     def _upsert(self, table: str, row: dict[str, Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> None:
         # Plain prepared SQL on the per-turn path: sqlite-utils' upsert
         # introspects the table on every call, which dominated turn commits.
-        cols = list(row)
-        update = [c for c in cols if c not in key and c not in keep]
-        sql = (
-            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-            f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in update)}"
-        )
-        self.db.conn.execute(sql, [row[c] for c in cols])
+        cols = tuple(row)
+        sql = _UPSERTS.get((table, cols, key, keep))
+        if sql is None:
+            update = [c for c in cols if c not in key and c not in keep]
+            sql = _UPSERTS[(table, cols, key, keep)] = (
+                f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+                f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in update)}")
+        self.db.conn.execute(sql, list(row.values()))
 
     def _write_turn(self, ep: Episode, turn: Turn, spans: bool) -> None:
         """One turn row in the compact form (``packing.turn_row``)."""
