@@ -90,3 +90,28 @@ def test_a_verl_row_whose_logprobs_miss_one_is_imported_and_found(tmp_path, qwen
     found, top = _findings(ep, tok)
     assert [r.kind for r in top] == ["logprobs_misaligned"], [(f.kind, f.message) for f in found]
     assert top[0].turn == 0 and top[0].token_start == len(prompt)
+
+
+def test_a_slime_response_length_both_arrays_contradict_is_the_one_root(tmp_path, qwen3_tokenizer):
+    """response_length written as the mask's sum (a loop that counted trained tokens): the loss mask and the rollout
+    logprobs agree on the response, so the field is the one wrong, and the arrays lie where they belong."""
+    tok = qwen3_tokenizer
+    prompt, reply = _dump(tok)
+    answer = _enc(tok, "\n<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\n")
+    again = _enc(tok, "Yes.<|im_end|>")
+    response = reply + answer + again
+    mask = [1] * len(reply) + [0] * len(answer) + [1] * len(again)
+    lps = [-0.25] * len(reply) + [0.0] * len(answer) + [-0.5] * len(again)
+    sample = slime_sample(prompt + response, sum(mask), index=0, loss_mask=mask, rollout_log_probs=lps)
+    st = Store(tmp_path / "r.db")
+    report = import_path(write_slime_dump(tmp_path / "0.pt", [sample]), "slime", st, tokenizer=tok)
+    assert report.new == 1 and any("response_length_mismatch" in n for n in report.notes), report.notes
+    (ep,) = st.iter_episodes()
+    st.close()
+    assert ep.prompt_len == len(prompt) and ep.tokens.loss_mask[len(prompt):].tolist() == mask
+    found, top = _findings(ep, tok)
+    assert [r.kind for r in top] == ["response_length_mismatch"], [(f.kind, f.message) for f in found]
+    assert top[0].token_start == len(prompt)
+    assert f"response_length is {sum(mask)} but the response has {len(response)} tokens" in top[0].message
+    assert f"loss_mask and rollout_log_probs both have {len(response)} entries" in top[0].message
+    assert not [f for f in found if f.kind in ("mask_misaligned", "logprobs_misaligned")]

@@ -537,6 +537,8 @@ def check_response_length(ep: Episode, o: CheckOptions) -> list[Finding]:
     if got == actual:
         return []
     how = " (it equals the span of the loss mask, not the response)" if got == span and span != actual else ""
+    if src.get("response_from"):  # the dump's arrays agree on the response: the field is the one wrong
+        how += f"; {' and '.join(str(src['response_from']).split(', '))} both have {actual} entries, read as the response"
     return [Finding("response_length_mismatch", ERROR,
                     f"response_length is {got} but the response has {actual} tokens{how}",
                     token_start=ep.prompt_len, token_end=len(ep.tokens),

@@ -108,6 +108,9 @@ TASK_KEYS = ("task_id", "query_id", "qid", "id", "instance_id")
 _EOT_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")
 MASK_NOTE = ("samples whose loss mask length differs from response_length were imported with the mask laid "
              "from the response start; `rollscope check` reports them as mask_misaligned")
+RESPONSE_NOTE = ("samples whose loss_mask and rollout_log_probs agree on a length other than response_length were "
+                 "imported with that length as the response; `rollscope check` reports them as "
+                 "response_length_mismatch")
 LOGPROBS_NOTE = ("samples whose rollout_log_probs length is neither response_length nor the number of trainable "
                  "tokens were imported with the logprobs laid from the response start; `rollscope check` reports "
                  "them as logprobs_misaligned")
@@ -339,9 +342,16 @@ def sample_to_episode(
     assert rl is not None
     if not 0 <= rl <= n:
         raise FormatError(f"is {rl} but the sample has {n} tokens", where, "response_length")
-    prompt_len = n - rl
-    raw_mask = s.get("loss_mask")
+    raw_mask, agreed = s.get("loss_mask"), False
     resp_mask = np.ones(rl, dtype=np.uint8) if raw_mask is None else mask_array(raw_mask, where, "loss_mask")
+    arr, bad = logprob_array(s["rollout_log_probs"], where, "rollout_log_probs") \
+        if s.get("rollout_log_probs") is not None else (None, [])
+    if raw_mask is not None and arr is not None and len(resp_mask) == len(arr) != rl and len(arr) <= n:
+        # Two arrays agree on the response against one field: the response is theirs, and ``check`` says that
+        # response_length is wrong (slime asserts the three equal), the ids split where the arrays put them.
+        rl, agreed = len(arr), True
+        ctx.note(RESPONSE_NOTE)
+    prompt_len = n - rl
     mask = np.zeros(n, dtype=np.uint8)
     m = min(len(resp_mask), rl)
     mask[prompt_len : prompt_len + m] = resp_mask[:m]
@@ -359,8 +369,7 @@ def sample_to_episode(
     lp = np.full(n, np.nan, dtype=np.float32)
     nonfinite: list[tuple[str, int, float]] = []
     logprobs_length: int | None = None
-    if s.get("rollout_log_probs") is not None:
-        arr, bad = logprob_array(s["rollout_log_probs"], where, "rollout_log_probs")
+    if arr is not None:
         trained = prompt_len + np.flatnonzero(mask[prompt_len:])
         if len(arr) == rl:
             lp[prompt_len:] = arr
@@ -421,7 +430,8 @@ def sample_to_episode(
         "rollout_step": int(rollout_id) if isinstance(rollout_id, (int, np.integer)) and not isinstance(rollout_id, bool)
         else None,
         "position": position, "group_index": group_index, "label": label,
-        "status": status, "response_length": rl, "loss_mask_length": len(resp_mask), "metadata": jsonable(metadata),
+        "status": status, "response_length": int_field(s["response_length"], where, "response_length"),
+        "loss_mask_length": len(resp_mask), "metadata": jsonable(metadata),
     }
     if isinstance(s.get("reward"), dict):
         details["reward"] = jsonable(s["reward"])
@@ -429,6 +439,8 @@ def sample_to_episode(
             details["reward_key"] = reward_key
     if logprobs_length is not None:
         details["logprobs_length"] = logprobs_length
+    if agreed:
+        details["response_from"] = "loss_mask, rollout_log_probs"
     if s.get("weight_versions"):
         details["weight_versions"] = jsonable(s["weight_versions"])
     if ours.get("episode_id"):
