@@ -298,6 +298,7 @@ def sliced_deltas(tok: Tokenizer, messages: Sequence[Message], tools: Sequence[d
 def conversation_episode(
     *, fmt: str, eid: str, env: str, task_id: str, messages: tuple[Message, ...], tools: tuple[dict[str, Any], ...],
     reward: float, status: Status, source: Source, ctx: ImportContext, where: str, sample_index: int = 0,
+    group_id: str | None = None,
 ) -> Episode:
     """An episode from a finished conversation, tokenized when the import has a tokenizer."""
     tok = ctx.tokenizer
@@ -322,7 +323,7 @@ def conversation_episode(
         turns = (*turns[:-1], replace(turns[-1], reward=reward, done=True))
     turn_rewards = tuple(t.reward for t in turns)
     return Episode(
-        id=eid, env=env, task_id=task_id, sample_index=sample_index,
+        id=eid, env=env, task_id=task_id, group_id=group_id, sample_index=sample_index,
         tokenizer=ctx.tokenizer_name, template_hash=chat.template_hash(tok) if tok is not None else "",
         status=status, reason=f"imported from {fmt}", reward=reward, turn_rewards=turn_rewards,
         returns=tuple(discounted_returns(turn_rewards, 1.0)), messages=messages, tools=tools, turns=turns,

@@ -12,12 +12,17 @@ ids decoded with ``skip_special_tokens=True``, ``gts`` the ground truth
 value per sample (``acc``, ``pred``, ``uid``, ``request_id``...).
 
 The dump keeps no token ids and no chat markup, so tokens cannot be what
-the trainer saw. With a tokenizer the sample is imported as a two-message
-conversation (user = ``input``, assistant = ``output``) rendered with its
-chat template, marked ``source["tokens_reconstructed"]``; without one it
-holds the messages only. ``score`` is the reward; ``gts`` and the extra
-keys go to ``source``. Samples of one prompt share a task id (``uid`` when
-the dump has it, else a hash of the input), so GRPO groups stay together.
+the trainer saw. ChatML's markup is special tokens: what is left of it are
+its role lines (``user``, ``assistant``... alone on a line), where the
+conversation is split back into its messages (``decoded_conversation``: the
+prompt's, then each reply and what answered it). Text without them (another
+template's) is a two-message conversation (user = ``input``, assistant =
+``output``). With a tokenizer the messages are rendered with its chat
+template, marked ``source["tokens_reconstructed"]``; without one the episode
+holds the messages only. ``score`` is the reward; ``gts`` and the extra keys
+go to ``source``. Samples of one prompt share a task id (``uid`` when the
+dump has it, else a hash of the input) and, in one step, a GRPO group.
+``--env`` names the env, else the sample's ``data_source``, else ``verl``.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import FormatError
+from ..records.conversation import Role
 from ..records.episode import Episode, Message, Status
 from ..records.provenance import Source
 from ..records.reading import json_type
@@ -36,6 +42,9 @@ from .base import ImportContext, discover, json_lines, jsonable, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode
 
 REQUIRED = ("input", "output")
+SPLIT_NOTE = ("verl dumps decode each sample without its special tokens: the conversation was split into messages "
+              "at the role lines ChatML leaves (`user`, `assistant`... alone on a line), so a reply holding such a "
+              "line would be split there too")
 RECONSTRUCTED_NOTE = ("verl dumps hold decoded text without special tokens: token ids were reconstructed by "
                       "rendering input/output with the tokenizer's chat template, not read from the run")
 
@@ -56,18 +65,61 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     elif isinstance(step, bool) or not isinstance(step, int):
         raise FormatError(f"must be an integer, got {step!r}", where, "step")
     extra = {k: jsonable(v) for k, v in d.items() if k not in ("input", "output", "gts", "score", "step")}
+    messages = decoded_conversation(d["input"], d["output"])
+    if messages is None:
+        messages = (Message("user", d["input"]), Message("assistant", d["output"]))
+    else:
+        ctx.note(SPLIT_NOTE)
     source = Source.imported("verl", str(path), line=line, index=line - 1, step=step, rollout_step=step, gts=jsonable(d.get("gts")),
-                             reward_extra=extra, **({"tokens_reconstructed": True} if ctx.tokenizer is not None else {}))
-    group = d.get("uid")
-    task = str(group) if group is not None else "p-" + stable_id("prompt", d["input"])[:10]
+                             reward_extra=extra, **({"tokens_reconstructed": True} if ctx.tokenizer is not None else {}),
+                             **({"split_at_role_lines": True} if len(messages) > 2 or messages[0].content != d["input"]
+                                else {}))
+    uid = d.get("uid")
+    task = str(uid) if uid is not None else "p-" + stable_id("prompt", d["input"])[:10]
     return conversation_episode(
         fmt="verl",
         eid=stable_id("verl", step, line, d["input"], d["output"]),
-        env=str(d.get("data_source") or "verl"),
+        env=ctx.env or str(d.get("data_source") or "verl"),
         task_id=task,
-        messages=(Message("user", d["input"]), Message("assistant", d["output"])),
+        messages=messages,
         tools=(), reward=reward, status=Status.COMPLETED, source=source, ctx=ctx, where=where, sample_index=line - 1,
+        # GRPO's group: the samples of one prompt (verl's uid, else its text) in one step
+        group_id=f"verl:{step}:{task}",
     )
+
+
+# A role's line in ChatML decoded without its special tokens: ``<|im_start|>user\n`` reads ``user\n`` and the
+# ``<|im_end|>\n`` closing the message before it ``\n``.
+_ROLE_LINE = re.compile(r"(?:^|\n)(system|user|assistant|tool)\n")
+
+
+def _role(m: re.Match[str]) -> Role:
+    role = m.group(1)
+    assert role in ("system", "user", "assistant", "tool")
+    return cast(Role, role)
+
+
+def decoded_conversation(prompt: str, response: str) -> tuple[Message, ...] | None:
+    """The messages of a ChatML conversation that verl decoded with ``skip_special_tokens=True``: the prompt's
+    messages up to its generation prompt (``...\nassistant\n``), then the response's replies and what answered each
+    (a tool's answer or an interaction's feedback, as the template wrote them: ``user`` messages with Qwen's
+    ``<tool_response>``). None where the prompt is not such text (another template's markup, or no role lines): it is
+    then read as one user message, as before."""
+    found = list(_ROLE_LINE.finditer(prompt))
+    if not found or found[0].start() != 0 or found[-1].group(1) != "assistant":
+        return None
+    *messages, opening = _between(prompt, found)  # the generation prompt: what follows it begins the first reply
+    if not any(m.role == "user" for m in messages) or opening.role != "assistant":
+        return None
+    parts = list(_ROLE_LINE.finditer(response))
+    first = Message("assistant", opening.content + response[: parts[0].start() if parts else len(response)])
+    return (*messages, first, *_between(response, parts))
+
+
+def _between(text: str, lines: list[re.Match[str]]) -> list[Message]:
+    """Each role line's message: the text from it to the next one (the newline that closed the message left out)."""
+    ends = [m.start() for m in lines[1:]] + [len(text)] if lines else []
+    return [Message(_role(m), text[m.end():end]) for m, end in zip(lines, ends, strict=True)]
 
 
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:

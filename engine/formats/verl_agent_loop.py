@@ -249,7 +249,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         # logprobs may differ). Read again, a row keeps its id.
         id=stable_id("verl-agent-loop", path.name, line, mask.tolist(), tokens=ids),
         env=ctx.env or "verl",
-        task_id="p-" + stable_id("prompt", tokens=ids[:prompt_len])[:10],
+        task_id=(task := "p-" + stable_id("prompt", tokens=ids[:prompt_len])[:10]),
+        group_id=f"verl:{path.name}:{task}",  # GRPO's group: the samples of one prompt, in one step's file
         tokenizer=ctx.tokenizer_name,
         status=Status.COMPLETED,
         reason="imported from a verl AgentLoopOutput",
