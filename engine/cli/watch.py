@@ -28,7 +28,8 @@ def register(sub: Any) -> None:
     w.add_argument("--interval", type=float, default=2.0, help="seconds between looks at the folder")
     w.add_argument("--settle", type=float, default=2.0,
                    help="seconds a JSONL dump must stay unchanged before its last line, without its newline, is "
-                        "read (a .pt dump is read as soon as it is whole)")
+                        "read if it is a whole JSON record (a line cut mid-record waits for its newline; a .pt dump "
+                        "is read as soon as it is whole)")
     w.add_argument("--no-check", action="store_true", help="import only; run `rollscope check` later")
     w.add_argument("--once", action="store_true", help="look once, import what is ready, and exit")
     fanout_options(w)

@@ -7,7 +7,10 @@ verl's ``.jsonl``) and imports what is new into the store, checked (on a ``Fanou
 - A ``.pt`` dump is read once it is whole: a complete zip (``torch.save`` writes the zip's directory
   last). A half-written one is ``waiting``.
 - A ``.jsonl`` dump is read up to its last complete line, and again from there when it grows. A last
-  line without its newline is read once the file has not changed for ``settle`` seconds.
+  line without its newline is read only when it is a whole JSON record and the file has not changed for
+  ``settle`` seconds; its newline, when it comes, ends that line and starts no new one. A last line cut
+  mid-record is never read before its newline: every line keeps the number (and its record the id) an
+  import of the finished file gives it. One that stays cut (a writer that stopped) is said once.
 - What was read is recorded in the store's ``watched_files`` (size, time, bytes and lines read), in the
   same database as the episodes: a restarted watch reads nothing twice. A ``.pt`` file rewritten later
   (another size or time) is read again; its episodes keep their ids, so only new samples are added.
@@ -22,7 +25,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,16 @@ def zip_complete(path: Path) -> bool:
         return False
 
 
+def _ends_mid_line(path: Path, offset: int) -> bool:
+    """Whether the byte before ``offset`` is not a newline: a read that stopped there took a last line that had
+    none (a whole record), and what follows up to the next newline is the rest of that line."""
+    if offset <= 0:
+        return False
+    with path.open("rb") as f:
+        f.seek(offset - 1)
+        return f.read(1) != b"\n"
+
+
 def _complete_lines(path: Path, start: int, size: int) -> tuple[int, int]:
     """(end of the last complete line at or after ``start``, lines up to it), reading ``start:size``."""
     end, n = start, 0
@@ -109,6 +122,7 @@ class Watcher:
         record_limit(max_record_mb)
         self.max_record_mb, self.reward_key = max_record_mb, reward_key
         self._seen: dict[str, tuple[int, float, float]] = {}  # path -> (size, mtime, when first seen so)
+        self._cut: dict[str, tuple[int, int, float]] = {}  # path -> (where its cut last line starts, size, mtime)
         self.tokenizer_errors: dict[str, str] = {}
         saved = self.folder / "tokenizer"
         if tokenizer is None and fmt == "slime" and saved.is_dir():
@@ -129,7 +143,10 @@ class Watcher:
         return sorted(found, key=lambda p: (p.stat().st_mtime, str(p)))
 
     def _settled(self, key: str, size: int, mtime: float) -> bool:
-        """Whether the file has not changed for ``settle`` seconds: by its time, or as seen by earlier polls."""
+        """Whether the file has not changed for ``settle`` seconds: by its time, or as seen by earlier polls.
+
+        Its time is the file server's clock, compared with this one's: a skew between them only changes when a
+        last line that is a whole JSON record is read, since one that is not is never read before its newline."""
         if time.time() - mtime >= self.settle:
             return True
         before = self._seen.get(key)
@@ -168,19 +185,53 @@ class Watcher:
                     return WatchEvent(key, "waiting", message="not yet written whole")
                 return None
             return self._import(key, path, st, known, None, 0, "done")
+        return self._poll_lines(key, path, st, known)
+
+    def _poll_lines(self, key: str, path: Path, st: Any, known: WatchedFile | None) -> WatchEvent | None:
+        """A JSONL dump: its complete lines from where the last read stopped, numbered on from there."""
         start, line = 0, 1
         if known is not None and known.state in ("partial", "done") and st.st_size >= known.offset:
             start, line = known.offset, known.lines + 1
-        if st.st_size == start:
+        if st.st_size == start or self._cut.get(key) == (start, st.st_size, st.st_mtime):
             return None
+        rest = _ends_mid_line(path, start)
+        if rest:
+            line -= 1  # the first bytes finish the line read last, which had no newline
         end, n = _complete_lines(path, start, st.st_size)
-        if end < st.st_size and self._settled(key, st.st_size, st.st_mtime):
-            end, n = st.st_size, n + 1  # a last line without its newline, and the file no longer changes
+        note = ""
+        if end < st.st_size and not (rest and end == start) and self._settled(key, st.st_size, st.st_mtime):
+            last = line + n
+            whole = self._whole_record(path, end, st.st_size, f"{path}:{last}")
+            if whole:
+                end, n = st.st_size, n + 1  # a last line without its newline, whole, and the file no longer changes
+            elif whole is not None:
+                said = self._cut.get(key)
+                self._cut[key] = (end, st.st_size, st.st_mtime)
+                if said is None or said[0] != end:
+                    note = (f"its last line, line {last}, has no newline and is not a whole JSON record: left "
+                            "unread, it is read when it completes")
         if end == start:
-            return None
+            return WatchEvent(key, "waiting", message=note) if note else None
         from . import LineRange
 
-        return self._import(key, path, st, known, LineRange(start, line, end), line - 1 + n, "partial", end)
+        event = self._import(key, path, st, known, LineRange(start, line, end), line - 1 + n, "partial", end)
+        return replace(event, message="; ".join(m for m in (event.message, note) if m)) if note else event
+
+    def _whole_record(self, path: Path, start: int, size: int, where: str) -> bool | None:
+        """Whether the bytes ``start:size`` (a last line without its newline) are a whole JSON object; None when
+        they are blank (a line that may yet hold a record)."""
+        from .base import json_object
+
+        if size - start > record_limit(self.max_record_mb):
+            return False  # read, and skipped as too long, once its newline comes
+        with path.open("rb") as f:
+            f.seek(start)
+            raw = f.read(size - start)
+        try:
+            obj, _ = json_object(raw, where)
+        except RollscopeError:
+            return False
+        return None if obj is None else True
 
     def _import(self, key: str, path: Path, st: Any, known: WatchedFile | None, lines: Any, n_lines: int, state: str,
                 offset: int | None = None) -> WatchEvent:
