@@ -418,3 +418,8 @@ def load_config_file(path: str | Path) -> tuple[str, LoopConfig]:
 def preset_document(p: Preset) -> dict[str, Any]:
     """A preset as the JSON a ``--config`` file holds."""
     return {"name": p.name, "reproduces": p.reproduces, "summary": p.summary, "knobs": p.config.to_dict()}
+
+
+def default_preset(env: str) -> str:
+    """The preset an env is usually run with: AReaL's math loop, slime's tau-bench loop for tool envs."""
+    return "areal-math" if env == "math" else "slime-tau"

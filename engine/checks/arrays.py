@@ -391,14 +391,19 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
                            turn=turn_at(ep, at), token_start=at, token_end=at + 1,
                            evidence={"positions": sorted(template_nl)[:50]}))
         missing = np.array([p for p in missing.tolist() if p not in template_nl], dtype=np.int64)
-    manual = {t.index for t in ep.turns if t.generation is not None and t.generation.model == "manual"}
+    # Text no model sampled here: written by hand, or a reply a fork replayed from an imported record without logprobs
+    written = {t.index: t.generation.model for t in ep.turns
+               if t.generation is not None and t.generation.model in ("manual", "imported")}
     if missing.size:
         turns = sorted(t for t in {turn_at(ep, int(p)) for p in missing} if t is not None)
-        only_manual = bool(turns) and set(turns) <= manual
+        only_manual = bool(turns) and set(turns) <= set(written)
+        how = {written[t] for t in turns} if only_manual else set()
         at = int(missing[0])
         out.append(Finding("logprobs_missing", INFO if only_manual else ERROR,
                            f"{missing.size} trainable tokens have no rollout logprob, first at {at}"
-                           + (" (text written by hand)" if only_manual else ""),
+                           + (" (" + " and ".join(("text written by hand",) * ("manual" in how)
+                                                  + ("replies replayed from an imported record that holds none",)
+                                                  * ("imported" in how)) + ")" if only_manual else ""),
                            turn=turn_at(ep, at), token_start=at, token_end=int(missing[-1]) + 1,
                            evidence={"turns": turns, "count": int(missing.size), "positions": missing[:200].tolist(),
                                      "runs": position_runs(missing)}))

@@ -90,6 +90,8 @@ def cmd_fork(a: argparse.Namespace) -> int:
         return 130
     replayed = forks[0].report
     print(replayed.summary(), file=out if replayed.ok else sys.stderr)
+    for note in replayed.notes:
+        print(f"  note: {note}", file=out)
     statuses = Counter(p.episode.status.value for p in forks)
     mean = sum(p.episode.reward for p in forks) / len(forks)
     better = sum(p.episode.reward > parent.reward for p in forks)

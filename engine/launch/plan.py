@@ -28,10 +28,10 @@ from ..backends.base import Backend, SamplingParams
 from ..envs import ENVS, env_factory, parse_tasks
 from ..envs.base import Env
 from ..errors import ConfigError
-from ..loop.fork import HandStepper, fork, parent_env
+from ..loop.fork import HandStepper, fork, parent_env, parent_loop
 from ..loop.fork import start as start_by_hand
 from ..loop.users import check_new_user
-from ..presets import PRESETS, LoopConfig, apply_settings, get_preset, load_config_file
+from ..presets import PRESETS, LoopConfig, apply_settings, default_preset, get_preset, load_config_file
 from ..records.episode import Episode
 from ..store import Store
 from ..tokens.tokenizer import Tokenizer
@@ -43,11 +43,6 @@ PRESET_CHOICES = (AUTO, *PRESETS)
 REACH_TIMEOUT_S = 3.0
 MAX_EPISODES = 100_000  # one dashboard batch at most; the CLI takes any number
 USERS = ("scripted", "llm", "human")
-
-
-def default_preset(env: str) -> str:
-    """The preset an env is usually run with: AReaL's math loop, slime's tau-bench loop for tool envs."""
-    return "areal-math" if env == "math" else "slime-tau"
 
 
 def number(value: Any, what: str, *, lo: float | None = None, hi: float | None = None, whole: bool = False,
@@ -413,7 +408,7 @@ def fork_setup(store: Store, episode_id: Any, turn: Any, user: str, settings: An
         k = int(turn)
     except (TypeError, ValueError):
         raise ConfigError(f"fork turn: {turn!r} is not a turn number") from None
-    config = apply_settings(parent.config.loop or LoopConfig(), str(settings or ""))
+    config = apply_settings(parent_loop(parent), str(settings or ""))
     make_env, _ = parent_env(parent)
     backend.preflight()
     # The fork continues the parent's token sequence: it must use the parent's tokenizer.

@@ -29,7 +29,7 @@ from ..backends.base import Backend, SamplingParams
 from ..checks import CheckOptions, with_checks
 from ..envs.base import Env, StepResult
 from ..errors import ConfigError, RollscopeError
-from ..presets import LoopConfig
+from ..presets import PRESETS, LoopConfig, default_preset
 from ..records.episode import Episode, Finding, Generation, Message, Severity, Status, ToolCall, Turn
 from ..tokens import chat
 from ..tokens.tokenizer import Tokenizer
@@ -311,6 +311,17 @@ def parent_env(parent: Episode, doing: str = "fork") -> tuple[Callable[[], Env],
     return make, None
 
 
+def parent_loop(parent: Episode) -> LoopConfig:
+    """The loop config a fork of ``parent`` runs under (before knobs it is given): the parent's, or where its record
+    holds none (an import), the loop's defaults with the turn limit of the preset its env is usually run with
+    (``default_preset``), or the parent's own turns where it had more: the record does not say what limit it ran
+    under, and the loop's default (5) would end a fork of a longer conversation early."""
+    if parent.config.loop is not None:
+        return parent.config.loop
+    usual = PRESETS[default_preset(parent.env)].max_turns
+    return LoopConfig(max_turns=max(usual, parent.n_turns))
+
+
 def _record_text(message: Message, actions: tuple[Any, ...]) -> str:
     """An imported assistant message as the text a model would have written: its words, then its tool
     calls as ``<tool_call>`` blocks (the ones the record shows executed)."""
@@ -404,7 +415,11 @@ async def fork(
                       "llm": "a model plays the user from the fork on",
                       "human": "you play the user from the fork on"}[after])
     if config is None:
-        config = parent.config.loop or LoopConfig()
+        config = parent_loop(parent)
+    if parent.config.loop is None:
+        notes.append(f"the parent's record holds no loop settings: the fork runs the loop's defaults with max_turns="
+                     f"{config.max_turns} (the {default_preset(parent.env)} preset's limit, or the parent's turns where "
+                     "more); --set max_turns=N changes it")
     if sampling is None:
         sampling = parent.config.sampling or SamplingParams()
     stepper = Stepper(env, backend, tokenizer, config, parent.task_id, sampling=sampling, preset=parent.preset,
