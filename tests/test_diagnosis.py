@@ -36,6 +36,24 @@ def test_a_mask_finding_causes_the_logprob_findings_on_its_own_positions_only():
     assert consequences(found, found[0]) == [found[1]] and root_of(found, found[1]) is found[0]
 
 
+def test_one_corrupt_id_explains_what_is_read_wrong_at_it_and_not_a_finding_elsewhere():
+    """A single id past the vocabulary is a corrupt id, not another tokenizer's ids: verl's missing newline 17 tokens
+    later stays a root of its own; the re-encoding that differs at the id follows from it. Many such ids are the
+    wrong tokenizer's, and everything read through it follows."""
+    corrupt = link_findings([
+        _f("token_out_of_vocab", start=35, end=36, positions=[35], count=1),
+        _f("retokenization_drift", start=35, end=40),
+        _f("im_end_newline_missing", start=52, end=53),
+    ])
+    assert [f.caused_by for f in corrupt] == [None, "f1", None]
+    assert [r.kind for r in roots(corrupt)] == ["token_out_of_vocab", "im_end_newline_missing"]
+    foreign = link_findings([
+        _f("token_out_of_vocab", start=3, end=90, positions=[3, 9, 40, 77], count=4),
+        _f("im_end_newline_missing", start=52, end=53),
+    ])
+    assert [r.kind for r in roots(foreign)] == ["token_out_of_vocab"]
+
+
 def test_a_mask_that_leaves_every_reply_untrained_explains_that_nothing_is_trained():
     nothing = Finding("nothing_trained", Severity.WARNING, "the loss mask is 0 on every token")
     found = link_findings([_f("mask_misaligned", start=10, end=40, positions=[10, 20, 30]), nothing])

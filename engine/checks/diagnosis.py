@@ -55,6 +55,8 @@ TOKEN_LEVEL = frozenset({
 LOGPROB = frozenset({"logprobs_missing", "logprobs_misaligned"})
 # What the checks read through the tokenizer (rendering, re-encoding, its ChatML markers): ids it has no entry for
 # explain these wherever they are; the logprobs are the arrays' own.
+# Ids past the vocabulary from which they are read as another tokenizer's (the wrong --tokenizer), not corrupt ones.
+FOREIGN_IDS = 4
 THROUGH_TOKENIZER = (TOKEN_LEVEL - LOGPROB) | {"im_end_newline_missing", "system_cut_wrong"}
 # Per-turn failures that, repeated in later turns, are one cause recurring (a model that never writes a
 # parsable call, a length limit every reply hits).
@@ -120,7 +122,11 @@ def follows(cause: Finding, effect: Finding) -> bool:
     if cause.kind == effect.kind == "template_not_prefix_stable":
         return True  # one template, one reason, however many turns it rewrites
     if cause.kind == "token_out_of_vocab" and effect.kind in THROUGH_TOKENIZER:
-        return True  # the checks read these ids through a tokenizer that is not theirs, from the first token on
+        if int(cause.evidence.get("count") or 0) >= FOREIGN_IDS:
+            return True  # the checks read these ids through a tokenizer that is not theirs, from the first token on
+        # A few ids past the vocabulary (a corrupt id): what is read wrong through them lies at them
+        near = {q for p in _positions(cause) for q in range(p - 1, p + 2)}
+        return bool(near & _positions(effect))
     if cause.kind == effect.kind and cause.token_start is not None and cause.token_start == effect.token_start:
         return True  # two checks saw the same wrong token
     if cause.kind == effect.kind and cause.kind in RECURRING and cause.severity is effect.severity:
