@@ -46,3 +46,13 @@ def test_a_fork_of_an_imported_conversation_is_not_cut_by_the_loops_default_turn
     assert [f.severity for f in missing] == [Severity.INFO], [(f.kind, f.severity, f.message) for f in found]
     assert "replayed from an imported record that holds none" in missing[0].message
     assert not [f for f in found if f.severity is Severity.ERROR], [(f.kind, f.message) for f in found]
+
+    # The same command again samples the next seeds: new forks, not the stored ones over again
+    code = main(["fork", parent.id, "--turn", "2", "--samples", "2", "--mistake-rate", "0.5", "--db", str(db)])
+    out = capsys.readouterr().out
+    assert code == 0 and "1 seed of --seed 0 already sampled the forks stored at this turn" in out, out
+    store = Store(db)
+    forks = [e for e in store.iter_episodes() if e.parent_id == parent.id]
+    store.close()
+    seeds = [e.config.sampling.seed for e in forks]
+    assert len(forks) == 3 and len(set(seeds)) == 3, seeds

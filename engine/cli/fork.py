@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_fork(a: argparse.Namespace) -> int:
-    from ..launch.forks import PlayedFork, check_samples, play_forks
+    from ..launch.forks import PlayedFork, check_samples, fork_seeds, play_forks
     from ..launch.plan import UserSettings, fork_setup
 
     store = open_store(a.db, must_exist=True)
@@ -61,8 +61,12 @@ def cmd_fork(a: argparse.Namespace) -> int:
     ran = f"{parent.backend.name}{' ' + parent.backend.model if parent.backend.model else ''}" \
         + (f", mistake rate {own:g}" if isinstance(own, (int, float)) and not isinstance(own, bool) else "") \
         if parent.backend is not None else "not recorded"
+    seeds, passed = fork_seeds(setup, backend.seed, a.samples, None if a.no_store else store)
     print(f"parent {parent.id}: {parent.status}, reward {parent.reward:g}, {parent.n_turns} turns (its policy: {ran})\n"
           f"forks at turn {a.turn}: policy {backend.describe()}", file=out)
+    if passed:
+        print(f"  note: {passed} seed{'s' if passed != 1 else ''} of --seed {backend.seed} already sampled the forks "
+              f"stored at this turn: these sample the next ones (--seed N for another series)", file=out)
 
     def said(p: PlayedFork) -> None:
         ep = p.episode
@@ -83,7 +87,7 @@ def cmd_fork(a: argparse.Namespace) -> int:
         said(p)
 
     try:
-        play_forks(setup, backend, a.samples, None if a.no_store else store, on_fork=played)
+        play_forks(setup, backend, a.samples, None if a.no_store else store, on_fork=played, seeds=seeds)
     except KeyboardInterrupt:
         print(f"rollscope: interrupted: {len(forks)} fork{'s' if len(forks) != 1 else ''} played"
               f"{'' if a.no_store else ' and stored'}", file=sys.stderr)

@@ -51,17 +51,36 @@ def check_samples(samples: int, f: ForkSetup) -> None:
                           "sample that turn again")
 
 
+def fork_seeds(f: ForkSetup, seed: int, samples: int, store: Store | None = None) -> tuple[list[int], int]:
+    """The seeds of ``samples`` forks of ``f`` under ``--seed`` ``seed`` (``fork_seed(parent, seed, i)``, i from 0),
+    past those that the forks ``store`` holds of the parent at this turn sampled with: a fork run again samples
+    new forks rather than storing the same ones again. (seeds, how many were passed over)."""
+    used: set[int] = set()
+    if store is not None:
+        for (eid,) in store.browse_query("SELECT id FROM episode_index WHERE parent_id = ?", [f.parent.id]):
+            ep = store.get_episode(eid)
+            if ep.fork_turn == f.turn and ep.config.sampling is not None and ep.config.sampling.seed is not None:
+                used.add(ep.config.sampling.seed)
+    seeds: list[int] = []
+    i = 0
+    while len(seeds) < samples:
+        s = fork_seed(f.parent.id, seed, i)
+        i += 1
+        if s not in used:
+            seeds.append(s)
+    return seeds, i - samples
+
+
 def play_forks(f: ForkSetup, backend: BackendSettings, samples: int, store: Store | None = None,
-               on_fork: Callable[[PlayedFork], None] | None = None) -> list[PlayedFork]:
-    """``samples`` forks of ``f`` played to their end by ``backend``'s policy, fork ``i`` with seed
-    ``fork_seed(parent, backend.seed, i)`` (the scripted policy's mistakes, a model's sampling), each stored in
-    ``store`` as it ends (None: not stored) and told to ``on_fork``. A ConfigError, before any is stored, when the
-    replay cannot reach the fork turn."""
+               on_fork: Callable[[PlayedFork], None] | None = None, seeds: list[int] | None = None) -> list[PlayedFork]:
+    """``samples`` forks of ``f`` played to their end by ``backend``'s policy, with ``seeds`` (by default
+    ``fork_seeds``: new ones past those of the forks ``store`` holds at this turn), for the scripted policy's
+    mistakes or a model's sampling, each stored in ``store`` as it ends (None: not stored) and told to ``on_fork``.
+    A ConfigError, before any is stored, when the replay cannot reach the fork turn."""
     check_samples(samples, f)
     out: list[PlayedFork] = []
     shared = None if backend.policy == "scripted" else backend.build(f.make_env, f.tokenizer)  # a model loads once
-    for i in range(samples):
-        seed = fork_seed(f.parent.id, backend.seed, i)
+    for seed in seeds if seeds is not None else fork_seeds(f, backend.seed, samples, store)[0]:
         policy = shared or dataclasses.replace(backend, seed=seed).build(f.make_env, f.tokenizer)
         played = asyncio.run(_play(f, policy, backend, seed))
         if store is not None:
