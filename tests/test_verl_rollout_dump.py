@@ -97,3 +97,17 @@ def test_agent_loop_rows_of_one_prompt_in_one_file_are_a_group(tmp_path, qwen3_t
     st.close()
     assert eps[0].group_id == eps[1].group_id != eps[2].group_id and n_groups == 1
     assert (groups[0].n, groups[0].mean) == (2, 0.5), groups
+
+
+def test_a_rows_ground_truth_is_the_episodes_and_a_step_past_64_bits_is_named(tmp_path):
+    rows = [{"input": "user\n2+2?\nassistant\n", "output": "4", "gts": "4", "score": 1.0, "step": 3},
+            {"input": "user\n3+3?\nassistant\n", "output": "6", "gts": "6", "score": 1.0, "step": 10 ** 30}]
+    path = tmp_path / "3.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    st = Store(tmp_path / "g.db")
+    report = import_path(path, "verl", st)
+    (ep,) = st.iter_episodes()
+    st.close()
+    assert report.new == 1 and ep.ground_truth == "4" and ep.messages[-1].content == "4"
+    (err,) = report.errors
+    assert err.field == "step" and "within 64 bits" in str(err) and ":2" in err.where, str(err)

@@ -347,6 +347,9 @@ def int_field(value: Any, where: str, name: str, *, optional: bool = False) -> i
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise FormatError(f"must be an integer, got {value!r}"[:200], where, name)
+    if not -(2 ** 63) <= int(value) < 2 ** 63:  # what SQLite and the trainers' arrays hold
+        raise FormatError(f"must be an integer within 64 bits, got one of {len(str(abs(int(value)))):,} digits", where,
+                          name)
     return int(value)
 
 

@@ -38,7 +38,7 @@ from ..records.episode import Episode, Message, Status
 from ..records.provenance import Source
 from ..records.reading import json_type
 from . import verl_agent_loop as agent_loop
-from .base import ImportContext, discover, json_lines, jsonable, stable_id
+from .base import ImportContext, discover, int_field, json_lines, jsonable, stable_id
 from .messages import NO_TOKENIZER_NOTE, conversation_episode
 
 REQUIRED = ("input", "output")
@@ -62,8 +62,8 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     if step is None:
         m = re.fullmatch(r"(\d+)", path.stem)
         step = int(m.group(1)) if m else None
-    elif isinstance(step, bool) or not isinstance(step, int):
-        raise FormatError(f"must be an integer, got {step!r}", where, "step")
+    else:
+        step = int_field(step, where, "step")
     extra = {k: jsonable(v) for k, v in d.items() if k not in ("input", "output", "gts", "score", "step")}
     messages = decoded_conversation(d["input"], d["output"])
     if messages is None:
@@ -76,6 +76,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
                                 else {}))
     uid = d.get("uid")
     task = str(uid) if uid is not None else "p-" + stable_id("prompt", d["input"])[:10]
+    gts = d.get("gts")  # reward_model.ground_truth: the reference answer the reward was scored against
     return conversation_episode(
         fmt="verl",
         eid=stable_id("verl", step, line, d["input"], d["output"]),
@@ -85,7 +86,7 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
         tools=(), reward=reward, status=Status.COMPLETED, source=source, ctx=ctx, where=where, sample_index=line - 1,
         # GRPO's group: the samples of one prompt (verl's uid, else its text) in one step
         group_id=f"verl:{step}:{task}",
-    )
+    ).evolve(ground_truth=str(gts) if isinstance(gts, (str, int, float)) and not isinstance(gts, bool) else None)
 
 
 # A role's line in ChatML decoded without its special tokens: ``<|im_start|>user\n`` reads ``user\n`` and the
