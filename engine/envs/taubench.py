@@ -14,6 +14,7 @@ import inspect
 import json
 import random
 from collections.abc import Awaitable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigError, EnvError
@@ -24,6 +25,7 @@ from .toolcompare import agent_calls, agent_replies, compare_tools, db_changes, 
 
 DOMAINS = ("retail", "airline")
 CLOSING = "Is there anything else I can help you with?"
+SUCCESS_TOLERANCE = 1e-6  # tau-bench's: a reward within it of 1 is a pass (REWARD_SUCCESS_MIN, _MAX)
 INSTALL_HINT = (
     "tau-bench is not installed: install Sierra's tau-bench package (it provides the `tau_bench` module), "
     "e.g. `pip install /path/to/tau-bench` from a checkout of its repository, then run again"
@@ -241,9 +243,44 @@ def _recorded_task(ep: Episode) -> tuple[list[tuple[str, dict[str, Any]]], list[
     return actions, [str(o) for o in outputs] if isinstance(outputs, list) else []
 
 
+def _raised(ep: Episode) -> Outcome | None:
+    """The outcome of a task that raised in tau-bench's run (a results file's ``info.error``, no conversation kept):
+    nothing to compare, so nothing claimed of the calls; None for any other episode."""
+    info = ep.source.details.get("info")
+    if ep.source.kind != "taubench" or ep.messages or not isinstance(info, dict) or "error" not in info:
+        return None
+    return Outcome.other(f"reward {ep.reward:g}: tau-bench's run.py kept no conversation for this task (it raised), "
+                         "so there are no calls to compare with the task's")
+
+
+def _as_recorded(ep: Episode, out: Outcome) -> Outcome:
+    """``out`` made to agree with the reward a tau-bench results file recorded: the comparison with the task is
+    Rollscope's, the reward tau-bench's own, so a passing kind stands only beside a passing reward (within
+    tau-bench's tolerance of 1). A result that held no reward (null, read as 0) says so, and passes nothing; a pass
+    the reward does not give is ``other``, saying both. Any other episode's ``out`` is returned as it is."""
+    if ep.source.kind != "taubench":
+        return out
+    if "reward" in ep.source.details and ep.source.details["reward"] is None:
+        why = "the result holds no reward (null, read as 0), so tau-bench's verdict is not recorded"
+        if out.passed is not True:
+            return replace(out, text=f"{out.text}; {why}")
+    elif out.passed is True and abs(ep.reward - 1.0) > SUCCESS_TOLERANCE:
+        why = f"tau-bench recorded reward {ep.reward:g}"
+    else:
+        return out
+    return Outcome("other", None, None, None, (), (), out.db_diff, (), None, f"{out.text}; but {why}")
+
+
 def outcome(ep: Episode) -> Outcome:
     """tau-bench's outcome: the agent's calls against the task's reference writes (the task the record holds,
-    else the installed tau-bench's), and, where tau-bench is installed, the database diff by replaying both."""
+    else the installed tau-bench's), and, where tau-bench is installed, the database diff by replaying both;
+    for a results file's episode, as its recorded reward agrees (``_as_recorded``)."""
+    if (raised := _raised(ep)) is not None:
+        return raised
+    return _as_recorded(ep, _compared(ep))
+
+
+def _compared(ep: Episode) -> Outcome:
     domain = ep.env.partition(":")[2]
     try:
         env: TauBenchEnv | None = TauBenchEnv(domain)
