@@ -224,3 +224,16 @@ def test_the_cli_import_names_the_task_that_raised_and_show_prints_its_error(tmp
     err = capsys.readouterr().err
     assert f"rollscope: skipped {alone}: result 0: field 'traj': this task raised in tau-bench's run" in err
     assert err.split("\n")[0].endswith("give --env taubench:retail or --env taubench:airline")
+
+
+def test_a_task_that_raised_is_not_said_to_replay_as_recorded(tmp_path, fake_tau_bench):
+    """Nothing ran: a replay reproduces nothing, and says why, rather than that every output and the reward came back."""
+    import asyncio
+
+    from engine.loop.replay import replay_stored
+
+    store, _, _ = import_file(tmp_path, [tau_cancel_result(), raised(1, 0, RateLimitError(RATE_LIMIT))])
+    (ep,) = [e for e in store.iter_episodes() if e.task_id == "1"]
+    store.close()
+    result = asyncio.run(replay_stored(ep))
+    assert not result.reproduced and "holds no turn to replay" in result.reason and "RateLimitError" in result.reason
