@@ -115,3 +115,24 @@ def test_a_slime_response_length_both_arrays_contradict_is_the_one_root(tmp_path
     assert f"response_length is {sum(mask)} but the response has {len(response)} tokens" in top[0].message
     assert f"loss_mask and rollout_log_probs both have {len(response)} entries" in top[0].message
     assert not [f for f in found if f.kind in ("mask_misaligned", "logprobs_misaligned")]
+
+
+def test_mask_and_logprobs_both_one_short_of_a_right_response_length_blame_the_arrays(tmp_path, qwen3_tokenizer):
+    """A generate function that lost the end-of-turn token's entry from both arrays: the field is right, so the
+    response starts where it says, the mask is the one root, and an empty logprob list is still reported."""
+    tok = qwen3_tokenizer
+    prompt, reply = _dump(tok)
+    k = len(reply) - 1
+    samples = [slime_sample(prompt + reply, len(reply), index=0, loss_mask=[1] * k, rollout_log_probs=[-0.5] * k),
+               slime_sample(prompt + reply, len(reply), index=1, rollout_log_probs=[])]
+    st = Store(tmp_path / "s.db")
+    import_path(write_slime_dump(tmp_path / "0.pt", samples), "slime", st, tokenizer=tok)
+    both, empty = sorted(st.iter_episodes(), key=lambda e: e.sample_index)
+    st.close()
+    assert both.prompt_len == len(prompt) and "response_from" not in both.source.details
+    found, top = _findings(both, tok)
+    assert [r.kind for r in top] == ["mask_misaligned"], [(f.kind, f.message) for f in found]
+    assert f"loss mask has {k} entries for a response of {len(reply)} tokens" in top[0].message
+    found, top = _findings(empty, tok)
+    assert [r.kind for r in top] == ["logprobs_misaligned"], [(f.kind, f.message) for f in found]
+    assert f"have 0 entries for a response of {len(reply)} tokens" in top[0].message

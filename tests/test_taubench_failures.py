@@ -237,3 +237,25 @@ def test_a_task_that_raised_is_not_said_to_replay_as_recorded(tmp_path, fake_tau
     store.close()
     result = asyncio.run(replay_stored(ep))
     assert not result.reproduced and "holds no turn to replay" in result.reason and "RateLimitError" in result.reason
+
+
+def test_a_task_that_raised_stored_before_as_an_empty_conversation_is_found_again(tmp_path, no_tau_bench):
+    """Read before as a completed conversation of no turns, under the id of an empty trajectory: found, not stored
+    twice."""
+    from engine.formats.base import stable_id
+    from engine.records.episode import Episode
+    from engine.records.provenance import Source
+
+    failed = raised(3, 0, RateLimitError(RATE_LIMIT))
+    old = stable_id("taubench", "taubench:retail", 3, 0, [])
+    store = Store(tmp_path / "x.db")
+    store.save_episode(Episode(id=old, env="taubench:retail", task_id="3", status=Status.COMPLETED, reason="imported",
+                               source=Source.imported("taubench", str(tmp_path / "results.json"), index=0)))
+    path = tmp_path / "results.json"
+    write(path, [failed])
+    report = formats.import_path(path, "taubench", store, env="taubench:retail")
+    assert (report.new, report.already_present) == (0, 1)
+    again = formats.import_path(path, "taubench", store, env="taubench:retail", replace_changed=True)
+    (ep,) = store.iter_episodes()
+    store.close()
+    assert again.new == 0 and ep.id == old and ep.status is Status.ABORTED

@@ -111,3 +111,38 @@ def test_a_rows_ground_truth_is_the_episodes_and_a_step_past_64_bits_is_named(tm
     assert report.new == 1 and ep.ground_truth == "4" and ep.messages[-1].content == "4"
     (err,) = report.errors
     assert err.field == "step" and "within 64 bits" in str(err) and ":2" in err.where, str(err)
+
+
+def test_verls_own_layout_appends_the_tools_answer_right_after_the_reply(tmp_path, qwen3_tokenizer):
+    """verl's ToolAgentLoop renders a tool's answer alone (with the generation prompt after it) and appends it right
+    after the reply's end-of-turn token, with no newline: decoded, ``</tool_call>user\\n<tool_response>``."""
+    tok = qwen3_tokenizer
+    prompt = chat.encode(tok, chat.render(tok, [Message("user", QUESTION)], add_generation_prompt=True))
+    answer = chat.encode(tok, chat.render(tok, [Message("tool", "42")], add_generation_prompt=True))
+    response = chat.encode(tok, CALL + "<|im_end|>") + answer + chat.encode(tok, "#### 72<|im_end|>")
+    row = {"input": tok.decode(prompt, skip_special_tokens=True), "output": tok.decode(response, skip_special_tokens=True),
+           "gts": "72", "score": 1.0, "step": 1}
+    assert "</tool_call>user\n<tool_response>" in row["output"]
+    got = decoded_conversation(row["input"], row["output"])
+    assert [(m.role, m.content) for m in got] == [
+        ("user", QUESTION), ("assistant", CALL), ("user", "<tool_response>\n42\n</tool_response>"),
+        ("assistant", "#### 72")]
+    path = tmp_path / "1.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    st = Store(tmp_path / "t.db")
+    import_path(path, "verl", st, tokenizer=tok)
+    (ep,) = st.iter_episodes()
+    st.close()
+    text = chat.decode(tok, ep.tokens.ids[ep.tokens.loss_mask == 1])
+    assert "tool_response" not in text and "42" not in text.replace("#### 72", "")
+
+
+def test_text_that_only_mentions_roles_is_not_split():
+    # a reply listing roles, one a line; a prompt quoting a conversation: one reply, one user message
+    listing = decoded_conversation("user\nName the roles.\nassistant\n", "They are:\nsystem\nuser\nassistant\ntool")
+    assert [m.role for m in listing] == ["user", "assistant"] and listing[1].content.endswith("assistant\ntool")
+    quoted = "Fix this chat:\nuser\nhello\nassistant\nhi"
+    got = decoded_conversation(f"system\nBe kind.\nuser\n{quoted}\nassistant\n", "Done.")
+    assert [(m.role, m.content) for m in got] == [("system", "Be kind."), ("user", quoted), ("assistant", "Done.")]
+    starts = decoded_conversation("user\nSay it.\nassistant\n", "user\nis a role\nassistant\nok")
+    assert [m.role for m in starts] == ["user", "assistant"]  # a response that starts on a role line is the reply's

@@ -367,13 +367,13 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
         missing = np.array([p for p in missing.tolist() if p not in said], dtype=np.int64)
     if missing.size and is_verl(ep) and not loop_config(ep).calculate_log_probs \
             and bool(np.all(np.isnan(lp[ep.prompt_len:]))):
-        return [Finding("logprobs_absent", INFO, "verl's calculate_log_probs is off: the response carries no "
+        return out + [Finding("logprobs_absent", INFO, "verl's calculate_log_probs is off: the response carries no "
                         "logprobs (as verl's AgentLoopOutput has none)",
                         evidence={"source": ep.source.kind, "trainable": int(np.count_nonzero(mask))})]
     if missing.size and _no_logprobs_at_all(ep):
         # Nothing was lost: the source (or the backend) has none. Said once, and nothing else to check here.
         live = ep.source.live
-        return [Finding(
+        return out + [Finding(
             "logprobs_absent", WARNING if live else INFO,
             "no token has a rollout logprob: the backend returned none" if live else
             f"the source ({ep.source.kind}) holds no logprobs: logprobs not checked",

@@ -239,9 +239,10 @@ def import_path(
         on_progress=bar.update if bar is not None else None,
         on_total=(lambda n: setattr(bar, "total", (bar.total or 0) + n)) if bar is not None else None,
         lines=lines, max_record=max_record, loop=loop, reward_key=reward_key,
-        # Chat records' ids were their lines before, and slime samples of Rollscope's export their dump's: looked up
-        # only where such episodes may be (a query a record).
-        known=store.has_episode if fmt in ("messages", "slime") and store.count_upto(EpisodeFilter(source=fmt), 1).n
+        # Chat records' ids were their lines before, slime samples of Rollscope's export their dump's, and tau-bench
+        # tasks that raised those of empty conversations: looked up only where such episodes may be (a query a record).
+        known=store.has_episode if fmt in ("messages", "slime", "taubench")
+        and store.count_upto(EpisodeFilter(source=fmt), 1).n
         else None,
     )
     lossless = fmt in LOSSLESS

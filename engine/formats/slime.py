@@ -346,9 +346,12 @@ def sample_to_episode(
     resp_mask = np.ones(rl, dtype=np.uint8) if raw_mask is None else mask_array(raw_mask, where, "loss_mask")
     arr, bad = logprob_array(s["rollout_log_probs"], where, "rollout_log_probs") \
         if s.get("rollout_log_probs") is not None else (None, [])
-    if raw_mask is not None and arr is not None and len(resp_mask) == len(arr) != rl and len(arr) <= n:
-        # Two arrays agree on the response against one field: the response is theirs, and ``check`` says that
-        # response_length is wrong (slime asserts the three equal), the ids split where the arrays put them.
+    if raw_mask is not None and arr is not None and len(resp_mask) == len(arr) != rl and len(arr) <= n \
+            and (len(arr) > rl or rl == n):
+        # Two arrays agree on a longer response than the field says (it counted trained tokens), or the field
+        # counts the prompt too: the field is the one wrong (slime asserts the three equal), ``check`` says so, and
+        # the ids split where the arrays put them. Arrays shorter than a field that leaves a prompt may have lost
+        # the same entry (the end-of-turn token's): laid from the field's response start, as either alone is.
         rl, agreed = len(arr), True
         ctx.note(RESPONSE_NOTE)
     prompt_len = n - rl

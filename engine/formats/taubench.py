@@ -144,8 +144,12 @@ def failed_episode(d: dict[str, Any], reason: str, where: str, path: Path, index
     details: dict[str, Any] = {"trial": trial, "info": jsonable(d["info"])}
     if d["reward"] is None:
         details["reward"] = None
+    eid = stable_id("taubench", "raised", env, task, trial, path.name, d["info"])
+    before = stable_id("taubench", env, task, trial, [])  # its id when it was read as an empty conversation
+    if ctx.known is not None and ctx.known(before):
+        eid = before  # found again, not stored twice (`import --replace` writes it as it now reads)
     return Episode(
-        id=stable_id("taubench", "raised", env, task, trial, path.name, d["info"]), env=env, task_id=str(task),
+        id=eid, env=env, task_id=str(task),
         sample_index=trial, status=Status.ABORTED, reason=reason, reward=reward,
         source=Source.imported("taubench", str(path), index=index, **details), created_at=time.time(),
     )

@@ -89,38 +89,40 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
     ).evolve(ground_truth=str(gts) if isinstance(gts, (str, int, float)) and not isinstance(gts, bool) else None)
 
 
-# A role's line in ChatML decoded without its special tokens: ``<|im_start|>user\n`` reads ``user\n`` and the
-# ``<|im_end|>\n`` closing the message before it ``\n``.
-_ROLE_LINE = re.compile(r"(?:^|\n)(system|user|assistant|tool)\n")
+# ChatML decoded without its special tokens: ``<|im_start|>user\n`` reads ``user\n``, and the ``<|im_end|>\n`` that
+# closes a message ``\n``. A prompt is an optional system message, the user's, and the generation prompt
+# (``assistant\n``, and what the template puts after it: Qwen3's empty think block with thinking off); the user's is
+# taken whole up to that last line, so a message that quotes a conversation is not split.
+_PROMPT = re.compile(r"(?:system\n(?P<system>.*?)\n)?user\n(?P<user>.*)\nassistant\n(?P<opening>.*)", re.S)
+# In a response, what answered a reply (a tool's answer, an interaction's feedback) and the generation prompt after
+# it: verl appends it right after the reply's end-of-turn token (no newline), a template's render with one.
+_ANSWER = re.compile(r"\n?(user|tool)\n(.+?)\nassistant\n", re.S)
+
+
+def decoded_conversation(prompt: str, response: str) -> tuple[Message, ...] | None:
+    """The messages of a ChatML conversation that verl decoded with ``skip_special_tokens=True``: the prompt's (a
+    system message, the user's) and the response's replies with what answered each (``user`` messages as Qwen's
+    template writes a tool's answer: ``<tool_response>``...). None where the prompt is not such text (another
+    template's markup, no role lines): it is then read as one user message and one reply."""
+    m = _PROMPT.fullmatch(prompt)
+    if m is None:
+        return None
+    messages = [Message("system", m["system"])] if m["system"] is not None else []
+    messages.append(Message("user", m["user"]))
+    text, at = m["opening"], 0
+    for a in _ANSWER.finditer(response):
+        if a.start() == 0:
+            continue  # a reply comes first: a response that starts on a role line is read as the reply's text
+        messages += [Message("assistant", text + response[at:a.start()]), Message(_role(a), a[2])]
+        text, at = "", a.end()
+    messages.append(Message("assistant", text + response[at:]))
+    return tuple(messages)
 
 
 def _role(m: re.Match[str]) -> Role:
     role = m.group(1)
-    assert role in ("system", "user", "assistant", "tool")
+    assert role in ("user", "tool")
     return cast(Role, role)
-
-
-def decoded_conversation(prompt: str, response: str) -> tuple[Message, ...] | None:
-    """The messages of a ChatML conversation that verl decoded with ``skip_special_tokens=True``: the prompt's
-    messages up to its generation prompt (``...\nassistant\n``), then the response's replies and what answered each
-    (a tool's answer or an interaction's feedback, as the template wrote them: ``user`` messages with Qwen's
-    ``<tool_response>``). None where the prompt is not such text (another template's markup, or no role lines): it is
-    then read as one user message, as before."""
-    found = list(_ROLE_LINE.finditer(prompt))
-    if not found or found[0].start() != 0 or found[-1].group(1) != "assistant":
-        return None
-    *messages, opening = _between(prompt, found)  # the generation prompt: what follows it begins the first reply
-    if not any(m.role == "user" for m in messages) or opening.role != "assistant":
-        return None
-    parts = list(_ROLE_LINE.finditer(response))
-    first = Message("assistant", opening.content + response[: parts[0].start() if parts else len(response)])
-    return (*messages, first, *_between(response, parts))
-
-
-def _between(text: str, lines: list[re.Match[str]]) -> list[Message]:
-    """Each role line's message: the text from it to the next one (the newline that closed the message left out)."""
-    ends = [m.start() for m in lines[1:]] + [len(text)] if lines else []
-    return [Message(_role(m), text[m.end():end]) for m, end in zip(lines, ends, strict=True)]
 
 
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:

@@ -417,9 +417,10 @@ async def fork(
     if config is None:
         config = parent_loop(parent)
     if parent.config.loop is None:
-        notes.append(f"the parent's record holds no loop settings: the fork runs the loop's defaults with max_turns="
-                     f"{config.max_turns} (the {default_preset(parent.env)} preset's limit, or the parent's turns where "
-                     "more); --set max_turns=N changes it")
+        limit = (f"max_turns={config.max_turns} (the {default_preset(parent.env)} preset's limit, or the parent's "
+                 "turns where more); --set max_turns=N changes it" if config.max_turns == parent_loop(parent).max_turns
+                 else f"max_turns={config.max_turns} as set")
+        notes.append(f"the parent's record holds no loop settings: the fork runs the loop's defaults with {limit}")
     if sampling is None:
         sampling = parent.config.sampling or SamplingParams()
     stepper = Stepper(env, backend, tokenizer, config, parent.task_id, sampling=sampling, preset=parent.preset,

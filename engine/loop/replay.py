@@ -233,7 +233,7 @@ async def replay_stored(ep: Episode, until: int | None = None) -> ReplayResult:
         until = None  # at or past the last turn: the whole episode, its reward compared
     if lacks := unread(ep):
         return ReplayResult(ep.id, False, False, reason=f"its record lacks the actions: {lacks}", until=until)
-    if not ep.turns and not any(m.role == "assistant" for m in ep.messages):
+    if not ep.source.live and not ep.turns and not any(m.role == "assistant" for m in ep.messages):
         # nothing ran to replay (a tau-bench task that raised before its first reply): not "reproduced"
         return ReplayResult(ep.id, False, False, reason=f"its record holds no turn to replay ({ep.status.value}: "
                                                         f"{ep.reason})", until=until)
