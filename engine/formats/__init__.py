@@ -55,6 +55,7 @@ from ..tokens.tokenizer import Tokenizer
 from . import areal, jsonl, messages, parquet, slime, taubench, verl, verl_agent_loop
 from .base import ImportContext, LineRange, atomic_path
 from .limits import MAX_RECORD_MB, is_over_limit, record_limit
+from .loadnotes import LoadNotes
 from .reimport import dump_changes, said, said_digest
 
 Importer = Callable[[Path, ImportContext], Iterator[Episode]]
@@ -453,6 +454,7 @@ def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, notes: l
     """
     if fmt not in LOSSLESS:
         dropped, idless = [0], [0]
+        loading = LoadNotes(fmt)
 
         def counted(eps: Iterable[Episode]) -> Iterator[Episode]:
             for ep in eps:
@@ -460,11 +462,13 @@ def export(episodes: Iterable[Episode], fmt: str, out_path: str | Path, notes: l
                     idless[0] += 1
                     continue
                 dropped[0] += ep.tokens.has_alternatives
+                loading.see(ep)
                 yield ep
 
         n = _export(counted(episodes), fmt, out_path, full_prompts)
         if notes is not None:
             notes += ([left_out(fmt, dropped[0])] if dropped[0] else []) + ([no_ids(fmt, idless[0])] if idless[0] else [])
+            notes += loading.notes()
         return n
     return _export(episodes, fmt, out_path, full_prompts)
 
