@@ -17,7 +17,9 @@ the dump's ``len``/``prompt_len``/``seqlen`` the counts are kept in
 these ids are a re-encoding, not the ids AReaL trained. Without a tokenizer the
 episode holds the text: one turn per ``gen`` segment.
 
-Export builds, per turn, the sequence AReaL's multi-turn agent trains on
+Export writes an episode of AReaL's ``MultiTurnWorkflow`` (token mode ``areal``) as the one sequence its
+``_run_one_episode`` returns: every id, each reply trained, the episode's reward. Any other episode is
+written, per turn, as the sequence AReaL's multi-turn agent trains on
 (``CompletionWithTokenLogpReward.to_tensor_dict``): everything up to the end
 of that turn's generation as ``input_ids``, ``loss_mask`` 0 before the
 turn's generated tokens, ``logprobs`` 0.0 before them (``null`` where a
@@ -115,9 +117,11 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
     if not isinstance(status, str) or status not in {s.value for s in Status} or status == Status.RUNNING.value:
         raise FormatError(f"must be one of completed, truncated, aborted, failed, interrupted, got {status!r:.40}",
                           where, "status")
-    finish = d.get("finish_reason")  # how the row's reply ended, where Rollscope's export wrote it
+    # how the row's reply ended (a whole conversation's row: each reply), where Rollscope's export wrote it
+    finish = d.get("finish_reasons") if isinstance(d.get("finish_reasons"), list) else (
+        [d["finish_reason"]] if isinstance(d.get("finish_reason"), str) else None)
     segments, turns = mask_structure(ids, mask, lps, vers, prompt_len, tokenizer=tok, reward=reward, status=status,
-                                     finish=[finish] if isinstance(finish, str) else None, cut_without_eot=True)
+                                     finish=finish, cut_without_eot=True)
     task = d.get("task_id", "")
     return unknown_logprobs(Episode(
         id=stable_id("areal-packed", d.get("episode_id"), d.get("turn"), tokens=ids),
@@ -231,8 +235,38 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
 # -- export -----------------------------------------------------------------------
 
 
+def one_sequence(ep: Episode) -> bool:
+    """Whether ``ep`` was played by AReaL's ``MultiTurnWorkflow`` (token mode ``areal``), whose
+    ``_run_one_episode`` returns the whole conversation as one training sequence with one reward."""
+    return ep.config.loop is not None and ep.config.loop.token_mode == "areal"
+
+
+def _whole_row(ep: Episode) -> dict[str, Any]:
+    """The sequence ``MultiTurnWorkflow._run_one_episode`` returns: every id, every reply trained, 0.0 logprobs and
+    -1 versions on what the loop added (``null`` where a generated token's logprob is unknown), the episode's
+    reward."""
+    ids, mask, lps, vers = ep.tokens.ids, ep.tokens.loss_mask, ep.tokens.logprobs, ep.tokens.versions
+    gen = vers[(mask == 1) & (vers >= 0)]
+    trained = np.flatnonzero(mask)
+    last = ep.turns[-1].generation if ep.turns else None
+    return {
+        "episode_id": ep.id, "turn": None, "env": ep.env, "task_id": ep.task_id, "sample_idx": ep.sample_index,
+        "tokenizer": ep.tokenizer, "input_ids": ids.tolist(), "loss_mask": mask.tolist(),
+        "logprobs": [0.0 if m == 0 else (None if math.isnan(x) else x) for x, m in zip(lps.tolist(), mask.tolist())],
+        "versions": [int(v) if m == 1 else -1 for v, m in zip(vers.tolist(), mask.tolist())],
+        "rewards": float(ep.reward), "seqlen": len(ids), "prompt_len": int(trained[0]) if trained.size else len(ids),
+        "head_version": int(gen.min()) if gen.size else -1, "tail_version": int(gen.max()) if gen.size else -1,
+        "status": ep.status.value, "finish_reason": last.finish_reason if last is not None else "stop",
+        "finish_reasons": [t.generation.finish_reason for t in ep.turns if t.generation is not None],
+    }
+
+
 def packed_rows(ep: Episode) -> Iterator[dict[str, Any]]:
-    """One AReaL training sequence per turn that generated tokens."""
+    """AReaL's training sequences of ``ep``: the whole conversation as one (``one_sequence``: MultiTurnWorkflow's),
+    else one per turn that generated tokens (what AReaL's agent client trains on)."""
+    if one_sequence(ep):
+        yield _whole_row(ep)
+        return
     ids, mask, lps, vers = ep.tokens.ids, ep.tokens.loss_mask, ep.tokens.logprobs, ep.tokens.versions
     returns = list(ep.returns) or discounted_returns(list(ep.turn_rewards) or [0.0] * (ep.n_turns - 1) + [ep.reward], 1.0)
     generated = [t for t, turn in enumerate(ep.turns)
@@ -283,11 +317,12 @@ def realhf_sample(ep: Episode) -> dict[str, Any]:
     returns, ``birth_time`` in milliseconds)."""
     ids, lps = ep.tokens.ids.tolist(), ep.tokens.logprobs
     out: dict[str, Any] = {"id": ep.id, "packed_input_ids": [], "prompt_mask": [], "packed_logprobs": [],
-                           "seq_no_eos_mask": [], "version_start": [], "version_end": []}
+                           "seq_no_eos_mask": [], "version_start": [], "version_end": [], "rewards": []}
     for turn in ep.turns:
         seg = next((s for s in turn.segments if s.kind == "assistant"), None)
         if seg is None or turn.generation is None:
-            continue
+            continue  # no sequence: no reward either (realhf checks one per sequence)
+        out["rewards"].append(float(ep.returns[turn.index]) if turn.index < len(ep.returns) else 0.0)
         out["packed_input_ids"].append(ids[: seg.end])
         out["prompt_mask"].append([1] * seg.start + [0] * (seg.end - seg.start))
         gen = [0.0 if math.isnan(x) else float(x) for x in lps[seg.start : seg.end].tolist()]
@@ -296,7 +331,6 @@ def realhf_sample(ep: Episode) -> dict[str, Any]:
         v = turn.generation.weight_version
         out["version_start"].append(-1 if v is None else int(v))
         out["version_end"].append(-1 if v is None else int(v))
-    out["rewards"] = [float(r) for r in ep.returns]
     out["birth_time"] = int(ep.created_at * 1000)
     return out
 
