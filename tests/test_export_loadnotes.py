@@ -68,3 +68,14 @@ def test_a_cut_reply_in_a_chat_record_and_an_untrained_episode_are_said(math_eps
     nothing = ep.evolve(tokens=TokenArrays(t.ids, np.zeros_like(t.loss_mask), t.logprobs, t.versions))
     notes = _notes([nothing], "areal", tmp_path)
     assert any(n.startswith("1 exported episodes train no token") for n in notes), notes
+
+
+def test_a_slime_dump_of_uneven_or_interleaved_groups_is_said(math_eps, tmp_path):
+    a, b, c = math_eps
+    pair = [a.evolve(group_id="g1"), b.evolve(id=b.id + "x", group_id="g1")]
+    (note,) = _notes([*pair, c.evolve(group_id="g2")], "slime", tmp_path)
+    assert "groups of 1, 2 samples" in note and "n_samples_per_prompt" in note
+    (note,) = _notes([pair[0], c.evolve(group_id="g2"), pair[1], c.evolve(id=c.id + "y", group_id="g2")], "slime",
+                     tmp_path)
+    assert "a group's samples apart from each other" in note
+    assert _notes([*pair, c.evolve(group_id="g2"), c.evolve(id=c.id + "y", group_id="g2")], "slime", tmp_path) == []

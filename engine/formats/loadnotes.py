@@ -9,11 +9,15 @@ said once each as a note (``export(notes=...)``): the trainers' code, read in th
 - AReaL's ``torch.tensor(logprobs)`` refuses a null, where a trained token's logprob is unknown.
 - A chat record cannot say that a reply was cut by the length limit: an SFT loader renders it closed by an
   end-of-turn token the model never wrote, and trains that.
+- slime's GRPO reward normalization (``_post_process_rewards``) reshapes the rewards ``n_samples_per_prompt`` at a
+  time in the file's order, not by ``group_index``: groups of different sizes, or interleaved, mix prompts.
 - An episode that trains no token (a prompt longer than the limit, a failed start) adds nothing to learn from and
   counts in its group's statistics.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 
@@ -35,9 +39,11 @@ class LoadNotes:
         self.unknown: list[tuple[str, int]] = []  # (episode, trained tokens whose logprob is unknown)
         self.cut: list[str] = []
         self.untrained: list[str] = []
+        self.groups: list[str] = []  # each episode's group, in file order (slime's reward normalization reads it so)
 
     def see(self, ep: Episode) -> None:
         self.n += 1
+        self.groups.append(ep.group_id or f"{ep.env}/{ep.task_id}")  # as slime's writer groups them
         mask, lps = ep.tokens.loss_mask, ep.tokens.logprobs
         trained = mask == 1
         if self.fmt in ("slime", "areal", "areal-realhf", "verl") and ep.n_tokens:
@@ -79,6 +85,16 @@ class LoadNotes:
             out.append(f"{len(self.cut)} episodes hold a reply cut by the length limit ({_ids(self.cut)}): a chat "
                        "record cannot say so, and an SFT loader renders the reply closed by an end-of-turn token the "
                        "model never wrote, and trains it. Leave them out (--id, --where) or train them as they are")
+        if self.fmt == "slime" and self.groups:
+            sizes = Counter(self.groups)
+            runs = [g for i, g in enumerate(self.groups) if i == 0 or self.groups[i - 1] != g]
+            if len(set(sizes.values())) > 1 or len(runs) != len(sizes):
+                shape = (f"groups of {', '.join(str(k) for k in sorted(set(sizes.values())))} samples"
+                         if len(set(sizes.values())) > 1 else "a group's samples apart from each other")
+                out.append(f"this slime dump holds {shape}: slime's GRPO normalization reshapes the rewards "
+                           "n_samples_per_prompt at a time in the file's order (or takes them all as one group), not "
+                           "by group_index, so it would pair samples of different prompts. Export whole groups of one "
+                           "size (a run or a step: --where run=NAME step=N; --id, --tag)")
         if self.untrained:
             out.append(f"{len(self.untrained)} exported episodes train no token ({_ids(self.untrained)}): nothing to "
                        "learn from, yet each counts in its group's reward statistics")
