@@ -47,6 +47,12 @@ def test_a_multiturn_workflow_episode_is_one_row_and_reads_back_whole(tmp_path, 
     assert ep.tokens.ids.tolist() == t.ids.tolist() and ep.tokens.loss_mask.tolist() == t.loss_mask.tolist()
     assert ep.n_turns == 2 and ep.reward == workflow.reward
     assert [x.generation.finish_reason for x in ep.turns] == [x.generation.finish_reason for x in workflow.turns]
+    # what the row wrote 0.0 on (nothing trained there) reads back unknown, as it was
+    assert np.array_equal(ep.tokens.logprobs, t.logprobs, equal_nan=True)
+    # exported again, it is one row again
+    again = tmp_path / "again.jsonl"
+    export([ep], "areal", again)
+    assert len(again.read_text(encoding="utf-8").splitlines()) == 1
 
 
 def test_realhf_gives_one_reward_a_sequence(smol_tokenizer):

@@ -138,11 +138,24 @@ def test_verls_own_layout_appends_the_tools_answer_right_after_the_reply(tmp_pat
 
 
 def test_text_that_only_mentions_roles_is_not_split():
-    # a reply listing roles, one a line; a prompt quoting a conversation: one reply, one user message
+    # a reply listing roles, one a line: one reply
     listing = decoded_conversation("user\nName the roles.\nassistant\n", "They are:\nsystem\nuser\nassistant\ntool")
     assert [m.role for m in listing] == ["user", "assistant"] and listing[1].content.endswith("assistant\ntool")
-    quoted = "Fix this chat:\nuser\nhello\nassistant\nhi"
-    got = decoded_conversation(f"system\nBe kind.\nuser\n{quoted}\nassistant\n", "Done.")
-    assert [(m.role, m.content) for m in got] == [("system", "Be kind."), ("user", quoted), ("assistant", "Done.")]
+    # a reply line that ends on a role's name, before verl's glued tool answer: the call stays in the reply
+    said = f"Let me call the tool\n{CALL}"
+    got = decoded_conversation("user\nQ?\nassistant\n", f"{said}user\n{ANSWER}\nassistant\n#### 72")
+    assert [(m.role, m.content) for m in got] == [("user", "Q?"), ("assistant", said), ("user", ANSWER),
+                                                 ("assistant", "#### 72")]
+    # a prompt quoting a conversation puts its roles out of turn: not split (read as one exchange)
+    assert decoded_conversation("system\nBe kind.\nuser\nFix:\nuser\nhello\nassistant\nhi\nassistant\n", "ok") is None
     starts = decoded_conversation("user\nSay it.\nassistant\n", "user\nis a role\nassistant\nok")
     assert [m.role for m in starts] == ["user", "assistant"]  # a response that starts on a role line is the reply's
+
+
+def test_a_prompt_of_several_messages_keeps_them_and_a_long_response_reads_in_one_pass():
+    few_shot = decoded_conversation("system\nBe brief.\nuser\n1+1?\nassistant\n2\nuser\n2+2?\nassistant\n", "4")
+    assert [(m.role, m.content) for m in few_shot] == [("system", "Be brief."), ("user", "1+1?"), ("assistant", "2"),
+                                                       ("user", "2+2?"), ("assistant", "4")]
+    # a model that repeats a line: 1 MB read in one pass (a backtracking split took over an hour)
+    long = decoded_conversation("user\nQ\nassistant\n", "x" + "user\n" * 200_000)
+    assert [m.role for m in long] == ["user", "assistant"]

@@ -111,7 +111,7 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
             raise FormatError(f"has {len(arr)} entries for {n} tokens", where, name)
     trained = np.flatnonzero(mask)
     prompt_len = int(trained[0]) if trained.size else n
-    lps[:prompt_len] = np.nan  # AReaL writes 0.0 for prompt tokens: unknown, not certain
+    lps[mask == 0] = np.nan  # AReaL writes 0.0 where nothing is trained (the prompt, a whole row's answers): unknown
     reward = ctx.reward(d.get("rewards"), where, "rewards")
     status = d.get("status", Status.COMPLETED.value)
     if not isinstance(status, str) or status not in {s.value for s in Status} or status == Status.RUNNING.value:
@@ -130,7 +130,8 @@ def _packed_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx: I
         turn_rewards=tuple(t.reward for t in turns), returns=tuple(t.reward for t in turns), turns=turns,
         tokens=TokenArrays(ids, mask, lps, vers), prompt_len=prompt_len, segments=segments,
         source=Source.imported("areal", str(path), line=line, episode_id=jsonable(d.get("episode_id")),
-                               turn=jsonable(d.get("turn"))),
+                               turn=jsonable(d.get("turn")),
+                               **({"one_sequence": True} if isinstance(d.get("finish_reasons"), list) else {})),
         created_at=time.time(),
     ), [("logprobs", i, x) for i, x in bad if i >= prompt_len], where=f"{where}, logprobs")
 
@@ -238,7 +239,9 @@ def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
 def one_sequence(ep: Episode) -> bool:
     """Whether ``ep`` was played by AReaL's ``MultiTurnWorkflow`` (token mode ``areal``), whose
     ``_run_one_episode`` returns the whole conversation as one training sequence with one reward."""
-    return ep.config.loop is not None and ep.config.loop.token_mode == "areal"
+    if ep.config.loop is not None:
+        return ep.config.loop.token_mode == "areal"
+    return ep.source.kind == "areal" and bool(ep.source.details.get("one_sequence"))  # such a row, read back
 
 
 def _whole_row(ep: Episode) -> dict[str, Any]:

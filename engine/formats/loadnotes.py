@@ -43,7 +43,7 @@ class LoadNotes:
 
     def see(self, ep: Episode) -> None:
         self.n += 1
-        self.groups.append(ep.group_id or f"{ep.env}/{ep.task_id}")  # as slime's writer groups them
+        self.groups.append(ep.group_id or "")  # "": the record does not say (no note on groups it cannot tell)
         mask, lps = ep.tokens.loss_mask, ep.tokens.logprobs
         trained = mask == 1
         if self.fmt in ("slime", "areal", "areal-realhf", "verl") and ep.n_tokens:
@@ -71,7 +71,7 @@ class LoadNotes:
                 f"{len(self.without_lp)} of {self.n} exported {self.fmt} samples hold no {field} "
                 f"({_ids(self.without_lp)}) beside {len(self.with_lp)} that do: {self.fmt} keeps a batch's logprobs "
                 "only when its first sample has them and then reads every sample's, so a batch that mixes them stops "
-                "training or drops the logprobs. Export them apart (--id, --where)")
+                "training or drops the logprobs. Export them apart (by --id)")
         if self.unknown and self.fmt in ("slime", "areal", "areal-realhf"):
             k = sum(n for _, n in self.unknown)
             how = ("written 0.0 (a probability of 1; listed in metadata.rollscope.nan_logprobs, which slime does not "
@@ -84,8 +84,8 @@ class LoadNotes:
         if self.cut:
             out.append(f"{len(self.cut)} episodes hold a reply cut by the length limit ({_ids(self.cut)}): a chat "
                        "record cannot say so, and an SFT loader renders the reply closed by an end-of-turn token the "
-                       "model never wrote, and trains it. Leave them out (--id, --where) or train them as they are")
-        if self.fmt == "slime" and self.groups:
+                       "model never wrote, and trains it. Leave them out (export the others by --id) or train them as they are")
+        if self.fmt == "slime" and self.groups and all(self.groups):
             sizes = Counter(self.groups)
             runs = [g for i, g in enumerate(self.groups) if i == 0 or self.groups[i - 1] != g]
             if len(set(sizes.values())) > 1 or len(runs) != len(sizes):
@@ -94,7 +94,7 @@ class LoadNotes:
                 out.append(f"this slime dump holds {shape}: slime's GRPO normalization reshapes the rewards "
                            "n_samples_per_prompt at a time in the file's order (or takes them all as one group), not "
                            "by group_index, so it would pair samples of different prompts. Export whole groups of one "
-                           "size (a run or a step: --where run=NAME step=N; --id, --tag)")
+                           "size (a run or a step: --where run=NAME --where step=N; --id, --tag)")
         if self.untrained:
             out.append(f"{len(self.untrained)} exported episodes train no token ({_ids(self.untrained)}): nothing to "
                        "learn from, yet each counts in its group's reward statistics")

@@ -43,8 +43,8 @@ from .messages import NO_TOKENIZER_NOTE, conversation_episode
 
 REQUIRED = ("input", "output")
 SPLIT_NOTE = ("verl dumps decode each sample without its special tokens: the conversation was split into messages "
-              "at the role lines ChatML leaves (`user`, `assistant`... alone on a line), so a reply holding such a "
-              "line would be split there too")
+              "at the role lines ChatML leaves (`user`, `assistant`... alone on a line, and a tool's answer verl "
+              "glues to the reply before it), so a reply holding such lines would be split there too")
 RECONSTRUCTED_NOTE = ("verl dumps hold decoded text without special tokens: token ids were reconstructed by "
                       "rendering input/output with the tokenizer's chat template, not read from the run")
 
@@ -90,39 +90,77 @@ def record_to_episode(d: dict[str, Any], where: str, path: Path, line: int, ctx:
 
 
 # ChatML decoded without its special tokens: ``<|im_start|>user\n`` reads ``user\n``, and the ``<|im_end|>\n`` that
-# closes a message ``\n``. A prompt is an optional system message, the user's, and the generation prompt
-# (``assistant\n``, and what the template puts after it: Qwen3's empty think block with thinking off); the user's is
-# taken whole up to that last line, so a message that quotes a conversation is not split.
-_PROMPT = re.compile(r"(?:system\n(?P<system>.*?)\n)?user\n(?P<user>.*)\nassistant\n(?P<opening>.*)", re.S)
-# In a response, what answered a reply (a tool's answer, an interaction's feedback) and the generation prompt after
-# it: verl appends it right after the reply's end-of-turn token (no newline), a template's render with one.
-_ANSWER = re.compile(r"\n?(user|tool)\n(.+?)\nassistant\n", re.S)
+# closes a message ``\n``, so a message starts on a line that holds its role alone.
+_ROLES = ("system", "user", "assistant", "tool")
+# After a reply, verl appends what answered it (rendered with the generation prompt after it) right after the
+# reply's end-of-turn token, with no newline: a tool's answer then reads ``...</tool_call>user\n<tool_response>``.
+_GLUED = ("user\n<tool_response>", "tool\n<tool_response>")
+_NEXT = "\nassistant\n"
 
 
 def decoded_conversation(prompt: str, response: str) -> tuple[Message, ...] | None:
-    """The messages of a ChatML conversation that verl decoded with ``skip_special_tokens=True``: the prompt's (a
-    system message, the user's) and the response's replies with what answered each (``user`` messages as Qwen's
-    template writes a tool's answer: ``<tool_response>``...). None where the prompt is not such text (another
-    template's markup, no role lines): it is then read as one user message and one reply."""
-    m = _PROMPT.fullmatch(prompt)
-    if m is None:
+    """The messages of a ChatML conversation that verl decoded with ``skip_special_tokens=True``: the prompt's (an
+    optional system message, then user and assistant in turn, up to the generation prompt ``assistant``) and the
+    response's replies with what answered each (``user`` messages as Qwen's template writes a tool's answer:
+    ``<tool_response>``...). None where the prompt is not such text (another template's markup, no role lines, roles
+    out of turn: a message that quotes a conversation): it is then read as one user message and one reply. One pass
+    over each text."""
+    opening = _prompt_messages(prompt)
+    if opening is None:
         return None
-    messages = [Message("system", m["system"])] if m["system"] is not None else []
-    messages.append(Message("user", m["user"]))
-    text, at = m["opening"], 0
-    for a in _ANSWER.finditer(response):
-        if a.start() == 0:
-            continue  # a reply comes first: a response that starts on a role line is read as the reply's text
-        messages += [Message("assistant", text + response[at:a.start()]), Message(_role(a), a[2])]
-        text, at = "", a.end()
+    messages, text = opening
+    at = 0
+    while True:
+        found = _answer_at(response, at)
+        if found is None:
+            break
+        role, start, body = found
+        stop = response.find(_NEXT, body)
+        if stop < 0:
+            break  # no generation prompt after it: the reply's own text
+        messages += [Message("assistant", text + response[at:start]), Message(role, response[body:stop])]
+        text, at = "", stop + len(_NEXT)
     messages.append(Message("assistant", text + response[at:]))
     return tuple(messages)
 
 
-def _role(m: re.Match[str]) -> Role:
-    role = m.group(1)
-    assert role in ("user", "tool")
-    return cast(Role, role)
+def _prompt_messages(prompt: str) -> tuple[list[Message], str] | None:
+    """(the prompt's messages, what the template put after the generation prompt: Qwen3's empty think block with
+    thinking off), or None where its role lines do not make a conversation up to a generation prompt."""
+    lines = prompt.split("\n")
+    roles = [i for i, line in enumerate(lines) if line in _ROLES]
+    if not roles or roles[0] != 0 or lines[roles[-1]] != "assistant":
+        return None
+    said = [lines[i] for i in roles]
+    order = said[1:] if said[0] == "system" else said
+    # user first, then assistant and user in turn (a tool's answer as Qwen writes it: a user message), ending on
+    # the generation prompt
+    if len(order) < 2 or len(order) % 2 or any(r != ("user" if k % 2 == 0 else "assistant") for k, r in enumerate(order)):
+        return None
+    ends = [*roles[1:], len(lines)]
+    messages = [Message(_role(lines[i]), "\n".join(lines[i + 1:e])) for i, e in zip(roles[:-1], ends[:-1], strict=True)]
+    return messages, "\n".join(lines[roles[-1] + 1:])
+
+
+def _answer_at(response: str, at: int) -> tuple[Role, int, int] | None:
+    """The first answer to a reply from ``at`` on: (its role, where its role line starts, where its text starts). A
+    role line starts a line, or, where verl glued a tool's answer to the reply, follows it directly."""
+    best: tuple[Role, int, int] | None = None
+    for role in ("user", "tool"):
+        k = response.find(f"\n{role}\n", at)
+        if k >= 0 and k + 1 > at and (best is None or k < best[1]):
+            best = (_role(role), k, k + len(role) + 2)
+    for glued in _GLUED:
+        k = response.find(glued, at + 1)  # after some reply text
+        if k >= 0 and (best is None or k < best[1]):
+            role = glued.split("\n", 1)[0]
+            best = (_role(role), k, k + len(role) + 1)
+    return best
+
+
+def _role(name: str) -> Role:
+    assert name in _ROLES
+    return cast(Role, name)
 
 
 def read(path: Path, ctx: ImportContext) -> Iterator[Episode]:
