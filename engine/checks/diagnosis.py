@@ -55,9 +55,9 @@ TOKEN_LEVEL = frozenset({
 LOGPROB = frozenset({"logprobs_missing", "logprobs_misaligned"})
 # What the checks read through the tokenizer (rendering, re-encoding, its ChatML markers): ids it has no entry for
 # explain these wherever they are; the logprobs are the arrays' own.
+THROUGH_TOKENIZER = (TOKEN_LEVEL - LOGPROB) | {"im_end_newline_missing", "system_cut_wrong"}
 # Ids past the vocabulary from which they are read as another tokenizer's (the wrong --tokenizer), not corrupt ones.
 FOREIGN_IDS = 4
-THROUGH_TOKENIZER = (TOKEN_LEVEL - LOGPROB) | {"im_end_newline_missing", "system_cut_wrong"}
 # Per-turn failures that, repeated in later turns, are one cause recurring (a model that never writes a
 # parsable call, a length limit every reply hits).
 RECURRING = frozenset({"tool_call_parse_error", "tool_call_dropped", "truncated_turn", "answer_extraction_failed",

@@ -108,9 +108,9 @@ TASK_KEYS = ("task_id", "query_id", "qid", "id", "instance_id")
 _EOT_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")
 MASK_NOTE = ("samples whose loss mask length differs from response_length were imported with the mask laid "
              "from the response start; `rollscope check` reports them as mask_misaligned")
-RESPONSE_NOTE = ("samples whose loss_mask and rollout_log_probs agree on a length other than response_length were "
-                 "imported with that length as the response; `rollscope check` reports them as "
-                 "response_length_mismatch")
+RESPONSE_NOTE = ("samples whose loss_mask and rollout_log_probs agree on a longer response than response_length says "
+                 "(or whose response_length counts the prompt) were imported with the arrays' length as the response; "
+                 "`rollscope check` reports them as response_length_mismatch")
 LOGPROBS_NOTE = ("samples whose rollout_log_probs length is neither response_length nor the number of trainable "
                  "tokens were imported with the logprobs laid from the response start; `rollscope check` reports "
                  "them as logprobs_misaligned")
