@@ -398,12 +398,12 @@ def check_logprobs(ep: Episode, o: CheckOptions) -> list[Finding]:
         turns = sorted(t for t in {turn_at(ep, int(p)) for p in missing} if t is not None)
         only_manual = bool(turns) and set(turns) <= set(written)
         how = {written[t] for t in turns} if only_manual else set()
+        why = [w for k, w in (("manual", "text written by hand"),
+                              ("imported", "replies replayed from an imported record that holds none")) if k in how]
         at = int(missing[0])
         out.append(Finding("logprobs_missing", INFO if only_manual else ERROR,
                            f"{missing.size} trainable tokens have no rollout logprob, first at {at}"
-                           + (" (" + " and ".join(("text written by hand",) * ("manual" in how)
-                                                  + ("replies replayed from an imported record that holds none",)
-                                                  * ("imported" in how)) + ")" if only_manual else ""),
+                           + (f" ({' and '.join(why)})" if why else ""),
                            turn=turn_at(ep, at), token_start=at, token_end=int(missing[-1]) + 1,
                            evidence={"turns": turns, "count": int(missing.size), "positions": missing[:200].tolist(),
                                      "runs": position_runs(missing)}))

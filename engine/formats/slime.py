@@ -338,7 +338,7 @@ def sample_to_episode(
             raise FormatError("missing", where, key)
     ids = int_array(s["tokens"], where, "tokens")
     n = len(ids)
-    rl = int_field(s["response_length"], where, "response_length")
+    rl = field_rl = int_field(s["response_length"], where, "response_length")
     assert rl is not None
     if not 0 <= rl <= n:
         raise FormatError(f"is {rl} but the sample has {n} tokens", where, "response_length")
@@ -433,7 +433,7 @@ def sample_to_episode(
         "rollout_step": int(rollout_id) if isinstance(rollout_id, (int, np.integer)) and not isinstance(rollout_id, bool)
         else None,
         "position": position, "group_index": group_index, "label": label,
-        "status": status, "response_length": int_field(s["response_length"], where, "response_length"),
+        "status": status, "response_length": field_rl,
         "loss_mask_length": len(resp_mask), "metadata": jsonable(metadata),
     }
     if isinstance(s.get("reward"), dict):

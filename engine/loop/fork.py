@@ -414,11 +414,11 @@ async def fork(
                      {"scripted": "the env's simulated user answers from the fork on",
                       "llm": "a model plays the user from the fork on",
                       "human": "you play the user from the fork on"}[after])
-    if config is None:
-        config = parent_loop(parent)
+    base = parent_loop(parent)
+    config = base if config is None else config
     if parent.config.loop is None:
         limit = (f"max_turns={config.max_turns} (the {default_preset(parent.env)} preset's limit, or the parent's "
-                 "turns where more); --set max_turns=N changes it" if config.max_turns == parent_loop(parent).max_turns
+                 "turns where more); --set max_turns=N changes it" if config.max_turns == base.max_turns
                  else f"max_turns={config.max_turns} as set")
         notes.append(f"the parent's record holds no loop settings: the fork runs the loop's defaults with {limit}")
     if sampling is None:
